@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Benchmark the Python anchor (insitubatch 0.2.0) with the same JSON contract as
+`insitubatch bench URL ... --json` of insitubatch-rs.
+
+    anchor_bench.py --url file:///abs/store.zarr [--var t2m] --batch-size 32 \
+        --block-chunks 16 --max-inflight 32 --epochs 2 --json
+
+One cold epoch, then warm epochs over the same dataset object (its in-memory pool).
+The whole array is the train split (split_by_chunk(fractions=(1.0, 0.0, 0.0))).
+Run it inside the anchor venv (bench/setup_anchor.sh).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def vm_hwm_bytes():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--var", action="append", default=None,
+                    help="variable(s) to load (default: all non-coordinate arrays)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--block-chunks", type=int, default=16)
+    ap.add_argument("--max-inflight", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sample-axis", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print one JSON object (always on)")
+    args = ap.parse_args(argv)
+
+    t_import = time.perf_counter()
+    import insitubatch as ib
+
+    t_open = time.perf_counter()
+    store = ib.obstore_store(args.url)
+    geoms = ib.open_geometries(store, args.var, sample_axis=args.sample_axis)
+    first = next(iter(geoms.values()))
+    manifest = ib.split_by_chunk(first, fractions=(1.0, 0.0, 0.0))
+    ds = ib.InSituDataset(store, manifest, geoms, batch_size=args.batch_size,
+                          block_chunks=args.block_chunks, max_inflight=args.max_inflight,
+                          seed=args.seed, shuffle=True)
+    open_s = time.perf_counter() - t_open
+    try:
+        est = int(ds.describe()["memory"]["estimated_peak_bytes"])
+    except Exception:  # noqa: BLE001 - describe is observability only
+        est = 0
+
+    epochs = []
+    for e in range(args.epochs):
+        ds.set_epoch(e)
+        samples = 0
+        nbytes = 0
+        ttfb = None
+        t0 = time.perf_counter()
+        for batch in ds.train:
+            if ttfb is None:
+                ttfb = time.perf_counter() - t0
+            samples += len(batch)
+            nbytes += sum(int(a.nbytes) for a in batch.arrays.values())
+        secs = time.perf_counter() - t0
+        lp = ds.last_pass
+        stage = str(getattr(lp, "limiting_stage", "")) if lp is not None else ""
+        epochs.append({
+            "epoch": e,
+            "kind": "cold" if e == 0 else "warm",
+            "seconds": secs,
+            "samples": samples,
+            "decoded_bytes": nbytes,
+            "mb_per_s": nbytes / 1e6 / secs if secs > 0 else 0.0,
+            "samples_per_s": samples / secs if secs > 0 else 0.0,
+            "ttfb_s": ttfb if ttfb is not None else secs,
+            "limiting_stage": stage,
+        })
+    ds.close()
+
+    out = {
+        "url": args.url,
+        "variables": list(geoms.keys()),
+        "config": {
+            "engine": "insitubatch-py",
+            "engine_version": getattr(ib, "__version__", "?"),
+            "batch_size": args.batch_size,
+            "block_chunks": int(getattr(ds, "block_chunks", args.block_chunks)),
+            "block_chunks_requested": args.block_chunks,
+            "max_inflight": args.max_inflight,
+            "epochs": args.epochs,
+            "shuffle": True,
+            "seed": args.seed,
+            "sample_axis": args.sample_axis,
+            "open_s": open_s,
+            "import_s": t_open - t_import,
+            "python": sys.version.split()[0],
+        },
+        "epochs": epochs,
+        "peak_rss_bytes": vm_hwm_bytes(),
+        "describe_estimated_peak_bytes": est,
+    }
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

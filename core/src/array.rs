@@ -1,0 +1,171 @@
+//! Element types and the owned, 128-byte-aligned n-d buffers batches are made of.
+
+use aligned_vec::{AVec, ConstAlign};
+use serde::{Deserialize, Serialize};
+
+/// Alignment of every buffer the engine hands out: XLA:CPU needs 128 for zero-copy DLPack.
+pub const BUFFER_ALIGN: usize = 128;
+
+/// Raw bytes aligned to [`BUFFER_ALIGN`].
+pub type AlignedBytes = AVec<u8, ConstAlign<BUFFER_ALIGN>>;
+
+/// The fixed-size numeric element types the engine moves (native endianness in memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum DType {
+    Bool,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Uint8,
+    Uint16,
+    Uint32,
+    Uint64,
+    Float16,
+    Bfloat16,
+    Float32,
+    Float64,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Self::Bool | Self::Int8 | Self::Uint8 => 1,
+            Self::Int16 | Self::Uint16 | Self::Float16 | Self::Bfloat16 => 2,
+            Self::Int32 | Self::Uint32 | Self::Float32 => 4,
+            Self::Int64 | Self::Uint64 | Self::Float64 => 8,
+        }
+    }
+
+    /// The numpy name (`float32`), also the name in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Bool => "bool",
+            Self::Int8 => "int8",
+            Self::Int16 => "int16",
+            Self::Int32 => "int32",
+            Self::Int64 => "int64",
+            Self::Uint8 => "uint8",
+            Self::Uint16 => "uint16",
+            Self::Uint32 => "uint32",
+            Self::Uint64 => "uint64",
+            Self::Float16 => "float16",
+            Self::Bfloat16 => "bfloat16",
+            Self::Float32 => "float32",
+            Self::Float64 => "float64",
+        }
+    }
+
+    /// Parse a zarr v3 data type name (`float32`, `uint8`, ...).
+    pub fn from_zarr_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "bool" => Self::Bool,
+            "int8" => Self::Int8,
+            "int16" => Self::Int16,
+            "int32" => Self::Int32,
+            "int64" => Self::Int64,
+            "uint8" => Self::Uint8,
+            "uint16" => Self::Uint16,
+            "uint32" => Self::Uint32,
+            "uint64" => Self::Uint64,
+            "float16" => Self::Float16,
+            "bfloat16" => Self::Bfloat16,
+            "float32" => Self::Float32,
+            "float64" => Self::Float64,
+            _ => return None,
+        })
+    }
+
+    /// True for floating-point types (a NaN exists to mark a bad chunk).
+    pub fn is_float(self) -> bool {
+        matches!(self, Self::Float16 | Self::Bfloat16 | Self::Float32 | Self::Float64)
+    }
+
+    /// The bytes of one NaN in native endianness, for float types.
+    pub fn nan_bytes(self) -> Option<Vec<u8>> {
+        Some(match self {
+            Self::Float16 => 0x7e00u16.to_ne_bytes().to_vec(),
+            Self::Bfloat16 => 0x7fc0u16.to_ne_bytes().to_vec(),
+            Self::Float32 => f32::NAN.to_ne_bytes().to_vec(),
+            Self::Float64 => f64::NAN.to_ne_bytes().to_vec(),
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Allocate `len` zeroed, aligned bytes.
+pub fn zeroed_bytes(len: usize) -> AlignedBytes {
+    AVec::from_iter(BUFFER_ALIGN, std::iter::repeat_n(0u8, len))
+}
+
+/// Allocate `len` aligned bytes filled by repeating `element` (a fill value or a NaN).
+pub fn filled_bytes(len_elements: usize, element: &[u8]) -> AlignedBytes {
+    let mut out = AVec::with_capacity(BUFFER_ALIGN, len_elements * element.len());
+    if element.iter().all(|b| *b == 0) {
+        out.resize(len_elements * element.len(), 0);
+    } else {
+        for _ in 0..len_elements {
+            out.extend_from_slice(element);
+        }
+    }
+    out
+}
+
+/// An owned, C-contiguous n-d array of one dtype in native endianness.
+#[derive(Debug, Clone)]
+pub struct NdArray {
+    /// Element type.
+    pub dtype: DType,
+    /// Extent of each axis; the sample axis first wherever the engine produces one.
+    pub shape: Vec<usize>,
+    /// `product(shape) * dtype.size()` bytes, 128-byte aligned.
+    pub data: AlignedBytes,
+}
+
+impl NdArray {
+    /// Wrap `data`, checking its length against `shape` and `dtype`.
+    pub fn new(dtype: DType, shape: Vec<usize>, data: AlignedBytes) -> Result<Self, String> {
+        let expected = shape.iter().product::<usize>() * dtype.size();
+        if data.len() != expected {
+            return Err(format!(
+                "buffer of {} bytes does not hold a {dtype} array of shape {shape:?} ({expected} bytes)",
+                data.len()
+            ));
+        }
+        Ok(Self { dtype, shape, data })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True when the array holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of one row along axis 0 (one sample).
+    pub fn row_bytes(&self) -> usize {
+        self.shape.iter().skip(1).product::<usize>() * self.dtype.size()
+    }
+
+    /// The elements as a typed slice, if `T` has the dtype's element size.
+    pub fn as_slice<T: bytemuck::Pod>(&self) -> Option<&[T]> {
+        (std::mem::size_of::<T>() == self.dtype.size()).then(|| bytemuck::try_cast_slice(&self.data).ok()).flatten()
+    }
+
+    /// The elements as a mutable typed slice, if `T` has the dtype's element size.
+    pub fn as_mut_slice<T: bytemuck::Pod>(&mut self) -> Option<&mut [T]> {
+        (std::mem::size_of::<T>() == self.dtype.size()).then(|| bytemuck::try_cast_slice_mut(&mut self.data).ok()).flatten()
+    }
+}

@@ -1,0 +1,238 @@
+//! `describe()`: what a dataset will do, from geometry and configuration alone — it never
+//! touches the store. The residency numbers come from the same functions the engine uses
+//! ([`crate::plan::residency_floor`]), so the report cannot drift from the behaviour.
+
+use serde::Serialize;
+
+/// One variable's geometry and per-chunk bytes.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariableReport {
+    /// Label.
+    pub label: String,
+    /// Array path.
+    pub path: String,
+    /// Element type.
+    pub dtype: String,
+    /// Array shape (physical order).
+    pub shape: Vec<u64>,
+    /// Fetch unit: stored chunk, or inner chunk when sharded.
+    pub chunks: Vec<u64>,
+    /// Shard shape, when sharded.
+    pub shard: Option<Vec<u64>>,
+    /// Codec chain.
+    pub codecs: Vec<String>,
+    /// Sample axis (physical).
+    pub sample_axis: usize,
+    /// Samples per chunk.
+    pub sample_chunk_size: u64,
+    /// Samples.
+    pub n_samples: u64,
+    /// Chunks along the sample axis.
+    pub n_chunks: u64,
+    /// Window offset.
+    pub offset: i64,
+    /// One sample's shape.
+    pub inner_shape: Vec<u64>,
+    /// Tile extents on the inner axes.
+    pub inner_chunks: Vec<u64>,
+    /// Stored tiles per chunk.
+    pub stored_chunks_per_chunk: u64,
+    /// Bytes of one decoded tile (padding included).
+    pub stored_chunk_bytes: u64,
+    /// Bytes of one full assembled chunk (what the pool holds).
+    pub slot_bytes: u64,
+    /// Padded tiles over logical bytes: decode work spent on edge padding.
+    pub ragged_multiplier: f64,
+    /// Contiguous bytes per gather copy (one sample).
+    pub gather_run_bytes: u64,
+    /// Per-sample shape after chunk transforms.
+    pub output_inner_shape: Vec<usize>,
+    /// Element type after chunk transforms.
+    pub output_dtype: String,
+}
+
+/// What the dataset resolved to.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigReport {
+    /// Rows per batch.
+    pub batch_size: usize,
+    /// Chunks per shuffle block after widening.
+    pub block_chunks: usize,
+    /// As requested.
+    pub block_chunks_requested: usize,
+    /// Storage reads in flight at most.
+    pub max_inflight: usize,
+    /// Batches queued ahead.
+    pub prefetch_depth: usize,
+    /// Train shuffles.
+    pub shuffle: bool,
+    /// Seed.
+    pub seed: u64,
+    /// Current epoch.
+    pub epoch: u64,
+    /// Explicit budget, if any.
+    pub cache_budget_bytes: Option<u64>,
+    /// `raise` or `nan`.
+    pub on_bad_chunk: String,
+    /// Chunk transforms with their scopes (`scale[t2m]`).
+    pub chunk_transforms: Vec<String>,
+    /// Batch transforms.
+    pub batch_transforms: Vec<String>,
+    /// Any variable has a non-zero offset.
+    pub windowed: bool,
+    /// Label → offset.
+    pub offsets: Vec<(String, i64)>,
+    /// Reference samples per chunk (the anchor grid).
+    pub samples_per_chunk: u64,
+    /// Reference chunks.
+    pub n_chunks: u64,
+    /// Chunks per split.
+    pub split_chunks: Vec<(String, usize)>,
+    /// Drawable anchors per split.
+    pub drawable_samples: Vec<(String, u64)>,
+    /// Batches per epoch per split.
+    pub batches_per_epoch: Vec<(String, usize)>,
+    /// Mixing score of this epoch's train order (0..1).
+    pub shuffle_quality: f64,
+}
+
+/// The memory model evaluated for this configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryReport {
+    /// Concurrent iterations assumed.
+    pub iterations: usize,
+    /// One iteration's residency floor (its reservation): two blocks of chunks.
+    pub floor_bytes: u64,
+    /// Residency that keeps every chunk read once per epoch when chunks are shared between
+    /// blocks (windows, coarser chunking) under shuffle; equal to the floor otherwise.
+    pub read_once_bytes: u64,
+    /// The pool budget that will be in force.
+    pub residency_bytes: u64,
+    /// True when no budget was given.
+    pub budget_is_automatic: bool,
+    /// Storage reads in flight: encoded bytes (and a decoded tile while it is placed).
+    pub inflight_bytes: u64,
+    /// Batches queued, being gathered, and held by the caller.
+    pub queue_bytes: u64,
+    /// Transform scratch on the thread pool.
+    pub scratch_bytes: u64,
+    /// Sum of the above.
+    pub accounted_bytes: u64,
+    /// Accounted × 1.25 (allocator retention) + 64 MiB process baseline.
+    pub estimated_peak_bytes: u64,
+}
+
+/// One finding.
+#[derive(Debug, Clone, Serialize)]
+pub struct Note {
+    /// Stable code, e.g. `block-chunks-widened`.
+    pub code: String,
+    /// `warn` or `note`.
+    pub severity: String,
+    /// The variable label, or `dataset`.
+    pub subject: String,
+    /// What it means and what to do.
+    pub message: String,
+}
+
+/// The whole static picture.
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetReport {
+    /// Per variable.
+    pub variables: Vec<VariableReport>,
+    /// Resolved configuration.
+    pub config: ConfigReport,
+    /// Memory model.
+    pub memory: MemoryReport,
+    /// Findings, per-variable first.
+    pub notes: Vec<Note>,
+}
+
+/// `1.5 GiB`-style sizes.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+impl DatasetReport {
+    /// The human rendering printed by `print_summary` and the CLI.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let c = &self.config;
+        let _ = writeln!(s, "insitubatch dataset");
+        for v in &self.variables {
+            let _ = writeln!(
+                s,
+                "  {} ({}{}): {} {:?} chunks {:?}{} [{}], sample axis {} ({} samples, {}/chunk, {} chunks)",
+                v.label,
+                v.path,
+                if v.offset != 0 { format!(" shift {:+}", v.offset) } else { String::new() },
+                v.dtype,
+                v.shape,
+                v.chunks,
+                v.shard.as_ref().map(|sh| format!(" in shards {sh:?}")).unwrap_or_default(),
+                v.codecs.join(", "),
+                v.sample_axis,
+                v.n_samples,
+                v.sample_chunk_size,
+                v.n_chunks
+            );
+            let _ = writeln!(
+                s,
+                "      chunk {} resident ({} tiles of {}), ragged {:.3}x, gather run {}",
+                human_bytes(v.slot_bytes),
+                v.stored_chunks_per_chunk,
+                human_bytes(v.stored_chunk_bytes),
+                v.ragged_multiplier,
+                human_bytes(v.gather_run_bytes)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  batch {} | block_chunks {}{} | max_inflight {} | prefetch {} | seed {} epoch {} | shuffle quality {:.2}",
+            c.batch_size,
+            c.block_chunks,
+            if c.block_chunks != c.block_chunks_requested { format!(" (asked {})", c.block_chunks_requested) } else { String::new() },
+            c.max_inflight,
+            c.prefetch_depth,
+            c.seed,
+            c.epoch,
+            c.shuffle_quality
+        );
+        let splits: Vec<String> = c
+            .split_chunks
+            .iter()
+            .zip(&c.drawable_samples)
+            .zip(&c.batches_per_epoch)
+            .map(|(((n, ch), (_, d)), (_, b))| format!("{n} {ch} chunks/{d} samples/{b} batches"))
+            .collect();
+        let _ = writeln!(s, "  splits: {}", splits.join(", "));
+        let m = &self.memory;
+        let _ = writeln!(
+            s,
+            "  memory ({} iteration{}): residency {}{} (floor {} per iteration, read-once {}) + in flight {} + queue {} + scratch {} = {}; estimated peak {}",
+            m.iterations,
+            if m.iterations == 1 { "" } else { "s" },
+            human_bytes(m.residency_bytes),
+            if m.budget_is_automatic { " (automatic)" } else { "" },
+            human_bytes(m.floor_bytes),
+            human_bytes(m.read_once_bytes),
+            human_bytes(m.inflight_bytes),
+            human_bytes(m.queue_bytes),
+            human_bytes(m.scratch_bytes),
+            human_bytes(m.accounted_bytes),
+            human_bytes(m.estimated_peak_bytes)
+        );
+        for n in &self.notes {
+            let _ = writeln!(s, "  [{}] {} ({}): {}", n.severity, n.code, n.subject, n.message);
+        }
+        s
+    }
+}

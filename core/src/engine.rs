@@ -1,0 +1,393 @@
+//! Loading chunks: fetch (executor) → decode + assemble + chunk transforms (thread pool).
+//!
+//! One `max_inflight` semaphore spans every tile read of every pass of a dataset; a permit is
+//! held from the request to the tile's placement in its slot, so in-flight memory is bounded
+//! by `max_inflight` tiles. A sharded array's index is fetched before the permit is taken
+//! (a read holding a permit never waits on another read for one).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_lock::Semaphore;
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::{Either, Shared};
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::array::{AlignedBytes, DType, NdArray, filled_bytes, zeroed_bytes};
+use crate::assemble::{place_tile, slot_shape};
+use crate::error::{Error, Result};
+use crate::geometry::ArrayGeometry;
+use crate::plan::ChunkKey;
+use crate::pool::{Chunk, LoadResult, LoadTimes, Pool};
+use crate::runtime::{BoxFuture, ByteRange, Runtime, Storage, StorageErrorKind, run_on};
+use crate::stats::PassRecorder;
+use crate::transform::{ChunkTransform, DecodedChunk};
+use crate::zarr::{ShardIndex, TileLocation, ZarrArray};
+
+/// What to do with a chunk that cannot be fetched or decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadChunk {
+    /// Fail the pass, naming the chunk.
+    #[default]
+    Raise,
+    /// Fill the tile with NaN (floats) or the fill value, record it, and go on.
+    Nan,
+}
+
+/// Retry, timeout and bad-chunk policy.
+#[derive(Debug, Clone)]
+pub struct ReadPolicy {
+    /// Attempts after the first for a transient failure.
+    pub retries: u32,
+    /// First backoff; doubles per attempt.
+    pub backoff: Duration,
+    /// A request with no answer after this long is a transient failure.
+    pub request_timeout: Duration,
+    /// Bad chunk policy.
+    pub on_bad_chunk: OnBadChunk,
+}
+
+impl Default for ReadPolicy {
+    fn default() -> Self {
+        Self {
+            retries: 4,
+            backoff: Duration::from_millis(100),
+            request_timeout: Duration::from_secs(120),
+            on_bad_chunk: OnBadChunk::Raise,
+        }
+    }
+}
+
+/// A chunk filled under `on_bad_chunk = "nan"`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BadChunk {
+    /// Array path.
+    pub array: String,
+    /// Sample-axis chunk index.
+    pub chunk_index: u64,
+    /// Physical tile coordinate.
+    pub tile: Vec<u64>,
+    /// Why.
+    pub error: String,
+}
+
+type SharedIndex = Shared<BoxFuture<'static, Result<Option<Arc<ShardIndex>>>>>;
+
+/// One array as the engine reads it.
+pub(crate) struct ArrayReader {
+    pub zarr: Arc<ZarrArray>,
+    pub geom: ArrayGeometry,
+    pub transforms: Vec<Arc<dyn ChunkTransform>>,
+    /// Element type and per-sample shape after the chunk transforms.
+    pub out_dtype: DType,
+    pub out_inner: Vec<usize>,
+    index_cache: Mutex<HashMap<String, SharedIndex>>,
+}
+
+impl ArrayReader {
+    pub fn new(zarr: Arc<ZarrArray>, geom: ArrayGeometry, transforms: Vec<Arc<dyn ChunkTransform>>) -> Result<Self> {
+        let mut dtype = geom.dtype;
+        let mut inner: Vec<usize> = geom.inner_shape().iter().map(|&d| d as usize).collect();
+        for t in &transforms {
+            (dtype, inner) = t.output(&geom.path, dtype, &inner)?;
+        }
+        Ok(Self { zarr, geom, transforms, out_dtype: dtype, out_inner: inner, index_cache: Mutex::new(HashMap::new()) })
+    }
+
+    /// Bytes of one output sample.
+    pub fn out_sample_bytes(&self) -> u64 {
+        self.out_inner.iter().product::<usize>() as u64 * self.out_dtype.size() as u64
+    }
+
+    /// What the pool charges for chunk `c`: the larger of the assembled chunk and its
+    /// transformed output (both exist while the transforms run).
+    pub fn charge(&self, c: u64) -> u64 {
+        let rows = {
+            let r = self.geom.samples_in_chunk(c);
+            r.end - r.start
+        };
+        let assembled = rows * self.geom.sample_bytes();
+        if self.transforms.is_empty() { assembled } else { assembled.max(rows * self.out_sample_bytes()) }
+    }
+
+    /// The full-chunk charge: the residency unit in the memory model.
+    pub fn max_charge(&self) -> u64 {
+        let spc = self.geom.sample_chunk_size().min(self.geom.n_samples());
+        let assembled = spc * self.geom.sample_bytes();
+        if self.transforms.is_empty() { assembled } else { assembled.max(spc * self.out_sample_bytes()) }
+    }
+}
+
+/// Everything the loads of one dataset share.
+pub(crate) struct Engine {
+    pub storage: Arc<dyn Storage>,
+    pub runtime: Runtime,
+    pub pool: Arc<Pool>,
+    pub arrays: Vec<ArrayReader>,
+    pub inflight: Arc<Semaphore>,
+    pub inflight_now: AtomicUsize,
+    pub max_inflight: usize,
+    pub policy: ReadPolicy,
+    pub bad_chunks: Mutex<Vec<BadChunk>>,
+}
+
+struct InflightGuard<'a>(&'a AtomicUsize);
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Engine {
+    pub fn now(&self) -> Duration {
+        self.runtime.executor.now()
+    }
+
+    fn url(&self, key: &str) -> String {
+        let loc = self.storage.location();
+        if loc.ends_with('/') { format!("{loc}{key}") } else { format!("{loc}/{key}") }
+    }
+
+    /// One storage request with a timeout and retries for transient failures.
+    pub async fn fetch(&self, key: &str, range: Option<ByteRange>) -> Result<Option<Bytes>> {
+        let mut attempt = 0u32;
+        loop {
+            let request = match range {
+                None => self.storage.get(key),
+                Some(r) => self.storage.get_range(key, r),
+            };
+            let timeout = self.runtime.executor.sleep(self.policy.request_timeout);
+            let outcome = match futures::future::select(request, timeout).await {
+                Either::Left((r, _)) => r,
+                Either::Right(_) => Err(crate::runtime::StorageError::transient(format!(
+                    "no answer within {:?}",
+                    self.policy.request_timeout
+                ))),
+            };
+            match outcome {
+                Ok(v) => return Ok(v),
+                Err(e) if e.kind == StorageErrorKind::Transient && attempt < self.policy.retries => {
+                    let wait = self.policy.backoff * 2u32.saturating_pow(attempt);
+                    tracing::debug!(key, attempt, ?wait, error = %e, "retrying a transient storage failure");
+                    self.runtime.executor.sleep(wait).await;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(Error::Storage {
+                        message: format!(
+                            "storage read failed after {} attempt(s): {} (check credentials, endpoint and network; \
+                             on_bad_chunk=\"nan\" skips unreadable chunks)",
+                            attempt + 1,
+                            e.message
+                        ),
+                        key: self.url(key),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn shard_index(self: &Arc<Self>, path: u32, shard_key: &str) -> Result<Option<Arc<ShardIndex>>> {
+        let reader = &self.arrays[path as usize];
+        let fut = {
+            let mut cache = reader.index_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if cache.len() > 4096 {
+                cache.clear();
+            }
+            cache
+                .entry(shard_key.to_string())
+                .or_insert_with(|| {
+                    let engine = Arc::clone(self);
+                    let key = shard_key.to_string();
+                    let f: BoxFuture<'static, Result<Option<Arc<ShardIndex>>>> = Box::pin(async move {
+                        let zarr = &engine.arrays[path as usize].zarr;
+                        let Some(range) = zarr.shard_index_range() else {
+                            return Err(Error::Metadata { message: "array is not sharded".into(), key: key.clone() });
+                        };
+                        match engine.fetch(&key, Some(range)).await? {
+                            None => Ok(None),
+                            Some(b) => zarr.decode_shard_index(&b, &engine.url(&key)).map(|i| Some(Arc::new(i))),
+                        }
+                    });
+                    f.shared()
+                })
+                .clone()
+        };
+        let out = fut.await;
+        if out.is_err() {
+            reader.index_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(shard_key);
+        }
+        out
+    }
+}
+
+/// Load one chunk: all its tiles, assembled into a sample-first slot, transformed.
+pub(crate) fn load_chunk(engine: Arc<Engine>, key: ChunkKey, rec: Arc<PassRecorder>) -> BoxFuture<'static, LoadResult> {
+    Box::pin(async move {
+        let reader = &engine.arrays[key.path as usize];
+        let g = &reader.geom;
+        let shape = slot_shape(g, key.chunk);
+        let slot_len = shape.iter().product::<usize>() * g.dtype.size();
+        let slot: Arc<Mutex<Option<AlignedBytes>>> = Arc::new(Mutex::new(None));
+        let mut tiles: FuturesUnordered<_> =
+            (0..g.n_tiles()).map(|t| load_tile(Arc::clone(&engine), key, t, Arc::clone(&slot), Arc::clone(&rec))).collect();
+        let mut times = LoadTimes::default();
+        let mut bad = false;
+        while let Some(r) = tiles.next().await {
+            let (permitted, fetched, tile_bad) = r?;
+            times.permitted = times.permitted.max(permitted);
+            times.fetched = times.fetched.max(fetched);
+            bad |= tile_bad;
+        }
+        let bytes = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().unwrap_or_else(|| zeroed_bytes(slot_len));
+        let mut data = NdArray::new(g.dtype, shape, bytes).map_err(|m| Error::Decode { message: m, key: reader.geom.path.clone() })?;
+        if !reader.transforms.is_empty() {
+            let transforms = reader.transforms.clone();
+            let (array, chunk_index, sample_offset) = (g.path.clone(), key.chunk, g.samples_in_chunk(key.chunk).start);
+            let exec = Arc::clone(&engine.runtime.executor);
+            let rec2 = Arc::clone(&rec);
+            let (out_dtype, out_inner) = (reader.out_dtype, reader.out_inner.clone());
+            data = run_on(engine.runtime.pool.as_ref(), move || -> Result<NdArray> {
+                let t0 = exec.now();
+                let mut chunk = DecodedChunk { array, chunk_index, sample_offset, data };
+                let rows = chunk.data.shape[0];
+                for t in &transforms {
+                    chunk = t.apply(chunk)?;
+                }
+                let expected: Vec<usize> = std::iter::once(rows).chain(out_inner.iter().copied()).collect();
+                if chunk.data.shape != expected || chunk.data.dtype != out_dtype {
+                    return Err(Error::Transform {
+                        name: transforms.iter().map(|t| t.name()).collect::<Vec<_>>().join(","),
+                        message: format!(
+                            "produced {} {:?} but declared {out_dtype} {expected:?}; declare reshapes and recasts in output()",
+                            chunk.data.dtype, chunk.data.shape
+                        ),
+                    });
+                }
+                rec2.with(|r| r.times.decode_s += (exec.now() - t0).as_secs_f64());
+                Ok(chunk.data)
+            })
+            .await??;
+        }
+        times.ready = engine.now();
+        Ok(Arc::new(Chunk { data, bad, times }))
+    })
+}
+
+/// Fetch, decode and place one tile. Returns (permit time, fetch-done time, filled-as-bad).
+async fn load_tile(
+    engine: Arc<Engine>,
+    key: ChunkKey,
+    tile: u64,
+    slot: Arc<Mutex<Option<AlignedBytes>>>,
+    rec: Arc<PassRecorder>,
+) -> Result<(Duration, Duration, bool)> {
+    let reader = &engine.arrays[key.path as usize];
+    let g = &reader.geom;
+    let inner = g.inner_coord(tile);
+    let coord = g.physical_tile_coord(key.chunk, &inner);
+    let location = reader.zarr.tile_location(&coord);
+    // Resolve a shard index before taking a permit.
+    let (object, range, absent) = match &location {
+        TileLocation::Object { key } => (key.clone(), None, false),
+        TileLocation::InShard { key: shard, index } => match engine.shard_index(key.path, shard).await {
+            Ok(Some(ix)) => match ix.range(*index) {
+                Some(r) => (shard.clone(), Some(r), false),
+                None => (shard.clone(), None, true),
+            },
+            Ok(None) => (shard.clone(), None, true),
+            Err(e) => return bad_or_raise(&engine, key, &coord, slot, e).map(|b| (Duration::ZERO, engine.now(), b)),
+        },
+    };
+    let _permit = engine.inflight.acquire_arc().await;
+    let now_inflight = engine.inflight_now.fetch_add(1, Ordering::SeqCst) + 1;
+    let _guard = InflightGuard(&engine.inflight_now);
+    let permitted = engine.now();
+    let fetched_bytes = if absent { Ok(None) } else { engine.fetch(&object, range).await };
+    let fetched = engine.now();
+    rec.with(|r| {
+        r.times.fetch_wait_s += (fetched - permitted).as_secs_f64();
+        r.storage_reads += u64::from(!absent);
+        r.inflight_peak = r.inflight_peak.max(now_inflight);
+    });
+    let encoded = match fetched_bytes {
+        Ok(b) => b,
+        Err(e) => return bad_or_raise(&engine, key, &coord, slot, e).map(|b| (permitted, fetched, b)),
+    };
+    let job_engine = Arc::clone(&engine);
+    let job_rec = Arc::clone(&rec);
+    let url = engine.url(&object);
+    let job_slot = Arc::clone(&slot);
+    let decoded = run_on(engine.runtime.pool.as_ref(), move || -> Result<()> {
+        let engine = job_engine;
+        let reader = &engine.arrays[key.path as usize];
+        let g = &reader.geom;
+        let t0 = engine.now();
+        let tile_arr = reader.zarr.decode_tile(encoded, &url)?;
+        let shape = slot_shape(g, key.chunk);
+        let slot_len = shape.iter().product::<usize>() * g.dtype.size();
+        let mut slot = job_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let whole = g.n_tiles() == 1 && g.sample_axis == 0 && g.inner_tile().iter().zip(g.inner_shape()).all(|(t, s)| *t == s);
+        if whole {
+            // The tile is the chunk: adopt its buffer, clipped to the real rows.
+            let mut bytes = tile_arr.data;
+            bytes.truncate(slot_len);
+            *slot = Some(bytes);
+        } else {
+            let buf = slot.get_or_insert_with(|| zeroed_bytes(slot_len));
+            place_tile(g, key.chunk, &inner, &tile_arr.data, buf);
+        }
+        let took = engine.now() - t0;
+        job_rec.with(|r| {
+            r.times.decode_s += took.as_secs_f64();
+            r.decoded_bytes += g.tile_bytes();
+        });
+        Ok(())
+    })
+    .await?;
+    match decoded {
+        Ok(()) => Ok((permitted, fetched, false)),
+        Err(e) => bad_or_raise(&engine, key, &coord, slot, e).map(|b| (permitted, fetched, b)),
+    }
+}
+
+/// Under `Raise`, the error; under `Nan`, fill the tile's region, record it, and go on.
+fn bad_or_raise(
+    engine: &Arc<Engine>,
+    key: ChunkKey,
+    coord: &[u64],
+    slot: Arc<Mutex<Option<AlignedBytes>>>,
+    error: Error,
+) -> Result<bool> {
+    if engine.policy.on_bad_chunk == OnBadChunk::Raise {
+        return Err(match error {
+            Error::Decode { message, key } => Error::Decode {
+                message: format!("{message} (pass on_bad_chunk=\"nan\" to fill bad chunks and go on)"),
+                key,
+            },
+            e => e,
+        });
+    }
+    let reader = &engine.arrays[key.path as usize];
+    let g = &reader.geom;
+    let element = g.dtype.nan_bytes().unwrap_or_else(|| reader.zarr.fill_value().to_vec());
+    let tile = filled_bytes(g.tile.iter().product::<u64>() as usize, &element);
+    let shape = slot_shape(g, key.chunk);
+    let slot_len = shape.iter().product::<usize>() * g.dtype.size();
+    let inner: Vec<u64> = coord.iter().enumerate().filter(|(a, _)| *a != g.sample_axis).map(|(_, c)| *c).collect();
+    let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let buf = slot.get_or_insert_with(|| zeroed_bytes(slot_len));
+    place_tile(g, key.chunk, &inner, &tile, buf);
+    tracing::warn!(array = %g.path, chunk = key.chunk, error = %error, "bad chunk filled (on_bad_chunk=\"nan\")");
+    engine.bad_chunks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(BadChunk {
+        array: g.path.clone(),
+        chunk_index: key.chunk,
+        tile: coord.to_vec(),
+        error: error.to_string(),
+    });
+    Ok(true)
+}

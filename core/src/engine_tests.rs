@@ -1,0 +1,432 @@
+//! Engine simulations: real arrays in a controllable store, a virtual clock, and an inline
+//! thread pool. A hang is a deadlock report from the simulator, not a timeout.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use crate::dataset::{Dataset, DatasetOptions, Variable};
+use crate::engine::OnBadChunk;
+use crate::error::Error;
+use crate::runtime::{InlinePool, Runtime};
+use crate::shuffle::Split;
+use crate::split::{SplitOptions, split_by_chunk};
+use crate::testing::{Fault, MemoryStorage, SimError, SimExecutor, write_f32_array};
+use crate::transform::{BatchTransform, everywhere};
+use crate::zarr::open_array;
+use crate::{Batch, NdArray};
+
+const LIMIT: Duration = Duration::from_secs(3600);
+
+/// Element value encoding its physical index: distinct everywhere, exact in f32.
+fn value_at(shape: &[u64]) -> impl Fn(u64) -> f32 + use<> {
+    let _ = shape;
+    move |i| (i % 16_000_000) as f32
+}
+
+struct Fixture {
+    sim: SimExecutor,
+    storage: MemoryStorage,
+    runtime: Runtime,
+}
+
+impl Fixture {
+    fn new(latency: Option<Duration>) -> Self {
+        let sim = SimExecutor::new();
+        let exec: Arc<dyn crate::Executor> = Arc::new(sim.clone());
+        let storage = match latency {
+            Some(l) => MemoryStorage::new().with_latency(exec.clone(), l),
+            None => MemoryStorage::new(),
+        };
+        Self { sim, storage, runtime: Runtime { executor: exec, pool: Arc::new(InlinePool) } }
+    }
+
+    fn array(&self, path: &str, shape: &[u64], chunks: &[u64], inner: Option<&[u64]>) {
+        write_f32_array(&self.storage, path, shape, chunks, inner, None, value_at(shape));
+    }
+
+    fn dataset(&self, labels: &[(&str, &str, i64)], sample_axis: usize, fractions: (f64, f64, f64), opts: DatasetOptions) -> crate::Result<Dataset> {
+        let storage: Arc<dyn crate::Storage> = Arc::new(self.storage.clone());
+        let st = storage.clone();
+        let paths: Vec<String> = labels.iter().map(|l| l.1.to_string()).collect();
+        let arrays = self
+            .sim
+            .run(
+                async move {
+                    let mut out = Vec::new();
+                    for p in paths {
+                        out.push(open_array(st.as_ref(), &p).await?);
+                    }
+                    Ok::<_, Error>(out)
+                },
+                LIMIT,
+            )
+            .expect("open finishes")?;
+        let mut vars = Vec::new();
+        for (label, path, offset) in labels {
+            let a = arrays.iter().find(|a| a.path() == *path).unwrap();
+            vars.push(Variable { label: (*label).into(), geometry: a.geometry(sample_axis)?.shift(*offset) });
+        }
+        let manifest = split_by_chunk(&vars[0].geometry, &SplitOptions { fractions, ..Default::default() })?;
+        Dataset::new(storage, self.runtime.clone(), arrays, vars, manifest, opts, Vec::new(), Vec::new())
+    }
+
+    /// Collect one pass, or the first error.
+    fn epoch(&self, ds: &Dataset, split: Split) -> Result<crate::Result<Vec<Batch>>, SimError> {
+        let ds = ds.clone();
+        self.sim.run(
+            async move {
+                let mut s = ds.iter(split)?;
+                let mut out = Vec::new();
+                while let Some(b) = s.next_batch().await {
+                    out.push(b?);
+                }
+                Ok(out)
+            },
+            LIMIT,
+        )
+    }
+}
+
+/// The expected row of `label` for sample `s` (physical value formula, sample-first).
+fn expected_row(shape: &[u64], sample_axis: usize, s: u64) -> Vec<f32> {
+    let inner: Vec<u64> = (0..shape.len()).filter(|&a| a != sample_axis).map(|a| shape[a]).collect();
+    let n: u64 = inner.iter().product();
+    let mut out = Vec::with_capacity(n as usize);
+    for e in 0..n {
+        let mut rem = e;
+        let mut ip = vec![0u64; inner.len()];
+        for k in (0..inner.len()).rev() {
+            ip[k] = rem % inner[k];
+            rem /= inner[k];
+        }
+        ip.insert(sample_axis, s);
+        let flat = ip.iter().zip(shape).fold(0u64, |acc, (i, d)| acc * d + i);
+        out.push((flat % 16_000_000) as f32);
+    }
+    out
+}
+
+fn rows(a: &NdArray) -> Vec<Vec<f32>> {
+    let row = a.row_bytes() / 4;
+    a.as_slice::<f32>().unwrap().chunks(row.max(1)).map(<[f32]>::to_vec).collect()
+}
+
+fn check_epoch(batches: &[Batch], shape: &[u64], sample_axis: usize, labels: &[(&str, i64)], expect: &[u64], bs: usize) {
+    let mut seen: Vec<u64> = batches.iter().flat_map(|b| b.sample_indices.iter().copied()).collect();
+    for (i, b) in batches.iter().enumerate() {
+        if i + 1 < batches.len() {
+            assert_eq!(b.len(), bs, "only the last batch may be short");
+        }
+        for (label, off) in labels {
+            for (r, row) in rows(&b.arrays[*label]).iter().enumerate() {
+                let s = (b.sample_indices[r] as i64 + off) as u64;
+                assert_eq!(row, &expected_row(shape, sample_axis, s), "label {label} sample {s}");
+            }
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, expect, "every drawable sample exactly once");
+}
+
+#[test]
+fn epoch_covers_values_and_is_deterministic() {
+    let f = Fixture::new(Some(Duration::from_millis(5)));
+    let shape = [77u64, 6, 7];
+    f.array("t2m", &shape, &[8, 3, 4], None);
+    let opts = DatasetOptions { batch_size: 10, block_chunks: 2, max_inflight: 3, seed: 9, ..Default::default() };
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let e0 = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    check_epoch(&e0, &shape, 0, &[("t2m", 0)], &(0..77).collect::<Vec<_>>(), 10);
+    let again = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    assert_eq!(e0.iter().map(|b| b.sample_indices.clone()).collect::<Vec<_>>(), again.iter().map(|b| b.sample_indices.clone()).collect::<Vec<_>>());
+    ds.set_epoch(1);
+    let e1 = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    assert_ne!(e0[0].sample_indices, e1[0].sample_indices, "another epoch, another order");
+    let st = ds.last_pass().unwrap();
+    assert_eq!(st.batches, 8);
+    assert!(st.depths.inflight_peak <= 3 && st.depths.inflight_peak >= 1, "{:?}", st.depths);
+    assert!(st.ttfb_s < st.wall_s);
+}
+
+#[test]
+fn cold_epoch_reads_every_chunk_once_whatever_the_batch_size() {
+    for bs in [1usize, 3, 8, 16, 64] {
+        for shuffle in [true, false] {
+            let f = Fixture::new(None);
+            f.array("t2m", &[64, 5, 4], &[8, 5, 2], None);
+            let opts = DatasetOptions { batch_size: bs, block_chunks: 2, shuffle, ..Default::default() };
+            let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+            let before = f.storage.total_reads();
+            f.epoch(&ds, Split::Train).unwrap().unwrap();
+            for c in 0..8 {
+                for t in 0..2 {
+                    assert_eq!(f.storage.reads_of(&format!("t2m/c/{c}/0/{t}")), 1, "bs {bs} shuffle {shuffle} chunk {c}/{t}");
+                }
+            }
+            assert_eq!(f.storage.total_reads() - before, 16);
+        }
+    }
+}
+
+#[test]
+fn windowed_pairs_are_exact_under_shuffle_and_read_once() {
+    let f = Fixture::new(Some(Duration::from_millis(1)));
+    let shape = [50u64, 3, 2];
+    f.array("t2m", &shape, &[7, 3, 2], None);
+    let opts = DatasetOptions { batch_size: 6, block_chunks: 2, ..Default::default() };
+    let ds = f.dataset(&[("x", "t2m", 0), ("y", "t2m", 1), ("z", "t2m", -2)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    check_epoch(&b, &shape, 0, &[("x", 0), ("y", 1), ("z", -2)], &(2..49).collect::<Vec<_>>(), 6);
+    for c in 0..8 {
+        assert_eq!(f.storage.reads_of(&format!("t2m/c/{c}/0/0")), 1, "chunk {c} read once with the automatic budget");
+    }
+    assert_eq!(b[0].read_indices("y")[0], b[0].sample_indices[0] as i64 + 1);
+    let st = b[0].stack(&["x", "y"]).unwrap();
+    assert_eq!(st.shape, vec![6, 2, 3, 2]);
+}
+
+#[test]
+fn sample_axis_two_sharded_and_multi_spc() {
+    let f = Fixture::new(None);
+    let shape = [1u64, 2, 30, 5, 4];
+    f.array("raw", &shape, &[1, 2, 10, 5, 4], Some(&[1, 1, 5, 5, 2]));
+    let opts = DatasetOptions { batch_size: 4, block_chunks: 1, ..Default::default() };
+    let ds = f.dataset(&[("raw", "raw", 0)], 2, (1.0, 0.0, 0.0), opts).unwrap();
+    let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    check_epoch(&b, &shape, 2, &[("raw", 0)], &(0..30).collect::<Vec<_>>(), 4);
+    // Partial-shard reads: ranged index + inner chunk reads, never a whole shard.
+    assert!(f.storage.reads_of("raw/c/0/0/0/0/0") > 1);
+
+    let g = Fixture::new(None);
+    g.array("a", &[48, 2, 2], &[8, 2, 2], None);
+    g.array("b", &[48, 2, 2], &[4, 2, 2], None);
+    g.array("c", &[48, 2, 2], &[16, 2, 2], None);
+    let opts = DatasetOptions { batch_size: 5, block_chunks: 2, ..Default::default() };
+    let ds = g.dataset(&[("a", "a", 0), ("b", "b", 0), ("c", "c", 3)], 0, (0.5, 0.25, 0.25), opts).unwrap();
+    for split in [Split::Train, Split::Val, Split::Test, Split::All] {
+        let b = g.epoch(&ds, split).unwrap().unwrap();
+        let expect: Vec<u64> = ds.manifest().sample_indices(split).into_iter().filter(|&s| s + 3 < 48).collect();
+        check_epoch(&b, &[48, 2, 2], 0, &[("a", 0), ("b", 0), ("c", 3)], &expect, 5);
+    }
+}
+
+#[test]
+fn early_break_then_next_epoch_and_two_live_iterations() {
+    let f = Fixture::new(Some(Duration::from_millis(3)));
+    f.array("t2m", &[96, 4, 4], &[4, 4, 4], None);
+    let opts = DatasetOptions { batch_size: 8, block_chunks: 2, ..Default::default() };
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (0.75, 0.25, 0.0), opts).unwrap();
+    let d = ds.clone();
+    f.sim
+        .run(
+            async move {
+                let mut s = d.iter(Split::Train).unwrap();
+                s.next_batch().await.unwrap().unwrap();
+                drop(s);
+                assert_eq!(d.live_iterations(), 0, "an early break releases everything at once");
+                // zip(train, val) with an automatic budget.
+                let mut t = d.iter(Split::Train).unwrap();
+                let mut v = d.iter(Split::Val).unwrap();
+                let (mut nt, mut nv) = (0, 0);
+                loop {
+                    let a = t.next_batch().await;
+                    let b = v.next_batch().await;
+                    nt += usize::from(a.is_some());
+                    nv += usize::from(b.is_some());
+                    if a.is_none() && b.is_none() {
+                        break;
+                    }
+                }
+                assert_eq!((nt, nv), (9, 3));
+            },
+            LIMIT,
+        )
+        .unwrap();
+    let e = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    assert_eq!(e.iter().map(Batch::len).sum::<usize>(), 72);
+}
+
+#[test]
+fn budgets_below_the_floor_or_too_small_for_two_iterations_are_refused() {
+    let f = Fixture::new(None);
+    f.array("t2m", &[96, 4, 4], &[4, 4, 4], None);
+    let chunk = 4 * 16 * 4;
+    let err = f
+        .dataset(&[("t2m", "t2m", 0)], 0, (0.75, 0.25, 0.0), DatasetOptions { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(chunk), ..Default::default() })
+        .unwrap_err();
+    assert!(err.to_string().contains("below this run's residency floor of 1024 bytes"), "{err}");
+    let ds = f
+        .dataset(&[("t2m", "t2m", 0)], 0, (0.75, 0.25, 0.0), DatasetOptions { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(1024), ..Default::default() })
+        .unwrap();
+    f.epoch(&ds, Split::Train).unwrap().unwrap();
+    let d = ds.clone();
+    let msg = f
+        .sim
+        .run(
+            async move {
+                let _t = d.iter(Split::Train).unwrap();
+                d.iter(Split::Val).unwrap_err().to_string()
+            },
+            LIMIT,
+        )
+        .unwrap();
+    assert!(msg.contains("cache_budget_bytes >= 2048"), "{msg}");
+}
+
+#[test]
+fn a_consumer_that_stops_does_not_hang_and_errors_name_the_key() {
+    let f = Fixture::new(None);
+    f.array("t2m", &[40, 2, 2], &[5, 2, 2], None);
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 3, ..Default::default() }).unwrap();
+    // Stop mid-epoch with batches queued: the simulation must still finish.
+    let d = ds.clone();
+    f.sim
+        .run(
+            async move {
+                let mut s = d.iter(Split::Train).unwrap();
+                let _ = s.next_batch().await;
+            },
+            LIMIT,
+        )
+        .unwrap();
+    // Corrupt one chunk: raise names the key; nan fills and records it.
+    f.storage.insert("t2m/c/3/0/0", vec![1u8, 2, 3, 4, 5]);
+    // A fresh dataset (the first one may hold chunk 3 in its pool).
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 3, ..Default::default() }).unwrap();
+    let err = f.epoch(&ds, Split::Train).unwrap().unwrap_err();
+    assert!(matches!(err, Error::Decode { .. }), "{err:?}");
+    assert!(err.to_string().ends_with("memory://t2m/c/3/0/0"), "{err}");
+    assert!(err.to_string().contains("on_bad_chunk"), "{err}");
+    let mut opts = DatasetOptions { batch_size: 3, ..Default::default() };
+    opts.read_policy.on_bad_chunk = OnBadChunk::Nan;
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    let nan_rows: usize = b.iter().map(|b| rows(&b.arrays["t2m"]).iter().filter(|r| r.iter().all(|x| x.is_nan())).count()).sum();
+    assert_eq!(nan_rows, 5);
+    assert_eq!(ds.bad_chunks().len(), 1);
+}
+
+#[test]
+fn transient_failures_are_retried_and_permanent_ones_reported() {
+    let f = Fixture::new(None);
+    f.array("t2m", &[16, 2, 2], &[4, 2, 2], None);
+    f.storage.set_fault("t2m/c/1/0/0", Fault::TransientFailures(2));
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 4, ..Default::default() }).unwrap();
+    let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    check_epoch(&b, &[16, 2, 2], 0, &[("t2m", 0)], &(0..16).collect::<Vec<_>>(), 4);
+    assert_eq!(f.storage.reads_of("t2m/c/1/0/0"), 3);
+    f.storage.set_fault("t2m/c/2/0/0", Fault::Permanent("access denied".into()));
+    ds.set_epoch(1);
+    // Evict by making a new dataset (fresh pool) so the chunk is fetched again.
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 4, ..Default::default() }).unwrap();
+    let err = f.epoch(&ds, Split::Train).unwrap().unwrap_err();
+    assert!(err.to_string().contains("access denied") && err.to_string().ends_with("t2m/c/2/0/0"), "{err}");
+}
+
+#[test]
+fn warm_epoch_reads_nothing_when_the_budget_holds_the_split() {
+    let f = Fixture::new(None);
+    f.array("t2m", &[32, 2, 2], &[4, 2, 2], None);
+    let opts = DatasetOptions { batch_size: 4, block_chunks: 1, cache_budget_bytes: Some(1 << 20), ..Default::default() };
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    f.epoch(&ds, Split::Train).unwrap().unwrap();
+    let cold = f.storage.total_reads();
+    ds.set_epoch(1);
+    f.epoch(&ds, Split::Train).unwrap().unwrap();
+    assert_eq!(f.storage.total_reads(), cold, "warm epoch served from the pool");
+    assert_eq!(ds.last_pass().unwrap().cache_hits, 8);
+}
+
+#[derive(Debug)]
+struct Slow;
+impl BatchTransform for Slow {
+    fn name(&self) -> String {
+        "slow".into()
+    }
+    fn apply(&self, b: Batch) -> crate::Result<Batch> {
+        Ok(b)
+    }
+}
+
+#[test]
+fn chunk_and_batch_transforms_run_and_describe_names_them() {
+    let f = Fixture::new(None);
+    f.array("t2m", &[16, 4, 4], &[4, 4, 4], None);
+    let storage: Arc<dyn crate::Storage> = Arc::new(f.storage.clone());
+    let st = storage.clone();
+    let a = f.sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
+    let g = a.geometry(0).unwrap();
+    let manifest = split_by_chunk(&g, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
+    let ds = Dataset::new(
+        storage,
+        f.runtime.clone(),
+        vec![a],
+        vec![Variable { label: "t2m".into(), geometry: g }],
+        manifest,
+        DatasetOptions { batch_size: 4, shuffle: false, ..Default::default() },
+        vec![everywhere(Arc::new(crate::transform::Coarsen { factor: 2 }))],
+        vec![Arc::new(Slow)],
+    )
+    .unwrap();
+    let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    assert_eq!(b[0].arrays["t2m"].shape, vec![4, 2, 2]);
+    let row = expected_row(&[16, 4, 4], 0, 0);
+    let want = (row[0] + row[1] + row[4] + row[5]) / 4.0;
+    assert_eq!(rows(&b[0].arrays["t2m"])[0][0], want);
+    let r = ds.describe(1).unwrap();
+    assert_eq!(r.config.chunk_transforms, vec!["coarsen2".to_string()]);
+    assert_eq!(r.config.batch_transforms, vec!["slow".to_string()]);
+    assert_eq!(r.variables[0].output_inner_shape, vec![2, 2]);
+    assert!(ds.describe(0).is_err());
+    let _ = BTreeMap::<u8, u8>::new();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+    #[test]
+    fn any_geometry_every_sample_once_values_exact_deterministic(
+        n in 1u64..50,
+        spc in 1u64..9,
+        inner in proptest::collection::vec((1u64..5, 1u64..4), 1..3),
+        axis_pick in 0usize..3,
+        bs in 1usize..13,
+        block in 1usize..5,
+        offsets in proptest::sample::subsequence(vec![-3i64, -1, 1, 2, 9], 0..3),
+        shuffle in any::<bool>(),
+        sharded in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let sample_axis = axis_pick % (inner.len() + 1);
+        let mut shape: Vec<u64> = inner.iter().map(|(d, _)| *d).collect();
+        let mut chunks: Vec<u64> = inner.iter().map(|(d, t)| (*t).min(*d)).collect();
+        shape.insert(sample_axis, n);
+        chunks.insert(sample_axis, spc);
+        let f = Fixture::new(Some(Duration::from_millis(2)));
+        let outer: Vec<u64>;
+        if sharded {
+            outer = chunks.iter().enumerate().map(|(a, c)| if a == sample_axis { c * 2 } else { *c * 2 }).collect();
+            f.array("v", &shape, &outer, Some(&chunks));
+        } else {
+            f.array("v", &shape, &chunks, None);
+        }
+        let mut labels: Vec<(String, i64)> = vec![("v0".into(), 0)];
+        for o in &offsets { labels.push((format!("v{o}"), *o)); }
+        let lrefs: Vec<(&str, &str, i64)> = labels.iter().map(|(l, o)| (l.as_str(), "v", *o)).collect();
+        let opts = DatasetOptions { batch_size: bs, block_chunks: block, shuffle, seed, max_inflight: 2, ..Default::default() };
+        let ds = f.dataset(&lrefs, sample_axis, (1.0, 0.0, 0.0), opts).unwrap();
+        let lo = offsets.iter().copied().min().unwrap_or(0).min(0).unsigned_abs();
+        let hi = (n as i64 - offsets.iter().copied().max().unwrap_or(0).max(0)).max(0) as u64;
+        let expect: Vec<u64> = (lo..hi.max(lo)).collect();
+        let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
+        let lab: Vec<(&str, i64)> = labels.iter().map(|(l, o)| (l.as_str(), *o)).collect();
+        check_epoch(&b, &shape, sample_axis, &lab, &expect, bs);
+        let again = f.epoch(&ds, Split::Train).unwrap().unwrap();
+        prop_assert_eq!(
+            b.iter().map(|x| x.sample_indices.clone()).collect::<Vec<_>>(),
+            again.iter().map(|x| x.sample_indices.clone()).collect::<Vec<_>>()
+        );
+    }
+}

@@ -1,0 +1,282 @@
+//! What the engine needs to know about one array: shapes, the sample axis, and chunk math.
+//!
+//! `shape` and `tile` are in physical (zarr) axis order. The engine works sample-first: the
+//! one physical→logical permutation happens when a decoded tile is placed into its slot.
+
+use serde::{Deserialize, Serialize};
+
+use crate::array::DType;
+use crate::error::{Error, Result};
+
+/// Largest chunk (one sample-axis chunk, all inner tiles) the engine will hold: 1 TiB.
+/// A store declaring more is hostile or broken; refusing it beats an allocation abort.
+pub const MAX_CHUNK_BYTES: u64 = 1 << 40;
+
+/// The geometry of one array (or one windowed view of it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayGeometry {
+    /// Array path inside the store, e.g. `t2m` or `group/t2m`.
+    pub path: String,
+    /// Array shape, physical order.
+    pub shape: Vec<u64>,
+    /// The fetch unit ("tile"): the stored chunk, or the inner chunk of a sharded array.
+    pub tile: Vec<u64>,
+    /// The shard shape when the array is sharded (reporting only; reads are per tile).
+    pub shard: Option<Vec<u64>>,
+    /// Element type.
+    pub dtype: DType,
+    /// Which physical axis is the sample axis.
+    pub sample_axis: usize,
+    /// Window offset: this view reads `array[anchor + offset]`.
+    pub offset: i64,
+}
+
+impl ArrayGeometry {
+    /// Build and validate a geometry: every extent and product must be sane.
+    ///
+    /// # Errors
+    /// [`Error::Geometry`] when the sample axis is out of range, a chunk extent is zero,
+    /// ranks differ, or one chunk would exceed [`MAX_CHUNK_BYTES`].
+    pub fn new(
+        path: impl Into<String>,
+        shape: Vec<u64>,
+        tile: Vec<u64>,
+        dtype: DType,
+        sample_axis: usize,
+    ) -> Result<Self> {
+        let g = Self { path: path.into(), shape, tile, shard: None, dtype, sample_axis, offset: 0 };
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Check the invariants `new` promises (also used after deserializing).
+    ///
+    /// # Errors
+    /// [`Error::Geometry`] naming what is wrong, with the array path last.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::Geometry(format!("{what}; array {}", self.path)));
+        if self.shape.is_empty() {
+            return bad("a 0-d array has no sample axis".into());
+        }
+        if self.shape.len() != self.tile.len() {
+            return bad(format!("shape {:?} and chunk shape {:?} differ in rank", self.shape, self.tile));
+        }
+        if self.sample_axis >= self.shape.len() {
+            return bad(format!(
+                "sample_axis {} out of range for {}-D array with shape {:?}",
+                self.sample_axis,
+                self.shape.len(),
+                self.shape
+            ));
+        }
+        if self.tile.iter().any(|&c| c == 0) {
+            return bad(format!("chunk shape {:?} has a zero extent", self.tile));
+        }
+        let checked = |dims: &[u64]| dims.iter().try_fold(self.dtype.size() as u64, |acc, &d| acc.checked_mul(d));
+        let chunk_bytes = checked(&self.tile)
+            .and_then(|tile| tile.checked_mul(self.n_tiles_checked()?));
+        match chunk_bytes {
+            Some(b) if b <= MAX_CHUNK_BYTES => {}
+            _ => {
+                return bad(format!(
+                    "one chunk of shape {:?} over shape {:?} would exceed {} bytes",
+                    self.tile, self.shape, MAX_CHUNK_BYTES
+                ));
+            }
+        }
+        if checked(&self.shape).is_none() {
+            return bad(format!("shape {:?} overflows 64-bit byte counts", self.shape));
+        }
+        if let Some(shard) = &self.shard {
+            if shard.len() != self.tile.len() || shard.iter().zip(&self.tile).any(|(s, t)| *s == 0 || s % t != 0) {
+                return bad(format!("shard shape {shard:?} is not a multiple of inner chunk shape {:?}", self.tile));
+            }
+        }
+        Ok(())
+    }
+
+    fn n_tiles_checked(&self) -> Option<u64> {
+        self.inner_axes().try_fold(1u64, |acc, ax| acc.checked_mul(self.shape[ax].div_ceil(self.tile[ax]).max(1)))
+    }
+
+    /// A view of the same array read `k` samples later; shifts compose.
+    #[must_use]
+    pub fn shift(&self, k: i64) -> Self {
+        Self { offset: self.offset + k, ..self.clone() }
+    }
+
+    /// Physical indices of the inner (non-sample) axes, in order.
+    pub fn inner_axes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.shape.len()).filter(move |&a| a != self.sample_axis)
+    }
+
+    /// Length of the sample axis.
+    pub fn n_samples(&self) -> u64 {
+        self.shape[self.sample_axis]
+    }
+
+    /// Samples per chunk along the sample axis.
+    pub fn sample_chunk_size(&self) -> u64 {
+        self.tile[self.sample_axis]
+    }
+
+    /// Number of chunks along the sample axis.
+    pub fn n_chunks(&self) -> u64 {
+        self.n_samples().div_ceil(self.sample_chunk_size())
+    }
+
+    /// The chunk holding sample `i`.
+    pub fn chunk_of(&self, sample: u64) -> u64 {
+        sample / self.sample_chunk_size()
+    }
+
+    /// Half-open sample range of chunk `c`, clipped at `n_samples`.
+    pub fn samples_in_chunk(&self, c: u64) -> std::ops::Range<u64> {
+        let spc = self.sample_chunk_size();
+        let start = c * spc;
+        start.min(self.n_samples())..(start + spc).min(self.n_samples())
+    }
+
+    /// Shape of one sample: the inner axes, physical order.
+    pub fn inner_shape(&self) -> Vec<u64> {
+        self.inner_axes().map(|a| self.shape[a]).collect()
+    }
+
+    /// Tile extents on the inner axes, physical order.
+    pub fn inner_tile(&self) -> Vec<u64> {
+        self.inner_axes().map(|a| self.tile[a]).collect()
+    }
+
+    /// Tiles per inner axis.
+    pub fn inner_grid(&self) -> Vec<u64> {
+        self.inner_axes().map(|a| self.shape[a].div_ceil(self.tile[a]).max(1)).collect()
+    }
+
+    /// Tiles that compose one sample-axis chunk.
+    pub fn n_tiles(&self) -> u64 {
+        self.n_tiles_checked().unwrap_or(u64::MAX)
+    }
+
+    /// The row-major inner tile coordinate of tile number `i` (the on-disk cache order).
+    pub fn inner_coord(&self, mut i: u64) -> Vec<u64> {
+        let grid = self.inner_grid();
+        let mut coord = vec![0; grid.len()];
+        for (k, g) in grid.iter().enumerate().rev() {
+            coord[k] = i % g;
+            i /= g;
+        }
+        coord
+    }
+
+    /// The full physical tile-grid coordinate for chunk `c` and inner tile `inner`.
+    pub fn physical_tile_coord(&self, c: u64, inner: &[u64]) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.shape.len());
+        out.extend_from_slice(&inner[..self.sample_axis]);
+        out.push(c);
+        out.extend_from_slice(&inner[self.sample_axis..]);
+        out
+    }
+
+    /// Elements in one sample.
+    pub fn sample_elements(&self) -> u64 {
+        self.inner_shape().iter().product()
+    }
+
+    /// Bytes of one sample.
+    pub fn sample_bytes(&self) -> u64 {
+        self.sample_elements() * self.dtype.size() as u64
+    }
+
+    /// Bytes of one stored tile, padding included (what a fetch decodes to).
+    pub fn tile_bytes(&self) -> u64 {
+        self.tile.iter().product::<u64>() * self.dtype.size() as u64
+    }
+
+    /// Bytes the stored tiles of one chunk occupy, edge padding included
+    /// (the anchor's `chunk_bytes`; what a tile-holding pool would charge).
+    pub fn stored_chunk_bytes(&self) -> u64 {
+        self.tile_bytes() * self.n_tiles()
+    }
+
+    /// Bytes of chunk `c` once assembled: its real rows × one sample. This is what the pool
+    /// holds and charges (assembly clips edge padding), so it is the residency unit.
+    pub fn slot_bytes(&self, c: u64) -> u64 {
+        let r = self.samples_in_chunk(c);
+        (r.end - r.start) * self.sample_bytes()
+    }
+
+    /// The largest `slot_bytes` over all chunks: a full chunk.
+    pub fn max_slot_bytes(&self) -> u64 {
+        self.sample_chunk_size().min(self.n_samples()) * self.sample_bytes()
+    }
+
+    /// Padded tiles over logical bytes for a full chunk (1.248 for 721 rows at 180).
+    pub fn ragged_multiplier(&self) -> f64 {
+        let logical = self.sample_chunk_size() * self.sample_bytes();
+        if logical == 0 { 1.0 } else { self.stored_chunk_bytes() as f64 / logical as f64 }
+    }
+
+    /// Contiguous bytes a gather copies per run from a *stored tile* layout: walk inward
+    /// from the last axis while the tile spans the axis. (Our pool assembles chunks, so
+    /// our own gather always copies whole samples; this is reported for layout advice.)
+    pub fn gather_run_bytes(&self) -> u64 {
+        let mut run = self.dtype.size() as u64;
+        for ax in (0..self.shape.len()).rev() {
+            if ax == self.sample_axis {
+                continue;
+            }
+            run *= self.tile[ax].min(self.shape[ax]);
+            if self.tile[ax] < self.shape[ax] {
+                break;
+            }
+        }
+        run
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn era5() -> ArrayGeometry {
+        ArrayGeometry::new("t2m", vec![100, 721, 1440], vec![8, 180, 360], DType::Float32, 0).unwrap()
+    }
+
+    #[test]
+    fn chunk_math() {
+        let g = era5();
+        assert_eq!(g.n_chunks(), 13);
+        assert_eq!(g.samples_in_chunk(12), 96..100);
+        assert_eq!(g.inner_grid(), vec![5, 4]);
+        assert_eq!(g.n_tiles(), 20);
+        assert_eq!(g.slot_bytes(12), 4 * 721 * 1440 * 4);
+        assert!((g.ragged_multiplier() - 900.0 / 721.0).abs() < 1e-9);
+        assert_eq!(g.inner_coord(7), vec![1, 3]);
+    }
+
+    #[test]
+    fn sample_axis_and_shift() {
+        let g = ArrayGeometry::new("raw", vec![1, 2, 30, 16, 15], vec![1, 1, 4, 8, 8], DType::Uint16, 2).unwrap();
+        assert_eq!(g.n_samples(), 30);
+        assert_eq!(g.inner_shape(), vec![1, 2, 16, 15]);
+        assert_eq!(g.physical_tile_coord(3, &[0, 1, 1, 0]), vec![0, 1, 3, 1, 0]);
+        assert_eq!(g.shift(1).shift(1).offset, 2);
+        let err = ArrayGeometry::new("raw", vec![4, 4], vec![2, 2], DType::Uint16, 2).unwrap_err();
+        assert!(err.to_string().contains("sample_axis 2 out of range"), "{err}");
+    }
+
+    #[test]
+    fn hostile_shapes_are_refused() {
+        assert!(ArrayGeometry::new("a", vec![10, 4], vec![0, 4], DType::Float32, 0).is_err());
+        let e = ArrayGeometry::new("a", vec![u64::MAX, 1 << 40], vec![1 << 30, 1 << 30], DType::Float64, 0)
+            .unwrap_err();
+        assert!(e.to_string().contains("would exceed"), "{e}");
+    }
+
+    #[test]
+    fn gather_run() {
+        assert_eq!(era5().gather_run_bytes(), 360 * 4);
+        let g = ArrayGeometry::new("a", vec![10, 4, 6], vec![2, 4, 6], DType::Float32, 0).unwrap();
+        assert_eq!(g.gather_run_bytes(), 4 * 6 * 4);
+    }
+}

@@ -1,0 +1,47 @@
+//! # insitubatch-core
+//!
+//! The engine that turns a Zarr store into shuffled, split-aware training batches without
+//! resharding: every stored chunk is fetched and decoded once per epoch, reads run under one
+//! `max_inflight` budget, residency under one byte budget, and the shuffle is a pure function
+//! of `(seed, epoch, split)`.
+//!
+//! This crate has no runtime: storage, executor and thread pool are traits
+//! ([`runtime`]), implemented by `insitubatch-native` (tokio, object_store, rayon), by the
+//! wasm crate (fetch, `spawn_local`) and by [`testing`] (a simulated store and clock).
+//! Read `ARCHITECTURE.md` at the repository root first.
+#![warn(missing_docs)]
+
+pub mod array;
+mod assemble;
+pub mod batch;
+pub mod dataset;
+pub mod describe;
+pub mod engine;
+#[cfg(test)]
+mod engine_tests;
+pub mod error;
+pub mod geometry;
+pub mod pass;
+pub mod plan;
+pub mod pool;
+pub mod runtime;
+pub mod shuffle;
+pub mod split;
+pub mod stats;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod transform;
+pub mod zarr;
+
+pub use array::{DType, NdArray};
+pub use batch::Batch;
+pub use dataset::{Dataset, DatasetOptions, OpenOptions, Variable, open};
+pub use describe::DatasetReport;
+pub use engine::{BadChunk, OnBadChunk, ReadPolicy};
+pub use pass::BatchStream;
+pub use shuffle::Split;
+pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
+pub use stats::PassStats;
+pub use error::{Error, Result};
+pub use geometry::ArrayGeometry;
+pub use runtime::{ByteRange, Executor, Runtime, Storage, StorageError, ThreadPool};

@@ -1,0 +1,450 @@
+//! One pass (iteration) over a view: the driver task and the consumer's stream.
+//!
+//! The driver is the only code that touches a pass's state, so nothing about a pass can
+//! race. It admits chunk uses in first-use order within the pass's reservation, awaits
+//! loads, gathers batches on the thread pool (in order, at most a few ahead), releases each
+//! use after its last batch is gathered, and sends batches on a bounded channel. Dropping
+//! the stream aborts the driver and closes the pass's pool account at once, so an early
+//! `break` strands nothing and the next epoch can start immediately.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::AbortHandle;
+use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
+
+use crate::array::{AlignedBytes, NdArray};
+use crate::batch::Batch;
+use crate::engine::{Engine, load_chunk};
+use crate::error::{Error, Result};
+use crate::plan::{ChunkKey, PassPlan};
+use crate::pool::{Admit, Chunk, LoadResult, PassId};
+use crate::runtime::{BoxFuture, run_on};
+use crate::stats::{BatchTimeline, PassRecorder, PassStats, verdict};
+use crate::transform::BatchTransform;
+
+/// A labelled variable as the gather sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct GatherVar {
+    pub label: String,
+    pub path: u32,
+    pub offset: i64,
+    pub spc: u64,
+    pub dtype: crate::array::DType,
+    pub inner: Vec<usize>,
+    pub sample_bytes: usize,
+}
+
+/// A gathered batch on its way to the consumer.
+pub(crate) struct Delivered {
+    batch: Batch,
+    timeline: BatchTimeline,
+}
+
+/// Static inputs of one pass.
+pub(crate) struct PassSpec {
+    pub engine: Arc<Engine>,
+    pub plan: Arc<PassPlan>,
+    pub vars: Arc<[GatherVar]>,
+    pub batch_transforms: Arc<[Arc<dyn BatchTransform>]>,
+    pub pass: PassId,
+    pub epoch: u64,
+    pub recorder: Arc<PassRecorder>,
+    /// Gathers in flight or done but unsent, at most.
+    pub max_gathers: usize,
+}
+
+type SendFuture = BoxFuture<'static, std::result::Result<(), async_channel::SendError<Result<Delivered>>>>;
+type LoadFuture = BoxFuture<'static, (usize, u64, LoadResult)>;
+type GatherFuture = BoxFuture<'static, Result<Delivered>>;
+
+struct Driver {
+    spec: PassSpec,
+    tx: async_channel::Sender<Result<Delivered>>,
+    next_admit: usize,
+    data: Vec<Option<Arc<Chunk>>>,
+    admitted_at: Vec<Duration>,
+    loads: FuturesUnordered<LoadFuture>,
+    next_gather: usize,
+    gathers: FuturesOrdered<GatherFuture>,
+    unsent: VecDeque<Delivered>,
+    sending: Option<SendFuture>,
+    sent: usize,
+    parked_since: Option<Duration>,
+    loaded: HashSet<ChunkKey>,
+}
+
+impl Driver {
+    fn key_bytes(&self, key: ChunkKey) -> u64 {
+        self.spec.engine.arrays[key.path as usize].charge(key.chunk)
+    }
+
+    fn batch_ready(&self, j: usize) -> bool {
+        self.spec.plan.batch_uses[j].iter().all(|&u| self.data[u as usize].is_some())
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let n_batches = self.spec.plan.n_batches();
+        loop {
+            let mut progressed = false;
+            // 1. Admit uses in first-use order while the reservation has room.
+            while self.next_admit < self.spec.plan.uses.len() {
+                let u = self.next_admit;
+                let key = self.spec.plan.uses[u].key;
+                let bytes = self.key_bytes(key);
+                let engine = Arc::clone(&self.spec.engine);
+                let rec = Arc::clone(&self.spec.recorder);
+                match self.spec.engine.pool.admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec))? {
+                    Admit::NoRoom => {
+                        if self.parked_since.is_none() {
+                            self.parked_since = Some(self.spec.engine.now());
+                        }
+                        break;
+                    }
+                    Admit::Ready(chunk) => {
+                        self.spec.recorder.with(|r| r.hits += 1);
+                        self.data[u] = Some(chunk);
+                    }
+                    Admit::Load { load, generation, started } => {
+                        if started {
+                            let reread = !self.loaded.insert(key);
+                            self.spec.recorder.with(|r| {
+                                r.misses += 1;
+                                r.reread_chunks += u64::from(reread);
+                            });
+                        } else {
+                            self.spec.recorder.with(|r| r.hits += 1);
+                        }
+                        self.loads.push(Box::pin(async move { (u, generation, load.await) }));
+                    }
+                }
+                if let Some(since) = self.parked_since.take() {
+                    let parked = self.spec.engine.now() - since;
+                    self.spec.recorder.with(|r| r.times.admission_parked_s += parked.as_secs_f64());
+                }
+                self.admitted_at[u] = self.spec.engine.now();
+                self.next_admit += 1;
+                progressed = true;
+            }
+            // 2. Collect finished loads.
+            while let Poll::Ready(Some((u, generation, result))) = self.loads.poll_next_unpin(cx) {
+                let key = self.spec.plan.uses[u].key;
+                self.spec.engine.pool.publish(key, generation, &result);
+                self.data[u] = Some(result?);
+                progressed = true;
+            }
+            // 3. Start gathers for ready batches, in order, a bounded number ahead.
+            while self.next_gather < n_batches
+                && self.gathers.len() + self.unsent.len() < self.spec.max_gathers
+                && self.batch_ready(self.next_gather)
+            {
+                let j = self.next_gather;
+                self.gathers.push_back(self.start_gather(j));
+                self.next_gather += 1;
+                progressed = true;
+            }
+            // 4. Finished gathers: release their last uses, queue for sending.
+            while let Poll::Ready(Some(done)) = self.gathers.poll_next_unpin(cx) {
+                let delivered = done?;
+                let j = delivered.batch.index;
+                for &u in &self.spec.plan.releases[j] {
+                    let key = self.spec.plan.uses[u as usize].key;
+                    self.spec.engine.pool.release(self.spec.pass, key, self.key_bytes(key));
+                    self.data[u as usize] = None;
+                }
+                self.unsent.push_back(delivered);
+                progressed = true;
+            }
+            // 5. Send in order.
+            if self.sending.is_none() {
+                if let Some(d) = self.unsent.pop_front() {
+                    let tx = self.tx.clone();
+                    self.sending = Some(Box::pin(async move { tx.send(Ok(d)).await }));
+                }
+            }
+            if let Some(f) = self.sending.as_mut() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(Ok(())) => {
+                        self.sending = None;
+                        self.sent += 1;
+                        progressed = true;
+                    }
+                    // The consumer is gone: nothing left to do.
+                    Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                    Poll::Pending => {}
+                }
+            }
+            if self.sent == n_batches {
+                return Poll::Ready(Ok(()));
+            }
+            if !progressed {
+                let idle = self.loads.is_empty() && self.gathers.is_empty() && self.sending.is_none() && self.unsent.is_empty();
+                if idle {
+                    // Nothing can wake us: a proved stall. The plan makes this unreachable;
+                    // if it ever happens, say so instead of hanging.
+                    return Poll::Ready(Err(Error::Stall(format!(
+                        "residency budget exhausted: batch {} of {} needs a chunk this iteration cannot admit; it holds {} of \
+                         its {} byte reservation with nothing in flight. Raise cache_budget_bytes; please report this as a bug",
+                        self.next_gather,
+                        n_batches,
+                        self.spec.engine.pool.charged(self.spec.pass),
+                        self.reservation_hint()
+                    ))));
+                }
+                return Poll::Pending;
+            }
+        }
+    }
+
+    fn reservation_hint(&self) -> String {
+        format!("{:?}", self.spec.engine.pool)
+    }
+
+    fn start_gather(&self, j: usize) -> GatherFuture {
+        let plan = Arc::clone(&self.spec.plan);
+        let mut chunks: HashMap<ChunkKey, Arc<Chunk>> = HashMap::new();
+        let mut tl = BatchTimeline::default();
+        for &u in &plan.batch_uses[j] {
+            let c = self.data[u as usize].clone().expect("batch is ready");
+            tl.admitted = tl.admitted.max(self.admitted_at[u as usize]);
+            tl.permitted = tl.permitted.max(c.times.permitted);
+            tl.fetched = tl.fetched.max(c.times.fetched);
+            tl.ready = tl.ready.max(c.times.ready);
+            chunks.insert(plan.uses[u as usize].key, c);
+        }
+        // Chunks that were already resident count as ready when admitted.
+        tl.ready = tl.ready.max(tl.admitted);
+        tl.gather_start = self.spec.engine.now();
+        let vars = Arc::clone(&self.spec.vars);
+        let transforms = Arc::clone(&self.spec.batch_transforms);
+        let engine = Arc::clone(&self.spec.engine);
+        let rec = Arc::clone(&self.spec.recorder);
+        let epoch = self.spec.epoch;
+        let fut = run_on(self.spec.engine.runtime.pool.as_ref(), move || -> Result<Delivered> {
+            let t0 = engine.now();
+            let anchors = &plan.anchors[plan.batch_rows(j)];
+            let mut batch = gather(anchors, &vars, &chunks, j, epoch)?;
+            drop(chunks);
+            let t1 = engine.now();
+            for t in transforms.iter() {
+                batch = t.apply(batch)?;
+            }
+            let t2 = engine.now();
+            rec.with(|r| {
+                r.times.gather_s += (t1 - t0).as_secs_f64();
+                r.times.batch_transform_s += (t2 - t1).as_secs_f64();
+            });
+            Ok(Delivered { batch, timeline: BatchTimeline { gather_end: t1, transformed: t2, ..tl } })
+        });
+        Box::pin(async move { fut.await? })
+    }
+}
+
+/// Copy each row's sample out of its chunk: one contiguous copy per row and variable.
+fn gather(
+    anchors: &[u64],
+    vars: &[GatherVar],
+    chunks: &HashMap<ChunkKey, Arc<Chunk>>,
+    index: usize,
+    epoch: u64,
+) -> Result<Batch> {
+    let mut batch = Batch {
+        arrays: Default::default(),
+        sample_indices: anchors.to_vec(),
+        offsets: vars.iter().map(|v| (v.label.clone(), v.offset)).collect(),
+        index,
+        epoch,
+    };
+    for v in vars {
+        let row = v.sample_bytes;
+        let mut out = AlignedBytes::with_capacity(crate::array::BUFFER_ALIGN, row * anchors.len());
+        for &t in anchors {
+            let s = (t as i128 + i128::from(v.offset)) as u64;
+            let key = ChunkKey { path: v.path, chunk: s / v.spc };
+            let w = (s % v.spc) as usize;
+            let chunk = chunks.get(&key).ok_or_else(|| Error::Stall(format!("internal: chunk {key:?} missing at gather")))?;
+            let src = chunk.data.data.get(w * row..(w + 1) * row).ok_or_else(|| {
+                Error::Stall(format!("internal: chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape))
+            })?;
+            out.extend_from_slice(src);
+        }
+        let shape = std::iter::once(anchors.len()).chain(v.inner.iter().copied()).collect();
+        batch.arrays.insert(v.label.clone(), NdArray::new(v.dtype, shape, out).map_err(Error::Config)?);
+    }
+    Ok(batch)
+}
+
+/// Run a pass to completion (or until the stream is dropped).
+pub(crate) async fn drive(spec: PassSpec, tx: async_channel::Sender<Result<Delivered>>) {
+    let n_uses = spec.plan.uses.len();
+    let mut d = Driver {
+        spec,
+        tx: tx.clone(),
+        next_admit: 0,
+        data: vec![None; n_uses],
+        admitted_at: vec![Duration::ZERO; n_uses],
+        loads: FuturesUnordered::new(),
+        next_gather: 0,
+        gathers: FuturesOrdered::new(),
+        unsent: VecDeque::new(),
+        sending: None,
+        sent: 0,
+        parked_since: None,
+        loaded: HashSet::new(),
+    };
+    let result = futures::future::poll_fn(|cx| d.poll(cx)).await;
+    if let Err(e) = result {
+        let _ = tx.send(Err(e)).await;
+    }
+    d.spec.engine.pool.close_pass(d.spec.pass);
+    tx.close();
+}
+
+/// Where a finished pass leaves its stats.
+pub(crate) type StatsSink = Arc<Mutex<Option<PassStats>>>;
+
+/// The consumer's side of a pass: a stream of batches. Dropping it ends the pass.
+pub struct BatchStream {
+    pub(crate) rx: async_channel::Receiver<Result<Delivered>>,
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) pass: PassId,
+    pub(crate) abort: AbortHandle,
+    pub(crate) recorder: Arc<PassRecorder>,
+    pub(crate) started: Duration,
+    pub(crate) last_returned: Option<Duration>,
+    pub(crate) split: String,
+    pub(crate) epoch: u64,
+    pub(crate) prefetch_depth: usize,
+    pub(crate) sink: StatsSink,
+    pub(crate) finished: bool,
+    pub(crate) n_batches: usize,
+}
+
+impl std::fmt::Debug for BatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchStream").field("split", &self.split).field("epoch", &self.epoch).finish()
+    }
+}
+
+impl BatchStream {
+    /// Batches this pass will yield.
+    pub fn len(&self) -> usize {
+        self.n_batches
+    }
+
+    /// True when the pass yields nothing.
+    pub fn is_empty(&self) -> bool {
+        self.n_batches == 0
+    }
+
+    /// The next batch; `None` at the end of the epoch. After an error the stream ends.
+    pub async fn next_batch(&mut self) -> Option<Result<Batch>> {
+        if self.finished {
+            return None;
+        }
+        let asked = self.engine.now();
+        if let Some(prev) = self.last_returned {
+            self.recorder.with(|r| r.times.consumer_s += (asked - prev).as_secs_f64());
+        }
+        let queued = self.rx.len();
+        self.recorder.with(|r| {
+            r.queue_samples += 1;
+            r.queue_empty += u64::from(queued == 0);
+            r.queue_peak = r.queue_peak.max(queued);
+        });
+        let item = self.rx.recv().await;
+        let got = self.engine.now();
+        self.recorder.with(|r| r.times.consumer_wait_s += (got - asked).as_secs_f64());
+        match item {
+            Ok(Ok(d)) => {
+                let fetch_share = self.recorder.with(|r| {
+                    let (f, dec) = (r.times.fetch_wait_s, r.times.decode_s);
+                    if f + dec > 0.0 { f / (f + dec) } else { 0.5 }
+                });
+                self.recorder.with(|r| {
+                    d.timeline.attribute(asked, got, fetch_share, &mut r.blocked);
+                    r.batches += 1;
+                    r.samples += d.batch.len() as u64;
+                    r.batch_bytes += d.batch.arrays.values().map(|a| a.data.len() as u64).sum::<u64>();
+                    r.first_batch_at.get_or_insert(got);
+                    r.last_batch_at = Some(got);
+                });
+                self.last_returned = Some(self.engine.now());
+                Some(Ok(d.batch))
+            }
+            Ok(Err(e)) => {
+                self.finish();
+                Some(Err(e))
+            }
+            Err(_) => {
+                self.finish();
+                None
+            }
+        }
+    }
+
+    /// Stats of this pass so far.
+    pub fn stats(&self) -> PassStats {
+        let r = self.recorder.snapshot();
+        let counters = self.engine.pool.counters();
+        let (limiting_stage, advice, consumer_idle) = verdict(&r);
+        let end = r.last_batch_at.unwrap_or(self.started);
+        PassStats {
+            split: self.split.clone(),
+            epoch: self.epoch,
+            batches: r.batches,
+            samples: r.samples,
+            batch_bytes: r.batch_bytes,
+            cache_hits: r.hits,
+            cache_misses: r.misses,
+            reread_chunks: r.reread_chunks,
+            storage_reads: r.storage_reads,
+            decoded_bytes: r.decoded_bytes,
+            bad_chunks: r.bad_chunks,
+            wall_s: (end.saturating_sub(self.started)).as_secs_f64(),
+            ttfb_s: r.first_batch_at.map_or(0.0, |t| (t.saturating_sub(self.started)).as_secs_f64()),
+            blocked_s: crate::stats::Stage::ALL.iter().zip(r.blocked).map(|(s, v)| (s.name().to_string(), v)).collect(),
+            depths: crate::stats::Depths {
+                queue_capacity: self.prefetch_depth,
+                queue_peak: r.queue_peak,
+                queue_samples: r.queue_samples,
+                queue_empty: r.queue_empty,
+                inflight_peak: r.inflight_peak,
+                max_inflight: self.engine.max_inflight,
+                decode_threads: self.engine.runtime.pool.parallelism().get(),
+                resident_peak_chunks: counters.resident_peak_chunks,
+                resident_peak_bytes: counters.resident_peak_bytes,
+                budget_bytes: self.engine.pool.budget(),
+            },
+            times: r.times,
+            limiting_stage,
+            advice,
+            consumer_idle,
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.abort.abort();
+        self.engine.pool.close_pass(self.pass);
+        let stats = self.stats();
+        tracing::info!("{}", stats.summary());
+        *self.sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stats);
+    }
+
+    /// End the pass now (also what dropping the stream does).
+    pub fn close(mut self) {
+        self.finish();
+    }
+}
+
+impl Drop for BatchStream {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

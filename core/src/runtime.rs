@@ -1,0 +1,153 @@
+//! The three runtime seams: storage, executor, CPU thread pool.
+//!
+//! Everything target-specific lives behind these traits: native implements them with
+//! object_store + tokio + rayon, wasm with fetch + `spawn_local` + an inline pool, and the
+//! tests with a simulated store and clock ([`crate::testing`]). The engine never reads a
+//! clock, opens a socket or spawns a thread of its own.
+
+use std::fmt::Debug;
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+#[cfg(not(target_arch = "wasm32"))]
+mod platform {
+    pub use core::marker::{Send as MaybeSend, Sync as MaybeSync};
+    /// A boxed future; `Send` on native, not on wasm (browser futures are `!Send`).
+    pub type BoxFuture<'a, T> = futures::future::BoxFuture<'a, T>;
+    /// A unit of CPU work for a [`super::ThreadPool`].
+    pub type Job = Box<dyn FnOnce() + Send + 'static>;
+}
+#[cfg(target_arch = "wasm32")]
+mod platform {
+    /// `Send` on native; a blanket trait on wasm.
+    pub trait MaybeSend {}
+    impl<T: ?Sized> MaybeSend for T {}
+    /// `Sync` on native; a blanket trait on wasm.
+    pub trait MaybeSync {}
+    impl<T: ?Sized> MaybeSync for T {}
+    /// A boxed future; `Send` on native, not on wasm (browser futures are `!Send`).
+    pub type BoxFuture<'a, T> = futures::future::LocalBoxFuture<'a, T>;
+    /// A unit of CPU work for a [`super::ThreadPool`].
+    pub type Job = Box<dyn FnOnce() + 'static>;
+}
+pub use platform::{BoxFuture, Job, MaybeSend, MaybeSync};
+
+/// A byte range of one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ByteRange {
+    /// `start..end`, half-open.
+    #[allow(missing_docs)]
+    Bounded { start: u64, end: u64 },
+    /// The last `n` bytes.
+    Suffix(u64),
+}
+
+/// How a storage failure should be treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageErrorKind {
+    /// Worth retrying: timeouts, resets, 5xx, throttling.
+    Transient,
+    /// Retrying will not help: permissions, bad request, malformed URL.
+    Permanent,
+}
+
+/// A failed storage request. A missing key is not an error: reads return `Ok(None)`.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct StorageError {
+    /// Retry or not.
+    pub kind: StorageErrorKind,
+    /// What went wrong, without the key (the engine appends it, last).
+    pub message: String,
+}
+
+impl StorageError {
+    /// A failure worth retrying.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self { kind: StorageErrorKind::Transient, message: message.into() }
+    }
+    /// A failure not worth retrying.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self { kind: StorageErrorKind::Permanent, message: message.into() }
+    }
+}
+
+/// Read-only object storage, rooted at the store (keys are relative: `t2m/zarr.json`).
+pub trait Storage: MaybeSend + MaybeSync + Debug {
+    /// The whole object, or `None` if the key does not exist.
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>>;
+    /// Part of an object, or `None` if the key does not exist.
+    fn get_range<'a>(
+        &'a self,
+        key: &'a str,
+        range: ByteRange,
+    ) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>>;
+    /// Keys under `prefix` (recursively), or `None` if this store cannot list (plain HTTP).
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<String>>, StorageError>>;
+    /// The store's location, for error messages (`s3://bucket/era5.zarr`).
+    fn location(&self) -> String;
+}
+
+/// Background tasks and time. Time is an input so tests can simulate it.
+pub trait Executor: MaybeSend + MaybeSync + Debug {
+    /// Run `task` in the background until it completes or is dropped.
+    fn spawn(&self, task: BoxFuture<'static, ()>);
+    /// Complete after `duration` has elapsed on this executor's clock.
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
+    /// Monotonic time since an arbitrary origin fixed for the executor's life.
+    fn now(&self) -> Duration;
+}
+
+/// Where CPU-bound work (decode, assembly, gather, transforms) runs; never the executor.
+pub trait ThreadPool: MaybeSend + MaybeSync + Debug {
+    /// Run `job`. An inline pool may run it before returning.
+    fn execute(&self, job: Job);
+    /// How many jobs can run at once.
+    fn parallelism(&self) -> NonZeroUsize;
+}
+
+/// The job was dropped before it produced a result (the pool shut down).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the thread pool dropped a job before it finished; it is shutting down")]
+pub struct Cancelled;
+
+/// Run `f` on `pool` and await its result.
+pub fn run_on<R, F>(pool: &dyn ThreadPool, f: F) -> impl Future<Output = Result<R, Cancelled>> + use<R, F>
+where
+    R: MaybeSend + 'static,
+    F: FnOnce() -> R + MaybeSend + 'static,
+{
+    let (tx, rx) = futures::channel::oneshot::channel();
+    pool.execute(Box::new(move || {
+        let _ = tx.send(f());
+    }));
+    async move { rx.await.map_err(|_| Cancelled) }
+}
+
+/// The executor and thread pool an engine runs on.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    /// Async tasks and the clock.
+    pub executor: std::sync::Arc<dyn Executor>,
+    /// CPU work.
+    pub pool: std::sync::Arc<dyn ThreadPool>,
+}
+
+/// A pool that runs every job on the calling thread, at once. The wasm default (one
+/// thread) and the deterministic choice for simulations.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InlinePool;
+
+impl ThreadPool for InlinePool {
+    fn execute(&self, job: Job) {
+        job();
+    }
+    fn parallelism(&self) -> NonZeroUsize {
+        NonZeroUsize::MIN
+    }
+}

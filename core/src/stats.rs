@@ -1,0 +1,303 @@
+//! What a pass did, and which stage limited it.
+//!
+//! Two kinds of numbers. *Stage totals* (fetch wait, decode, gather, ...) are summed over
+//! concurrent work and can exceed wall time. The *verdict* uses something sharper: every
+//! second the consumer waited for a batch is attributed to the stage that batch was
+//! waiting on at that moment (its critical path: admission → permit → fetch → decode →
+//! gather → batch transforms). A CPU-bound batch transform is therefore blamed on itself,
+//! never on the store (the anchor's open bug #95).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Stages a wait can be attributed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Waiting for a read-ahead slot in this pass's residency reservation.
+    Residency,
+    /// Waiting for storage (and for a `max_inflight` permit held by reads).
+    Store,
+    /// Waiting for decode, assembly and chunk transforms on the thread pool.
+    Decode,
+    /// Waiting for the gather copy.
+    Gather,
+    /// Waiting for batch transforms.
+    BatchTransform,
+}
+
+impl Stage {
+    /// Every stage, in pipeline order.
+    pub const ALL: [Stage; 5] = [Stage::Residency, Stage::Store, Stage::Decode, Stage::Gather, Stage::BatchTransform];
+    /// Snake-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Residency => "residency",
+            Self::Store => "store",
+            Self::Decode => "decode",
+            Self::Gather => "gather",
+            Self::BatchTransform => "batch_transform",
+        }
+    }
+}
+
+/// Summed stage seconds (task-seconds: concurrent work adds up).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StageTimes {
+    /// Storage requests, summed over concurrent tiles.
+    pub fetch_wait_s: f64,
+    /// Time the driver had a chunk to admit but its reservation was full.
+    pub admission_parked_s: f64,
+    /// Decode + assembly + chunk transforms on the pool.
+    pub decode_s: f64,
+    /// Gather copies on the pool.
+    pub gather_s: f64,
+    /// Batch transforms on the pool.
+    pub batch_transform_s: f64,
+    /// The caller's time between receiving a batch and asking for the next.
+    pub consumer_s: f64,
+    /// Time the caller spent waiting for a batch.
+    pub consumer_wait_s: f64,
+}
+
+/// Queue, in-flight and residency depths.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Depths {
+    /// Batch queue capacity (`prefetch_depth`).
+    pub queue_capacity: usize,
+    /// Most batches ever waiting in the queue.
+    pub queue_peak: usize,
+    /// Times the caller asked for a batch.
+    pub queue_samples: u64,
+    /// Times the queue was empty when asked.
+    pub queue_empty: u64,
+    /// Most storage reads in flight at once.
+    pub inflight_peak: usize,
+    /// The `max_inflight` budget.
+    pub max_inflight: usize,
+    /// Thread-pool parallelism.
+    pub decode_threads: usize,
+    /// Most chunks resident at once (pool-wide).
+    pub resident_peak_chunks: u64,
+    /// Most bytes resident at once (pool-wide).
+    pub resident_peak_bytes: u64,
+    /// The pool's byte budget at the end of the pass.
+    pub budget_bytes: u64,
+}
+
+/// One pass over one view.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PassStats {
+    /// `train`, `val`, `test` or `all`.
+    pub split: String,
+    /// The epoch.
+    pub epoch: u64,
+    /// Batches delivered.
+    pub batches: usize,
+    /// Samples delivered.
+    pub samples: u64,
+    /// Decoded bytes delivered in batches.
+    pub batch_bytes: u64,
+    /// Chunk admissions served from residency.
+    pub cache_hits: u64,
+    /// Chunk admissions that loaded.
+    pub cache_misses: u64,
+    /// Chunks loaded that an earlier block of this pass had already loaded (evicted between).
+    pub reread_chunks: u64,
+    /// Storage reads issued (tiles, ranged or whole).
+    pub storage_reads: u64,
+    /// Decoded bytes produced by those reads.
+    pub decoded_bytes: u64,
+    /// Chunks with tiles filled under `on_bad_chunk = "nan"`.
+    pub bad_chunks: u64,
+    /// Wall time from the pass's start to its last batch.
+    pub wall_s: f64,
+    /// Time to the first batch.
+    pub ttfb_s: f64,
+    /// Stage totals.
+    pub times: StageTimes,
+    /// Consumer wait attributed to each stage, seconds.
+    pub blocked_s: Vec<(String, f64)>,
+    /// Depths.
+    pub depths: Depths,
+    /// The verdict: `consumer`, `store`, `decode`, `residency`, `gather`, `batch_transform`
+    /// or `unknown`.
+    pub limiting_stage: String,
+    /// What to do about it.
+    pub advice: String,
+    /// True when the caller's loop did essentially nothing (a throughput measurement).
+    pub consumer_idle: bool,
+}
+
+impl PassStats {
+    /// The one-line summary logged at the end of a pass.
+    pub fn summary(&self) -> String {
+        let t = &self.times;
+        format!(
+            "epoch {} ({}): {} batches in {:.2}s, first after {:.3}s | queue {}/{} (empty {:.0}%) | inflight peak {}/{} | \
+             resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{} | consumer {:.2}s waited {:.2}s | fetch {:.2}s \
+             decode {:.2}s gather {:.2}s transform {:.2}s parked {:.2}s | limited by: {} -- {}",
+            self.epoch,
+            self.split,
+            self.batches,
+            self.wall_s,
+            self.ttfb_s,
+            self.depths.queue_peak,
+            self.depths.queue_capacity,
+            100.0 * self.depths.queue_empty as f64 / self.depths.queue_samples.max(1) as f64,
+            self.depths.inflight_peak,
+            self.depths.max_inflight,
+            self.depths.resident_peak_chunks,
+            crate::describe::human_bytes(self.depths.resident_peak_bytes),
+            self.cache_hits,
+            self.cache_hits + self.cache_misses,
+            self.reread_chunks,
+            if self.bad_chunks > 0 { format!(", {} bad chunks", self.bad_chunks) } else { String::new() },
+            t.consumer_s,
+            t.consumer_wait_s,
+            t.fetch_wait_s,
+            t.decode_s,
+            t.gather_s,
+            t.batch_transform_s,
+            t.admission_parked_s,
+            self.limiting_stage,
+            self.advice
+        )
+    }
+}
+
+/// The critical path of one batch, on the executor clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchTimeline {
+    /// Latest admission among its chunks.
+    pub admitted: Duration,
+    /// Latest `max_inflight` permit grant among its chunks' tiles.
+    pub permitted: Duration,
+    /// Latest fetch completion.
+    pub fetched: Duration,
+    /// Latest chunk ready (decoded, assembled, transformed).
+    pub ready: Duration,
+    /// Gather started.
+    pub gather_start: Duration,
+    /// Gather finished.
+    pub gather_end: Duration,
+    /// Batch transforms finished.
+    pub transformed: Duration,
+}
+
+impl BatchTimeline {
+    /// Split a consumer wait `[from, to)` over the stages this batch was in.
+    pub fn attribute(&self, from: Duration, to: Duration, fetch_share_of_permit_wait: f64, out: &mut [f64; 5]) {
+        let overlap = |a: Duration, b: Duration| -> f64 {
+            let (a, b) = (a.max(from), b.min(to));
+            if b > a { (b - a).as_secs_f64() } else { 0.0 }
+        };
+        let zero = Duration::ZERO;
+        out[0] += overlap(zero, self.admitted);
+        let permit_wait = overlap(self.admitted, self.permitted.max(self.admitted));
+        out[1] += permit_wait * fetch_share_of_permit_wait + overlap(self.permitted.max(self.admitted), self.fetched);
+        out[2] += permit_wait * (1.0 - fetch_share_of_permit_wait) + overlap(self.fetched, self.ready);
+        out[3] += overlap(self.ready, self.gather_end) + overlap(self.transformed, to.max(self.transformed));
+        out[4] += overlap(self.gather_end, self.transformed);
+    }
+}
+
+/// Counters the driver, the loads and the consumer update during a pass.
+#[derive(Debug, Default)]
+pub struct PassRecorder {
+    inner: Mutex<Recorded>,
+}
+
+/// The raw record behind [`PassStats`].
+#[derive(Debug, Default, Clone)]
+pub struct Recorded {
+    /// Stage totals.
+    pub times: StageTimes,
+    /// Attributed consumer wait.
+    pub blocked: [f64; 5],
+    /// Queue samples.
+    pub queue_samples: u64,
+    /// Empty-queue samples.
+    pub queue_empty: u64,
+    /// Queue peak.
+    pub queue_peak: usize,
+    /// In-flight peak.
+    pub inflight_peak: usize,
+    /// Storage reads.
+    pub storage_reads: u64,
+    /// Decoded bytes.
+    pub decoded_bytes: u64,
+    /// Bad chunks.
+    pub bad_chunks: u64,
+    /// Re-read chunks.
+    pub reread_chunks: u64,
+    /// Hits.
+    pub hits: u64,
+    /// Misses.
+    pub misses: u64,
+    /// Batches received.
+    pub batches: usize,
+    /// Samples received.
+    pub samples: u64,
+    /// Bytes received.
+    pub batch_bytes: u64,
+    /// First batch received at.
+    pub first_batch_at: Option<Duration>,
+    /// Last batch received at.
+    pub last_batch_at: Option<Duration>,
+}
+
+impl PassRecorder {
+    /// Update the record.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Recorded) -> R) -> R {
+        f(&mut self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+    /// A copy of the record.
+    pub fn snapshot(&self) -> Recorded {
+        self.with(|r| r.clone())
+    }
+}
+
+/// Turn a record into stats with a verdict.
+pub fn verdict(r: &Recorded) -> (String, String, bool) {
+    let wall = r.times.consumer_s + r.times.consumer_wait_s;
+    if r.queue_samples == 0 || wall <= 0.0 {
+        return ("unknown".into(), "no batches were taken, so there is nothing to attribute".into(), false);
+    }
+    let idle = r.times.consumer_s / wall < 0.1;
+    let total_blocked: f64 = r.blocked.iter().sum();
+    let (best, best_s) = Stage::ALL
+        .iter()
+        .zip(r.blocked)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(s, v)| (*s, v))
+        .unwrap_or((Stage::Store, 0.0));
+    let advice = |s: Stage| -> &'static str {
+        match s {
+            Stage::Store => "the consumer waited on storage reads: raise max_inflight; if throughput stops improving, the store or network is the floor",
+            Stage::Decode => "the consumer waited on decode (and chunk transforms) on the thread pool: more cores, cheaper codecs, or faster chunk transforms",
+            Stage::Residency => "the pass waited for room in its residency reservation: raise cache_budget_bytes or lower batch_size/block_chunks",
+            Stage::Gather => "the consumer waited on the gather copy: check gather_run_bytes in describe()",
+            Stage::BatchTransform => "the consumer waited on batch transforms: make them cheaper or move per-variable work to the chunk stage (cached)",
+        }
+    };
+    if idle {
+        if total_blocked <= 0.0 {
+            return ("unknown".into(), "the loop body did nothing and no stage stood out".into(), true);
+        }
+        return (
+            best.name().into(),
+            format!("{} (your loop did essentially nothing, so this is a throughput measurement: {:.0}% of the wait)", advice(best), 100.0 * best_s / total_blocked),
+            true,
+        );
+    }
+    if r.times.consumer_wait_s / wall < 0.2 {
+        return ("consumer".into(), "the loader kept up: your training step is the constraint, which is the goal".into(), false);
+    }
+    if total_blocked > 0.0 && best_s / total_blocked >= 0.4 {
+        return (best.name().into(), advice(best).into(), false);
+    }
+    ("unknown".into(), "no stage clearly dominates the waits; measure with a longer pass".into(), false)
+}

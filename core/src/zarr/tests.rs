@@ -1,0 +1,543 @@
+//! Tests for `zarr.rs`: arrays are written by zarrs itself into its `MemoryStore`, copied
+//! into [`MemoryStorage`], then opened and decoded tile by tile with our code.
+
+use super::*;
+use crate::testing::MemoryStorage;
+use futures::executor::block_on;
+use serde_json::json;
+use zarrs::storage::store::MemoryStore;
+use zarrs::storage::{ListableStorageTraits, ReadableStorageTraits};
+
+/// Write an array with zarrs: metadata (v2 or v3 JSON) and `values` over the whole array.
+fn write(store: &Arc<MemoryStore>, path: &str, meta: Value, values: &[f32]) {
+    let metadata: ArrayMetadata = serde_json::from_value(meta).unwrap();
+    let array = Array::new_with_metadata(store.clone(), &format!("/{path}"), metadata).unwrap();
+    array.store_metadata().unwrap();
+    if !values.is_empty() {
+        array.store_array_subset(&array.subset_all(), values.to_vec()).unwrap();
+    }
+}
+
+fn to_storage(store: &MemoryStore) -> MemoryStorage {
+    let storage = MemoryStorage::new();
+    for key in store.list().unwrap() {
+        let v = store.get(&key).unwrap().unwrap();
+        storage.insert(key.as_str().to_string(), v);
+    }
+    storage
+}
+
+fn v3(shape: &[u64], chunk: &[u64], codecs: Value, dims: Option<Vec<&str>>) -> Value {
+    let mut m = json!({
+        "zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunk}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0.0, "codecs": codecs, "attributes": {}
+    });
+    if let Some(d) = dims {
+        m["dimension_names"] = json!(d);
+    }
+    m
+}
+
+/// The compressor of the common chain: zstd, or gzip in a build without C codecs.
+const COMP: &str = if cfg!(feature = "c-codecs") { "zstd" } else { "gzip" };
+
+fn zstd_codecs() -> Value {
+    let comp = if cfg!(feature = "c-codecs") {
+        json!({"name": "zstd", "configuration": {"level": 3, "checksum": false}})
+    } else {
+        json!({"name": "gzip", "configuration": {"level": 3}})
+    };
+    json!([{"name": "bytes", "configuration": {"endian": "little"}}, comp])
+}
+
+fn group_v3() -> Value {
+    json!({"zarr_format": 3, "node_type": "group", "attributes": {}})
+}
+
+fn put_json(storage: &MemoryStorage, key: &str, v: &Value) {
+    storage.insert(key.to_string(), serde_json::to_vec(v).unwrap());
+}
+
+/// 1-based row-major values (so 0 = fill is distinguishable).
+fn ramp(shape: &[u64]) -> Vec<f32> {
+    (0..shape.iter().product::<u64>()).map(|i| i as f32 + 1.0).collect()
+}
+
+fn unravel(mut i: u64, shape: &[u64]) -> Vec<u64> {
+    let mut out = vec![0; shape.len()];
+    for k in (0..shape.len()).rev() {
+        out[k] = i % shape[k];
+        i /= shape[k];
+    }
+    out
+}
+
+/// Fetch and decode every tile with our API, place it, return the whole array.
+fn read_all(storage: &MemoryStorage, a: &ZarrArray) -> Vec<f32> {
+    let shape = a.shape().to_vec();
+    let tile = a.tile_shape().to_vec();
+    let grid: Vec<u64> = shape.iter().zip(&tile).map(|(s, t)| s.div_ceil(*t)).collect();
+    let mut out = vec![f32::NAN; shape.iter().product::<u64>() as usize];
+    for t in 0..grid.iter().product::<u64>() {
+        let coord = unravel(t, &grid);
+        let loc = a.tile_location(&coord);
+        let encoded = match &loc {
+            TileLocation::Object { key } => block_on(storage.get(key)).unwrap(),
+            TileLocation::InShard { key, index } => {
+                match block_on(storage.get_range(key, a.shard_index_range().unwrap())).unwrap() {
+                    None => None,
+                    Some(ib) => {
+                        let idx = a.decode_shard_index(&ib, key).unwrap();
+                        idx.range(*index).map(|r| block_on(storage.get_range(key, r)).unwrap().unwrap())
+                    }
+                }
+            }
+        };
+        let nd = a.decode_tile(encoded, loc.key()).unwrap();
+        assert_eq!(nd.shape, tile.iter().map(|&d| d as usize).collect::<Vec<_>>());
+        let vals = nd.as_slice::<f32>().unwrap();
+        for (j, v) in vals.iter().enumerate() {
+            let within = unravel(j as u64, &tile);
+            let g: Vec<u64> = coord.iter().zip(&tile).zip(&within).map(|((c, t), w)| c * t + w).collect();
+            if g.iter().zip(&shape).all(|(x, s)| x < s) {
+                let lin = g.iter().zip(&shape).fold(0u64, |acc, (x, s)| acc * s + x);
+                out[lin as usize] = *v;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn v3_zstd_ragged_roundtrip_fast_path() {
+    let store = Arc::new(MemoryStore::new());
+    let shape = [7u64, 10];
+    let vals = ramp(&shape);
+    write(&store, "t2m", v3(&shape, &[3, 4], zstd_codecs(), Some(vec!["time", "x"])), &vals);
+    let storage = to_storage(&store);
+    let a = block_on(open_array(&storage, "t2m")).unwrap();
+    assert_eq!(a.zarr_format(), 3);
+    assert_eq!(a.shape(), &[7, 10]);
+    assert_eq!(a.tile_shape(), &[3, 4]);
+    assert_eq!(a.shard_shape(), None);
+    assert_eq!(a.dtype(), DType::Float32);
+    assert_eq!(a.fill_value(), &0f32.to_ne_bytes());
+    assert_eq!(a.codec_names(), vec!["bytes", COMP]);
+    assert_eq!(a.tile_location(&[2, 1]), TileLocation::Object { key: "t2m/c/2/1".into() });
+    assert_eq!(a.dimension_names(), Some(vec![Some("time".into()), Some("x".into())]));
+    assert!(!a.is_coordinate());
+    #[cfg(feature = "c-codecs")]
+    assert!(a.has_fast_path());
+    assert_eq!(read_all(&storage, &a), vals);
+    // The fast path and zarrs' generic path agree.
+    let enc = block_on(storage.get("t2m/c/2/2")).unwrap().unwrap();
+    let fast = a.decode_tile(Some(enc.clone()), "k").unwrap();
+    assert_eq!(fast.data.as_ptr() as usize % BUFFER_ALIGN, 0);
+    assert_eq!(&fast.data[..], &a.decode_generic(&enc).unwrap()[..]);
+    let g = a.geometry(0).unwrap();
+    assert_eq!((g.shape.clone(), g.tile.clone(), g.shard.clone()), (vec![7, 10], vec![3, 4], None));
+}
+
+#[test]
+fn v3_gzip_3d_ragged_and_absent_chunk() {
+    let store = Arc::new(MemoryStore::new());
+    let shape = [5u64, 6, 7];
+    let mut vals = ramp(&shape);
+    // Chunk (0,0,0) of shape [2,4,4] all fill: zarrs does not store it.
+    for (i, v) in vals.iter_mut().enumerate() {
+        let c = unravel(i as u64, &shape);
+        if c[0] < 2 && c[1] < 4 && c[2] < 4 {
+            *v = 0.0;
+        }
+    }
+    let codecs = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 5}}]);
+    write(&store, "g/deep/v", v3(&shape, &[2, 4, 4], codecs, None), &vals);
+    let storage = to_storage(&store);
+    assert!(storage.keys().iter().all(|k| k != "g/deep/v/c/0/0/0"));
+    let a = block_on(open_array(&storage, "g/deep/v")).unwrap();
+    assert!(!a.has_fast_path());
+    assert_eq!(a.codec_names(), vec!["bytes", "gzip"]);
+    assert_eq!(read_all(&storage, &a), vals);
+}
+
+fn sharded_meta(shape: &[u64], shard: &[u64], inner: &[u64], location: &str) -> Value {
+    let codecs = json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": inner,
+        "codecs": zstd_codecs(),
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "index_location": location
+    }}]);
+    v3(shape, shard, codecs, Some(vec!["time", "x"]))
+}
+
+#[test]
+fn sharded_2x2_with_absent_inner_chunk() {
+    for location in ["end", "start"] {
+        let store = Arc::new(MemoryStore::new());
+        let shape = [8u64, 7]; // ragged on the last axis
+        let mut vals = ramp(&shape);
+        // Inner chunk (1,0) of shard (0,0): rows 2..4, cols 0..2 -> fill.
+        for (i, v) in vals.iter_mut().enumerate() {
+            let c = unravel(i as u64, &shape);
+            if (2..4).contains(&c[0]) && c[1] < 2 {
+                *v = 0.0;
+            }
+        }
+        write(&store, "s", sharded_meta(&shape, &[4, 4], &[2, 2], location), &vals);
+        let storage = to_storage(&store);
+        let a = block_on(open_array(&storage, "s")).unwrap();
+        assert_eq!(a.tile_shape(), &[2, 2]);
+        assert_eq!(a.shard_shape(), Some(&[4u64, 4][..]));
+        assert_eq!(a.codec_names(), vec![format!("sharding_indexed(bytes,{COMP})")]);
+        #[cfg(feature = "c-codecs")]
+        assert!(a.has_fast_path());
+        // 2x2 inner chunks x 16 bytes + crc32c 4.
+        let expect = if location == "end" { ByteRange::Suffix(68) } else { ByteRange::Bounded { start: 0, end: 68 } };
+        assert_eq!(a.shard_index_range(), Some(expect));
+        assert_eq!(a.tile_location(&[1, 0]), TileLocation::InShard { key: "s/c/0/0".into(), index: 2 });
+        assert_eq!(a.tile_location(&[3, 3]), TileLocation::InShard { key: "s/c/1/1".into(), index: 3 });
+        let ib = block_on(storage.get_range("s/c/0/0", a.shard_index_range().unwrap())).unwrap().unwrap();
+        let idx = a.decode_shard_index(&ib, "s/c/0/0").unwrap();
+        assert_eq!((idx.len(), idx.n_present()), (4, 3));
+        assert_eq!(idx.range(2), None);
+        assert_eq!(read_all(&storage, &a), vals);
+        let g = a.geometry(0).unwrap();
+        assert_eq!(g.shard, Some(vec![4, 4]));
+        // A bad index: wrong size and corrupted crc.
+        assert!(matches!(a.decode_shard_index(&ib[1..], "s/c/0/0"), Err(Error::Decode { .. })));
+        let mut bad = ib.to_vec();
+        bad[0] ^= 0xff;
+        match a.decode_shard_index(&bad, "s/c/0/0") {
+            Err(Error::Decode { message, key }) => {
+                assert!(message.contains("on_bad_chunk"), "{message}");
+                assert_eq!(key, "s/c/0/0");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn v2_zlib_and_blosc_with_separators() {
+    let store = Arc::new(MemoryStore::new());
+    let shape = [5u64, 6];
+    let vals = ramp(&shape);
+    let zlib = json!({"zarr_format": 2, "shape": shape, "chunks": [2, 4], "dtype": "<f4", "compressor": {"id": "zlib", "level": 1},
+        "fill_value": 0.0, "order": "C", "filters": null, "dimension_separator": "/"});
+    write(&store, "a", zlib, &vals);
+    let mut blosc = json!({"zarr_format": 2, "shape": shape, "chunks": [3, 3], "dtype": "<f4",
+        "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0},
+        "fill_value": 0.0, "order": "C", "filters": null});
+    #[cfg(not(feature = "c-codecs"))]
+    {
+        blosc["compressor"] = json!({"id": "zlib", "level": 1});
+    }
+    write(&store, "b", blosc.clone(), &vals);
+    let storage = to_storage(&store);
+    storage.insert("b/.zattrs", serde_json::to_vec(&json!({"_ARRAY_DIMENSIONS": ["y", "x"]})).unwrap());
+    let a = block_on(open_array(&storage, "a")).unwrap();
+    assert_eq!(a.zarr_format(), 2);
+    assert_eq!(a.tile_location(&[1, 1]), TileLocation::Object { key: "a/1/1".into() });
+    assert_eq!(read_all(&storage, &a), vals);
+    let b = block_on(open_array(&storage, "b")).unwrap();
+    assert_eq!(b.tile_location(&[1, 1]), TileLocation::Object { key: "b/1.1".into() });
+    assert_eq!(b.dimension_names(), Some(vec![Some("y".into()), Some("x".into())]));
+    assert_eq!(read_all(&storage, &b), vals);
+    // Direct parse of the same bytes; `.zattrs` optional.
+    blosc["order"] = json!("C");
+    let direct = ZarrArray::from_v2("b", &serde_json::to_vec(&blosc).unwrap(), None).unwrap();
+    assert_eq!(direct.dimension_names(), None);
+    // Big-endian v2 goes through zarrs' generic path.
+    let be = json!({"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": ">f8", "compressor": null, "fill_value": null, "order": "C", "filters": null});
+    let z = ZarrArray::from_v2("be", &serde_json::to_vec(&be).unwrap(), None).unwrap();
+    assert!(!z.has_fast_path());
+    let raw: Vec<u8> = [1.0f64, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_be_bytes()).collect();
+    let nd = z.decode_tile(Some(Bytes::from(raw)), "be/0").unwrap();
+    assert_eq!(nd.as_slice::<f64>().unwrap(), &[1.0, 2.0, 3.0, 4.0]);
+}
+
+#[test]
+fn chunk_key_encodings_and_root_array() {
+    let mut m = v3(&[4, 4], &[2, 2], zstd_codecs(), None);
+    let root = ZarrArray::from_v3("", &serde_json::to_vec(&m).unwrap()).unwrap();
+    assert_eq!(root.path(), "");
+    assert_eq!(root.tile_location(&[0, 1]), TileLocation::Object { key: "c/0/1".into() });
+    m["chunk_key_encoding"] = json!({"name": "v2", "configuration": {"separator": "."}});
+    let v2k = ZarrArray::from_v3("grp/x", &serde_json::to_vec(&m).unwrap()).unwrap();
+    assert_eq!(v2k.tile_location(&[0, 1]), TileLocation::Object { key: "grp/x/0.1".into() });
+    m["chunk_key_encoding"] = json!({"name": "default", "configuration": {"separator": "."}});
+    let dot = ZarrArray::from_v3("/x/", &serde_json::to_vec(&m).unwrap()).unwrap();
+    assert_eq!(dot.path(), "x");
+    assert_eq!(dot.tile_location(&[1, 0]), TileLocation::Object { key: "x/c.1.0".into() });
+    // Absent tile: fill value, full tile.
+    m["fill_value"] = json!(-1.5);
+    let f = ZarrArray::from_v3("x", &serde_json::to_vec(&m).unwrap()).unwrap();
+    let nd = f.decode_tile(None, "x/c/0/0").unwrap();
+    assert_eq!(nd.as_slice::<f32>().unwrap(), &[-1.5; 4]);
+}
+
+/// A CF-style store: a data variable, coordinates, a scalar grid mapping, a nested group.
+fn cf_store() -> (Arc<MemoryStore>, MemoryStorage) {
+    let store = Arc::new(MemoryStore::new());
+    write(&store, "t2m", v3(&[4, 3, 5], &[2, 3, 5], zstd_codecs(), Some(vec!["time", "lat", "lon"])), &ramp(&[4, 3, 5]));
+    write(&store, "lat", v3(&[3], &[3], zstd_codecs(), Some(vec!["lat"])), &ramp(&[3]));
+    write(&store, "time", v3(&[4], &[4], zstd_codecs(), Some(vec!["time"])), &ramp(&[4]));
+    write(&store, "crs", v3(&[], &[], zstd_codecs(), None), &[]);
+    write(&store, "sub/inner/u", v3(&[4, 2], &[2, 2], zstd_codecs(), Some(vec!["time", "u"])), &ramp(&[4, 2]));
+    let storage = to_storage(&store);
+    put_json(&storage, "zarr.json", &group_v3());
+    put_json(&storage, "sub/zarr.json", &group_v3());
+    put_json(&storage, "sub/inner/zarr.json", &group_v3());
+    (store, storage)
+}
+
+#[test]
+fn discovery_by_listing_skips_coordinates() {
+    let (_, storage) = cf_store();
+    let arrays = block_on(open_arrays(&storage, None)).unwrap();
+    let paths: Vec<&str> = arrays.iter().map(ZarrArray::path).collect();
+    assert_eq!(paths, vec!["sub/inner/u", "t2m"]);
+    // Explicit names: exactly those, in order, coordinates honoured.
+    let names = vec!["lat".to_string(), "t2m".to_string()];
+    let arrays = block_on(open_arrays(&storage, Some(&names))).unwrap();
+    assert_eq!(arrays.iter().map(ZarrArray::path).collect::<Vec<_>>(), vec!["lat", "t2m"]);
+    assert!(arrays[0].is_coordinate());
+    // A group named as an array.
+    match block_on(open_array(&storage, "sub")) {
+        Err(Error::Config(m)) => assert!(m.contains("is a group, not an array"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // 0-D has no sample axis.
+    let crs = block_on(open_array(&storage, "crs")).unwrap();
+    assert!(crs.is_coordinate());
+    assert!(matches!(crs.geometry(0), Err(Error::Geometry(_))));
+}
+
+#[test]
+fn discovery_from_consolidated_metadata_on_unlistable_store() {
+    let (_, listable) = cf_store();
+    let storage = MemoryStorage::new().unlistable();
+    for k in listable.keys() {
+        let v = block_on(listable.get(&k)).unwrap().unwrap();
+        storage.insert(k, v);
+    }
+    // Without consolidated metadata: a clear Config error.
+    match block_on(open_arrays(&storage, None)) {
+        Err(Error::Config(m)) => {
+            assert!(m.contains("cannot be listed") && m.contains("consolidated") && m.contains("variables"), "{m}");
+            assert!(m.ends_with("memory://"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // v3 consolidated metadata in the root zarr.json.
+    let mut meta = serde_json::Map::new();
+    for p in ["t2m", "lat", "time", "crs", "sub", "sub/inner", "sub/inner/u"] {
+        let b = block_on(storage.get(&format!("{p}/zarr.json"))).unwrap().unwrap();
+        meta.insert(p.to_string(), serde_json::from_slice(&b).unwrap());
+    }
+    let mut root = group_v3();
+    root["consolidated_metadata"] = json!({"kind": "inline", "must_understand": false, "metadata": meta});
+    put_json(&storage, "zarr.json", &root);
+    let reads_before = storage.total_reads();
+    let arrays = block_on(open_arrays(&storage, None)).unwrap();
+    assert_eq!(storage.total_reads() - reads_before, 1, "only the root zarr.json is read");
+    assert_eq!(arrays.iter().map(ZarrArray::path).collect::<Vec<_>>(), vec!["sub/inner/u", "t2m"]);
+    assert_eq!(read_all(&storage, &arrays[1]), ramp(&[4, 3, 5]));
+}
+
+#[test]
+fn discovery_from_v2_zmetadata_and_all_coordinates() {
+    let storage = MemoryStorage::new().unlistable();
+    let arr = |shape: &[u64]| json!({"zarr_format": 2, "shape": shape, "chunks": shape, "dtype": "<f4", "compressor": null, "fill_value": 0.0, "order": "C", "filters": null});
+    let zm = json!({"zarr_consolidated_format": 1, "metadata": {
+        ".zgroup": {"zarr_format": 2},
+        "lat/.zarray": arr(&[3]), "lat/.zattrs": {"_ARRAY_DIMENSIONS": ["lat"]},
+        "z/.zarray": arr(&[2, 3]), "z/.zattrs": {"_ARRAY_DIMENSIONS": ["time", "lat"]},
+        "a/.zarray": arr(&[2]), "a/.zattrs": {"_ARRAY_DIMENSIONS": ["time"]}
+    }});
+    put_json(&storage, ".zmetadata", &zm);
+    let arrays = block_on(open_arrays(&storage, None)).unwrap();
+    assert_eq!(arrays.iter().map(ZarrArray::path).collect::<Vec<_>>(), vec!["a", "z"]);
+    // Only coordinates -> Config listing them.
+    let only = json!({"zarr_consolidated_format": 1, "metadata": {
+        "lat/.zarray": arr(&[3]), "lat/.zattrs": {"_ARRAY_DIMENSIONS": ["lat"]}, "s/.zarray": arr(&[])}});
+    put_json(&storage, ".zmetadata", &only);
+    match block_on(open_arrays(&storage, None)) {
+        Err(Error::Config(m)) => assert!(m.contains("\"lat\"") && m.contains("\"s\"") && m.contains("variables"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn metadata_error(storage: &MemoryStorage, path: &str) -> (String, String) {
+    match block_on(open_array(storage, path)) {
+        Err(Error::Metadata { message, key }) => (message, key),
+        other => panic!("expected Error::Metadata, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_metadata_is_an_error_not_a_panic() {
+    let storage = MemoryStorage::new();
+    storage.insert("bad/zarr.json", &b"{\"zarr_format\": 3, \"node_type\": \"array\", \"shape\": [4"[..]);
+    let (m, k) = metadata_error(&storage, "bad");
+    assert!(m.starts_with("malformed zarr metadata ("), "{m}");
+    assert_eq!(k, "memory://bad/zarr.json");
+
+    put_json(&storage, "zero/zarr.json", &v3(&[4, 4], &[0, 4], zstd_codecs(), None));
+    let (m, k) = metadata_error(&storage, "zero");
+    assert!(m.contains("zero extent"), "{m}");
+    assert_eq!(k, "memory://zero/zarr.json");
+
+    put_json(&storage, "huge/zarr.json", &v3(&[u64::MAX, 4], &[u64::MAX / 2, 1 << 40], zstd_codecs(), None));
+    let (m, _) = metadata_error(&storage, "huge");
+    assert!(m.contains("overflow") || m.contains("exceed"), "{m}");
+
+    put_json(&storage, "big/zarr.json", &v3(&[1 << 20, 1 << 20], &[1 << 20, 1 << 20], zstd_codecs(), None));
+    let (m, _) = metadata_error(&storage, "big");
+    assert!(m.contains("exceed"), "{m}");
+
+    let mut rank = v3(&[1; 40], &[1; 40], zstd_codecs(), None);
+    rank["shape"] = json!(vec![1; 40]);
+    put_json(&storage, "rank/zarr.json", &rank);
+    metadata_error(&storage, "rank");
+
+    let unknown = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "lzma9000"}]);
+    put_json(&storage, "codec/zarr.json", &v3(&[4], &[2], unknown, None));
+    let (m, k) = metadata_error(&storage, "codec");
+    assert!(m.contains("lzma9000") && m.contains("not supported by this build"), "{m}");
+    assert_eq!(k, "memory://codec/zarr.json");
+
+    let mut s = v3(&[4], &[2], zstd_codecs(), None);
+    s["data_type"] = json!("string");
+    s["fill_value"] = json!("");
+    s["codecs"] = json!([{"name": "vlen-utf8"}]);
+    put_json(&storage, "str/zarr.json", &s);
+    let (m, _) = metadata_error(&storage, "str");
+    assert!(m.contains("not supported"), "{m}");
+
+    let mut grid = v3(&[4], &[2], zstd_codecs(), None);
+    grid["chunk_grid"]["name"] = json!("rectilinear");
+    put_json(&storage, "grid/zarr.json", &grid);
+    metadata_error(&storage, "grid");
+
+    // Sharding nested under transpose.
+    let mut t = sharded_meta(&[4, 4], &[4, 4], &[2, 2], "end");
+    let shard = t["codecs"][0].clone();
+    t["codecs"] = json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, shard]);
+    put_json(&storage, "tr/zarr.json", &t);
+    let (m, _) = metadata_error(&storage, "tr");
+    assert!(m.contains("unsupported"), "{m}");
+
+    // Inner chunk not dividing the shard; too many inner chunks per shard.
+    put_json(&storage, "div/zarr.json", &sharded_meta(&[6, 6], &[3, 3], &[2, 2], "end"));
+    metadata_error(&storage, "div");
+    put_json(&storage, "many/zarr.json", &sharded_meta(&[1 << 30, 1 << 30], &[1 << 30, 1 << 30], &[1, 1], "end"));
+    metadata_error(&storage, "many");
+
+    // v2: zero chunk, bad JSON in .zattrs.
+    storage.insert("v2z/.zarray", serde_json::to_vec(&json!({"zarr_format": 2, "shape": [4], "chunks": [0], "dtype": "<f4", "compressor": null, "fill_value": 0.0, "order": "C", "filters": null})).unwrap());
+    metadata_error(&storage, "v2z");
+    storage.insert("v2a/.zarray", serde_json::to_vec(&json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<f4", "compressor": null, "fill_value": 0.0, "order": "C", "filters": null})).unwrap());
+    storage.insert("v2a/.zattrs", &b"{nope"[..]);
+    let (m, k) = metadata_error(&storage, "v2a");
+    assert!(m.starts_with("malformed"), "{m}");
+    assert_eq!(k, "memory://v2a/.zattrs");
+
+    // Missing array.
+    match block_on(open_array(&storage, "nothere")) {
+        Err(Error::NotFound { message, key }) => {
+            assert!(message.contains("nothere"), "{message}");
+            assert_eq!(key, "memory://");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn corrupt_tiles_are_decode_errors() {
+    let store = Arc::new(MemoryStore::new());
+    write(&store, "z", v3(&[4, 4], &[2, 4], zstd_codecs(), None), &ramp(&[4, 4]));
+    let codecs = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 5}}]);
+    write(&store, "g", v3(&[4, 4], &[2, 4], codecs, None), &ramp(&[4, 4]));
+    let storage = to_storage(&store);
+    for path in ["z", "g"] {
+        let a = block_on(open_array(&storage, path)).unwrap();
+        let key = format!("{path}/c/0/0");
+        let good = block_on(storage.get(&key)).unwrap().unwrap();
+        let cases: Vec<Bytes> = vec![
+            Bytes::from_static(b"definitely not compressed"),
+            good.slice(..good.len() / 2),
+            Bytes::new(),
+        ];
+        for bad in cases {
+            match a.decode_tile(Some(bad), &key) {
+                Err(Error::Decode { message, key: k }) => {
+                    assert!(message.contains("on_bad_chunk=\"nan\""), "{message}");
+                    assert_eq!(k, key);
+                }
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+    }
+    // Valid zstd of the wrong decoded size.
+    #[cfg(feature = "c-codecs")]
+    {
+    let a = block_on(open_array(&storage, "z")).unwrap();
+    let small = zstd_frame(&[0u8; 12]);
+    assert!(matches!(a.decode_tile(Some(small), "z/c/0/0"), Err(Error::Decode { .. })));
+    let large = zstd_frame(&[0u8; 64]);
+    assert!(matches!(a.decode_tile(Some(large), "z/c/0/0"), Err(Error::Decode { .. })));
+    }
+}
+
+#[cfg(feature = "c-codecs")]
+/// A zstd frame encoded by zarrs' own zstd codec (through a one-tile array).
+fn zstd_frame(raw: &[u8]) -> Bytes {
+    let store = Arc::new(MemoryStore::new());
+    let meta = json!({"zarr_format": 3, "node_type": "array", "shape": [raw.len()], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [raw.len()]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 7,
+        "codecs": [{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]});
+    let array = Array::new_with_metadata(store.clone(), "/f", serde_json::from_value(meta).unwrap()).unwrap();
+    array.store_chunk(&[0], raw.to_vec()).unwrap();
+    store.get(&array.chunk_key(&[0])).unwrap().unwrap()
+}
+
+/// Decode throughput of the direct zstd path vs zarrs' generic chain (run with
+/// `cargo test -p insitubatch-core --release zarr::tests::bench -- --ignored --nocapture`).
+#[test]
+#[ignore]
+#[cfg(feature = "c-codecs")]
+fn bench_fast_vs_generic() {
+    let store = Arc::new(MemoryStore::new());
+    let shape = [64u64, 256, 256];
+    let vals: Vec<f32> = (0..shape.iter().product::<u64>()).map(|i| ((i % 977) as f32).sin()).collect();
+    write(&store, "b", v3(&shape, &[64, 256, 256], zstd_codecs(), None), &vals);
+    let storage = to_storage(&store);
+    let a = block_on(open_array(&storage, "b")).unwrap();
+    let enc = block_on(storage.get("b/c/0/0/0")).unwrap().unwrap();
+    let time = |f: &dyn Fn()| {
+        (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                for _ in 0..5 {
+                    f();
+                }
+                t.elapsed().as_secs_f64() / 5.0
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (mut fast, mut generic) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        generic = generic.min(time(&|| {
+            std::hint::black_box(a.decode_generic(&enc).unwrap());
+        }));
+        fast = fast.min(time(&|| {
+            std::hint::black_box(a.decode_tile(Some(enc.clone()), "k").unwrap());
+        }));
+    }
+    let mb = a.tile_bytes() as f64 / 1e6;
+    println!("tile {mb:.1} MB: fast {:.0} MB/s, zarrs generic {:.0} MB/s", mb / fast, mb / generic);
+}

@@ -1,0 +1,258 @@
+//! # insitubatch-native
+//!
+//! insitubatch on tokio (I/O), object_store (storage) and rayon (decode): open a Zarr store
+//! by URL and iterate shuffled, split-aware training batches from plain Rust.
+//!
+//! ```no_run
+//! let ds = insitubatch_native::open("s3://bucket/era5.zarr", insitubatch_native::OpenOptions::default())?;
+//! for batch in ds.train()? {
+//!     let batch = batch?;
+//!     let t2m = &batch.arrays["t2m"];
+//!     # let _ = t2m;
+//! }
+//! # Ok::<(), insitubatch_native::NativeError>(())
+//! ```
+
+pub mod demo;
+pub mod runtime;
+pub mod storage;
+
+use std::sync::Arc;
+
+pub use insitubatch_core as core;
+pub use insitubatch_core::describe::{DatasetReport, human_bytes};
+pub use insitubatch_core::{
+    Batch, BatchStream, DType, Dataset, DatasetOptions, NdArray, OnBadChunk, PassStats, ReadPolicy, Split, SplitManifest,
+    SplitOptions, Storage,
+};
+pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
+pub use storage::{ObjectStoreStorage, open_storage};
+
+/// Everything that can go wrong here; messages end with the URL or path.
+#[derive(Debug, thiserror::Error)]
+pub enum NativeError {
+    /// The engine's error (its message already ends with the key or URL).
+    #[error(transparent)]
+    Core(#[from] insitubatch_core::Error),
+    /// The URL cannot be parsed.
+    #[error("invalid store URL ({message}): {url}")]
+    Url {
+        /// What is wrong.
+        message: String,
+        /// The URL as given.
+        url: String,
+    },
+    /// The store cannot be opened (missing, unsupported scheme, bad option).
+    #[error("{message}: {url}")]
+    Open {
+        /// What is wrong and what to do.
+        message: String,
+        /// The URL as given.
+        url: String,
+    },
+    /// Threads could not be started.
+    #[error("{0}")]
+    Runtime(String),
+    /// The demo store could not be written.
+    #[error("{message}: {path}")]
+    Demo {
+        /// What failed.
+        message: String,
+        /// The store directory.
+        path: String,
+    },
+}
+
+/// `Result` with [`NativeError`].
+pub type Result<T, E = NativeError> = std::result::Result<T, E>;
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Array paths to read (labels = paths); `None` discovers them, skipping CF coordinates.
+    pub variables: Option<Vec<String>>,
+    /// The sample axis of every variable.
+    pub sample_axis: usize,
+    /// Fractions of sample-axis chunks for train, val and test.
+    pub fractions: (f64, f64, f64),
+    /// Shuffle chunks between splits (`false`: contiguous runs, safe for time series).
+    pub shuffle_splits: bool,
+    /// Batch size, block size, in-flight reads, seed, shuffle, prefetch, budget.
+    pub dataset: DatasetOptions,
+    /// Decode threads; `None` = available parallelism.
+    pub threads: Option<usize>,
+    /// object_store configuration (`aws_region=...`), applied over the environment.
+    pub storage_options: Vec<(String, String)>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            variables: None,
+            sample_axis: 0,
+            fractions: (0.8, 0.1, 0.1),
+            shuffle_splits: false,
+            dataset: DatasetOptions::default(),
+            threads: None,
+            storage_options: Vec::new(),
+        }
+    }
+}
+
+/// A dataset with its own tokio runtime and decode pool. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct NativeDataset {
+    dataset: Dataset,
+    runtime: NativeRuntime,
+    storage: Arc<dyn Storage>,
+    url: String,
+}
+
+/// Open `url` and build a dataset over its arrays.
+///
+/// # Errors
+/// [`NativeError::Url`]/[`NativeError::Open`] for bad URLs, options or a missing local
+/// store; [`NativeError::Core`] for metadata, geometry or configuration problems.
+pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
+    let storage = open_storage(url, &options.storage_options)?;
+    let parsed = storage::parse_location(url)?;
+    if parsed.scheme() == "file" {
+        if let Ok(p) = parsed.to_file_path() {
+            if !p.exists() {
+                return Err(NativeError::Open { message: "no Zarr store exists at this path".into(), url: url.to_string() });
+            }
+        }
+    }
+    let runtime = NativeRuntime::new(options.threads)?;
+    let core_opts = insitubatch_core::OpenOptions {
+        variables: options.variables.clone(),
+        sample_axis: options.sample_axis,
+        split: SplitOptions {
+            fractions: options.fractions,
+            seed: options.dataset.seed,
+            contiguous: !options.shuffle_splits,
+            sample_range: None,
+        },
+        dataset: options.dataset.clone(),
+    };
+    let dataset = runtime.block_on(insitubatch_core::open(Arc::clone(&storage), runtime.runtime.clone(), core_opts))?;
+    Ok(NativeDataset { dataset, runtime, storage, url: url.to_string() })
+}
+
+impl NativeDataset {
+    /// One epoch of the train view (shuffled unless `shuffle = false`).
+    ///
+    /// # Errors
+    /// When an explicit budget cannot hold this pass next to the live ones.
+    pub fn train(&self) -> Result<BatchIter> {
+        self.iter(Split::Train)
+    }
+    /// One epoch of the validation view, in order.
+    ///
+    /// # Errors
+    /// As [`Self::train`].
+    pub fn val(&self) -> Result<BatchIter> {
+        self.iter(Split::Val)
+    }
+    /// One epoch of the test view, in order.
+    ///
+    /// # Errors
+    /// As [`Self::train`].
+    pub fn test(&self) -> Result<BatchIter> {
+        self.iter(Split::Test)
+    }
+    /// One epoch over every split, in order.
+    ///
+    /// # Errors
+    /// As [`Self::train`].
+    pub fn all(&self) -> Result<BatchIter> {
+        self.iter(Split::All)
+    }
+
+    /// One epoch of `split` at the current epoch.
+    ///
+    /// # Errors
+    /// As [`Self::train`].
+    pub fn iter(&self, split: Split) -> Result<BatchIter> {
+        let _guard = self.runtime.handle().enter();
+        let stream = self.dataset.iter(split)?;
+        Ok(BatchIter { stream: Some(stream), _runtime: self.runtime.clone() })
+    }
+
+    /// Reshuffle deterministically for `epoch`.
+    pub fn set_epoch(&self, epoch: u64) {
+        self.dataset.set_epoch(epoch);
+    }
+
+    /// The static report for `iterations` concurrent iterations.
+    ///
+    /// # Errors
+    /// [`NativeError::Core`] when the configuration cannot be evaluated.
+    pub fn describe(&self, iterations: usize) -> Result<DatasetReport> {
+        Ok(self.dataset.describe(iterations)?)
+    }
+
+    /// Stats of the last pass that ended.
+    pub fn last_pass(&self) -> Option<PassStats> {
+        self.dataset.last_pass()
+    }
+
+    /// The core dataset.
+    pub fn dataset(&self) -> &Dataset {
+        &self.dataset
+    }
+
+    /// The runtime (tokio + rayon) this dataset runs on.
+    pub fn runtime(&self) -> &NativeRuntime {
+        &self.runtime
+    }
+
+    /// The storage it reads.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// The URL as given.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// A blocking iterator over one pass; the driver runs on tokio in the background.
+/// Dropping it ends the pass.
+#[derive(Debug)]
+pub struct BatchIter {
+    stream: Option<BatchStream>,
+    _runtime: NativeRuntime,
+}
+
+impl BatchIter {
+    /// Batches this pass yields in all.
+    pub fn n_batches(&self) -> usize {
+        self.stream.as_ref().map_or(0, BatchStream::len)
+    }
+
+    /// Stats of this pass so far.
+    pub fn stats(&self) -> Option<PassStats> {
+        self.stream.as_ref().map(BatchStream::stats)
+    }
+}
+
+impl Iterator for BatchIter {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let stream = self.stream.as_mut()?;
+        match futures::executor::block_on(stream.next_batch()) {
+            Some(Ok(b)) => Some(Ok(b)),
+            Some(Err(e)) => {
+                self.stream = None;
+                Some(Err(e.into()))
+            }
+            None => {
+                self.stream = None;
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! The `insitubatch` CLI: `demo`, `describe`, `bench`.
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+use insitubatch_native::{DatasetOptions, NativeDataset, OpenOptions, demo, open, open_storage};
+use rayon::prelude::*;
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(name = "insitubatch", version, about = "Shuffled, split-aware training batches straight from Zarr stores")]
+struct Cli {
+    /// Log progress (info level); RUST_LOG overrides.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Write (once) and stream a small ERA5-like demo store, or stream --url.
+    Demo {
+        /// Use this store instead of the demo store.
+        #[arg(long)]
+        url: Option<String>,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+    /// Print the static report: geometry, splits, memory model, notes.
+    Describe {
+        /// Store URL or local path.
+        url: String,
+        /// Concurrent iterations the memory model assumes.
+        #[arg(long, default_value_t = 1)]
+        iterations: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+    /// Time epochs of the train view over the whole array (or the decode limit).
+    Bench {
+        /// Store URL or local path.
+        url: String,
+        /// Epochs to time (the first is cold).
+        #[arg(long, default_value_t = 2)]
+        epochs: u64,
+        /// Measure the decode limit instead: fetch all chunks of the first variable, then decode them on all cores.
+        #[arg(long)]
+        decode_limit: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+struct Knobs {
+    /// Array to read (repeatable); default: every non-coordinate array.
+    #[arg(long = "var")]
+    vars: Vec<String>,
+    /// The sample axis of every variable.
+    #[arg(long, default_value_t = 0)]
+    sample_axis: usize,
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    #[arg(long, default_value_t = 16)]
+    block_chunks: usize,
+    #[arg(long, default_value_t = 32)]
+    max_inflight: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 2)]
+    prefetch_depth: usize,
+    /// Pool byte budget; default: sized automatically.
+    #[arg(long)]
+    cache_budget_bytes: Option<u64>,
+    /// Do not shuffle the train view.
+    #[arg(long)]
+    no_shuffle: bool,
+    /// Decode threads; default: available parallelism.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Train, val, test fractions of sample-axis chunks.
+    #[arg(long, default_value = "0.8,0.1,0.1", value_parser = parse_fractions)]
+    fractions: (f64, f64, f64),
+    /// The (first) epoch.
+    #[arg(long, default_value_t = 0)]
+    epoch: u64,
+    /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
+    #[arg(long = "storage-option", value_parser = parse_kv)]
+    storage_options: Vec<(String, String)>,
+}
+
+fn parse_fractions(s: &str) -> Result<(f64, f64, f64), String> {
+    let v: Vec<f64> = s
+        .split(',')
+        .map(|x| x.trim().parse::<f64>().map_err(|e| format!("{x:?} is not a number ({e})")))
+        .collect::<Result<_, _>>()?;
+    match v[..] {
+        [a, b, c] => Ok((a, b, c)),
+        _ => Err(format!("expected three comma-separated fractions like 0.8,0.1,0.1, got {s:?}")),
+    }
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
+}
+
+impl Knobs {
+    fn open_options(&self) -> OpenOptions {
+        OpenOptions {
+            variables: if self.vars.is_empty() { None } else { Some(self.vars.clone()) },
+            sample_axis: self.sample_axis,
+            fractions: self.fractions,
+            shuffle_splits: false,
+            dataset: DatasetOptions {
+                batch_size: self.batch_size,
+                block_chunks: self.block_chunks,
+                max_inflight: self.max_inflight,
+                seed: self.seed,
+                shuffle: !self.no_shuffle,
+                prefetch_depth: self.prefetch_depth,
+                cache_budget_bytes: self.cache_budget_bytes,
+                ..DatasetOptions::default()
+            },
+            threads: self.threads,
+            storage_options: self.storage_options.clone(),
+        }
+    }
+
+    fn config_json(&self, threads: usize) -> serde_json::Value {
+        json!({
+            "batch_size": self.batch_size,
+            "block_chunks": self.block_chunks,
+            "max_inflight": self.max_inflight,
+            "seed": self.seed,
+            "prefetch_depth": self.prefetch_depth,
+            "cache_budget_bytes": self.cache_budget_bytes,
+            "shuffle": !self.no_shuffle,
+            "threads": threads,
+            "sample_axis": self.sample_axis,
+            "epoch": self.epoch,
+        })
+    }
+}
+
+fn open_ds(url: &str, knobs: &Knobs, opts: OpenOptions) -> Result<NativeDataset> {
+    let ds = open(url, opts)?;
+    ds.set_epoch(knobs.epoch);
+    Ok(ds)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default = if cli.verbose { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Demo { url, knobs } => cmd_demo(url, &knobs),
+        Command::Describe { url, iterations, json, knobs } => {
+            let ds = open_ds(&url, &knobs, knobs.open_options())?;
+            let report = ds.describe(iterations)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{}", report.render());
+            }
+            Ok(())
+        }
+        Command::Bench { url, epochs, decode_limit, json, knobs } => {
+            if decode_limit { cmd_decode_limit(&url, &knobs, json) } else { cmd_bench(&url, epochs, json, &knobs) }
+        }
+    }
+}
+
+fn cmd_demo(url: Option<String>, knobs: &Knobs) -> Result<()> {
+    let url = match url {
+        Some(u) => u,
+        None => {
+            let path = demo::default_demo_path();
+            if path.join(".complete").exists() {
+                println!("demo store: {}", path.display());
+            } else {
+                println!("writing demo store to {} ...", path.display());
+                let t = Instant::now();
+                demo::write_demo_store(&path)?;
+                println!("written in {:.1}s", t.elapsed().as_secs_f64());
+            }
+            path.display().to_string()
+        }
+    };
+    let ds = open_ds(&url, knobs, knobs.open_options())?;
+    println!("{}", ds.describe(1)?.render());
+    let t0 = Instant::now();
+    let it = ds.train()?;
+    let bar = indicatif::ProgressBar::new(it.n_batches() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("train epoch {prefix} [{bar:40}] {pos}/{len} batches {per_sec} eta {eta}")
+            .map_err(|e| anyhow!("{e}"))?
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(knobs.epoch.to_string());
+    let (mut batches, mut samples, mut bytes, mut ttfb) = (0usize, 0u64, 0u64, None);
+    for b in it {
+        let b = b?;
+        ttfb.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+        batches += 1;
+        samples += b.len() as u64;
+        bytes += b.arrays.values().map(|a| a.data.len() as u64).sum::<u64>();
+        bar.inc(1);
+    }
+    bar.finish();
+    let secs = t0.elapsed().as_secs_f64();
+    if let Some(stats) = ds.last_pass() {
+        println!("{}", stats.summary());
+    }
+    println!(
+        "result: {batches} batches, {samples} samples, {:.1} MB/s, first batch after {:.3}s, {:.2}s total",
+        bytes as f64 / 1e6 / secs.max(1e-9),
+        ttfb.unwrap_or(0.0),
+        secs
+    );
+    Ok(())
+}
+
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn cmd_bench(url: &str, epochs: u64, as_json: bool, knobs: &Knobs) -> Result<()> {
+    let mut opts = knobs.open_options();
+    opts.fractions = (1.0, 0.0, 0.0);
+    let ds = open_ds(url, knobs, opts)?;
+    let report = ds.describe(1)?;
+    let threads = ds.runtime().pool.rayon().current_num_threads();
+    let variables: Vec<String> = ds.dataset().variables().iter().map(|v| v.label.clone()).collect();
+    let mut rows = Vec::new();
+    for k in 0..epochs {
+        let epoch = knobs.epoch + k;
+        ds.set_epoch(epoch);
+        let t0 = Instant::now();
+        let (mut samples, mut bytes, mut ttfb) = (0u64, 0u64, None);
+        for b in ds.train()? {
+            let b = b?;
+            ttfb.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+            samples += b.len() as u64;
+            bytes += b.arrays.values().map(|a| a.data.len() as u64).sum::<u64>();
+        }
+        let secs = t0.elapsed().as_secs_f64().max(1e-9);
+        let stage = ds.last_pass().map_or_else(|| "unknown".to_string(), |s| s.limiting_stage);
+        let row = json!({
+            "epoch": epoch,
+            "kind": if k == 0 { "cold" } else { "warm" },
+            "seconds": secs,
+            "samples": samples,
+            "decoded_bytes": bytes,
+            "mb_per_s": bytes as f64 / 1e6 / secs,
+            "samples_per_s": samples as f64 / secs,
+            "ttfb_s": ttfb.unwrap_or(0.0),
+            "limiting_stage": stage,
+        });
+        if !as_json {
+            println!(
+                "epoch {epoch} ({}): {samples} samples in {secs:.2}s, {:.1} MB/s, {:.0} samples/s, ttfb {:.3}s, limited by {}",
+                row["kind"].as_str().unwrap_or(""),
+                row["mb_per_s"].as_f64().unwrap_or(0.0),
+                row["samples_per_s"].as_f64().unwrap_or(0.0),
+                ttfb.unwrap_or(0.0),
+                row["limiting_stage"].as_str().unwrap_or("")
+            );
+            if let Some(s) = ds.last_pass() {
+                println!("  {}", s.summary());
+            }
+        }
+        rows.push(row);
+    }
+    let mut config = knobs.config_json(threads);
+    config["fractions"] = json!([1.0, 0.0, 0.0]);
+    config["epochs"] = json!(epochs);
+    let out = json!({
+        "url": url,
+        "variables": variables,
+        "config": config,
+        "epochs": rows,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "describe_estimated_peak_bytes": report.memory.estimated_peak_bytes,
+    });
+    if as_json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        println!(
+            "peak RSS {} (describe estimated {})",
+            insitubatch_native::human_bytes(peak_rss_bytes()),
+            insitubatch_native::human_bytes(report.memory.estimated_peak_bytes)
+        );
+    }
+    Ok(())
+}
+
+/// Fetch every stored chunk of the first variable, then decode them all with zarrs on all
+/// cores: the ceiling any loader can reach on this machine.
+fn cmd_decode_limit(url: &str, knobs: &Knobs, as_json: bool) -> Result<()> {
+    use zarrs::array::{Array, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions};
+    let rt = insitubatch_native::NativeRuntime::new(knobs.threads)?;
+    let storage = open_storage(url, &knobs.storage_options)?;
+    let first = match knobs.vars.first() {
+        Some(v) => v.clone(),
+        None => {
+            let arrays = rt.block_on(insitubatch_native::core::zarr::open_arrays(storage.as_ref(), None))?;
+            arrays.first().map(|a| a.path().to_string()).ok_or_else(|| anyhow!("no arrays: {url}"))?
+        }
+    };
+    let path = first.trim_matches('/').to_string();
+    let key = |name: &str| if path.is_empty() { name.to_string() } else { format!("{path}/{name}") };
+    let meta: ArrayMetadata = match rt.block_on(storage.get(&key("zarr.json"))).map_err(|e| anyhow!("{e}: {url}"))? {
+        Some(b) => serde_json::from_slice(&b).context("malformed zarr.json")?,
+        None => match rt.block_on(storage.get(&key(".zarray"))).map_err(|e| anyhow!("{e}: {url}"))? {
+            Some(b) => serde_json::from_slice(&b).context("malformed .zarray")?,
+            None => bail!("no zarr array {first:?}: {url}"),
+        },
+    };
+    let array = Array::new_with_metadata(Arc::new(zarrs::storage::store::MemoryStore::new()), &format!("/{path}"), meta)
+        .map_err(|e| anyhow!("cannot read array {first:?} ({e}): {url}"))?;
+    let grid = array.chunk_grid_shape().to_vec();
+    let n: u64 = grid.iter().product();
+    let coords: Vec<Vec<u64>> = (0..n)
+        .map(|mut i| {
+            let mut c = vec![0; grid.len()];
+            for k in (0..grid.len()).rev() {
+                c[k] = i % grid[k];
+                i /= grid[k];
+            }
+            c
+        })
+        .collect();
+    // 1. Fetch everything (not timed), concurrently on tokio.
+    let keys: Vec<String> = coords.iter().map(|c| array.chunk_key(c).as_str().to_string()).collect();
+    let fetched: Vec<Option<bytes::Bytes>> = rt.block_on(async {
+        use futures::stream::{self, StreamExt, TryStreamExt};
+        stream::iter(keys.iter().map(|k| storage.get(k))).buffered(knobs.max_inflight.max(1)).try_collect().await
+    })
+    .map_err(|e| anyhow!("{e}: {url}"))?;
+    let chunks: Vec<(Vec<u64>, bytes::Bytes)> =
+        coords.into_iter().zip(fetched).filter_map(|(c, b)| b.map(|b| (c, b))).collect();
+    // 2. Decode everything, timed.
+    let codecs = array.codecs();
+    let opts = CodecOptions::default().with_concurrent_target(1);
+    let pool = rt.pool.rayon();
+    let threads = pool.current_num_threads();
+    let t0 = Instant::now();
+    let decoded: u64 = pool.install(|| {
+        chunks
+            .par_iter()
+            .map(|(c, b)| -> Result<u64> {
+                let shape = array.chunk_shape(c).map_err(|e| anyhow!("{e}"))?;
+                let out = codecs
+                    .decode(Cow::Borrowed(&b[..]), &shape, array.data_type(), array.fill_value(), &opts)
+                    .map_err(|e| anyhow!("cannot decode chunk {c:?} ({e}): {url}"))?;
+                let raw = out.into_fixed().map_err(|e| anyhow!("{e}"))?;
+                Ok(raw.len() as u64)
+            })
+            .try_reduce(|| 0, |a, b| Ok(a + b))
+    })?;
+    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    let mbs = decoded as f64 / 1e6 / secs;
+    if as_json {
+        println!("{}", json!({"decode_limit_mb_per_s": mbs, "threads": threads, "variable": first, "chunks": chunks.len(), "decoded_bytes": decoded, "seconds": secs}));
+    } else {
+        println!("decode limit: {mbs:.1} MB/s on {threads} threads ({} chunks of {first}, {decoded} bytes in {secs:.2}s)", chunks.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! Core's executor and thread-pool seams on tokio and rayon.
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use insitubatch_core::runtime::{BoxFuture, Executor, Job, Runtime, ThreadPool};
+
+use crate::NativeError;
+
+/// [`Executor`] on a tokio runtime handle; the clock is time since creation.
+#[derive(Debug, Clone)]
+pub struct TokioExecutor {
+    handle: tokio::runtime::Handle,
+    origin: Instant,
+}
+
+impl TokioExecutor {
+    /// An executor spawning onto `handle`.
+    pub fn new(handle: tokio::runtime::Handle) -> Self {
+        Self { handle, origin: Instant::now() }
+    }
+}
+
+impl Executor for TokioExecutor {
+    fn spawn(&self, task: BoxFuture<'static, ()>) {
+        drop(self.handle.spawn(task));
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        // The timer must be registered inside the runtime; it may be polled from anywhere.
+        let _guard = self.handle.enter();
+        Box::pin(tokio::time::sleep(duration))
+    }
+
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+/// [`ThreadPool`] on a dedicated rayon pool (threads `insitubatch-decode-N`).
+#[derive(Debug, Clone)]
+pub struct RayonPool {
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl RayonPool {
+    /// A pool of `threads` (default: available parallelism).
+    ///
+    /// # Errors
+    /// [`NativeError::Runtime`] when the threads cannot be started.
+    pub fn new(threads: Option<usize>) -> Result<Self, NativeError> {
+        let n = threads
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(|i| format!("insitubatch-decode-{i}"))
+            .build()
+            .map_err(|e| NativeError::Runtime(format!("cannot start {n} decode threads: {e}")))?;
+        Ok(Self { pool: Arc::new(pool) })
+    }
+
+    /// The rayon pool itself (for `install`).
+    pub fn rayon(&self) -> &rayon::ThreadPool {
+        &self.pool
+    }
+}
+
+impl ThreadPool for RayonPool {
+    fn execute(&self, job: Job) {
+        self.pool.spawn(job);
+    }
+
+    fn parallelism(&self) -> NonZeroUsize {
+        NonZeroUsize::new(self.pool.current_num_threads()).unwrap_or(NonZeroUsize::MIN)
+    }
+}
+
+/// Owns the tokio runtime; shuts it down in the background when the last user goes, so
+/// dropping a dataset inside an async context does not panic.
+#[derive(Debug)]
+struct OwnedTokio(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnedTokio {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A tokio runtime (one I/O worker) plus a rayon pool, as core's [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct NativeRuntime {
+    tokio: Arc<OwnedTokio>,
+    /// The seams core runs on.
+    pub runtime: Runtime,
+    /// The decode pool (also usable directly).
+    pub pool: RayonPool,
+}
+
+impl NativeRuntime {
+    /// Start a runtime with `threads` decode threads (default: available parallelism).
+    ///
+    /// # Errors
+    /// [`NativeError::Runtime`] when threads cannot be started.
+    pub fn new(threads: Option<usize>) -> Result<Self, NativeError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("insitubatch-io")
+            .enable_all()
+            .build()
+            .map_err(|e| NativeError::Runtime(format!("cannot start the tokio runtime: {e}")))?;
+        let pool = RayonPool::new(threads)?;
+        let runtime = Runtime {
+            executor: Arc::new(TokioExecutor::new(rt.handle().clone())),
+            pool: Arc::new(pool.clone()),
+        };
+        Ok(Self { tokio: Arc::new(OwnedTokio(Some(rt))), runtime, pool })
+    }
+
+    /// The tokio handle.
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        self.tokio.0.as_ref().map(|r| r.handle().clone()).expect("runtime is alive while NativeRuntime exists")
+    }
+
+    /// Run a future to completion on the tokio runtime (from a non-async thread).
+    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.handle().block_on(f)
+    }
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Loopback S3 (moto) for insitubatch-rs end-to-end tests.
+
+Starts moto's ThreadedMotoServer on 127.0.0.1 (free port), creates BUCKET, uploads
+every file under ROOT with its relative path as key, writes http://127.0.0.1:PORT
+to --port-file when ready, and serves until SIGTERM/SIGINT.
+
+Credentials: AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing, us-east-1.
+"""
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_REGION", "us-east-1")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--bucket", default="fixtures")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file")
+    args = ap.parse_args(argv)
+
+    import boto3
+    from botocore.config import Config
+    from moto.server import ThreadedMotoServer
+
+    port = args.port or free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = "http://127.0.0.1:%d" % port
+
+    s3 = boto3.client(
+        "s3", endpoint_url=url, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+        config=Config(retries={"max_attempts": 3}),
+    )
+    s3.create_bucket(Bucket=args.bucket)
+    root = os.path.abspath(args.root)
+    n = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for fn in files:
+            full = os.path.join(dirpath, fn)
+            key = os.path.relpath(full, root).replace(os.sep, "/")
+            with open(full, "rb") as f:
+                s3.put_object(Bucket=args.bucket, Key=key, Body=f.read())
+            n += 1
+
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(url)
+        os.replace(tmp, args.port_file)
+    print("moto S3 on %s bucket=%s objects=%d" % (url, args.bucket, n), file=sys.stderr)
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    signal.signal(signal.SIGINT, lambda *a: stop.set())
+    while not stop.wait(0.5):
+        pass
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
