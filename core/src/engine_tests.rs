@@ -430,3 +430,24 @@ proptest! {
         );
     }
 }
+
+#[test]
+fn describe_reads_nothing_and_matches_the_engine_floor() {
+    let f = Fixture::new(None);
+    f.array("t2m", &[64, 6, 6], &[8, 3, 6], None);
+    let ds = f.dataset(&[("x", "t2m", 0), ("y", "t2m", 1)], 0, (0.75, 0.25, 0.0), DatasetOptions { batch_size: 8, block_chunks: 1, ..Default::default() }).unwrap();
+    let before = f.storage.total_reads();
+    let r = ds.describe(2).unwrap();
+    assert_eq!(f.storage.total_reads(), before, "describe() touches no storage");
+    assert_eq!(r.config.block_chunks, 2, "widened: the windowed last chunk holds 7 anchors");
+    assert!(r.config.windowed);
+    // Two labels on one path: one array, decoded once; two keys per reference chunk.
+    assert_eq!(r.memory.floor_bytes, 2 * 2 * 2 * 8 * 36 * 4);
+    assert!(r.memory.residency_bytes >= 2 * r.memory.floor_bytes);
+    assert!(r.memory.estimated_peak_bytes > r.memory.accounted_bytes);
+    assert!(r.render().contains("estimated peak"));
+    let st = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    assert!(!st.is_empty());
+    let pass = ds.last_pass().unwrap();
+    assert!(pass.depths.resident_peak_bytes <= r.memory.residency_bytes);
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use zarrs::array::{Array, ArrayMetadata};
+
 use zarrs::filesystem::FilesystemStore;
 
 use crate::NativeError;
@@ -99,7 +100,7 @@ pub fn write_demo_store_sized(dir: &Path, n_time: u64) -> Result<PathBuf, Native
         let metadata: ArrayMetadata = serde_json::from_value(meta.clone()).map_err(|e| err(dir, e))?;
         let array = Array::new_with_metadata(store.clone(), &format!("/{path}"), metadata).map_err(|e| err(dir, e))?;
         array.store_metadata().map_err(|e| err(dir, e))?;
-        array.store_array_subset(&array.subset_all(), data).map_err(|e| err(dir, e))?;
+        array.store_array_subset(&array.subset_all(), zarrs::array::ArrayBytes::new_flen(data)).map_err(|e| err(dir, e))?;
         consolidated.insert(path.to_string(), meta);
         Ok(())
     };

@@ -1,5 +1,9 @@
 //! The `insitubatch` CLI: `demo`, `describe`, `bench`.
 
+#[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::borrow::Cow;
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,6 +15,14 @@ use clap::{Args, Parser, Subcommand};
 use insitubatch_native::{DatasetOptions, NativeDataset, OpenOptions, demo, open, open_storage};
 use rayon::prelude::*;
 use serde_json::json;
+
+/// `println!` that ignores a closed stdout (`| head`) instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, $($arg)*);
+    }};
+}
 
 #[derive(Parser, Debug)]
 #[command(name = "insitubatch", version, about = "Shuffled, split-aware training batches straight from Zarr stores")]
@@ -163,6 +175,9 @@ fn open_ds(url: &str, knobs: &Knobs, opts: OpenOptions) -> Result<NativeDataset>
 }
 
 fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let _ = writeln!(std::io::stderr(), "error: internal error: {info}");
+    }));
     let cli = Cli::parse();
     let default = if cli.verbose { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
@@ -183,9 +198,9 @@ fn run(cmd: Command) -> Result<()> {
             let ds = open_ds(&url, &knobs, knobs.open_options())?;
             let report = ds.describe(iterations)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                outln!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                println!("{}", report.render());
+                outln!("{}", report.render());
             }
             Ok(())
         }
@@ -201,18 +216,18 @@ fn cmd_demo(url: Option<String>, knobs: &Knobs) -> Result<()> {
         None => {
             let path = demo::default_demo_path();
             if path.join(".complete").exists() {
-                println!("demo store: {}", path.display());
+                outln!("demo store: {}", path.display());
             } else {
-                println!("writing demo store to {} ...", path.display());
+                outln!("writing demo store to {} ...", path.display());
                 let t = Instant::now();
                 demo::write_demo_store(&path)?;
-                println!("written in {:.1}s", t.elapsed().as_secs_f64());
+                outln!("written in {:.1}s", t.elapsed().as_secs_f64());
             }
             path.display().to_string()
         }
     };
     let ds = open_ds(&url, knobs, knobs.open_options())?;
-    println!("{}", ds.describe(1)?.render());
+    outln!("{}", ds.describe(1)?.render());
     let t0 = Instant::now();
     let it = ds.train()?;
     let bar = indicatif::ProgressBar::new(it.n_batches() as u64);
@@ -234,9 +249,9 @@ fn cmd_demo(url: Option<String>, knobs: &Knobs) -> Result<()> {
     bar.finish();
     let secs = t0.elapsed().as_secs_f64();
     if let Some(stats) = ds.last_pass() {
-        println!("{}", stats.summary());
+        outln!("{}", stats.summary());
     }
-    println!(
+    outln!(
         "result: {batches} batches, {samples} samples, {:.1} MB/s, first batch after {:.3}s, {:.2}s total",
         bytes as f64 / 1e6 / secs.max(1e-9),
         ttfb.unwrap_or(0.0),
@@ -289,7 +304,7 @@ fn cmd_bench(url: &str, epochs: u64, as_json: bool, knobs: &Knobs) -> Result<()>
             "limiting_stage": stage,
         });
         if !as_json {
-            println!(
+            outln!(
                 "epoch {epoch} ({}): {samples} samples in {secs:.2}s, {:.1} MB/s, {:.0} samples/s, ttfb {:.3}s, limited by {}",
                 row["kind"].as_str().unwrap_or(""),
                 row["mb_per_s"].as_f64().unwrap_or(0.0),
@@ -298,7 +313,7 @@ fn cmd_bench(url: &str, epochs: u64, as_json: bool, knobs: &Knobs) -> Result<()>
                 row["limiting_stage"].as_str().unwrap_or("")
             );
             if let Some(s) = ds.last_pass() {
-                println!("  {}", s.summary());
+                outln!("  {}", s.summary());
             }
         }
         rows.push(row);
@@ -315,9 +330,9 @@ fn cmd_bench(url: &str, epochs: u64, as_json: bool, knobs: &Knobs) -> Result<()>
         "describe_estimated_peak_bytes": report.memory.estimated_peak_bytes,
     });
     if as_json {
-        println!("{}", serde_json::to_string(&out)?);
+        outln!("{}", serde_json::to_string(&out)?);
     } else {
-        println!(
+        outln!(
             "peak RSS {} (describe estimated {})",
             insitubatch_native::human_bytes(peak_rss_bytes()),
             insitubatch_native::human_bytes(report.memory.estimated_peak_bytes)
@@ -393,9 +408,9 @@ fn cmd_decode_limit(url: &str, knobs: &Knobs, as_json: bool) -> Result<()> {
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
     let mbs = decoded as f64 / 1e6 / secs;
     if as_json {
-        println!("{}", json!({"decode_limit_mb_per_s": mbs, "threads": threads, "variable": first, "chunks": chunks.len(), "decoded_bytes": decoded, "seconds": secs}));
+        outln!("{}", json!({"decode_limit_mb_per_s": mbs, "threads": threads, "variable": first, "chunks": chunks.len(), "decoded_bytes": decoded, "seconds": secs}));
     } else {
-        println!("decode limit: {mbs:.1} MB/s on {threads} threads ({} chunks of {first}, {decoded} bytes in {secs:.2}s)", chunks.len());
+        outln!("decode limit: {mbs:.1} MB/s on {threads} threads ({} chunks of {first}, {decoded} bytes in {secs:.2}s)", chunks.len());
     }
     Ok(())
 }

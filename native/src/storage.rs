@@ -182,7 +182,10 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
         }
         ObjectStoreScheme::Http => {
             let base = &parsed[..url::Position::BeforePath];
-            let b = object_store::http::HttpBuilder::new().with_url(base);
+            // A plain http:// URL is an explicit choice (a local or internal server), so allow it.
+            let b = object_store::http::HttpBuilder::new()
+                .with_url(base)
+                .with_client_options(object_store::ClientOptions::new().with_allow_http(parsed.scheme() == "http"));
             let b = apply_opts!(b, object_store::ClientConfigKey, options, url);
             (Arc::new(b.build().map_err(build_err(url))?), false)
         }

@@ -1,0 +1,104 @@
+//! End-to-end tests of the native crate on a short demo store written to a temp dir.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use insitubatch_native::{NativeError, OpenOptions, Split, demo, open};
+
+/// Samples on the time axis of the test store (the real demo has 360).
+const N_TIME: u64 = 48;
+
+fn store() -> &'static Path {
+    static STORE: OnceLock<PathBuf> = OnceLock::new();
+    STORE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("insitubatch-native-test-{}", std::process::id())).join("demo.zarr");
+        demo::write_demo_store_sized(&dir, N_TIME).expect("write demo store")
+    })
+}
+
+fn read_direct(path: &Path, var: &str) -> Vec<f32> {
+    let fs = Arc::new(zarrs::filesystem::FilesystemStore::new(path).unwrap());
+    let array = zarrs::array::Array::open(fs, &format!("/{var}")).unwrap();
+    array.retrieve_array_subset::<Vec<f32>>(&array.subset_all()).unwrap()
+}
+
+#[test]
+fn train_epoch_yields_every_sample_once_with_zarrs_values() {
+    let path = store();
+    let ds = open(path.to_str().unwrap(), OpenOptions::default()).unwrap();
+    let labels: Vec<String> = ds.dataset().variables().iter().map(|v| v.label.clone()).collect();
+    assert_eq!(labels, ["t2m", "u10"]);
+    let expected_samples = ds.dataset().manifest().sample_indices(Split::Train);
+    assert!(!expected_samples.is_empty());
+    let direct: Vec<(String, Vec<f32>)> = labels.iter().map(|l| (l.clone(), read_direct(path, l))).collect();
+    let row = (demo::DEMO_LAT * demo::DEMO_LON) as usize;
+    let mut seen = Vec::new();
+    for b in ds.train().unwrap() {
+        let b = b.unwrap();
+        for (label, truth) in &direct {
+            let arr = &b.arrays[label];
+            assert_eq!(arr.shape, vec![b.len(), demo::DEMO_LAT as usize, demo::DEMO_LON as usize]);
+            let got = arr.as_slice::<f32>().unwrap();
+            for (r, &t) in b.sample_indices.iter().enumerate() {
+                let want = &truth[t as usize * row..(t as usize + 1) * row];
+                assert!(got[r * row..(r + 1) * row] == *want, "{label} sample {t} differs from zarrs");
+            }
+        }
+        seen.extend_from_slice(&b.sample_indices);
+    }
+    let in_draw_order = seen.clone();
+    seen.sort_unstable();
+    let mut want = expected_samples;
+    want.sort_unstable();
+    assert_eq!(seen, want, "every train sample exactly once");
+    assert_ne!(in_draw_order, seen, "train is shuffled");
+    let stats = ds.last_pass().expect("stats of the finished pass");
+    assert_eq!(stats.samples, want.len() as u64);
+}
+
+#[test]
+fn file_url_and_bare_path_open_the_same_store() {
+    let path = store();
+    let url = url::Url::from_directory_path(path).unwrap().to_string();
+    assert!(url.starts_with("file://"));
+    let a = open(&url, OpenOptions::default()).unwrap();
+    let b = open(path.to_str().unwrap(), OpenOptions::default()).unwrap();
+    let first = |ds: &insitubatch_native::NativeDataset| {
+        let batch = ds.val().unwrap().next().unwrap().unwrap();
+        (batch.sample_indices.clone(), batch.arrays["t2m"].data.to_vec())
+    };
+    assert_eq!(first(&a), first(&b));
+    assert_eq!(a.dataset().manifest(), b.dataset().manifest());
+}
+
+#[test]
+fn missing_store_names_the_url_last() {
+    for url in ["/definitely/not/here.zarr", "file:///definitely/not/here.zarr"] {
+        let err = open(url, OpenOptions::default()).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, NativeError::Open { .. }), "{msg}");
+        assert!(msg.ends_with(url), "message should end with the URL: {msg}");
+    }
+    let err = open("s3://bucket/x.zarr", OpenOptions { storage_options: vec![("nope".into(), "1".into())], ..OpenOptions::default() })
+        .unwrap_err();
+    assert!(err.to_string().ends_with("s3://bucket/x.zarr"), "{err}");
+}
+
+#[test]
+fn cli_describe_json_parses() {
+    let path = store();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch"))
+        .args(["describe", path.to_str().unwrap(), "--json", "--batch-size", "16"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["config"]["batch_size"], 16);
+    assert_eq!(v["variables"].as_array().unwrap().len(), 2);
+    assert!(v["memory"]["estimated_peak_bytes"].as_u64().unwrap() > 0);
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch")).args(["describe", "/no/such/store.zarr"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: ") && err.trim_end().ends_with("/no/such/store.zarr"), "{err}");
+}

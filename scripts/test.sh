@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every test: Rust unit, simulation and property tests; the core built for wasm32 with its
+# dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
+# server and an S3-compatible server (moto) on loopback. Installs what it needs first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+ib_prereqs
+
+echo "== unit, simulation and property tests"
+cargo test -p insitubatch-core -p insitubatch-native
+
+echo "== core for wasm32 (no runtime in its dependency tree)"
+cargo build -q -p insitubatch-core --target wasm32-unknown-unknown
+cargo build -q -p insitubatch-core --target wasm32-unknown-unknown --no-default-features
+bash scripts/check-core-deps.sh
+
+echo "== fixtures written by zarr-python, and loopback servers"
+source scripts/pyenv.sh
+ib_test_venv
+export INSITUBATCH_FIXTURES="$INSITUBATCH_CACHE/fixtures"
+"$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES"
+source tests/servers/start_all.sh
+ib_start_servers "$INSITUBATCH_FIXTURES"
+
+echo "== end-to-end tests"
+cargo test -p insitubatch-tests
+ib_stop_servers
+echo "all tests passed"

@@ -1,0 +1,143 @@
+//! Shared helpers for the end-to-end tests: the zarr-python fixtures (written by
+//! `tests/fixtures/make_fixtures.py`) and the loopback servers started by `scripts/test.sh`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use insitubatch_native::core::Batch;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// One array of a fixture store.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FixtureArray {
+    /// numpy dtype name.
+    pub dtype: String,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Stored chunk (shard) shape.
+    pub chunks: Vec<u64>,
+    /// Inner chunk shape (= chunks unless sharded).
+    pub inner_chunks: Vec<u64>,
+    /// Raw little-endian values, relative to the fixtures dir.
+    pub values_file: String,
+    /// A CF coordinate.
+    pub is_coordinate: bool,
+}
+
+/// One fixture store.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FixtureStore {
+    /// Name.
+    pub name: String,
+    /// Relative path.
+    pub path: String,
+    /// 2 or 3.
+    pub zarr_format: u8,
+    /// Sample axis to read it with.
+    pub sample_axis: usize,
+    /// Arrays by path.
+    pub arrays: BTreeMap<String, FixtureArray>,
+    /// Has consolidated metadata.
+    pub consolidated: bool,
+}
+
+/// The fixtures manifest.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Manifest {
+    /// Stores.
+    pub stores: Vec<FixtureStore>,
+    /// Broken arrays.
+    pub bad: serde_json::Value,
+}
+
+/// The fixtures directory (`$INSITUBATCH_FIXTURES`), written by `scripts/test.sh`.
+pub fn fixtures_dir() -> PathBuf {
+    PathBuf::from(std::env::var("INSITUBATCH_FIXTURES").expect(
+        "INSITUBATCH_FIXTURES is not set: run these tests through scripts/test.sh, which writes the zarr-python \
+         fixtures and starts the loopback servers",
+    ))
+}
+
+/// Parse the manifest.
+pub fn manifest() -> Manifest {
+    let p = fixtures_dir().join("manifest.json");
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))).expect("valid manifest")
+}
+
+/// Element size of a numpy dtype name.
+pub fn itemsize(dtype: &str) -> usize {
+    match dtype {
+        "bool" | "int8" | "uint8" => 1,
+        "int16" | "uint16" | "float16" => 2,
+        "int32" | "uint32" | "float32" => 4,
+        _ => 8,
+    }
+}
+
+/// The source rows (sample-first, inner axes in physical order), as bytes, for each sample.
+pub fn source_rows(a: &FixtureArray, sample_axis: usize) -> Vec<Vec<u8>> {
+    let raw = std::fs::read(fixtures_dir().join(&a.values_file)).expect("values file");
+    let item = itemsize(&a.dtype);
+    let shape = &a.shape;
+    let inner: Vec<u64> = (0..shape.len()).filter(|&x| x != sample_axis).map(|x| shape[x]).collect();
+    let n_inner: u64 = inner.iter().product();
+    (0..shape[sample_axis])
+        .map(|s| {
+            let mut row = Vec::with_capacity(n_inner as usize * item);
+            for e in 0..n_inner {
+                let mut rem = e;
+                let mut ip = vec![0u64; inner.len()];
+                for k in (0..inner.len()).rev() {
+                    ip[k] = rem % inner[k];
+                    rem /= inner[k];
+                }
+                ip.insert(sample_axis, s);
+                let flat = ip.iter().zip(shape).fold(0u64, |acc, (i, d)| acc * d + i) as usize;
+                row.extend_from_slice(&raw[flat * item..(flat + 1) * item]);
+            }
+            row
+        })
+        .collect()
+}
+
+/// Check a whole pass: each drawable sample once, each row equal to the source.
+pub fn check_pass(batches: &[Batch], label: &str, rows: &[Vec<u8>], offset: i64, expected: &[u64]) {
+    let mut seen = Vec::new();
+    for b in batches {
+        let a = &b.arrays[label];
+        let row = a.row_bytes();
+        for (r, &t) in b.sample_indices.iter().enumerate() {
+            let s = (t as i64 + offset) as usize;
+            assert_eq!(&a.data[r * row..(r + 1) * row], rows[s].as_slice(), "{label}: sample {s} differs from the source");
+            seen.push(t);
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, expected, "{label}: every drawable sample exactly once");
+}
+
+/// A digest of a pass: sample order and every byte of every batch.
+pub fn digest(batches: &[Batch]) -> String {
+    let mut h = Sha256::new();
+    for b in batches {
+        for t in &b.sample_indices {
+            h.update(t.to_le_bytes());
+        }
+        for (label, a) in &b.arrays {
+            h.update(label.as_bytes());
+            h.update(&a.data[..]);
+        }
+    }
+    format!("{:x}", h.finalize())
+}
+
+/// `$INSITUBATCH_HTTP_URL`, set by `scripts/test.sh`.
+pub fn http_url() -> String {
+    std::env::var("INSITUBATCH_HTTP_URL").expect("INSITUBATCH_HTTP_URL is not set: run through scripts/test.sh")
+}
+
+/// `s3://$INSITUBATCH_S3_BUCKET`, with the endpoint in `AWS_ENDPOINT_URL`.
+pub fn s3_url() -> String {
+    format!("s3://{}", std::env::var("INSITUBATCH_S3_BUCKET").expect("INSITUBATCH_S3_BUCKET is not set: run through scripts/test.sh"))
+}

@@ -1,0 +1,52 @@
+//! Broken stores give clear errors naming the key (last), never a panic or a huge allocation.
+
+use insitubatch_native::core::{Batch, DatasetOptions, OnBadChunk, ReadPolicy, Split};
+use insitubatch_native::{OpenOptions, open};
+use insitubatch_tests::fixtures_dir;
+
+fn url() -> String {
+    format!("file://{}", fixtures_dir().join("bad").display())
+}
+
+fn open_var(var: &str, on_bad_chunk: OnBadChunk) -> Result<insitubatch_native::NativeDataset, String> {
+    open(
+        &url(),
+        OpenOptions {
+            variables: Some(vec![var.into()]),
+            fractions: (1.0, 0.0, 0.0),
+            dataset: DatasetOptions { batch_size: 4, read_policy: ReadPolicy { on_bad_chunk, ..Default::default() }, ..Default::default() },
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
+#[test]
+fn metadata_problems_name_the_key() {
+    for (var, needle) in [
+        ("malformed_metadata", "malformed"),
+        ("unsupported_codec", "no_such_codec"),
+        ("hostile_shape", "zero"),
+        ("hostile_huge", "overflow"),
+        ("absent", "absent"),
+    ] {
+        let err = open_var(var, OnBadChunk::Raise).unwrap_err();
+        assert!(err.to_lowercase().contains(needle), "{var}: {err}");
+        assert!(err.trim_end().ends_with(&format!("{var}/zarr.json")) || err.contains(var), "{var}: key named: {err}");
+    }
+}
+
+#[test]
+fn corrupt_and_truncated_chunks_raise_or_fill() {
+    for var in ["corrupt_chunk", "truncated_chunk"] {
+        let ds = open_var(var, OnBadChunk::Raise).unwrap();
+        let err = ds.iter(Split::All).unwrap().collect::<Result<Vec<Batch>, _>>().unwrap_err().to_string();
+        assert!(err.ends_with(&format!("{var}/c/1/0/0")), "{var}: {err}");
+        assert!(err.contains("on_bad_chunk"), "{err}");
+        let ds = open_var(var, OnBadChunk::Nan).unwrap();
+        let b: Vec<Batch> = ds.iter(Split::All).unwrap().collect::<Result<_, _>>().unwrap();
+        let nan_rows = b.iter().map(|b| b.arrays[var].as_slice::<f32>().unwrap().iter().filter(|x| x.is_nan()).count()).sum::<usize>();
+        assert!(nan_rows > 0, "{var}: the bad chunk is NaN-filled");
+        assert_eq!(ds.dataset().bad_chunks().len(), 1);
+    }
+}
