@@ -1,5 +1,7 @@
 //! Element types and the owned, 128-byte-aligned n-d buffers batches are made of.
 
+use std::sync::{Arc, Mutex};
+
 use aligned_vec::{AVec, ConstAlign};
 use serde::{Deserialize, Serialize};
 
@@ -104,7 +106,9 @@ impl std::fmt::Display for DType {
 
 /// Allocate `len` zeroed, aligned bytes.
 pub fn zeroed_bytes(len: usize) -> AlignedBytes {
-    AVec::from_iter(BUFFER_ALIGN, std::iter::repeat_n(0u8, len))
+    let mut out = AVec::with_capacity(BUFFER_ALIGN, len);
+    out.resize(len, 0);
+    out
 }
 
 /// Allocate `len` aligned bytes filled by repeating `element` (a fill value or a NaN).
@@ -120,6 +124,67 @@ pub fn filled_bytes(len_elements: usize, element: &[u8]) -> AlignedBytes {
     out
 }
 
+/// Keeps large freed buffers for reuse.
+///
+/// Decoded chunks and batches are tens to hundreds of MiB each, allocated and freed at a
+/// steady rate. Fresh allocations of that size are mapped afresh by the allocator and cost a
+/// page fault per 4 KiB on first write, which on a small machine costs as much as the decode
+/// itself. Buffers handed back here (by dropping an [`NdArray`] that carries a recycler)
+/// are reused by the next allocation of a similar size.
+#[derive(Debug)]
+pub struct Recycler {
+    free: Mutex<Vec<AlignedBytes>>,
+    cap_bytes: usize,
+}
+
+/// Buffers smaller than this are not worth recycling.
+const RECYCLE_MIN: usize = 1 << 16;
+
+impl Recycler {
+    /// A recycler holding at most `cap_bytes` of free buffers.
+    pub fn new(cap_bytes: usize) -> Arc<Self> {
+        Arc::new(Self { free: Mutex::new(Vec::new()), cap_bytes })
+    }
+
+    /// An empty buffer with capacity for `len` bytes: a recycled one when one fits
+    /// (capacity between `len` and `2 * len`), else a fresh allocation.
+    pub fn take(&self, len: usize) -> AlignedBytes {
+        if len >= RECYCLE_MIN {
+            let mut free = self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.capacity() >= len && b.capacity() <= len.saturating_mul(2))
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                let mut b = free.swap_remove(i);
+                b.clear();
+                return b;
+            }
+        }
+        AVec::with_capacity(BUFFER_ALIGN, len)
+    }
+
+    /// Hand a buffer back; dropped instead when the recycler is full.
+    pub fn give(&self, buf: AlignedBytes) {
+        if buf.capacity() < RECYCLE_MIN || buf.capacity() > self.cap_bytes {
+            return;
+        }
+        let mut free = self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut held: usize = free.iter().map(AVec::capacity).sum();
+        while held + buf.capacity() > self.cap_bytes && !free.is_empty() {
+            held -= free.remove(0).capacity();
+        }
+        free.push(buf);
+    }
+
+    /// Bytes held for reuse.
+    pub fn held_bytes(&self) -> usize {
+        self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(AVec::capacity).sum()
+    }
+}
+
 /// An owned, C-contiguous n-d array of one dtype in native endianness.
 #[derive(Debug, Clone)]
 pub struct NdArray {
@@ -129,6 +194,16 @@ pub struct NdArray {
     pub shape: Vec<usize>,
     /// `product(shape) * dtype.size()` bytes, 128-byte aligned.
     pub data: AlignedBytes,
+    /// Where the buffer goes when the array is dropped.
+    pub(crate) recycler: Option<Arc<Recycler>>,
+}
+
+impl Drop for NdArray {
+    fn drop(&mut self) {
+        if let Some(r) = self.recycler.take() {
+            r.give(std::mem::replace(&mut self.data, AVec::new(BUFFER_ALIGN)));
+        }
+    }
 }
 
 impl NdArray {
@@ -141,7 +216,20 @@ impl NdArray {
                 data.len()
             ));
         }
-        Ok(Self { dtype, shape, data })
+        Ok(Self { dtype, shape, data, recycler: None })
+    }
+
+    /// Return the buffer to `recycler` when this array is dropped.
+    #[must_use]
+    pub fn recycled_by(mut self, recycler: &Arc<Recycler>) -> Self {
+        self.recycler = Some(Arc::clone(recycler));
+        self
+    }
+
+    /// Take the buffer out (it will not be recycled).
+    pub fn into_data(mut self) -> AlignedBytes {
+        self.recycler = None;
+        std::mem::replace(&mut self.data, AVec::new(BUFFER_ALIGN))
     }
 
     /// Number of elements.

@@ -249,6 +249,8 @@ impl Dataset {
             }
         }
         let pool = Arc::new(Pool::new(options.cache_budget_bytes, read_once_bytes));
+        let runtime_pool = Arc::clone(&runtime.pool);
+        let recycle_cap = recycle_cap_bytes(&floor_arrays, &gather_vars, &options);
         let engine = Arc::new(Engine {
             storage,
             runtime,
@@ -259,6 +261,9 @@ impl Dataset {
             max_inflight: options.max_inflight,
             policy: options.read_policy.clone(),
             bad_chunks: Mutex::new(Vec::new()),
+            cpu: crate::engine::CpuQueue::new(Arc::clone(&runtime_pool)),
+            recycler: crate::array::Recycler::new(recycle_cap as usize),
+            admissions: std::sync::atomic::AtomicU64::new(0),
         });
         Ok(Self {
             inner: Arc::new(Inner {
@@ -391,7 +396,7 @@ impl Dataset {
             pass,
             epoch,
             recorder: Arc::clone(&recorder),
-            max_gathers: i.engine.runtime.pool.parallelism().get().clamp(1, 4),
+            max_gathers: i.engine.cpu.parallelism().clamp(1, 4),
         };
         let (task, abort) = futures::future::abortable(drive(spec, tx));
         i.engine.runtime.executor.spawn(Box::pin(async move {
@@ -561,7 +566,8 @@ impl Dataset {
         } else {
             parallelism * i.engine.arrays.iter().map(ArrayReader::max_charge).max().unwrap_or(0)
         };
-        let accounted = residency + inflight_bytes + queue_bytes + scratch_bytes;
+        let recycled_bytes = recycle_cap_bytes(&i.floor_arrays, &i.gather_vars, o);
+        let accounted = residency + inflight_bytes + queue_bytes + scratch_bytes + recycled_bytes;
         let order = self.order(Split::Train, self.epoch());
         let config = ConfigReport {
             batch_size: o.batch_size,
@@ -601,12 +607,20 @@ impl Dataset {
                 inflight_bytes,
                 queue_bytes,
                 scratch_bytes,
+                recycled_bytes,
                 accounted_bytes: accounted,
                 estimated_peak_bytes: accounted + accounted / 4 + (64 << 20),
             },
             notes: notes_var,
         })
     }
+}
+
+/// Free buffers kept for reuse: a few chunks and a few batches (see [`crate::array::Recycler`]).
+fn recycle_cap_bytes(arrays: &[FloorArray], vars: &[GatherVar], o: &DatasetOptions) -> u64 {
+    let chunk = arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
+    let batch: u64 = vars.iter().map(|v| v.sample_bytes as u64).sum::<u64>() * o.batch_size as u64;
+    4 * chunk + (o.prefetch_depth as u64 + 2) * batch
 }
 
 /// What [`open`] needs besides the runtime and the store.

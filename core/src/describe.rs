@@ -116,6 +116,8 @@ pub struct MemoryReport {
     pub queue_bytes: u64,
     /// Transform scratch on the thread pool.
     pub scratch_bytes: u64,
+    /// Freed chunk and batch buffers kept for reuse (at most).
+    pub recycled_bytes: u64,
     /// Sum of the above.
     pub accounted_bytes: u64,
     /// Accounted × 1.25 (allocator retention) + 64 MiB process baseline.
@@ -217,7 +219,7 @@ impl DatasetReport {
         let m = &self.memory;
         let _ = writeln!(
             s,
-            "  memory ({} iteration{}): residency {}{} (floor {} per iteration, read-once {}) + in flight {} + queue {} + scratch {} = {}; estimated peak {}",
+            "  memory ({} iteration{}): residency {}{} (floor {} per iteration, read-once {}) + in flight {} + queue {} + scratch {} + recycled {} = {}; estimated peak {}",
             m.iterations,
             if m.iterations == 1 { "" } else { "s" },
             human_bytes(m.residency_bytes),
@@ -227,6 +229,7 @@ impl DatasetReport {
             human_bytes(m.inflight_bytes),
             human_bytes(m.queue_bytes),
             human_bytes(m.scratch_bytes),
+            human_bytes(m.recycled_bytes),
             human_bytes(m.accounted_bytes),
             human_bytes(m.estimated_peak_bytes)
         );

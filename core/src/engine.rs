@@ -5,8 +5,8 @@
 //! by `max_inflight` tiles. A sharded array's index is fetched before the permit is taken
 //! (a read holding a permit never waits on another read for one).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,13 +16,13 @@ use futures::FutureExt;
 use futures::future::{Either, Shared};
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use crate::array::{AlignedBytes, DType, NdArray, filled_bytes, zeroed_bytes};
+use crate::array::{AlignedBytes, DType, NdArray, Recycler, filled_bytes};
 use crate::assemble::{place_tile, slot_shape};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::plan::ChunkKey;
 use crate::pool::{Chunk, LoadResult, LoadTimes, Pool};
-use crate::runtime::{BoxFuture, ByteRange, Runtime, Storage, StorageErrorKind, run_on};
+use crate::runtime::{BoxFuture, ByteRange, Cancelled, Job, MaybeSend, Runtime, Storage, StorageErrorKind, ThreadPool};
 use crate::stats::PassRecorder;
 use crate::transform::{ChunkTransform, DecodedChunk};
 use crate::zarr::{ShardIndex, TileLocation, ZarrArray};
@@ -73,6 +73,79 @@ pub struct BadChunk {
     pub tile: Vec<u64>,
     /// Why.
     pub error: String,
+}
+
+/// CPU work in priority order on the thread pool.
+///
+/// Jobs wait in a heap; each submission asks the pool to run *one* job, and that runner
+/// takes the most urgent job waiting at the moment it starts. So the pool runs everything
+/// it is given, but a gather for the next batch (class 0) overtakes decodes, and the decode
+/// of the chunk admitted first overtakes those admitted after it, whatever order their
+/// fetches finished in. That is what keeps the first batch fast with reads far ahead.
+pub(crate) struct CpuQueue {
+    pool: Arc<dyn ThreadPool>,
+    heap: Arc<Mutex<BinaryHeap<Prioritized>>>,
+    seq: AtomicU64,
+}
+
+struct Prioritized {
+    /// (class, priority, sequence), smallest first.
+    key: (u8, u64, u64),
+    job: Job,
+}
+
+impl PartialEq for Prioritized {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Prioritized {}
+impl PartialOrd for Prioritized {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Prioritized {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key.cmp(&self.key) // BinaryHeap is a max-heap; smallest key first
+    }
+}
+
+/// Gathers: the consumer is waiting on them.
+pub(crate) const CLASS_GATHER: u8 = 0;
+/// Decode, assembly and chunk transforms.
+pub(crate) const CLASS_LOAD: u8 = 1;
+
+impl CpuQueue {
+    pub fn new(pool: Arc<dyn ThreadPool>) -> Self {
+        Self { pool, heap: Arc::new(Mutex::new(BinaryHeap::new())), seq: AtomicU64::new(0) }
+    }
+
+    pub fn parallelism(&self) -> usize {
+        self.pool.parallelism().get()
+    }
+
+    /// Run `f` at (`class`, `priority`) and await its result.
+    pub fn run<R, F>(&self, class: u8, priority: u64, f: F) -> impl Future<Output = Result<R, Cancelled>> + use<R, F>
+    where
+        R: MaybeSend + 'static,
+        F: FnOnce() -> R + MaybeSend + 'static,
+    {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let job: Job = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        self.heap.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Prioritized { key: (class, priority, seq), job });
+        let heap = Arc::clone(&self.heap);
+        self.pool.execute(Box::new(move || {
+            let next = heap.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+            if let Some(p) = next {
+                (p.job)();
+            }
+        }));
+        async move { rx.await.map_err(|_| Cancelled) }
+    }
 }
 
 type SharedIndex = Shared<BoxFuture<'static, Result<Option<Arc<ShardIndex>>>>>;
@@ -133,6 +206,10 @@ pub(crate) struct Engine {
     pub max_inflight: usize,
     pub policy: ReadPolicy,
     pub bad_chunks: Mutex<Vec<BadChunk>>,
+    pub cpu: CpuQueue,
+    pub recycler: Arc<Recycler>,
+    /// Admission order across every pass: the decode priority of a load.
+    pub admissions: AtomicU64,
 }
 
 struct InflightGuard<'a>(&'a AtomicUsize);
@@ -226,7 +303,7 @@ impl Engine {
 }
 
 /// Load one chunk: all its tiles, assembled into a sample-first slot, transformed.
-pub(crate) fn load_chunk(engine: Arc<Engine>, key: ChunkKey, rec: Arc<PassRecorder>) -> BoxFuture<'static, LoadResult> {
+pub(crate) fn load_chunk(engine: Arc<Engine>, key: ChunkKey, rec: Arc<PassRecorder>, priority: u64) -> BoxFuture<'static, LoadResult> {
     Box::pin(async move {
         let reader = &engine.arrays[key.path as usize];
         let g = &reader.geom;
@@ -234,7 +311,7 @@ pub(crate) fn load_chunk(engine: Arc<Engine>, key: ChunkKey, rec: Arc<PassRecord
         let slot_len = shape.iter().product::<usize>() * g.dtype.size();
         let slot: Arc<Mutex<Option<AlignedBytes>>> = Arc::new(Mutex::new(None));
         let mut tiles: FuturesUnordered<_> =
-            (0..g.n_tiles()).map(|t| load_tile(Arc::clone(&engine), key, t, Arc::clone(&slot), Arc::clone(&rec))).collect();
+            (0..g.n_tiles()).map(|t| load_tile(Arc::clone(&engine), key, t, Arc::clone(&slot), Arc::clone(&rec), priority)).collect();
         let mut times = LoadTimes::default();
         let mut bad = false;
         while let Some(r) = tiles.next().await {
@@ -243,15 +320,21 @@ pub(crate) fn load_chunk(engine: Arc<Engine>, key: ChunkKey, rec: Arc<PassRecord
             times.fetched = times.fetched.max(fetched);
             bad |= tile_bad;
         }
-        let bytes = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().unwrap_or_else(|| zeroed_bytes(slot_len));
-        let mut data = NdArray::new(g.dtype, shape, bytes).map_err(|m| Error::Decode { message: m, key: reader.geom.path.clone() })?;
+        let bytes = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().unwrap_or_else(|| {
+            let mut b = engine.recycler.take(slot_len);
+            b.resize(slot_len, 0);
+            b
+        });
+        let mut data = NdArray::new(g.dtype, shape, bytes)
+            .map_err(|m| Error::Decode { message: m, key: reader.geom.path.clone() })?
+            .recycled_by(&engine.recycler);
         if !reader.transforms.is_empty() {
             let transforms = reader.transforms.clone();
             let (array, chunk_index, sample_offset) = (g.path.clone(), key.chunk, g.samples_in_chunk(key.chunk).start);
             let exec = Arc::clone(&engine.runtime.executor);
             let rec2 = Arc::clone(&rec);
             let (out_dtype, out_inner) = (reader.out_dtype, reader.out_inner.clone());
-            data = run_on(engine.runtime.pool.as_ref(), move || -> Result<NdArray> {
+            data = engine.cpu.run(CLASS_LOAD, priority, move || -> Result<NdArray> {
                 let t0 = exec.now();
                 let mut chunk = DecodedChunk { array, chunk_index, sample_offset, data };
                 let rows = chunk.data.shape[0];
@@ -285,6 +368,7 @@ async fn load_tile(
     tile: u64,
     slot: Arc<Mutex<Option<AlignedBytes>>>,
     rec: Arc<PassRecorder>,
+    priority: u64,
 ) -> Result<(Duration, Duration, bool)> {
     let reader = &engine.arrays[key.path as usize];
     let g = &reader.geom;
@@ -322,24 +406,30 @@ async fn load_tile(
     let job_rec = Arc::clone(&rec);
     let url = engine.url(&object);
     let job_slot = Arc::clone(&slot);
-    let decoded = run_on(engine.runtime.pool.as_ref(), move || -> Result<()> {
+    let decoded = engine.cpu.run(CLASS_LOAD, priority, move || -> Result<()> {
         let engine = job_engine;
         let reader = &engine.arrays[key.path as usize];
         let g = &reader.geom;
         let t0 = engine.now();
-        let tile_arr = reader.zarr.decode_tile(encoded, &url)?;
         let shape = slot_shape(g, key.chunk);
         let slot_len = shape.iter().product::<usize>() * g.dtype.size();
+        let scratch = reader.zarr.has_fast_path().then(|| engine.recycler.take(reader.zarr.tile_bytes()));
+        let tile_arr = reader.zarr.decode_tile_into(encoded, &url, scratch)?;
         let mut slot = job_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let whole = g.n_tiles() == 1 && g.sample_axis == 0 && g.inner_tile().iter().zip(g.inner_shape()).all(|(t, s)| *t == s);
         if whole {
             // The tile is the chunk: adopt its buffer, clipped to the real rows.
-            let mut bytes = tile_arr.data;
+            let mut bytes = tile_arr.into_data();
             bytes.truncate(slot_len);
             *slot = Some(bytes);
         } else {
-            let buf = slot.get_or_insert_with(|| zeroed_bytes(slot_len));
+            let buf = slot.get_or_insert_with(|| {
+                let mut b = engine.recycler.take(slot_len);
+                b.resize(slot_len, 0);
+                b
+            });
             place_tile(g, key.chunk, &inner, &tile_arr.data, buf);
+            engine.recycler.give(tile_arr.into_data());
         }
         let took = engine.now() - t0;
         job_rec.with(|r| {
@@ -380,7 +470,7 @@ fn bad_or_raise(
     let slot_len = shape.iter().product::<usize>() * g.dtype.size();
     let inner: Vec<u64> = coord.iter().enumerate().filter(|(a, _)| *a != g.sample_axis).map(|(_, c)| *c).collect();
     let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let buf = slot.get_or_insert_with(|| zeroed_bytes(slot_len));
+    let buf = slot.get_or_insert_with(|| crate::array::zeroed_bytes(slot_len));
     place_tile(g, key.chunk, &inner, &tile, buf);
     tracing::warn!(array = %g.path, chunk = key.chunk, error = %error, "bad chunk filled (on_bad_chunk=\"nan\")");
     engine.bad_chunks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(BadChunk {

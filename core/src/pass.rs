@@ -15,13 +15,13 @@ use std::time::Duration;
 use futures::future::AbortHandle;
 use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
 
-use crate::array::{AlignedBytes, NdArray};
+use crate::array::NdArray;
 use crate::batch::Batch;
 use crate::engine::{Engine, load_chunk};
 use crate::error::{Error, Result};
 use crate::plan::{ChunkKey, PassPlan};
 use crate::pool::{Admit, Chunk, LoadResult, PassId};
-use crate::runtime::{BoxFuture, run_on};
+use crate::runtime::BoxFuture;
 use crate::stats::{BatchTimeline, PassRecorder, PassStats, verdict};
 use crate::transform::BatchTransform;
 
@@ -96,7 +96,8 @@ impl Driver {
                 let bytes = self.key_bytes(key);
                 let engine = Arc::clone(&self.spec.engine);
                 let rec = Arc::clone(&self.spec.recorder);
-                match self.spec.engine.pool.admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec))? {
+                let priority = self.spec.engine.admissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match self.spec.engine.pool.admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec, priority))? {
                     Admit::NoRoom => {
                         if self.parked_since.is_none() {
                             self.parked_since = Some(self.spec.engine.now());
@@ -222,10 +223,11 @@ impl Driver {
         let engine = Arc::clone(&self.spec.engine);
         let rec = Arc::clone(&self.spec.recorder);
         let epoch = self.spec.epoch;
-        let fut = run_on(self.spec.engine.runtime.pool.as_ref(), move || -> Result<Delivered> {
+        let priority = self.spec.engine.admissions.load(std::sync::atomic::Ordering::Relaxed);
+        let fut = self.spec.engine.cpu.run(crate::engine::CLASS_GATHER, priority, move || -> Result<Delivered> {
             let t0 = engine.now();
             let anchors = &plan.anchors[plan.batch_rows(j)];
-            let mut batch = gather(anchors, &vars, &chunks, j, epoch)?;
+            let mut batch = gather(anchors, &vars, &chunks, j, epoch, &engine.recycler)?;
             drop(chunks);
             let t1 = engine.now();
             for t in transforms.iter() {
@@ -249,6 +251,7 @@ fn gather(
     chunks: &HashMap<ChunkKey, Arc<Chunk>>,
     index: usize,
     epoch: u64,
+    recycler: &Arc<crate::array::Recycler>,
 ) -> Result<Batch> {
     let mut batch = Batch {
         arrays: Default::default(),
@@ -259,7 +262,7 @@ fn gather(
     };
     for v in vars {
         let row = v.sample_bytes;
-        let mut out = AlignedBytes::with_capacity(crate::array::BUFFER_ALIGN, row * anchors.len());
+        let mut out = recycler.take(row * anchors.len());
         for &t in anchors {
             let s = (t as i128 + i128::from(v.offset)) as u64;
             let key = ChunkKey { path: v.path, chunk: s / v.spc };
@@ -271,7 +274,7 @@ fn gather(
             out.extend_from_slice(src);
         }
         let shape = std::iter::once(anchors.len()).chain(v.inner.iter().copied()).collect();
-        batch.arrays.insert(v.label.clone(), NdArray::new(v.dtype, shape, out).map_err(Error::Config)?);
+        batch.arrays.insert(v.label.clone(), NdArray::new(v.dtype, shape, out).map_err(Error::Config)?.recycled_by(recycler));
     }
     Ok(batch)
 }

@@ -616,6 +616,15 @@ impl ZarrArray {
     /// # Errors
     /// [`Error::Decode`] (corrupt, truncated, wrong size), with `key` last.
     pub fn decode_tile(&self, encoded: Option<Bytes>, key: &str) -> Result<NdArray> {
+        self.decode_tile_into(encoded, key, None)
+    }
+
+    /// [`Self::decode_tile`], decompressing into `buffer` when the fast path applies (a
+    /// recycled allocation avoids page-faulting a fresh one for every tile).
+    ///
+    /// # Errors
+    /// As [`Self::decode_tile`].
+    pub fn decode_tile_into(&self, encoded: Option<Bytes>, key: &str, buffer: Option<AlignedBytes>) -> Result<NdArray> {
         let shape: Vec<usize> = self.tile_shape.iter().map(|&d| d as usize).collect();
         let Some(encoded) = encoded else {
             let data = filled_bytes(self.tile_bytes / self.dtype.size(), &self.fill_value);
@@ -623,7 +632,7 @@ impl ZarrArray {
         };
         #[cfg(feature = "c-codecs")]
         if self.fast_zstd {
-            let data = zstd_into_aligned(&encoded, self.tile_bytes).map_err(|e| self.decode_err(e, key))?;
+            let data = zstd_into_aligned(&encoded, self.tile_bytes, buffer).map_err(|e| self.decode_err(e, key))?;
             return NdArray::new(self.dtype, shape, data).map_err(|e| self.decode_err(e, key));
         }
         let data = self.decode_generic(&encoded).map_err(|e| self.decode_err(e, key))?;
@@ -672,7 +681,7 @@ impl ZarrArray {
 // `[bytes(little), zstd]` (and the same inside a shard) on a little-endian host, the decoded
 // bytes ARE the tile, so decompress straight into one fresh aligned buffer.
 #[cfg(feature = "c-codecs")]
-fn zstd_into_aligned(src: &[u8], expected: usize) -> std::result::Result<AlignedBytes, String> {
+fn zstd_into_aligned(src: &[u8], expected: usize, buffer: Option<AlignedBytes>) -> std::result::Result<AlignedBytes, String> {
     use std::cell::RefCell;
     use zstd::zstd_safe::{DCtx, WriteBuf, get_error_name};
 
@@ -700,7 +709,14 @@ fn zstd_into_aligned(src: &[u8], expected: usize) -> std::result::Result<Aligned
         static DCTX: RefCell<Option<DCtx<'static>>> = const { RefCell::new(None) };
     }
 
-    let mut out = AlignedBytes::with_capacity(BUFFER_ALIGN, expected);
+    let mut out = match buffer {
+        Some(mut b) => {
+            b.clear();
+            b.reserve(expected);
+            b
+        }
+        None => AlignedBytes::with_capacity(BUFFER_ALIGN, expected),
+    };
     let written = DCTX.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {

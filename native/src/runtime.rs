@@ -108,6 +108,10 @@ impl NativeRuntime {
     pub fn new(threads: Option<usize>) -> Result<Self, NativeError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
+            // Local-file reads run on the blocking pool. A few threads serve them in request
+            // (admission) order, so the first batch's chunks arrive first instead of every
+            // read in flight finishing together; remote reads are async and unaffected.
+            .max_blocking_threads(4)
             .thread_name("insitubatch-io")
             .enable_all()
             .build()
