@@ -6,9 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 ib_prereqs
+LOG="$INSITUBATCH_CACHE/last-test.log"
+: >"$LOG"
+# Run a test command, keep its output for the final count.
+t() { "$@" 2>&1 | tee -a "$LOG"; }
 
 echo "== unit, simulation and property tests"
-cargo test -p insitubatch-core -p insitubatch-native
+t cargo test -p insitubatch-core -p insitubatch-native
 
 echo "== core for wasm32 (no runtime in its dependency tree)"
 cargo build -q -p insitubatch-core --target wasm32-unknown-unknown
@@ -24,6 +28,8 @@ source tests/servers/start_all.sh
 ib_start_servers "$INSITUBATCH_FIXTURES"
 
 echo "== end-to-end tests"
-cargo test -p insitubatch-tests
+t cargo test -p insitubatch-tests
 ib_stop_servers
-echo "all tests passed"
+
+# One closing line over every runner above.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f; exit (f > 0) }' "$LOG"

@@ -254,6 +254,8 @@ impl NdArray {
 
     /// The elements as a mutable typed slice, if `T` has the dtype's element size.
     pub fn as_mut_slice<T: bytemuck::Pod>(&mut self) -> Option<&mut [T]> {
-        (std::mem::size_of::<T>() == self.dtype.size()).then(|| bytemuck::try_cast_slice_mut(&mut self.data).ok()).flatten()
+        (std::mem::size_of::<T>() == self.dtype.size())
+            .then(|| bytemuck::try_cast_slice_mut(&mut self.data).ok())
+            .flatten()
     }
 }

@@ -53,7 +53,7 @@ pub fn place_tile(g: &ArrayGeometry, c: u64, inner: &[u64], tile: &[u8], slot: &
         slot_stride[ax] = acc;
         acc *= sshape[pos];
     }
-    if p.extent.iter().any(|&e| e == 0) {
+    if p.extent.contains(&0) {
         return;
     }
     let last = rank - 1;
@@ -96,7 +96,6 @@ mod tests {
     /// tile, and check the slot against a direct sample-first read.
     fn check(shape: Vec<u64>, tile: Vec<u64>, sample_axis: usize) {
         let g = ArrayGeometry::new("a", shape.clone(), tile.clone(), DType::Uint32, sample_axis).unwrap();
-        let rank = shape.len();
         let value = |p: &[u64]| p.iter().zip(&shape).fold(0u64, |acc, (i, n)| acc * n + i) as u32;
         for c in 0..g.n_chunks() {
             let sshape = slot_shape(&g, c);
@@ -107,37 +106,22 @@ mod tests {
                 let n: usize = tile.iter().product::<u64>() as usize;
                 let mut buf = Vec::with_capacity(n * 4);
                 for e in 0..n {
-                    let mut rem = e;
-                    let mut p = vec![0u64; rank];
-                    for ax in (0..rank).rev() {
-                        p[ax] = coord[ax] * tile[ax] + (rem % tile[ax] as usize) as u64;
-                        rem /= tile[ax] as usize;
-                    }
+                    let local = crate::geometry::unravel_index(e as u64, &tile);
+                    let p: Vec<u64> = local.iter().zip(&coord).zip(&tile).map(|((l, c), t)| c * t + l).collect();
                     let inb = p.iter().zip(&shape).all(|(i, s)| i < s);
                     buf.extend_from_slice(&(if inb { value(&p) } else { u32::MAX }).to_ne_bytes());
                 }
                 place_tile(&g, c, &inner, &buf, &mut slot);
             }
             let got: Vec<u32> = slot.chunks(4).map(|b| u32::from_ne_bytes(b.try_into().unwrap())).collect();
-            let rows = g.samples_in_chunk(c);
-            let inner_shape = g.inner_shape();
+            let n_inner: u64 = g.inner_shape().iter().product();
             let mut i = 0;
-            for s in rows {
-                let mut rem_total: u64 = inner_shape.iter().product();
-                for e in 0..rem_total {
-                    let mut rem = e;
-                    let mut ip = vec![0u64; inner_shape.len()];
-                    for k in (0..inner_shape.len()).rev() {
-                        ip[k] = rem % inner_shape[k];
-                        rem /= inner_shape[k];
-                    }
-                    let mut p = ip.clone();
-                    p.insert(sample_axis, s);
-                    assert_eq!(got[i], value(&p), "chunk {c} sample {s} inner {ip:?}");
+            for s in g.samples_in_chunk(c) {
+                for e in 0..n_inner {
+                    let flat = crate::geometry::sample_element_index(&shape, sample_axis, s, e);
+                    assert_eq!(got[i] as u64, flat, "chunk {c} sample {s} element {e}");
                     i += 1;
                 }
-                rem_total = 0;
-                let _ = rem_total;
             }
         }
     }

@@ -92,7 +92,9 @@ pub struct Dataset {
 
 impl std::fmt::Debug for Dataset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dataset").field("variables", &self.inner.vars.iter().map(|v| &v.label).collect::<Vec<_>>()).finish()
+        f.debug_struct("Dataset")
+            .field("variables", &self.inner.vars.iter().map(|v| &v.label).collect::<Vec<_>>())
+            .finish()
     }
 }
 
@@ -168,7 +170,10 @@ impl Dataset {
                 Some(i) => i,
                 None => {
                     let zarr = by_path.get(&v.geometry.path).ok_or_else(|| Error::NotFound {
-                        message: format!("variable {:?} reads array {:?}, which was not opened", v.label, v.geometry.path),
+                        message: format!(
+                            "variable {:?} reads array {:?}, which was not opened",
+                            v.label, v.geometry.path
+                        ),
                         key: storage.location(),
                     })?;
                     if zarr.shape() != v.geometry.shape.as_slice() || zarr.tile_shape() != v.geometry.tile.as_slice() {
@@ -181,7 +186,11 @@ impl Dataset {
                             zarr.tile_shape()
                         )));
                     }
-                    let transforms = chunk_transforms.iter().filter(|t| t.covers(&v.geometry.path)).map(|t| Arc::clone(&t.transform)).collect();
+                    let transforms = chunk_transforms
+                        .iter()
+                        .filter(|t| t.covers(&v.geometry.path))
+                        .map(|t| Arc::clone(&t.transform))
+                        .collect();
                     let base = ArrayGeometry { offset: 0, ..v.geometry.clone() };
                     readers.push(ArrayReader::new(Arc::new(zarr.clone()), base, transforms)?);
                     paths.push(v.geometry.path.clone());
@@ -195,7 +204,8 @@ impl Dataset {
                     v.geometry.path
                 )));
             }
-            let plan_var = PlanVar { path: path_id as u32, offset: v.geometry.offset, spc: v.geometry.sample_chunk_size() };
+            let plan_var =
+                PlanVar { path: path_id as u32, offset: v.geometry.offset, spc: v.geometry.sample_chunk_size() };
             plan_vars.push(plan_var);
             gather_vars.push(GatherVar {
                 label: v.label.clone(),
@@ -218,7 +228,11 @@ impl Dataset {
         let block_chunks =
             widen_block_chunks(options.block_chunks, options.batch_size, &all_chunks, ref_spc, n_samples, anchor_range);
         if block_chunks > options.block_chunks {
-            tracing::info!(requested = options.block_chunks, block_chunks, "block_chunks widened so a block holds a batch");
+            tracing::info!(
+                requested = options.block_chunks,
+                block_chunks,
+                "block_chunks widened so a block holds a batch"
+            );
         }
         let floor_arrays: Vec<FloorArray> = readers
             .iter()
@@ -236,17 +250,20 @@ impl Dataset {
             .max()
             .unwrap_or(0);
         let train_chunks = manifest.chunks_of(Split::Train).len() as u64;
-        let read_once_bytes =
-            if shares && options.shuffle { block_bytes(&floor_arrays, train_chunks, ref_spc).max(floor_max) } else { floor_max };
-        if let Some(budget) = options.cache_budget_bytes {
-            if budget < floor_max {
-                return Err(Error::Config(format!(
-                    "cache_budget_bytes={budget} is below this run's residency floor of {floor_max} bytes ({}): two shuffle \
+        let read_once_bytes = if shares && options.shuffle {
+            block_bytes(&floor_arrays, train_chunks, ref_spc).max(floor_max)
+        } else {
+            floor_max
+        };
+        if let Some(budget) = options.cache_budget_bytes
+            && budget < floor_max
+        {
+            return Err(Error::Config(format!(
+                "cache_budget_bytes={budget} is below this run's residency floor of {floor_max} bytes ({}): two shuffle \
                      blocks of chunks must fit. Raise it, lower block_chunks or batch_size, or leave it unset to size it \
                      automatically",
-                    human_bytes(floor_max)
-                )));
-            }
+                human_bytes(floor_max)
+            )));
         }
         let pool = Arc::new(Pool::new(options.cache_budget_bytes, read_once_bytes));
         let runtime_pool = Arc::clone(&runtime.pool);
@@ -359,7 +376,12 @@ impl Dataset {
 
     fn floor(&self, split: Split) -> u64 {
         let i = &self.inner;
-        residency_floor(&i.floor_arrays, i.block_chunks as u64, i.manifest.chunks_of(split).len() as u64, i.manifest.sample_chunk_size)
+        residency_floor(
+            &i.floor_arrays,
+            i.block_chunks as u64,
+            i.manifest.chunks_of(split).len() as u64,
+            i.manifest.sample_chunk_size,
+        )
     }
 
     /// The anchors of one epoch of a view, in draw order (what the batches will carry).
@@ -523,10 +545,14 @@ impl Dataset {
                 code: "block-chunks-widened".into(),
                 severity: "note".into(),
                 subject: "dataset".into(),
-                message: format!("block_chunks raised from {} to {} so any block holds a batch of {}", o.block_chunks, i.block_chunks, o.batch_size),
+                message: format!(
+                    "block_chunks raised from {} to {} so any block holds a batch of {}",
+                    o.block_chunks, i.block_chunks, o.batch_size
+                ),
             });
         }
-        let floor = [Split::Train, Split::Val, Split::Test, Split::All].iter().map(|&s| self.floor(s)).max().unwrap_or(0);
+        let floor =
+            [Split::Train, Split::Val, Split::Test, Split::All].iter().map(|&s| self.floor(s)).max().unwrap_or(0);
         let needed = floor.saturating_mul(iterations as u64);
         let residency = match o.cache_budget_bytes {
             Some(b) => b,
@@ -557,7 +583,13 @@ impl Dataset {
         let max_gathers = i.engine.runtime.pool.parallelism().get().clamp(1, 4) as u64;
         let queue_bytes = (o.prefetch_depth as u64 + max_gathers + 1) * batch_bytes;
         let inflight_bytes: u64 = {
-            let per_tile = i.engine.arrays.iter().map(|r| r.geom.tile_bytes() * if r.geom.n_tiles() > 1 { 2 } else { 1 }).max().unwrap_or(0);
+            let per_tile = i
+                .engine
+                .arrays
+                .iter()
+                .map(|r| r.geom.tile_bytes() * if r.geom.n_tiles() > 1 { 2 } else { 1 })
+                .max()
+                .unwrap_or(0);
             (o.max_inflight as u64 * per_tile).min(floor * 2)
         };
         let parallelism = i.engine.runtime.pool.parallelism().get() as u64;
@@ -591,7 +623,10 @@ impl Dataset {
             n_chunks: i.manifest.n_chunks,
             split_chunks: splits.iter().map(|&s| (s.name().to_string(), i.manifest.chunks_of(s).len())).collect(),
             drawable_samples: splits.iter().map(|&s| (s.name().to_string(), drawable(s))).collect(),
-            batches_per_epoch: splits.iter().map(|&s| (s.name().to_string(), drawable(s).div_ceil(o.batch_size as u64) as usize)).collect(),
+            batches_per_epoch: splits
+                .iter()
+                .map(|&s| (s.name().to_string(), drawable(s).div_ceil(o.batch_size as u64) as usize))
+                .collect(),
             shuffle_quality: shuffle_quality(&order.anchors),
         };
         notes_var.extend(notes);

@@ -201,7 +201,11 @@ impl DatasetReport {
             "  batch {} | block_chunks {}{} | max_inflight {} | prefetch {} | seed {} epoch {} | shuffle quality {:.2}",
             c.batch_size,
             c.block_chunks,
-            if c.block_chunks != c.block_chunks_requested { format!(" (asked {})", c.block_chunks_requested) } else { String::new() },
+            if c.block_chunks != c.block_chunks_requested {
+                format!(" (asked {})", c.block_chunks_requested)
+            } else {
+                String::new()
+            },
             c.max_inflight,
             c.prefetch_depth,
             c.seed,

@@ -136,7 +136,10 @@ impl CpuQueue {
         let job: Job = Box::new(move || {
             let _ = tx.send(f());
         });
-        self.heap.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Prioritized { key: (class, priority, seq), job });
+        self.heap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Prioritized { key: (class, priority, seq), job });
         let heap = Arc::clone(&self.heap);
         self.pool.execute(Box::new(move || {
             let next = heap.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
@@ -303,15 +306,21 @@ impl Engine {
 }
 
 /// Load one chunk: all its tiles, assembled into a sample-first slot, transformed.
-pub(crate) fn load_chunk(engine: Arc<Engine>, key: ChunkKey, rec: Arc<PassRecorder>, priority: u64) -> BoxFuture<'static, LoadResult> {
+pub(crate) fn load_chunk(
+    engine: Arc<Engine>,
+    key: ChunkKey,
+    rec: Arc<PassRecorder>,
+    priority: u64,
+) -> BoxFuture<'static, LoadResult> {
     Box::pin(async move {
         let reader = &engine.arrays[key.path as usize];
         let g = &reader.geom;
         let shape = slot_shape(g, key.chunk);
         let slot_len = shape.iter().product::<usize>() * g.dtype.size();
         let slot: Arc<Mutex<Option<AlignedBytes>>> = Arc::new(Mutex::new(None));
-        let mut tiles: FuturesUnordered<_> =
-            (0..g.n_tiles()).map(|t| load_tile(Arc::clone(&engine), key, t, Arc::clone(&slot), Arc::clone(&rec), priority)).collect();
+        let mut tiles: FuturesUnordered<_> = (0..g.n_tiles())
+            .map(|t| load_tile(Arc::clone(&engine), key, t, Arc::clone(&slot), Arc::clone(&rec), priority))
+            .collect();
         let mut times = LoadTimes::default();
         let mut bad = false;
         while let Some(r) = tiles.next().await {
@@ -406,39 +415,43 @@ async fn load_tile(
     let job_rec = Arc::clone(&rec);
     let url = engine.url(&object);
     let job_slot = Arc::clone(&slot);
-    let decoded = engine.cpu.run(CLASS_LOAD, priority, move || -> Result<()> {
-        let engine = job_engine;
-        let reader = &engine.arrays[key.path as usize];
-        let g = &reader.geom;
-        let t0 = engine.now();
-        let shape = slot_shape(g, key.chunk);
-        let slot_len = shape.iter().product::<usize>() * g.dtype.size();
-        let scratch = reader.zarr.has_fast_path().then(|| engine.recycler.take(reader.zarr.tile_bytes()));
-        let tile_arr = reader.zarr.decode_tile_into(encoded, &url, scratch)?;
-        let mut slot = job_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let whole = g.n_tiles() == 1 && g.sample_axis == 0 && g.inner_tile().iter().zip(g.inner_shape()).all(|(t, s)| *t == s);
-        if whole {
-            // The tile is the chunk: adopt its buffer, clipped to the real rows.
-            let mut bytes = tile_arr.into_data();
-            bytes.truncate(slot_len);
-            *slot = Some(bytes);
-        } else {
-            let buf = slot.get_or_insert_with(|| {
-                let mut b = engine.recycler.take(slot_len);
-                b.resize(slot_len, 0);
-                b
+    let decoded = engine
+        .cpu
+        .run(CLASS_LOAD, priority, move || -> Result<()> {
+            let engine = job_engine;
+            let reader = &engine.arrays[key.path as usize];
+            let g = &reader.geom;
+            let t0 = engine.now();
+            let shape = slot_shape(g, key.chunk);
+            let slot_len = shape.iter().product::<usize>() * g.dtype.size();
+            let scratch = reader.zarr.has_fast_path().then(|| engine.recycler.take(reader.zarr.tile_bytes()));
+            let tile_arr = reader.zarr.decode_tile_into(encoded, &url, scratch)?;
+            let mut slot = job_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let whole = g.n_tiles() == 1
+                && g.sample_axis == 0
+                && g.inner_tile().iter().zip(g.inner_shape()).all(|(t, s)| *t == s);
+            if whole {
+                // The tile is the chunk: adopt its buffer, clipped to the real rows.
+                let mut bytes = tile_arr.into_data();
+                bytes.truncate(slot_len);
+                *slot = Some(bytes);
+            } else {
+                let buf = slot.get_or_insert_with(|| {
+                    let mut b = engine.recycler.take(slot_len);
+                    b.resize(slot_len, 0);
+                    b
+                });
+                place_tile(g, key.chunk, &inner, &tile_arr.data, buf);
+                engine.recycler.give(tile_arr.into_data());
+            }
+            let took = engine.now() - t0;
+            job_rec.with(|r| {
+                r.times.decode_s += took.as_secs_f64();
+                r.decoded_bytes += g.tile_bytes();
             });
-            place_tile(g, key.chunk, &inner, &tile_arr.data, buf);
-            engine.recycler.give(tile_arr.into_data());
-        }
-        let took = engine.now() - t0;
-        job_rec.with(|r| {
-            r.times.decode_s += took.as_secs_f64();
-            r.decoded_bytes += g.tile_bytes();
-        });
-        Ok(())
-    })
-    .await?;
+            Ok(())
+        })
+        .await?;
     match decoded {
         Ok(()) => Ok((permitted, fetched, false)),
         Err(e) => bad_or_raise(&engine, key, &coord, slot, e).map(|b| (permitted, fetched, b)),

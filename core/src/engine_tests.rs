@@ -47,7 +47,13 @@ impl Fixture {
         write_f32_array(&self.storage, path, shape, chunks, inner, None, value_at(shape));
     }
 
-    fn dataset(&self, labels: &[(&str, &str, i64)], sample_axis: usize, fractions: (f64, f64, f64), opts: DatasetOptions) -> crate::Result<Dataset> {
+    fn dataset(
+        &self,
+        labels: &[(&str, &str, i64)],
+        sample_axis: usize,
+        fractions: (f64, f64, f64),
+        opts: DatasetOptions,
+    ) -> crate::Result<Dataset> {
         let storage: Arc<dyn crate::Storage> = Arc::new(self.storage.clone());
         let st = storage.clone();
         let paths: Vec<String> = labels.iter().map(|l| l.1.to_string()).collect();
@@ -92,21 +98,8 @@ impl Fixture {
 
 /// The expected row of `label` for sample `s` (physical value formula, sample-first).
 fn expected_row(shape: &[u64], sample_axis: usize, s: u64) -> Vec<f32> {
-    let inner: Vec<u64> = (0..shape.len()).filter(|&a| a != sample_axis).map(|a| shape[a]).collect();
-    let n: u64 = inner.iter().product();
-    let mut out = Vec::with_capacity(n as usize);
-    for e in 0..n {
-        let mut rem = e;
-        let mut ip = vec![0u64; inner.len()];
-        for k in (0..inner.len()).rev() {
-            ip[k] = rem % inner[k];
-            rem /= inner[k];
-        }
-        ip.insert(sample_axis, s);
-        let flat = ip.iter().zip(shape).fold(0u64, |acc, (i, d)| acc * d + i);
-        out.push((flat % 16_000_000) as f32);
-    }
-    out
+    let n: u64 = (0..shape.len()).filter(|&a| a != sample_axis).map(|a| shape[a]).product();
+    (0..n).map(|e| (crate::geometry::sample_element_index(shape, sample_axis, s, e) % 16_000_000) as f32).collect()
 }
 
 fn rows(a: &NdArray) -> Vec<Vec<f32>> {
@@ -114,7 +107,14 @@ fn rows(a: &NdArray) -> Vec<Vec<f32>> {
     a.as_slice::<f32>().unwrap().chunks(row.max(1)).map(<[f32]>::to_vec).collect()
 }
 
-fn check_epoch(batches: &[Batch], shape: &[u64], sample_axis: usize, labels: &[(&str, i64)], expect: &[u64], bs: usize) {
+fn check_epoch(
+    batches: &[Batch],
+    shape: &[u64],
+    sample_axis: usize,
+    labels: &[(&str, i64)],
+    expect: &[u64],
+    bs: usize,
+) {
     let mut seen: Vec<u64> = batches.iter().flat_map(|b| b.sample_indices.iter().copied()).collect();
     for (i, b) in batches.iter().enumerate() {
         if i + 1 < batches.len() {
@@ -141,7 +141,10 @@ fn epoch_covers_values_and_is_deterministic() {
     let e0 = f.epoch(&ds, Split::Train).unwrap().unwrap();
     check_epoch(&e0, &shape, 0, &[("t2m", 0)], &(0..77).collect::<Vec<_>>(), 10);
     let again = f.epoch(&ds, Split::Train).unwrap().unwrap();
-    assert_eq!(e0.iter().map(|b| b.sample_indices.clone()).collect::<Vec<_>>(), again.iter().map(|b| b.sample_indices.clone()).collect::<Vec<_>>());
+    assert_eq!(
+        e0.iter().map(|b| b.sample_indices.clone()).collect::<Vec<_>>(),
+        again.iter().map(|b| b.sample_indices.clone()).collect::<Vec<_>>()
+    );
     ds.set_epoch(1);
     let e1 = f.epoch(&ds, Split::Train).unwrap().unwrap();
     assert_ne!(e0[0].sample_indices, e1[0].sample_indices, "another epoch, another order");
@@ -163,7 +166,11 @@ fn cold_epoch_reads_every_chunk_once_whatever_the_batch_size() {
             f.epoch(&ds, Split::Train).unwrap().unwrap();
             for c in 0..8 {
                 for t in 0..2 {
-                    assert_eq!(f.storage.reads_of(&format!("t2m/c/{c}/0/{t}")), 1, "bs {bs} shuffle {shuffle} chunk {c}/{t}");
+                    assert_eq!(
+                        f.storage.reads_of(&format!("t2m/c/{c}/0/{t}")),
+                        1,
+                        "bs {bs} shuffle {shuffle} chunk {c}/{t}"
+                    );
                 }
             }
             assert_eq!(f.storage.total_reads() - before, 16);
@@ -255,11 +262,21 @@ fn budgets_below_the_floor_or_too_small_for_two_iterations_are_refused() {
     f.array("t2m", &[96, 4, 4], &[4, 4, 4], None);
     let chunk = 4 * 16 * 4;
     let err = f
-        .dataset(&[("t2m", "t2m", 0)], 0, (0.75, 0.25, 0.0), DatasetOptions { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(chunk), ..Default::default() })
+        .dataset(
+            &[("t2m", "t2m", 0)],
+            0,
+            (0.75, 0.25, 0.0),
+            DatasetOptions { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(chunk), ..Default::default() },
+        )
         .unwrap_err();
     assert!(err.to_string().contains("below this run's residency floor of 1024 bytes"), "{err}");
     let ds = f
-        .dataset(&[("t2m", "t2m", 0)], 0, (0.75, 0.25, 0.0), DatasetOptions { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(1024), ..Default::default() })
+        .dataset(
+            &[("t2m", "t2m", 0)],
+            0,
+            (0.75, 0.25, 0.0),
+            DatasetOptions { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(1024), ..Default::default() },
+        )
         .unwrap();
     f.epoch(&ds, Split::Train).unwrap().unwrap();
     let d = ds.clone();
@@ -280,7 +297,9 @@ fn budgets_below_the_floor_or_too_small_for_two_iterations_are_refused() {
 fn a_consumer_that_stops_does_not_hang_and_errors_name_the_key() {
     let f = Fixture::new(None);
     f.array("t2m", &[40, 2, 2], &[5, 2, 2], None);
-    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 3, ..Default::default() }).unwrap();
+    let ds = f
+        .dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 3, ..Default::default() })
+        .unwrap();
     // Stop mid-epoch with batches queued: the simulation must still finish.
     let d = ds.clone();
     f.sim
@@ -295,7 +314,9 @@ fn a_consumer_that_stops_does_not_hang_and_errors_name_the_key() {
     // Corrupt one chunk: raise names the key; nan fills and records it.
     f.storage.insert("t2m/c/3/0/0", vec![1u8, 2, 3, 4, 5]);
     // A fresh dataset (the first one may hold chunk 3 in its pool).
-    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 3, ..Default::default() }).unwrap();
+    let ds = f
+        .dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 3, ..Default::default() })
+        .unwrap();
     let err = f.epoch(&ds, Split::Train).unwrap().unwrap_err();
     assert!(matches!(err, Error::Decode { .. }), "{err:?}");
     assert!(err.to_string().ends_with("memory://t2m/c/3/0/0"), "{err}");
@@ -304,7 +325,8 @@ fn a_consumer_that_stops_does_not_hang_and_errors_name_the_key() {
     opts.read_policy.on_bad_chunk = OnBadChunk::Nan;
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
-    let nan_rows: usize = b.iter().map(|b| rows(&b.arrays["t2m"]).iter().filter(|r| r.iter().all(|x| x.is_nan())).count()).sum();
+    let nan_rows: usize =
+        b.iter().map(|b| rows(&b.arrays["t2m"]).iter().filter(|r| r.iter().all(|x| x.is_nan())).count()).sum();
     assert_eq!(nan_rows, 5);
     assert_eq!(ds.bad_chunks().len(), 1);
 }
@@ -314,14 +336,18 @@ fn transient_failures_are_retried_and_permanent_ones_reported() {
     let f = Fixture::new(None);
     f.array("t2m", &[16, 2, 2], &[4, 2, 2], None);
     f.storage.set_fault("t2m/c/1/0/0", Fault::TransientFailures(2));
-    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 4, ..Default::default() }).unwrap();
+    let ds = f
+        .dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 4, ..Default::default() })
+        .unwrap();
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
     check_epoch(&b, &[16, 2, 2], 0, &[("t2m", 0)], &(0..16).collect::<Vec<_>>(), 4);
     assert_eq!(f.storage.reads_of("t2m/c/1/0/0"), 3);
     f.storage.set_fault("t2m/c/2/0/0", Fault::Permanent("access denied".into()));
     ds.set_epoch(1);
     // Evict by making a new dataset (fresh pool) so the chunk is fetched again.
-    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 4, ..Default::default() }).unwrap();
+    let ds = f
+        .dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 4, ..Default::default() })
+        .unwrap();
     let err = f.epoch(&ds, Split::Train).unwrap().unwrap_err();
     assert!(err.to_string().contains("access denied") && err.to_string().ends_with("t2m/c/2/0/0"), "{err}");
 }
@@ -330,7 +356,8 @@ fn transient_failures_are_retried_and_permanent_ones_reported() {
 fn warm_epoch_reads_nothing_when_the_budget_holds_the_split() {
     let f = Fixture::new(None);
     f.array("t2m", &[32, 2, 2], &[4, 2, 2], None);
-    let opts = DatasetOptions { batch_size: 4, block_chunks: 1, cache_budget_bytes: Some(1 << 20), ..Default::default() };
+    let opts =
+        DatasetOptions { batch_size: 4, block_chunks: 1, cache_budget_bytes: Some(1 << 20), ..Default::default() };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     f.epoch(&ds, Split::Train).unwrap().unwrap();
     let cold = f.storage.total_reads();
@@ -435,7 +462,14 @@ proptest! {
 fn describe_reads_nothing_and_matches_the_engine_floor() {
     let f = Fixture::new(None);
     f.array("t2m", &[64, 6, 6], &[8, 3, 6], None);
-    let ds = f.dataset(&[("x", "t2m", 0), ("y", "t2m", 1)], 0, (0.75, 0.25, 0.0), DatasetOptions { batch_size: 8, block_chunks: 1, ..Default::default() }).unwrap();
+    let ds = f
+        .dataset(
+            &[("x", "t2m", 0), ("y", "t2m", 1)],
+            0,
+            (0.75, 0.25, 0.0),
+            DatasetOptions { batch_size: 8, block_chunks: 1, ..Default::default() },
+        )
+        .unwrap();
     let before = f.storage.total_reads();
     let r = ds.describe(2).unwrap();
     assert_eq!(f.storage.total_reads(), before, "describe() touches no storage");
@@ -450,4 +484,24 @@ fn describe_reads_nothing_and_matches_the_engine_floor() {
     assert!(!st.is_empty());
     let pass = ds.last_pass().unwrap();
     assert!(pass.depths.resident_peak_bytes <= r.memory.residency_bytes);
+}
+
+#[test]
+fn unequal_sample_lengths_and_bad_knobs_are_refused() {
+    let f = Fixture::new(None);
+    f.array("a", &[40, 2, 2], &[8, 2, 2], None);
+    f.array("b", &[41, 2, 2], &[8, 2, 2], None);
+    let err = f.dataset(&[("a", "a", 0), ("b", "b", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("same sample-axis length"), "{err}");
+    let err = f
+        .dataset(&[("a", "a", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 0, ..Default::default() })
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err}");
+    let err = f.dataset(&[("a", "a", 0), ("a", "a", 1)], 0, (1.0, 0.0, 0.0), DatasetOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("used twice"), "{err}");
+    // An empty split yields nothing, repeatably, and leaves the others alone.
+    let ds = f.dataset(&[("a", "a", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions::default()).unwrap();
+    assert!(f.epoch(&ds, Split::Val).unwrap().unwrap().is_empty());
+    assert!(f.epoch(&ds, Split::Val).unwrap().unwrap().is_empty());
+    assert_eq!(f.epoch(&ds, Split::Train).unwrap().unwrap().iter().map(Batch::len).sum::<usize>(), 40);
 }

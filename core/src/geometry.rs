@@ -69,12 +69,11 @@ impl ArrayGeometry {
                 self.shape
             ));
         }
-        if self.tile.iter().any(|&c| c == 0) {
+        if self.tile.contains(&0) {
             return bad(format!("chunk shape {:?} has a zero extent", self.tile));
         }
         let checked = |dims: &[u64]| dims.iter().try_fold(self.dtype.size() as u64, |acc, &d| acc.checked_mul(d));
-        let chunk_bytes = checked(&self.tile)
-            .and_then(|tile| tile.checked_mul(self.n_tiles_checked()?));
+        let chunk_bytes = checked(&self.tile).and_then(|tile| tile.checked_mul(self.n_tiles_checked()?));
         match chunk_bytes {
             Some(b) if b <= MAX_CHUNK_BYTES => {}
             _ => {
@@ -87,10 +86,10 @@ impl ArrayGeometry {
         if checked(&self.shape).is_none() {
             return bad(format!("shape {:?} overflows 64-bit byte counts", self.shape));
         }
-        if let Some(shard) = &self.shard {
-            if shard.len() != self.tile.len() || shard.iter().zip(&self.tile).any(|(s, t)| *s == 0 || s % t != 0) {
-                return bad(format!("shard shape {shard:?} is not a multiple of inner chunk shape {:?}", self.tile));
-            }
+        if let Some(shard) = &self.shard
+            && (shard.len() != self.tile.len() || shard.iter().zip(&self.tile).any(|(s, t)| *s == 0 || s % t != 0))
+        {
+            return bad(format!("shard shape {shard:?} is not a multiple of inner chunk shape {:?}", self.tile));
         }
         Ok(())
     }
@@ -158,14 +157,8 @@ impl ArrayGeometry {
     }
 
     /// The row-major inner tile coordinate of tile number `i` (the on-disk cache order).
-    pub fn inner_coord(&self, mut i: u64) -> Vec<u64> {
-        let grid = self.inner_grid();
-        let mut coord = vec![0; grid.len()];
-        for (k, g) in grid.iter().enumerate().rev() {
-            coord[k] = i % g;
-            i /= g;
-        }
-        coord
+    pub fn inner_coord(&self, i: u64) -> Vec<u64> {
+        unravel_index(i, &self.inner_grid())
     }
 
     /// The full physical tile-grid coordinate for chunk `c` and inner tile `inner`.
@@ -234,6 +227,26 @@ impl ArrayGeometry {
     }
 }
 
+/// Row-major (C-order) coordinates of flat index `i` in `shape`.
+pub fn unravel_index(mut i: u64, shape: &[u64]) -> Vec<u64> {
+    let mut coord = vec![0; shape.len()];
+    for (k, d) in shape.iter().enumerate().rev() {
+        coord[k] = i % d;
+        i /= d;
+    }
+    coord
+}
+
+/// The physical row-major flat index of element `e` of sample `s`, where samples are taken
+/// along `sample_axis` and a sample's elements are in physical order (how batches lay out
+/// a row). The inverse of what assembly does; tests use it to find expected values.
+pub fn sample_element_index(shape: &[u64], sample_axis: usize, s: u64, e: u64) -> u64 {
+    let inner: Vec<u64> = (0..shape.len()).filter(|&a| a != sample_axis).map(|a| shape[a]).collect();
+    let mut p = unravel_index(e, &inner);
+    p.insert(sample_axis, s);
+    p.iter().zip(shape).fold(0u64, |acc, (i, d)| acc * d + i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,8 +281,8 @@ mod tests {
     #[test]
     fn hostile_shapes_are_refused() {
         assert!(ArrayGeometry::new("a", vec![10, 4], vec![0, 4], DType::Float32, 0).is_err());
-        let e = ArrayGeometry::new("a", vec![u64::MAX, 1 << 40], vec![1 << 30, 1 << 30], DType::Float64, 0)
-            .unwrap_err();
+        let e =
+            ArrayGeometry::new("a", vec![u64::MAX, 1 << 40], vec![1 << 30, 1 << 30], DType::Float64, 0).unwrap_err();
         assert!(e.to_string().contains("would exceed"), "{e}");
     }
 

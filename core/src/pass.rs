@@ -97,7 +97,12 @@ impl Driver {
                 let engine = Arc::clone(&self.spec.engine);
                 let rec = Arc::clone(&self.spec.recorder);
                 let priority = self.spec.engine.admissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                match self.spec.engine.pool.admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec, priority))? {
+                match self
+                    .spec
+                    .engine
+                    .pool
+                    .admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec, priority))?
+                {
                     Admit::NoRoom => {
                         if self.parked_since.is_none() {
                             self.parked_since = Some(self.spec.engine.now());
@@ -159,11 +164,11 @@ impl Driver {
                 progressed = true;
             }
             // 5. Send in order.
-            if self.sending.is_none() {
-                if let Some(d) = self.unsent.pop_front() {
-                    let tx = self.tx.clone();
-                    self.sending = Some(Box::pin(async move { tx.send(Ok(d)).await }));
-                }
+            if self.sending.is_none()
+                && let Some(d) = self.unsent.pop_front()
+            {
+                let tx = self.tx.clone();
+                self.sending = Some(Box::pin(async move { tx.send(Ok(d)).await }));
             }
             if let Some(f) = self.sending.as_mut() {
                 match f.as_mut().poll(cx) {
@@ -181,7 +186,10 @@ impl Driver {
                 return Poll::Ready(Ok(()));
             }
             if !progressed {
-                let idle = self.loads.is_empty() && self.gathers.is_empty() && self.sending.is_none() && self.unsent.is_empty();
+                let idle = self.loads.is_empty()
+                    && self.gathers.is_empty()
+                    && self.sending.is_none()
+                    && self.unsent.is_empty();
                 if idle {
                     // Nothing can wake us: a proved stall. The plan makes this unreachable;
                     // if it ever happens, say so instead of hanging.
@@ -267,14 +275,17 @@ fn gather(
             let s = (t as i128 + i128::from(v.offset)) as u64;
             let key = ChunkKey { path: v.path, chunk: s / v.spc };
             let w = (s % v.spc) as usize;
-            let chunk = chunks.get(&key).ok_or_else(|| Error::Stall(format!("internal: chunk {key:?} missing at gather")))?;
+            let chunk =
+                chunks.get(&key).ok_or_else(|| Error::Stall(format!("internal: chunk {key:?} missing at gather")))?;
             let src = chunk.data.data.get(w * row..(w + 1) * row).ok_or_else(|| {
                 Error::Stall(format!("internal: chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape))
             })?;
             out.extend_from_slice(src);
         }
         let shape = std::iter::once(anchors.len()).chain(v.inner.iter().copied()).collect();
-        batch.arrays.insert(v.label.clone(), NdArray::new(v.dtype, shape, out).map_err(Error::Config)?.recycled_by(recycler));
+        batch
+            .arrays
+            .insert(v.label.clone(), NdArray::new(v.dtype, shape, out).map_err(Error::Config)?.recycled_by(recycler));
     }
     Ok(batch)
 }

@@ -52,7 +52,7 @@ impl PlanVar {
     /// True when one of this variable's chunks can be read by two reference chunks, so by
     /// two shuffle blocks (windows, or a coarser sample-axis chunking than the reference).
     pub fn shares_chunks(&self, ref_spc: u64) -> bool {
-        ref_spc % self.spc != 0 || self.offset.rem_euclid(self.spc as i64) != 0
+        !ref_spc.is_multiple_of(self.spc) || self.offset.rem_euclid(self.spc as i64) != 0
     }
 }
 
@@ -101,6 +101,7 @@ impl PassPlan {
         let mut row_uses = vec![0u32; n_rows * vars.len()];
         let mut batch_uses: Vec<Vec<u32>> = vec![Vec::new(); n_batches];
         let mut in_block: HashMap<ChunkKey, u32> = HashMap::new();
+        let mut joined: Vec<usize> = Vec::new();
         for b in 0..order.n_blocks() {
             in_block.clear();
             for r in order.bounds[b]..order.bounds[b + 1] {
@@ -110,16 +111,15 @@ impl PassPlan {
                     let key = v.key_of(t);
                     let u = *in_block.entry(key).or_insert_with(|| {
                         uses.push(Use { key, first_batch: j, last_batch: j });
+                        joined.push(usize::MAX);
                         (uses.len() - 1) as u32
                     });
-                    let use_ = &mut uses[u as usize];
-                    if use_.last_batch != j || batch_uses[j].last() != Some(&u) {
-                        // Rows arrive in batch order, so a use joins each batch once.
-                        if use_.last_batch != j || !batch_uses[j].contains(&u) {
-                            batch_uses[j].push(u);
-                        }
-                        use_.last_batch = j;
+                    // Rows arrive in batch order, so a use joins each batch at most once.
+                    if joined[u as usize] != j {
+                        joined[u as usize] = j;
+                        batch_uses[j].push(u);
                     }
+                    uses[u as usize].last_batch = j;
                     row_uses[r * vars.len() + vi] = u;
                 }
             }
@@ -165,8 +165,8 @@ impl PassPlan {
         }
         let mut live: HashMap<ChunkKey, u32> = HashMap::new();
         let (mut bytes, mut peak) = (0u64, 0u64);
-        for j in 0..self.n_batches() {
-            for &u in &starts[j] {
+        for (start, release) in starts.iter().zip(&self.releases) {
+            for &u in start {
                 let key = self.uses[u as usize].key;
                 let n = live.entry(key).or_insert(0);
                 if *n == 0 {
@@ -175,7 +175,7 @@ impl PassPlan {
                 *n += 1;
             }
             peak = peak.max(bytes);
-            for &u in &self.releases[j] {
+            for &u in release {
                 let key = self.uses[u as usize].key;
                 let n = live.get_mut(&key).expect("released key is live");
                 *n -= 1;
@@ -295,12 +295,7 @@ mod tests {
         }
         // Admission order is by first use.
         assert!(plan.uses.windows(2).all(|w| w[0].first_batch <= w[1].first_batch));
-        let floor = residency_floor(
-            &[FloorArray { n_chunks: 6, max_slot_bytes: 10, vars: vars.to_vec() }],
-            2,
-            6,
-            4,
-        );
+        let floor = residency_floor(&[FloorArray { n_chunks: 6, max_slot_bytes: 10, vars: vars.to_vec() }], 2, 6, 4);
         assert!(plan.peak_bytes(|_| 10) <= floor, "{} > {floor}", plan.peak_bytes(|_| 10));
     }
 

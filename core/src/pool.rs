@@ -24,7 +24,6 @@ use crate::error::{Error, Result};
 use crate::plan::ChunkKey;
 use crate::runtime::BoxFuture;
 
-
 /// A resident chunk: sample-first, clipped to its real rows, after chunk transforms.
 #[derive(Debug)]
 pub struct Chunk {
@@ -110,9 +109,7 @@ struct State {
 
 impl State {
     fn budget(&self) -> u64 {
-        self.explicit_budget.unwrap_or_else(|| {
-            self.auto_min.max(self.passes.values().map(|p| p.reservation).sum())
-        })
+        self.explicit_budget.unwrap_or_else(|| self.auto_min.max(self.passes.values().map(|p| p.reservation).sum()))
     }
 
     fn remove_slot(&mut self, key: ChunkKey) {
@@ -224,17 +221,17 @@ impl Pool {
     pub fn open_pass(&self, reservation: u64) -> Result<PassId> {
         let mut s = self.lock();
         let live: u64 = s.passes.values().map(|p| p.reservation).sum();
-        if let Some(budget) = s.explicit_budget {
-            if live + reservation > budget {
-                let n = s.passes.len() + 1;
-                return Err(Error::Config(format!(
-                    "cache_budget_bytes={budget} cannot hold {n} concurrent iterations: this one needs its residency \
+        if let Some(budget) = s.explicit_budget
+            && live + reservation > budget
+        {
+            let n = s.passes.len() + 1;
+            return Err(Error::Config(format!(
+                "cache_budget_bytes={budget} cannot hold {n} concurrent iterations: this one needs its residency \
                      floor of {reservation} bytes and {} live iteration(s) hold {live}. Pass cache_budget_bytes >= {} \
                      (for example when zipping ds.train with ds.val), or finish or close the other iteration first",
-                    n - 1,
-                    live + reservation
-                )));
-            }
+                n - 1,
+                live + reservation
+            )));
         }
         let id = s.next_pass;
         s.next_pass += 1;

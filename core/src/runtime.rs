@@ -79,16 +79,9 @@ pub trait Storage: MaybeSend + MaybeSync + Debug {
     /// The whole object, or `None` if the key does not exist.
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>>;
     /// Part of an object, or `None` if the key does not exist.
-    fn get_range<'a>(
-        &'a self,
-        key: &'a str,
-        range: ByteRange,
-    ) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>>;
+    fn get_range<'a>(&'a self, key: &'a str, range: ByteRange) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>>;
     /// Keys under `prefix` (recursively), or `None` if this store cannot list (plain HTTP).
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Vec<String>>, StorageError>>;
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Option<Vec<String>>, StorageError>>;
     /// The store's location, for error messages (`s3://bucket/era5.zarr`).
     fn location(&self) -> String;
 }

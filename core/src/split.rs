@@ -131,7 +131,8 @@ impl SplitManifest {
     /// # Errors
     /// [`Error::Config`] on malformed JSON or out-of-range chunk ids.
     pub fn from_json(json: &str) -> Result<Self> {
-        let m: Self = serde_json::from_str(json).map_err(|e| Error::Config(format!("malformed split manifest JSON: {e}")))?;
+        let m: Self =
+            serde_json::from_str(json).map_err(|e| Error::Config(format!("malformed split manifest JSON: {e}")))?;
         if m.sample_chunk_size == 0 || m.n_samples.div_ceil(m.sample_chunk_size) != m.n_chunks {
             return Err(Error::Config(format!(
                 "split manifest is inconsistent: n_samples {} at {} per chunk is not {} chunks",
@@ -139,7 +140,10 @@ impl SplitManifest {
             )));
         }
         if let Some(bad) = m.chunks.values().flatten().find(|&&c| c >= m.n_chunks) {
-            return Err(Error::Config(format!("split manifest names chunk {bad}, but there are {} chunks", m.n_chunks)));
+            return Err(Error::Config(format!(
+                "split manifest names chunk {bad}, but there are {} chunks",
+                m.n_chunks
+            )));
         }
         Ok(m)
     }
@@ -172,7 +176,8 @@ mod tests {
         assert_eq!(m.chunks[&Split::Test], vec![9]);
         assert_eq!(round_half_even(2.5), 2);
         assert_eq!(round_half_even(3.5), 4);
-        let s = split_by_chunk(&geom(80, 8), &SplitOptions { contiguous: false, seed: 3, ..Default::default() }).unwrap();
+        let s =
+            split_by_chunk(&geom(80, 8), &SplitOptions { contiguous: false, seed: 3, ..Default::default() }).unwrap();
         let mut all = s.chunks_of(Split::All);
         all.sort_unstable();
         assert_eq!(all, (0..10).collect::<Vec<_>>());

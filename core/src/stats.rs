@@ -276,11 +276,19 @@ pub fn verdict(r: &Recorded) -> (String, String, bool) {
         .unwrap_or((Stage::Store, 0.0));
     let advice = |s: Stage| -> &'static str {
         match s {
-            Stage::Store => "the consumer waited on storage reads: raise max_inflight; if throughput stops improving, the store or network is the floor",
-            Stage::Decode => "the consumer waited on decode (and chunk transforms) on the thread pool: more cores, cheaper codecs, or faster chunk transforms",
-            Stage::Residency => "the pass waited for room in its residency reservation: raise cache_budget_bytes or lower batch_size/block_chunks",
+            Stage::Store => {
+                "the consumer waited on storage reads: raise max_inflight; if throughput stops improving, the store or network is the floor"
+            }
+            Stage::Decode => {
+                "the consumer waited on decode (and chunk transforms) on the thread pool: more cores, cheaper codecs, or faster chunk transforms"
+            }
+            Stage::Residency => {
+                "the pass waited for room in its residency reservation: raise cache_budget_bytes or lower batch_size/block_chunks"
+            }
             Stage::Gather => "the consumer waited on the gather copy: check gather_run_bytes in describe()",
-            Stage::BatchTransform => "the consumer waited on batch transforms: make them cheaper or move per-variable work to the chunk stage (cached)",
+            Stage::BatchTransform => {
+                "the consumer waited on batch transforms: make them cheaper or move per-variable work to the chunk stage (cached)"
+            }
         }
     };
     if idle {
@@ -289,12 +297,20 @@ pub fn verdict(r: &Recorded) -> (String, String, bool) {
         }
         return (
             best.name().into(),
-            format!("{} (your loop did essentially nothing, so this is a throughput measurement: {:.0}% of the wait)", advice(best), 100.0 * best_s / total_blocked),
+            format!(
+                "{} (your loop did essentially nothing, so this is a throughput measurement: {:.0}% of the wait)",
+                advice(best),
+                100.0 * best_s / total_blocked
+            ),
             true,
         );
     }
     if r.times.consumer_wait_s / wall < 0.2 {
-        return ("consumer".into(), "the loader kept up: your training step is the constraint, which is the goal".into(), false);
+        return (
+            "consumer".into(),
+            "the loader kept up: your training step is the constraint, which is the goal".into(),
+            false,
+        );
     }
     if total_blocked > 0.0 && best_s / total_blocked >= 0.4 {
         return (best.name().into(), advice(best).into(), false);

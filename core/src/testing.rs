@@ -187,7 +187,11 @@ impl SimExecutor {
     ///
     /// # Errors
     /// [`SimError`] on a deadlock or when virtual time passes `limit`.
-    pub fn run<T: 'static>(&self, fut: impl std::future::Future<Output = T> + 'static, limit: Duration) -> Result<T, SimError> {
+    pub fn run<T: 'static>(
+        &self,
+        fut: impl std::future::Future<Output = T> + 'static,
+        limit: Duration,
+    ) -> Result<T, SimError> {
         use futures::task::LocalSpawnExt;
         let mut pool = futures::executor::LocalPool::new();
         let spawner = pool.spawner();

@@ -92,7 +92,10 @@ pub fn everywhere(transform: Arc<dyn ChunkTransform>) -> Scoped {
 /// [`Error::Config`] for an empty scope or one the transform rejects.
 pub fn applies(arrays: &[&str], transform: Arc<dyn ChunkTransform>) -> Result<Scoped> {
     if arrays.is_empty() {
-        return Err(Error::Config(format!("applies([], {}) has an empty scope; name at least one array", transform.name())));
+        return Err(Error::Config(format!(
+            "applies([], {}) has an empty scope; name at least one array",
+            transform.name()
+        )));
     }
     let arrays: Vec<String> = arrays.iter().map(|s| (*s).to_string()).collect();
     transform.validate_scope(&arrays)?;
@@ -101,10 +104,8 @@ pub fn applies(arrays: &[&str], transform: Arc<dyn ChunkTransform>) -> Result<Sc
 
 fn as_f32_mut<'a>(data: &'a mut NdArray, who: &str) -> Result<&'a mut [f32]> {
     let dtype = data.dtype;
-    data.as_mut_slice::<f32>().ok_or_else(|| Error::Transform {
-        name: who.into(),
-        message: format!("expects float32 data, got {dtype}"),
-    })
+    data.as_mut_slice::<f32>()
+        .ok_or_else(|| Error::Transform { name: who.into(), message: format!("expects float32 data, got {dtype}") })
 }
 
 /// `(x - mean) / (std + eps)` with fixed per-array statistics that broadcast over a chunk
@@ -132,7 +133,8 @@ impl ChunkTransform for StandardScaler {
         "standard_scaler".into()
     }
     fn validate_scope(&self, arrays: &[String]) -> Result<()> {
-        let missing: Vec<&String> = arrays.iter().filter(|a| !self.mean.contains_key(*a) || !self.std.contains_key(*a)).collect();
+        let missing: Vec<&String> =
+            arrays.iter().filter(|a| !self.mean.contains_key(*a) || !self.std.contains_key(*a)).collect();
         if missing.is_empty() {
             Ok(())
         } else {
@@ -141,16 +143,26 @@ impl ChunkTransform for StandardScaler {
     }
     fn apply(&self, mut chunk: DecodedChunk) -> Result<DecodedChunk> {
         let (Some(mean), Some(std)) = (self.mean.get(&chunk.array), self.std.get(&chunk.array)) else {
-            return Err(Error::Transform { name: self.name(), message: format!("no statistics for array {:?}", chunk.array) });
+            return Err(Error::Transform {
+                name: self.name(),
+                message: format!("no statistics for array {:?}", chunk.array),
+            });
         };
         if mean.len() != std.len() || mean.is_empty() {
-            return Err(Error::Transform { name: self.name(), message: "mean and std must be non-empty and the same length".into() });
+            return Err(Error::Transform {
+                name: self.name(),
+                message: "mean and std must be non-empty and the same length".into(),
+            });
         }
         let per_sample = chunk.data.shape[1..].iter().product::<usize>();
         if per_sample % mean.len() != 0 {
             return Err(Error::Transform {
                 name: self.name(),
-                message: format!("{} statistics do not broadcast over a sample of shape {:?}", mean.len(), &chunk.data.shape[1..]),
+                message: format!(
+                    "{} statistics do not broadcast over a sample of shape {:?}",
+                    mean.len(),
+                    &chunk.data.shape[1..]
+                ),
             });
         }
         let block = per_sample / mean.len();
@@ -192,7 +204,10 @@ impl ChunkTransform for Coarsen {
         out[n - 2] /= self.factor;
         out[n - 1] /= self.factor;
         if out[n - 2] == 0 || out[n - 1] == 0 {
-            return Err(Error::Config(format!("Coarsen({}) leaves nothing of inner shape {inner:?}; array {array}", self.factor)));
+            return Err(Error::Config(format!(
+                "Coarsen({}) leaves nothing of inner shape {inner:?}; array {array}",
+                self.factor
+            )));
         }
         Ok((dtype, out))
     }
@@ -204,7 +219,10 @@ impl ChunkTransform for Coarsen {
         let (h, w) = (inner[n - 2], inner[n - 1]);
         let (oh, ow) = (out_inner[n - 2], out_inner[n - 1]);
         let planes = chunk.data.shape[0] * inner[..n - 2].iter().product::<usize>();
-        let src = chunk.data.as_slice::<f32>().ok_or_else(|| Error::Transform { name: self.name(), message: "unaligned data".into() })?;
+        let src = chunk
+            .data
+            .as_slice::<f32>()
+            .ok_or_else(|| Error::Transform { name: self.name(), message: "unaligned data".into() })?;
         let mut out = crate::array::zeroed_bytes(planes * oh * ow * 4);
         {
             let dst: &mut [f32] = bytemuck::cast_slice_mut(&mut out);
@@ -235,15 +253,28 @@ mod tests {
     fn chunk(shape: Vec<usize>, values: Vec<f32>) -> DecodedChunk {
         let mut data = crate::array::zeroed_bytes(values.len() * 4);
         data.copy_from_slice(bytemuck::cast_slice(&values));
-        DecodedChunk { array: "t2m".into(), chunk_index: 0, sample_offset: 0, data: NdArray::new(DType::Float32, shape, data).unwrap() }
+        DecodedChunk {
+            array: "t2m".into(),
+            chunk_index: 0,
+            sample_offset: 0,
+            data: NdArray::new(DType::Float32, shape, data).unwrap(),
+        }
     }
 
     #[test]
     fn scaler_applies_known_stats_and_validates_scope() {
-        let s = StandardScaler::new(BTreeMap::from([("t2m".into(), vec![1.0, 10.0])]), BTreeMap::from([("t2m".into(), vec![2.0, 5.0])]));
+        let s = StandardScaler::new(
+            BTreeMap::from([("t2m".into(), vec![1.0, 10.0])]),
+            BTreeMap::from([("t2m".into(), vec![2.0, 5.0])]),
+        );
         let out = s.apply(chunk(vec![1, 2, 2], vec![3.0, 5.0, 20.0, 30.0])).unwrap();
         let v = out.data.as_slice::<f32>().unwrap();
-        assert!((v[0] - 1.0).abs() < 1e-6 && (v[1] - 2.0).abs() < 1e-6 && (v[2] - 2.0).abs() < 1e-6 && (v[3] - 4.0).abs() < 1e-6);
+        assert!(
+            (v[0] - 1.0).abs() < 1e-6
+                && (v[1] - 2.0).abs() < 1e-6
+                && (v[2] - 2.0).abs() < 1e-6
+                && (v[3] - 4.0).abs() < 1e-6
+        );
         let err = applies(&["u10"], Arc::new(s.clone())).unwrap_err();
         assert!(err.to_string().contains("no mean/std"), "{err}");
         assert!(applies(&[], Arc::new(s)).is_err());

@@ -32,8 +32,7 @@ pub const MAX_TILE_BYTES: u64 = 1 << 32;
 pub const MAX_CHUNKS_PER_SHARD: u64 = 1 << 24;
 
 /// What to tell the user when a stored chunk cannot be decoded.
-const BAD_CHUNK_HINT: &str =
-    "the stored chunk is corrupt or truncated; pass on_bad_chunk=\"nan\" to read it as NaN (or fill) instead of failing";
+const BAD_CHUNK_HINT: &str = "the stored chunk is corrupt or truncated; pass on_bad_chunk=\"nan\" to read it as NaN (or fill) instead of failing";
 
 /// Where one tile is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -148,7 +147,10 @@ fn u64_list(v: Option<&Value>, what: &str, key: &str) -> Result<Vec<u64>> {
         return Err(malformed(format!("`{what}` must be a list of integers"), key));
     };
     if items.len() > MAX_RANK {
-        return Err(meta_err(format!("`{what}` has {} dimensions; at most {MAX_RANK} are supported", items.len()), key));
+        return Err(meta_err(
+            format!("`{what}` has {} dimensions; at most {MAX_RANK} are supported", items.len()),
+            key,
+        ));
     }
     items
         .iter()
@@ -225,9 +227,7 @@ fn is_le_zstd(chain: &CodecChain, dtype: DType) -> bool {
             _ => false,
         };
         let b2b = chain.bytes_to_bytes_codecs();
-        endian_ok
-            && b2b.len() == 1
-            && b2b[0].as_any().downcast_ref::<ZstdCodec>().is_some()
+        endian_ok && b2b.len() == 1 && b2b[0].as_any().downcast_ref::<ZstdCodec>().is_some()
     }
     #[cfg(not(feature = "c-codecs"))]
     {
@@ -258,9 +258,7 @@ impl ZarrArray {
         match obj.get("node_type").and_then(Value::as_str) {
             Some("array") => {}
             Some("group") => {
-                return Err(Error::Config(format!(
-                    "{key} is a group, not an array; name one of its arrays"
-                )));
+                return Err(Error::Config(format!("{key} is a group, not an array; name one of its arrays")));
             }
             other => return Err(malformed(format!("node_type {other:?} is not \"array\""), key)),
         }
@@ -279,10 +277,10 @@ impl ZarrArray {
         }
         let chunk = u64_list(grid.get("configuration").and_then(|c| c.get("chunk_shape")), "chunk_shape", key)?;
         check_extents(&shape, &chunk, "chunk shape", key)?;
-        if let Some(Value::Array(t)) = obj.get("storage_transformers") {
-            if !t.is_empty() {
-                return Err(meta_err("storage transformers are not supported by this build of insitubatch", key));
-            }
+        if let Some(Value::Array(t)) = obj.get("storage_transformers")
+            && !t.is_empty()
+        {
+            return Err(meta_err("storage transformers are not supported by this build of insitubatch", key));
         }
         let metadata: ArrayMetadataV3 = serde_json::from_value(value).map_err(|e| malformed(e, key))?;
         let dimension_names = metadata.dimension_names.clone();
@@ -373,10 +371,7 @@ impl ZarrArray {
             _ => None,
         }
         .ok_or_else(|| {
-            meta_err(
-                format!("one chunk of shape {tile_shape:?} ({dtype}) would exceed {MAX_TILE_BYTES} bytes"),
-                key,
-            )
+            meta_err(format!("one chunk of shape {tile_shape:?} ({dtype}) would exceed {MAX_TILE_BYTES} bytes"), key)
         })?;
         let codec_names = match &sharding {
             Some(s) => vec![format!("sharding_indexed({})", s.inner_names.join(","))],
@@ -404,7 +399,8 @@ impl ZarrArray {
     fn sharding(array: &Array<()>, chain: &CodecChain, shard: &[u64], key: &str) -> Result<Option<Sharding>> {
         let is_sharding = |name: &str| name == "sharding_indexed";
         let ArrayMetadata::V3(v3) = array.metadata() else { return Ok(None) };
-        let positions: Vec<usize> = v3.codecs.iter().enumerate().filter(|(_, c)| is_sharding(c.name())).map(|(i, _)| i).collect();
+        let positions: Vec<usize> =
+            v3.codecs.iter().enumerate().filter(|(_, c)| is_sharding(c.name())).map(|(i, _)| i).collect();
         let a2b_is_sharding = chain.array_to_bytes_codec().as_any().downcast_ref::<ShardingCodec>().is_some();
         if positions.is_empty() && !a2b_is_sharding {
             return Ok(None);
@@ -437,7 +433,7 @@ impl ZarrArray {
         }
         let cps: Vec<u64> = shard.iter().zip(&inner).map(|(s, i)| s / i).collect();
         let n_inner = cps.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-        if !n_inner.is_some_and(|n| n <= MAX_CHUNKS_PER_SHARD) {
+        if n_inner.is_none_or(|n| n > MAX_CHUNKS_PER_SHARD) {
             return Err(meta_err(
                 format!("a shard of {cps:?} inner chunks exceeds {MAX_CHUNKS_PER_SHARD} inner chunks"),
                 key,
@@ -541,7 +537,13 @@ impl ZarrArray {
     /// # Errors
     /// [`Error::Geometry`] from [`ArrayGeometry::validate`].
     pub fn geometry(&self, sample_axis: usize) -> Result<ArrayGeometry> {
-        let mut g = ArrayGeometry::new(self.path.clone(), self.shape.clone(), self.tile_shape.clone(), self.dtype, sample_axis)?;
+        let mut g = ArrayGeometry::new(
+            self.path.clone(),
+            self.shape.clone(),
+            self.tile_shape.clone(),
+            self.dtype,
+            sample_axis,
+        )?;
         if let Some(s) = &self.sharding {
             g.shard = Some(s.shard_shape.clone());
             g.validate()?;
@@ -584,15 +586,15 @@ impl ZarrArray {
         let Some(s) = &self.sharding else {
             return Err(meta_err("decode_shard_index called on an array that is not sharded", &self.meta_key));
         };
-        let bad = |what: String| Error::Decode { message: format!("bad shard index: {what}; {BAD_CHUNK_HINT}"), key: key.to_string() };
+        let bad = |what: String| Error::Decode {
+            message: format!("bad shard index: {what}; {BAD_CHUNK_HINT}"),
+            key: key.to_string(),
+        };
         if bytes.len() as u64 != s.index_size {
             return Err(bad(format!("{} bytes, expected {}", bytes.len(), s.index_size)));
         }
         let opts = CodecOptions::default().with_concurrent_target(1);
-        let words = s
-            .codec
-            .decode_index(bytes, &nz(&s.chunks_per_shard), &opts)
-            .map_err(|e| bad(e.to_string()))?;
+        let words = s.codec.decode_index(bytes, &nz(&s.chunks_per_shard), &opts).map_err(|e| bad(e.to_string()))?;
         let n: usize = s.chunks_per_shard.iter().product::<u64>() as usize;
         if words.len() != 2 * n {
             return Err(bad(format!("{} entries, expected {}", words.len() / 2, n)));
@@ -645,7 +647,13 @@ impl ZarrArray {
         let run = || -> std::result::Result<AlignedBytes, String> {
             let decoded = self
                 .tile_chain
-                .decode(Cow::Borrowed(encoded), &self.tile_shape_nz, self.array.data_type(), self.array.fill_value(), &opts)
+                .decode(
+                    Cow::Borrowed(encoded),
+                    &self.tile_shape_nz,
+                    self.array.data_type(),
+                    self.array.fill_value(),
+                    &opts,
+                )
                 .map_err(|e| e.to_string())?;
             let raw = decoded.into_fixed().map_err(|e| e.to_string())?;
             if raw.len() != self.tile_bytes {
@@ -669,7 +677,10 @@ impl ZarrArray {
 
     fn decode_err(&self, what: impl std::fmt::Display, key: &str) -> Error {
         Error::Decode {
-            message: format!("cannot decode a {} tile of shape {:?} ({what}); {BAD_CHUNK_HINT}", self.dtype, self.tile_shape),
+            message: format!(
+                "cannot decode a {} tile of shape {:?} ({what}); {BAD_CHUNK_HINT}",
+                self.dtype, self.tile_shape
+            ),
             key: key.to_string(),
         }
     }
@@ -681,7 +692,11 @@ impl ZarrArray {
 // `[bytes(little), zstd]` (and the same inside a shard) on a little-endian host, the decoded
 // bytes ARE the tile, so decompress straight into one fresh aligned buffer.
 #[cfg(feature = "c-codecs")]
-fn zstd_into_aligned(src: &[u8], expected: usize, buffer: Option<AlignedBytes>) -> std::result::Result<AlignedBytes, String> {
+fn zstd_into_aligned(
+    src: &[u8],
+    expected: usize,
+    buffer: Option<AlignedBytes>,
+) -> std::result::Result<AlignedBytes, String> {
     use std::cell::RefCell;
     use zstd::zstd_safe::{DCtx, WriteBuf, get_error_name};
 
@@ -817,10 +832,11 @@ pub async fn open_arrays(storage: &dyn Storage, variables: Option<&[String]>) ->
 
 async fn discover(storage: &dyn Storage) -> Result<Vec<ZarrArray>> {
     // 1. v3 root zarr.json, possibly with consolidated metadata.
-    if let Some(b) = get(storage, "zarr.json").await? {
+    let root_json = get(storage, "zarr.json").await?;
+    if let Some(b) = &root_json {
         let root: Value = serde_json::from_slice(&b).map_err(|e| with_location(storage, malformed(e, "zarr.json")))?;
         if root.get("node_type").and_then(Value::as_str) == Some("array") {
-            return ZarrArray::from_v3("", &b).map(|a| vec![a]).map_err(|e| with_location(storage, e));
+            return ZarrArray::from_v3("", b).map(|a| vec![a]).map_err(|e| with_location(storage, e));
         }
         if let Some(Value::Object(meta)) = root.get("consolidated_metadata").and_then(|c| c.get("metadata")) {
             let mut out = Vec::new();
@@ -843,7 +859,9 @@ async fn discover(storage: &dyn Storage) -> Result<Vec<ZarrArray>> {
         };
         if let Some(m) = meta.get(".zarray") {
             let attrs = meta.get(".zattrs").cloned();
-            return ZarrArray::from_v2_value("", m.clone(), attrs, ".zarray").map(|a| vec![a]).map_err(|e| with_location(storage, e));
+            return ZarrArray::from_v2_value("", m.clone(), attrs, ".zarray")
+                .map(|a| vec![a])
+                .map_err(|e| with_location(storage, e));
         }
         let mut out = Vec::new();
         for (k, m) in meta {
@@ -855,7 +873,19 @@ async fn discover(storage: &dyn Storage) -> Result<Vec<ZarrArray>> {
     }
     // 3. A listing.
     let keys = storage.list("").await.map_err(|e| storage_err(storage, &e, ""))?;
+    let not_found = || {
+        Error::NotFound {
+        message: "no Zarr store here (no zarr.json, .zgroup, .zmetadata or any object); check the URL points at the store's root".into(),
+        key: storage.location(),
+    }
+    };
+    if keys.as_ref().is_some_and(Vec::is_empty) {
+        return Err(not_found());
+    }
     let Some(keys) = keys else {
+        if root_json.is_none() && get(storage, ".zgroup").await?.is_none() && get(storage, ".zarray").await?.is_none() {
+            return Err(not_found());
+        }
         return Err(Error::Config(format!(
             "the store cannot be listed and has no consolidated metadata (zarr.json consolidated_metadata or .zmetadata), so its arrays cannot be discovered; pass variables to name them: {}",
             storage.location()

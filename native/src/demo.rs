@@ -100,7 +100,9 @@ pub fn write_demo_store_sized(dir: &Path, n_time: u64) -> Result<PathBuf, Native
         let metadata: ArrayMetadata = serde_json::from_value(meta.clone()).map_err(|e| err(dir, e))?;
         let array = Array::new_with_metadata(store.clone(), &format!("/{path}"), metadata).map_err(|e| err(dir, e))?;
         array.store_metadata().map_err(|e| err(dir, e))?;
-        array.store_array_subset(&array.subset_all(), zarrs::array::ArrayBytes::new_flen(data)).map_err(|e| err(dir, e))?;
+        array
+            .store_array_subset(&array.subset_all(), zarrs::array::ArrayBytes::new_flen(data))
+            .map_err(|e| err(dir, e))?;
         consolidated.insert(path.to_string(), meta);
         Ok(())
     };
@@ -123,7 +125,14 @@ pub fn write_demo_store_sized(dir: &Path, n_time: u64) -> Result<PathBuf, Native
     let time: Vec<u8> = (0..nt).flat_map(|t| (t as i64 * 24).to_le_bytes()).collect();
     write(
         "time",
-        array_meta(&[nt], &[nt], "int64", json!(0), &["time"], json!({"units": "hours since 2000-01-01", "calendar": "proleptic_gregorian"})),
+        array_meta(
+            &[nt],
+            &[nt],
+            "int64",
+            json!(0),
+            &["time"],
+            json!({"units": "hours since 2000-01-01", "calendar": "proleptic_gregorian"}),
+        ),
         time,
     )?;
     let lat: Vec<u8> = (0..ny).flat_map(|y| (90.0f32 - 2.0 * y as f32).to_le_bytes()).collect();

@@ -22,8 +22,8 @@ use std::sync::Arc;
 pub use insitubatch_core as core;
 pub use insitubatch_core::describe::{DatasetReport, human_bytes};
 pub use insitubatch_core::{
-    Batch, BatchStream, DType, Dataset, DatasetOptions, NdArray, OnBadChunk, PassStats, ReadPolicy, Split, SplitManifest,
-    SplitOptions, Storage,
+    Batch, BatchStream, DType, Dataset, DatasetOptions, NdArray, OnBadChunk, PassStats, ReadPolicy, Split,
+    SplitManifest, SplitOptions, Storage,
 };
 pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
 pub use storage::{ObjectStoreStorage, open_storage};
@@ -116,13 +116,14 @@ pub struct NativeDataset {
 pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
     let storage = open_storage(url, &options.storage_options)?;
     let parsed = storage::parse_location(url)?;
-    if parsed.scheme() == "file" {
-        if let Ok(p) = parsed.to_file_path() {
-            if !p.exists() {
-                return Err(NativeError::Open { message: "no Zarr store exists at this path".into(), url: url.to_string() });
+    if parsed.scheme() == "file"
+        && let Ok(p) = parsed.to_file_path()
+            && !p.exists() {
+                return Err(NativeError::Open {
+                    message: "no Zarr store exists at this path".into(),
+                    url: url.to_string(),
+                });
             }
-        }
-    }
     let runtime = NativeRuntime::new(options.threads)?;
     let core_opts = insitubatch_core::OpenOptions {
         variables: options.variables.clone(),

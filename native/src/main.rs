@@ -191,7 +191,8 @@ fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     let default = if cli.verbose { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
@@ -216,7 +217,11 @@ fn run(cmd: Command) -> Result<()> {
             Ok(())
         }
         Command::Bench { url, epochs, decode_limit, json, knobs } => {
-            if decode_limit { cmd_decode_limit(&url, &knobs, json) } else { cmd_bench(&url, epochs, json, &knobs) }
+            if decode_limit {
+                cmd_decode_limit(&url, &knobs, json)
+            } else {
+                cmd_bench(&url, epochs, json, &knobs)
+            }
         }
     }
 }
@@ -243,9 +248,11 @@ fn cmd_demo(url: Option<String>, knobs: &Knobs) -> Result<()> {
     let it = ds.train()?;
     let bar = indicatif::ProgressBar::new(it.n_batches() as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("train epoch {prefix} [{bar:40}] {pos}/{len} batches {per_sec} eta {eta}")
-            .map_err(|e| anyhow!("{e}"))?
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template(
+            "train epoch {prefix} [{bar:40}] {pos}/{len} batches {per_sec} eta {eta}",
+        )
+        .map_err(|e| anyhow!("{e}"))?
+        .progress_chars("=> "),
     );
     bar.set_prefix(knobs.epoch.to_string());
     let (mut batches, mut samples, mut bytes, mut ttfb) = (0usize, 0u64, 0u64, None);
@@ -374,8 +381,9 @@ fn cmd_decode_limit(url: &str, knobs: &Knobs, as_json: bool) -> Result<()> {
             None => bail!("no zarr array {first:?}: {url}"),
         },
     };
-    let array = Array::new_with_metadata(Arc::new(zarrs::storage::store::MemoryStore::new()), &format!("/{path}"), meta)
-        .map_err(|e| anyhow!("cannot read array {first:?} ({e}): {url}"))?;
+    let array =
+        Array::new_with_metadata(Arc::new(zarrs::storage::store::MemoryStore::new()), &format!("/{path}"), meta)
+            .map_err(|e| anyhow!("cannot read array {first:?} ({e}): {url}"))?;
     let grid = array.chunk_grid_shape().to_vec();
     let n: u64 = grid.iter().product();
     let coords: Vec<Vec<u64>> = (0..n)
@@ -390,11 +398,12 @@ fn cmd_decode_limit(url: &str, knobs: &Knobs, as_json: bool) -> Result<()> {
         .collect();
     // 1. Fetch everything (not timed), concurrently on tokio.
     let keys: Vec<String> = coords.iter().map(|c| array.chunk_key(c).as_str().to_string()).collect();
-    let fetched: Vec<Option<bytes::Bytes>> = rt.block_on(async {
-        use futures::stream::{self, StreamExt, TryStreamExt};
-        stream::iter(keys.iter().map(|k| storage.get(k))).buffered(knobs.max_inflight.max(1)).try_collect().await
-    })
-    .map_err(|e| anyhow!("{e}: {url}"))?;
+    let fetched: Vec<Option<bytes::Bytes>> = rt
+        .block_on(async {
+            use futures::stream::{self, StreamExt, TryStreamExt};
+            stream::iter(keys.iter().map(|k| storage.get(k))).buffered(knobs.max_inflight.max(1)).try_collect().await
+        })
+        .map_err(|e| anyhow!("{e}: {url}"))?;
     let chunks: Vec<(Vec<u64>, bytes::Bytes)> =
         coords.into_iter().zip(fetched).filter_map(|(c, b)| b.map(|b| (c, b))).collect();
     // 2. Decode everything, timed.
@@ -419,9 +428,15 @@ fn cmd_decode_limit(url: &str, knobs: &Knobs, as_json: bool) -> Result<()> {
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
     let mbs = decoded as f64 / 1e6 / secs;
     if as_json {
-        outln!("{}", json!({"decode_limit_mb_per_s": mbs, "threads": threads, "variable": first, "chunks": chunks.len(), "decoded_bytes": decoded, "seconds": secs}));
+        outln!(
+            "{}",
+            json!({"decode_limit_mb_per_s": mbs, "threads": threads, "variable": first, "chunks": chunks.len(), "decoded_bytes": decoded, "seconds": secs})
+        );
     } else {
-        outln!("decode limit: {mbs:.1} MB/s on {threads} threads ({} chunks of {first}, {decoded} bytes in {secs:.2}s)", chunks.len());
+        outln!(
+            "decode limit: {mbs:.1} MB/s on {threads} threads ({} chunks of {first}, {decoded} bytes in {secs:.2}s)",
+            chunks.len()
+        );
     }
     Ok(())
 }

@@ -117,10 +117,8 @@ impl NativeRuntime {
             .build()
             .map_err(|e| NativeError::Runtime(format!("cannot start the tokio runtime: {e}")))?;
         let pool = RayonPool::new(threads)?;
-        let runtime = Runtime {
-            executor: Arc::new(TokioExecutor::new(rt.handle().clone())),
-            pool: Arc::new(pool.clone()),
-        };
+        let runtime =
+            Runtime { executor: Arc::new(TokioExecutor::new(rt.handle().clone())), pool: Arc::new(pool.clone()) };
         Ok(Self { tokio: Arc::new(OwnedTokio(Some(rt))), runtime, pool })
     }
 

@@ -96,7 +96,8 @@ impl Storage for ObjectStoreStorage {
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Option<Vec<String>>, StorageError>> {
         Box::pin(async move {
             let root = self.path(prefix);
-            let strip = if self.prefix.as_ref().is_empty() { String::new() } else { format!("{}/", self.prefix.as_ref()) };
+            let strip =
+                if self.prefix.as_ref().is_empty() { String::new() } else { format!("{}/", self.prefix.as_ref()) };
             let mut out = Vec::new();
             let mut s = self.store.list(if root.as_ref().is_empty() { None } else { Some(&root) });
             while let Some(item) = s.next().await {
@@ -190,7 +191,10 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
             (Arc::new(b.build().map_err(build_err(url))?), false)
         }
         other => {
-            return Err(NativeError::Open { message: format!("unsupported store scheme {other:?}"), url: url.to_string() });
+            return Err(NativeError::Open {
+                message: format!("unsupported store scheme {other:?}"),
+                url: url.to_string(),
+            });
         }
     };
     let storage = ObjectStoreStorage::new(store, prefix, url);
@@ -199,7 +203,9 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
 
 /// Parse a URL, or turn a bare local path into an absolute `file://` URL.
 pub(crate) fn parse_location(url: &str) -> Result<Url, NativeError> {
-    let looks_like_url = url.split_once("://").is_some_and(|(s, _)| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)));
+    let looks_like_url = url
+        .split_once("://")
+        .is_some_and(|(s, _)| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)));
     if looks_like_url {
         return Url::parse(url).map_err(|e| NativeError::Url { message: e.to_string(), url: url.to_string() });
     }
@@ -208,7 +214,10 @@ pub(crate) fn parse_location(url: &str) -> Result<Url, NativeError> {
         path.to_path_buf()
     } else {
         std::env::current_dir()
-            .map_err(|e| NativeError::Url { message: format!("cannot resolve a relative path ({e})"), url: url.to_string() })?
+            .map_err(|e| NativeError::Url {
+                message: format!("cannot resolve a relative path ({e})"),
+                url: url.to_string(),
+            })?
             .join(path)
     };
     Url::from_directory_path(&abs)

@@ -11,7 +11,8 @@ const N_TIME: u64 = 48;
 fn store() -> &'static Path {
     static STORE: OnceLock<PathBuf> = OnceLock::new();
     STORE.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("insitubatch-native-test-{}", std::process::id())).join("demo.zarr");
+        let dir =
+            std::env::temp_dir().join(format!("insitubatch-native-test-{}", std::process::id())).join("demo.zarr");
         demo::write_demo_store_sized(&dir, N_TIME).expect("write demo store")
     })
 }
@@ -79,8 +80,11 @@ fn missing_store_names_the_url_last() {
         assert!(matches!(err, NativeError::Open { .. }), "{msg}");
         assert!(msg.ends_with(url), "message should end with the URL: {msg}");
     }
-    let err = open("s3://bucket/x.zarr", OpenOptions { storage_options: vec![("nope".into(), "1".into())], ..OpenOptions::default() })
-        .unwrap_err();
+    let err = open(
+        "s3://bucket/x.zarr",
+        OpenOptions { storage_options: vec![("nope".into(), "1".into())], ..OpenOptions::default() },
+    )
+    .unwrap_err();
     assert!(err.to_string().ends_with("s3://bucket/x.zarr"), "{err}");
 }
 
@@ -97,7 +101,10 @@ fn cli_describe_json_parses() {
     assert_eq!(v["variables"].as_array().unwrap().len(), 2);
     assert!(v["memory"]["estimated_peak_bytes"].as_u64().unwrap() > 0);
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch")).args(["describe", "/no/such/store.zarr"]).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch"))
+        .args(["describe", "/no/such/store.zarr"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.starts_with("error: ") && err.trim_end().ends_with("/no/such/store.zarr"), "{err}");

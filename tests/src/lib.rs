@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use insitubatch_native::core::Batch;
+use insitubatch_native::core::geometry::sample_element_index;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -62,7 +63,8 @@ pub fn fixtures_dir() -> PathBuf {
 /// Parse the manifest.
 pub fn manifest() -> Manifest {
     let p = fixtures_dir().join("manifest.json");
-    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))).expect("valid manifest")
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display())))
+        .expect("valid manifest")
 }
 
 /// Element size of a numpy dtype name.
@@ -80,20 +82,12 @@ pub fn source_rows(a: &FixtureArray, sample_axis: usize) -> Vec<Vec<u8>> {
     let raw = std::fs::read(fixtures_dir().join(&a.values_file)).expect("values file");
     let item = itemsize(&a.dtype);
     let shape = &a.shape;
-    let inner: Vec<u64> = (0..shape.len()).filter(|&x| x != sample_axis).map(|x| shape[x]).collect();
-    let n_inner: u64 = inner.iter().product();
+    let n_inner: u64 = (0..shape.len()).filter(|&x| x != sample_axis).map(|x| shape[x]).product();
     (0..shape[sample_axis])
         .map(|s| {
             let mut row = Vec::with_capacity(n_inner as usize * item);
             for e in 0..n_inner {
-                let mut rem = e;
-                let mut ip = vec![0u64; inner.len()];
-                for k in (0..inner.len()).rev() {
-                    ip[k] = rem % inner[k];
-                    rem /= inner[k];
-                }
-                ip.insert(sample_axis, s);
-                let flat = ip.iter().zip(shape).fold(0u64, |acc, (i, d)| acc * d + i) as usize;
+                let flat = sample_element_index(shape, sample_axis, s, e) as usize;
                 row.extend_from_slice(&raw[flat * item..(flat + 1) * item]);
             }
             row
@@ -109,7 +103,11 @@ pub fn check_pass(batches: &[Batch], label: &str, rows: &[Vec<u8>], offset: i64,
         let row = a.row_bytes();
         for (r, &t) in b.sample_indices.iter().enumerate() {
             let s = (t as i64 + offset) as usize;
-            assert_eq!(&a.data[r * row..(r + 1) * row], rows[s].as_slice(), "{label}: sample {s} differs from the source");
+            assert_eq!(
+                &a.data[r * row..(r + 1) * row],
+                rows[s].as_slice(),
+                "{label}: sample {s} differs from the source"
+            );
             seen.push(t);
         }
     }
@@ -139,5 +137,8 @@ pub fn http_url() -> String {
 
 /// `s3://$INSITUBATCH_S3_BUCKET`, with the endpoint in `AWS_ENDPOINT_URL`.
 pub fn s3_url() -> String {
-    format!("s3://{}", std::env::var("INSITUBATCH_S3_BUCKET").expect("INSITUBATCH_S3_BUCKET is not set: run through scripts/test.sh"))
+    format!(
+        "s3://{}",
+        std::env::var("INSITUBATCH_S3_BUCKET").expect("INSITUBATCH_S3_BUCKET is not set: run through scripts/test.sh")
+    )
 }

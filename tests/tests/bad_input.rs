@@ -14,7 +14,11 @@ fn open_var(var: &str, on_bad_chunk: OnBadChunk) -> Result<insitubatch_native::N
         OpenOptions {
             variables: Some(vec![var.into()]),
             fractions: (1.0, 0.0, 0.0),
-            dataset: DatasetOptions { batch_size: 4, read_policy: ReadPolicy { on_bad_chunk, ..Default::default() }, ..Default::default() },
+            dataset: DatasetOptions {
+                batch_size: 4,
+                read_policy: ReadPolicy { on_bad_chunk, ..Default::default() },
+                ..Default::default()
+            },
             ..Default::default()
         },
     )
@@ -45,7 +49,10 @@ fn corrupt_and_truncated_chunks_raise_or_fill() {
         assert!(err.contains("on_bad_chunk"), "{err}");
         let ds = open_var(var, OnBadChunk::Nan).unwrap();
         let b: Vec<Batch> = ds.iter(Split::All).unwrap().collect::<Result<_, _>>().unwrap();
-        let nan_rows = b.iter().map(|b| b.arrays[var].as_slice::<f32>().unwrap().iter().filter(|x| x.is_nan()).count()).sum::<usize>();
+        let nan_rows = b
+            .iter()
+            .map(|b| b.arrays[var].as_slice::<f32>().unwrap().iter().filter(|x| x.is_nan()).count())
+            .sum::<usize>();
         assert!(nan_rows > 0, "{var}: the bad chunk is NaN-filled");
         assert_eq!(ds.dataset().bad_chunks().len(), 1);
     }

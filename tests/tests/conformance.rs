@@ -6,7 +6,13 @@ use insitubatch_native::core::{Batch, DatasetOptions, Split};
 use insitubatch_native::{OpenOptions, open};
 use insitubatch_tests::{check_pass, fixtures_dir, manifest, source_rows};
 
-fn run(url: &str, vars: Option<Vec<String>>, sample_axis: usize, split: Split, shuffle: bool) -> (insitubatch_native::NativeDataset, Vec<Batch>) {
+fn run(
+    url: &str,
+    vars: Option<Vec<String>>,
+    sample_axis: usize,
+    split: Split,
+    shuffle: bool,
+) -> (insitubatch_native::NativeDataset, Vec<Batch>) {
     let ds = open(
         url,
         OpenOptions {
@@ -18,7 +24,8 @@ fn run(url: &str, vars: Option<Vec<String>>, sample_axis: usize, split: Split, s
         },
     )
     .unwrap_or_else(|e| panic!("open {url}: {e}"));
-    let batches: Vec<Batch> = ds.iter(split).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{url}: {e}"));
+    let batches: Vec<Batch> =
+        ds.iter(split).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{url}: {e}"));
     (ds, batches)
 }
 

@@ -52,7 +52,12 @@ fn discovery_over_http_needs_consolidated_metadata() {
 #[test]
 fn a_missing_store_over_http_and_s3_is_a_clear_error() {
     for url in [format!("{}/no_such_store", http_url()), format!("{}/no_such_store", s3_url())] {
-        let err = open(&url, OpenOptions { variables: Some(vec!["t2m".into()]), ..Default::default() }).unwrap_err().to_string();
+        let err = open(&url, OpenOptions { variables: Some(vec!["t2m".into()]), ..Default::default() })
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no_such_store") && err.contains("t2m"), "{err}");
+        // Discovery on a store that does not exist says so, with the URL last.
+        let err = open(&url, OpenOptions::default()).unwrap_err().to_string();
+        assert!(err.contains("no Zarr store here") && err.ends_with("no_such_store"), "{err}");
     }
 }

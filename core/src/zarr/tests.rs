@@ -281,7 +281,12 @@ fn chunk_key_encodings_and_root_array() {
 /// A CF-style store: a data variable, coordinates, a scalar grid mapping, a nested group.
 fn cf_store() -> (Arc<MemoryStore>, MemoryStorage) {
     let store = Arc::new(MemoryStore::new());
-    write(&store, "t2m", v3(&[4, 3, 5], &[2, 3, 5], zstd_codecs(), Some(vec!["time", "lat", "lon"])), &ramp(&[4, 3, 5]));
+    write(
+        &store,
+        "t2m",
+        v3(&[4, 3, 5], &[2, 3, 5], zstd_codecs(), Some(vec!["time", "lat", "lon"])),
+        &ramp(&[4, 3, 5]),
+    );
     write(&store, "lat", v3(&[3], &[3], zstd_codecs(), Some(vec!["lat"])), &ramp(&[3]));
     write(&store, "time", v3(&[4], &[4], zstd_codecs(), Some(vec!["time"])), &ramp(&[4]));
     write(&store, "crs", v3(&[], &[], zstd_codecs(), None), &[]);
@@ -365,7 +370,9 @@ fn discovery_from_v2_zmetadata_and_all_coordinates() {
         "lat/.zarray": arr(&[3]), "lat/.zattrs": {"_ARRAY_DIMENSIONS": ["lat"]}, "s/.zarray": arr(&[])}});
     put_json(&storage, ".zmetadata", &only);
     match block_on(open_arrays(&storage, None)) {
-        Err(Error::Config(m)) => assert!(m.contains("\"lat\"") && m.contains("\"s\"") && m.contains("variables"), "{m}"),
+        Err(Error::Config(m)) => {
+            assert!(m.contains("\"lat\"") && m.contains("\"s\"") && m.contains("variables"), "{m}")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -466,11 +473,8 @@ fn corrupt_tiles_are_decode_errors() {
         let a = block_on(open_array(&storage, path)).unwrap();
         let key = format!("{path}/c/0/0");
         let good = block_on(storage.get(&key)).unwrap().unwrap();
-        let cases: Vec<Bytes> = vec![
-            Bytes::from_static(b"definitely not compressed"),
-            good.slice(..good.len() / 2),
-            Bytes::new(),
-        ];
+        let cases: Vec<Bytes> =
+            vec![Bytes::from_static(b"definitely not compressed"), good.slice(..good.len() / 2), Bytes::new()];
         for bad in cases {
             match a.decode_tile(Some(bad), &key) {
                 Err(Error::Decode { message, key: k }) => {
@@ -484,11 +488,11 @@ fn corrupt_tiles_are_decode_errors() {
     // Valid zstd of the wrong decoded size.
     #[cfg(feature = "c-codecs")]
     {
-    let a = block_on(open_array(&storage, "z")).unwrap();
-    let small = zstd_frame(&[0u8; 12]);
-    assert!(matches!(a.decode_tile(Some(small), "z/c/0/0"), Err(Error::Decode { .. })));
-    let large = zstd_frame(&[0u8; 64]);
-    assert!(matches!(a.decode_tile(Some(large), "z/c/0/0"), Err(Error::Decode { .. })));
+        let a = block_on(open_array(&storage, "z")).unwrap();
+        let small = zstd_frame(&[0u8; 12]);
+        assert!(matches!(a.decode_tile(Some(small), "z/c/0/0"), Err(Error::Decode { .. })));
+        let large = zstd_frame(&[0u8; 64]);
+        assert!(matches!(a.decode_tile(Some(large), "z/c/0/0"), Err(Error::Decode { .. })));
     }
 }
 
