@@ -505,3 +505,68 @@ fn unequal_sample_lengths_and_bad_knobs_are_refused() {
     assert!(f.epoch(&ds, Split::Val).unwrap().unwrap().is_empty());
     assert_eq!(f.epoch(&ds, Split::Train).unwrap().unwrap().iter().map(Batch::len).sum::<usize>(), 40);
 }
+
+#[test]
+fn two_passes_share_loads_and_one_abandons_midway() {
+    let f = Fixture::new(Some(Duration::from_millis(7)));
+    let shape = [64u64, 3, 3];
+    f.array("t2m", &shape, &[4, 3, 3], None);
+    let opts = DatasetOptions { batch_size: 5, block_chunks: 2, max_inflight: 2, ..Default::default() };
+    let ds = f.dataset(&[("x", "t2m", 0), ("y", "t2m", 2)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let d = ds.clone();
+    let (full, partial) = f
+        .sim
+        .run(
+            async move {
+                // The same view twice at once: the second joins loads the first started.
+                let mut a = d.iter(Split::Train).unwrap();
+                let mut b = d.iter(Split::Train).unwrap();
+                let mut full = Vec::new();
+                let mut partial = 0;
+                while let Some(x) = a.next_batch().await {
+                    full.push(x.unwrap());
+                    if partial < 3 {
+                        b.next_batch().await.unwrap().unwrap();
+                        partial += 1;
+                        if partial == 3 {
+                            // Abandon b while loads it shares with a are in flight.
+                            drop(std::mem::replace(&mut b, d.iter(Split::Val).unwrap()));
+                        }
+                    }
+                }
+                (full, partial)
+            },
+            LIMIT,
+        )
+        .unwrap();
+    assert_eq!(partial, 3);
+    check_epoch(&full, &shape, 0, &[("x", 0), ("y", 2)], &(0..62).collect::<Vec<_>>(), 5);
+    assert_eq!(ds.live_iterations(), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, .. ProptestConfig::default() })]
+    #[test]
+    fn at_the_floor_budget_windows_still_give_exact_data(
+        n in 8u64..60,
+        spc in 1u64..6,
+        bs in 1usize..9,
+        block in 1usize..4,
+        offset in 1i64..7,
+        seed in 0u64..100,
+    ) {
+        let f = Fixture::new(Some(Duration::from_millis(1)));
+        let shape = [n, 2, 3];
+        f.array("v", &shape, &[spc, 2, 3], None);
+        let labels = [("x", "v", 0), ("y", "v", offset)];
+        let opts = DatasetOptions { batch_size: bs, block_chunks: block, seed, max_inflight: 3, ..Default::default() };
+        let auto = f.dataset(&labels, 0, (1.0, 0.0, 0.0), opts.clone()).unwrap();
+        let floor = auto.describe(1).unwrap().memory.floor_bytes;
+        let tight = f.dataset(&labels, 0, (1.0, 0.0, 0.0), DatasetOptions { cache_budget_bytes: Some(floor), ..opts }).unwrap();
+        let b = f.epoch(&tight, Split::Train).unwrap().unwrap();
+        let hi = n.saturating_sub(offset as u64);
+        check_epoch(&b, &shape, 0, &[("x", 0), ("y", offset)], &(0..hi).collect::<Vec<_>>(), bs);
+        let st = tight.last_pass().unwrap();
+        prop_assert!(st.depths.resident_peak_bytes <= floor, "{} > {}", st.depths.resident_peak_bytes, floor);
+    }
+}
