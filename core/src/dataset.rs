@@ -598,7 +598,10 @@ impl Dataset {
         } else {
             parallelism * i.engine.arrays.iter().map(ArrayReader::max_charge).max().unwrap_or(0)
         };
-        let recycled_bytes = recycle_cap_bytes(&i.floor_arrays, &i.gather_vars, o);
+        // Idle batch buffers are buffers the queue term already counts at their peak (a new one
+        // is allocated only when none is idle); idle chunk buffers can outlast a size change,
+        // so count two chunks of slack.
+        let recycled_bytes = 2 * i.floor_arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
         let accounted = residency + inflight_bytes + queue_bytes + scratch_bytes + recycled_bytes;
         let order = self.order(Split::Train, self.epoch());
         let config = ConfigReport {

@@ -116,7 +116,7 @@ pub struct MemoryReport {
     pub queue_bytes: u64,
     /// Transform scratch on the thread pool.
     pub scratch_bytes: u64,
-    /// Freed chunk and batch buffers kept for reuse (at most).
+    /// Slack for freed chunk buffers kept for reuse (idle batch buffers are within `queue_bytes`).
     pub recycled_bytes: u64,
     /// Sum of the above.
     pub accounted_bytes: u64,
