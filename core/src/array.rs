@@ -149,6 +149,25 @@ impl Recycler {
     /// An empty buffer with capacity for `len` bytes: a recycled one when one fits
     /// (capacity between `len` and `2 * len`), else a fresh allocation.
     pub fn take(&self, len: usize) -> AlignedBytes {
+        let mut b = self.take_keeping(len);
+        b.clear();
+        b
+    }
+
+    /// A buffer of exactly `len` initialized bytes whose contents are unspecified: a recycled
+    /// buffer keeps its old bytes (only a tail past its old length is zeroed), a fresh one is
+    /// zeroed. For slots every byte of which is about to be overwritten.
+    pub fn take_initialized(&self, len: usize) -> AlignedBytes {
+        let mut b = self.take_keeping(len);
+        if b.len() >= len {
+            b.truncate(len);
+        } else {
+            b.resize(len, 0);
+        }
+        b
+    }
+
+    fn take_keeping(&self, len: usize) -> AlignedBytes {
         if len >= RECYCLE_MIN {
             let mut free = self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let best = free
@@ -158,9 +177,7 @@ impl Recycler {
                 .min_by_key(|(_, b)| b.capacity())
                 .map(|(i, _)| i);
             if let Some(i) = best {
-                let mut b = free.swap_remove(i);
-                b.clear();
-                return b;
+                return free.swap_remove(i);
             }
         }
         AVec::with_capacity(BUFFER_ALIGN, len)

@@ -436,11 +436,8 @@ async fn load_tile(
                 bytes.truncate(slot_len);
                 *slot = Some(bytes);
             } else {
-                let buf = slot.get_or_insert_with(|| {
-                    let mut b = engine.recycler.take(slot_len);
-                    b.resize(slot_len, 0);
-                    b
-                });
+                // Every byte gets overwritten: the tiles' in-bounds regions partition the slot.
+                let buf = slot.get_or_insert_with(|| engine.recycler.take_initialized(slot_len));
                 place_tile(g, key.chunk, &inner, &tile_arr.data, buf);
                 engine.recycler.give(tile_arr.into_data());
             }

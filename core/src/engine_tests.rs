@@ -557,7 +557,7 @@ proptest! {
     ) {
         let f = Fixture::new(Some(Duration::from_millis(1)));
         let shape = [n, 2, 3];
-        f.array("v", &shape, &[spc, 2, 3], None);
+        f.array("v", &shape, &[spc, 1, 2], None); // 2x2 tiles: recycled slots must be fully overwritten
         let labels = [("x", "v", 0), ("y", "v", offset)];
         let opts = DatasetOptions { batch_size: bs, block_chunks: block, seed, max_inflight: 3, ..Default::default() };
         let auto = f.dataset(&labels, 0, (1.0, 0.0, 0.0), opts.clone()).unwrap();
@@ -569,4 +569,26 @@ proptest! {
         let st = tight.last_pass().unwrap();
         prop_assert!(st.depths.resident_peak_bytes <= floor, "{} > {}", st.depths.resident_peak_bytes, floor);
     }
+}
+
+#[test]
+fn recycled_chunk_buffers_are_fully_overwritten() {
+    // Chunks of 128 KiB (above the recycling threshold) in 2x2 tiles, at the floor budget,
+    // over several epochs: every slot after the first few reuses an evicted chunk's buffer,
+    // so a byte any tile failed to overwrite would show up as another chunk's value.
+    let f = Fixture::new(None);
+    let shape = [40u64, 64, 128];
+    f.array("t", &shape, &[4, 32, 64], None);
+    let opts = DatasetOptions { batch_size: 4, block_chunks: 1, ..Default::default() };
+    let auto = f.dataset(&[("t", "t", 0)], 0, (1.0, 0.0, 0.0), opts.clone()).unwrap();
+    let floor = auto.describe(1).unwrap().memory.floor_bytes;
+    let ds = f
+        .dataset(&[("t", "t", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { cache_budget_bytes: Some(floor), ..opts })
+        .unwrap();
+    for epoch in 0..3 {
+        ds.set_epoch(epoch);
+        let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
+        check_epoch(&b, &shape, 0, &[("t", 0)], &(0..40).collect::<Vec<_>>(), 4);
+    }
+    assert!(ds.pool_counters().evictions > 10, "{:?}", ds.pool_counters());
 }
