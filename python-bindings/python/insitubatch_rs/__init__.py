@@ -1,0 +1,357 @@
+"""insitubatch_rs: train in place on n-dimensional Zarr tensors (the Rust engine, from Python).
+
+Mirrors the Python *insitubatch* API: ``open_geometries`` → ``split_by_chunk`` →
+``InSituDataset`` with ``.train/.val/.test/.all`` views yielding numpy ``Batch`` objects
+(zero-copy views of engine buffers). Framework adapters (``as_torch``, ``to_torch``,
+``to_jax``) import their framework lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _native
+from ._native import ArrayGeometry, InsitubatchIOError, SplitManifest, valid_anchor_range
+
+__all__ = [
+    "ArrayGeometry",
+    "Batch",
+    "InSituDataset",
+    "InsitubatchIOError",
+    "SplitManifest",
+    "View",
+    "as_torch",
+    "open_geometries",
+    "split_by_chunk",
+    "to_jax",
+    "to_torch",
+    "valid_anchor_range",
+]
+
+_SPLITS = ("train", "val", "test", "all")
+
+
+def _storage_options(opts: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    return [(str(k), str(v)) for k, v in (opts or {}).items()]
+
+
+def _check_local(url: str) -> None:
+    """A missing local store is an I/O error, not an empty store (as the Rust CLI does)."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    parsed = urlparse(url)
+    if parsed.scheme == "file" and not os.path.exists(url2pathname(parsed.path)):
+        raise InsitubatchIOError(f"no Zarr store exists at this path: {url}")
+
+
+def open_geometries(
+    url: str,
+    variables: Sequence[str] | None = None,
+    *,
+    sample_axis: int = 0,
+    **storage_options: Any,
+) -> dict[str, ArrayGeometry]:
+    """Read each array's geometry from the store's metadata (no chunk reads).
+
+    ``variables=None`` discovers every data array (CF coordinates skipped).
+    ``storage_options`` are object_store settings (``aws_region="..."``).
+    """
+    _check_local(url)
+    if isinstance(variables, str):
+        variables = [variables]
+    geoms = _native.open_geometries(
+        url, None if variables is None else list(variables), sample_axis, _storage_options(storage_options)
+    )
+    return {g.path: g for g in geoms}
+
+
+def split_by_chunk(
+    geom: ArrayGeometry,
+    *,
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+    contiguous: bool = True,
+    sample_range: tuple[int, int] | None = None,
+) -> SplitManifest:
+    """Partition ``geom``'s sample-axis chunks into train/val/test (chunk-aligned)."""
+    return _native.split_by_chunk(
+        geom, fractions=tuple(fractions), seed=seed, contiguous=contiguous, sample_range=sample_range
+    )
+
+
+class Batch(Mapping[str, np.ndarray]):
+    """A model-ready batch: label → ``(rows, *inner)`` numpy array, rows aligned.
+
+    The arrays are zero-copy views of engine buffers; dropping them returns the memory
+    to the engine for reuse.
+    """
+
+    __slots__ = ("_arrays", "epoch", "index", "offsets", "sample_indices")
+
+    def __init__(
+        self,
+        arrays: dict[str, np.ndarray],
+        sample_indices: np.ndarray,
+        offsets: dict[str, int],
+        index: int = 0,
+        epoch: int = 0,
+    ) -> None:
+        self._arrays = arrays
+        self.sample_indices = sample_indices
+        self.offsets = offsets
+        self.index = index
+        self.epoch = epoch
+
+    def __getitem__(self, label: str) -> np.ndarray:
+        return self._arrays[label]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        """Rows in the batch (only an epoch's last batch is short)."""
+        return int(self.sample_indices.shape[0])
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self._arrays)
+
+    def read_indices(self, label: str) -> np.ndarray:
+        """Where each row of ``label`` was read on the sample axis: anchor + offset."""
+        if label not in self._arrays:
+            raise KeyError(label)
+        return self.sample_indices + np.int64(self.offsets.get(label, 0))
+
+    def stack(self, labels: Sequence[str]) -> np.ndarray:
+        """Stack ``labels`` along a new axis 1: ``(rows, len(labels), *inner)`` (a copy)."""
+        if not labels:
+            raise ValueError("stack needs at least one label")
+        arrays = []
+        for label in labels:
+            if label not in self._arrays:
+                raise ValueError(f"batch has no label {label!r}")
+            arrays.append(self._arrays[label])
+        first = arrays[0]
+        if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
+            raise ValueError(f"cannot stack {list(labels)!r}: shapes or dtypes differ")
+        return np.stack(arrays, axis=1)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self._arrays.items())
+        return f"Batch(epoch={self.epoch}, index={self.index}, rows={len(self)}, {{{shapes}}})"
+
+
+class BatchIterator(Iterator[Batch]):
+    """One pass over a view. ``next()`` blocks with the GIL released; Ctrl-C interrupts it
+    (and ends the pass). Dropping or closing it ends the pass."""
+
+    def __init__(self, stream: _native.NativeStream) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> BatchIterator:
+        return self
+
+    def __next__(self) -> Batch:
+        item = self._stream.next()
+        if item is None:
+            raise StopIteration
+        arrays, idx, offsets, index, epoch = item
+        return Batch(arrays, idx, offsets, index, epoch)
+
+    def __len__(self) -> int:
+        return len(self._stream)
+
+    @property
+    def stats(self) -> dict[str, Any] | None:
+        s = self._stream.stats_json()
+        return None if s is None else json.loads(s)
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class View:
+    """A re-iterable split view; each ``iter()`` starts a pass at the dataset's epoch."""
+
+    def __init__(self, dataset: InSituDataset, split: str) -> None:
+        self.dataset = dataset
+        self.split = split
+
+    def __iter__(self) -> BatchIterator:
+        return BatchIterator(self.dataset._ds().iter(self.split))
+
+    def sample_indices(self) -> np.ndarray:
+        """The samples this view reads, in chunk order."""
+        return self.dataset.manifest.sample_indices(self.split)
+
+    def __repr__(self) -> str:
+        return f"View({self.split!r}, {self.dataset._url!r})"
+
+
+class InSituDataset:
+    """A dataset over one Zarr store: shuffled/sequential split views sharing one pool.
+
+    ``geometries`` maps batch labels to ``ArrayGeometry`` (several labels may read one array
+    at different offsets via ``geom.shift(k)``); ``None`` discovers every data array. The
+    ``manifest`` defaults to ``split_by_chunk`` of the first geometry.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        manifest: SplitManifest | None = None,
+        geometries: Mapping[str, ArrayGeometry] | None = None,
+        *,
+        batch_size: int = 32,
+        block_chunks: int = 16,
+        max_inflight: int = 32,
+        seed: int = 0,
+        shuffle: bool = True,
+        prefetch_depth: int = 2,
+        cache_budget_bytes: int | None = None,
+        on_bad_chunk: str = "raise",
+        storage_options: Mapping[str, Any] | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if not isinstance(url, str):
+            raise TypeError(f"url must be a str store URL (file://, s3://, ...), got {type(url).__name__}")
+        self._url = url
+        _check_local(url)
+        variables = None if geometries is None else list(geometries.items())
+        self._native: _native.NativeDataset = _native.NativeDataset(
+            url,
+            manifest,
+            variables,
+            batch_size=batch_size,
+            block_chunks=block_chunks,
+            max_inflight=max_inflight,
+            seed=seed,
+            shuffle=shuffle,
+            prefetch_depth=prefetch_depth,
+            cache_budget_bytes=cache_budget_bytes,
+            on_bad_chunk=on_bad_chunk,
+            storage_options=_storage_options(storage_options),
+            threads=threads,
+        )
+        self.train = View(self, "train")
+        self.val = View(self, "val")
+        self.test = View(self, "test")
+        self.all = View(self, "all")
+
+    def _ds(self) -> _native.NativeDataset:
+        return self._native
+
+    def view(self, split: str) -> View:
+        if split not in _SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {_SPLITS}")
+        return getattr(self, split)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle deterministically for ``epoch`` (applies to passes started after)."""
+        self._native.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._native.epoch
+
+    @property
+    def manifest(self) -> SplitManifest:
+        return self._native.manifest
+
+    @property
+    def geometries(self) -> dict[str, ArrayGeometry]:
+        return dict(self._native.variables)
+
+    @property
+    def block_chunks(self) -> int:
+        """Chunks per shuffle block, after widening."""
+        return self._native.block_chunks
+
+    def draw_order(self, split: str, epoch: int | None = None) -> np.ndarray:
+        """The anchors a pass over ``split`` at ``epoch`` will yield, in order."""
+        return self._native.draw_order(split, self.epoch if epoch is None else epoch)
+
+    def describe(self, iterations: int = 1) -> dict[str, Any]:
+        """The static report (geometry + configuration only; never touches the store)."""
+        return json.loads(self._native.describe_json(iterations))
+
+    def print_summary(self, iterations: int = 1) -> None:
+        print(self._native.render_summary(iterations))
+
+    @property
+    def last_pass(self) -> dict[str, Any] | None:
+        """Stats of the last pass that ended, or ``None``."""
+        s = self._native.last_pass_json()
+        return None if s is None else json.loads(s)
+
+    @property
+    def bad_chunks(self) -> list[dict[str, Any]]:
+        """Chunks filled under ``on_bad_chunk="nan"``."""
+        return json.loads(self._native.bad_chunks_json())
+
+    def close(self) -> None:
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def __enter__(self) -> InSituDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"epoch={self.epoch}"
+        return f"InSituDataset({self._url!r}, {state})"
+
+
+def _require(module: str, extra: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(
+            f"{module} is not installed; install it (pip install 'insitubatch-rs[{extra}]') to use this adapter"
+        ) from e
+
+
+def to_torch(batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``{label: torch.Tensor}`` sharing memory with the batch (DLPack, no copy)."""
+    torch = _require("torch", "torch")
+    return {k: torch.from_dlpack(v) for k, v in batch.items()}
+
+
+def to_jax(batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``{label: jax.Array}`` via DLPack (zero-copy on CPU where jax allows it)."""
+    jnp = _require("jax.numpy", "jax")
+    return {k: jnp.from_dlpack(v) for k, v in batch.items()}
+
+
+def as_torch(view: View) -> Any:
+    """A ``torch.utils.data.IterableDataset`` over ``view`` yielding dicts of tensors.
+
+    Use with ``DataLoader(as_torch(ds.train), batch_size=None, num_workers=0)``: batching
+    and parallelism already happen in the engine.
+    """
+    _require("torch", "torch")
+    from torch.utils.data import IterableDataset
+
+    class _TorchView(IterableDataset):  # type: ignore[type-arg]
+        def __init__(self, view: View) -> None:
+            super().__init__()
+            self.view = view
+
+        def __iter__(self) -> Iterator[dict[str, Any]]:
+            for batch in self.view:
+                yield to_torch(batch)
+
+    return _TorchView(view)

@@ -1,0 +1,608 @@
+//! `insitubatch_rs._native`: a thin pyo3 shim over insitubatch-native/core.
+//!
+//! The pure-Python package (`python/insitubatch_rs`) wraps these classes into the public
+//! API (`InSituDataset`, `Batch`, views, adapters). Batch arrays cross into Python without
+//! a copy: each engine [`NdArray`] is moved into a [`Buffer`] object that exposes
+//! `__array_interface__`, and `numpy.asarray(buffer)` keeps the buffer alive as the
+//! array's `base`. Dropping the last numpy view drops the `NdArray`, which hands its
+//! memory back to the engine's recycler.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
+use insitubatch_core::engine::{OnBadChunk, ReadPolicy};
+use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
+use insitubatch_core::split::{SplitManifest as CoreManifest, SplitOptions};
+use insitubatch_core::{BatchStream, DType, Error as CoreError, NdArray, Split, Storage};
+use insitubatch_native::{NativeError, NativeRuntime};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+create_exception!(
+    insitubatch_rs,
+    InsitubatchIOError,
+    PyOSError,
+    "A store could not be read: missing array, malformed metadata, failed request, corrupt chunk."
+);
+
+/// Core error → Python exception (the message is the engine's).
+fn core_err(e: CoreError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        CoreError::Config(_) | CoreError::Geometry(_) => PyValueError::new_err(msg),
+        CoreError::Storage { .. } | CoreError::NotFound { .. } | CoreError::Metadata { .. } | CoreError::Decode { .. } => {
+            InsitubatchIOError::new_err(msg)
+        }
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
+fn native_err(e: NativeError) -> PyErr {
+    match e {
+        NativeError::Core(e) => core_err(e),
+        NativeError::Url { .. } => PyValueError::new_err(e.to_string()),
+        NativeError::Open { .. } | NativeError::Demo { .. } => InsitubatchIOError::new_err(e.to_string()),
+        NativeError::Runtime(_) => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+fn parse_split(s: &str) -> PyResult<Split> {
+    match s {
+        "train" => Ok(Split::Train),
+        "val" => Ok(Split::Val),
+        "test" => Ok(Split::Test),
+        "all" => Ok(Split::All),
+        other => Err(PyValueError::new_err(format!("unknown split {other:?}; expected train, val, test or all"))),
+    }
+}
+
+fn typestr(d: DType) -> PyResult<&'static str> {
+    Ok(match d {
+        DType::Bool => "|b1",
+        DType::Int8 => "|i1",
+        DType::Uint8 => "|u1",
+        DType::Int16 => "<i2",
+        DType::Uint16 => "<u2",
+        DType::Int32 => "<i4",
+        DType::Uint32 => "<u4",
+        DType::Int64 => "<i8",
+        DType::Uint64 => "<u8",
+        DType::Float16 => "<f2",
+        DType::Float32 => "<f4",
+        DType::Float64 => "<f8",
+        // numpy has no bfloat16: expose the raw 2-byte words.
+        DType::Bfloat16 => "<u2",
+    })
+}
+
+enum Owned {
+    Nd(NdArray),
+    I64(Vec<i64>),
+}
+
+/// Memory owned by Rust, seen by numpy through `__array_interface__` (no copy).
+#[pyclass(frozen, module = "insitubatch_rs._native")]
+pub struct Buffer {
+    owned: Owned,
+    shape: Vec<usize>,
+    typestr: &'static str,
+}
+
+impl Buffer {
+    fn from_nd(a: NdArray) -> PyResult<Self> {
+        Ok(Self { shape: a.shape.clone(), typestr: typestr(a.dtype)?, owned: Owned::Nd(a) })
+    }
+    fn from_i64(v: Vec<i64>) -> Self {
+        Self { shape: vec![v.len()], typestr: "<i8", owned: Owned::I64(v) }
+    }
+    fn ptr(&self) -> usize {
+        match &self.owned {
+            Owned::Nd(a) => a.data.as_ptr() as usize,
+            Owned::I64(v) => v.as_ptr() as usize,
+        }
+    }
+    /// `numpy.asarray(self)`: a numpy view whose `base` keeps this buffer alive.
+    fn into_numpy(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        let obj = Bound::new(py, self)?;
+        py.import("numpy")?.getattr("asarray")?.call1((obj,))
+    }
+}
+
+#[pymethods]
+impl Buffer {
+    #[getter(__array_interface__)]
+    fn array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
+        d.set_item("typestr", self.typestr)?;
+        d.set_item("data", (self.ptr(), false))?;
+        Ok(d)
+    }
+
+    /// Address of the first byte (for zero-copy checks).
+    #[getter]
+    fn address(&self) -> usize {
+        self.ptr()
+    }
+}
+
+fn i64_numpy(py: Python<'_>, v: impl IntoIterator<Item = u64>) -> PyResult<Bound<'_, PyAny>> {
+    Buffer::from_i64(v.into_iter().map(|x| x as i64).collect()).into_numpy(py)
+}
+
+/// The geometry of one array (or a windowed view of it).
+#[pyclass(frozen, eq, name = "ArrayGeometry", module = "insitubatch_rs")]
+#[derive(Clone, PartialEq)]
+pub struct PyGeometry {
+    inner: CoreGeometry,
+}
+
+#[pymethods]
+impl PyGeometry {
+    #[new]
+    #[pyo3(signature = (path, shape, chunks, dtype, *, sample_axis = 0, offset = 0))]
+    fn new(path: String, shape: Vec<u64>, chunks: Vec<u64>, dtype: &str, sample_axis: usize, offset: i64) -> PyResult<Self> {
+        let dt = DType::from_zarr_name(dtype).ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {dtype:?}")))?;
+        let mut g = CoreGeometry::new(path, shape, chunks, dt, sample_axis).map_err(core_err)?;
+        g.offset = offset;
+        Ok(Self { inner: g })
+    }
+    #[getter]
+    fn path(&self) -> &str {
+        &self.inner.path
+    }
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.inner.shape)
+    }
+    /// The fetch unit: the stored chunk, or the inner chunk of a sharded array.
+    #[getter]
+    fn chunks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.inner.tile)
+    }
+    #[getter]
+    fn shard<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.inner.shard.as_ref().map(|s| PyTuple::new(py, s)).transpose()
+    }
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.inner.dtype.name()
+    }
+    #[getter]
+    fn sample_axis(&self) -> usize {
+        self.inner.sample_axis
+    }
+    #[getter]
+    fn offset(&self) -> i64 {
+        self.inner.offset
+    }
+    #[getter]
+    fn n_samples(&self) -> u64 {
+        self.inner.n_samples()
+    }
+    #[getter]
+    fn sample_chunk_size(&self) -> u64 {
+        self.inner.sample_chunk_size()
+    }
+    #[getter]
+    fn n_chunks(&self) -> u64 {
+        self.inner.n_chunks()
+    }
+    /// Bytes the stored tiles of one sample-axis chunk occupy (the anchor's `chunk_bytes`).
+    #[getter]
+    fn chunk_bytes(&self) -> u64 {
+        self.inner.stored_chunk_bytes()
+    }
+    /// Bytes of one sample (all inner axes).
+    #[getter]
+    fn sample_bytes(&self) -> u64 {
+        self.inner.sample_bytes()
+    }
+    /// A view of the same array read `k` samples later (shifts compose).
+    fn shift(&self, k: i64) -> Self {
+        Self { inner: self.inner.shift(k) }
+    }
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&self.inner.path, &self.inner.shape, &self.inner.tile, self.inner.sample_axis, self.inner.offset).hash(&mut h);
+        h.finish()
+    }
+    fn __repr__(&self) -> String {
+        let g = &self.inner;
+        format!(
+            "ArrayGeometry(path={:?}, shape={:?}, chunks={:?}, dtype={:?}, sample_axis={}, offset={})",
+            g.path,
+            g.shape,
+            g.tile,
+            g.dtype.name(),
+            g.sample_axis,
+            g.offset
+        )
+    }
+}
+
+/// Which sample-axis chunks belong to train, val and test.
+#[pyclass(frozen, eq, name = "SplitManifest", module = "insitubatch_rs")]
+#[derive(Clone, PartialEq)]
+pub struct PyManifest {
+    inner: CoreManifest,
+}
+
+#[pymethods]
+impl PyManifest {
+    #[getter]
+    fn n_chunks(&self) -> u64 {
+        self.inner.n_chunks
+    }
+    #[getter]
+    fn sample_chunk_size(&self) -> u64 {
+        self.inner.sample_chunk_size
+    }
+    #[getter]
+    fn n_samples(&self) -> u64 {
+        self.inner.n_samples
+    }
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+    /// `{"train": [...], "val": [...], "test": [...]}` chunk ids.
+    #[getter]
+    fn chunks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for s in [Split::Train, Split::Val, Split::Test] {
+            d.set_item(s.name(), PyList::new(py, self.inner.chunks_of(s))?)?;
+        }
+        Ok(d)
+    }
+    /// The chunk ids of a view (`all` is the union).
+    fn chunks_of(&self, split: &str) -> PyResult<Vec<u64>> {
+        Ok(self.inner.chunks_of(parse_split(split)?))
+    }
+    /// Global sample indices of a split's chunks, in chunk order (int64 array).
+    fn sample_indices<'py>(&self, py: Python<'py>, split: &str) -> PyResult<Bound<'py, PyAny>> {
+        i64_numpy(py, self.inner.sample_indices(parse_split(split)?))
+    }
+    /// The manifest as JSON; also written to `path` when given.
+    #[pyo3(signature = (path = None))]
+    fn to_json(&self, path: Option<std::path::PathBuf>) -> PyResult<String> {
+        let s = self.inner.to_json();
+        if let Some(p) = path {
+            std::fs::write(&p, &s).map_err(|e| PyOSError::new_err(format!("cannot write {}: {e}", p.display())))?;
+        }
+        Ok(s)
+    }
+    /// Read a manifest written by `to_json` from `path`.
+    #[staticmethod]
+    fn from_json(path: std::path::PathBuf) -> PyResult<Self> {
+        let s = std::fs::read_to_string(&path).map_err(|e| PyOSError::new_err(format!("cannot read {}: {e}", path.display())))?;
+        Self::from_json_str(&s)
+    }
+    /// Parse a manifest from a JSON string.
+    #[staticmethod]
+    fn from_json_str(json: &str) -> PyResult<Self> {
+        Ok(Self { inner: CoreManifest::from_json(json).map_err(core_err)? })
+    }
+    fn __repr__(&self) -> String {
+        let n = |s| self.inner.chunks_of(s).len();
+        format!(
+            "SplitManifest(n_chunks={}, sample_chunk_size={}, train={} chunks, val={} chunks, test={} chunks)",
+            self.inner.n_chunks,
+            self.inner.sample_chunk_size,
+            n(Split::Train),
+            n(Split::Val),
+            n(Split::Test)
+        )
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (geom, *, fractions = (0.8, 0.1, 0.1), seed = 0, contiguous = true, sample_range = None))]
+fn split_by_chunk(
+    geom: &PyGeometry,
+    fractions: (f64, f64, f64),
+    seed: u64,
+    contiguous: bool,
+    sample_range: Option<(u64, u64)>,
+) -> PyResult<PyManifest> {
+    let opts = SplitOptions { fractions, seed, contiguous, sample_range };
+    Ok(PyManifest { inner: insitubatch_core::split_by_chunk(&geom.inner, &opts).map_err(core_err)? })
+}
+
+#[pyfunction]
+fn valid_anchor_range(offsets: Vec<i64>, n_samples: u64) -> (u64, u64) {
+    insitubatch_core::valid_anchor_range(&offsets, n_samples)
+}
+
+/// Open the store at `url` and read the geometry of each array (no chunk reads).
+#[pyfunction]
+#[pyo3(signature = (url, variables, sample_axis, storage_options))]
+fn open_geometries(
+    py: Python<'_>,
+    url: &str,
+    variables: Option<Vec<String>>,
+    sample_axis: usize,
+    storage_options: Vec<(String, String)>,
+) -> PyResult<Vec<PyGeometry>> {
+    let storage = insitubatch_native::open_storage(url, &storage_options).map_err(native_err)?;
+    let runtime = NativeRuntime::new(Some(1)).map_err(native_err)?;
+    let arrays = py
+        .detach(|| runtime.block_on(insitubatch_core::zarr::open_arrays(storage.as_ref(), variables.as_deref())))
+        .map_err(core_err)?;
+    arrays.iter().map(|a| Ok(PyGeometry { inner: a.geometry(sample_axis).map_err(core_err)? })).collect()
+}
+
+struct Open {
+    dataset: Dataset,
+    runtime: NativeRuntime,
+}
+
+/// The engine's dataset with its own tokio runtime and decode pool.
+#[pyclass(module = "insitubatch_rs._native")]
+pub struct NativeDataset {
+    open: Mutex<Option<Arc<Open>>>,
+    url: String,
+}
+
+impl NativeDataset {
+    fn get(&self) -> PyResult<Arc<Open>> {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| PyValueError::new_err(format!("the dataset is closed: {}", self.url)))
+    }
+}
+
+#[pymethods]
+impl NativeDataset {
+    /// `variables`: `(label, geometry)` pairs, or `None` to discover every data array.
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (url, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
+                        prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None))]
+    fn new(
+        py: Python<'_>,
+        url: String,
+        manifest: Option<PyRef<'_, PyManifest>>,
+        variables: Option<Vec<(String, PyRef<'_, PyGeometry>)>>,
+        batch_size: usize,
+        block_chunks: usize,
+        max_inflight: usize,
+        seed: u64,
+        shuffle: bool,
+        prefetch_depth: usize,
+        cache_budget_bytes: Option<u64>,
+        on_bad_chunk: &str,
+        storage_options: Vec<(String, String)>,
+        threads: Option<usize>,
+    ) -> PyResult<Self> {
+        let on_bad_chunk = match on_bad_chunk {
+            "raise" => OnBadChunk::Raise,
+            "nan" => OnBadChunk::Nan,
+            other => return Err(PyValueError::new_err(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}"))),
+        };
+        let options = DatasetOptions {
+            batch_size,
+            block_chunks,
+            max_inflight,
+            seed,
+            shuffle,
+            prefetch_depth,
+            cache_budget_bytes,
+            read_policy: ReadPolicy { on_bad_chunk, ..ReadPolicy::default() },
+        };
+        let storage: Arc<dyn Storage> = insitubatch_native::open_storage(&url, &storage_options).map_err(native_err)?;
+        let runtime = NativeRuntime::new(threads).map_err(native_err)?;
+        // Arrays to open: the distinct paths the variables read, in first-use order.
+        let paths: Option<Vec<String>> = variables.as_ref().map(|vs| {
+            let mut seen = Vec::new();
+            for (_, g) in vs {
+                if !seen.contains(&g.inner.path) {
+                    seen.push(g.inner.path.clone());
+                }
+            }
+            seen
+        });
+        let manifest: Option<CoreManifest> = manifest.map(|m| m.inner.clone());
+        let variables: Option<Vec<(String, CoreGeometry)>> =
+            variables.map(|vs| vs.into_iter().map(|(l, g)| (l, g.inner.clone())).collect());
+        let dataset = py.detach(|| -> Result<Dataset, CoreError> {
+            let arrays = runtime.block_on(insitubatch_core::zarr::open_arrays(storage.as_ref(), paths.as_deref()))?;
+            let vars: Vec<Variable> = match variables {
+                Some(vs) => vs.into_iter().map(|(label, geometry)| Variable { label, geometry }).collect(),
+                None => arrays
+                    .iter()
+                    .map(|a| Ok(Variable { label: a.path().to_string(), geometry: a.geometry(0)? }))
+                    .collect::<Result<_, CoreError>>()?,
+            };
+            let manifest = match manifest {
+                Some(m) => m,
+                None => insitubatch_core::split_by_chunk(&vars[0].geometry, &SplitOptions { seed, ..SplitOptions::default() })?,
+            };
+            let _guard = runtime.handle().enter();
+            Dataset::new(Arc::clone(&storage), runtime.runtime.clone(), arrays, vars, manifest, options, Vec::new(), Vec::new())
+        });
+        let dataset = dataset.map_err(core_err)?;
+        Ok(Self { open: Mutex::new(Some(Arc::new(Open { dataset, runtime }))), url })
+    }
+
+    /// Start one pass over `split` at the current epoch.
+    fn iter(&self, split: &str) -> PyResult<NativeStream> {
+        let open = self.get()?;
+        let split = parse_split(split)?;
+        let stream = {
+            let _guard = open.runtime.handle().enter();
+            open.dataset.iter(split).map_err(core_err)?
+        };
+        let n_batches = stream.len();
+        Ok(NativeStream { stream: Mutex::new(Some(stream)), runtime: open.runtime.clone(), n_batches })
+    }
+
+    fn set_epoch(&self, epoch: u64) -> PyResult<()> {
+        self.get()?.dataset.set_epoch(epoch);
+        Ok(())
+    }
+
+    #[getter]
+    fn epoch(&self) -> PyResult<u64> {
+        Ok(self.get()?.dataset.epoch())
+    }
+
+    #[getter]
+    fn manifest(&self) -> PyResult<PyManifest> {
+        Ok(PyManifest { inner: self.get()?.dataset.manifest().clone() })
+    }
+
+    /// `(label, geometry)` of each variable, in order.
+    #[getter]
+    fn variables(&self) -> PyResult<Vec<(String, PyGeometry)>> {
+        Ok(self.get()?.dataset.variables().iter().map(|v| (v.label.clone(), PyGeometry { inner: v.geometry.clone() })).collect())
+    }
+
+    #[getter]
+    fn block_chunks(&self) -> PyResult<usize> {
+        Ok(self.get()?.dataset.block_chunks())
+    }
+
+    /// The anchors one epoch of `split` will draw, in order.
+    fn draw_order<'py>(&self, py: Python<'py>, split: &str, epoch: u64) -> PyResult<Bound<'py, PyAny>> {
+        let order = self.get()?.dataset.draw_order(parse_split(split)?, epoch);
+        i64_numpy(py, order)
+    }
+
+    /// The static report as JSON (geometry and configuration only; no store access).
+    fn describe_json(&self, iterations: usize) -> PyResult<String> {
+        let r = self.get()?.dataset.describe(iterations).map_err(core_err)?;
+        serde_json::to_string(&r).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// The static report, rendered for people.
+    fn render_summary(&self, iterations: usize) -> PyResult<String> {
+        Ok(self.get()?.dataset.describe(iterations).map_err(core_err)?.render())
+    }
+
+    /// Stats of the last pass that ended, as JSON, or `None`.
+    fn last_pass_json(&self) -> PyResult<Option<String>> {
+        self.get()?
+            .dataset
+            .last_pass()
+            .map(|s| serde_json::to_string(&s).map_err(|e| PyRuntimeError::new_err(e.to_string())))
+            .transpose()
+    }
+
+    /// Chunks filled under `on_bad_chunk="nan"`, as JSON.
+    fn bad_chunks_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.get()?.dataset.bad_chunks()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// Drop the engine (live passes keep what they need until they end).
+    fn close(&self) {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner).is_none()
+    }
+
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// One pass; `next()` blocks with the GIL released and wakes every 100 ms for Ctrl-C.
+#[pyclass(module = "insitubatch_rs._native")]
+pub struct NativeStream {
+    stream: Mutex<Option<BatchStream>>,
+    runtime: NativeRuntime,
+    n_batches: usize,
+}
+
+#[pymethods]
+impl NativeStream {
+    /// The next batch as `(arrays, sample_indices, offsets, index, epoch)`, or `None` at the
+    /// end of the pass. An interrupt (Ctrl-C) or an error ends the pass.
+    fn next<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let taken = self.stream.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let Some(mut stream) = taken else { return Ok(None) };
+        let handle = self.runtime.handle();
+        // The future owns the stream and lives across timeouts, so no wake-up is lost.
+        let mut fut = Box::pin(async move {
+            let r = stream.next_batch().await;
+            (stream, r)
+        });
+        let (stream, item) = loop {
+            let polled =
+                py.detach(|| handle.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await }));
+            match polled {
+                Ok(done) => break done,
+                // Dropping `fut` on an interrupt drops the stream, which ends the pass.
+                Err(_) => py.check_signals()?,
+            }
+        };
+        match item {
+            Some(Ok(batch)) => {
+                *self.stream.lock().unwrap_or_else(PoisonError::into_inner) = Some(stream);
+                let arrays = PyDict::new(py);
+                for (label, a) in batch.arrays {
+                    arrays.set_item(label, Buffer::from_nd(a)?.into_numpy(py)?)?;
+                }
+                let idx = i64_numpy(py, batch.sample_indices)?;
+                let offsets = PyDict::new(py);
+                for (label, o) in &batch.offsets {
+                    offsets.set_item(label, o)?;
+                }
+                Ok(Some(PyTuple::new(
+                    py,
+                    [arrays.into_any(), idx, offsets.into_any(), batch.index.into_pyobject(py)?.into_any(), batch.epoch.into_pyobject(py)?.into_any()],
+                )?))
+            }
+            Some(Err(e)) => Err(core_err(e)),
+            None => Ok(None),
+        }
+    }
+
+    /// Batches this pass yields in all.
+    fn __len__(&self) -> usize {
+        self.n_batches
+    }
+
+    /// Stats of this pass so far, as JSON (`None` once it ended: see `last_pass`).
+    fn stats_json(&self) -> PyResult<Option<String>> {
+        let g = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
+        g.as_ref().map(|s| serde_json::to_string(&s.stats()).map_err(|e| PyRuntimeError::new_err(e.to_string()))).transpose()
+    }
+
+    /// End the pass now (what dropping the iterator does too).
+    fn close(&self) {
+        self.stream.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+/// Address of a numpy-visible buffer by label, for zero-copy tests.
+#[pyfunction]
+fn buffer_address(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    Ok(obj.cast::<Buffer>()?.get().ptr())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("InsitubatchIOError", m.py().get_type::<InsitubatchIOError>())?;
+    m.add_class::<Buffer>()?;
+    m.add_class::<PyGeometry>()?;
+    m.add_class::<PyManifest>()?;
+    m.add_class::<NativeDataset>()?;
+    m.add_class::<NativeStream>()?;
+    m.add_function(wrap_pyfunction!(open_geometries, m)?)?;
+    m.add_function(wrap_pyfunction!(split_by_chunk, m)?)?;
+    m.add_function(wrap_pyfunction!(valid_anchor_range, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer_address, m)?)?;
+    Ok(())
+}
