@@ -118,12 +118,10 @@ pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
     let parsed = storage::parse_location(url)?;
     if parsed.scheme() == "file"
         && let Ok(p) = parsed.to_file_path()
-            && !p.exists() {
-                return Err(NativeError::Open {
-                    message: "no Zarr store exists at this path".into(),
-                    url: url.to_string(),
-                });
-            }
+        && !p.exists()
+    {
+        return Err(NativeError::Open { message: "no Zarr store exists at this path".into(), url: url.to_string() });
+    }
     let runtime = NativeRuntime::new(options.threads)?;
     let core_opts = insitubatch_core::OpenOptions {
         variables: options.variables.clone(),
