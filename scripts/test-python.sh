@@ -2,6 +2,7 @@
 # Build the Python bindings (python-bindings/) into the test venv and run their pytest suite
 # against the zarr-python fixtures. Idempotent: re-runs skip what is already installed/built.
 #   IB_PYTHON_TORCH=0   skip installing torch (torch tests are skipped)
+#   IB_PYTHON_JAX=0     skip installing jax (jax tests are skipped)
 #   IB_PYTHON_RELEASE=1 build the extension in release mode
 #   extra args go to pytest
 set -euo pipefail
@@ -13,9 +14,10 @@ ib_test_venv
 VENV="$(dirname "$(dirname "$IB_PY")")"
 PB="$ROOT/python-bindings"
 
-# 1. Test requirements (+ torch), keyed on the requirement files' hash.
+# 1. Test requirements (+ torch, + jax), keyed on the requirement files' hash.
 reqs=("$PB/requirements-test.txt")
 [ "${IB_PYTHON_TORCH:-1}" = 0 ] || reqs+=("$PB/requirements-torch.txt")
+[ "${IB_PYTHON_JAX:-1}" = 0 ] || reqs+=("$PB/requirements-jax.txt")
 want="$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$VENV/.ib-python-req" 2>/dev/null || true)" != "$want" ]; then
     echo "test-python: installing ${reqs[*]##*/}"

@@ -834,7 +834,7 @@ async fn discover(storage: &dyn Storage) -> Result<Vec<ZarrArray>> {
     // 1. v3 root zarr.json, possibly with consolidated metadata.
     let root_json = get(storage, "zarr.json").await?;
     if let Some(b) = &root_json {
-        let root: Value = serde_json::from_slice(&b).map_err(|e| with_location(storage, malformed(e, "zarr.json")))?;
+        let root: Value = serde_json::from_slice(b).map_err(|e| with_location(storage, malformed(e, "zarr.json")))?;
         if root.get("node_type").and_then(Value::as_str) == Some("array") {
             return ZarrArray::from_v3("", b).map(|a| vec![a]).map_err(|e| with_location(storage, e));
         }

@@ -14,12 +14,16 @@ use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
 use insitubatch_core::engine::{OnBadChunk, ReadPolicy};
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
 use insitubatch_core::split::{SplitManifest as CoreManifest, SplitOptions};
+use insitubatch_core::transform::{BatchTransform, Scoped};
 use insitubatch_core::{BatchStream, DType, Error as CoreError, NdArray, Split, Storage};
 use insitubatch_native::{NativeError, NativeRuntime};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
+
+mod transforms;
+use transforms::{ErrSlot, GeomMap};
 
 create_exception!(
     insitubatch_rs,
@@ -29,13 +33,14 @@ create_exception!(
 );
 
 /// Core error → Python exception (the message is the engine's).
-fn core_err(e: CoreError) -> PyErr {
+pub(crate) fn core_err(e: CoreError) -> PyErr {
     let msg = e.to_string();
     match e {
         CoreError::Config(_) | CoreError::Geometry(_) => PyValueError::new_err(msg),
-        CoreError::Storage { .. } | CoreError::NotFound { .. } | CoreError::Metadata { .. } | CoreError::Decode { .. } => {
-            InsitubatchIOError::new_err(msg)
-        }
+        CoreError::Storage { .. }
+        | CoreError::NotFound { .. }
+        | CoreError::Metadata { .. }
+        | CoreError::Decode { .. } => InsitubatchIOError::new_err(msg),
         _ => PyRuntimeError::new_err(msg),
     }
 }
@@ -92,7 +97,7 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    fn from_nd(a: NdArray) -> PyResult<Self> {
+    pub(crate) fn from_nd(a: NdArray) -> PyResult<Self> {
         Ok(Self { shape: a.shape.clone(), typestr: typestr(a.dtype)?, owned: Owned::Nd(a) })
     }
     fn from_i64(v: Vec<i64>) -> Self {
@@ -105,7 +110,7 @@ impl Buffer {
         }
     }
     /// `numpy.asarray(self)`: a numpy view whose `base` keeps this buffer alive.
-    fn into_numpy(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    pub(crate) fn into_numpy(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         let obj = Bound::new(py, self)?;
         py.import("numpy")?.getattr("asarray")?.call1((obj,))
     }
@@ -130,7 +135,7 @@ impl Buffer {
     }
 }
 
-fn i64_numpy(py: Python<'_>, v: impl IntoIterator<Item = u64>) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn i64_numpy(py: Python<'_>, v: impl IntoIterator<Item = u64>) -> PyResult<Bound<'_, PyAny>> {
     Buffer::from_i64(v.into_iter().map(|x| x as i64).collect()).into_numpy(py)
 }
 
@@ -138,15 +143,23 @@ fn i64_numpy(py: Python<'_>, v: impl IntoIterator<Item = u64>) -> PyResult<Bound
 #[pyclass(frozen, eq, name = "ArrayGeometry", module = "insitubatch_rs")]
 #[derive(Clone, PartialEq)]
 pub struct PyGeometry {
-    inner: CoreGeometry,
+    pub(crate) inner: CoreGeometry,
 }
 
 #[pymethods]
 impl PyGeometry {
     #[new]
     #[pyo3(signature = (path, shape, chunks, dtype, *, sample_axis = 0, offset = 0))]
-    fn new(path: String, shape: Vec<u64>, chunks: Vec<u64>, dtype: &str, sample_axis: usize, offset: i64) -> PyResult<Self> {
-        let dt = DType::from_zarr_name(dtype).ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {dtype:?}")))?;
+    fn new(
+        path: String,
+        shape: Vec<u64>,
+        chunks: Vec<u64>,
+        dtype: &str,
+        sample_axis: usize,
+        offset: i64,
+    ) -> PyResult<Self> {
+        let dt = DType::from_zarr_name(dtype)
+            .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {dtype:?}")))?;
         let mut g = CoreGeometry::new(path, shape, chunks, dt, sample_axis).map_err(core_err)?;
         g.offset = offset;
         Ok(Self { inner: g })
@@ -280,7 +293,8 @@ impl PyManifest {
     /// Read a manifest written by `to_json` from `path`.
     #[staticmethod]
     fn from_json(path: std::path::PathBuf) -> PyResult<Self> {
-        let s = std::fs::read_to_string(&path).map_err(|e| PyOSError::new_err(format!("cannot read {}: {e}", path.display())))?;
+        let s = std::fs::read_to_string(&path)
+            .map_err(|e| PyOSError::new_err(format!("cannot read {}: {e}", path.display())))?;
         Self::from_json_str(&s)
     }
     /// Parse a manifest from a JSON string.
@@ -340,6 +354,7 @@ fn open_geometries(
 struct Open {
     dataset: Dataset,
     runtime: NativeRuntime,
+    errors: ErrSlot,
 }
 
 /// The engine's dataset with its own tokio runtime and decode pool.
@@ -365,7 +380,8 @@ impl NativeDataset {
     #[new]
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (url, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
-                        prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None))]
+                        prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
+                        chunk_transforms = Vec::new(), batch_transforms = Vec::new()))]
     fn new(
         py: Python<'_>,
         url: String,
@@ -381,11 +397,27 @@ impl NativeDataset {
         on_bad_chunk: &str,
         storage_options: Vec<(String, String)>,
         threads: Option<usize>,
+        chunk_transforms: Vec<(Option<Vec<String>>, Bound<'_, PyAny>)>,
+        batch_transforms: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let errors: ErrSlot = Arc::default();
+        let geoms: GeomMap = Arc::default();
+        let chunk_transforms: Vec<Scoped> = chunk_transforms
+            .iter()
+            .map(|(scope, obj)| {
+                Ok(Scoped { arrays: scope.clone(), transform: transforms::chunk_transform(py, obj, &geoms, &errors)? })
+            })
+            .collect::<PyResult<_>>()?;
+        let batch_transforms: Vec<Arc<dyn BatchTransform>> = batch_transforms
+            .iter()
+            .map(|f| Ok(Arc::new(transforms::PyBatchFn::new(py, f, Arc::clone(&errors))?) as Arc<dyn BatchTransform>))
+            .collect::<PyResult<_>>()?;
         let on_bad_chunk = match on_bad_chunk {
             "raise" => OnBadChunk::Raise,
             "nan" => OnBadChunk::Nan,
-            other => return Err(PyValueError::new_err(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}")));
+            }
         };
         let options = DatasetOptions {
             batch_size,
@@ -423,25 +455,49 @@ impl NativeDataset {
             };
             let manifest = match manifest {
                 Some(m) => m,
-                None => insitubatch_core::split_by_chunk(&vars[0].geometry, &SplitOptions { seed, ..SplitOptions::default() })?,
+                None => insitubatch_core::split_by_chunk(
+                    &vars[0].geometry,
+                    &SplitOptions { seed, ..SplitOptions::default() },
+                )?,
             };
+            let _ = geoms.set(
+                vars.iter()
+                    .map(|v| (v.geometry.path.clone(), (v.geometry.n_samples(), v.geometry.sample_chunk_size())))
+                    .collect(),
+            );
             let _guard = runtime.handle().enter();
-            Dataset::new(Arc::clone(&storage), runtime.runtime.clone(), arrays, vars, manifest, options, Vec::new(), Vec::new())
+            Dataset::new(
+                Arc::clone(&storage),
+                runtime.runtime.clone(),
+                arrays,
+                vars,
+                manifest,
+                options,
+                chunk_transforms,
+                batch_transforms,
+            )
         });
         let dataset = dataset.map_err(core_err)?;
-        Ok(Self { open: Mutex::new(Some(Arc::new(Open { dataset, runtime }))), url })
+        Ok(Self { open: Mutex::new(Some(Arc::new(Open { dataset, runtime, errors }))), url })
     }
 
     /// Start one pass over `split` at the current epoch.
     fn iter(&self, split: &str) -> PyResult<NativeStream> {
         let open = self.get()?;
         let split = parse_split(split)?;
+        // A transform error left by an abandoned pass must not be re-raised by this one.
+        open.errors.lock().unwrap_or_else(PoisonError::into_inner).take();
         let stream = {
             let _guard = open.runtime.handle().enter();
             open.dataset.iter(split).map_err(core_err)?
         };
         let n_batches = stream.len();
-        Ok(NativeStream { stream: Mutex::new(Some(stream)), runtime: open.runtime.clone(), n_batches })
+        Ok(NativeStream {
+            stream: Mutex::new(Some(stream)),
+            runtime: open.runtime.clone(),
+            n_batches,
+            errors: Arc::clone(&open.errors),
+        })
     }
 
     fn set_epoch(&self, epoch: u64) -> PyResult<()> {
@@ -462,7 +518,13 @@ impl NativeDataset {
     /// `(label, geometry)` of each variable, in order.
     #[getter]
     fn variables(&self) -> PyResult<Vec<(String, PyGeometry)>> {
-        Ok(self.get()?.dataset.variables().iter().map(|v| (v.label.clone(), PyGeometry { inner: v.geometry.clone() })).collect())
+        Ok(self
+            .get()?
+            .dataset
+            .variables()
+            .iter()
+            .map(|v| (v.label.clone(), PyGeometry { inner: v.geometry.clone() }))
+            .collect())
     }
 
     #[getter]
@@ -523,6 +585,7 @@ pub struct NativeStream {
     stream: Mutex<Option<BatchStream>>,
     runtime: NativeRuntime,
     n_batches: usize,
+    errors: ErrSlot,
 }
 
 #[pymethods]
@@ -539,8 +602,8 @@ impl NativeStream {
             (stream, r)
         });
         let (stream, item) = loop {
-            let polled =
-                py.detach(|| handle.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await }));
+            let polled = py
+                .detach(|| handle.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await }));
             match polled {
                 Ok(done) => break done,
                 // Dropping `fut` on an interrupt drops the stream, which ends the pass.
@@ -561,8 +624,21 @@ impl NativeStream {
                 }
                 Ok(Some(PyTuple::new(
                     py,
-                    [arrays.into_any(), idx, offsets.into_any(), batch.index.into_pyobject(py)?.into_any(), batch.epoch.into_pyobject(py)?.into_any()],
+                    [
+                        arrays.into_any(),
+                        idx,
+                        offsets.into_any(),
+                        batch.index.into_pyobject(py)?.into_any(),
+                        batch.epoch.into_pyobject(py)?.into_any(),
+                    ],
                 )?))
+            }
+            // A Python transform's own exception is re-raised with its type and traceback.
+            Some(Err(e @ CoreError::Transform { .. })) => {
+                match self.errors.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    Some(py_err) => Err(py_err),
+                    None => Err(core_err(e)),
+                }
             }
             Some(Err(e)) => Err(core_err(e)),
             None => Ok(None),
@@ -577,7 +653,9 @@ impl NativeStream {
     /// Stats of this pass so far, as JSON (`None` once it ended: see `last_pass`).
     fn stats_json(&self) -> PyResult<Option<String>> {
         let g = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
-        g.as_ref().map(|s| serde_json::to_string(&s.stats()).map_err(|e| PyRuntimeError::new_err(e.to_string()))).transpose()
+        g.as_ref()
+            .map(|s| serde_json::to_string(&s.stats()).map_err(|e| PyRuntimeError::new_err(e.to_string())))
+            .transpose()
     }
 
     /// End the pass now (what dropping the iterator does too).
@@ -600,9 +678,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyManifest>()?;
     m.add_class::<NativeDataset>()?;
     m.add_class::<NativeStream>()?;
+    m.add_class::<transforms::PyDecodedChunk>()?;
+    m.add_class::<transforms::PyStandardScaler>()?;
     m.add_function(wrap_pyfunction!(open_geometries, m)?)?;
     m.add_function(wrap_pyfunction!(split_by_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(valid_anchor_range, m)?)?;
     m.add_function(wrap_pyfunction!(buffer_address, m)?)?;
+    m.add_function(wrap_pyfunction!(transforms::_shutdown, m)?)?;
     Ok(())
 }

@@ -95,3 +95,27 @@ def test_missing_framework_message(monkeypatch):
     monkeypatch.setattr("importlib.import_module", lambda n: fake(n))
     with pytest.raises(ImportError, match="insitubatch-rs\\[jax\\]"):
         ib.to_jax({"a": np.zeros(2)})
+
+
+def test_jax_zero_copy_and_a_step(fixtures):
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+
+    ds, b = first_batch(fixtures)
+    j = ib.to_jax(b)
+    for label, x in j.items():
+        assert x.shape == b[label].shape and x.dtype == jnp.float32
+        ptr = x.unsafe_buffer_pointer()
+        assert ptr == b[label].ctypes.data, f"{label}: jax shares the engine buffer (128-byte aligned)"
+        np.testing.assert_array_equal(np.asarray(x), b[label])
+
+    @jax.jit
+    def loss(w, x, y):
+        return jnp.mean((x.reshape(x.shape[0], -1) @ w - y.reshape(y.shape[0], -1)) ** 2)
+
+    w = jnp.zeros((42, 42), jnp.float32)
+    for batch in ds.train:
+        jb = ib.to_jax(batch)
+        g = jax.grad(loss)(w, jb["t2m"], jb["u10"])
+        w = w - 1e-6 * g
+    assert bool(jnp.all(jnp.isfinite(w)))

@@ -8,6 +8,7 @@ Mirrors the Python *insitubatch* API: ``open_geometries`` → ``split_by_chunk``
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,15 +17,29 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from ._native import ArrayGeometry, InsitubatchIOError, SplitManifest, valid_anchor_range
+from ._native import (
+    ArrayGeometry,
+    DecodedChunk,
+    InsitubatchIOError,
+    SplitManifest,
+    StandardScaler,
+    valid_anchor_range,
+)
+
+# Engine threads may be mid-transform when Python exits: stop them from re-entering the
+# interpreter during finalization (see python-bindings/src/transforms.rs).
+atexit.register(_native._shutdown)
 
 __all__ = [
     "ArrayGeometry",
     "Batch",
+    "DecodedChunk",
     "InSituDataset",
     "InsitubatchIOError",
     "SplitManifest",
+    "StandardScaler",
     "View",
+    "applies",
     "as_torch",
     "open_geometries",
     "split_by_chunk",
@@ -83,6 +98,48 @@ def split_by_chunk(
     return _native.split_by_chunk(
         geom, fractions=tuple(fractions), seed=seed, contiguous=contiguous, sample_range=sample_range
     )
+
+
+class _Scoped:
+    """A chunk transform restricted to some zarr array **paths** (see ``applies``)."""
+
+    __slots__ = ("arrays", "transform")
+
+    def __init__(self, arrays: list[str], transform: Any) -> None:
+        self.arrays = arrays
+        self.transform = transform
+
+    def __call__(self, chunk: DecodedChunk) -> DecodedChunk:
+        return self.transform(chunk)
+
+    def __repr__(self) -> str:
+        return f"applies({self.arrays!r}, {self.transform!r})"
+
+
+def applies(arrays: Sequence[str], transform: Any) -> _Scoped:
+    """Scope a chunk transform to the named zarr array paths (not labels).
+
+    Unknown paths raise ``ValueError`` when the dataset is built.
+    """
+    if isinstance(arrays, str):
+        raise TypeError(
+            f"applies({arrays!r}, ...): a string would scope to its characters. Write applies([{arrays!r}], ...)"
+        )
+    scope = [str(a) for a in arrays]
+    if not scope:
+        raise ValueError(f"applies([], {transform!r}) has an empty scope; name at least one array")
+    validate = getattr(transform, "validate_scope", None)
+    if validate is not None:
+        validate(scope)
+    return _Scoped(scope, transform)
+
+
+def _chunk_transform(t: Any) -> tuple[list[str] | None, Any]:
+    if isinstance(t, _Scoped):
+        return t.arrays, t.transform
+    if not (callable(t) or isinstance(t, StandardScaler)):
+        raise TypeError(f"a chunk transform must be callable (DecodedChunk) -> DecodedChunk, got {t!r}")
+    return None, t
 
 
 class Batch(Mapping[str, np.ndarray]):
@@ -186,6 +243,11 @@ class View:
     def __iter__(self) -> BatchIterator:
         return BatchIterator(self.dataset._ds().iter(self.split))
 
+    def __len__(self) -> int:
+        """Batches one pass over this view yields (the last may be short)."""
+        n = len(self.dataset.draw_order(self.split))
+        return -(-n // self.dataset.batch_size)
+
     def sample_indices(self) -> np.ndarray:
         """The samples this view reads, in chunk order."""
         return self.dataset.manifest.sample_indices(self.split)
@@ -200,6 +262,13 @@ class InSituDataset:
     ``geometries`` maps batch labels to ``ArrayGeometry`` (several labels may read one array
     at different offsets via ``geom.shift(k)``); ``None`` discovers every data array. The
     ``manifest`` defaults to ``split_by_chunk`` of the first geometry.
+
+    ``chunk_transforms``: callables ``(DecodedChunk) -> DecodedChunk`` (or returning the new
+    ``data`` array), ``applies([...], fn)`` to scope one to some array paths, or a
+    ``StandardScaler``. They run once per chunk on the engine's pool (cached with the chunk);
+    a transform that reshapes or recasts declares ``output_inner(geom) -> (inner_shape, dtype)``.
+    ``batch_transforms``: callables ``(Batch) -> Batch`` run per batch after gather. A
+    transform's exception ends the pass and is re-raised by the iteration.
     """
 
     def __init__(
@@ -218,12 +287,19 @@ class InSituDataset:
         on_bad_chunk: str = "raise",
         storage_options: Mapping[str, Any] | None = None,
         threads: int | None = None,
+        chunk_transforms: Sequence[Any] = (),
+        batch_transforms: Sequence[Any] = (),
     ) -> None:
         if not isinstance(url, str):
             raise TypeError(f"url must be a str store URL (file://, s3://, ...), got {type(url).__name__}")
         self._url = url
         _check_local(url)
         variables = None if geometries is None else list(geometries.items())
+        chunk = [_chunk_transform(t) for t in chunk_transforms]
+        for t in batch_transforms:
+            if not callable(t):
+                raise TypeError(f"a batch transform must be callable (Batch) -> Batch, got {t!r}")
+        self.batch_size = batch_size
         self._native: _native.NativeDataset = _native.NativeDataset(
             url,
             manifest,
@@ -238,6 +314,8 @@ class InSituDataset:
             on_bad_chunk=on_bad_chunk,
             storage_options=_storage_options(storage_options),
             threads=threads,
+            chunk_transforms=chunk,
+            batch_transforms=list(batch_transforms),
         )
         self.train = View(self, "train")
         self.val = View(self, "val")

@@ -1,0 +1,186 @@
+"""Chunk and batch transforms written in Python (and the engine's StandardScaler)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import insitubatch_rs as ib
+from conftest import source, store, url
+
+
+@pytest.fixture
+def zstd(fixtures, manifest):
+    s = store(manifest, "v3_zstd")
+    u = url(fixtures, s["path"])
+    srcs = {k: source(fixtures, a, 0) for k, a in s["arrays"].items()}
+    return u, srcs
+
+
+def make(u, **kw):
+    geoms = ib.open_geometries(u)
+    kw.setdefault("batch_size", 5)
+    kw.setdefault("block_chunks", 2)
+    return ib.InSituDataset(u, ib.split_by_chunk(geoms["t2m"]), geoms, **kw)
+
+
+def test_chunk_transform_doubles_once_per_chunk(zstd):
+    u, srcs = zstd
+    calls = []
+    lock = threading.Lock()
+
+    def double(chunk: ib.DecodedChunk) -> ib.DecodedChunk:
+        assert chunk.array == "t2m"
+        assert chunk.data.shape[1:] == (6, 7) and chunk.data.dtype == np.float32
+        assert chunk.sample_offset == chunk.chunk_index * 8
+        with lock:
+            calls.append(chunk.chunk_index)
+        return chunk.replace(chunk.data * 2)
+
+    ds = make(u, chunk_transforms=[ib.applies(["t2m"], double)])
+    batches = list(ds.all)
+    assert len(batches) == 16
+    for b in batches:
+        np.testing.assert_array_equal(b["t2m"], srcs["t2m"][b.sample_indices] * 2)
+        np.testing.assert_array_equal(b["u10"], srcs["u10"][b.sample_indices]), "scoped away"
+    assert sorted(calls) == list(range(10)), "once per chunk read, not per batch"
+    assert ds.describe()["config"]["chunk_transforms"] == ["double[t2m]"]
+
+
+def test_bare_chunk_transform_applies_everywhere_and_may_return_array(zstd):
+    u, srcs = zstd
+    ds = make(u, chunk_transforms=[lambda c: c.data + 1.0])
+    for b in ds.train:
+        for k in ("t2m", "u10"):
+            np.testing.assert_allclose(b[k], srcs[k][b.sample_indices] + 1.0)
+
+
+class BlockMean2:
+    """A reshaping transform: 2x2 block mean over the last two axes (trims ragged edges)."""
+
+    def output_inner(self, geom):
+        inner = geom.shape[1:]
+        return (*inner[:-2], inner[-2] // 2, inner[-1] // 2), np.float32
+
+    def __call__(self, chunk):
+        d = chunk.data
+        r, h, w = d.shape[0], d.shape[1] // 2 * 2, d.shape[2] // 2 * 2
+        out = d[:, :h, :w].reshape(r, h // 2, 2, w // 2, 2).mean(axis=(2, 4), dtype=np.float32)
+        return chunk.replace(out)
+
+
+def test_reshaping_chunk_transform_with_output_inner(zstd):
+    u, srcs = zstd
+    ds = make(u, chunk_transforms=[ib.applies(["u10"], BlockMean2())])
+    n = 0
+    for b in ds.train:
+        assert b["u10"].shape[1:] == (3, 3) and b["t2m"].shape[1:] == (6, 7)
+        src = srcs["u10"][b.sample_indices][:, :6, :6]
+        expected = src.reshape(len(b), 3, 2, 3, 2).mean(axis=(2, 4))
+        np.testing.assert_allclose(b["u10"], expected, rtol=1e-6)
+        n += len(b)
+    assert n == len(ds.manifest.sample_indices("train"))
+
+
+def test_undeclared_reshape_fails_the_pass(zstd):
+    u, _ = zstd
+    ds = make(u, chunk_transforms=[lambda c: c.data[:, :3]])
+    with pytest.raises(RuntimeError, match="declare reshapes"):
+        list(ds.train)
+
+
+def test_batch_transform_windspeed(zstd):
+    u, srcs = zstd
+    seen = []
+
+    def windspeed(batch: ib.Batch) -> ib.Batch:
+        seen.append(batch.index)
+        arrays = dict(batch)
+        arrays["ws"] = np.sqrt(batch["t2m"] ** 2 + batch["u10"] ** 2)
+        return ib.Batch(arrays, batch.sample_indices, batch.offsets, batch.index, batch.epoch)
+
+    ds = make(u, batch_transforms=[windspeed])
+    batches = list(ds.train)
+    assert sorted(seen) == list(range(len(batches))), "once per batch (they run concurrently)"
+    for b in batches:
+        assert set(b) == {"t2m", "u10", "ws"}
+        t, w = srcs["t2m"][b.sample_indices], srcs["u10"][b.sample_indices]
+        np.testing.assert_allclose(b["ws"], np.sqrt(t**2 + w**2), rtol=1e-6)
+
+
+def test_standard_scaler_known_stats(zstd):
+    u, srcs = zstd
+    t = srcs["t2m"]
+    mean, std = float(t.mean()), float(t.std())
+    per_lat = t.mean(axis=(0, 2)).reshape(6, 1)  # broadcast over (lat, lon): one per lat
+    per_lat_std = t.std(axis=(0, 2)).reshape(6, 1)
+    sc = ib.StandardScaler({"t2m": mean, "u10": per_lat}, {"t2m": std, "u10": per_lat_std})
+    ds = make(u, chunk_transforms=[sc])
+    for b in ds.all:
+        np.testing.assert_allclose(b["t2m"], (t[b.sample_indices] - mean) / (std + 1e-8), rtol=1e-5, atol=1e-5)
+        exp = (srcs["u10"][b.sample_indices] - per_lat) / (per_lat_std + 1e-8)
+        np.testing.assert_allclose(b["u10"], exp, rtol=1e-5, atol=1e-5)
+    # Scaled over the whole array: mean 0, std 1.
+    full = np.concatenate([b["t2m"] for b in ds.all])
+    assert abs(full.mean()) < 1e-4 and abs(full.std() - 1) < 1e-4
+    with pytest.raises(ValueError, match="no mean/std"):
+        ib.applies(["t2m", "u10"], ib.StandardScaler({"t2m": 0.0}, {"t2m": 1.0}))
+
+
+def test_applies_errors(zstd):
+    u, _ = zstd
+    f = lambda c: c  # noqa: E731
+    with pytest.raises(TypeError, match="a string would scope to its characters"):
+        ib.applies("t2m", f)
+    with pytest.raises(ValueError, match="empty scope"):
+        ib.applies([], f)
+    with pytest.raises(ValueError, match=r"not arrays in this dataset. Known arrays: \[.t2m., .u10.\]"):
+        make(u, chunk_transforms=[ib.applies(["nope"], f)])
+    with pytest.raises(TypeError, match="must be callable"):
+        make(u, chunk_transforms=[42])
+    with pytest.raises(TypeError, match="must be callable"):
+        make(u, batch_transforms=["x"])
+
+
+def test_raising_transforms_surface_on_iteration(zstd):
+    u, _ = zstd
+
+    def boom(chunk):
+        raise ValueError(f"bad chunk {chunk.chunk_index}")
+
+    ds = make(u, chunk_transforms=[ib.applies(["u10"], boom)])
+    with pytest.raises(ValueError, match="bad chunk"):
+        for _ in ds.train:
+            pass
+
+    def bad_batch(batch):
+        raise KeyError("no such label")
+
+    ds = make(u, batch_transforms=[bad_batch])
+    with pytest.raises(KeyError, match="no such label"):
+        next(iter(ds.train))
+    # The dataset still works for a pass without the failure (a fresh one).
+    assert sum(len(b) for b in make(u).train) == len(ds.manifest.sample_indices("train"))
+
+
+def test_output_inner_error_is_a_value_error(zstd):
+    u, _ = zstd
+
+    class Bad:
+        def output_inner(self, geom):
+            raise RuntimeError("cannot say")
+
+        def __call__(self, c):
+            return c
+
+    with pytest.raises(ValueError, match="cannot say"):
+        make(u, chunk_transforms=[Bad()])
+
+
+def test_view_len(zstd):
+    u, _ = zstd
+    ds = make(u)
+    assert len(ds.train) == len(list(ds.train))
+    assert len(ds.all) == 16
