@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test: Rust unit, simulation and property tests; the core built for wasm32 with its
 # dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
-# server and an S3-compatible server (moto) on loopback; the Python package under pytest
-# with real torch. Installs what it needs first.
+# server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
+# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX.
+# Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -30,6 +31,9 @@ ib_start_servers "$INSITUBATCH_FIXTURES"
 
 echo "== end-to-end tests"
 t cargo test -p insitubatch-tests
+
+echo "== wasm/JS: Node tests, cross-target parity, headless Chromium"
+t bash scripts/test-wasm.sh
 ib_stop_servers
 
 echo "== Python package (insitubatch_rs): pytest, with real torch"
@@ -37,5 +41,6 @@ t bash scripts/test-python.sh
 
 # One closing line over every runner above.
 awk '/^test result:/ { p += $4; f += $6; next }
+     /^ℹ pass [0-9]+/ { p += $3 } /^ℹ fail [0-9]+/ { f += $3 }
      /^=* *[0-9]+ (passed|failed)/ { for (i = 2; i <= NF; i++) { if ($i ~ /^passed/) p += $(i - 1); if ($i ~ /^failed/) f += $(i - 1) } }
      END { printf "%d passed, %d failed\n", p, f; exit (f > 0) }' "$LOG"

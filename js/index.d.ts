@@ -1,0 +1,139 @@
+// Types of the `insitubatch` package (hand-written over the wasm-bindgen output).
+
+export interface OpenOptions {
+  /** Array paths to read (labels = paths); absent: discover them (needs consolidated metadata over HTTP). */
+  variables?: string[];
+  /** The sample axis of every variable. Default 0. */
+  sampleAxis?: number;
+  /** Train/val/test fractions of sample-axis chunks. Default [0.8, 0.1, 0.1]. */
+  fractions?: [number, number, number];
+  /** Shuffle chunks between splits (default false: contiguous runs, safe for time series). */
+  shuffleSplits?: boolean;
+  /** Rows per batch. Default 32. */
+  batchSize?: number;
+  /** Chunks per shuffle block (raised so a block always holds a batch). Default 16. */
+  blockChunks?: number;
+  /** Fetches in flight. Default 32. */
+  maxInflight?: number;
+  /** Shuffle seed. Default 0. Same (seed, epoch) → the same batches as the native library. */
+  seed?: number | bigint;
+  /** Shuffle the train view. Default true. */
+  shuffle?: boolean;
+  /** Batches queued ahead of the caller. Default 2. */
+  prefetchDepth?: number;
+  /** Byte budget of the chunk pool. Default: automatic. */
+  cacheBudgetBytes?: number | bigint;
+}
+
+export type DTypeName =
+  | 'bool' | 'int8' | 'int16' | 'int32' | 'int64' | 'uint8' | 'uint16' | 'uint32' | 'uint64'
+  | 'float16' | 'bfloat16' | 'float32' | 'float64';
+
+/** float16/bfloat16 come as raw Uint16Array bits; bool as Uint8Array. */
+export type TypedData =
+  | Float32Array | Float64Array | Int8Array | Int16Array | Int32Array | BigInt64Array
+  | Uint8Array | Uint16Array | Uint32Array | BigUint64Array;
+
+export interface BatchArray {
+  /** Row-major `(rows, ...inner)` values (a copy out of wasm memory). */
+  data: TypedData;
+  shape: number[];
+  dtype: DTypeName;
+}
+
+export interface Batch {
+  /** Label → array; row i of every label belongs to anchor `sampleIndices[i]`. */
+  arrays: Record<string, BatchArray>;
+  /** The anchor sample index of each row. */
+  sampleIndices: BigUint64Array;
+  /** Label → window offset: label v of row i was read at sampleIndices[i] + offsets[v]. */
+  offsets: Record<string, number>;
+  /** Position of this batch in its epoch. */
+  index: number;
+  epoch: number;
+}
+
+export interface MemoryReport {
+  iterations: number;
+  floor_bytes: number;
+  read_once_bytes: number;
+  residency_bytes: number;
+  budget_is_automatic: boolean;
+  inflight_bytes: number;
+  queue_bytes: number;
+  scratch_bytes: number;
+  recycled_bytes: number;
+  accounted_bytes: number;
+  estimated_peak_bytes: number;
+}
+
+export interface Note {
+  code: string;
+  severity: string;
+  subject: string;
+  message: string;
+}
+
+/** The engine's DatasetReport (snake_case keys, as in the Rust and JSON reports). */
+export interface DatasetReport {
+  variables: Record<string, unknown>[];
+  config: Record<string, unknown>;
+  memory: MemoryReport;
+  notes: Note[];
+}
+
+/** The engine's PassStats (snake_case keys). */
+export interface PassStats {
+  split: string;
+  epoch: number;
+  batches: number;
+  samples: number;
+  batch_bytes: number;
+  cache_hits: number;
+  cache_misses: number;
+  reread_chunks: number;
+  storage_reads: number;
+  decoded_bytes: number;
+  bad_chunks: number;
+  wall_s: number;
+  ttfb_s: number;
+  times: Record<string, number>;
+  blocked_s: [string, number][];
+  depths: Record<string, number>;
+  limiting_stage: string;
+  advice: string;
+  consumer_idle: boolean;
+}
+
+export type SplitName = 'train' | 'val' | 'test' | 'all';
+
+/** One pass over a split. `break` in `for await` ends it and frees its memory. */
+export declare class Pass implements AsyncIterable<Batch> {
+  /** Batches this pass yields in all. */
+  readonly length: number;
+  next(): Promise<Batch | undefined>;
+  stats(): PassStats | undefined;
+  close(): void;
+  [Symbol.asyncIterator](): AsyncIterator<Batch>;
+}
+
+export declare class Dataset {
+  describe(iterations?: number): DatasetReport;
+  describeText(iterations?: number): string;
+  setEpoch(epoch: number): void;
+  readonly epoch: number;
+  readonly labels: string[];
+  readonly url: string;
+  iter(split: SplitName): Pass;
+  train(): Pass;
+  val(): Pass;
+  test(): Pass;
+  all(): Pass;
+  lastPass(): PassStats | undefined;
+  close(): void;
+}
+
+/** Open the Zarr store at `url` (http:// or https://) and build a dataset. */
+export declare function open(url: string | URL, options?: OpenOptions): Promise<Dataset>;
+/** Browser entry only: load the .wasm now (optional; `open` does it). */
+export declare function initialize(input?: string | URL | Response | BufferSource): Promise<unknown>;

@@ -1,0 +1,122 @@
+// The idiomatic API over the wasm-bindgen module, shared by the Node and browser entries.
+// `wasm` is the wasm-bindgen module (its `open`, `Dataset` and `BatchStream`).
+
+const SPLITS = ['train', 'val', 'test', 'all'];
+
+/** One pass over a split: an async iterable of batches (`for await (const b of ds.train())`). */
+export class Pass {
+  #stream;
+  constructor(stream) {
+    this.#stream = stream;
+    /** Batches this pass yields in all. */
+    this.length = stream.length;
+  }
+  /** The next batch, or `undefined` after the last one. */
+  async next() {
+    if (!this.#stream) return undefined;
+    const b = await this.#stream.next();
+    if (b === undefined) this.close();
+    return b;
+  }
+  /** Stats of this pass so far. */
+  stats() {
+    return this.#stream ? this.#stream.stats() : undefined;
+  }
+  /** End the pass now and free its memory (done for you by `break` in `for await`). */
+  close() {
+    if (this.#stream) {
+      this.#stream.close();
+      this.#stream.free();
+      this.#stream = undefined;
+    }
+  }
+  [Symbol.asyncIterator]() {
+    return {
+      next: async () => {
+        try {
+          const value = await this.next();
+          return value === undefined ? { value: undefined, done: true } : { value, done: false };
+        } catch (e) {
+          this.close();
+          throw e;
+        }
+      },
+      return: async () => {
+        this.close();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+}
+
+/** An opened store. */
+export class Dataset {
+  #ds;
+  constructor(ds) {
+    this.#ds = ds;
+  }
+  /** The static report (memory model, variables, notes); nothing is read. */
+  describe(iterations = 1) {
+    return this.#ds.describe(iterations);
+  }
+  /** The same report as text. */
+  describeText(iterations = 1) {
+    return this.#ds.describeText(iterations);
+  }
+  /** Reshuffle deterministically for `epoch`. */
+  setEpoch(epoch) {
+    this.#ds.setEpoch(epoch);
+  }
+  get epoch() {
+    return this.#ds.epoch;
+  }
+  /** Variable labels, in batch order. */
+  get labels() {
+    return this.#ds.labels;
+  }
+  get url() {
+    return this.#ds.url;
+  }
+  /** One epoch of `split` ("train" | "val" | "test" | "all"); starts reading now. */
+  iter(split) {
+    if (!SPLITS.includes(split)) {
+      throw new Error(`unknown split ${JSON.stringify(split)}; use "train", "val", "test" or "all"`);
+    }
+    return new Pass(this.#ds.iter(split));
+  }
+  /** The train view of the current epoch (shuffled unless `shuffle: false`). */
+  train() {
+    return this.iter('train');
+  }
+  /** The validation view, in order. */
+  val() {
+    return this.iter('val');
+  }
+  /** The test view, in order. */
+  test() {
+    return this.iter('test');
+  }
+  /** Every split, in order. */
+  all() {
+    return this.iter('all');
+  }
+  /** Stats of the last pass that ended, or `undefined`. */
+  lastPass() {
+    return this.#ds.lastPass();
+  }
+  /** Free the dataset's memory now (optional; it is also freed when collected). */
+  close() {
+    if (this.#ds) {
+      this.#ds.free();
+      this.#ds = undefined;
+    }
+  }
+}
+
+/** `open(url, options)` bound to a loaded wasm-bindgen module. */
+export function makeOpen(getWasm) {
+  return async function open(url, options = {}) {
+    const wasm = await getWasm();
+    return new Dataset(await wasm.open(String(url), options));
+  };
+}

@@ -1,0 +1,20 @@
+// Node entry (ESM). Loads the `wasm-bindgen --target nodejs` build from ../pkg/node.
+import { createRequire } from 'node:module';
+import { makeOpen, Dataset, Pass } from './facade.js';
+
+const require = createRequire(import.meta.url);
+let wasm;
+function load() {
+  // CommonJS glue; it reads the .wasm synchronously next to itself.
+  wasm ??= require('../pkg/node/insitubatch_wasm.js');
+  return wasm;
+}
+
+/** Open the Zarr store at `url` (http:// or https://) and build a dataset. */
+export const open = makeOpen(async () => load());
+export { Dataset, Pass };
+
+/** Load the module now (optional: `open` does it). For symmetry with the browser entry. */
+export async function initialize() {
+  return load();
+}

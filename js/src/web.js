@@ -1,0 +1,14 @@
+// Browser entry (ESM). Loads the `wasm-bindgen --target web` build from ../pkg/web.
+import init, * as wasm from '../pkg/web/insitubatch_wasm.js';
+import { makeOpen, Dataset, Pass } from './facade.js';
+
+let ready;
+/** Load the module (optional: `open` does it). `input`: a URL or bytes of the .wasm. */
+export function initialize(input) {
+  ready ??= init(input === undefined ? undefined : { module_or_path: input }).then(() => wasm);
+  return ready;
+}
+
+/** Open the Zarr store at `url` (http:// or https://, CORS on every response) and build a dataset. */
+export const open = makeOpen(() => initialize());
+export { Dataset, Pass };

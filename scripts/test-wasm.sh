@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The wasm/JS package: build insitubatch-wasm for wasm32-unknown-unknown (release), run
+# wasm-bindgen for Node (js/pkg/node) and browsers (js/pkg/web), then the Node tests
+# (node --test js/test/) over the zarr-python fixtures on the loopback HTTP server, with the
+# cross-target parity check against native digests. Installs wasm-bindgen-cli 0.2.130 if
+# missing. Idempotent.
+#   scripts/test-wasm.sh               # build + test
+#   scripts/test-wasm.sh --build-only  # build js/pkg only
+# The wasm32 build uses its own target dir ($INSITUBATCH_CACHE/target-wasm; override
+# IB_WASM_TARGET_DIR); the host tests use scripts/test.sh's. Starts the servers itself unless
+# INSITUBATCH_HTTP_URL (and INSITUBATCH_FIXTURES) are already set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+START=$SECONDS
+BUILD_ONLY=0
+[ "${1:-}" = "--build-only" ] && BUILD_ONLY=1
+source scripts/env.sh
+ib_prereqs
+export PATH="$HOME/.cargo/bin:$PATH"
+# Host-side tests (native digests) reuse the native target dir of scripts/test.sh, which is
+# warm there; the wasm32 build has its own so it never waits on the native build's lock.
+HOST_TARGET_DIR="$CARGO_TARGET_DIR"
+export CARGO_TARGET_DIR="${IB_WASM_TARGET_DIR:-$INSITUBATCH_CACHE/target-wasm}"
+WB_VERSION=0.2.130   # must equal the wasm-bindgen crate pinned in wasm/Cargo.toml
+
+echo "== tools"
+if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WB_VERSION" ]; then
+    echo "installing wasm-bindgen-cli $WB_VERSION (6-11 min on 2 cores; --locked fails for this version)"
+    cargo install -q wasm-bindgen-cli --version "$WB_VERSION"
+fi
+wasm-bindgen --version
+if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)' 2>/dev/null; then
+    echo "Node >= 18 is required (global fetch; node --test)" >&2
+    exit 1
+fi
+echo "node $(node --version)"
+
+echo "== build (wasm32-unknown-unknown, release, opt-level s + LTO)"
+# Size-oriented release settings for this target dir only (the workspace profile is shared).
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=true \
+    CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_DEBUG=false
+cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown
+WASM="$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
+for t in nodejs web; do
+    out="js/pkg/$([ $t = nodejs ] && echo node || echo web)"
+    rm -rf "$out"
+    wasm-bindgen --target $t --out-dir "$out" --remove-producers-section "$WASM"
+done
+# The nodejs glue is CommonJS inside an ESM ("type": "module") package.
+echo '{ "type": "commonjs" }' >js/pkg/node/package.json
+BG=js/pkg/node/insitubatch_wasm_bg.wasm
+RAW=$(stat -c %s "$BG")
+GZ=$(gzip -9 -c "$BG" | wc -c)
+if [ "$BUILD_ONLY" = 1 ]; then
+    echo "built js/pkg (.wasm $RAW bytes, gzip -9 $GZ bytes) in $((SECONDS - START)) s"
+    exit 0
+fi
+
+echo "== host unit tests and native digests (parity reference)"
+STARTED_SERVERS=0
+if [ -z "${INSITUBATCH_HTTP_URL:-}" ]; then
+    source scripts/pyenv.sh
+    ib_test_venv
+    export INSITUBATCH_FIXTURES="$INSITUBATCH_CACHE/fixtures"
+    "$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES" >/dev/null
+    source tests/servers/start_all.sh
+    ib_start_servers "$INSITUBATCH_FIXTURES"
+    STARTED_SERVERS=1
+fi
+: "${INSITUBATCH_FIXTURES:?INSITUBATCH_HTTP_URL is set but INSITUBATCH_FIXTURES is not}"
+DIGESTS="$(mktemp -t ib-native-digests.XXXXXX.json)"
+export INSITUBATCH_NATIVE_DIGESTS="$DIGESTS"
+HOSTLOG="$INSITUBATCH_CACHE/last-test-wasm-host.log"
+if ! CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo test -p insitubatch-wasm >"$HOSTLOG" 2>&1; then
+    cat "$HOSTLOG" >&2; echo "host tests of insitubatch-wasm failed" >&2; exit 1
+fi
+grep -E '^test result' "$HOSTLOG"
+[ -s "$DIGESTS" ] || { echo "native digests were not written ($HOSTLOG)" >&2; exit 1; }
+
+echo "== Node tests (wasm over HTTP: $INSITUBATCH_HTTP_URL)"
+rc=0
+node --test --test-reporter=spec js/test/ || rc=$?
+rm -f "$DIGESTS"
+
+echo "== headless Chromium (wasm-bindgen-test, run_in_browser)"
+if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
+    echo "installing chromium and chromium-driver (Debian)"
+    apt_get=(apt-get)
+    [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
+    "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium chromium-driver >/dev/null
+fi
+CHROMEDRIVER_BIN="$(command -v chromedriver || true)"
+if [ -n "$CHROMEDRIVER_BIN" ] && command -v chromium >/dev/null; then
+    BROWSERLOG="$INSITUBATCH_CACHE/last-test-wasm-browser.log"
+    if CHROMEDRIVER="$CHROMEDRIVER_BIN" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+        cargo test -p insitubatch-wasm --target wasm32-unknown-unknown --test browser >"$BROWSERLOG" 2>&1; then
+        grep -E '^(Running headless|test result)' "$BROWSERLOG"
+    else
+        cat "$BROWSERLOG" >&2; echo "browser test failed" >&2; rc=1
+    fi
+else
+    echo "chromium/chromedriver could not be installed" >&2
+    rc=1
+fi
+[ "$STARTED_SERVERS" = 1 ] && ib_stop_servers
+echo "== .wasm: $RAW bytes raw, $GZ bytes gzip -9 ($BG)"
+echo "== scripts/test-wasm.sh took $((SECONDS - START)) s"
+exit $rc

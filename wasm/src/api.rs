@@ -1,0 +1,251 @@
+//! The JavaScript API. Every export returns `Result<_, JsError>` (a rejected promise or a
+//! thrown `Error` with the engine's message); nothing panics into JS.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use insitubatch_core::runtime::InlinePool;
+use insitubatch_core::{Batch, DType, NdArray, Runtime};
+use js_sys::{Array, Object, Reflect, Uint8Array};
+use wasm_bindgen::prelude::*;
+
+use crate::storage::FetchStorage;
+use crate::{JsOpenOptions, LocalExecutor, parse_split};
+
+#[wasm_bindgen(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+fn err(e: impl std::fmt::Display) -> JsError {
+    JsError::new(&e.to_string())
+}
+
+/// A JS value from anything serializable, through JSON (u64 → number, maps → objects).
+fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsError> {
+    let s = serde_json::to_string(v).map_err(err)?;
+    js_sys::JSON::parse(&s).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
+}
+
+fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), JsError> {
+    Reflect::set(o, &JsValue::from_str(k), v).map(|_| ()).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
+}
+
+/// A non-negative integer from a JS number.
+fn whole(name: &str, v: f64) -> Result<u64, JsError> {
+    if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
+        Ok(v as u64)
+    } else {
+        Err(JsError::new(&format!("{name} must be a non-negative integer, got {v}")))
+    }
+}
+
+/// Open the Zarr store at `url` (`http(s)://…`, read with `fetch`) and build a dataset.
+/// `options`: `{ variables?, sampleAxis?, fractions?, shuffleSplits?, batchSize?,
+/// blockChunks?, maxInflight?, seed?, shuffle?, prefetchDepth?, cacheBudgetBytes? }`.
+#[wasm_bindgen]
+pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
+    let opts: JsOpenOptions = if options.is_undefined() || options.is_null() {
+        JsOpenOptions::default()
+    } else {
+        if !options.is_object() {
+            return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
+        }
+        // serde-wasm-bindgen only looks up the declared fields, so catch typos here.
+        for k in Object::keys(options.unchecked_ref::<Object>()).iter() {
+            let k = k.as_string().unwrap_or_default();
+            if !crate::OPTION_NAMES.contains(&k.as_str()) {
+                return Err(JsError::new(&format!(
+                    "invalid options: unknown option {k:?}; known: {}",
+                    crate::OPTION_NAMES.join(", ")
+                )));
+            }
+        }
+        serde_wasm_bindgen::from_value(options).map_err(|e| JsError::new(&format!("invalid options: {e}")))?
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(JsError::new(&format!("unsupported store URL; use http:// or https://: {url}")));
+    }
+    let storage: Arc<dyn insitubatch_core::Storage> = Arc::new(FetchStorage::new(&url));
+    let runtime = Runtime { executor: Arc::new(LocalExecutor::new()), pool: Arc::new(InlinePool) };
+    let inner = insitubatch_core::open(storage, runtime, opts.to_core()).await.map_err(err)?;
+    Ok(Dataset { inner, url })
+}
+
+/// An opened store: splits, shuffle, pool. Iterate one epoch of a split with `iter()`.
+#[wasm_bindgen]
+pub struct Dataset {
+    inner: insitubatch_core::Dataset,
+    url: String,
+}
+
+#[wasm_bindgen]
+impl Dataset {
+    /// The static report (memory model, variables, notes) for `iterations` concurrent
+    /// iterations (default 1); nothing is read.
+    pub fn describe(&self, iterations: Option<f64>) -> Result<JsValue, JsError> {
+        let n = whole("iterations", iterations.unwrap_or(1.0))? as usize;
+        to_js(&self.inner.describe(n).map_err(err)?)
+    }
+
+    /// The same report, rendered as text.
+    #[wasm_bindgen(js_name = describeText)]
+    pub fn describe_text(&self, iterations: Option<f64>) -> Result<String, JsError> {
+        let n = whole("iterations", iterations.unwrap_or(1.0))? as usize;
+        Ok(self.inner.describe(n).map_err(err)?.render())
+    }
+
+    /// Reshuffle deterministically for `epoch`.
+    #[wasm_bindgen(js_name = setEpoch)]
+    pub fn set_epoch(&self, epoch: f64) -> Result<(), JsError> {
+        self.inner.set_epoch(whole("epoch", epoch)?);
+        Ok(())
+    }
+
+    /// The current epoch.
+    #[wasm_bindgen(getter)]
+    pub fn epoch(&self) -> f64 {
+        self.inner.epoch() as f64
+    }
+
+    /// The variable labels, in batch order.
+    #[wasm_bindgen(getter)]
+    pub fn labels(&self) -> Vec<String> {
+        let mut l: Vec<String> = self.inner.variables().iter().map(|v| v.label.clone()).collect();
+        l.sort();
+        l
+    }
+
+    /// The store URL as given.
+    #[wasm_bindgen(getter)]
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// One epoch of `split` (`"train"`, `"val"`, `"test"` or `"all"`) at the current epoch.
+    pub fn iter(&self, split: &str) -> Result<BatchStream, JsError> {
+        let split = parse_split(split).map_err(|e| JsError::new(&e))?;
+        let stream = self.inner.iter(split).map_err(err)?;
+        let len = stream.len();
+        Ok(BatchStream { inner: Rc::new(RefCell::new(Some(stream))), busy: Rc::new(Cell::new(false)), len })
+    }
+
+    /// Stats of the last pass that ended, or `undefined`.
+    #[wasm_bindgen(js_name = lastPass)]
+    pub fn last_pass(&self) -> Result<JsValue, JsError> {
+        match self.inner.last_pass() {
+            Some(p) => to_js(&p),
+            None => Ok(JsValue::UNDEFINED),
+        }
+    }
+}
+
+/// One pass over a split. `next()` resolves to a batch, or `undefined` at the end.
+/// `close()` (or dropping it) ends the pass and frees its memory at once.
+#[wasm_bindgen]
+pub struct BatchStream {
+    inner: Rc<RefCell<Option<insitubatch_core::BatchStream>>>,
+    busy: Rc<Cell<bool>>,
+    len: usize,
+}
+
+#[wasm_bindgen]
+impl BatchStream {
+    /// Batches this pass yields in all.
+    #[wasm_bindgen(getter)]
+    pub fn length(&self) -> usize {
+        self.len
+    }
+
+    /// The next batch, or `undefined` after the last one.
+    pub fn next(&self) -> js_sys::Promise {
+        let inner = Rc::clone(&self.inner);
+        let busy = Rc::clone(&self.busy);
+        wasm_bindgen_futures::future_to_promise(async move {
+            if busy.get() {
+                return Err(
+                    JsError::new("next() was called again before the previous call resolved; await it first").into()
+                );
+            }
+            let Some(mut stream) = inner.borrow_mut().take() else {
+                return Ok(JsValue::UNDEFINED);
+            };
+            busy.set(true);
+            let item = stream.next_batch().await;
+            busy.set(false);
+            match item {
+                Some(Ok(batch)) => {
+                    *inner.borrow_mut() = Some(stream);
+                    batch_to_js(&batch).map_err(Into::into)
+                }
+                Some(Err(e)) => Err(JsError::new(&e.to_string()).into()),
+                None => Ok(JsValue::UNDEFINED),
+            }
+        })
+    }
+
+    /// Stats of this pass so far (`undefined` once it has ended; see `Dataset.lastPass()`).
+    pub fn stats(&self) -> Result<JsValue, JsError> {
+        match self.inner.borrow().as_ref() {
+            Some(s) => to_js(&s.stats()),
+            None => Ok(JsValue::UNDEFINED),
+        }
+    }
+
+    /// End the pass now (an early `break`); later `next()` calls resolve to `undefined`.
+    pub fn close(&self) {
+        if let Some(s) = self.inner.borrow_mut().take() {
+            s.close();
+        }
+    }
+}
+
+/// A copy of `a`'s bytes in a fresh typed array of its dtype.
+fn typed_array(a: &NdArray) -> JsValue {
+    let bytes: &[u8] = &a.data[..];
+    let u8a = Uint8Array::new_with_length(bytes.len() as u32);
+    u8a.copy_from(bytes);
+    let buf = u8a.buffer();
+    let n = (bytes.len() / a.dtype.size()) as u32;
+    match a.dtype {
+        DType::Bool | DType::Uint8 => u8a.into(),
+        DType::Int8 => js_sys::Int8Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+        DType::Int16 => js_sys::Int16Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+        DType::Uint16 | DType::Float16 | DType::Bfloat16 => {
+            js_sys::Uint16Array::new_with_byte_offset_and_length(&buf, 0, n).into()
+        }
+        DType::Int32 => js_sys::Int32Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+        DType::Uint32 => js_sys::Uint32Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+        DType::Int64 => js_sys::BigInt64Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+        DType::Uint64 => js_sys::BigUint64Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+        DType::Float32 => js_sys::Float32Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+        DType::Float64 => js_sys::Float64Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+    }
+}
+
+/// `{ arrays: { label: { data, shape, dtype } }, sampleIndices, offsets, index, epoch }`.
+fn batch_to_js(b: &Batch) -> Result<JsValue, JsError> {
+    let arrays = Object::new();
+    for (label, a) in &b.arrays {
+        let o = Object::new();
+        set(&o, "data", &typed_array(a))?;
+        let shape: Array = a.shape.iter().map(|&d| JsValue::from_f64(d as f64)).collect();
+        set(&o, "shape", &shape)?;
+        set(&o, "dtype", &JsValue::from_str(a.dtype.name()))?;
+        set(&arrays, label, &o)?;
+    }
+    let offsets = Object::new();
+    for (label, off) in &b.offsets {
+        set(&offsets, label, &JsValue::from_f64(*off as f64))?;
+    }
+    let idx = js_sys::BigUint64Array::new_with_length(b.sample_indices.len() as u32);
+    idx.copy_from(&b.sample_indices);
+    let out = Object::new();
+    set(&out, "arrays", &arrays)?;
+    set(&out, "sampleIndices", &idx)?;
+    set(&out, "offsets", &offsets)?;
+    set(&out, "index", &JsValue::from_f64(b.index as f64))?;
+    set(&out, "epoch", &JsValue::from_f64(b.epoch as f64))?;
+    Ok(out.into())
+}

@@ -1,0 +1,87 @@
+//! The native half of the cross-target parity check: the SHA-256 digest of every batch of
+//! one epoch (sample indices as LE u64, then each label and its bytes, in label order; the
+//! same as `insitubatch_tests::digest`) for every zarr-python fixture, read natively from
+//! file://. `js/test/parity.test.js` computes the same digests from wasm in Node over HTTP
+//! and compares. Writes JSON to `$INSITUBATCH_NATIVE_DIGESTS` (`scripts/test-wasm.sh`).
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use insitubatch_native::core::{Batch, DatasetOptions, Split};
+use insitubatch_native::{OpenOptions, open};
+use sha2::{Digest, Sha256};
+
+/// The parameters both sides use; keep in sync with `js/test/parity.test.js`.
+const SEED: u64 = 3;
+const EPOCH: u64 = 2;
+const BATCH: usize = 7;
+const BLOCK_CHUNKS: usize = 2;
+
+fn digest(batches: &[Batch]) -> String {
+    let mut h = Sha256::new();
+    for b in batches {
+        for t in &b.sample_indices {
+            h.update(t.to_le_bytes());
+        }
+        for (label, a) in &b.arrays {
+            h.update(label.as_bytes());
+            h.update(&a.data[..]);
+        }
+    }
+    format!("{:x}", h.finalize())
+}
+
+#[test]
+fn native_digests_for_the_parity_check() {
+    let Ok(dir) = std::env::var("INSITUBATCH_FIXTURES") else {
+        eprintln!("INSITUBATCH_FIXTURES is not set; skipping (run scripts/test-wasm.sh)");
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("manifest.json")).unwrap();
+    let mut out = BTreeMap::new();
+    for store in manifest["stores"].as_array().unwrap() {
+        let name = store["name"].as_str().unwrap();
+        let path = store["path"].as_str().unwrap();
+        let sample_axis = store["sample_axis"].as_u64().unwrap() as usize;
+        // Sorted, as the JS side does: the first label is the split's reference variable.
+        let mut vars: Vec<String> = store["arrays"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, a)| !a["is_coordinate"].as_bool().unwrap())
+            .map(|(p, _)| p.clone())
+            .collect();
+        vars.sort();
+        let ds = open(
+            &format!("file://{}", dir.join(path).display()),
+            OpenOptions {
+                variables: Some(vars),
+                sample_axis,
+                fractions: (0.8, 0.1, 0.1),
+                dataset: DatasetOptions {
+                    batch_size: BATCH,
+                    block_chunks: BLOCK_CHUNKS,
+                    seed: SEED,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        ds.set_epoch(EPOCH);
+        for split in [Split::Train, Split::All] {
+            let batches: Vec<Batch> =
+                ds.iter(split).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{name}: {e}"));
+            out.insert(format!("{name}/{}", split.name()), digest(&batches));
+        }
+    }
+    let json = serde_json::to_string_pretty(&out).unwrap();
+    println!("{json}");
+    if let Ok(p) = std::env::var("INSITUBATCH_NATIVE_DIGESTS") {
+        std::fs::write(&p, json).unwrap_or_else(|e| panic!("cannot write {p}: {e}"));
+    }
+    assert!(out.len() >= 20, "expected every fixture store");
+}
