@@ -393,8 +393,18 @@ impl BatchStream {
                 Some(Err(e))
             }
             Err(_) => {
+                let received = self.recorder.with(|r| r.batches);
                 self.finish();
-                None
+                // The driver closes the channel only after its last batch or an error it sent;
+                // closing early means it died (a panic, a runtime shut down). Never end an epoch
+                // short without saying so.
+                (received < self.n_batches).then(|| {
+                    Err(Error::Cancelled(format!(
+                        "the loader stopped after {received} of {} batches of epoch {} ({}); the runtime shut down \
+                         or the driver failed unexpectedly",
+                        self.n_batches, self.epoch, self.split
+                    )))
+                })
             }
         }
     }
