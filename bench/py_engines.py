@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""Python-side loaders over one Zarr store, timed under the JSON row schema of
+bench/anchor_bench.py (and of `insitubatch bench URL --json`).
+
+    py_engines.py ENGINE --url file:///abs/store.zarr [--var t2m] [--batch-size 32]
+                  [--epochs 2] [--compute-ms 0] [--max-batches 0] [--seed 0]
+
+Engines (each also importable: ``ENGINES[name](url, var, batch_size, epochs, compute_ms,
+max_batches) -> dict``):
+
+- ``rs-python``: insitubatch_rs.InSituDataset(block_chunks=16, max_inflight=32), iterate
+  ``ds.train`` (numpy batches, zero-copy views of engine buffers).
+- ``rs-torch``: the same through ``as_torch`` + ``DataLoader(batch_size=None, num_workers=0)``.
+- ``anchor-py``: insitubatch 0.2.0 with the same settings (run it with the anchor venv's
+  python); the in-process twin of bench/anchor_bench.py that also honours --compute-ms.
+- ``xbatcher-torch-nw0`` / ``xbatcher-torch-nw2``: xarray.open_zarr(chunks=None) +
+  xbatcher.BatchGenerator(input_dims={time: 1, lat: all, lon: all}) as a map-style torch
+  Dataset of samples, DataLoader(batch_size, shuffle=True, num_workers=N,
+  persistent_workers=N>0). Each sample reads (decodes) its whole chunk again.
+- ``zarr-loop``: zarr-python: each chunk (or shard) of the sample axis in a shuffled order,
+  ``arr[c*spc:(c+1)*spc]``, then cut into batches in order (no shuffle within).
+- ``tensorstore``: tensorstore zarr3 driver, chunk-aligned slabs in a shuffled order,
+  ``--ts-inflight`` (default 4) reads in flight, cut into batches like zarr-loop.
+
+One cold epoch, then warm epochs (same objects; for the peers "warm" only means the page
+cache and the open handles are warm). ``--max-batches N`` stops each epoch after N batches
+(MB/s is over those). ``--compute-ms M`` sleeps M ms after each batch (a GPU step that frees
+the CPU) and reports ``stall_pct`` = time spent waiting for the loader ÷ epoch wall time.
+"""
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections import deque
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def vm_hwm_bytes():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _path_of(url):
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    p = urlparse(url)
+    return url2pathname(p.path) if p.scheme in ("file", "") else url
+
+
+def _array_meta(url, var):
+    """shape, read unit on axis 0 (the shard when sharded, else the chunk), dim names, itemsize,
+    straight from zarr.json (no zarr import: safe before DataLoader workers fork)."""
+    with open(os.path.join(_path_of(url), var, "zarr.json")) as f:
+        m = json.load(f)
+    unit = m["chunk_grid"]["configuration"]["chunk_shape"][0]
+    dims = m.get("dimension_names") or [f"dim_{i}" for i in range(len(m["shape"]))]
+    itemsize = {"float32": 4, "float64": 8, "int16": 2, "int32": 4, "uint8": 1}.get(m["data_type"], 4)
+    return m["shape"], unit, dims, itemsize
+
+
+def _nbytes(x):
+    if hasattr(x, "nbytes"):
+        return int(x.nbytes)
+    return int(x.numel() * x.element_size())  # torch.Tensor
+
+
+def time_epochs(make_iter, epochs, compute_ms, max_batches, count, set_epoch=None, after=None):
+    """Drive ``make_iter(epoch)`` for each epoch; ``count(batch) -> (samples, bytes)``."""
+    out = []
+    step = compute_ms / 1000.0
+    for e in range(epochs):
+        if set_epoch is not None:
+            set_epoch(e)
+        samples = nbytes = nb = 0
+        ttfb = None
+        wait = 0.0
+        t0 = time.perf_counter()
+        it = iter(make_iter(e))  # a DataLoader may block here (worker start / drain)
+        wait = time.perf_counter() - t0
+        while True:
+            tw = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                wait += time.perf_counter() - tw
+                break
+            now = time.perf_counter()
+            wait += now - tw
+            if ttfb is None:
+                ttfb = now - t0
+            s, b = count(batch)
+            samples += s
+            nbytes += b
+            nb += 1
+            del batch
+            if step > 0:
+                time.sleep(step)
+            if max_batches and nb >= max_batches:
+                break
+        secs = time.perf_counter() - t0
+        close = getattr(it, "close", None)
+        if max_batches and close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - a pass cut short may refuse to close cleanly
+                pass
+        row = {
+            "epoch": e,
+            "kind": "cold" if e == 0 else "warm",
+            "seconds": secs,
+            "samples": samples,
+            "batches": nb,
+            "decoded_bytes": nbytes,
+            "mb_per_s": nbytes / 1e6 / secs if secs > 0 else 0.0,
+            "samples_per_s": samples / secs if secs > 0 else 0.0,
+            "ttfb_s": ttfb if ttfb is not None else secs,
+            "limiting_stage": "",
+        }
+        if compute_ms > 0:
+            row["stall_pct"] = 100.0 * wait / secs if secs > 0 else 0.0
+            row["compute_ms"] = compute_ms
+        if after is not None:
+            after(row)
+        out.append(row)
+    return out
+
+
+def _row(url, var, engine, version, batch_size, epochs, compute_ms, max_batches, ep, extra=None,
+         est=0):
+    cfg = {"engine": engine, "engine_version": version, "batch_size": batch_size,
+           "epochs": epochs, "compute_ms": compute_ms, "max_batches": max_batches,
+           "shuffle": True, "python": sys.version.split()[0]}
+    cfg.update(extra or {})
+    return {"url": url, "variables": [var], "config": cfg, "epochs": ep,
+            "peak_rss_bytes": vm_hwm_bytes(), "describe_estimated_peak_bytes": est}
+
+
+# ------------------------------------------------------------------ our engine
+def _rs_dataset(url, var, batch_size, seed=0):
+    import insitubatch_rs as ibr
+
+    geoms = ibr.open_geometries(url, [var])
+    manifest = ibr.split_by_chunk(next(iter(geoms.values())), fractions=(1.0, 0.0, 0.0))
+    ds = ibr.InSituDataset(url, manifest, geoms, batch_size=batch_size, block_chunks=16,
+                           max_inflight=32, seed=seed, shuffle=True)
+    return ibr, ds
+
+
+def _rs_version():
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("insitubatch-rs")
+    except PackageNotFoundError:
+        return "?"
+
+
+def _stage_of(ds):
+    def after(row):
+        lp = ds.last_pass
+        if isinstance(lp, dict):
+            row["limiting_stage"] = str(lp.get("limiting_stage", ""))
+    return after
+
+
+def run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    ibr, ds = _rs_dataset(url, var, batch_size, seed)
+
+    def count(b):
+        return len(b), sum(int(a.nbytes) for a in b.values())
+
+    ep = time_epochs(lambda e: ds.train, epochs, compute_ms, max_batches, count,
+                     set_epoch=ds.set_epoch, after=_stage_of(ds))
+    try:
+        est = int(ds.describe()["memory"]["estimated_peak_bytes"])
+    except Exception:  # noqa: BLE001
+        est = 0
+    ds.close()
+    return _row(url, var, "rs-python", _rs_version(), batch_size, epochs,
+                compute_ms, max_batches, ep, {"block_chunks": 16, "max_inflight": 32}, est)
+
+
+def run_rs_torch(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    import torch
+    from torch.utils.data import DataLoader
+
+    ibr, ds = _rs_dataset(url, var, batch_size, seed)
+    dl = DataLoader(ibr.as_torch(ds.train), batch_size=None, num_workers=0)
+
+    def count(b):
+        ts = list(b.values())
+        return int(ts[0].shape[0]), sum(_nbytes(t) for t in ts)
+
+    ep = time_epochs(lambda e: dl, epochs, compute_ms, max_batches, count,
+                     set_epoch=ds.set_epoch, after=_stage_of(ds))
+    ds.close()
+    return _row(url, var, "rs-torch", _rs_version(), batch_size, epochs,
+                compute_ms, max_batches, ep,
+                {"block_chunks": 16, "max_inflight": 32, "torch": torch.__version__})
+
+
+def run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    import insitubatch as ib
+
+    store = ib.obstore_store(url)
+    geoms = ib.open_geometries(store, [var])
+    manifest = ib.split_by_chunk(next(iter(geoms.values())), fractions=(1.0, 0.0, 0.0))
+    ds = ib.InSituDataset(store, manifest, geoms, batch_size=batch_size, block_chunks=16,
+                          max_inflight=32, seed=seed, shuffle=True)
+
+    def count(b):
+        return len(b), sum(int(a.nbytes) for a in b.arrays.values())
+
+    ep = time_epochs(lambda e: ds.train, epochs, compute_ms, max_batches, count,
+                     set_epoch=ds.set_epoch)
+    ds.close()
+    return _row(url, var, "anchor-py", getattr(ib, "__version__", "?"), batch_size, epochs,
+                compute_ms, max_batches, ep, {"block_chunks": 16, "max_inflight": 32})
+
+
+# ------------------------------------------------------------------ xbatcher + torch
+class _XbSamples:
+    """Map-style torch Dataset: sample i = BatchGenerator[i] (input_dims time: 1). Opens the
+    store lazily once per process, so DataLoader workers never inherit zarr's event loop."""
+
+    def __init__(self, url, var, n):
+        self.url, self.var, self.n = url, var, n
+        self._pid, self._bgen = None, None
+
+    def _gen(self):
+        if self._pid != os.getpid():
+            import xarray as xr
+            import xbatcher
+
+            ds = xr.open_zarr(_path_of(self.url), chunks=None, consolidated=False)
+            da = ds[self.var]
+            dims = dict(zip(da.dims, [1] + list(da.shape[1:])))
+            self._bgen = xbatcher.BatchGenerator(da, input_dims=dims)
+            self._pid = os.getpid()
+        return self._bgen
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+
+        x = self._gen()[int(i)]
+        return torch.from_numpy(x.values[0])
+
+
+def _run_xbatcher(nw, url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    import torch
+    import xbatcher
+    from torch.utils.data import DataLoader
+
+    shape, _, _, _ = _array_meta(url, var)
+    data = _XbSamples(url, var, shape[0])
+    g = torch.Generator()
+    g.manual_seed(seed)
+    dl = DataLoader(data, batch_size=batch_size, shuffle=True, num_workers=nw, generator=g,
+                    persistent_workers=nw > 0)
+
+    def count(b):
+        return int(b.shape[0]), _nbytes(b)
+
+    ep = time_epochs(lambda e: iter(dl), epochs, compute_ms, max_batches, count)
+    del dl
+    return _row(url, var, f"xbatcher-torch-nw{nw}", xbatcher.__version__, batch_size, epochs,
+                compute_ms, max_batches, ep, {"num_workers": nw, "torch": torch.__version__,
+                                              "xarray_chunks": None})
+
+
+def run_xbatcher_nw0(*a, **k):
+    return _run_xbatcher(0, *a, **k)
+
+
+def run_xbatcher_nw2(*a, **k):
+    return _run_xbatcher(2, *a, **k)
+
+
+# ------------------------------------------------------------------ plain slab readers
+def _slab_batches(slabs, batch_size):
+    """Cut a stream of (rows, ...) slabs into batch_size batches, in order (no shuffle within);
+    a slab at least a batch long is sliced without copying."""
+    import numpy as np
+
+    pend, have = [], 0
+    for s in slabs:
+        pend.append(s)
+        have += s.shape[0]
+        while have >= batch_size:
+            if len(pend) == 1:
+                b, rest = pend[0][:batch_size], pend[0][batch_size:]
+            else:
+                cat = np.concatenate(pend, axis=0)
+                b, rest = cat[:batch_size], cat[batch_size:]
+            yield b
+            pend = [rest] if rest.shape[0] else []
+            have = rest.shape[0]
+    if have:
+        yield pend[0] if len(pend) == 1 else np.concatenate(pend, axis=0)
+
+
+def _order(n_units, seed, epoch):
+    order = list(range(n_units))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+def run_zarr_loop(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    import zarr
+
+    arr = zarr.open_array(_path_of(url), path=var, mode="r")
+    spc = (getattr(arr, "shards", None) or arr.chunks)[0]
+    n = arr.shape[0]
+    units = -(-n // spc)
+
+    def it(e):
+        slabs = (arr[c * spc:min(n, (c + 1) * spc)] for c in _order(units, seed, e))
+        return _slab_batches(slabs, batch_size)
+
+    def count(b):
+        return int(b.shape[0]), int(b.nbytes)
+
+    ep = time_epochs(it, epochs, compute_ms, max_batches, count)
+    return _row(url, var, "zarr-loop", zarr.__version__, batch_size, epochs, compute_ms,
+                max_batches, ep, {"read_unit_samples": spc})
+
+
+def run_tensorstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=0, inflight=4):
+    import tensorstore as ts
+
+    arr = ts.open({"driver": "zarr3",
+                   "kvstore": {"driver": "file", "path": os.path.join(_path_of(url), var)}},
+                  read=True).result()
+    layout = arr.chunk_layout
+    spc = (layout.write_chunk.shape or layout.read_chunk.shape)[0]
+    n = arr.shape[0]
+    units = -(-n // spc)
+
+    def slabs(e):
+        q = deque()
+        order = iter(_order(units, seed, e))
+        for c in order:
+            q.append(arr[c * spc:min(n, (c + 1) * spc)].read())
+            if len(q) >= inflight:
+                break
+        while q:
+            fut = q.popleft()
+            nxt = next(order, None)
+            if nxt is not None:
+                q.append(arr[nxt * spc:min(n, (nxt + 1) * spc)].read())
+            yield fut.result()
+
+    def count(b):
+        return int(b.shape[0]), int(b.nbytes)
+
+    ep = time_epochs(lambda e: _slab_batches(slabs(e), batch_size), epochs, compute_ms,
+                     max_batches, count)
+    from importlib.metadata import version
+
+    return _row(url, var, "tensorstore", version("tensorstore"), batch_size, epochs, compute_ms,
+                max_batches, ep, {"read_unit_samples": spc, "inflight": inflight})
+
+
+ENGINES = {
+    "rs-python": run_rs_python,
+    "rs-torch": run_rs_torch,
+    "anchor-py": run_anchor_py,
+    "xbatcher-torch-nw0": run_xbatcher_nw0,
+    "xbatcher-torch-nw2": run_xbatcher_nw2,
+    "zarr-loop": run_zarr_loop,
+    "tensorstore": run_tensorstore,
+}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("engine", choices=sorted(ENGINES))
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--var", default="t2m")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--compute-ms", type=float, default=0.0)
+    ap.add_argument("--max-batches", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    try:
+        out = ENGINES[args.engine](args.url, args.var, args.batch_size, args.epochs,
+                                   args.compute_ms, args.max_batches, seed=args.seed)
+    except ImportError as e:
+        out = {"url": args.url, "skipped": f"{args.engine}: {e}"}
+        sys.stdout.write(json.dumps(out) + "\n")
+        return 3
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
