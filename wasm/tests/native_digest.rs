@@ -10,27 +10,13 @@ use std::path::PathBuf;
 
 use insitubatch_native::core::{Batch, DatasetOptions, Split};
 use insitubatch_native::{OpenOptions, open};
-use sha2::{Digest, Sha256};
+use insitubatch_tests::digest;
 
 /// The parameters both sides use; keep in sync with `js/test/parity.test.js`.
 const SEED: u64 = 3;
 const EPOCH: u64 = 2;
 const BATCH: usize = 7;
 const BLOCK_CHUNKS: usize = 2;
-
-fn digest(batches: &[Batch]) -> String {
-    let mut h = Sha256::new();
-    for b in batches {
-        for t in &b.sample_indices {
-            h.update(t.to_le_bytes());
-        }
-        for (label, a) in &b.arrays {
-            h.update(label.as_bytes());
-            h.update(&a.data[..]);
-        }
-    }
-    format!("{:x}", h.finalize())
-}
 
 #[test]
 fn native_digests_for_the_parity_check() {
