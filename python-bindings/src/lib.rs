@@ -7,6 +7,16 @@
 //! array's `base`. Dropping the last numpy view drops the `NdArray`, which hands its
 //! memory back to the engine's recycler.
 
+#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Same settings as the CLI (see native/src/main.rs): reuse freed pages, one arena, huge pages.
+#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[allow(non_upper_case_globals)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,narenas:1,thp:always\0";
+
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
