@@ -212,6 +212,14 @@ def markdown(args, cmdline, rows, decode):
     return "\n".join(L)
 
 
+def write_markdown(path, md):
+    """Write the report (creating its folder) and echo it."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(md)
+    print(md)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -307,10 +315,7 @@ def main(argv=None):
                   f"{fmt(gb(s['rss']), '{:.2f}')} GB {row.get('error') or ''}", file=sys.stderr)
     jl.close()
     md = markdown(args, cmdline, rows, decode)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(md)
-    print(md)
+    write_markdown(args.out, md)
     return 0
 
 

@@ -30,7 +30,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from run import epoch_of, fmt, gb, last_json, ratio, run_measured  # noqa: E402
+from run import epoch_of, fmt, gb, last_json, ratio, run_measured, write_markdown  # noqa: E402
 
 PY_ENGINES = ["rs-python", "rs-torch", "zarr-loop", "tensorstore", "xbatcher-torch-nw0",
               "xbatcher-torch-nw2"]
@@ -193,10 +193,7 @@ def main(argv=None):
                 stalls[(name, eng)] = cold.get("stall_pct") if cold else None
     jl.close()
     md = markdown(args, cmdline, rows, stalls)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write(md)
-    print(md)
+    write_markdown(args.out, md)
     return 0
 
 
