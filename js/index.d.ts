@@ -137,3 +137,67 @@ export declare class Dataset {
 export declare function open(url: string | URL, options?: OpenOptions): Promise<Dataset>;
 /** Browser entry only: load the .wasm now (optional; `open` does it). */
 export declare function initialize(input?: string | URL | Response | BufferSource): Promise<unknown>;
+
+/** Where `openInWorker` runs the engine. */
+export interface WorkerOptions {
+  /**
+   * "auto" (default): the threaded build (`pkg/web-threads`, wasm-bindgen-rayon) when the page
+   * is cross-origin isolated (COOP `same-origin` + COEP `require-corp`), else one thread;
+   * true: require it (rejects otherwise); false: one thread. Node: always one thread.
+   */
+  threads?: 'auto' | boolean;
+  /** Decode threads of the threaded build. Default `navigator.hardwareConcurrency`. */
+  nThreads?: number;
+  /** URL of `src/worker.js`, if a bundler moved it. */
+  workerUrl?: string | URL;
+}
+
+/** Counters of the worker's batch posts (diagnostics). */
+export interface TransferReport {
+  /** Batches posted to the page. */
+  batches: number;
+  /** Buffers in their transfer lists (each array's and `sampleIndices`'). */
+  buffers: number;
+  /** Of those, how many had byteLength 0 in the worker after posting (moved, not copied). */
+  detached: number;
+  /** Bytes moved. */
+  bytes: number;
+}
+
+/** A pass read in the worker. Batches arrive with their buffers transferred. */
+export declare class WorkerPass implements AsyncIterable<Batch> {
+  /** Batches this pass yields in all; `undefined` until the worker has planned it (see `size()`). */
+  readonly length: number | undefined;
+  size(): Promise<number>;
+  next(): Promise<Batch | undefined>;
+  stats(): Promise<PassStats | undefined>;
+  close(): Promise<void>;
+  [Symbol.asyncIterator](): AsyncIterator<Batch>;
+}
+
+/** A dataset whose engine runs in a dedicated worker; calls that need the worker's answer return promises. */
+export declare class WorkerDataset {
+  /** "web-threads", "web" (one thread) or "node". */
+  readonly build: 'web-threads' | 'web' | 'node';
+  /** Decode threads in the worker. */
+  readonly threads: number;
+  readonly epoch: number;
+  readonly labels: string[];
+  readonly url: string;
+  describe(iterations?: number): Promise<DatasetReport>;
+  describeText(iterations?: number): Promise<string>;
+  /** Passes started after this call use `epoch` (requests reach the worker in order). */
+  setEpoch(epoch: number): Promise<number>;
+  iter(split: SplitName): WorkerPass;
+  train(): WorkerPass;
+  val(): WorkerPass;
+  test(): WorkerPass;
+  all(): WorkerPass;
+  lastPass(): Promise<PassStats | undefined>;
+  transferReport(): Promise<TransferReport>;
+  /** Free the dataset and stop the worker. */
+  close(): Promise<void>;
+}
+
+/** Open the store at `url` in a new dedicated Web Worker (browsers) or worker_threads Worker (Node). */
+export declare function openInWorker(url: string | URL, options?: OpenOptions, how?: WorkerOptions): Promise<WorkerDataset>;

@@ -35,6 +35,23 @@ if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)' 
     exit 1
 fi
 echo "node $(node --version)"
+# npm tools, pinned, in the cache (never in the clone): playwright-core drives Debian's
+# chromium for js/test/browser.test.js; binaryen's wasm-opt (apt's 108 breaks the glue).
+NPM_PREFIX="$INSITUBATCH_CACHE/npm"
+NPM_PKGS=(playwright-core@1.65.1 binaryen@132.0.0)
+npm_missing=()
+for p in "${NPM_PKGS[@]}"; do
+    have=$(node -p "require('$NPM_PREFIX/node_modules/${p%@*}/package.json').version" 2>/dev/null || true)
+    [ "$have" = "${p##*@}" ] || npm_missing+=("$p")
+done
+if [ ${#npm_missing[@]} -gt 0 ]; then
+    echo "installing ${npm_missing[*]} into $NPM_PREFIX"
+    mkdir -p "$NPM_PREFIX"
+    [ -f "$NPM_PREFIX/package.json" ] || echo '{ "private": true }' >"$NPM_PREFIX/package.json"
+    npm install -s --no-audit --no-fund --prefix "$NPM_PREFIX" "${NPM_PKGS[@]}"
+fi
+export IB_PLAYWRIGHT_CORE="$NPM_PREFIX/node_modules/playwright-core"
+WASM_OPT="$NPM_PREFIX/node_modules/.bin/wasm-opt"
 
 echo "== build (wasm32-unknown-unknown, release, opt-level s + LTO)"
 # Size-oriented release settings for this target dir only (the workspace profile is shared).
@@ -78,18 +95,20 @@ fi
 grep -E '^test result' "$HOSTLOG"
 [ -s "$DIGESTS" ] || { echo "native digests were not written ($HOSTLOG)" >&2; exit 1; }
 
-echo "== Node tests (wasm over HTTP: $INSITUBATCH_HTTP_URL)"
-rc=0
-node --test --test-reporter=spec js/test/ || rc=$?
-rm -f "$DIGESTS"
-
-echo "== headless Chromium (wasm-bindgen-test, run_in_browser)"
+# Chromium for js/test/browser.test.js (playwright-core) and wasm/tests/browser.rs (chromedriver).
 if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
     echo "installing chromium and chromium-driver (Debian)"
     apt_get=(apt-get)
     [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
     "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium chromium-driver >/dev/null
 fi
+
+echo "== Node tests (wasm over HTTP: $INSITUBATCH_HTTP_URL; worker_threads; headless Chromium via playwright-core)"
+rc=0
+node --test --test-reporter=spec js/test/ || rc=$?
+rm -f "$DIGESTS"
+
+echo "== headless Chromium (wasm-bindgen-test, run_in_browser)"
 CHROMEDRIVER_BIN="$(command -v chromedriver || true)"
 if [ -n "$CHROMEDRIVER_BIN" ] && command -v chromium >/dev/null; then
     BROWSERLOG="$INSITUBATCH_CACHE/last-test-wasm-browser.log"

@@ -13,6 +13,7 @@ function load() {
 /** Open the Zarr store at `url` (http:// or https://) and build a dataset. */
 export const open = makeOpen(async () => load());
 export { Dataset, Pass };
+export { openInWorker, WorkerDataset, WorkerPass } from './worker-client.js';
 
 /** Load the module now (optional: `open` does it). For symmetry with the browser entry. */
 export async function initialize() {

@@ -12,3 +12,4 @@ export function initialize(input) {
 /** Open the Zarr store at `url` (http:// or https://, CORS on every response) and build a dataset. */
 export const open = makeOpen(() => initialize());
 export { Dataset, Pass };
+export { openInWorker, WorkerDataset, WorkerPass } from './worker-client.js';

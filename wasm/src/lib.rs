@@ -82,7 +82,8 @@ impl JsOpenOptions {
             shuffle: self.shuffle.unwrap_or(d.shuffle),
             prefetch_depth: self.prefetch_depth.unwrap_or(d.prefetch_depth),
             cache_budget_bytes: self.cache_budget_bytes.or(d.cache_budget_bytes),
-            read_policy: d.read_policy,
+            // Options JS cannot set yet (read policy, tiers) keep the native defaults.
+            ..d
         };
         insitubatch_core::OpenOptions {
             variables: self.variables.clone(),

@@ -1,0 +1,213 @@
+// `openInWorker(url, options)`: the loader in a dedicated Web Worker (browsers) or a
+// worker_threads Worker (Node), so decoding never blocks the page. The returned dataset has
+// the main-thread API, except that methods which need an answer from the worker return
+// promises (`describe`, `lastPass`, `setEpoch`, `stats`). Batches arrive with their buffers
+// transferred (moved, not copied) from the worker.
+
+const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof window === 'undefined' && typeof self === 'undefined';
+const SPLITS = ['train', 'val', 'test', 'all'];
+
+async function spawn(workerUrl) {
+  const url = workerUrl ?? new URL('./worker.js', import.meta.url);
+  if (IS_NODE) {
+    const { Worker } = await import('node:worker_threads');
+    const w = new Worker(url);
+    return {
+      post: (m) => w.postMessage(m),
+      listen: (onMsg, onErr) => {
+        w.on('message', onMsg);
+        w.on('error', onErr);
+        w.on('exit', (code) => onErr(new Error(`the loader worker exited (code ${code})`)));
+      },
+      terminate: () => w.terminate(),
+    };
+  }
+  const w = new Worker(url, { type: 'module', name: 'insitubatch' });
+  return {
+    post: (m) => w.postMessage(m),
+    listen: (onMsg, onErr) => {
+      w.addEventListener('message', (e) => onMsg(e.data));
+      w.addEventListener('error', (e) => onErr(new Error(`the loader worker failed: ${e.message ?? 'script error'} (${url})`)));
+      w.addEventListener('messageerror', () => onErr(new Error('a message from the loader worker could not be read')));
+    },
+    terminate: () => w.terminate(),
+  };
+}
+
+/** The page side of the worker protocol (see src/worker.js): numbered requests, one reply each. */
+class Channel {
+  #port;
+  #pending = new Map();
+  #next = 1;
+  #dead;
+  constructor(port) {
+    this.#port = port;
+    port.listen(
+      (m) => {
+        const p = this.#pending.get(m.id);
+        if (!p) return;
+        this.#pending.delete(m.id);
+        if (m.ok) p.resolve(m.value);
+        else p.reject(new Error(m.error.message));
+      },
+      (e) => this.#fail(e),
+    );
+  }
+  #fail(e) {
+    this.#dead ??= e;
+    for (const p of this.#pending.values()) p.reject(e);
+    this.#pending.clear();
+  }
+  call(op, args = {}) {
+    if (this.#dead) return Promise.reject(this.#dead);
+    const id = this.#next++;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject });
+      this.#port.post({ ...args, id, op });
+    });
+  }
+  terminate() {
+    this.#fail(new Error('the worker dataset is closed'));
+    this.#port.terminate();
+  }
+}
+
+/** One pass over a split, read in the worker: an async iterable of batches. */
+export class WorkerPass {
+  #ch;
+  #id;
+  #done = false;
+  constructor(ch, split) {
+    this.#ch = ch;
+    this.length = undefined;
+    // Requests are answered in order, so next() may be called before this resolves.
+    this.#id = ch.call('iter', { split }).then((r) => {
+      this.length = r.length;
+      return r.pass;
+    });
+    this.#id.catch(() => {}); // surfaced by next()
+  }
+  /** Batches this pass yields in all (resolves once the worker has planned the pass). */
+  async size() {
+    await this.#id;
+    return this.length;
+  }
+  /** The next batch (its buffers transferred from the worker), or `undefined` after the last. */
+  async next() {
+    if (this.#done) return undefined;
+    const pass = await this.#id;
+    const r = await this.#ch.call('next', { pass });
+    if (r === undefined) this.#done = true;
+    return r;
+  }
+  /** Stats of this pass so far. */
+  async stats() {
+    return this.#ch.call('stats', { pass: await this.#id });
+  }
+  /** End the pass now (done for you by `break` in `for await`). */
+  async close() {
+    if (this.#done) return;
+    this.#done = true;
+    await this.#ch.call('closePass', { pass: await this.#id }).catch(() => {});
+  }
+  [Symbol.asyncIterator]() {
+    return {
+      next: async () => {
+        try {
+          const value = await this.next();
+          return value === undefined ? { value: undefined, done: true } : { value, done: false };
+        } catch (e) {
+          await this.close();
+          throw e;
+        }
+      },
+      return: async () => {
+        await this.close();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+}
+
+/** A dataset whose engine runs in a worker. */
+export class WorkerDataset {
+  #ch;
+  #info;
+  constructor(ch, info) {
+    this.#ch = ch;
+    this.#info = info;
+    this.epoch = info.epoch;
+  }
+  /** Which wasm build the worker runs: "web-threads", "web" (one thread) or "node". */
+  get build() {
+    return this.#info.build;
+  }
+  /** Decode threads in the worker (1 unless the threaded build runs). */
+  get threads() {
+    return this.#info.threads;
+  }
+  get labels() {
+    return this.#info.labels;
+  }
+  get url() {
+    return this.#info.url;
+  }
+  describe(iterations = 1) {
+    return this.#ch.call('describe', { iterations });
+  }
+  describeText(iterations = 1) {
+    return this.#ch.call('describeText', { iterations });
+  }
+  /** Reshuffle for `epoch`; passes started after this call use it (requests are ordered). */
+  setEpoch(epoch) {
+    this.epoch = epoch;
+    return this.#ch.call('setEpoch', { epoch });
+  }
+  iter(split) {
+    if (!SPLITS.includes(split)) {
+      throw new Error(`unknown split ${JSON.stringify(split)}; use "train", "val", "test" or "all"`);
+    }
+    return new WorkerPass(this.#ch, split);
+  }
+  train() {
+    return this.iter('train');
+  }
+  val() {
+    return this.iter('val');
+  }
+  test() {
+    return this.iter('test');
+  }
+  all() {
+    return this.iter('all');
+  }
+  lastPass() {
+    return this.#ch.call('lastPass');
+  }
+  /** Diagnostics: batches and buffers posted so far, and how many were detached in the worker afterwards. */
+  transferReport() {
+    return this.#ch.call('transferReport');
+  }
+  /** Free the dataset and stop the worker. */
+  async close() {
+    await this.#ch.call('close').catch(() => {});
+    this.#ch.terminate();
+  }
+}
+
+/**
+ * Open the store at `url` in a new worker. `how.threads`: "auto" (default: the threaded
+ * build when the page is cross-origin isolated), true (require it) or false;
+ * `how.nThreads`: decode threads (default `navigator.hardwareConcurrency`);
+ * `how.workerUrl`: where src/worker.js is served, if a bundler moved it.
+ */
+export async function openInWorker(url, options = {}, how = {}) {
+  const ch = new Channel(await spawn(how.workerUrl));
+  try {
+    const info = await ch.call('open', { url: String(url), options, threads: how.threads ?? 'auto', nThreads: how.nThreads });
+    return new WorkerDataset(ch, info);
+  } catch (e) {
+    ch.terminate();
+    throw e;
+  }
+}

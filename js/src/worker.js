@@ -1,0 +1,143 @@
+// The worker half of `openInWorker` (src/worker-client.js): runs the loader in a dedicated
+// Web Worker (browsers) or a worker_threads Worker (Node) and posts each batch to the page
+// with its buffers in the transfer list, so they move instead of being copied. Batch
+// buffers are fresh ArrayBuffers the engine copied out of wasm memory (one per array plus
+// `sampleIndices`), so transferring them leaves nothing shared with the wasm heap.
+//
+// Protocol (one request → one reply, in order): { id, op, ...args } → { id, ok, value } or
+// { id, ok: false, error: { message } }. Ops run one at a time so every reply refers to the
+// state the page last asked for (setEpoch before iter, etc.).
+
+const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof self === 'undefined';
+
+let port; // { post(msg, transfer), listen(cb) }
+if (IS_NODE) {
+  const { parentPort } = await import('node:worker_threads');
+  port = { post: (m, t) => parentPort.postMessage(m, t), listen: (cb) => parentPort.on('message', cb) };
+} else {
+  port = { post: (m, t) => self.postMessage(m, t), listen: (cb) => self.addEventListener('message', (e) => cb(e.data)) };
+}
+
+let api; // the entry module: { open, initialize }
+let dataset;
+let build;
+let threads = 1;
+const passes = new Map();
+let nextPass = 1;
+const transfer = { batches: 0, buffers: 0, detached: 0, bytes: 0 };
+
+/** Whether this worker may run the threaded build: SharedArrayBuffer needs cross-origin isolation. */
+function isolated() {
+  return !IS_NODE && globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
+}
+
+async function load(want, nThreads) {
+  if (IS_NODE) {
+    if (want === true) throw new Error('the threaded build runs in browsers only (wasm-bindgen-rayon needs Web Workers); use threads: "auto" or false in Node');
+    api = await import('./index.js');
+    build = 'node';
+    return;
+  }
+  if (want === true && !isolated()) {
+    throw new Error('threads: true needs a cross-origin-isolated page (serve it with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp); use threads: "auto" to fall back');
+  }
+  if (want !== false && isolated()) {
+    try {
+      api = await import('./web-threads.js');
+      threads = await api.initialize(undefined, nThreads);
+      build = 'web-threads';
+      return;
+    } catch (e) {
+      if (want === true) throw e;
+      // "auto": the threaded package is missing or failed to start; the one-thread build still works.
+      console.warn(`insitubatch: threaded build unavailable (${e.message}); using one thread`);
+    }
+  }
+  api = await import('./web.js');
+  await api.initialize();
+  build = 'web';
+  threads = 1;
+}
+
+function buffersOf(batch) {
+  const out = [batch.sampleIndices.buffer];
+  for (const a of Object.values(batch.arrays)) out.push(a.data.buffer);
+  return out;
+}
+
+function passOf(id) {
+  const p = passes.get(id);
+  if (!p) throw new Error(`pass ${id} is closed or unknown; start a new one with iter()`);
+  return p;
+}
+
+const ops = {
+  async open({ url, options, threads: want = 'auto', nThreads }) {
+    if (dataset) throw new Error('this worker already holds a dataset; open another with a new openInWorker()');
+    await load(want, nThreads);
+    dataset = await api.open(url, options);
+    return { build, threads, labels: dataset.labels, epoch: dataset.epoch, url: dataset.url };
+  },
+  describe: ({ iterations }) => dataset.describe(iterations),
+  describeText: ({ iterations }) => dataset.describeText(iterations),
+  setEpoch: ({ epoch }) => {
+    dataset.setEpoch(epoch);
+    return dataset.epoch;
+  },
+  lastPass: () => dataset.lastPass(),
+  iter({ split }) {
+    const pass = dataset.iter(split);
+    const id = nextPass++;
+    passes.set(id, pass);
+    return { pass: id, length: pass.length };
+  },
+  async next({ pass }) {
+    const p = passOf(pass);
+    const batch = await p.next();
+    if (batch === undefined) {
+      passes.delete(pass);
+      return { value: undefined };
+    }
+    return { value: batch, transfer: buffersOf(batch) };
+  },
+  stats: ({ pass }) => passes.get(pass)?.stats(),
+  closePass({ pass }) {
+    passes.get(pass)?.close();
+    passes.delete(pass);
+  },
+  transferReport: () => ({ ...transfer }),
+  close() {
+    for (const p of passes.values()) p.close();
+    passes.clear();
+    dataset?.close();
+    dataset = undefined;
+  },
+};
+
+let queue = Promise.resolve();
+port.listen((msg) => {
+  queue = queue.then(async () => {
+    const { id, op } = msg;
+    try {
+      const fn = ops[op];
+      if (!fn) throw new Error(`unknown worker op ${JSON.stringify(op)}`);
+      if (op !== 'open' && op !== 'transferReport' && !dataset) throw new Error('the dataset is not open (open failed or was closed)');
+      const r = await fn(msg);
+      if (op === 'next') {
+        const bytes = (r.transfer ?? []).reduce((n, b) => n + b.byteLength, 0);
+        port.post({ id, ok: true, value: r.value }, r.transfer ?? []);
+        if (r.transfer) {
+          // The buffers now belong to the page: here they are detached (byteLength 0).
+          transfer.batches++;
+          transfer.buffers += r.transfer.length;
+          transfer.bytes += bytes;
+          transfer.detached += r.transfer.filter((b) => b.byteLength === 0).length;
+        }
+      } else {
+        port.post({ id, ok: true, value: r });
+      }
+    } catch (e) {
+      port.post({ id, ok: false, error: { message: e?.message ?? String(e) } });
+    }
+  });
+});

@@ -1,0 +1,61 @@
+// Headless Chromium for the Node tests: playwright-core (pinned, installed by
+// scripts/test-wasm.sh into $INSITUBATCH_CACHE/npm, path in $IB_PLAYWRIGHT_CORE) drives
+// Debian's /usr/bin/chromium; pages are served from js/ by tests/servers/http_server.py
+// (optionally with COOP/COEP, i.e. cross-origin isolated), on loopback.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+const JS_ROOT = fileURLToPath(new URL('..', import.meta.url));
+const REPO = join(JS_ROOT, '..');
+export const PLAYWRIGHT = process.env.IB_PLAYWRIGHT_CORE;
+export const CHROMIUM = process.env.IB_CHROMIUM ?? '/usr/bin/chromium';
+export const browserSkip = !PLAYWRIGHT
+  ? 'IB_PLAYWRIGHT_CORE unset: run scripts/test-wasm.sh (it installs playwright-core)'
+  : !existsSync(CHROMIUM) ? `no Chromium at ${CHROMIUM}` : false;
+
+/** Serve js/ on loopback; `coopCoep` adds the cross-origin-isolation headers to every response. */
+export async function serveJs({ coopCoep = false } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'ib-js-server-'));
+  const portFile = join(dir, 'port');
+  const args = [join(REPO, 'tests/servers/http_server.py'), '--root', JS_ROOT, '--port', '0', '--port-file', portFile];
+  if (coopCoep) args.push('--coop-coep');
+  const proc = spawn(process.env.IB_PY ?? 'python3', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  proc.stderr.on('data', (d) => (stderr += d));
+  for (let i = 0; i < 300; i++) {
+    if (existsSync(portFile) && readFileSync(portFile, 'utf8').trim()) break;
+    if (proc.exitCode !== null) throw new Error(`the js/ server exited: ${stderr}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const port = readFileSync(portFile, 'utf8').trim();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    stop() {
+      proc.kill();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A headless Chromium page at `url`, its console echoed on failure. */
+export async function launch() {
+  const { chromium } = createRequire(join(PLAYWRIGHT, 'package.json'))('playwright-core');
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-background-networking'],
+  });
+  const logs = [];
+  async function page(url) {
+    const p = await browser.newPage();
+    p.on('console', (m) => logs.push(`[${m.type()}] ${m.text()}`));
+    p.on('pageerror', (e) => logs.push(`[pageerror] ${e.message}`));
+    await p.goto(url);
+    return p;
+  }
+  return { browser, page, logs };
+}

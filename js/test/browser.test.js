@@ -1,0 +1,99 @@
+// Headless Chromium (playwright-core driving Debian's chromium): the worker helper in a
+// dedicated Web Worker, on a page served from js/, reading the fixtures cross-origin. Batches
+// equal the main-thread ones and the native digests; each transferred buffer is detached in
+// the worker. In a cross-origin-isolated page (COOP/COEP) the worker picks the threaded build
+// (pkg/web-threads) and gives the same digests.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, existsSync } from 'node:fs';
+import { HTTP, skip, manifest, dataVars } from '../test-support/helpers.js';
+import { browserSkip, serveJs, launch } from '../test-support/browser.js';
+
+const DIGESTS = process.env.INSITUBATCH_NATIVE_DIGESTS;
+// The parity parameters of wasm/tests/native_digest.rs.
+const PARITY = { epoch: 2, splits: ['train', 'all'], options: { seed: 3, batchSize: 7, blockChunks: 2 } };
+const STORES = ['v3_zstd', 'v3_blosc', 'v3_sharded', 'v2_blosc', 'v2_zlib', 'v3_gzip', 'multi_spc'];
+const THREADS_PKG = new URL('../pkg/web-threads/insitubatch_wasm_bg.wasm', import.meta.url);
+
+const off = skip || browserSkip;
+let chrome, plain, isolated;
+
+before(async () => {
+  if (off) return;
+  chrome = await launch();
+  plain = await serveJs();
+  isolated = await serveJs({ coopCoep: true });
+});
+after(async () => {
+  await chrome?.browser.close();
+  plain?.stop();
+  isolated?.stop();
+});
+
+function stores() {
+  const m = manifest().stores;
+  return STORES.map((name) => {
+    const s = m.find((x) => x.name === name);
+    assert.ok(s, `fixture ${name}`);
+    return { name, path: s.path, vars: dataVars(s), sampleAxis: s.sample_axis };
+  });
+}
+
+async function run(server, fn, arg) {
+  const page = await chrome.page(`${server.url}/test/browser/`);
+  try {
+    return await page.evaluate(
+      async ([fn, arg]) => (await import('/test/browser/cases.js'))[fn](arg),
+      [fn, arg],
+    );
+  } catch (e) {
+    throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
+  } finally {
+    await page.close();
+  }
+}
+
+function checkDigests(res, { build, threads }) {
+  const native = DIGESTS ? JSON.parse(readFileSync(DIGESTS, 'utf8')) : undefined;
+  let compared = 0;
+  for (const [name, r] of Object.entries(res.stores)) {
+    assert.equal(r.build, build, `${name}: build`);
+    assert.equal(r.threads, threads, `${name}: threads`);
+    for (const split of PARITY.splits) {
+      if (r.main[split]) assert.equal(r.worker[split], r.main[split], `${name}/${split}: worker differs from the page`);
+      if (native) {
+        assert.equal(r.worker[split], native[`${name}/${split}`], `${name}/${split}: worker differs from native`);
+        compared++;
+      }
+    }
+    assert.ok(r.transfer.batches > 0);
+    assert.equal(r.transfer.buffers, r.transfer.batches * (r.labels + 1), `${name}: every array and sampleIndices transferred`);
+    assert.equal(r.transfer.detached, r.transfer.buffers, `${name}: transferred buffers are detached in the worker`);
+    assert.ok(r.pageBytes > 0);
+    assert.equal(r.pageBytes, r.transfer.bytes, `${name}: the page received every transferred byte`);
+  }
+  return compared;
+}
+
+test('Chromium: a dedicated worker, one thread, equals the page and native', { skip: off }, async () => {
+  const res = await run(plain, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', mainThread: true });
+  assert.equal(res.isolated, false);
+  const compared = checkDigests(res, { build: 'web', threads: 1 });
+  console.log(`chromium worker (one thread): ${STORES.length} stores equal to the page${compared ? ` and ${compared} native digests` : ''}`);
+});
+
+test('Chromium: worker errors are Error with the engine message', { skip: off }, async () => {
+  const r = await run(plain, 'workerError', { url: `${HTTP}/no_such_store`, options: { variables: ['t2m'] } });
+  assert.equal(r.ok, false);
+  assert.ok(r.isError);
+  assert.match(r.message, /no_such_store/);
+  const t = await run(plain, 'workerError', { url: `${HTTP}/v3_zstd`, options: { variables: ['t2m'] }, threads: true });
+  assert.match(t.message, /cross-origin-isolated/);
+});
+
+test('Chromium, cross-origin isolated: the worker picks the threaded build, same digests', { skip: off || (!existsSync(THREADS_PKG) && 'js/pkg/web-threads not built') }, async () => {
+  const res = await run(isolated, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', nThreads: 2, mainThread: true });
+  assert.equal(res.isolated, true, 'the COOP/COEP page is cross-origin isolated');
+  const compared = checkDigests(res, { build: 'web-threads', threads: 2 });
+  console.log(`chromium worker (threads build, 2 threads): ${STORES.length} stores equal${compared ? ` and ${compared} native digests` : ''}`);
+});

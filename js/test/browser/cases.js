@@ -1,0 +1,73 @@
+// Page-side halves of js/test/browser.test.js, imported into a page on the js/ origin.
+// Each returns plain JSON for the Node side to assert on.
+import { open, openInWorker } from '../../src/web.js';
+
+/** SHA-256 hex of a pass, as test-support/helpers.js `digest` (and the Rust tests) compute it. */
+export async function digest(batches) {
+  const parts = [];
+  const enc = new TextEncoder();
+  for (const b of batches) {
+    parts.push(new Uint8Array(b.sampleIndices.buffer, b.sampleIndices.byteOffset, b.sampleIndices.byteLength));
+    for (const label of Object.keys(b.arrays).sort()) {
+      const d = b.arrays[label].data;
+      parts.push(enc.encode(label), new Uint8Array(d.buffer, d.byteOffset, d.byteLength));
+    }
+  }
+  const all = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let o = 0;
+  for (const p of parts) {
+    all.set(p, o);
+    o += p.length;
+  }
+  const h = new Uint8Array(await crypto.subtle.digest('SHA-256', all));
+  return [...h].map((x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+async function collect(pass) {
+  const out = [];
+  for await (const b of pass) out.push(b);
+  return out;
+}
+
+/**
+ * For each store: digests of `splits` at `epoch` read in a worker (threads: `threads`) and,
+ * if `mainThread`, on the page too; the worker's build, thread count and transfer report.
+ */
+export async function workerDigests({ http, stores, epoch, splits, options, threads, mainThread, nThreads }) {
+  const out = { isolated: globalThis.crossOriginIsolated === true, stores: {} };
+  for (const s of stores) {
+    const opts = { ...options, variables: s.vars, sampleAxis: s.sampleAxis };
+    const url = `${http}/${s.path}`;
+    const wds = await openInWorker(url, opts, { threads, nThreads });
+    await wds.setEpoch(epoch);
+    const r = { build: wds.build, threads: wds.threads, worker: {}, main: {} };
+    let main;
+    if (mainThread) {
+      main = await open(url, opts);
+      main.setEpoch(epoch);
+    }
+    for (const split of splits) {
+      const got = await collect(wds.iter(split));
+      r.worker[split] = await digest(got);
+      const received = (b) => b.sampleIndices.byteLength + Object.values(b.arrays).reduce((m, a) => m + a.data.byteLength, 0);
+      r.pageBytes = (r.pageBytes ?? 0) + got.reduce((n, b) => n + received(b), 0);
+      if (main) r.main[split] = await digest(await collect(main.iter(split)));
+    }
+    r.transfer = await wds.transferReport();
+    r.labels = wds.labels.length;
+    await wds.close();
+    main?.close();
+    out.stores[s.name] = r;
+  }
+  return out;
+}
+
+/** An error thrown in the worker, as the page sees it. */
+export async function workerError({ url, options, threads }) {
+  try {
+    await openInWorker(url, options, { threads });
+    return { ok: true };
+  } catch (e) {
+    return { ok: false, isError: e instanceof Error, message: e.message };
+  }
+}
