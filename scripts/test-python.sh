@@ -4,7 +4,9 @@
 #   IB_PYTHON_TORCH=0   skip installing torch (torch tests are skipped)
 #   IB_PYTHON_JAX=0     skip installing jax (jax tests are skipped)
 #   IB_PYTHON_RELEASE=1 build the extension in release mode
-#   extra args go to pytest
+#   IB_PYTHON_VERSIONS="3.10 3.12 3.13" the other Pythons the same abi3 wheel is tested on
+#                       (numpy + zarr-python + pytest venvs; "" skips them)
+#   extra args go to every pytest run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -34,15 +36,19 @@ build_hash="$( { echo "$profile"; cat Cargo.toml Cargo.lock; \
     find core native python-bindings/src python-bindings/python python-bindings/Cargo.toml python-bindings/pyproject.toml \
         -type f \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name '*.pyi' -o -name py.typed \) -print0 \
         | sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
+wheels="$INSITUBATCH_CACHE/python-wheels"
 if [ "$(cat "$VENV/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
-    || ! "$IB_PY" -c 'import insitubatch_rs._native' 2>/dev/null; then
+    || ! "$IB_PY" -c 'import insitubatch_rs._native' 2>/dev/null \
+    || ! compgen -G "$wheels/insitubatch_rs-*.whl" >/dev/null; then
     echo "test-python: building insitubatch_rs ($profile)"
-    wheels="$INSITUBATCH_CACHE/python-wheels"
-    rm -rf "$wheels"
     rel=()
     [ "$profile" = release ] && rel=(--release)
-    # A wheel (not `maturin develop`) so no .so lands in the source tree.
-    (cd "$PB" && "$VENV/bin/maturin" build -q "${rel[@]}" --strip -i "$IB_PY" -o "$wheels")
+    # A wheel (not `maturin develop`) so no .so lands in the source tree; built aside, so a
+    # failed build leaves the last good wheel in place.
+    rm -rf "$wheels.new"
+    (cd "$PB" && "$VENV/bin/maturin" build -q "${rel[@]}" --strip -i "$IB_PY" -o "$wheels.new")
+    rm -rf "$wheels"
+    mv "$wheels.new" "$wheels"
     "$IB_PY" -m pip install -q --no-deps --force-reinstall "$wheels"/insitubatch_rs-*.whl
     echo "$build_hash" >"$VENV/.ib-python-build"
 fi
@@ -53,4 +59,47 @@ export INSITUBATCH_FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures
 
 # 4. Tests (run from outside the source tree so the installed package is the one imported).
 cd "$PB/tests"
-exec "$IB_PY" -m pytest -q -p no:cacheprovider "$@" .
+rc=0
+"$IB_PY" -m pytest -q -p no:cacheprovider "$@" . || rc=$?
+
+# 5. The same abi3 wheel on the other supported Pythons, each in its own cached venv from
+#    tests/requirements-py<v>.txt (no torch/JAX: those tests skip). Where that venv has
+#    zarr-python 3, it rewrites the test stores with its own zarr first.
+other_python() {
+    local v="$1" py venv want fix zarr_v
+    shift
+    py="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -n1)"
+    [ -n "$py" ] || py="$(PATH="$(echo "$PATH" | tr ':' '\n' | grep -v '/shims$' | paste -sd:)" command -v "python$v" || true)"
+    if [ -z "$py" ]; then
+        echo "test-python: no Python $v found (pyenv or PATH); install it, or leave it out with IB_PYTHON_VERSIONS" >&2
+        return 1
+    fi
+    venv="$INSITUBATCH_CACHE/venv-py$v"
+    want="$( { "$py" -VV; cat "$PB/tests/requirements-py$v.txt"; } | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$venv/.ib-python-req" 2>/dev/null || true)" != "$want" ] || [ ! -x "$venv/bin/python" ]; then
+        echo "test-python: creating $venv"
+        rm -rf "$venv" "$INSITUBATCH_CACHE/fixtures-py$v"
+        "$py" -m venv "$venv" || return 1
+        "$venv/bin/python" -m pip install -q -r "$PB/tests/requirements-py$v.txt" || { rm -rf "$venv"; return 1; }
+        echo "$want" >"$venv/.ib-python-req"
+    fi
+    if [ "$(cat "$venv/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
+        || ! "$venv/bin/python" -c 'import insitubatch_rs._native' 2>/dev/null; then
+        "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$wheels"/insitubatch_rs-*.whl \
+            || return 1
+        echo "$build_hash" >"$venv/.ib-python-build"
+    fi
+    fix="$INSITUBATCH_FIXTURES"
+    zarr_v="$("$venv/bin/python" -c 'import zarr; print(zarr.__version__)' 2>/dev/null || true)"
+    if [ "${zarr_v%%.*}" = 3 ]; then
+        fix="$INSITUBATCH_CACHE/fixtures-py$v"
+        "$venv/bin/python" "$ROOT/tests/fixtures/make_fixtures.py" "$fix" >/dev/null || return 1
+    fi
+    echo "== test-python: $("$venv/bin/python" -V), stores written by zarr-python $(python_zarr "$fix")"
+    INSITUBATCH_FIXTURES="$fix" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" .
+}
+python_zarr() { "$IB_PY" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/manifest.json"))["zarr_python"])' "$1"; }
+for v in ${IB_PYTHON_VERSIONS-3.10 3.12 3.13}; do
+    other_python "$v" "$@" || rc=1
+done
+exit "$rc"
