@@ -201,3 +201,71 @@ export declare class WorkerDataset {
 
 /** Open the store at `url` in a new dedicated Web Worker (browsers) or worker_threads Worker (Node). */
 export declare function openInWorker(url: string | URL, options?: OpenOptions, how?: WorkerOptions): Promise<WorkerDataset>;
+
+// ---- The dashboard's questions (src/explore.js; wasm/src/explore.rs) ----
+
+/** One array of a store as `Explorer.arrays()` lists it. */
+export interface ArrayInfo {
+  path: string;
+  shape: number[];
+  /** Fetch unit: the stored chunk, or the inner chunk of a shard. */
+  chunks: number[];
+  shard: number[] | null;
+  dtype: DTypeName;
+  codecs: string[];
+  dimension_names: (string | null)[] | null;
+  zarr_format: 2 | 3;
+  /** A CF coordinate: skipped by discovery, listed here. */
+  coordinate: boolean;
+  attributes: Record<string, unknown>;
+}
+
+/** The draw order of one epoch of one split. */
+export interface DrawOrderReport {
+  split: SplitName;
+  epoch: number;
+  /** Anchor sample indices in draw order (what `batch.sampleIndices` will carry). */
+  anchors: number[];
+  /** The reference-grid chunk of each anchor. */
+  chunks: number[];
+  /** `n_blocks + 1` offsets into `anchors`. */
+  bounds: number[];
+  block_chunks: number[][];
+  samples_per_chunk: number;
+  n_chunks: number;
+  batch_size: number;
+  block_chunks_widened: number;
+  /** Shuffle quality of this order, 0..1. */
+  quality: number;
+}
+
+/** One point of the mixing/memory trade-off. */
+export interface QualityPoint {
+  block_chunks: number;
+  block_chunks_widened: number;
+  quality: number;
+  floor_bytes: number;
+  estimated_peak_bytes: number;
+}
+
+export interface WhatIf {
+  epoch?: number;
+  /** Concurrent passes the memory model assumes. Default 1. */
+  iterations?: number;
+  /** Decode threads the memory model assumes (the CLI's --threads). Default 1. */
+  threads?: number;
+}
+
+/** A store's metadata, opened once; every method answers without reading the store. */
+export declare class Explorer {
+  readonly url: string;
+  arrays(): ArrayInfo[];
+  describe(options?: OpenOptions, whatIf?: WhatIf): DatasetReport;
+  describeText(options?: OpenOptions, whatIf?: WhatIf): string;
+  drawOrder(options?: OpenOptions, split?: SplitName, at?: { epoch?: number }): DrawOrderReport;
+  qualityCurve(options?: OpenOptions, blockChunks?: number[], at?: { epoch?: number; threads?: number }): QualityPoint[];
+  close(): void;
+}
+
+/** Open the metadata of the store at `url` once, for many what-if questions (the dashboard). */
+export declare function openExplorer(url: string | URL, options?: { variables?: string[] }): Promise<Explorer>;

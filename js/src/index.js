@@ -1,6 +1,7 @@
 // Node entry (ESM). Loads the `wasm-bindgen --target nodejs` build from ../pkg/node.
 import { createRequire } from 'node:module';
 import { makeOpen, Dataset, Pass } from './facade.js';
+import { makeOpenExplorer, Explorer } from './explore.js';
 
 const require = createRequire(import.meta.url);
 let wasm;
@@ -13,6 +14,9 @@ function load() {
 /** Open the Zarr store at `url` (http:// or https://) and build a dataset. */
 export const open = makeOpen(async () => load());
 export { Dataset, Pass };
+/** Open a store's metadata once for many what-if questions (the dashboard; src/explore.js). */
+export const openExplorer = makeOpenExplorer(async () => load());
+export { Explorer };
 export { openInWorker, WorkerDataset, WorkerPass } from './worker-client.js';
 
 /** Load the module now (optional: `open` does it). For symmetry with the browser entry. */

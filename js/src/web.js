@@ -1,6 +1,7 @@
 // Browser entry (ESM). Loads the `wasm-bindgen --target web` build from ../pkg/web.
 import init, * as wasm from '../pkg/web/insitubatch_wasm.js';
 import { makeOpen, Dataset, Pass } from './facade.js';
+import { makeOpenExplorer, Explorer } from './explore.js';
 
 let ready;
 /** Load the module (optional: `open` does it). `input`: a URL or bytes of the .wasm. */
@@ -12,4 +13,7 @@ export function initialize(input) {
 /** Open the Zarr store at `url` (http:// or https://, CORS on every response) and build a dataset. */
 export const open = makeOpen(() => initialize());
 export { Dataset, Pass };
+/** Open a store's metadata once for many what-if questions (the dashboard; src/explore.js). */
+export const openExplorer = makeOpenExplorer(() => initialize());
+export { Explorer };
 export { openInWorker, WorkerDataset, WorkerPass } from './worker-client.js';

@@ -16,6 +16,7 @@ mod api;
 mod runtime;
 #[cfg(target_arch = "wasm32")]
 mod storage;
+pub mod explore;
 
 #[cfg(target_arch = "wasm32")]
 pub use api::*;

@@ -1,0 +1,547 @@
+//! The dashboard's exports (`www/`): open a store's metadata once, then answer "what would
+//! this configuration do?" for every move of a control without touching the store again.
+//!
+//! `open()` (api.rs) reads metadata and builds one dataset for one configuration; the
+//! dashboard needs hundreds of configurations per minute. Core's `Dataset::new` does no I/O,
+//! so the [`Model`] here keeps the opened [`ZarrArray`]s and builds a fresh dataset per
+//! question: the describe report, the draw order of an epoch, and the shuffle quality across
+//! block sizes all come from the same code paths the engine runs (no re-implementation).
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+
+use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
+use insitubatch_core::shuffle::{OrderSpec, Split, draw_order, shuffle_quality};
+use insitubatch_core::zarr::ZarrArray;
+use insitubatch_core::{Dataset, DatasetReport, Error, Variable, split_by_chunk, valid_anchor_range};
+use serde::Serialize;
+
+use crate::JsOpenOptions;
+
+/// A thread pool that runs jobs inline but answers `parallelism()` with a chosen count.
+///
+/// `describe()` sizes the batch queue and transform scratch by the pool's parallelism, so a
+/// what-if for "N decode threads" (the CLI's `--threads N`, the threaded wasm build) needs a
+/// pool that reports N. Datasets built by the explorer are only described, never iterated;
+/// should one ever run a job, it runs correctly, on the calling thread.
+#[derive(Debug)]
+pub struct WhatIfPool(pub NonZeroUsize);
+
+impl ThreadPool for WhatIfPool {
+    fn execute(&self, job: Job) {
+        job();
+    }
+    fn parallelism(&self) -> NonZeroUsize {
+        self.0
+    }
+}
+
+/// One array of the store as the dashboard lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArrayInfo {
+    /// Array path (the label of a variable).
+    pub path: String,
+    /// Shape, physical order.
+    pub shape: Vec<u64>,
+    /// Fetch unit: the stored chunk, or the inner chunk of a shard.
+    pub chunks: Vec<u64>,
+    /// Shard shape, when sharded.
+    pub shard: Option<Vec<u64>>,
+    /// Element type.
+    pub dtype: String,
+    /// Codec chain.
+    pub codecs: Vec<String>,
+    /// Dimension names, when the metadata has them.
+    pub dimension_names: Option<Vec<Option<String>>>,
+    /// Zarr format (2 or 3).
+    pub zarr_format: u8,
+    /// A CF coordinate (skipped by discovery; never a training variable by default).
+    pub coordinate: bool,
+    /// The array's attributes (units, long_name, ...).
+    pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ArrayInfo {
+    fn of(a: &ZarrArray) -> Self {
+        Self {
+            path: a.path().to_string(),
+            shape: a.shape().to_vec(),
+            chunks: a.tile_shape().to_vec(),
+            shard: a.shard_shape().map(<[u64]>::to_vec),
+            dtype: a.dtype().to_string(),
+            codecs: a.codec_names(),
+            dimension_names: a.dimension_names(),
+            zarr_format: a.zarr_format(),
+            coordinate: a.is_coordinate(),
+            attributes: a.attributes().clone(),
+        }
+    }
+}
+
+/// The draw order of one epoch of one split: which chunk every drawn sample comes from.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrawOrderReport {
+    /// The split.
+    pub split: String,
+    /// The epoch.
+    pub epoch: u64,
+    /// Anchor sample indices in draw order (what `batch.sampleIndices` will carry).
+    pub anchors: Vec<u64>,
+    /// The reference-grid chunk of each anchor (`anchor / samples_per_chunk`).
+    pub chunks: Vec<u64>,
+    /// `n_blocks + 1` offsets into `anchors`: block `i` is `anchors[bounds[i]..bounds[i + 1]]`.
+    pub bounds: Vec<usize>,
+    /// The chunk ids of each shuffle block.
+    pub block_chunks: Vec<Vec<u64>>,
+    /// Reference samples per chunk.
+    pub samples_per_chunk: u64,
+    /// Reference chunks in the store.
+    pub n_chunks: u64,
+    /// Rows per batch: batch `k` is `anchors[k * batch_size..]`.
+    pub batch_size: usize,
+    /// Chunks per shuffle block after widening.
+    pub block_chunks_widened: usize,
+    /// The shuffle-quality score of this order (0..1).
+    pub quality: f64,
+}
+
+/// One point of the mixing/memory trade-off: a `block_chunks` value and what it costs.
+#[derive(Debug, Clone, Serialize)]
+pub struct QualityPoint {
+    /// As asked.
+    pub block_chunks: usize,
+    /// After widening (so a block holds a batch).
+    pub block_chunks_widened: usize,
+    /// Shuffle quality of the train order at this epoch.
+    pub quality: f64,
+    /// The residency floor of one iteration.
+    pub floor_bytes: u64,
+    /// The estimated peak for one iteration.
+    pub estimated_peak_bytes: u64,
+}
+
+/// A store's opened arrays (data arrays and coordinates); every question builds a dataset
+/// over them without I/O.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// Data arrays, as discovery (or the caller) chose them.
+    pub arrays: Vec<ZarrArray>,
+    /// Coordinates found next to them (listed, not trained on unless named).
+    pub coordinates: Vec<ZarrArray>,
+}
+
+impl Model {
+    /// Every array, data first, then coordinates.
+    pub fn infos(&self) -> Vec<ArrayInfo> {
+        self.arrays.iter().chain(&self.coordinates).map(ArrayInfo::of).collect()
+    }
+
+    /// A dataset for `opts` over the opened arrays (`opts.variables` picks among them; no I/O).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a variable that was not opened, and whatever `Dataset::new`
+    /// refuses (zero knobs, a budget below the floor, bad fractions, ...).
+    pub fn dataset(
+        &self,
+        storage: Arc<dyn Storage>,
+        executor: Arc<dyn insitubatch_core::Executor>,
+        opts: &JsOpenOptions,
+        threads: usize,
+        epoch: u64,
+    ) -> Result<Dataset, Error> {
+        let core = opts.to_core();
+        let all: Vec<&ZarrArray> = self.arrays.iter().chain(&self.coordinates).collect();
+        let chosen: Vec<ZarrArray> = match &core.variables {
+            None => self.arrays.clone(),
+            Some(names) if names.is_empty() => {
+                return Err(Error::Config("choose at least one variable".into()));
+            }
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    let n = n.trim_matches('/');
+                    all.iter().find(|a| a.path() == n).map(|a| (*a).clone()).ok_or_else(|| {
+                        Error::Config(format!(
+                            "variable {n:?} is not an array of this store; known: {:?}",
+                            all.iter().map(|a| a.path()).collect::<Vec<_>>()
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let variables: Vec<Variable> = chosen
+            .iter()
+            .map(|a| Ok(Variable { label: a.path().to_string(), geometry: a.geometry(core.sample_axis)? }))
+            .collect::<Result<_, Error>>()?;
+        // As core::open does after its reads.
+        let manifest = split_by_chunk(&variables[0].geometry, &core.split)?;
+        let pool = WhatIfPool(NonZeroUsize::new(threads).unwrap_or(NonZeroUsize::MIN));
+        let runtime = Runtime { executor, pool: Arc::new(pool) };
+        let ds = Dataset::new(storage, runtime, chosen, variables, manifest, core.dataset, Vec::new(), Vec::new())?;
+        ds.set_epoch(epoch);
+        Ok(ds)
+    }
+
+    /// The draw order of `split` at `epoch` for `ds`, with its shuffle blocks.
+    ///
+    /// # Errors
+    /// [`Error::Stall`] (an internal error) if the blocks disagree with the dataset's own
+    /// order, which would mean this picture no longer shows what the engine draws.
+    pub fn draw_order(ds: &Dataset, split: Split, epoch: u64) -> Result<DrawOrderReport, Error> {
+        let m = ds.manifest();
+        let o = ds.options();
+        let offsets: Vec<i64> = ds.variables().iter().map(|v| v.geometry.offset).collect();
+        let chunk_ids = m.chunks_of(split);
+        let order = draw_order(&OrderSpec {
+            chunk_ids: &chunk_ids,
+            ref_spc: m.sample_chunk_size,
+            n_samples: m.n_samples,
+            anchor_range: valid_anchor_range(&offsets, m.n_samples),
+            block_chunks: ds.block_chunks(),
+            shuffle: o.shuffle && split == Split::Train,
+            seed: o.seed,
+            epoch,
+            split,
+        });
+        if order.anchors != ds.draw_order(split, epoch) {
+            return Err(Error::Stall(format!(
+                "internal: the explorer's draw order of {split} epoch {epoch} differs from the dataset's; please report this"
+            )));
+        }
+        let spc = m.sample_chunk_size.max(1);
+        Ok(DrawOrderReport {
+            split: split.name().to_string(),
+            epoch,
+            chunks: order.anchors.iter().map(|a| a / spc).collect(),
+            quality: shuffle_quality(&order.anchors),
+            anchors: order.anchors,
+            bounds: order.bounds,
+            block_chunks: order.block_chunks,
+            samples_per_chunk: m.sample_chunk_size,
+            n_chunks: m.n_chunks,
+            batch_size: o.batch_size,
+            block_chunks_widened: ds.block_chunks(),
+        })
+    }
+
+    /// Shuffle quality and memory for each `block_chunks` in `values`, the rest of `opts` kept.
+    ///
+    /// # Errors
+    /// As [`Model::dataset`] and `describe`.
+    pub fn quality_curve(
+        &self,
+        storage: &Arc<dyn Storage>,
+        executor: &Arc<dyn insitubatch_core::Executor>,
+        opts: &JsOpenOptions,
+        threads: usize,
+        epoch: u64,
+        values: &[usize],
+    ) -> Result<Vec<QualityPoint>, Error> {
+        values
+            .iter()
+            .map(|&bc| {
+                let mut o = opts.clone();
+                o.block_chunks = Some(bc);
+                // An explicit budget sized for another block size would refuse most points.
+                o.cache_budget_bytes = None;
+                let ds = self.dataset(Arc::clone(storage), Arc::clone(executor), &o, threads, epoch)?;
+                let r: DatasetReport = ds.describe(1)?;
+                Ok(QualityPoint {
+                    block_chunks: bc,
+                    block_chunks_widened: r.config.block_chunks,
+                    quality: r.config.shuffle_quality,
+                    floor_bytes: r.memory.floor_bytes,
+                    estimated_peak_bytes: r.memory.estimated_peak_bytes,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Coordinates worth listing next to `data`: arrays named after one of their dimensions
+/// (the CF convention discovery skips). `open` returns `Ok(None)` for a name with no array.
+pub fn coordinate_names(data: &[ZarrArray]) -> Vec<String> {
+    let mut names: Vec<String> = data
+        .iter()
+        .filter_map(ZarrArray::dimension_names)
+        .flatten()
+        .flatten()
+        .filter(|n| !data.iter().any(|a| a.path() == n))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[cfg(target_arch = "wasm32")]
+mod js {
+    use super::*;
+    use crate::LocalExecutor;
+    use crate::storage::FetchStorage;
+    use js_sys::{Object, Reflect};
+    use wasm_bindgen::prelude::*;
+
+    fn err(e: impl std::fmt::Display) -> JsError {
+        JsError::new(&e.to_string())
+    }
+
+    fn to_js<T: Serialize>(v: &T) -> Result<JsValue, JsError> {
+        let s = serde_json::to_string(v).map_err(err)?;
+        js_sys::JSON::parse(&s).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
+    }
+
+    fn whole(name: &str, v: f64) -> Result<u64, JsError> {
+        if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
+            Ok(v as u64)
+        } else {
+            Err(JsError::new(&format!("{name} must be a non-negative integer, got {v}")))
+        }
+    }
+
+    /// The options object of `open()`, with the same checks (unknown keys are refused).
+    fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
+        if v.is_undefined() || v.is_null() {
+            return Ok(JsOpenOptions::default());
+        }
+        if !v.is_object() {
+            return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
+        }
+        for k in Object::keys(v.unchecked_ref::<Object>()).iter() {
+            let k = k.as_string().unwrap_or_default();
+            // `undefined` values are absent options (a form field left empty).
+            if Reflect::get(&v, &JsValue::from_str(&k)).is_ok_and(|x| x.is_undefined()) {
+                continue;
+            }
+            if !crate::OPTION_NAMES.contains(&k.as_str()) {
+                return Err(JsError::new(&format!(
+                    "invalid options: unknown option {k:?}; known: {}",
+                    crate::OPTION_NAMES.join(", ")
+                )));
+            }
+        }
+        serde_wasm_bindgen::from_value(v).map_err(|e| JsError::new(&format!("invalid options: {e}")))
+    }
+
+    /// Open the metadata of the store at `url` (`http(s)://`) once, for the dashboard:
+    /// `variables` as in `open()` (absent: discover; needs consolidated metadata).
+    #[wasm_bindgen(js_name = openExplorer)]
+    pub async fn open_explorer(url: String, variables: Option<Vec<String>>) -> Result<Explorer, JsError> {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(JsError::new(&format!("unsupported store URL; use http:// or https://: {url}")));
+        }
+        let storage: Arc<dyn Storage> = Arc::new(FetchStorage::new(&url));
+        let arrays = insitubatch_core::zarr::open_arrays(storage.as_ref(), variables.as_deref()).await.map_err(err)?;
+        let mut coordinates = Vec::new();
+        for name in coordinate_names(&arrays) {
+            // A dimension without an array of its name is common (no coordinate stored).
+            match insitubatch_core::zarr::open_array(storage.as_ref(), &name).await {
+                Ok(a) if a.is_coordinate() => coordinates.push(a),
+                Ok(_) | Err(Error::NotFound { .. }) => {}
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Ok(Explorer { storage, model: Model { arrays, coordinates }, url })
+    }
+
+    /// A store's metadata, opened once; every method answers from it without I/O.
+    #[wasm_bindgen]
+    pub struct Explorer {
+        storage: Arc<dyn Storage>,
+        model: Model,
+        url: String,
+    }
+
+    impl Explorer {
+        fn dataset(&self, options: JsValue, epoch: f64, threads: f64) -> Result<(Dataset, u64), JsError> {
+            let opts = parse_options(options)?;
+            let epoch = whole("epoch", epoch)?;
+            let threads = whole("threads", threads)?.max(1) as usize;
+            let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
+            let ds = self.model.dataset(Arc::clone(&self.storage), executor, &opts, threads, epoch).map_err(err)?;
+            Ok((ds, epoch))
+        }
+    }
+
+    #[wasm_bindgen]
+    impl Explorer {
+        /// The store URL as given.
+        #[wasm_bindgen(getter)]
+        pub fn url(&self) -> String {
+            self.url.clone()
+        }
+
+        /// Every array (data first, then coordinates): path, shape, chunks, shard, dtype,
+        /// codecs, dimension names, attributes, and whether it is a coordinate.
+        pub fn arrays(&self) -> Result<JsValue, JsError> {
+            to_js(&self.model.infos())
+        }
+
+        /// The describe report for `options` (as `open()` takes them) at `epoch`, for
+        /// `iterations` concurrent passes and `threads` decode threads. No I/O.
+        pub fn describe(
+            &self,
+            options: JsValue,
+            epoch: f64,
+            iterations: f64,
+            threads: f64,
+        ) -> Result<JsValue, JsError> {
+            let (ds, _) = self.dataset(options, epoch, threads)?;
+            let n = whole("iterations", iterations)?.max(1) as usize;
+            to_js(&ds.describe(n).map_err(err)?)
+        }
+
+        /// The same report as text.
+        #[wasm_bindgen(js_name = describeText)]
+        pub fn describe_text(
+            &self,
+            options: JsValue,
+            epoch: f64,
+            iterations: f64,
+            threads: f64,
+        ) -> Result<String, JsError> {
+            let (ds, _) = self.dataset(options, epoch, threads)?;
+            let n = whole("iterations", iterations)?.max(1) as usize;
+            Ok(ds.describe(n).map_err(err)?.render())
+        }
+
+        /// The draw order of `split` at `epoch`: anchors, their chunks, shuffle blocks, quality.
+        #[wasm_bindgen(js_name = drawOrder)]
+        pub fn draw_order(&self, options: JsValue, split: &str, epoch: f64) -> Result<JsValue, JsError> {
+            let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
+            let (ds, epoch) = self.dataset(options, epoch, 1.0)?;
+            to_js(&Model::draw_order(&ds, split, epoch).map_err(err)?)
+        }
+
+        /// Shuffle quality and memory for each `block_chunks` in `values`.
+        #[wasm_bindgen(js_name = qualityCurve)]
+        pub fn quality_curve(
+            &self,
+            options: JsValue,
+            epoch: f64,
+            threads: f64,
+            values: Vec<f64>,
+        ) -> Result<JsValue, JsError> {
+            let opts = parse_options(options)?;
+            let epoch = whole("epoch", epoch)?;
+            let threads = whole("threads", threads)?.max(1) as usize;
+            let values: Vec<usize> =
+                values.iter().map(|&v| whole("block_chunks", v).map(|v| v as usize)).collect::<Result<_, _>>()?;
+            let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
+            to_js(&self.model.quality_curve(&self.storage, &executor, &opts, threads, epoch, &values).map_err(err)?)
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub use js::*;
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+    use insitubatch_native::{NativeRuntime, demo, open_storage};
+
+    fn demo_store(n_time: u64) -> (tempfile_dir::Dir, String) {
+        let dir = tempfile_dir::Dir::new();
+        let path = dir.0.join("demo.zarr");
+        demo::write_demo_store_sized(&path, n_time).expect("write the demo store");
+        let url = format!("file://{}", path.display());
+        (dir, url)
+    }
+
+    /// A temporary directory removed on drop (std only; the crate has no tempfile dependency).
+    mod tempfile_dir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                let p = std::env::temp_dir().join(format!(
+                    "ib-explore-{}-{}",
+                    std::process::id(),
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                ));
+                std::fs::create_dir_all(&p).unwrap();
+                Self(p)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    fn model(rt: &NativeRuntime, url: &str) -> (Model, Arc<dyn Storage>) {
+        let storage = open_storage(url, &[]).expect("storage");
+        rt.block_on(async {
+            let arrays = insitubatch_core::zarr::open_arrays(storage.as_ref(), None).await.unwrap();
+            let mut coordinates = Vec::new();
+            for n in coordinate_names(&arrays) {
+                if let Ok(a) = insitubatch_core::zarr::open_array(storage.as_ref(), &n).await {
+                    coordinates.push(a);
+                }
+            }
+            (Model { arrays, coordinates }, storage)
+        })
+    }
+
+    #[test]
+    fn describe_over_opened_metadata_equals_the_native_open() {
+        let (_dir, url) = demo_store(48);
+        let rt = NativeRuntime::new(Some(2)).unwrap();
+        let (m, storage) = model(&rt, &url);
+        let infos = m.infos();
+        let paths: Vec<(&str, bool)> = infos.iter().map(|i| (i.path.as_str(), i.coordinate)).collect();
+        assert_eq!(paths, [("t2m", false), ("u10", false), ("lat", true), ("lon", true), ("time", true)]);
+        let executor: Arc<dyn insitubatch_core::Executor> =
+            Arc::new(insitubatch_native::TokioExecutor::new(rt.handle()));
+        for (bs, bc, pf, epoch) in [(8, 2, 2, 0), (5, 1, 4, 3), (16, 4, 1, 1)] {
+            let opts = JsOpenOptions {
+                batch_size: Some(bs),
+                block_chunks: Some(bc),
+                prefetch_depth: Some(pf),
+                seed: Some(7),
+                ..Default::default()
+            };
+            let ds = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, 2, epoch).unwrap();
+            let ours = serde_json::to_value(ds.describe(1).unwrap()).unwrap();
+            let native = insitubatch_native::open(
+                &url,
+                insitubatch_native::OpenOptions {
+                    dataset: opts.to_core().dataset,
+                    threads: Some(2),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            native.set_epoch(epoch);
+            let theirs = serde_json::to_value(native.describe(1).unwrap()).unwrap();
+            assert_eq!(ours, theirs, "batch {bs} block_chunks {bc} prefetch {pf} epoch {epoch}");
+            // The draw order is the dataset's, with chunks and blocks that agree with it.
+            let d = Model::draw_order(&ds, Split::Train, epoch).unwrap();
+            assert_eq!(d.anchors, native.dataset().draw_order(Split::Train, epoch));
+            for b in 0..d.bounds.len() - 1 {
+                for k in d.bounds[b]..d.bounds[b + 1] {
+                    assert_eq!(d.chunks[k], d.anchors[k] / d.samples_per_chunk);
+                    assert!(d.block_chunks[b].contains(&d.chunks[k]));
+                }
+            }
+            assert_eq!(d.quality, ours["config"]["shuffle_quality"].as_f64().unwrap());
+        }
+        // A variable that is not in the store is a clear error, not a panic.
+        let bad = JsOpenOptions { variables: Some(vec!["nope".into()]), ..Default::default() };
+        let e = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, 1, 0).unwrap_err().to_string();
+        assert!(e.contains("\"nope\"") && e.contains("t2m"), "{e}");
+        // Quality grows with the block size; memory grows with it too.
+        let q = m
+            .quality_curve(
+                &storage,
+                &executor,
+                &JsOpenOptions { batch_size: Some(4), ..Default::default() },
+                1,
+                0,
+                &[1, 2, 5],
+            )
+            .unwrap();
+        assert!(q[0].quality < q[2].quality, "{q:?}");
+        assert!(q[0].floor_bytes < q[2].floor_bytes, "{q:?}");
+    }
+}

@@ -1,0 +1,636 @@
+// The dashboard: open a store, describe and tune a configuration live (no reads), preview
+// real shuffled batches as images, and stream an epoch in a worker with a live chart.
+import { open, openExplorer } from 'insitubatch';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+import { VIRIDIS } from './colormap.js';
+import { drawColorbar, drawSlice, sliceLayout, sliceRange, toFloat } from './render.js';
+
+const $ = (id) => document.getElementById(id);
+const MiB = 1024 * 1024;
+
+/** `1.5 GiB`-style sizes, as the engine's `human_bytes`. */
+export function human(b) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = b;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u += 1;
+  }
+  return u === 0 ? `${b} B` : `${v.toFixed(1)} ${units[u]}`;
+}
+
+/** Everything the page knows; `window.__ib` so tests can read what is shown. */
+const state = {
+  url: null,
+  explorer: null,
+  arrays: [],
+  report: null,
+  order: null,
+  curve: null,
+  error: null,
+  preview: { ds: null, key: null, pass: null, history: [], pos: -1, epoch: 0, ended: false, shown: null },
+  live: { worker: null, ticks: [], done: null, error: null },
+};
+window.__ib = state;
+
+// ---------- 1. open ----------
+
+/**
+ * An `http(s)://` URL for what the user typed. `s3://bucket/key` and `gs://bucket/key` are
+ * read anonymously over HTTPS (public buckets); an endpoint option gives path-style URLs
+ * (MinIO, R2, moto, ...). Credentials never go into a page.
+ */
+export function storeUrl(text, { endpoint, region } = {}) {
+  const t = text.trim();
+  const m = /^(s3|gs):\/\/([^/]+)\/?(.*)$/.exec(t);
+  if (!m) {
+    if (/^https?:\/\//.test(t)) return t.replace(/\/+$/, '');
+    return new URL(t, location.href).href.replace(/\/+$/, '');
+  }
+  const [, scheme, bucket, key] = m;
+  const path = key.replace(/\/+$/, '');
+  if (endpoint) return `${endpoint.replace(/\/+$/, '')}/${bucket}/${path}`;
+  if (scheme === 'gs') return `https://storage.googleapis.com/${bucket}/${path}`;
+  return `https://${bucket}.s3.${region || 'us-east-1'}.amazonaws.com/${path}`;
+}
+
+async function openStore(text) {
+  const status = $('status');
+  let url;
+  try {
+    url = storeUrl(text, { endpoint: $('s3-endpoint').value.trim(), region: $('s3-region').value.trim() });
+  } catch (e) {
+    status.textContent = `not a URL: ${e.message}`;
+    return;
+  }
+  status.textContent = `opening ${url} …`;
+  status.className = '';
+  const vars = $('open-vars').value.split(',').map((s) => s.trim()).filter(Boolean);
+  try {
+    state.explorer?.close();
+    closePreview();
+    state.explorer = await openExplorer(url, vars.length ? { variables: vars } : {});
+    state.url = url;
+    state.arrays = state.explorer.arrays();
+  } catch (e) {
+    state.explorer = null;
+    status.textContent = e.message;
+    status.className = 'error';
+    return;
+  }
+  status.textContent = `opened ${url}`;
+  status.dataset.url = url;
+  showArrays();
+  buildVariableChoices();
+  for (const id of ['tune-section', 'preview-section', 'live-section']) $(id).hidden = false;
+  update();
+}
+
+function showArrays() {
+  const body = $('arrays').querySelector('tbody');
+  body.replaceChildren(
+    ...state.arrays.map((a) => {
+      const tr = document.createElement('tr');
+      tr.dataset.path = a.path;
+      tr.dataset.role = a.coordinate ? 'coordinate' : 'data';
+      const cells = [
+        a.path,
+        a.coordinate ? 'coordinate (skipped)' : 'data',
+        `[${a.shape.join(', ')}]`,
+        `[${a.chunks.join(', ')}]`,
+        a.shard ? `[${a.shard.join(', ')}]` : '–',
+        a.dtype,
+        a.codecs.join(', '),
+        (a.dimension_names ?? []).map((d) => d ?? '?').join(', '),
+      ];
+      for (const c of cells) {
+        const td = document.createElement('td');
+        td.textContent = c;
+        tr.append(td);
+      }
+      return tr;
+    }),
+  );
+  $('arrays').hidden = false;
+}
+
+function buildVariableChoices() {
+  const box = $('vars');
+  const data = state.arrays.filter((a) => !a.coordinate);
+  box.replaceChildren(
+    ...data.map((a) => {
+      const l = document.createElement('label');
+      l.className = 'check';
+      const i = document.createElement('input');
+      i.type = 'checkbox';
+      i.name = 'var';
+      i.value = a.path;
+      i.checked = true;
+      l.append(i, ` ${a.path}`);
+      return l;
+    }),
+  );
+  const sel = $('preview-var');
+  sel.replaceChildren(...data.map((a) => new Option(a.path, a.path)));
+}
+
+// ---------- 2. describe and tune ----------
+
+function num(id) {
+  const v = $(id).value.trim();
+  return v === '' ? undefined : Number(v);
+}
+
+/** The configuration the controls describe, in `open()`'s option names. */
+export function currentOptions() {
+  const variables = [...document.querySelectorAll('input[name=var]:checked')].map((i) => i.value);
+  const budget = num('budgetMiB');
+  return {
+    variables,
+    batchSize: num('batchSize'),
+    blockChunks: num('blockChunks'),
+    maxInflight: num('maxInflight'),
+    prefetchDepth: num('prefetchDepth'),
+    fractions: [num('fracTrain') ?? 0, num('fracVal') ?? 0, num('fracTest') ?? 0],
+    seed: num('seed'),
+    shuffle: $('shuffle').checked,
+    cacheBudgetBytes: budget === undefined ? undefined : Math.round(budget * MiB),
+  };
+}
+
+function whatIf() {
+  return { epoch: num('epoch') ?? 0, iterations: num('iterations') ?? 1, threads: num('threads') ?? 1 };
+}
+
+let pending = false;
+function scheduleUpdate() {
+  if (pending) return;
+  pending = true;
+  requestAnimationFrame(() => {
+    pending = false;
+    update();
+  });
+}
+
+function update() {
+  if (!state.explorer) return;
+  const opts = currentOptions();
+  const w = whatIf();
+  const err = $('config-error');
+  try {
+    state.report = state.explorer.describe(opts, w);
+    $('describe-text').textContent = state.explorer.describeText(opts, w);
+    state.error = null;
+    err.textContent = '';
+  } catch (e) {
+    state.error = e.message;
+    err.textContent = e.message;
+    document.body.dataset.describeGen = String(Number(document.body.dataset.describeGen ?? 0) + 1);
+    return;
+  }
+  showReport(state.report);
+  try {
+    showQualityCurve(opts, w);
+    showOrder(opts, w);
+  } catch (e) {
+    err.textContent = e.message;
+  }
+  // A counter the tests wait on: the report on screen is for the controls as they are now.
+  document.body.dataset.describeGen = String(Number(document.body.dataset.describeGen ?? 0) + 1);
+}
+
+const MEMORY_ROWS = [
+  ['residency_bytes', 'residency (pool budget)'],
+  ['floor_bytes', '  floor per iteration (two blocks)'],
+  ['read_once_bytes', '  read-once residency'],
+  ['inflight_bytes', 'in flight'],
+  ['queue_bytes', 'batch queue'],
+  ['scratch_bytes', 'transform scratch'],
+  ['recycled_bytes', 'recycled buffers'],
+  ['accounted_bytes', 'accounted'],
+  ['estimated_peak_bytes', 'estimated peak (×1.25 + 64 MiB)'],
+];
+
+function row(label, value, attrs = {}) {
+  const tr = document.createElement('tr');
+  const th = document.createElement('th');
+  th.textContent = label;
+  const td = document.createElement('td');
+  td.textContent = value;
+  for (const [k, v] of Object.entries(attrs)) tr.dataset[k] = v;
+  tr.append(th, td);
+  return tr;
+}
+
+function showReport(r) {
+  const m = r.memory;
+  $('memory').querySelector('tbody').replaceChildren(
+    ...MEMORY_ROWS.map(([k, label]) =>
+      row(label, `${human(m[k])}${k === 'residency_bytes' && m.budget_is_automatic ? ' (automatic)' : ''}`, {
+        key: k,
+        bytes: String(m[k]),
+      }),
+    ),
+  );
+  $('mem-peak-big').textContent = `estimated peak ${human(m.estimated_peak_bytes)}`;
+  const c = r.config;
+  const splits = c.split_chunks.map(([name, chunks], i) =>
+    row(name, `${chunks} chunks, ${c.drawable_samples[i][1]} samples, ${c.batches_per_epoch[i][1]} batches`, { split: name }),
+  );
+  splits.push(
+    row(
+      'blocks',
+      `${c.block_chunks} chunks per block${c.block_chunks !== c.block_chunks_requested ? ` (asked ${c.block_chunks_requested}, widened so a block holds a batch)` : ''}, ${c.samples_per_chunk} samples per chunk`,
+      { key: 'block_chunks', value: String(c.block_chunks) },
+    ),
+  );
+  $('splits').querySelector('tbody').replaceChildren(...splits);
+  $('quality').textContent = c.shuffle_quality.toFixed(3);
+  $('quality').dataset.value = String(c.shuffle_quality);
+  $('var-report').querySelector('tbody').replaceChildren(
+    ...r.variables.map((v) => {
+      const tr = document.createElement('tr');
+      tr.dataset.label = v.label;
+      for (const t of [
+        v.label,
+        human(v.slot_bytes),
+        `${v.stored_chunks_per_chunk} × ${human(v.stored_chunk_bytes)}`,
+        `${v.ragged_multiplier.toFixed(3)}×`,
+        human(v.gather_run_bytes),
+      ]) {
+        const td = document.createElement('td');
+        td.textContent = t;
+        tr.append(td);
+      }
+      return tr;
+    }),
+  );
+  $('notes').replaceChildren(
+    ...(r.notes.length
+      ? r.notes.map((n) => {
+          const li = document.createElement('li');
+          li.className = n.severity;
+          li.textContent = `[${n.severity}] ${n.code} (${n.subject}): ${n.message}`;
+          return li;
+        })
+      : [Object.assign(document.createElement('li'), { textContent: 'none' })]),
+  );
+}
+
+let qualityPlot;
+function showQualityCurve(opts, w) {
+  const trainChunks = state.report.config.split_chunks.find(([n]) => n === 'train')?.[1] ?? 1;
+  const values = new Set([opts.blockChunks ?? 16]);
+  for (let v = 1; v <= Math.max(1, trainChunks); v *= 2) values.add(v);
+  values.add(Math.max(1, trainChunks));
+  const xs = [...values].sort((a, b) => a - b);
+  state.curve = state.explorer.qualityCurve(opts, xs, w);
+  const data = [xs, state.curve.map((p) => p.quality), state.curve.map((p) => p.estimated_peak_bytes / MiB)];
+  if (!qualityPlot) {
+    qualityPlot = new uPlot(
+      {
+        width: 460,
+        height: 220,
+        scales: { x: { distr: 3, time: false }, q: { range: [0, 1] }, mb: {} },
+        series: [
+          { label: 'block chunks' },
+          { label: 'shuffle quality', scale: 'q', stroke: '#21918c', width: 2, points: { size: 6 } },
+          { label: 'est. peak MiB', scale: 'mb', stroke: '#440154', dash: [4, 3], points: { size: 5 } },
+        ],
+        axes: [{ label: 'block chunks' }, { scale: 'q', label: 'quality' }, { scale: 'mb', side: 1, label: 'MiB', grid: { show: false } }],
+      },
+      data,
+      $('quality-chart'),
+    );
+  } else {
+    qualityPlot.setData(data);
+  }
+}
+
+function showOrder(opts, w) {
+  const split = $('order-split').value;
+  const o = state.explorer.drawOrder(opts, split, { epoch: w.epoch });
+  state.order = o;
+  const cv = $('order');
+  const ctx = cv.getContext('2d');
+  const W = cv.width;
+  const H = cv.height;
+  ctx.fillStyle = '#fff';
+  ctx.fillRect(0, 0, W, H);
+  const n = o.anchors.length;
+  if (n === 0) {
+    $('order-caption').textContent = `${split} draws nothing`;
+    return;
+  }
+  const nBlocks = o.bounds.length - 1;
+  const nb = Math.ceil(n / o.batch_size);
+  if (nb <= 200) {
+    ctx.fillStyle = '#eee';
+    for (let b = 1; b < nb; b++) ctx.fillRect(Math.floor(((b * o.batch_size) / n) * W), 0, 1, H);
+  }
+  const chunkH = H / Math.max(1, o.n_chunks);
+  for (let b = 0; b < nBlocks; b++) {
+    const k = Math.floor(((b * 0.618034) % 1) * 200) + 28; // distinct neighbouring blocks
+    ctx.fillStyle = `rgb(${VIRIDIS[k * 3]},${VIRIDIS[k * 3 + 1]},${VIRIDIS[k * 3 + 2]})`;
+    for (let i = o.bounds[b]; i < o.bounds[b + 1]; i++) {
+      const x = (i / n) * W;
+      const y = H - (o.chunks[i] + 1) * chunkH;
+      ctx.fillRect(x, y + chunkH * 0.15, Math.max(1.5, W / n), Math.max(1.5, chunkH * 0.7));
+    }
+  }
+  $('order-caption').textContent =
+    `${n} samples of ${split}, epoch ${o.epoch}: x = draw position (grey lines: batches of ${o.batch_size}), ` +
+    `y = source chunk (0..${o.n_chunks - 1}), colour = shuffle block (${nBlocks} of ${o.block_chunks_widened} chunks); quality ${o.quality.toFixed(3)}`;
+}
+
+// ---------- 3. preview ----------
+
+function closePreview() {
+  const p = state.preview;
+  p.pass?.close();
+  p.ds?.close();
+  Object.assign(p, { ds: null, key: null, pass: null, history: [], pos: -1, ended: false });
+}
+
+async function previewDataset() {
+  const opts = currentOptions();
+  const key = JSON.stringify([state.url, opts]);
+  const p = state.preview;
+  if (p.ds && p.key === key) return p;
+  closePreview();
+  p.ds = await open(state.url, opts);
+  p.key = key;
+  p.epoch = whatIf().epoch;
+  startEpoch();
+  return p;
+}
+
+function startEpoch() {
+  const p = state.preview;
+  p.pass?.close();
+  p.ds.setEpoch(p.epoch);
+  p.pass = p.ds.train();
+  p.history = [];
+  p.pos = -1;
+  p.ended = false;
+}
+
+async function nextBatch() {
+  const p = await previewDataset();
+  if (p.pos < p.history.length - 1) {
+    p.pos += 1;
+  } else {
+    const b = await p.pass.next();
+    if (b === undefined) {
+      p.ended = true;
+      $('preview-pos').textContent = `end of epoch ${p.epoch} (${p.history.length} batches): press “next epoch”`;
+      $('preview-pos').dataset.ended = 'true';
+      return;
+    }
+    p.history.push(b);
+    if (p.history.length > 16) p.history.shift();
+    p.pos = p.history.length - 1;
+  }
+  showBatch();
+}
+
+function showIndexControls(inner) {
+  const layout = sliceLayout(inner);
+  const box = $('preview-indices');
+  const want = layout.extraShape.map((d, i) => `${i}:${d}`).join(',');
+  if (box.dataset.shape !== want) {
+    box.dataset.shape = want;
+    box.replaceChildren(
+      ...layout.extraShape.map((d, i) => {
+        const l = document.createElement('label');
+        const s = document.createElement('input');
+        s.type = 'number';
+        s.min = '0';
+        s.max = String(d - 1);
+        s.value = '0';
+        s.dataset.axis = String(i);
+        s.addEventListener('input', showBatch);
+        l.append(`index ${i + 1} (0..${d - 1}) `, s);
+        return l;
+      }),
+    );
+  }
+  return layout;
+}
+
+function showBatch() {
+  const p = state.preview;
+  const b = p.history[p.pos];
+  if (!b) return;
+  const label = $('preview-var').value || Object.keys(b.arrays)[0];
+  const arr = b.arrays[label];
+  if (!arr) return;
+  const inner = arr.shape.slice(1);
+  const layout = showIndexControls(inner);
+  const extra = [...$('preview-indices').querySelectorAll('input')].map((i) => Number(i.value) || 0);
+  const values = toFloat(arr);
+  const rows = arr.shape[0];
+  const [vmin, vmax] = sliceRange(values, layout, rows, extra);
+  const cb = $('colorbar');
+  cb.dataset.vmin = String(vmin);
+  cb.dataset.vmax = String(vmax);
+  $('cb-min').textContent = vmin.toPrecision(5);
+  $('cb-max').textContent = vmax.toPrecision(5);
+  const units = state.arrays.find((a) => a.path === label)?.attributes?.units;
+  $('cb-units').textContent = units ? String(units) : '';
+  const scale = Math.max(1, Math.floor(180 / layout.width));
+  const figs = [];
+  for (let r = 0; r < rows; r++) {
+    const fig = document.createElement('figure');
+    fig.className = 'sample';
+    const cv = document.createElement('canvas');
+    cv.dataset.row = String(r);
+    cv.dataset.sample = String(b.sampleIndices[r]);
+    drawSlice(cv, values, layout, r, extra, vmin, vmax);
+    cv.style.width = `${layout.width * scale}px`;
+    cv.style.height = `${layout.height * scale}px`;
+    const cap = document.createElement('figcaption');
+    cap.textContent = `sample ${b.sampleIndices[r]}`;
+    fig.append(cv, cap);
+    figs.push(fig);
+  }
+  const box = $('batch');
+  box.replaceChildren(...figs);
+  box.dataset.label = label;
+  box.dataset.batch = String(b.index);
+  box.dataset.epoch = String(b.epoch);
+  box.dataset.extra = extra.join(',');
+  p.shown = { label, batch: b.index, epoch: b.epoch, sampleIndices: [...b.sampleIndices].map(Number), vmin, vmax, extra };
+  $('preview-pos').textContent = `epoch ${b.epoch}, batch ${b.index + 1} of ${p.pass?.length ?? '?'} (${rows} samples, ${label} [${inner.join(', ')}])`;
+  $('preview-pos').dataset.ended = 'false';
+}
+
+// ---------- 4. live run ----------
+
+let livePlot;
+function runLive() {
+  const L = state.live;
+  L.worker?.terminate();
+  L.ticks = [];
+  L.done = null;
+  L.error = null;
+  const w = new Worker(new URL('./live-worker.js', import.meta.url), { type: 'module', name: 'insitubatch-live' });
+  L.worker = w;
+  $('run').disabled = true;
+  $('stop').disabled = false;
+  $('live-state').textContent = 'starting …';
+  $('live-state').dataset.state = 'running';
+  $('pass-report').replaceChildren();
+  const data = [[], [], [], []];
+  if (!livePlot) {
+    livePlot = new uPlot(
+      {
+        width: 720,
+        height: 240,
+        scales: { x: { time: false }, mbs: {}, q: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
+        series: [
+          { label: 's' },
+          { label: 'MB/s', scale: 'mbs', stroke: '#21918c', width: 2 },
+          { label: 'queue peak (batches)', scale: 'q', stroke: '#440154', width: 1.5, paths: uPlot.paths.stepped({ align: 1 }) },
+          { label: 'asks that found a batch ready (0..1)', scale: 'q', stroke: '#fde725', width: 1.5 },
+        ],
+        axes: [{ label: 'seconds' }, { scale: 'mbs', label: 'MB/s' }, { scale: 'q', side: 1, grid: { show: false } }],
+      },
+      data,
+      $('live-chart'),
+    );
+  } else {
+    livePlot.setData(data);
+  }
+  w.onmessage = (e) => {
+    const m = e.data;
+    if (m.type === 'start') {
+      $('live-state').textContent = `streaming ${m.batches} batches of ${m.split} (${m.isolated ? 'cross-origin isolated' : 'not isolated'}, one-thread wasm in a worker)`;
+    } else if (m.type === 'tick') {
+      L.ticks.push(m);
+      data[0].push(m.t);
+      data[1].push(m.mbps);
+      data[2].push(m.queuePeak);
+      data[3].push(m.readyShare);
+      livePlot.setData(data);
+      $('live-stage').textContent = m.stage;
+      $('live-state').textContent = `${m.batches} of ${m.total} batches`;
+    } else if (m.type === 'done') {
+      L.done = m;
+      $('live-stage').textContent = m.stats.limiting_stage;
+      $('live-state').textContent = `done: ${m.batches} batches`;
+      $('live-state').dataset.state = 'done';
+      showPassReport(m.stats, m);
+      finishLive();
+    } else if (m.type === 'error') {
+      L.error = m.message;
+      $('live-state').textContent = m.message;
+      $('live-state').dataset.state = 'error';
+      finishLive();
+    }
+  };
+  w.onerror = (e) => {
+    L.error = e.message ?? 'the worker failed';
+    $('live-state').textContent = L.error;
+    $('live-state').dataset.state = 'error';
+    finishLive();
+  };
+  w.postMessage({
+    type: 'run',
+    url: state.url,
+    options: currentOptions(),
+    epoch: whatIf().epoch,
+    split: $('live-split').value,
+    stepMs: num('step-ms') ?? 0,
+  });
+}
+
+function finishLive() {
+  $('run').disabled = false;
+  $('stop').disabled = true;
+  state.live.worker?.terminate();
+  state.live.worker = null;
+}
+
+function showPassReport(s, m) {
+  const t = document.createElement('table');
+  t.id = 'pass-table';
+  const body = document.createElement('tbody');
+  const rows = [
+    ['limiting stage', s.limiting_stage, 'limiting_stage'],
+    ['advice', s.advice, 'advice'],
+    ['batches / samples', `${s.batches} / ${s.samples}`, 'batches'],
+    ['delivered', `${human(s.batch_bytes)} in ${s.wall_s.toFixed(3)} s = ${(s.batch_bytes / 1e6 / Math.max(s.wall_s, 1e-9)).toFixed(1)} MB/s`, 'mbps'],
+    ['time to first batch', `${s.ttfb_s.toFixed(3)} s`, 'ttfb'],
+    ['storage reads / decoded', `${s.storage_reads} / ${human(s.decoded_bytes)}`, 'reads'],
+    ['cache hits / misses / re-reads', `${s.cache_hits} / ${s.cache_misses} / ${s.reread_chunks}`, 'cache'],
+    ['consumer waited on', s.blocked_s.map(([k, v]) => `${k} ${v.toFixed(3)} s`).join(', ') || 'nothing', 'blocked'],
+    ['stage totals (task-seconds)', Object.entries(s.times).map(([k, v]) => `${k} ${v.toFixed(3)}`).join(', '), 'times'],
+    ['depths', `queue peak ${s.depths.queue_peak}/${s.depths.queue_capacity}, in flight peak ${s.depths.inflight_peak}/${s.depths.max_inflight}, resident peak ${human(s.depths.resident_peak_bytes)} of ${human(s.depths.budget_bytes)}`, 'depths'],
+  ];
+  body.append(...rows.map(([k, v, key]) => row(k, v, { key })));
+  t.append(body);
+  const pre = document.createElement('details');
+  pre.innerHTML = '<summary>pass report (JSON)</summary>';
+  const code = document.createElement('pre');
+  code.textContent = JSON.stringify(s, null, 2);
+  pre.append(code);
+  $('pass-report').replaceChildren(t, pre);
+  $('pass-report').dataset.batches = String(m.batches);
+}
+
+// ---------- wiring ----------
+
+$('build').textContent = `page ${crossOriginIsolated ? 'is' : 'is not'} cross-origin isolated; engine: one-thread wasm (decode in a worker for the live run)`;
+document.body.dataset.isolated = String(crossOriginIsolated);
+drawColorbar($('colorbar'));
+$('open-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  openStore($('url').value);
+});
+const DEMO = '/store';
+$('open-demo').addEventListener('click', () => {
+  $('url').value = new URL(DEMO, location.href).href;
+  openStore($('url').value);
+});
+$('controls').addEventListener('input', scheduleUpdate);
+$('controls').addEventListener('submit', (e) => e.preventDefault());
+$('order-split').addEventListener('change', scheduleUpdate);
+const guard = (f) => async () => {
+  try {
+    await f();
+  } catch (e) {
+    $('preview-pos').textContent = e.message;
+    $('preview-pos').dataset.error = e.message;
+  }
+};
+$('next-batch').addEventListener('click', guard(nextBatch));
+$('prev-batch').addEventListener('click', () => {
+  const p = state.preview;
+  if (p.pos > 0) {
+    p.pos -= 1;
+    showBatch();
+  }
+});
+$('next-epoch').addEventListener('click', guard(async () => {
+  const p = await previewDataset();
+  p.epoch += 1;
+  startEpoch();
+  await nextBatch();
+}));
+$('preview-var').addEventListener('change', showBatch);
+$('run').addEventListener('click', runLive);
+$('stop').addEventListener('click', () => state.live.worker?.postMessage({ type: 'stop' }));
+
+// `?store=URL` opens a store at load; `?demo` the served demo store.
+const params = new URLSearchParams(location.search);
+if (params.has('store')) {
+  $('url').value = params.get('store');
+  openStore(params.get('store'));
+} else if (params.has('demo')) {
+  $('open-demo').click();
+} else {
+  $('url').value = new URL(DEMO, location.href).href;
+}

@@ -1,0 +1,39 @@
+// The dashboard's dev and preview servers. Both send COOP/COEP, so the page is
+// cross-origin isolated (SharedArrayBuffer, the threaded wasm build where it exists), and
+// both serve a Zarr store same-origin under /store/ (IB_STORE_DIR, a .zarr directory; the
+// demo store by default, see scripts/www.sh): no CORS setup, and COEP is satisfied.
+import { defineConfig } from 'vite';
+import sirv from 'sirv';
+
+const ISOLATION = {
+  'Cross-Origin-Opener-Policy': 'same-origin',
+  'Cross-Origin-Embedder-Policy': 'require-corp',
+};
+
+/** Serve IB_STORE_DIR at /store/ with Range support (sirv); a missing key is a real 404. */
+function storePlugin() {
+  const dir = process.env.IB_STORE_DIR;
+  const mount = (server) => {
+    if (!dir) return;
+    // dotfiles: Zarr v2 keeps its metadata in .zarray/.zattrs/.zmetadata.
+    const serve = sirv(dir, { dev: true, dotfiles: true });
+    server.middlewares.use('/store', (req, res) => {
+      for (const [k, v] of Object.entries(ISOLATION)) res.setHeader(k, v);
+      // Without this, the dev server's SPA fallback would answer a missing chunk with
+      // index.html and a 200, which the engine would try to decode.
+      serve(req, res, () => {
+        res.statusCode = 404;
+        res.end('no such key');
+      });
+    });
+  };
+  return { name: 'insitubatch-store', configureServer: mount, configurePreviewServer: mount };
+}
+
+export default defineConfig({
+  server: { headers: ISOLATION, fs: { allow: ['..'] } },
+  preview: { headers: ISOLATION },
+  worker: { format: 'es' },
+  build: { target: 'es2022', chunkSizeWarningLimit: 4096 },
+  plugins: [storePlugin()],
+});
