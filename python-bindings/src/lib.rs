@@ -88,7 +88,8 @@ fn typestr(d: DType) -> PyResult<&'static str> {
         DType::Float16 => "<f2",
         DType::Float32 => "<f4",
         DType::Float64 => "<f8",
-        // numpy has no bfloat16: expose the raw 2-byte words.
+        // numpy has no bfloat16: the raw 2-byte words (`into_numpy` views them as
+        // ml_dtypes.bfloat16 when it can).
         DType::Bfloat16 => "<u2",
     })
 }
@@ -121,9 +122,23 @@ impl Buffer {
     }
     /// `numpy.asarray(self)`: a numpy view whose `base` keeps this buffer alive.
     pub(crate) fn into_numpy(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        let bf16 = matches!(&self.owned, Owned::Nd(a) if a.dtype == DType::Bfloat16);
         let obj = Bound::new(py, self)?;
-        py.import("numpy")?.getattr("asarray")?.call1((obj,))
+        let arr = py.import("numpy")?.getattr("asarray")?.call1((obj,))?;
+        // The same bytes seen as ml_dtypes.bfloat16 (a view: still no copy).
+        match bf16.then(|| bfloat16_dtype(py)).flatten() {
+            Some(dt) => arr.call_method1("view", (dt,)),
+            None => Ok(arr),
+        }
     }
+}
+
+/// `ml_dtypes.bfloat16` when ml_dtypes is importable (JAX brings it), else `None` and
+/// bfloat16 arrays stay raw `uint16` words. Looked up once.
+fn bfloat16_dtype(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
+    static BF16: pyo3::sync::PyOnceLock<Option<Py<PyAny>>> = pyo3::sync::PyOnceLock::new();
+    let dt = BF16.get_or_init(py, || py.import("ml_dtypes").and_then(|m| m.getattr("bfloat16")).ok().map(Bound::unbind));
+    dt.as_ref().map(|d| d.bind(py).clone())
 }
 
 #[pymethods]

@@ -146,7 +146,9 @@ class Batch(Mapping[str, np.ndarray]):
     """A model-ready batch: label → ``(rows, *inner)`` numpy array, rows aligned.
 
     The arrays are zero-copy views of engine buffers; dropping them returns the memory
-    to the engine for reuse.
+    to the engine for reuse. numpy has no bfloat16: a bfloat16 array comes as
+    ``ml_dtypes.bfloat16`` when ml_dtypes is importable (JAX brings it;
+    ``pip install ml_dtypes`` otherwise), else as its raw ``uint16`` words.
     """
 
     __slots__ = ("_arrays", "epoch", "index", "offsets", "sample_indices")
@@ -402,16 +404,33 @@ def _require(module: str, extra: str) -> Any:
         ) from e
 
 
+def _is_bfloat16(a: np.ndarray) -> bool:
+    return a.dtype.name == "bfloat16"
+
+
 def to_torch(batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``{label: torch.Tensor}`` sharing memory with the batch (DLPack, no copy)."""
+    """``{label: torch.Tensor}`` sharing memory with the batch (DLPack, no copy).
+
+    bfloat16 arrays (``ml_dtypes.bfloat16``) become ``torch.bfloat16`` tensors over the same
+    memory. Without ml_dtypes they arrive as ``uint16`` words and stay ``torch.uint16``.
+    """
     torch = _require("torch", "torch")
-    return {k: torch.from_dlpack(v) for k, v in batch.items()}
+
+    def tensor(a: np.ndarray) -> Any:
+        if _is_bfloat16(a):  # numpy's DLPack cannot export ml_dtypes: pass the words, relabel
+            return torch.from_dlpack(a.view(np.uint16)).view(torch.bfloat16)
+        return torch.from_dlpack(a)
+
+    return {k: tensor(v) for k, v in batch.items()}
 
 
 def to_jax(batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``{label: jax.Array}`` via DLPack (zero-copy on CPU where jax allows it)."""
+    """``{label: jax.Array}`` via DLPack (zero-copy on CPU where jax allows it).
+
+    bfloat16 arrays become ``jnp.bfloat16`` (JAX copies those: DLPack cannot carry them).
+    """
     jnp = _require("jax.numpy", "jax")
-    return {k: jnp.from_dlpack(v) for k, v in batch.items()}
+    return {k: jnp.asarray(v) if _is_bfloat16(v) else jnp.from_dlpack(v) for k, v in batch.items()}
 
 
 def as_torch(view: View) -> Any:
