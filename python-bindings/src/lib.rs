@@ -137,7 +137,8 @@ impl Buffer {
 /// bfloat16 arrays stay raw `uint16` words. Looked up once.
 fn bfloat16_dtype(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
     static BF16: pyo3::sync::PyOnceLock<Option<Py<PyAny>>> = pyo3::sync::PyOnceLock::new();
-    let dt = BF16.get_or_init(py, || py.import("ml_dtypes").and_then(|m| m.getattr("bfloat16")).ok().map(Bound::unbind));
+    let dt =
+        BF16.get_or_init(py, || py.import("ml_dtypes").and_then(|m| m.getattr("bfloat16")).ok().map(Bound::unbind));
     dt.as_ref().map(|d| d.bind(py).clone())
 }
 
