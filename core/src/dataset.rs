@@ -18,6 +18,7 @@ use crate::runtime::{Runtime, Storage};
 use crate::shuffle::{OrderSpec, Split, chunk_anchors, draw_order, shuffle_quality};
 use crate::split::{SplitManifest, valid_anchor_range};
 use crate::stats::{PassRecorder, PassStats};
+use crate::tier::{ArrayIdentity, ChunkTier, TierOpener, array_fingerprint};
 use crate::transform::{BatchTransform, Scoped};
 use crate::zarr::ZarrArray;
 
@@ -40,6 +41,8 @@ pub struct DatasetOptions {
     pub cache_budget_bytes: Option<u64>,
     /// Retries, timeouts, and what to do with a bad chunk.
     pub read_policy: ReadPolicy,
+    /// A disk tier for decoded chunks (`cache_dir`; native only), opened at construction.
+    pub tier: Option<Arc<dyn TierOpener>>,
 }
 
 impl Default for DatasetOptions {
@@ -53,6 +56,7 @@ impl Default for DatasetOptions {
             prefetch_depth: 2,
             cache_budget_bytes: None,
             read_policy: ReadPolicy::default(),
+            tier: None,
         }
     }
 }
@@ -249,8 +253,34 @@ impl Dataset {
             .map(|&s| residency_floor(&floor_arrays, block_chunks as u64, manifest.chunks_of(s).len() as u64, ref_spc))
             .max()
             .unwrap_or(0);
+        let tier: Option<Arc<dyn ChunkTier>> = match &options.tier {
+            None => None,
+            Some(opener) => {
+                let location = storage.location();
+                let identities: Vec<ArrayIdentity> = readers
+                    .iter()
+                    .map(|r| ArrayIdentity {
+                        path: r.geom.path.clone(),
+                        fingerprint: array_fingerprint(
+                            &location,
+                            &r.geom.path,
+                            r.geom.sample_axis,
+                            &r.zarr.metadata_document(),
+                            &r.transforms,
+                        ),
+                        dtype: r.out_dtype,
+                        inner: r.out_inner.clone(),
+                    })
+                    .collect();
+                Some(opener.open(&identities)?)
+            }
+        };
         let train_chunks = manifest.chunks_of(Split::Train).len() as u64;
-        let read_once_bytes = if shares && options.shuffle {
+        // Windows under shuffle read a chunk from several blocks. Holding it from first use
+        // to last costs about the whole split; with a persisting tier a block's chunks are
+        // let go as it drains and revived locally, so the floor is enough.
+        let revivable = tier.as_ref().is_some_and(|t| t.persists());
+        let read_once_bytes = if shares && options.shuffle && !revivable {
             block_bytes(&floor_arrays, train_chunks, ref_spc).max(floor_max)
         } else {
             floor_max
@@ -281,6 +311,7 @@ impl Dataset {
             cpu: crate::engine::CpuQueue::new(Arc::clone(&runtime_pool)),
             recycler: crate::array::Recycler::new(recycle_cap as usize),
             admissions: std::sync::atomic::AtomicU64::new(0),
+            tier,
         });
         Ok(Self {
             inner: Arc::new(Inner {
@@ -301,6 +332,11 @@ impl Dataset {
                 live_streams: AtomicUsize::new(0),
             }),
         })
+    }
+
+    /// Counters of the disk tier (`cache_dir`), if one is configured.
+    pub fn tier_counters(&self) -> Option<crate::tier::TierCounters> {
+        self.inner.engine.tier.as_ref().map(|t| t.counters())
     }
 
     /// Reshuffle deterministically for `epoch`.
@@ -614,6 +650,7 @@ impl Dataset {
             seed: o.seed,
             epoch: self.epoch(),
             cache_budget_bytes: o.cache_budget_bytes,
+            disk_tier: i.engine.tier.as_ref().map(|t| t.describe()),
             on_bad_chunk: match o.read_policy.on_bad_chunk {
                 OnBadChunk::Raise => "raise".into(),
                 OnBadChunk::Nan => "nan".into(),
@@ -672,6 +709,8 @@ pub struct OpenOptions {
     pub split: crate::split::SplitOptions,
     /// The dataset knobs.
     pub dataset: DatasetOptions,
+    /// Chunk transforms (cached with the chunk), each scoped to some arrays or to all.
+    pub chunk_transforms: Vec<Scoped>,
 }
 
 /// Open the arrays of a store and build a dataset over them in one call.
@@ -685,5 +724,5 @@ pub async fn open(storage: Arc<dyn Storage>, runtime: Runtime, options: OpenOpti
         .map(|a| Ok(Variable { label: a.path().to_string(), geometry: a.geometry(options.sample_axis)? }))
         .collect::<Result<_>>()?;
     let manifest = crate::split::split_by_chunk(&variables[0].geometry, &options.split)?;
-    Dataset::new(storage, runtime, arrays, variables, manifest, options.dataset, Vec::new(), Vec::new())
+    Dataset::new(storage, runtime, arrays, variables, manifest, options.dataset, options.chunk_transforms, Vec::new())
 }

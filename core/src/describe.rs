@@ -72,6 +72,9 @@ pub struct ConfigReport {
     pub epoch: u64,
     /// Explicit budget, if any.
     pub cache_budget_bytes: Option<u64>,
+    /// The disk tier (`cache_dir` and its mode), if any.
+    #[serde(default)]
+    pub disk_tier: Option<String>,
     /// `raise` or `nan`.
     pub on_bad_chunk: String,
     /// Chunk transforms with their scopes (`scale[t2m]`).
@@ -220,6 +223,9 @@ impl DatasetReport {
             .map(|(((n, ch), (_, d)), (_, b))| format!("{n} {ch} chunks/{d} samples/{b} batches"))
             .collect();
         let _ = writeln!(s, "  splits: {}", splits.join(", "));
+        if let Some(tier) = &c.disk_tier {
+            let _ = writeln!(s, "  disk tier: {tier}");
+        }
         let m = &self.memory;
         let _ = writeln!(
             s,

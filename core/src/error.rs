@@ -1,6 +1,6 @@
 //! The engine's errors. Every message says what was wrong and what to do, with the key or
 //! URL last. Variants map onto Python exception classes in the bindings: `Config` and
-//! `Geometry` → `ValueError`, `Storage`/`NotFound` → an `OSError` subclass, `Stall` →
+//! `Geometry` → `ValueError`, `Storage`/`NotFound` → an `OSError` subclass, `Stall` and `Cache` →
 //! `RuntimeError`.
 
 /// `Result` with the engine's [`Error`].
@@ -58,6 +58,14 @@ pub enum Error {
         name: String,
         /// Its error.
         message: String,
+    },
+    /// The disk tier refused (held lock, stale or unreadable log, miss in a read-only cache).
+    #[error("{message}: {key}")]
+    Cache {
+        /// What is wrong and what to do.
+        message: String,
+        /// The cache directory or file.
+        key: String,
     },
     /// The work was cancelled (the dataset was closed or the runtime shut down).
     #[error("cancelled: {0}")]

@@ -30,6 +30,7 @@ pub mod split;
 pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod tier;
 pub mod transform;
 pub mod zarr;
 
@@ -45,3 +46,4 @@ pub use runtime::{ByteRange, Executor, Runtime, Storage, StorageError, ThreadPoo
 pub use shuffle::Split;
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 pub use stats::PassStats;
+pub use tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};

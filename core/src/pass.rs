@@ -277,8 +277,8 @@ fn gather(
             let w = (s % v.spc) as usize;
             let chunk =
                 chunks.get(&key).ok_or_else(|| Error::Stall(format!("internal: chunk {key:?} missing at gather")))?;
-            let src = chunk.data.data.get(w * row..(w + 1) * row).ok_or_else(|| {
-                Error::Stall(format!("internal: chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape))
+            let src = chunk.data.bytes().get(w * row..(w + 1) * row).ok_or_else(|| {
+                Error::Stall(format!("internal: chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape()))
             })?;
             out.extend_from_slice(src);
         }
@@ -424,6 +424,7 @@ impl BatchStream {
             cache_hits: r.hits,
             cache_misses: r.misses,
             reread_chunks: r.reread_chunks,
+            revived_chunks: r.revived_chunks,
             storage_reads: r.storage_reads,
             decoded_bytes: r.decoded_bytes,
             bad_chunks: r.bad_chunks,

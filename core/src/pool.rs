@@ -17,9 +17,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use futures::future::Shared;
 
-use crate::array::NdArray;
+use crate::array::{DType, NdArray};
 use crate::error::{Error, Result};
 use crate::plan::ChunkKey;
 use crate::runtime::BoxFuture;
@@ -28,12 +29,54 @@ use crate::runtime::BoxFuture;
 #[derive(Debug)]
 pub struct Chunk {
     /// `(rows, *inner)` elements.
-    pub data: NdArray,
+    pub data: ChunkData,
     /// Some tiles failed and were filled (NaN or the fill value) under `on_bad_chunk = "nan"`;
     /// such a chunk is served once and never cached.
     pub bad: bool,
     /// When its load got its last `max_inflight` permit, finished fetching, and was ready.
     pub times: LoadTimes,
+}
+
+/// Where a resident chunk's bytes live.
+#[derive(Debug)]
+pub enum ChunkData {
+    /// On the heap; the buffer goes back to the recycler when the chunk is dropped.
+    Heap(NdArray),
+    /// Held by the disk tier (a memory mapping), read in place.
+    Tier {
+        /// Element type.
+        dtype: DType,
+        /// `(rows, *inner)`.
+        shape: Vec<usize>,
+        /// `product(shape) * dtype.size()` bytes.
+        bytes: Bytes,
+    },
+}
+
+impl ChunkData {
+    /// The elements, row-major, native endianness.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Heap(a) => &a.data,
+            Self::Tier { bytes, .. } => bytes,
+        }
+    }
+
+    /// `(rows, *inner)`.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Self::Heap(a) => &a.shape,
+            Self::Tier { shape, .. } => shape,
+        }
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Self::Heap(a) => a.dtype,
+            Self::Tier { dtype, .. } => *dtype,
+        }
+    }
 }
 
 /// Executor-clock timestamps of one load (for critical-path attribution).

@@ -106,6 +106,8 @@ pub struct PassStats {
     pub cache_misses: u64,
     /// Chunks loaded that an earlier block of this pass had already loaded (evicted between).
     pub reread_chunks: u64,
+    /// Chunks served by the disk tier (`cache_dir` + `persist`) with no fetch or decode.
+    pub revived_chunks: u64,
     /// Storage reads issued (tiles, ranged or whole).
     pub storage_reads: u64,
     /// Decoded bytes produced by those reads.
@@ -137,7 +139,7 @@ impl PassStats {
         let t = &self.times;
         format!(
             "epoch {} ({}): {} batches in {:.2}s, first after {:.3}s | queue {}/{} (empty {:.0}%) | inflight peak {}/{} | \
-             resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{} | consumer {:.2}s waited {:.2}s | fetch {:.2}s \
+             resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{}{} | consumer {:.2}s waited {:.2}s | fetch {:.2}s \
              decode {:.2}s gather {:.2}s transform {:.2}s parked {:.2}s | limited by: {} -- {}",
             self.epoch,
             self.split,
@@ -154,6 +156,11 @@ impl PassStats {
             self.cache_hits,
             self.cache_hits + self.cache_misses,
             self.reread_chunks,
+            if self.revived_chunks > 0 {
+                format!(", {} revived from disk", self.revived_chunks)
+            } else {
+                String::new()
+            },
             if self.bad_chunks > 0 { format!(", {} bad chunks", self.bad_chunks) } else { String::new() },
             t.consumer_s,
             t.consumer_wait_s,
@@ -233,6 +240,8 @@ pub struct Recorded {
     pub bad_chunks: u64,
     /// Re-read chunks.
     pub reread_chunks: u64,
+    /// Chunks revived from the disk tier.
+    pub revived_chunks: u64,
     /// Hits.
     pub hits: u64,
     /// Misses.

@@ -38,6 +38,13 @@ pub trait ChunkTransform: MaybeSend + MaybeSync + std::fmt::Debug {
     fn output(&self, _array: &str, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
         Ok((dtype, inner.to_vec()))
     }
+    /// What identifies this transform's output to a persisted cache: two transforms with the
+    /// same token must produce the same bytes. The default is the name and the full `Debug`
+    /// form (all parameters, never summarized); override it when `Debug` leaves out
+    /// something that changes the output, or to declare a version you bump on every re-fit.
+    fn cache_token(&self) -> String {
+        format!("{}:{self:?}", self.name())
+    }
     /// Reject a scope this transform cannot serve (called by [`applies`]).
     ///
     /// # Errors

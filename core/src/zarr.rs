@@ -471,6 +471,18 @@ impl ZarrArray {
     pub fn path(&self) -> &str {
         &self.path
     }
+    /// The stored metadata as canonical JSON without attributes: shape, chunk grid, data
+    /// type, fill value and codecs, i.e. everything that decides a decoded chunk's bytes.
+    pub fn metadata_document(&self) -> Vec<u8> {
+        // Attributes are left out: editing an attribute does not change a chunk's bytes.
+        let mut meta = self.array.metadata().clone();
+        match &mut meta {
+            zarrs::array::ArrayMetadata::V3(m) => m.attributes.clear(),
+            zarrs::array::ArrayMetadata::V2(m) => m.attributes.clear(),
+        }
+        serde_json::to_vec(&meta).unwrap_or_default()
+    }
+
     /// The metadata key this array was read from (`t2m/zarr.json`).
     pub fn metadata_key(&self) -> &str {
         &self.meta_key

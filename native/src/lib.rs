@@ -13,12 +13,14 @@
 //! # Ok::<(), insitubatch_native::NativeError>(())
 //! ```
 
+pub mod cache;
 pub mod demo;
 pub mod runtime;
 pub mod storage;
 
 use std::sync::Arc;
 
+pub use cache::CacheOptions;
 pub use insitubatch_core as core;
 pub use insitubatch_core::describe::{DatasetReport, human_bytes};
 pub use insitubatch_core::{
@@ -83,6 +85,10 @@ pub struct OpenOptions {
     pub threads: Option<usize>,
     /// object_store configuration (`aws_region=...`), applied over the environment.
     pub storage_options: Vec<(String, String)>,
+    /// The disk tier (`cache_dir`, `persist`, `readonly_cache`, `reset_stale_cache`).
+    pub cache: Option<CacheOptions>,
+    /// Chunk transforms (cached with the chunk, in the disk tier too).
+    pub chunk_transforms: Vec<insitubatch_core::transform::Scoped>,
 }
 
 impl Default for OpenOptions {
@@ -95,6 +101,8 @@ impl Default for OpenOptions {
             dataset: DatasetOptions::default(),
             threads: None,
             storage_options: Vec::new(),
+            cache: None,
+            chunk_transforms: Vec::new(),
         }
     }
 }
@@ -122,6 +130,11 @@ pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
     {
         return Err(NativeError::Open { message: "no Zarr store exists at this path".into(), url: url.to_string() });
     }
+    let mut dataset_options = options.dataset.clone();
+    if let Some(cache) = &options.cache {
+        cache.validate()?;
+        dataset_options.tier = Some(Arc::new(cache.clone()));
+    }
     let runtime = NativeRuntime::new(options.threads)?;
     let core_opts = insitubatch_core::OpenOptions {
         variables: options.variables.clone(),
@@ -132,7 +145,8 @@ pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
             contiguous: !options.shuffle_splits,
             sample_range: None,
         },
-        dataset: options.dataset.clone(),
+        dataset: dataset_options,
+        chunk_transforms: options.chunk_transforms.clone(),
     };
     let dataset = runtime.block_on(insitubatch_core::open(Arc::clone(&storage), runtime.runtime.clone(), core_opts))?;
     Ok(NativeDataset { dataset, runtime, storage, url: url.to_string() })
@@ -214,6 +228,32 @@ impl NativeDataset {
     /// The URL as given.
     pub fn url(&self) -> &str {
         &self.url
+    }
+}
+
+/// A running digest of a pass: the sample order and every byte of every batch, in order.
+/// Equal digests mean bit-identical epochs (used by the CLI's `--digest`, the cross-target
+/// parity tests and the disk-tier tests).
+#[derive(Debug, Clone, Default)]
+pub struct BatchDigest(sha2::Sha256);
+
+impl BatchDigest {
+    /// Fold one batch in.
+    pub fn update(&mut self, batch: &Batch) {
+        use sha2::Digest;
+        for t in &batch.sample_indices {
+            self.0.update(t.to_le_bytes());
+        }
+        for (label, a) in &batch.arrays {
+            self.0.update(label.as_bytes());
+            self.0.update(&a.data[..]);
+        }
+    }
+
+    /// The hex digest.
+    pub fn finish(self) -> String {
+        use sha2::Digest;
+        format!("{:x}", self.0.finalize())
     }
 }
 

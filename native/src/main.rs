@@ -81,9 +81,28 @@ enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// Add a digest of every epoch (sample order and every byte) to the report.
+        #[arg(long)]
+        digest: bool,
+        /// After opening, print `opened <pid>` and wait for stdin to close before reading
+        /// (holds the cache_dir lock; for multi-process tests and scripts).
+        #[arg(long)]
+        hold: bool,
+        /// Sleep this long after each batch (a stand-in for a training step).
+        #[arg(long, default_value_t = 0)]
+        step_ms: u64,
         #[command(flatten)]
         knobs: Knobs,
     },
+}
+
+/// `bench` options beyond the knobs.
+struct BenchRun {
+    epochs: u64,
+    as_json: bool,
+    digest: bool,
+    hold: bool,
+    step_ms: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -122,6 +141,56 @@ struct Knobs {
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
+    /// Spill decoded chunks to memory-mapped files in this directory (local disk).
+    #[arg(long)]
+    cache_dir: Option<std::path::PathBuf>,
+    /// Keep the cache_dir's chunks across epochs, evictions and runs.
+    #[arg(long, requires = "cache_dir")]
+    persist: bool,
+    /// Read a complete warm cache_dir without writing; a miss is an error.
+    #[arg(long, requires = "cache_dir")]
+    readonly_cache: bool,
+    /// Drop the cached chunks of arrays whose pipeline changed instead of refusing.
+    #[arg(long, requires = "cache_dir")]
+    reset_stale_cache: bool,
+    /// Standardize every array with this MEAN,STD chunk transform (cached with the chunk).
+    #[arg(long, value_parser = parse_scale)]
+    scale: Option<(f32, f32)>,
+}
+
+/// `(x - mean) / std` on every float32 array: the CLI's one chunk transform.
+#[derive(Debug)]
+struct Standardize {
+    mean: f32,
+    std: f32,
+}
+
+impl insitubatch_native::core::transform::ChunkTransform for Standardize {
+    fn name(&self) -> String {
+        "standardize".into()
+    }
+    fn apply(
+        &self,
+        mut chunk: insitubatch_native::core::transform::DecodedChunk,
+    ) -> insitubatch_native::core::Result<insitubatch_native::core::transform::DecodedChunk> {
+        let dtype = chunk.data.dtype;
+        let values = chunk.data.as_mut_slice::<f32>().ok_or_else(|| insitubatch_native::core::Error::Transform {
+            name: self.name(),
+            message: format!("--scale needs float32 arrays, got {dtype}"),
+        })?;
+        for v in values {
+            *v = (*v - self.mean) / self.std;
+        }
+        Ok(chunk)
+    }
+}
+
+fn parse_scale(s: &str) -> Result<(f32, f32), String> {
+    let parts: Vec<&str> = s.split(',').collect();
+    let [m, sd] = parts.as_slice() else { return Err(format!("expected MEAN,STD, got {s:?}")) };
+    let m: f32 = m.trim().parse().map_err(|e| format!("mean {m:?}: {e}"))?;
+    let sd: f32 = sd.trim().parse().map_err(|e| format!("std {sd:?}: {e}"))?;
+    Ok((m, sd))
 }
 
 fn parse_fractions(s: &str) -> Result<(f64, f64, f64), String> {
@@ -160,6 +229,18 @@ impl Knobs {
             },
             threads: self.threads,
             storage_options: self.storage_options.clone(),
+            cache: self.cache_dir.as_ref().map(|dir| insitubatch_native::CacheOptions {
+                dir: dir.clone(),
+                persist: self.persist,
+                readonly: self.readonly_cache,
+                reset_stale: self.reset_stale_cache,
+            }),
+            chunk_transforms: self
+                .scale
+                .map(|(mean, std)| {
+                    vec![insitubatch_native::core::transform::everywhere(Arc::new(Standardize { mean, std }))]
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -216,11 +297,11 @@ fn run(cmd: Command) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench { url, epochs, decode_limit, json, knobs } => {
+        Command::Bench { url, epochs, decode_limit, json, digest, hold, step_ms, knobs } => {
             if decode_limit {
                 cmd_decode_limit(&url, &knobs, json)
             } else {
-                cmd_bench(&url, epochs, json, &knobs)
+                cmd_bench(&url, &BenchRun { epochs, as_json: json, digest, hold, step_ms }, &knobs)
             }
         }
     }
@@ -289,10 +370,19 @@ fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn cmd_bench(url: &str, epochs: u64, as_json: bool, knobs: &Knobs) -> Result<()> {
+fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
+    let (epochs, as_json) = (run.epochs, run.as_json);
     let mut opts = knobs.open_options();
     opts.fractions = (1.0, 0.0, 0.0);
+    let t_open = Instant::now();
     let ds = open_ds(url, knobs, opts)?;
+    let open_s = t_open.elapsed().as_secs_f64();
+    if run.hold {
+        outln!("opened {}", std::process::id());
+        let _ = std::io::stdout().flush();
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    }
     let report = ds.describe(1)?;
     let threads = ds.runtime().pool.rayon().current_num_threads();
     let variables: Vec<String> = ds.dataset().variables().iter().map(|v| v.label.clone()).collect();
@@ -302,15 +392,23 @@ fn cmd_bench(url: &str, epochs: u64, as_json: bool, knobs: &Knobs) -> Result<()>
         ds.set_epoch(epoch);
         let t0 = Instant::now();
         let (mut samples, mut bytes, mut ttfb) = (0u64, 0u64, None);
+        let mut digest = run.digest.then(insitubatch_native::BatchDigest::default);
         for b in ds.train()? {
             let b = b?;
             ttfb.get_or_insert_with(|| t0.elapsed().as_secs_f64());
             samples += b.len() as u64;
             bytes += b.arrays.values().map(|a| a.data.len() as u64).sum::<u64>();
+            if let Some(d) = &mut digest {
+                d.update(&b);
+            }
+            if run.step_ms > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(run.step_ms));
+            }
         }
         let secs = t0.elapsed().as_secs_f64().max(1e-9);
-        let stage = ds.last_pass().map_or_else(|| "unknown".to_string(), |s| s.limiting_stage);
-        let row = json!({
+        let last = ds.last_pass();
+        let stage = last.as_ref().map_or_else(|| "unknown".to_string(), |s| s.limiting_stage.clone());
+        let mut row = json!({
             "epoch": epoch,
             "kind": if k == 0 { "cold" } else { "warm" },
             "seconds": secs,
@@ -321,6 +419,15 @@ fn cmd_bench(url: &str, epochs: u64, as_json: bool, knobs: &Knobs) -> Result<()>
             "ttfb_s": ttfb.unwrap_or(0.0),
             "limiting_stage": stage,
         });
+        if let Some(p) = &last {
+            row["storage_reads"] = json!(p.storage_reads);
+            row["revived_chunks"] = json!(p.revived_chunks);
+            row["reread_chunks"] = json!(p.reread_chunks);
+            row["resident_peak_chunks"] = json!(p.depths.resident_peak_chunks);
+        }
+        if let Some(d) = digest {
+            row["digest"] = json!(d.finish());
+        }
         if !as_json {
             outln!(
                 "epoch {epoch} ({}): {samples} samples in {secs:.2}s, {:.1} MB/s, {:.0} samples/s, ttfb {:.3}s, limited by {}",
@@ -345,6 +452,8 @@ fn cmd_bench(url: &str, epochs: u64, as_json: bool, knobs: &Knobs) -> Result<()>
         "config": config,
         "epochs": rows,
         "peak_rss_bytes": peak_rss_bytes(),
+        "open_s": open_s,
+        "disk_tier": ds.dataset().tier_counters(),
         "describe_estimated_peak_bytes": report.memory.estimated_peak_bytes,
     });
     if as_json {

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use insitubatch_native::core::Batch;
 use insitubatch_native::core::geometry::sample_element_index;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 /// One array of a fixture store.
 #[derive(Debug, Clone, Deserialize)]
@@ -117,17 +116,11 @@ pub fn check_pass(batches: &[Batch], label: &str, rows: &[Vec<u8>], offset: i64,
 
 /// A digest of a pass: sample order and every byte of every batch.
 pub fn digest(batches: &[Batch]) -> String {
-    let mut h = Sha256::new();
+    let mut d = insitubatch_native::BatchDigest::default();
     for b in batches {
-        for t in &b.sample_indices {
-            h.update(t.to_le_bytes());
-        }
-        for (label, a) in &b.arrays {
-            h.update(label.as_bytes());
-            h.update(&a.data[..]);
-        }
+        d.update(b);
     }
-    format!("{:x}", h.finalize())
+    d.finish()
 }
 
 /// `$INSITUBATCH_HTTP_URL`, set by `scripts/test.sh`.
