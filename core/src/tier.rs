@@ -1,0 +1,116 @@
+//! The disk tier seam: where decoded chunks go besides the heap, and where they come back from.
+//!
+//! The core has no filesystem, so a tier is a trait; `insitubatch-native` implements it over
+//! memory-mapped files in a `cache_dir` (spill, persist across runs, one writer / many
+//! readers). The engine asks the tier before it fetches a chunk ([`ChunkTier::revive`]) and
+//! hands it every chunk it loads ([`ChunkTier::store`]); a stored chunk is served from the
+//! returned bytes (a mapping) and the heap copy is freed. Residency is charged to the same
+//! pool budget whichever backing holds it.
+//!
+//! Identity is per array ([`ArrayIdentity::fingerprint`]): the store, the array path, its
+//! geometry and codec metadata, and the chunk transforms scoped to it (without the scope),
+//! so a changed pipeline over one array invalidates only that array.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::array::DType;
+use crate::error::Result;
+use crate::runtime::{MaybeSend, MaybeSync};
+use crate::transform::ChunkTransform;
+
+/// What the tier needs to know about one array of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrayIdentity {
+    /// Array path in the store (the tier's name for it).
+    pub path: String,
+    /// 16 hex characters: a hash of everything that decides the cached bytes.
+    pub fingerprint: String,
+    /// Element type of a cached chunk (after the chunk transforms).
+    pub dtype: DType,
+    /// Per-sample shape of a cached chunk (after the chunk transforms).
+    pub inner: Vec<usize>,
+}
+
+/// Fingerprint of one array's cached bytes.
+///
+/// `location` is the store URL, `metadata` the array's stored metadata document (codecs,
+/// fill value, shape, chunk grid), and each transform contributes its
+/// [`ChunkTransform::cache_token`] in pipeline order.
+pub fn array_fingerprint(
+    location: &str,
+    path: &str,
+    sample_axis: usize,
+    metadata: &[u8],
+    transforms: &[Arc<dyn ChunkTransform>],
+) -> String {
+    let mut h = Sha256::new();
+    // Length-prefixed fields, so no two inputs concatenate to the same stream.
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    field(b"insitubatch-rs chunk cache v1");
+    field(location.trim_end_matches('/').as_bytes());
+    field(path.as_bytes());
+    field(&(sample_axis as u64).to_le_bytes());
+    field(metadata);
+    for t in transforms {
+        field(t.cache_token().as_bytes());
+    }
+    let digest = h.finalize();
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Counters a tier reports into pass stats and `describe()`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TierCounters {
+    /// Chunks served from the tier without a fetch or a decode.
+    pub revived: u64,
+    /// Chunks written to the tier.
+    pub stored: u64,
+    /// Lookups that found nothing usable (absent, or a file that did not match).
+    pub misses: u64,
+}
+
+/// A place decoded chunks spill to and come back from. Implementations do blocking I/O;
+/// the engine calls them on its thread pool, never on the executor.
+pub trait ChunkTier: MaybeSend + MaybeSync + std::fmt::Debug {
+    /// The chunk's bytes (`product(shape) * dtype.size()`, row-major, native endianness) if
+    /// the tier holds a valid copy; `Ok(None)` for a miss.
+    ///
+    /// # Errors
+    /// Only for conditions that must stop the run, such as a miss in a read-only cache that
+    /// promised to be complete.
+    fn revive(&self, array: u32, chunk: u64, dtype: DType, shape: &[usize]) -> Result<Option<Bytes>>;
+
+    /// Write a decoded chunk and return bytes backed by the tier (a mapping) that replace the
+    /// heap copy, or `Ok(None)` to keep serving the heap copy (a read-only tier).
+    ///
+    /// # Errors
+    /// When the tier cannot write (disk full, permissions): the load fails with the message.
+    fn store(&self, array: u32, chunk: u64, dtype: DType, shape: &[usize], data: &[u8]) -> Result<Option<Bytes>>;
+
+    /// True when stored chunks outlive eviction and the run, so re-reading an evicted chunk
+    /// is a local revive rather than a fetch and a decode.
+    fn persists(&self) -> bool;
+
+    /// Counters so far.
+    fn counters(&self) -> TierCounters;
+
+    /// One line for reports: where it lives and in which mode.
+    fn describe(&self) -> String;
+}
+
+/// Opens a tier for a dataset once its arrays' identities are known (at construction).
+pub trait TierOpener: MaybeSend + MaybeSync + std::fmt::Debug {
+    /// Open (lock, validate, reset stale arrays) for these arrays, indexed as the engine
+    /// indexes them.
+    ///
+    /// # Errors
+    /// A held lock, a stale cache, an unreadable log: the dataset is refused with the message.
+    fn open(&self, arrays: &[ArrayIdentity]) -> Result<Arc<dyn ChunkTier>>;
+}

@@ -1,0 +1,220 @@
+//! One writer or many readers per cache directory: an advisory `flock` held for the
+//! dataset's lifetime.
+//!
+//! The kernel owns the lock, not the file: it is released the moment the holding process
+//! dies (SIGKILL and OOM included), so there is no stale lock and nothing to clean up, and
+//! deleting the lockfile releases nothing (it only lets the next two openers lock different
+//! inodes). `std::fs::File::try_lock` is `flock(2)` on Linux.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use insitubatch_core::Error;
+
+/// The lockfile's name inside the cache directory.
+pub const LOCK_FILE: &str = ".insitu.lock";
+
+/// A held lock; released when dropped.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+    /// True for the shared (read-only) mode.
+    pub shared: bool,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown-host".into())
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The holder hint a writer leaves in the lockfile: `{"pid","host","since"}`.
+fn read_hint(path: &Path) -> String {
+    let mut text = String::new();
+    let parsed = File::open(path)
+        .and_then(|mut f| f.read_to_string(&mut text))
+        .ok()
+        .and_then(|_| serde_json::from_str::<serde_json::Value>(&text).ok());
+    match parsed {
+        Some(v) => {
+            let since = v["since"].as_u64().unwrap_or(0);
+            format!(
+                "pid {} on host {}, holding it since unix time {since} ({} s ago)",
+                v["pid"].as_u64().map_or_else(|| "?".into(), |p| p.to_string()),
+                v["host"].as_str().unwrap_or("?"),
+                unix_now().saturating_sub(since)
+            )
+        }
+        None => "holder unknown (no hint in the lockfile)".into(),
+    }
+}
+
+fn locked_error(path: &Path, want_shared: bool, held_by_readers: bool) -> Error {
+    let lock = path.display();
+    let holder = if held_by_readers {
+        "one or more read-only openers (readonly_cache=True)".to_string()
+    } else {
+        format!("a writer: {}", read_hint(path))
+    };
+    let what = if want_shared {
+        "cannot open this cache read-only while a writer holds it: a cache still being warmed is not complete"
+    } else if held_by_readers {
+        "cannot open this cache for writing while read-only openers use it: a writer could replace chunks under them"
+    } else {
+        "cannot open this cache for writing: one writer per cache_dir, and another writer holds it"
+    };
+    Error::Cache {
+        message: format!(
+            "{what}. It is held by {holder}. Wait for that process to finish (check it with `fuser -v {lock}` or \
+             `lsof {lock}`), use another cache_dir, or share a finished cache with readonly_cache=True. Do NOT delete \
+             the lockfile: the kernel holds the lock, deleting the file releases nothing and lets two writers corrupt \
+             each other"
+        ),
+        key: path.display().to_string(),
+    }
+}
+
+fn io_error(what: &str, path: &Path, e: &std::io::Error) -> Error {
+    Error::Cache {
+        message: format!("{what} ({e}); check the directory's permissions"),
+        key: path.display().to_string(),
+    }
+}
+
+/// Take the directory's lock: exclusive for a writer, shared for `readonly`.
+///
+/// # Errors
+/// [`Error::Cache`] when the lock is held in a conflicting mode (naming the holder) or the
+/// lockfile cannot be opened.
+pub fn acquire(dir: &Path, readonly: bool) -> Result<DirLock, Error> {
+    let path: PathBuf = dir.join(LOCK_FILE);
+    let file = if readonly {
+        // A reader writes nothing, not even the lockfile; a cache without one was never warmed.
+        match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Cache {
+                    message: "readonly_cache=True needs a cache a writer has warmed, and this directory has no \
+                              lockfile (no writer ever opened it); warm it first with persist=True"
+                        .into(),
+                    key: dir.display().to_string(),
+                });
+            }
+            Err(e) => return Err(io_error("cannot open the cache lockfile", &path, &e)),
+        }
+    } else {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| io_error("cannot create the cache lockfile", &path, &e))?
+    };
+    let attempt = if readonly { file.try_lock_shared() } else { file.try_lock() };
+    match attempt {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            // Who holds it? A shared lock succeeds only when the holders are readers.
+            let held_by_readers = !readonly
+                && File::open(&path).is_ok_and(|probe| {
+                    let ok = probe.try_lock_shared().is_ok();
+                    let _ = probe.unlock();
+                    ok
+                });
+            return Err(locked_error(&path, readonly, held_by_readers));
+        }
+        Err(TryLockError::Error(e)) => return Err(io_error("cannot lock the cache directory", &path, &e)),
+    }
+    if !readonly {
+        // Only the exclusive holder rewrites the hint; the lock itself is untouched by this.
+        let hint = serde_json::json!({ "pid": std::process::id(), "host": hostname(), "since": unix_now() });
+        let mut f = &file;
+        let _ = f.set_len(0);
+        let _ = f.seek(SeekFrom::Start(0));
+        let _ = f.write_all(hint.to_string().as_bytes());
+    }
+    Ok(DirLock { _file: file, shared: readonly })
+}
+
+/// Filesystems on which `flock` may be emulated per client (or not at all), so two hosts
+/// can both believe they hold the write lock.
+const NETWORK_FS: &[&str] =
+    &["nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "ceph", "glusterfs", "gpfs", "9p", "afs", "beegfs"];
+
+/// The filesystem type of the mount holding `dir`, from `/proc/self/mountinfo` (Linux).
+pub fn filesystem_type(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut best: Option<(usize, String)> = None;
+    for line in info.lines() {
+        // "id parent major:minor root mountpoint options ... - fstype source superoptions"
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(dash) = fields.iter().position(|f| *f == "-") else { continue };
+        let (Some(mount), Some(fstype)) = (fields.get(4), fields.get(dash + 1)) else { continue };
+        let mount = mount.replace("\\040", " ");
+        if dir.starts_with(&mount) && best.as_ref().is_none_or(|(len, _)| mount.len() >= *len) {
+            best = Some((mount.len(), (*fstype).to_string()));
+        }
+    }
+    best.map(|(_, t)| t)
+}
+
+/// A warning when `dir` sits on a network filesystem, naming it.
+pub fn network_fs_warning(dir: &Path) -> Option<String> {
+    let fstype = filesystem_type(dir)?;
+    let network = NETWORK_FS.contains(&fstype.as_str()) || fstype.starts_with("fuse.") || fstype.starts_with("nfs");
+    network.then(|| {
+        format!(
+            "cache_dir is on a network filesystem ({fstype}): the writer lock may be emulated per client, so two \
+             hosts can both write and corrupt each other's chunks, and mapped reads are slow. Put cache_dir on local \
+             disk (NVMe): {}",
+            dir.display()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_excludes_writer_and_reader_in_one_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = acquire(dir.path(), false).unwrap();
+        let e = acquire(dir.path(), false).unwrap_err().to_string();
+        assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
+        assert!(e.contains("fuser -v") && e.contains("Do NOT delete"), "{e}");
+        assert!(acquire(dir.path(), true).unwrap_err().to_string().contains("read-only while a writer"));
+        drop(w);
+        let r1 = acquire(dir.path(), true).unwrap();
+        let _r2 = acquire(dir.path(), true).unwrap();
+        let e = acquire(dir.path(), false).unwrap_err().to_string();
+        assert!(e.contains("read-only openers"), "{e}");
+        drop(r1);
+    }
+
+    #[test]
+    fn reader_needs_a_warmed_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = acquire(dir.path(), true).unwrap_err().to_string();
+        assert!(e.contains("no lockfile"), "{e}");
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "a reader wrote something");
+    }
+
+    #[test]
+    fn local_tmp_is_not_a_network_filesystem() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(filesystem_type(dir.path()).is_some());
+        assert_eq!(network_fs_warning(dir.path()), None);
+    }
+}

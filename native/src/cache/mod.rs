@@ -1,0 +1,413 @@
+//! The disk tier: decoded chunks in memory-mapped `.npy` files under a `cache_dir`.
+//!
+//! - **Spill** (`cache_dir` alone): each loaded chunk is written to an unnamed file (created,
+//!   mapped, unlinked at once) and served from the mapping, so residency lives in the page
+//!   cache rather than the heap, under the same byte budget; nothing is left after a crash.
+//! - **Persist** (`persist = true`): chunk files keep their names and a log records them, so
+//!   an evicted chunk, a later epoch or a later run revives them zero-copy, with no fetch and
+//!   no decode.
+//! - **Read-only** (`readonly_cache = true`): a complete warm cache shared by many
+//!   processes; writes nothing, and a miss is an error naming the chunk.
+//!
+//! Safety across processes: one writer or many readers per directory ([`lock`]); files are
+//! written to a temporary name and renamed into place, never truncated, so a mapping held
+//! elsewhere keeps its own inode and keeps reading real data. Identity is per array: a
+//! changed pipeline over one array is refused as stale, naming it, and
+//! `reset_stale_cache` drops only that array's files.
+
+pub mod lock;
+pub mod log;
+pub mod npy;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use insitubatch_core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+use insitubatch_core::{DType, Error};
+use memmap2::Mmap;
+
+use log::{Appender, Entry};
+
+/// Where and how to keep decoded chunks on disk.
+#[derive(Debug, Clone, Default)]
+pub struct CacheOptions {
+    /// The cache directory (local disk; created by a writer).
+    pub dir: PathBuf,
+    /// Keep chunk files and the log after eviction and after the run.
+    pub persist: bool,
+    /// Read a complete warm cache; write nothing; a miss raises. Takes the lock shared.
+    pub readonly: bool,
+    /// Drop the cached chunks of arrays whose pipeline changed instead of refusing.
+    pub reset_stale: bool,
+}
+
+fn config(message: String) -> Error {
+    Error::Config(message)
+}
+
+/// `t2m/level` → `t2m_level`: file-name safe. Collisions are harmless because the
+/// fingerprint (which hashes the real path) is part of every file name.
+fn safe_name(path: &str) -> String {
+    let s: String = path.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    if s.is_empty() { "root".into() } else { s }
+}
+
+impl CacheOptions {
+    /// Check the combination before anything touches the disk.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for `readonly` with `reset_stale`, or a read-only cache that does not exist.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.readonly && self.reset_stale {
+            return Err(config(format!(
+                "readonly_cache=True and reset_stale_cache=True contradict each other: a read-only opener never \
+                 deletes anything. Reset with a writer (persist=True), then open read-only: {}",
+                self.dir.display()
+            )));
+        }
+        if self.readonly && !self.dir.is_dir() {
+            return Err(config(format!(
+                "readonly_cache=True requires an existing cache_dir, and this one does not exist; warm it first with \
+                 persist=True: {}",
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl TierOpener for CacheOptions {
+    fn open(&self, arrays: &[ArrayIdentity]) -> Result<Arc<dyn ChunkTier>, Error> {
+        Ok(Arc::new(DiskTier::open(self, arrays)?))
+    }
+}
+
+/// An open cache directory (holds the lock until dropped).
+#[derive(Debug)]
+pub struct DiskTier {
+    dir: PathBuf,
+    persist: bool,
+    readonly: bool,
+    arrays: Vec<ArrayIdentity>,
+    /// (array index, chunk) → its persisted file.
+    index: Mutex<HashMap<(u32, u64), Entry>>,
+    log: Option<Mutex<Appender>>,
+    revived: AtomicU64,
+    stored: AtomicU64,
+    misses: AtomicU64,
+    warned_missing_file: AtomicBool,
+    warned_write: AtomicBool,
+    /// Set when the directory is on a network filesystem.
+    pub warning: Option<String>,
+    /// Declared last: fields drop in order, so the lock is released after everything else.
+    lock: lock::DirLock,
+}
+
+impl DiskTier {
+    /// Lock, validate and (for persisted caches) load the log.
+    ///
+    /// # Errors
+    /// A conflicting lock, a stale pipeline (without `reset_stale`), a corrupt log, or a
+    /// directory that cannot be created.
+    pub fn open(opts: &CacheOptions, arrays: &[ArrayIdentity]) -> Result<Self, Error> {
+        opts.validate()?;
+        let dir = opts.dir.clone();
+        if !opts.readonly {
+            std::fs::create_dir_all(&dir).map_err(|e| Error::Cache {
+                message: format!("cannot create cache_dir ({e}); check the path and permissions"),
+                key: dir.display().to_string(),
+            })?;
+        }
+        let lock = lock::acquire(&dir, opts.readonly)?;
+        let warning = lock::network_fs_warning(&dir);
+        if let Some(w) = &warning {
+            tracing::warn!("{w}");
+        }
+        if !opts.readonly {
+            sweep_temp_files(&dir);
+        }
+        let mut tier = Self {
+            dir,
+            persist: opts.persist || opts.readonly,
+            readonly: opts.readonly,
+            arrays: arrays.to_vec(),
+            index: Mutex::new(HashMap::new()),
+            log: None,
+            revived: AtomicU64::new(0),
+            stored: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            warned_missing_file: AtomicBool::new(false),
+            warned_write: AtomicBool::new(false),
+            warning,
+            lock,
+        };
+        if tier.persist {
+            tier.load_log(opts.reset_stale)?;
+        }
+        Ok(tier)
+    }
+
+    fn key(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn load_log(&mut self, reset_stale: bool) -> Result<(), Error> {
+        let log_path = self.dir.join(log::LOG_FILE);
+        let loaded = log::load(&log_path)?;
+        let mut rewrite = loaded.torn_tail;
+        let mut kept: Vec<Entry> = Vec::new();
+        if let Some(other) = &loaded.other_version {
+            if self.readonly || !reset_stale {
+                return Err(Error::Cache {
+                    message: format!(
+                        "the cache log was written in another format ({other}), so none of its chunks can be trusted \
+                         (stale: log format changed). {}",
+                        if self.readonly {
+                            "Re-warm it with a writer (persist=True, reset_stale_cache=True), then open it read-only"
+                        } else {
+                            "Pass reset_stale_cache=True to delete its chunk files and start cold"
+                        }
+                    ),
+                    key: log_path.display().to_string(),
+                });
+            }
+            delete_listed_files(&self.dir, &log_path);
+            rewrite = true;
+        } else {
+            let by_path: HashMap<&str, usize> =
+                self.arrays.iter().enumerate().map(|(i, a)| (a.path.as_str(), i)).collect();
+            let stale: BTreeSet<String> = loaded
+                .entries
+                .iter()
+                .filter(|e| by_path.get(e.array.as_str()).is_some_and(|&i| self.arrays[i].fingerprint != e.pipeline))
+                .map(|e| e.array.clone())
+                .collect();
+            if !stale.is_empty() && (self.readonly || !reset_stale) {
+                let names: Vec<&String> = stale.iter().collect();
+                return Err(Error::Cache {
+                    message: format!(
+                        "the cached chunks of {names:?} are stale: the pipeline over them (chunk transforms, codecs, \
+                         geometry or store) changed since they were written. {}",
+                        if self.readonly {
+                            "A read-only opener cannot reset them; re-warm with a writer passing \
+                             reset_stale_cache=True"
+                        } else {
+                            "Pass reset_stale_cache=True to delete only these arrays' cached chunks (the other arrays \
+                             keep theirs)"
+                        }
+                    ),
+                    key: self.key(),
+                });
+            }
+            for e in loaded.entries {
+                if stale.contains(&e.array) {
+                    let _ = std::fs::remove_file(self.dir.join(&e.file));
+                    rewrite = true;
+                    continue;
+                }
+                if let Some(&i) = by_path.get(e.array.as_str()) {
+                    let mut index = self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    index.insert((i as u32, e.chunk), e.clone());
+                }
+                // Entries of arrays this run does not read are kept untouched.
+                kept.push(e);
+            }
+            if !stale.is_empty() {
+                tracing::warn!(arrays = ?stale, "reset_stale_cache: deleted the stale cached chunks of these arrays");
+            }
+        }
+        if !self.readonly {
+            if rewrite {
+                log::rewrite(&self.dir, &kept)?;
+            }
+            self.log = Some(Mutex::new(Appender::open(&self.dir, &kept)?));
+        }
+        Ok(())
+    }
+
+    fn file_name(&self, array: u32, chunk: u64) -> String {
+        let a = &self.arrays[array as usize];
+        format!("{}__{}__{chunk}.npy", safe_name(&a.path), a.fingerprint)
+    }
+
+    fn miss(&self, array: u32, chunk: u64, why: &str) -> Result<Option<Bytes>, Error> {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        if self.readonly {
+            let path = self.arrays.get(array as usize).map_or("?", |a| a.path.as_str());
+            return Err(Error::Cache {
+                message: format!(
+                    "readonly_cache=True but chunk {chunk} of array {path:?} {why}. A read-only cache must be complete \
+                     for what the run reads; the usual cause is a different split, sample_range or transform set than \
+                     the run that warmed it. Warm it with a writer (persist=True) over this configuration first"
+                ),
+                key: self.key(),
+            });
+        }
+        Ok(None)
+    }
+
+    fn map_file(&self, file: &str, header: &[u8], nbytes: usize) -> Result<Option<Bytes>, String> {
+        let path = self.dir.join(file);
+        let f = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot be opened ({e})")),
+        };
+        // SAFETY: files in the cache are never truncated or written in place (they are
+        // replaced by rename), so the mapped bytes cannot change or shrink under us.
+        let map = unsafe { Mmap::map(&f) }.map_err(|e| format!("cannot be mapped ({e})"))?;
+        if map.len() != header.len() + nbytes || map[..header.len()] != *header {
+            return Err("does not match the chunk's shape and dtype".into());
+        }
+        Ok(Some(Bytes::from_owner(map).slice(header.len()..)))
+    }
+}
+
+/// Remove temporary files a crashed writer left behind (only ever called under the
+/// exclusive lock, so no live writer owns them).
+fn sweep_temp_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".insitu-tmp") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Delete the bare-named files a log of another format lists (best effort, lenient parse).
+fn delete_listed_files(dir: &Path, log_path: &Path) {
+    let Ok(text) = std::fs::read_to_string(log_path) else { return };
+    for line in text.lines().skip(1) {
+        let file = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("file").and_then(|f| f.as_str()).map(str::to_string));
+        if let Some(f) = file.filter(|f| log::is_bare_file_name(f)) {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+    }
+}
+
+impl ChunkTier for DiskTier {
+    fn revive(&self, array: u32, chunk: u64, dtype: DType, shape: &[usize]) -> Result<Option<Bytes>, Error> {
+        if !self.persist {
+            return Ok(None);
+        }
+        let entry = self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&(array, chunk)).cloned();
+        let Some(entry) = entry else { return self.miss(array, chunk, "is not in the cache") };
+        if entry.dtype != dtype.name() || entry.shape != shape {
+            return self.miss(array, chunk, "was cached with another shape or dtype");
+        }
+        let header = npy::header(dtype, shape);
+        let nbytes = shape.iter().product::<usize>() * dtype.size();
+        match self.map_file(&entry.file, &header, nbytes) {
+            Ok(Some(bytes)) => {
+                self.revived.fetch_add(1, Ordering::Relaxed);
+                Ok(Some(bytes))
+            }
+            Ok(None) => {
+                if !self.warned_missing_file.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        file = %entry.file,
+                        dir = %self.dir.display(),
+                        "persist=True but cached chunk files are missing (deleted?); they are fetched and decoded again"
+                    );
+                }
+                self.miss(array, chunk, "is logged but its file is missing")
+            }
+            Err(why) => {
+                tracing::warn!(file = %entry.file, "cached chunk file {why}; it is read from the store instead");
+                self.miss(array, chunk, &format!("has a file that {why}"))
+            }
+        }
+    }
+
+    fn store(
+        &self,
+        array: u32,
+        chunk: u64,
+        dtype: DType,
+        shape: &[usize],
+        data: &[u8],
+    ) -> Result<Option<Bytes>, Error> {
+        if self.readonly || data.is_empty() {
+            return Ok(None);
+        }
+        let name = self.file_name(array, chunk);
+        let tmp = self.dir.join(format!("{name}.{}.insitu-tmp", std::process::id()));
+        let header = npy::header(dtype, shape);
+        let written = (|| -> std::io::Result<Mmap> {
+            let mut f = File::options().read(true).write(true).create(true).truncate(true).open(&tmp)?;
+            f.write_all(&header)?;
+            f.write_all(data)?;
+            // SAFETY: this file is ours alone until the rename below, and is never written again.
+            unsafe { Mmap::map(&f) }
+        })();
+        let map = match written {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                if !self.warned_write.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        dir = %self.dir.display(),
+                        "cannot write chunks to cache_dir ({e}); keeping them on the heap under the same budget"
+                    );
+                }
+                return Ok(None);
+            }
+        };
+        if self.persist {
+            // Replace, never truncate: a reader's mapping of the old file keeps its inode.
+            std::fs::rename(&tmp, self.dir.join(&name)).map_err(|e| Error::Cache {
+                message: format!("cannot rename a chunk file into place ({e})"),
+                key: tmp.display().to_string(),
+            })?;
+            let entry = Entry {
+                array: self.arrays[array as usize].path.clone(),
+                chunk,
+                file: name,
+                pipeline: self.arrays[array as usize].fingerprint.clone(),
+                dtype: dtype.name().into(),
+                shape: shape.to_vec(),
+            };
+            if let Some(log) = &self.log {
+                log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).append(&entry)?;
+            }
+            self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert((array, chunk), entry);
+        } else {
+            // Spill only: the mapping keeps the unlinked inode alive; nothing outlives the run.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        self.stored.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Bytes::from_owner(map).slice(header.len()..)))
+    }
+
+    fn persists(&self) -> bool {
+        self.persist
+    }
+
+    fn counters(&self) -> TierCounters {
+        TierCounters {
+            revived: self.revived.load(Ordering::Relaxed),
+            stored: self.stored.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mode = match (self.readonly, self.persist) {
+            (true, _) => "read-only (shared lock)",
+            (false, true) => "persist (writer lock)",
+            (false, false) => "spill (writer lock)",
+        };
+        let _ = self.lock.shared;
+        format!("{} [{mode}]", self.dir.display())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,375 @@
+//! The disk tier (`cache_dir`, `persist`, `readonly_cache`) across real processes: the
+//! `insitubatch` binary is started as separate holders, writers and readers of one cache
+//! directory, killed with SIGKILL, and checked against the source values and against runs
+//! without a cache (epoch digests: sample order and every byte).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
+use insitubatch_native::core::zarr::open_array;
+use insitubatch_native::core::{Dataset, DatasetOptions, Split, SplitOptions, Storage, Variable, split_by_chunk};
+use insitubatch_native::{BatchDigest, CacheOptions, NativeRuntime, OpenOptions, demo, open};
+use serde_json::Value;
+
+const N_TIME: u64 = 48;
+
+fn store() -> &'static Path {
+    static STORE: OnceLock<PathBuf> = OnceLock::new();
+    STORE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("insitubatch-disk-tier-{}", std::process::id())).join("demo.zarr");
+        demo::write_demo_store_sized(&dir, N_TIME).expect("write demo store")
+    })
+}
+
+fn url() -> String {
+    store().display().to_string()
+}
+
+fn cache_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("insitubatch-disk-tier-{}", std::process::id())).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// `insitubatch bench <store> --json --digest` with extra arguments.
+fn cli(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_insitubatch"));
+    c.args(["bench", &url(), "--json", "--digest", "--threads", "2", "--batch-size", "5", "--block-chunks", "2"]);
+    c.args(args);
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+/// Run to the end: Ok(report) or Err(stderr).
+fn run(args: &[&str]) -> Result<Value, String> {
+    let out = cli(args).output().expect("start insitubatch");
+    if out.status.success() {
+        Ok(serde_json::from_slice(&out.stdout).expect("bench --json prints JSON"))
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn digests(report: &Value) -> Vec<String> {
+    report["epochs"].as_array().unwrap().iter().map(|e| e["digest"].as_str().unwrap().to_string()).collect()
+}
+
+fn per_epoch(report: &Value, key: &str) -> Vec<u64> {
+    report["epochs"].as_array().unwrap().iter().map(|e| e[key].as_u64().unwrap()).collect()
+}
+
+/// A process that opened the dataset (and so holds the cache lock) and waits on stdin.
+struct Holder {
+    child: Child,
+    pid: u32,
+}
+
+fn hold(args: &[&str]) -> Result<Holder, String> {
+    let mut cmd = cli(args);
+    cmd.arg("--hold").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start insitubatch");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    match line.strip_prefix("opened ") {
+        Some(pid) => Ok(Holder { pid: pid.trim().parse().unwrap(), child }),
+        None => {
+            let out = child.wait_with_output().unwrap();
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+}
+
+impl Holder {
+    /// Let it run its epochs and exit; its report.
+    fn finish(mut self) -> Value {
+        drop(self.child.stdin.take());
+        let out = self.child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.lines().last().unwrap()).unwrap()
+    }
+}
+
+fn persist_args(dir: &Path) -> Vec<String> {
+    vec!["--cache-dir".into(), dir.display().to_string(), "--persist".into()]
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn a_persisted_cache_serves_a_fresh_process_with_zero_reads_and_identical_batches() {
+    let dir = cache_dir("cross-run");
+    let p = persist_args(&dir);
+    let plain = run(&["--epochs", "2"]).unwrap();
+    let warm = run(&[args(&p), vec!["--epochs", "2"]].concat()).unwrap();
+    assert_eq!(digests(&warm), digests(&plain), "the cache changed the batches");
+    assert!(per_epoch(&warm, "storage_reads")[0] > 0);
+    let again = run(&[args(&p), vec!["--epochs", "2"]].concat()).unwrap();
+    assert_eq!(digests(&again), digests(&plain));
+    assert_eq!(per_epoch(&again, "storage_reads"), [0, 0], "a warm run fetched");
+    assert!(per_epoch(&again, "revived_chunks")[0] > 0);
+    assert_eq!(again["disk_tier"]["stored"], 0, "a warm run rewrote chunks");
+}
+
+#[test]
+fn a_second_writer_and_a_reader_are_refused_while_a_writer_holds_the_directory() {
+    let dir = cache_dir("second-writer");
+    let p = persist_args(&dir);
+    let holder = hold(&args(&p)).unwrap();
+    // Another process (this one) as a writer: refused with the holder's pid and how to check it.
+    let e = open(
+        &url(),
+        OpenOptions {
+            cache: Some(CacheOptions { dir: dir.clone(), persist: true, ..Default::default() }),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains(&format!("pid {}", holder.pid)), "{e}");
+    assert!(e.contains("fuser -v") && e.contains("Do NOT delete the lockfile"), "{e}");
+    assert!(e.ends_with(&dir.join(".insitu.lock").display().to_string()), "the path comes last: {e}");
+    // The lock is keyed on cache_dir, not persist: a spill-only writer is refused too.
+    let e = run(&["--cache-dir", &dir.display().to_string()]).unwrap_err();
+    assert!(e.contains("one writer per cache_dir"), "{e}");
+    let e = run(&["--cache-dir", &dir.display().to_string(), "--readonly-cache"]).unwrap_err();
+    assert!(e.contains("read-only while a writer holds it"), "{e}");
+    holder.finish();
+    // Released on exit: now a reader gets in.
+    run(&["--cache-dir", &dir.display().to_string(), "--readonly-cache", "--epochs", "1"]).unwrap();
+}
+
+#[test]
+fn many_readers_coexist_and_exclude_a_writer() {
+    let dir = cache_dir("readers");
+    let p = persist_args(&dir);
+    run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
+    let ro = [
+        "--cache-dir".to_string(),
+        dir.display().to_string(),
+        "--readonly-cache".into(),
+        "--epochs".into(),
+        "1".into(),
+    ];
+    let r1 = hold(&args(&ro)).unwrap();
+    let r2 = hold(&args(&ro)).unwrap();
+    let e = run(&args(&p)).unwrap_err();
+    assert!(e.contains("read-only openers"), "{e}");
+    let (a, b) = (r1.finish(), r2.finish());
+    assert_eq!(digests(&a), digests(&b));
+    assert_eq!(per_epoch(&a, "storage_reads"), [0]);
+}
+
+#[test]
+fn a_sigkilled_holder_releases_its_lock_at_once() {
+    let dir = cache_dir("sigkill-lock");
+    let p = persist_args(&dir);
+    let mut holder = hold(&args(&p)).unwrap();
+    assert!(run(&args(&p)).is_err(), "held");
+    holder.child.kill().unwrap(); // SIGKILL
+    holder.child.wait().unwrap();
+    // No wait, no cleanup: the kernel released it with the process.
+    run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
+}
+
+#[test]
+fn kill_nine_mid_epoch_then_a_clean_run_reads_the_source_values() {
+    let dir = cache_dir("kill-mid-epoch");
+    let p = persist_args(&dir);
+    let plain = run(&["--epochs", "1"]).unwrap();
+    // A slow writer (a 40 ms step per batch), killed part-way through its first epoch.
+    let mut child = cli(&[args(&p), vec!["--epochs", "1", "--step-ms", "40"]].concat())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = dir.join("insitu_cache.jsonl");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 4 {
+        assert!(std::time::Instant::now() < deadline, "the writer logged nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let logged = std::fs::read_to_string(&log).unwrap().lines().count() - 1;
+    let total_chunks = N_TIME.div_ceil(8) + N_TIME.div_ceil(12);
+    assert!((logged as u64) < total_chunks, "killed too late to test anything ({logged} chunks logged)");
+    // A crash mid-append leaves a torn line; add one as the worst case.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .map(|mut f| {
+            use std::io::Write;
+            f.write_all(b"{\"array\":\"t2m\",\"chunk\":5,\"fi").unwrap();
+        })
+        .unwrap();
+    let after = run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
+    assert_eq!(digests(&after), digests(&plain), "data after a crash differs from a run without a cache");
+    assert!(per_epoch(&after, "revived_chunks")[0] > 0, "the chunks written before the kill were not reused");
+    // And every value served from the (now complete) cache equals the source.
+    let ds = open(
+        &url(),
+        OpenOptions {
+            fractions: (1.0, 0.0, 0.0),
+            cache: Some(CacheOptions { dir: dir.clone(), readonly: true, ..Default::default() }),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (ny, nx) = (demo::DEMO_LAT, demo::DEMO_LON);
+    let mut seen = 0;
+    for b in ds.train().unwrap() {
+        let b = b.unwrap();
+        for (label, a) in &b.arrays {
+            let v = a.as_slice::<f32>().unwrap();
+            for (r, &t) in b.sample_indices.iter().enumerate() {
+                for (i, (y, x)) in [(0, 0), (ny / 2, nx / 3), (ny - 1, nx - 1)].into_iter().enumerate() {
+                    let got = v[r * (ny * nx) as usize + (y * nx + x) as usize];
+                    assert_eq!(got.to_bits(), demo::demo_value(label, t, y, x).to_bits(), "{label} t={t} point {i}");
+                }
+            }
+            seen += b.len();
+        }
+    }
+    assert_eq!(seen as u64, 2 * N_TIME);
+    assert_eq!(ds.last_pass().unwrap().storage_reads, 0);
+}
+
+#[test]
+fn a_mapping_keeps_its_bytes_while_a_writer_readmits_the_same_chunk() {
+    let dir = cache_dir("remap");
+    let p = persist_args(&dir);
+    run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
+    let name = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("t2m__") && n.ends_with("__0.npy"))
+        .unwrap();
+    let path = dir.join(&name);
+    let before = std::fs::read(&path).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    // What a reader holds: a mapping of the chunk file.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(&path).unwrap().ino();
+    // Another pipeline writes other names (the fingerprint is part of every name): untouched.
+    std::fs::write(dir.join("insitu_cache.jsonl"), "").unwrap();
+    run(&[args(&p), vec!["--epochs", "1", "--scale", "280,10"]].concat()).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+    // Lose the log (as if never written): the next writer of the same pipeline re-admits
+    // every chunk under the same names. It must replace the files, never rewrite them.
+    std::fs::write(dir.join("insitu_cache.jsonl"), "").unwrap();
+    run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
+    assert_ne!(std::fs::metadata(&path).unwrap().ino(), inode, "the chunk was rewritten in place, not renamed");
+    assert_eq!(&map[..], &before[..], "a held mapping changed under its reader");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "same name, same pipeline, same bytes");
+}
+
+#[test]
+fn a_changed_transform_is_refused_as_stale_then_reset() {
+    let dir = cache_dir("stale");
+    let p = persist_args(&dir);
+    run(&[args(&p), vec!["--epochs", "1", "--scale", "280,10"]].concat()).unwrap();
+    let e = run(&[args(&p), vec!["--scale", "280,20"]].concat()).unwrap_err();
+    assert!(e.contains("stale") && e.contains("\"t2m\"") && e.contains("reset_stale_cache"), "{e}");
+    let plain = run(&["--epochs", "1", "--scale", "280,20"]).unwrap();
+    let reset = run(&[args(&p), vec!["--epochs", "1", "--scale", "280,20", "--reset-stale-cache"]].concat()).unwrap();
+    assert_eq!(digests(&reset), digests(&plain));
+    assert!(per_epoch(&reset, "storage_reads")[0] > 0, "a reset array is read cold");
+    let ro =
+        run(&["--cache-dir", &dir.display().to_string(), "--readonly-cache", "--epochs", "1", "--scale", "280,20"])
+            .unwrap();
+    assert_eq!(digests(&ro), digests(&plain));
+}
+
+#[test]
+fn a_readonly_run_over_a_warm_cache_reads_nothing_and_a_miss_names_the_chunk() {
+    let dir = cache_dir("readonly");
+    let d = dir.display().to_string();
+    let plain = run(&["--epochs", "2"]).unwrap();
+    run(&["--cache-dir", &d, "--persist", "--epochs", "1"]).unwrap();
+    let ro = run(&["--cache-dir", &d, "--readonly-cache", "--epochs", "2"]).unwrap();
+    assert_eq!(digests(&ro), digests(&plain));
+    assert_eq!(per_epoch(&ro, "storage_reads"), [0, 0]);
+    // A cache warmed for t2m alone is incomplete for a run reading u10 too.
+    let only_t2m = cache_dir("readonly-subset");
+    let s = only_t2m.display().to_string();
+    run(&["--cache-dir", &s, "--persist", "--epochs", "1", "--var", "t2m"]).unwrap();
+    let e = run(&["--cache-dir", &s, "--readonly-cache", "--var", "t2m", "--var", "u10"]).unwrap_err();
+    assert!(e.contains("of array \"u10\" is not in the cache") && e.contains("readonly_cache=True"), "{e}");
+    let e = run(&["--cache-dir", &s, "--readonly-cache", "--reset-stale-cache"]).unwrap_err();
+    assert!(e.contains("contradict"), "{e}");
+}
+
+/// Windows under shuffle read a chunk from several blocks. With a persisting tier the
+/// automatic budget is the two-block floor, a block's chunks go as it drains, and a later
+/// block revives them from disk: each stored chunk is still fetched once, and the batches
+/// are those of a run that held the whole split.
+#[test]
+fn windowed_shuffle_with_persist_releases_per_block_and_revives_from_disk() {
+    let rt = NativeRuntime::new(Some(2)).unwrap();
+    let storage = MemoryStorage::new();
+    write_f32_array(&storage, "t2m", &[192, 4, 4], &[4, 4, 4], None, None, |i| i as f32);
+    let counts = storage.clone();
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let array = rt.block_on(open_array(storage.as_ref(), "t2m")).unwrap();
+    let geometry = array.geometry(0).unwrap();
+    let manifest =
+        split_by_chunk(&geometry, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
+    let build = |tier: Option<CacheOptions>| {
+        let vars = vec![
+            Variable { label: "x".into(), geometry: geometry.clone() },
+            Variable { label: "y".into(), geometry: geometry.shift(6) },
+        ];
+        Dataset::new(
+            Arc::clone(&storage),
+            rt.runtime.clone(),
+            vec![array.clone()],
+            vars,
+            manifest.clone(),
+            DatasetOptions {
+                batch_size: 4,
+                block_chunks: 2,
+                max_inflight: 4,
+                tier: tier.map(|t| Arc::new(t) as _),
+                ..Default::default()
+            },
+            Vec::new(),
+            Vec::new(),
+        )
+        .unwrap()
+    };
+    let epoch = |ds: &Dataset| {
+        let mut d = BatchDigest::default();
+        let mut stream = ds.iter(Split::Train).unwrap();
+        while let Some(b) = futures::executor::block_on(stream.next_batch()) {
+            d.update(&b.unwrap());
+        }
+        drop(stream);
+        (d.finish(), ds.last_pass().unwrap())
+    };
+    let held = build(None);
+    let (want, _) = epoch(&held);
+    let dir = cache_dir("windowed");
+    let spilled = build(Some(CacheOptions { dir, persist: true, ..Default::default() }));
+    let (held_mem, spill_mem) = (held.describe(1).unwrap().memory, spilled.describe(1).unwrap().memory);
+    assert!(
+        spill_mem.read_once_bytes < held_mem.read_once_bytes / 2,
+        "persist did not lower the automatic budget: {} vs {}",
+        spill_mem.read_once_bytes,
+        held_mem.read_once_bytes
+    );
+    drop(held);
+    let before = counts.total_reads();
+    let (got, stats) = epoch(&spilled);
+    assert_eq!(got, want, "batches differ from the run that held the split");
+    assert!(stats.reread_chunks > 0 && stats.revived_chunks > 0, "{}", stats.summary());
+    assert_eq!(counts.total_reads() - before, 48, "every stored chunk fetched exactly once: {}", stats.summary());
+    assert!(stats.summary().contains("revived from disk"), "{}", stats.summary());
+}
