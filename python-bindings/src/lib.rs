@@ -407,7 +407,8 @@ impl NativeDataset {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (url, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
                         prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
-                        chunk_transforms = Vec::new(), batch_transforms = Vec::new()))]
+                        chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
+                        persist = false, readonly_cache = false, reset_stale_cache = false))]
     fn new(
         py: Python<'_>,
         url: String,
@@ -425,7 +426,36 @@ impl NativeDataset {
         threads: Option<usize>,
         chunk_transforms: Vec<(Option<Vec<String>>, Bound<'_, PyAny>)>,
         batch_transforms: Vec<Bound<'_, PyAny>>,
+        cache_dir: Option<std::path::PathBuf>,
+        persist: bool,
+        readonly_cache: bool,
+        reset_stale_cache: bool,
     ) -> PyResult<Self> {
+        let tier = match cache_dir {
+            Some(dir) => {
+                let c = insitubatch_native::CacheOptions {
+                    dir,
+                    persist,
+                    readonly: readonly_cache,
+                    reset_stale: reset_stale_cache,
+                };
+                c.validate().map_err(core_err)?;
+                Some(Arc::new(c) as Arc<dyn insitubatch_native::core::TierOpener>)
+            }
+            None if persist || readonly_cache || reset_stale_cache => {
+                let flag = if persist {
+                    "persist"
+                } else if readonly_cache {
+                    "readonly_cache"
+                } else {
+                    "reset_stale_cache"
+                };
+                return Err(PyValueError::new_err(format!(
+                    "{flag}=True requires cache_dir: pass cache_dir=\"/local/nvme/path\" (a local directory for the chunk files)"
+                )));
+            }
+            None => None,
+        };
         let errors: ErrSlot = Arc::default();
         let geoms: GeomMap = Arc::default();
         let chunk_transforms: Vec<Scoped> = chunk_transforms
@@ -454,6 +484,7 @@ impl NativeDataset {
             prefetch_depth,
             cache_budget_bytes,
             read_policy: ReadPolicy { on_bad_chunk, ..ReadPolicy::default() },
+            tier,
         };
         let storage: Arc<dyn Storage> = insitubatch_native::open_storage(&url, &storage_options).map_err(native_err)?;
         let runtime = NativeRuntime::new(threads).map_err(native_err)?;
@@ -705,6 +736,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeDataset>()?;
     m.add_class::<NativeStream>()?;
     m.add_class::<transforms::PyDecodedChunk>()?;
+    m.add_class::<transforms::PyChunkRead>()?;
     m.add_class::<transforms::PyStandardScaler>()?;
     m.add_function(wrap_pyfunction!(open_geometries, m)?)?;
     m.add_function(wrap_pyfunction!(split_by_chunk, m)?)?;

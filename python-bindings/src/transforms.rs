@@ -67,32 +67,82 @@ pub type ErrSlot = Arc<Mutex<Option<PyErr>>>;
 /// Array path → `(n_samples, sample_chunk_size)`, for the geometry `output_inner` sees.
 pub type GeomMap = Arc<OnceLock<BTreeMap<String, (u64, u64)>>>;
 
-/// A decoded chunk as a Python chunk transform sees it: `data` is `(rows, *inner)`,
-/// sample axis first, logical (no edge padding).
-#[pyclass(name = "DecodedChunk", module = "insitubatch_rs", get_all, set_all)]
-pub struct PyDecodedChunk {
+/// Which chunk a transform is looking at: an array path and a chunk index along the sample
+/// axis (the anchor's `ChunkRead`; frozen and hashable).
+#[pyclass(frozen, eq, hash, name = "ChunkRead", module = "insitubatch_rs")]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PyChunkRead {
+    #[pyo3(get)]
     array: String,
+    #[pyo3(get)]
     chunk_index: u64,
-    sample_offset: u64,
+}
+
+#[pymethods]
+impl PyChunkRead {
+    #[new]
+    fn new(array: String, chunk_index: u64) -> Self {
+        Self { array, chunk_index }
+    }
+    fn __repr__(&self) -> String {
+        format!("ChunkRead(array={:?}, chunk_index={})", self.array, self.chunk_index)
+    }
+}
+
+/// A decoded chunk as a Python chunk transform sees it (the anchor's
+/// `DecodedChunk(read, data, sample_offset)`): `data` is `(rows, *inner)`, sample axis first,
+/// logical (no edge padding); `sample_offset` is the global index of its first row.
+#[pyclass(name = "DecodedChunk", module = "insitubatch_rs")]
+pub struct PyDecodedChunk {
+    #[pyo3(get, set)]
+    read: Py<PyChunkRead>,
+    #[pyo3(get, set)]
     data: Py<PyAny>,
+    #[pyo3(get, set)]
+    sample_offset: u64,
 }
 
 #[pymethods]
 impl PyDecodedChunk {
     #[new]
-    fn new(array: String, chunk_index: u64, sample_offset: u64, data: Py<PyAny>) -> Self {
-        Self { array, chunk_index, sample_offset, data }
+    fn new(read: Py<PyChunkRead>, data: Py<PyAny>, sample_offset: u64) -> Self {
+        Self { read, data, sample_offset }
+    }
+    /// The array path (`read.array`).
+    #[getter]
+    fn array(&self) -> String {
+        self.read.get().array.clone()
+    }
+    /// The chunk index along the sample axis (`read.chunk_index`).
+    #[getter]
+    fn chunk_index(&self) -> u64 {
+        self.read.get().chunk_index
     }
     /// The same chunk with other data (what a transform usually returns).
     fn replace(&self, py: Python<'_>, data: Py<PyAny>) -> Self {
-        let _ = py;
-        Self { array: self.array.clone(), chunk_index: self.chunk_index, sample_offset: self.sample_offset, data }
+        Self { read: self.read.clone_ref(py), data, sample_offset: self.sample_offset }
+    }
+    /// `copy.replace(chunk, data=...)` (Python 3.13), the dataclass idiom.
+    #[pyo3(signature = (*, read = None, data = None, sample_offset = None))]
+    fn __replace__(
+        &self,
+        py: Python<'_>,
+        read: Option<Py<PyChunkRead>>,
+        data: Option<Py<PyAny>>,
+        sample_offset: Option<u64>,
+    ) -> Self {
+        Self {
+            read: read.unwrap_or_else(|| self.read.clone_ref(py)),
+            data: data.unwrap_or_else(|| self.data.clone_ref(py)),
+            sample_offset: sample_offset.unwrap_or(self.sample_offset),
+        }
     }
     fn __repr__(&self, py: Python<'_>) -> String {
         let shape = self.data.bind(py).getattr("shape").map(|s| s.to_string()).unwrap_or_default();
+        let r = self.read.get();
         format!(
-            "DecodedChunk(array={:?}, chunk_index={}, sample_offset={}, data.shape={shape})",
-            self.array, self.chunk_index, self.sample_offset
+            "DecodedChunk(read=ChunkRead(array={:?}, chunk_index={}), sample_offset={}, data.shape={shape})",
+            r.array, r.chunk_index, self.sample_offset
         )
     }
 }
@@ -176,6 +226,27 @@ impl ChunkTransform for PyChunkFn {
         self.name.clone()
     }
 
+    /// The identity a persisted cache fingerprints: `cache_key` if the callable declares one,
+    /// else a hash of its pickle (cloudpickle) or of its source, closure values and repr
+    /// (`insitubatch_rs._cache_token`).
+    fn cache_token(&self) -> String {
+        Python::attach(|py| {
+            let token = || -> PyResult<String> {
+                py.import("insitubatch_rs")?.getattr("_cache_token")?.call1((self.func.bind(py),))?.extract()
+            };
+            token().unwrap_or_else(|e| {
+                let msg = format!(
+                    "cannot fingerprint chunk transform {} for the persisted cache ({e}); it is identified by its name \
+                     only, so give it a cache_key attribute",
+                    self.name
+                );
+                let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+                let _ = PyErr::warn(py, &category, &std::ffi::CString::new(msg).unwrap_or_default(), 1);
+                format!("name:{}", self.name)
+            })
+        })
+    }
+
     fn output(&self, array: &str, dtype: DType, inner: &[usize]) -> insitubatch_core::Result<(DType, Vec<usize>)> {
         let Some(oi) = &self.output_inner else { return Ok((dtype, inner.to_vec())) };
         let (n, spc) = self.geoms.get().and_then(|m| m.get(array)).copied().unwrap_or((1, 1));
@@ -198,7 +269,8 @@ impl ChunkTransform for PyChunkFn {
         with_python(|py| {
             let run = || -> PyResult<NdArray> {
                 let data = Buffer::from_nd(data)?.into_numpy(py)?.unbind();
-                let arg = Bound::new(py, PyDecodedChunk { array: array.clone(), chunk_index, sample_offset, data })?;
+                let read = Py::new(py, PyChunkRead { array: array.clone(), chunk_index })?;
+                let arg = Bound::new(py, PyDecodedChunk { read, data, sample_offset })?;
                 let out = self.func.bind(py).call1((arg,))?;
                 let out_data = match out.cast::<PyDecodedChunk>() {
                     Ok(dc) => dc.borrow().data.clone_ref(py).into_bound(py),
@@ -300,50 +372,266 @@ impl BatchTransform for PyBatchFn {
     }
 }
 
+/// The engine's scaler plus the identity Python declared for it (`cache_key`).
+///
+/// Its cache token is what a persisted cache fingerprints: the declared key when there is
+/// one, else a SHA-256 of every statistic's exact bits, so a re-fit scaler never reopens
+/// a cache written with the old numbers, however large its statistics.
+#[derive(Debug, Clone)]
+pub struct KeyedScaler {
+    pub scaler: StandardScaler,
+    pub cache_key: Option<String>,
+    /// Computed once at construction (statistics never change afterwards).
+    token: String,
+}
+
+impl KeyedScaler {
+    fn new(py: Python<'_>, scaler: StandardScaler, cache_key: Option<String>) -> PyResult<Self> {
+        let token = match &cache_key {
+            Some(k) => format!("standard_scaler:key:{k}"),
+            None => {
+                // Length-prefixed fields, so no two scalers serialize to the same stream.
+                let mut stream = Vec::new();
+                let mut field = |b: &[u8]| {
+                    stream.extend_from_slice(&(b.len() as u64).to_le_bytes());
+                    stream.extend_from_slice(b);
+                };
+                let bits = |v: &[f32]| v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect::<Vec<u8>>();
+                field(b"standard_scaler v1");
+                field(&scaler.eps.to_bits().to_le_bytes());
+                for (name, mean) in &scaler.mean {
+                    field(name.as_bytes());
+                    field(&bits(mean));
+                    field(&bits(scaler.std.get(name).map(Vec::as_slice).unwrap_or_default()));
+                }
+                let hex: String = py
+                    .import("hashlib")?
+                    .getattr("sha256")?
+                    .call1((pyo3::types::PyBytes::new(py, &stream),))?
+                    .call_method0("hexdigest")?
+                    .extract()?;
+                format!("standard_scaler:sha256:{hex}")
+            }
+        };
+        Ok(Self { scaler, cache_key, token })
+    }
+}
+
+impl ChunkTransform for KeyedScaler {
+    fn name(&self) -> String {
+        self.scaler.name()
+    }
+    fn apply(&self, chunk: DecodedChunk) -> insitubatch_core::Result<DecodedChunk> {
+        self.scaler.apply(chunk)
+    }
+    fn output(&self, array: &str, dtype: DType, inner: &[usize]) -> insitubatch_core::Result<(DType, Vec<usize>)> {
+        self.scaler.output(array, dtype, inner)
+    }
+    fn validate_scope(&self, arrays: &[String]) -> insitubatch_core::Result<()> {
+        self.scaler.validate_scope(arrays)
+    }
+    fn cache_token(&self) -> String {
+        self.token.clone()
+    }
+}
+
 /// `(x - mean) / (std + eps)` per array with fixed statistics (the engine's scaler: no
 /// Python runs per chunk). Statistics broadcast over a sample: a scalar per array, or one
 /// value per element of the leading inner axes (shape `(level, 1, 1)` and the like).
 #[pyclass(frozen, name = "StandardScaler", module = "insitubatch_rs")]
 pub struct PyStandardScaler {
-    pub inner: StandardScaler,
+    pub inner: KeyedScaler,
+    /// The statistics' shapes as given (the engine keeps them flat); `mean` and `std` of an
+    /// array share one shape.
+    shapes: BTreeMap<String, Vec<usize>>,
 }
 
-fn stats(py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<BTreeMap<String, Vec<f32>>> {
-    let np = py.import("numpy")?;
-    let mut out = BTreeMap::new();
-    for (k, v) in d.iter() {
-        let k: String = k.extract()?;
-        let v: Vec<f32> = np
-            .getattr("asarray")?
-            .call1((v, "float32"))?
-            .call_method1("reshape", (-1,))?
-            .call_method0("tolist")?
-            .extract()?;
-        if v.is_empty() {
-            return Err(PyValueError::new_err(format!("StandardScaler statistics for {k:?} are empty")));
-        }
-        out.insert(k, v);
+/// What `StandardScaler.save` writes as `"format"`, so `load` can tell its files from others.
+const SCALER_FORMAT: &str = "insitubatch_rs.StandardScaler";
+const SCALER_VERSION: u64 = 1;
+
+/// One statistic as float32: its values (flat, C order) and its shape.
+fn stat(py: Python<'_>, name: &str, which: &str, v: &Bound<'_, PyAny>) -> PyResult<(Vec<f32>, Vec<usize>)> {
+    let arr = py.import("numpy")?.getattr("asarray")?.call1((v, "float32"))?;
+    let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+    let values: Vec<f32> = arr.call_method1("reshape", (-1,))?.call_method0("tolist")?.extract()?;
+    if values.is_empty() {
+        return Err(PyValueError::new_err(format!("StandardScaler {which} for {name:?} is empty")));
     }
-    Ok(out)
+    if values.iter().any(|x| !x.is_finite()) {
+        return Err(PyValueError::new_err(format!(
+            "StandardScaler {which} for {name:?} holds NaN or infinity, which would turn every value into NaN; fit it on finite data"
+        )));
+    }
+    Ok((values, shape))
+}
+
+impl PyStandardScaler {
+    fn build(
+        py: Python<'_>,
+        mean: &Bound<'_, PyDict>,
+        std: &Bound<'_, PyDict>,
+        eps: f32,
+        cache_key: Option<String>,
+    ) -> PyResult<Self> {
+        if !eps.is_finite() || eps < 0.0 {
+            return Err(PyValueError::new_err(format!("StandardScaler eps must be finite and >= 0, got {eps}")));
+        }
+        let (mut means, mut stds, mut shapes) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        for (k, v) in mean.iter() {
+            let k: String = k.extract()?;
+            let (m, shape) = stat(py, &k, "mean", &v)?;
+            let Some(sv) = std.get_item(&k)? else {
+                return Err(PyValueError::new_err(format!("StandardScaler has a mean but no std for {k:?}")));
+            };
+            let (s, _) = stat(py, &k, "std", &sv)?;
+            if s.len() != m.len() {
+                return Err(PyValueError::new_err(format!(
+                    "StandardScaler: mean and std for {k:?} differ in size ({} and {} values)",
+                    m.len(),
+                    s.len()
+                )));
+            }
+            means.insert(k.clone(), m);
+            stds.insert(k.clone(), s);
+            shapes.insert(k, shape);
+        }
+        for k in std.keys() {
+            let k: String = k.extract()?;
+            if !means.contains_key(&k) {
+                return Err(PyValueError::new_err(format!("StandardScaler has a std but no mean for {k:?}")));
+            }
+        }
+        let scaler = StandardScaler { mean: means, std: stds, eps };
+        Ok(Self { inner: KeyedScaler::new(py, scaler, cache_key)?, shapes })
+    }
+
+    /// `{array: float32 array}` of one statistic, in the shapes given.
+    fn stats_dict<'py>(&self, py: Python<'py>, mean: bool) -> PyResult<Bound<'py, PyDict>> {
+        let np = py.import("numpy")?;
+        let d = PyDict::new(py);
+        let src = if mean { &self.inner.scaler.mean } else { &self.inner.scaler.std };
+        for (k, v) in src {
+            let shape = self.shapes.get(k).cloned().unwrap_or_else(|| vec![v.len()]);
+            let a = np.getattr("asarray")?.call1((v.clone(), "float32"))?.call_method1("reshape", (shape,))?;
+            d.set_item(k, a)?;
+        }
+        Ok(d)
+    }
+
+    /// The `save` document: every float32 statistic written as the float64 it is exactly,
+    /// so `load` gets back the same bits.
+    fn to_json_value(&self) -> serde_json::Value {
+        let s = &self.inner.scaler;
+        let arrays: serde_json::Map<String, serde_json::Value> = s
+            .mean
+            .iter()
+            .map(|(k, m)| {
+                let sd = s.std.get(k).map(Vec::as_slice).unwrap_or_default();
+                let f = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
+                (k.clone(), serde_json::json!({"shape": self.shapes.get(k), "mean": f(m), "std": f(sd)}))
+            })
+            .collect();
+        serde_json::json!({
+            "format": SCALER_FORMAT,
+            "version": SCALER_VERSION,
+            "eps": f64::from(s.eps),
+            "cache_key": self.inner.cache_key,
+            "arrays": arrays,
+        })
+    }
+
+    /// Parse a `save` document; every refusal names what is wrong, then the file.
+    fn from_json_value(py: Python<'_>, v: &serde_json::Value, path: &str) -> PyResult<Self> {
+        let bad = |what: String| {
+            PyValueError::new_err(format!(
+                "{what}; write it with StandardScaler.save (or pass an .npz of \"<array>.mean\"/\"<array>.std\"): {path}"
+            ))
+        };
+        let obj = v.as_object().ok_or_else(|| bad("the file is JSON but not an object".into()))?;
+        if obj.get("format").and_then(|f| f.as_str()) != Some(SCALER_FORMAT) {
+            return Err(bad(format!("the file is not a saved StandardScaler (no \"format\": {SCALER_FORMAT:?})")));
+        }
+        match obj.get("version").and_then(serde_json::Value::as_u64) {
+            Some(SCALER_VERSION) => {}
+            Some(n) => {
+                return Err(PyValueError::new_err(format!(
+                    "the file is StandardScaler format version {n}; this insitubatch_rs reads version {SCALER_VERSION}, upgrade it to read the file: {path}"
+                )));
+            }
+            None => return Err(bad("the file has no integer \"version\"".into())),
+        }
+        let eps = obj
+            .get("eps")
+            .and_then(serde_json::Value::as_f64)
+            .ok_or_else(|| bad("\"eps\" is missing or not a number".into()))?;
+        let cache_key = match obj.get("cache_key") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(k)) => Some(k.clone()),
+            Some(_) => return Err(bad("\"cache_key\" is neither null nor a string".into())),
+        };
+        let arrays = obj
+            .get("arrays")
+            .and_then(|a| a.as_object())
+            .ok_or_else(|| bad("\"arrays\" is missing or not an object".into()))?;
+        let np = py.import("numpy")?;
+        let (mean, std) = (PyDict::new(py), PyDict::new(py));
+        for (name, entry) in arrays {
+            let field = |key: &str| -> PyResult<Vec<f64>> {
+                entry
+                    .get(key)
+                    .and_then(|x| x.as_array())
+                    .and_then(|xs| xs.iter().map(serde_json::Value::as_f64).collect::<Option<Vec<f64>>>())
+                    .ok_or_else(|| bad(format!("array {name:?}: \"{key}\" is missing or not a list of numbers")))
+            };
+            let shape: Vec<usize> = entry
+                .get("shape")
+                .and_then(|x| x.as_array())
+                .and_then(|xs| xs.iter().map(|d| d.as_u64().map(|d| d as usize)).collect::<Option<Vec<usize>>>())
+                .ok_or_else(|| bad(format!("array {name:?}: \"shape\" is missing or not a list of sizes")))?;
+            let (m, s) = (field("mean")?, field("std")?);
+            let n: usize = shape.iter().product();
+            if m.len() != n || s.len() != n {
+                return Err(bad(format!(
+                    "array {name:?}: shape {shape:?} holds {n} values but mean has {} and std {}",
+                    m.len(),
+                    s.len()
+                )));
+            }
+            let arr = |v: Vec<f64>| -> PyResult<Bound<'_, PyAny>> {
+                np.getattr("asarray")?.call1((v, "float32"))?.call_method1("reshape", (shape.clone(),))
+            };
+            mean.set_item(name, arr(m)?)?;
+            std.set_item(name, arr(s)?)?;
+        }
+        Self::build(py, &mean, &std, eps as f32, cache_key).map_err(|e| bad(e.value(py).to_string()))
+    }
+}
+
+fn os_err(what: &str, path: &std::path::Path, e: &std::io::Error) -> PyErr {
+    let msg = format!("cannot {what} the StandardScaler file ({e}): {}", path.display());
+    match e.kind() {
+        std::io::ErrorKind::NotFound => pyo3::exceptions::PyFileNotFoundError::new_err(msg),
+        _ => pyo3::exceptions::PyOSError::new_err(msg),
+    }
+}
+
+fn is_npz(path: &std::path::Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("npz"))
 }
 
 #[pymethods]
 impl PyStandardScaler {
     #[new]
-    #[pyo3(signature = (mean, std, eps = 1e-8))]
-    fn new(py: Python<'_>, mean: &Bound<'_, PyDict>, std: &Bound<'_, PyDict>, eps: f32) -> PyResult<Self> {
-        let (mean, std) = (stats(py, mean)?, stats(py, std)?);
-        for (k, m) in &mean {
-            match std.get(k) {
-                Some(s) if s.len() == m.len() => {}
-                _ => {
-                    return Err(PyValueError::new_err(format!(
-                        "StandardScaler: mean and std for {k:?} differ in shape or std is missing"
-                    )));
-                }
-            }
-        }
-        Ok(Self { inner: StandardScaler { mean, std, eps } })
+    #[pyo3(signature = (mean, std, eps = 1e-8, cache_key = None))]
+    fn new(
+        py: Python<'_>,
+        mean: &Bound<'_, PyDict>,
+        std: &Bound<'_, PyDict>,
+        eps: f32,
+        cache_key: Option<String>,
+    ) -> PyResult<Self> {
+        Self::build(py, mean, std, eps, cache_key)
     }
     /// Raise `ValueError` when some array of `scope` has no statistics.
     fn validate_scope(&self, scope: Vec<String>) -> PyResult<()> {
@@ -351,14 +639,115 @@ impl PyStandardScaler {
     }
     #[getter]
     fn eps(&self) -> f32 {
-        self.inner.eps
+        self.inner.scaler.eps
+    }
+    /// `{array: mean}` as float32 arrays in the shapes given.
+    #[getter]
+    fn mean<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.stats_dict(py, true)
+    }
+    /// `{array: std}` as float32 arrays in the shapes given.
+    #[getter]
+    fn std<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.stats_dict(py, false)
+    }
+    /// The identity declared for a persisted cache (bump it on every re-fit), or `None`.
+    #[getter]
+    fn cache_key(&self) -> Option<String> {
+        self.inner.cache_key.clone()
+    }
+    /// What a persisted cache fingerprints for this scaler: `standard_scaler:key:<cache_key>`,
+    /// or `standard_scaler:sha256:<hex>` of the exact statistics and `eps`. The same in every
+    /// process; any change to a statistic changes it.
+    #[getter]
+    fn cache_token(&self) -> String {
+        self.inner.token.clone()
+    }
+    /// Write the scaler to `path`: JSON (exact float32 values, `eps`, `cache_key`), or for a
+    /// `.npz` path the anchor's layout (`"<array>.mean"`, `"<array>.std"`; no eps/cache_key).
+    fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        if is_npz(&path) {
+            let kw = PyDict::new(py);
+            for (k, v) in self.stats_dict(py, true)?.iter() {
+                kw.set_item(format!("{}.mean", k.extract::<String>()?), v)?;
+            }
+            for (k, v) in self.stats_dict(py, false)?.iter() {
+                kw.set_item(format!("{}.std", k.extract::<String>()?), v)?;
+            }
+            py.import("numpy")?.getattr("savez")?.call((path,), Some(&kw))?;
+            return Ok(());
+        }
+        let text = serde_json::to_string(&self.to_json_value()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        // Written aside and renamed, so a reader never sees half a file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, text).map_err(|e| os_err("write", &tmp, &e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            os_err("write", &path, &e)
+        })
+    }
+    /// Read a scaler written by `save` (JSON), or an anchor-style `.npz`.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
+        let bytes = std::fs::read(&path).map_err(|e| os_err("read", &path, &e))?;
+        let shown = path.display().to_string();
+        if bytes.starts_with(b"PK\x03\x04") {
+            return Self::load_npz(py, &path, &shown);
+        }
+        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            PyValueError::new_err(format!(
+                "the file is not a saved StandardScaler (not JSON: {e}); write it with StandardScaler.save: {shown}"
+            ))
+        })?;
+        Self::from_json_value(py, &v, &shown)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<PyStandardScaler>().is_ok_and(|o| {
+            let (a, b) = (&self.inner, &o.get().inner);
+            a.cache_key == b.cache_key
+                && a.scaler.eps.to_bits() == b.scaler.eps.to_bits()
+                && a.scaler.mean == b.scaler.mean
+                && a.scaler.std == b.scaler.std
+                && self.shapes == o.get().shapes
+        })
     }
     #[getter]
     fn __name__(&self) -> &'static str {
         "standard_scaler"
     }
     fn __repr__(&self) -> String {
-        format!("StandardScaler(arrays={:?}, eps={})", self.inner.mean.keys().collect::<Vec<_>>(), self.inner.eps)
+        let key = self.inner.cache_key.as_ref().map(|k| format!(", cache_key={k:?}")).unwrap_or_default();
+        format!(
+            "StandardScaler(arrays={:?}, eps={:?}{key})",
+            self.inner.scaler.mean.keys().collect::<Vec<_>>(),
+            self.inner.scaler.eps
+        )
+    }
+}
+
+impl PyStandardScaler {
+    /// The anchor's `save` layout: an npz of `"<array>.mean"` and `"<array>.std"`.
+    fn load_npz(py: Python<'_>, path: &std::path::Path, shown: &str) -> PyResult<Self> {
+        let npz = py.import("numpy")?.getattr("load")?.call1((path,))?;
+        let (mean, std) = (PyDict::new(py), PyDict::new(py));
+        let files: Vec<String> = npz.getattr("files")?.extract()?;
+        for f in &files {
+            let (name, which) = match f.rsplit_once('.') {
+                Some((n, "mean")) => (n, &mean),
+                Some((n, "std")) => (n, &std),
+                _ => {
+                    return Err(PyValueError::new_err(format!(
+                        "the npz holds {f:?}, which is not \"<array>.mean\" or \"<array>.std\"; it is not a saved StandardScaler: {shown}"
+                    )));
+                }
+            };
+            which.set_item(name, npz.get_item(f)?)?;
+        }
+        npz.call_method0("close")?;
+        if files.is_empty() {
+            return Err(PyValueError::new_err(format!("the npz holds no statistics: {shown}")));
+        }
+        Self::build(py, &mean, &std, 1e-8, None).map_err(|e| PyValueError::new_err(format!("{}: {shown}", e.value(py))))
     }
 }
 

@@ -19,6 +19,7 @@ import numpy as np
 from . import _native
 from ._native import (
     ArrayGeometry,
+    ChunkRead,
     DecodedChunk,
     InsitubatchIOError,
     SplitManifest,
@@ -33,6 +34,7 @@ atexit.register(_native._shutdown)
 __all__ = [
     "ArrayGeometry",
     "Batch",
+    "ChunkRead",
     "DecodedChunk",
     "InSituDataset",
     "InsitubatchIOError",
@@ -116,6 +118,50 @@ class _Scoped:
         return f"applies({self.arrays!r}, {self.transform!r})"
 
 
+def _cache_token(transform: Any) -> str:
+    """What identifies a Python chunk transform to a persisted cache (``cache_dir`` +
+    ``persist``): two transforms with the same token must produce the same bytes.
+
+    In order: a ``cache_key`` attribute (declare one and bump it on every re-fit); a SHA-256
+    of the cloudpickle of the callable when cloudpickle is installed (catches edited code and
+    closure values); else a SHA-256 of its qualified name, source, closure cell values and
+    repr, with a warning that large numpy statistics may repr identically after a re-fit.
+    """
+    import hashlib
+
+    key = getattr(transform, "cache_key", None)
+    if key is not None:
+        return f"key:{key}"
+    try:
+        import cloudpickle  # type: ignore[import-not-found]
+
+        return "pickle:" + hashlib.sha256(cloudpickle.dumps(transform)).hexdigest()
+    except Exception:  # not installed, or not picklable: fall back to the source
+        pass
+    import inspect
+    import warnings
+
+    target = getattr(transform, "__call__", transform) if not inspect.isroutine(transform) else transform
+    parts = [getattr(transform, "__qualname__", type(transform).__qualname__)]
+    try:
+        parts.append(inspect.getsource(target))
+    except (OSError, TypeError):
+        parts.append("<no source>")
+    for cell in getattr(target, "__closure__", None) or ():
+        try:
+            parts.append(repr(cell.cell_contents))
+        except ValueError:
+            parts.append("<empty cell>")
+    parts.append(repr(transform))
+    warnings.warn(
+        f"chunk transform {parts[0]} is fingerprinted for the persisted cache by its source and repr; numpy "
+        "summarizes arrays over 1000 elements in repr, so a re-fit with large statistics may reopen the cache "
+        "as a hit. Give it a cache_key you bump on every fit, or install cloudpickle",
+        stacklevel=3,
+    )
+    return "src:" + hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
 def applies(arrays: Sequence[str], transform: Any) -> _Scoped:
     """Scope a chunk transform to the named zarr array paths (not labels).
 
@@ -181,14 +227,19 @@ class Batch(Mapping[str, np.ndarray]):
     def labels(self) -> list[str]:
         return list(self._arrays)
 
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """label → array (the anchor's ``Batch.arrays``; the batch is also that mapping)."""
+        return self._arrays
+
     def read_indices(self, label: str) -> np.ndarray:
         """Where each row of ``label`` was read on the sample axis: anchor + offset."""
         if label not in self._arrays:
             raise KeyError(label)
         return self.sample_indices + np.int64(self.offsets.get(label, 0))
 
-    def stack(self, labels: Sequence[str]) -> np.ndarray:
-        """Stack ``labels`` along a new axis 1: ``(rows, len(labels), *inner)`` (a copy)."""
+    def stack(self, labels: Sequence[str], axis: int = 1) -> np.ndarray:
+        """Stack ``labels`` along a new ``axis`` (default 1: ``(rows, len(labels), *inner)``), a copy."""
         if not labels:
             raise ValueError("stack needs at least one label")
         arrays = []
@@ -199,7 +250,7 @@ class Batch(Mapping[str, np.ndarray]):
         first = arrays[0]
         if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
             raise ValueError(f"cannot stack {list(labels)!r}: shapes or dtypes differ")
-        return np.stack(arrays, axis=1)
+        return np.stack(arrays, axis=axis)
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self._arrays.items())
@@ -271,6 +322,13 @@ class InSituDataset:
     a transform that reshapes or recasts declares ``output_inner(geom) -> (inner_shape, dtype)``.
     ``batch_transforms``: callables ``(Batch) -> Batch`` run per batch after gather. A
     transform's exception ends the pass and is re-raised by the iteration.
+
+    ``cache_dir`` spills decoded chunks to memory-mapped files there (local disk) under the
+    same byte budget; ``persist=True`` keeps them across epochs, evictions and runs (a later
+    run revives them with no fetch or decode); ``readonly_cache=True`` reads a complete warm
+    cache shared by many processes and raises on a miss; ``reset_stale_cache=True`` drops
+    the chunks of arrays whose pipeline changed instead of raising. One writer or many
+    readers per directory (an advisory lock held until ``close()``).
     """
 
     def __init__(
@@ -291,6 +349,10 @@ class InSituDataset:
         threads: int | None = None,
         chunk_transforms: Sequence[Any] = (),
         batch_transforms: Sequence[Any] = (),
+        cache_dir: str | os.PathLike[str] | None = None,
+        persist: bool = False,
+        readonly_cache: bool = False,
+        reset_stale_cache: bool = False,
     ) -> None:
         if not isinstance(url, str):
             raise TypeError(f"url must be a str store URL (file://, s3://, ...), got {type(url).__name__}")
@@ -318,6 +380,10 @@ class InSituDataset:
             threads=threads,
             chunk_transforms=chunk,
             batch_transforms=list(batch_transforms),
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            persist=persist,
+            readonly_cache=readonly_cache,
+            reset_stale_cache=reset_stale_cache,
         )
         self.train = View(self, "train")
         self.val = View(self, "val")

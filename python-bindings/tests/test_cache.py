@@ -1,0 +1,198 @@
+"""The disk tier from Python: cache_dir, persist, readonly_cache, reset_stale_cache, and the
+one-writer / many-readers lock across real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import insitubatch_rs as ib
+from conftest import source, store, url
+
+
+@pytest.fixture
+def zstd(fixtures, manifest):
+    s = store(manifest, "v3_zstd")
+    u = url(fixtures, s["path"])
+    srcs = {k: source(fixtures, a, 0) for k, a in s["arrays"].items()}
+    return u, srcs
+
+
+def make(u, **kw):
+    geoms = ib.open_geometries(u)
+    kw.setdefault("batch_size", 5)
+    kw.setdefault("block_chunks", 2)
+    return ib.InSituDataset(u, ib.split_by_chunk(geoms["t2m"], fractions=(1.0, 0.0, 0.0)), geoms, **kw)
+
+
+def epoch(ds, split="train"):
+    return [(b.sample_indices.copy(), {k: b[k].copy() for k in b}) for b in getattr(ds, split)]
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for (ia, xa), (ib_, xb) in zip(a, b):
+        np.testing.assert_array_equal(ia, ib_)
+        for k in xa:
+            np.testing.assert_array_equal(xa[k], xb[k])
+
+
+def test_persist_across_runs_reads_nothing_and_serves_the_same_batches(zstd, tmp_path):
+    u, srcs = zstd
+    cache = tmp_path / "cache"
+    plain = epoch(make(u))
+    with make(u, cache_dir=cache, persist=True) as ds:
+        same(epoch(ds), plain)
+        assert ds.last_pass["storage_reads"] > 0
+        assert ds.describe()["config"]["disk_tier"].endswith("[persist (writer lock)]")
+    assert any(p.suffix == ".npy" for p in cache.iterdir())
+    with make(u, cache_dir=cache, persist=True) as ds:
+        got = epoch(ds)
+        same(got, plain)
+        assert ds.last_pass["storage_reads"] == 0
+        assert ds.last_pass["revived_chunks"] > 0
+    for idx, arrays in got:
+        np.testing.assert_array_equal(arrays["t2m"], srcs["t2m"][idx])
+    # The files are ordinary NPY: numpy maps them.
+    f = next(p for p in cache.iterdir() if p.name.startswith("t2m__"))
+    assert np.load(f, mmap_mode="r").dtype == np.float32
+
+
+def test_options_that_cannot_work_are_refused_up_front(zstd, tmp_path):
+    u, _ = zstd
+    with pytest.raises(ValueError, match="requires cache_dir"):
+        make(u, persist=True)
+    with pytest.raises(ValueError, match="requires cache_dir"):
+        make(u, readonly_cache=True)
+    with pytest.raises(ValueError, match="does not exist"):
+        make(u, cache_dir=tmp_path / "nope", readonly_cache=True)
+    tmp_path.joinpath("c").mkdir()
+    with pytest.raises(ValueError, match="contradict"):
+        make(u, cache_dir=tmp_path / "c", readonly_cache=True, reset_stale_cache=True)
+
+
+def test_one_writer_per_directory_and_close_releases_it(zstd, tmp_path):
+    u, _ = zstd
+    cache = tmp_path / "cache"
+    first = make(u, cache_dir=cache, persist=True)
+    with pytest.raises(RuntimeError, match=f"pid {os.getpid()}") as e:
+        make(u, cache_dir=cache)
+    assert "Do NOT delete the lockfile" in str(e.value)
+    first.close()
+    make(u, cache_dir=cache, persist=True).close()
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, insitubatch_rs as ib
+    u, cache, mode = sys.argv[1:4]
+    geoms = ib.open_geometries(u)
+    kw = {"persist": True} if mode == "writer" else {"readonly_cache": True}
+    ds = ib.InSituDataset(u, ib.split_by_chunk(geoms["t2m"], fractions=(1.0, 0.0, 0.0)), geoms,
+                          batch_size=5, block_chunks=2, cache_dir=cache, **kw)
+    print("opened", flush=True)
+    sys.stdin.read()
+    n = sum(1 for _ in ds.train)
+    print("batches", n, ds.last_pass["storage_reads"], flush=True)
+    """
+)
+
+
+def holder(u, cache, mode):
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, u, str(cache), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = p.stdout.readline()
+    assert line.strip() == "opened", p.stderr.read()
+    return p
+
+
+def test_processes_a_writer_excludes_all_readers_coexist_and_sigkill_releases(zstd, tmp_path):
+    u, _ = zstd
+    cache = tmp_path / "cache"
+    w = holder(u, cache, "writer")
+    with pytest.raises(RuntimeError, match=f"pid {w.pid}"):
+        make(u, cache_dir=cache, persist=True)
+    with pytest.raises(RuntimeError, match="read-only while a writer"):
+        make(u, cache_dir=cache, readonly_cache=True)
+    out, _ = w.communicate("")
+    assert w.returncode == 0 and out.startswith("batches")
+    r1, r2 = holder(u, cache, "reader"), holder(u, cache, "reader")
+    with pytest.raises(RuntimeError, match="read-only openers"):
+        make(u, cache_dir=cache, persist=True)
+    for r in (r1, r2):
+        out, err = r.communicate("")
+        assert r.returncode == 0, err
+        assert out.split()[2] == "0", "a reader of a warm cache fetched"
+    w = holder(u, cache, "writer")
+    w.send_signal(signal.SIGKILL)
+    w.wait()
+    make(u, cache_dir=cache, persist=True).close()
+
+
+def test_an_edited_python_transform_is_stale_then_reset(zstd, tmp_path):
+    u, srcs = zstd
+    cache = tmp_path / "cache"
+
+    def make_scale(k):
+        def scale(chunk):
+            return chunk.replace(chunk.data * k)
+
+        return scale
+
+    with make(u, cache_dir=cache, persist=True, chunk_transforms=[ib.applies(["t2m"], make_scale(2.0))]) as ds:
+        epoch(ds)
+    edited = [ib.applies(["t2m"], make_scale(3.0))]
+    with pytest.raises(RuntimeError, match=r"stale.*\['t2m'\]|\[\"t2m\"\].*stale"):
+        make(u, cache_dir=cache, persist=True, chunk_transforms=edited)
+    with make(u, cache_dir=cache, persist=True, chunk_transforms=edited, reset_stale_cache=True) as ds:
+        for idx, arrays in epoch(ds):
+            np.testing.assert_array_equal(arrays["t2m"], srcs["t2m"][idx] * 3.0)
+            np.testing.assert_array_equal(arrays["u10"], srcs["u10"][idx])
+        assert ds.last_pass["revived_chunks"] > 0, "u10 kept its cached chunks"
+
+
+def test_cache_token_prefers_a_declared_key():
+    class Scale:
+        cache_key = "stats-v7"
+
+        def __call__(self, chunk):
+            return chunk
+
+    assert ib._cache_token(Scale()) == "key:stats-v7"
+
+    def a(chunk):
+        return chunk
+
+    def b(chunk):
+        return chunk.replace(chunk.data + 1)
+
+    with pytest.warns(UserWarning) if not _has_cloudpickle() else _nothing():
+        ta, tb = ib._cache_token(a), ib._cache_token(b)
+    assert ta != tb and ta == ib._cache_token(a)
+
+
+def _has_cloudpickle() -> bool:
+    try:
+        import cloudpickle  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
