@@ -39,8 +39,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sample-axis", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object (always on)")
+    ap.add_argument("--cache-dir", default=None, help="the anchor's cache_dir (mmap tier)")
+    ap.add_argument("--persist", action="store_true", help="persist=True (needs --cache-dir)")
     args = ap.parse_args(argv)
 
+    t_start = time.perf_counter()
     t_import = time.perf_counter()
     import insitubatch as ib
 
@@ -51,7 +54,8 @@ def main(argv=None):
     manifest = ib.split_by_chunk(first, fractions=(1.0, 0.0, 0.0))
     ds = ib.InSituDataset(store, manifest, geoms, batch_size=args.batch_size,
                           block_chunks=args.block_chunks, max_inflight=args.max_inflight,
-                          seed=args.seed, shuffle=True)
+                          seed=args.seed, shuffle=True,
+                          **({"cache_dir": args.cache_dir, "persist": args.persist} if args.cache_dir else {}))
     open_s = time.perf_counter() - t_open
     try:
         est = int(ds.describe()["memory"]["estimated_peak_bytes"])
@@ -82,6 +86,7 @@ def main(argv=None):
             "mb_per_s": nbytes / 1e6 / secs if secs > 0 else 0.0,
             "samples_per_s": samples / secs if secs > 0 else 0.0,
             "ttfb_s": ttfb if ttfb is not None else secs,
+            "first_batch_since_start_s": (t0 - t_start) + (ttfb if ttfb is not None else secs),
             "limiting_stage": stage,
         })
     ds.close()
