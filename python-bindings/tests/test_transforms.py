@@ -184,3 +184,47 @@ def test_view_len(zstd):
     ds = make(u)
     assert len(ds.train) == len(list(ds.train))
     assert len(ds.all) == 16
+
+
+def test_decoded_chunk_has_the_anchors_read(zstd):
+    """The anchor's ``DecodedChunk(read, data, sample_offset)`` with ``read = ChunkRead(array,
+    chunk_index)``: a transform written against it (reading ``chunk.read.array``, building its
+    result with the anchor's constructor) runs unchanged."""
+    u, srcs = zstd
+    reads = []
+    lock = threading.Lock()
+
+    def k_to_c(chunk):
+        assert isinstance(chunk.read, ib.ChunkRead)
+        assert (chunk.read.array, chunk.read.chunk_index) == (chunk.array, chunk.chunk_index)
+        assert chunk.sample_offset == chunk.read.chunk_index * 8
+        with lock:
+            reads.append(chunk.read)
+        return ib.DecodedChunk(chunk.read, chunk.data - 273.15, chunk.sample_offset)
+
+    ds = make(u, chunk_transforms=[k_to_c])
+    for b in ds.all:
+        for k in ("t2m", "u10"):
+            np.testing.assert_allclose(b[k], srcs[k][b.sample_indices] - np.float32(273.15), rtol=1e-6)
+    assert len(reads) == len(set(reads)) == 20, "ChunkRead is hashable; one call per (array, chunk)"
+    assert set(reads) == {ib.ChunkRead(a, c) for a in ("t2m", "u10") for c in range(10)}
+    r = ib.ChunkRead("t2m", 3)
+    assert r == ib.ChunkRead("t2m", 3) and r != ib.ChunkRead("u10", 3) and hash(r) == hash(ib.ChunkRead("t2m", 3))
+    with pytest.raises(AttributeError):
+        r.array = "u10"  # frozen
+    dc = ib.DecodedChunk(r, np.zeros((2, 3), np.float32), 24)
+    assert (dc.array, dc.chunk_index, dc.sample_offset) == ("t2m", 3, 24)
+    dc2 = dc.__replace__(data=np.ones((2, 3), np.float32))
+    assert dc2.read == r and dc2.sample_offset == 24 and dc2.data.sum() == 6
+    assert "ChunkRead(array=\"t2m\", chunk_index=3)" in repr(dc)
+
+
+def test_batch_arrays_and_stack_axis(zstd):
+    u, _ = zstd
+    b = next(iter(make(u).train))
+    assert b.arrays.keys() == {"t2m", "u10"} and b.arrays["t2m"] is b["t2m"]
+    assert b.stack(["t2m", "u10"]).shape == (5, 2, 6, 7)
+    s0 = b.stack(["t2m", "u10"], axis=0)
+    assert s0.shape == (2, 5, 6, 7)
+    np.testing.assert_array_equal(s0[1], b["u10"])
+    np.testing.assert_array_equal(b.stack(["u10", "t2m"], axis=-1)[..., 0], b["u10"])
