@@ -576,6 +576,14 @@ impl Dataset {
                 });
             }
         }
+        for w in i.engine.tier.as_ref().map(|t| t.warnings()).unwrap_or_default() {
+            notes.push(Note {
+                code: "cache-dir-network-fs".into(),
+                severity: "warning".into(),
+                subject: "cache_dir".into(),
+                message: w,
+            });
+        }
         if i.block_chunks > o.block_chunks {
             notes.push(Note {
                 code: "block-chunks-widened".into(),

@@ -103,6 +103,11 @@ pub trait ChunkTier: MaybeSend + MaybeSync + std::fmt::Debug {
 
     /// One line for reports: where it lives and in which mode.
     fn describe(&self) -> String;
+
+    /// Conditions the user should know about (a cache on a network filesystem).
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Opens a tier for a dataset once its arrays' identities are known (at construction).

@@ -155,6 +155,12 @@ const NETWORK_FS: &[&str] =
 pub fn filesystem_type(dir: &Path) -> Option<String> {
     let dir = dir.canonicalize().ok()?;
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mount_type(&info, &dir)
+}
+
+/// The type of the innermost mount in `mountinfo` (the `/proc/self/mountinfo` format) that
+/// contains `dir`.
+fn mount_type(info: &str, dir: &Path) -> Option<String> {
     let mut best: Option<(usize, String)> = None;
     for line in info.lines() {
         // "id parent major:minor root mountpoint options ... - fstype source superoptions"
@@ -171,8 +177,11 @@ pub fn filesystem_type(dir: &Path) -> Option<String> {
 
 /// A warning when `dir` sits on a network filesystem, naming it.
 pub fn network_fs_warning(dir: &Path) -> Option<String> {
-    let fstype = filesystem_type(dir)?;
-    let network = NETWORK_FS.contains(&fstype.as_str()) || fstype.starts_with("fuse.") || fstype.starts_with("nfs");
+    network_warning_for(&filesystem_type(dir)?, dir)
+}
+
+fn network_warning_for(fstype: &str, dir: &Path) -> Option<String> {
+    let network = NETWORK_FS.contains(&fstype) || fstype.starts_with("fuse.") || fstype.starts_with("nfs");
     network.then(|| {
         format!(
             "cache_dir is on a network filesystem ({fstype}): the writer lock may be emulated per client, so two \
@@ -209,6 +218,21 @@ mod tests {
         let e = acquire(dir.path(), true).unwrap_err().to_string();
         assert!(e.contains("no lockfile"), "{e}");
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "a reader wrote something");
+    }
+
+    #[test]
+    fn network_mounts_are_found_in_mountinfo_and_warned_about() {
+        let info = "22 1 0:21 / / rw,relatime - ext4 /dev/vda rw\n\
+                    40 22 0:40 / /data rw,relatime - nfs4 server:/export rw,vers=4.2\n\
+                    41 40 0:41 / /data/local\\040disk rw - xfs /dev/nvme0n1 rw\n\
+                    42 22 0:42 / /mnt/s3 rw - fuse.s3fs s3fs rw\n";
+        assert_eq!(mount_type(info, Path::new("/data/era5-cache")).as_deref(), Some("nfs4"));
+        assert_eq!(mount_type(info, Path::new("/data/local disk/c")).as_deref(), Some("xfs"));
+        assert_eq!(mount_type(info, Path::new("/home/me")).as_deref(), Some("ext4"));
+        let w = network_warning_for("nfs4", Path::new("/data/era5-cache")).unwrap();
+        assert!(w.contains("network filesystem (nfs4)") && w.ends_with("/data/era5-cache"), "{w}");
+        assert!(network_warning_for("fuse.s3fs", Path::new("/mnt/s3")).is_some());
+        assert!(network_warning_for("xfs", Path::new("/data/local disk")).is_none());
     }
 
     #[test]

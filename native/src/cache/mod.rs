@@ -399,13 +399,16 @@ impl ChunkTier for DiskTier {
     }
 
     fn describe(&self) -> String {
-        let mode = match (self.readonly, self.persist) {
+        let mode = match (self.lock.shared, self.persist) {
             (true, _) => "read-only (shared lock)",
             (false, true) => "persist (writer lock)",
             (false, false) => "spill (writer lock)",
         };
-        let _ = self.lock.shared;
         format!("{} [{mode}]", self.dir.display())
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warning.iter().cloned().collect()
     }
 }
 

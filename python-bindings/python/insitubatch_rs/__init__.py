@@ -385,6 +385,12 @@ class InSituDataset:
             readonly_cache=readonly_cache,
             reset_stale_cache=reset_stale_cache,
         )
+        if cache_dir is not None:
+            import warnings
+
+            for note in self.describe()["notes"]:
+                if note["code"] == "cache-dir-network-fs":
+                    warnings.warn(note["message"], RuntimeWarning, stacklevel=2)
         self.train = View(self, "train")
         self.val = View(self, "val")
         self.test = View(self, "test")
