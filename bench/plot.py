@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Draw the benchmark plots linked from docs/ out of the raw rows the bench scripts keep.
+
+    plot.py [--python-rows bench/results/python-latest.jsonl] [--rows bench/results/latest.jsonl]
+            [--out-dir docs/img]
+
+Writes docs/img/benchmarks-python.png (decoded MB/s of every engine of bench/run_python.py,
+cold and warm, per store, with the stall % of the 20 ms-step run) and docs/img/benchmarks.png
+(ours vs the anchor from bench/run.py, with each store's decode limit). It only reads the
+JSONL rows: it never runs a benchmark. Needs matplotlib (bench/requirements-plot.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_PNG_BYTES = 200_000
+
+# Engines in table order, with the colour that marks who they are (ours: blues).
+PY_ENGINES = {
+    "rust-cli": ("Rust CLI", "#08306b"),
+    "rs-python": ("insitubatch_rs (numpy)", "#2171b5"),
+    "rs-torch": ("insitubatch_rs + as_torch", "#6baed6"),
+    "anchor": ("insitubatch 0.2.0 (anchor)", "#e6550d"),
+    "tensorstore": ("tensorstore", "#31a354"),
+    "zarr-loop": ("zarr-python chunk loop", "#756bb1"),
+    "xbatcher-torch-nw0": ("xbatcher + DataLoader, 0 workers", "#969696"),
+    "xbatcher-torch-nw2": ("xbatcher + DataLoader, 2 workers", "#636363"),
+}
+STALL_ENGINE = {"anchor": "anchor-py"}  # the anchor's stall run is named after its venv
+
+
+def read_rows(path: Path) -> list[dict]:
+    rows = []
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"plot.py: line {n} is not JSON ({e}); rerun the benchmark that writes {path}")
+    return rows
+
+
+def epoch_mb_s(row: dict, kind: str) -> float | None:
+    """MB/s of the row's first epoch of `kind` (cold/warm), or None for a failed run."""
+    if row.get("rc") not in (0, None) or not row.get("result"):
+        return None
+    for e in row["result"].get("epochs", []):
+        if e.get("kind") == kind:
+            return float(e["mb_per_s"])
+    return None
+
+
+def latest(rows: list[dict], kind: str | None = None) -> dict[tuple[str, str], dict]:
+    """(store, engine) → its last row (a later run of the same pair replaces an earlier one)."""
+    out = {}
+    for r in rows:
+        if kind is None or r.get("kind") == kind:
+            out[(r["store"], r["engine"])] = r
+    return out
+
+
+def stores_in(rows: dict[tuple[str, str], dict]) -> list[str]:
+    seen: list[str] = []
+    for store, _ in rows:
+        if store not in seen:
+            seen.append(store)
+    return seen
+
+
+def save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    size = path.stat().st_size
+    if size > MAX_PNG_BYTES:
+        raise SystemExit(f"plot.py: {path} is {size} bytes, over the {MAX_PNG_BYTES} limit; lower the dpi")
+    print(f"wrote {path} ({size // 1000} KB)")
+
+
+def plot_python(rows: list[dict], out: Path) -> None:
+    thr, stall = latest(rows, "throughput"), latest(rows, "stall")
+    stores = stores_in(thr)
+    if not stores:
+        raise SystemExit("plot.py: no throughput rows in the Python benchmark results")
+    fig, axes = plt.subplots(1, len(stores), figsize=(4.2 * len(stores) + 2.2, 4.6), sharey=True, squeeze=False)
+    engines = [e for e in PY_ENGINES if any((s, e) in thr for s in stores)]
+    h = 0.38
+    for ax, store in zip(axes[0], stores):
+        for i, eng in enumerate(engines):
+            row = thr.get((store, eng))
+            if row is None:
+                continue
+            label, colour = PY_ENGINES[eng]
+            cold, warm = epoch_mb_s(row, "cold"), epoch_mb_s(row, "warm")
+            y = len(engines) - 1 - i
+            if cold is not None:
+                ax.barh(y + h / 2, cold, h, color=colour)
+            if warm is not None:
+                ax.barh(y - h / 2, warm, h, color=colour, alpha=0.45, hatch="//", edgecolor="white")
+            st = stall.get((store, STALL_ENGINE.get(eng, eng)))
+            pct = None if st is None else next(
+                (e.get("stall_pct") for e in st["result"].get("epochs", []) if e.get("kind") == "cold"), None
+            ) if st.get("result") else None
+            top = max(v for v in (cold, warm, 0.0) if v is not None)
+            if pct is not None:
+                ax.text(top + 12, y, f"stall {pct:.0f}%", va="center", fontsize=7, color="#444444")
+        ax.set_title(f"store {store}", fontsize=10)
+        ax.set_xlabel("decoded MB/s (solid: cold epoch, hatched: warm)", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.18)
+        ax.tick_params(labelsize=8)
+    axes[0][0].set_yticks(range(len(engines)), [PY_ENGINES[e][0] for e in reversed(engines)])
+    fig.suptitle("Python loaders on the ERA5-shaped stores (batch 32, shuffled; 2 cores)", fontsize=11)
+    fig.tight_layout()
+    save(fig, out)
+
+
+def plot_engine(rows: list[dict], out: Path) -> None:
+    by = latest(rows)
+    stores = [s for s in stores_in(by) if (s, "ours") in by or (s, "anchor") in by]
+    if not stores:
+        raise SystemExit("plot.py: no ours/anchor rows in the engine benchmark results")
+    fig, (cold_ax, warm_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    w = 0.38
+    xs = range(len(stores))
+    for ax, kind in ((cold_ax, "cold"), (warm_ax, "warm")):
+        for off, eng, colour, label in ((-w / 2, "ours", "#2171b5", "insitubatch-rs"),
+                                        (w / 2, "anchor", "#e6550d", "insitubatch 0.2.0")):
+            vals = [epoch_mb_s(by[(s, eng)], kind) if (s, eng) in by else None for s in stores]
+            ax.bar([x + off for x in xs], [v or 0 for v in vals], w, color=colour, label=label)
+        if kind == "cold":
+            limits = [by.get((s, "decode_limit"), {}).get("result") or {} for s in stores]
+            for x, lim in zip(xs, limits):
+                if "decode_limit_mb_per_s" in lim:
+                    ax.hlines(lim["decode_limit_mb_per_s"], x - w, x + w, colors="black", linestyles="--", lw=1)
+            ax.plot([], [], "k--", lw=1, label="decode limit (zstd, all cores)")
+        else:
+            ax.set_yscale("log")
+        ax.set_xticks(list(xs), stores)
+        ax.set_ylabel("decoded MB/s" + (" (log)" if kind == "warm" else ""), fontsize=9)
+        ax.set_title(f"{kind} epoch", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * 4 if kind == "warm" else hi * 1.22)  # room for the legend
+        ax.legend(fontsize=8, loc="upper center", ncol=3, frameon=False)
+    fig.suptitle("insitubatch-rs vs insitubatch 0.2.0 (batch 32, block_chunks 16, max_inflight 32; 2 cores)",
+                 fontsize=11)
+    fig.tight_layout()
+    save(fig, out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--python-rows", type=Path, default=ROOT / "bench/results/python-latest.jsonl")
+    p.add_argument("--rows", type=Path, default=ROOT / "bench/results/latest.jsonl")
+    p.add_argument("--out-dir", type=Path, default=ROOT / "docs/img")
+    a = p.parse_args(argv)
+    for path in (a.python_rows, a.rows):
+        if not path.exists():
+            raise SystemExit(f"plot.py: no benchmark rows at {path}; run the benchmark that writes them first")
+    plot_python(read_rows(a.python_rows), a.out_dir / "benchmarks-python.png")
+    plot_engine(read_rows(a.rows), a.out_dir / "benchmarks.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
