@@ -260,7 +260,10 @@ impl DiskTier {
         };
         // SAFETY: files in the cache are never truncated or written in place (they are
         // replaced by rename), so the mapped bytes cannot change or shrink under us.
-        let map = unsafe { Mmap::map(&f) }.map_err(|e| format!("cannot be mapped ({e})"))?;
+        // `populate` faults the pages in with one call, here on the pool in admission order,
+        // instead of one fault per page later in the gather the consumer waits on.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }
+            .map_err(|e| format!("cannot be mapped ({e})"))?;
         if map.len() != header.len() + nbytes || map[..header.len()] != *header {
             return Err("does not match the chunk's shape and dtype".into());
         }
@@ -345,7 +348,7 @@ impl ChunkTier for DiskTier {
             f.write_all(&header)?;
             f.write_all(data)?;
             // SAFETY: this file is ours alone until the rename below, and is never written again.
-            unsafe { Mmap::map(&f) }
+            unsafe { memmap2::MmapOptions::new().populate().map(&f) }
         })();
         let map = match written {
             Ok(m) => m,
