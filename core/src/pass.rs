@@ -413,7 +413,7 @@ impl BatchStream {
     pub fn stats(&self) -> PassStats {
         let r = self.recorder.snapshot();
         let counters = self.engine.pool.counters();
-        let (limiting_stage, advice, consumer_idle) = verdict(&r);
+        let (limiting_stage, advice, consumer_idle) = verdict(&r, self.engine.max_inflight);
         let end = r.last_batch_at.unwrap_or(self.started);
         PassStats {
             split: self.split.clone(),

@@ -270,7 +270,10 @@ impl PassRecorder {
 }
 
 /// Turn a record into stats with a verdict.
-pub fn verdict(r: &Recorded) -> (String, String, bool) {
+///
+/// `max_inflight` decides the store advice: raising it helps only when reads in flight
+/// reached it.
+pub fn verdict(r: &Recorded, max_inflight: usize) -> (String, String, bool) {
     let wall = r.times.consumer_s + r.times.consumer_wait_s;
     if r.queue_samples == 0 || wall <= 0.0 {
         return ("unknown".into(), "no batches were taken, so there is nothing to attribute".into(), false);
@@ -283,11 +286,22 @@ pub fn verdict(r: &Recorded) -> (String, String, bool) {
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(s, v)| (*s, v))
         .unwrap_or((Stage::Store, 0.0));
-    let advice = |s: Stage| -> &'static str {
+    let store_advice = if r.inflight_peak >= max_inflight {
+        format!(
+            "the consumer waited on storage reads with all {max_inflight} max_inflight reads in flight: raise \
+             max_inflight; if throughput stops improving, the store or network is the floor"
+        )
+    } else {
+        format!(
+            "the consumer waited on storage reads, but reads in flight peaked at {} of max_inflight {max_inflight}, so \
+             raising it will not help: the store itself (for local files, the disk and the few I/O threads serving \
+             it) is the floor; for repeated epochs or runs, a local cache_dir with persist=True skips it",
+            r.inflight_peak
+        )
+    };
+    let advice = |s: Stage| -> &str {
         match s {
-            Stage::Store => {
-                "the consumer waited on storage reads: raise max_inflight; if throughput stops improving, the store or network is the floor"
-            }
+            Stage::Store => &store_advice,
             Stage::Decode => {
                 "the consumer waited on decode (and chunk transforms) on the thread pool: more cores, cheaper codecs, or faster chunk transforms"
             }
@@ -325,4 +339,28 @@ pub fn verdict(r: &Recorded) -> (String, String, bool) {
         return (best.name().into(), advice(best).into(), false);
     }
     ("unknown".into(), "no stage clearly dominates the waits; measure with a longer pass".into(), false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pass whose consumer mostly waited, all of it on the store, with `peak` reads in flight.
+    fn store_bound(peak: usize) -> Recorded {
+        let mut r = Recorded { queue_samples: 10, inflight_peak: peak, ..Recorded::default() };
+        r.times.consumer_s = 1.0;
+        r.times.consumer_wait_s = 9.0;
+        r.blocked[Stage::ALL.iter().position(|s| *s == Stage::Store).unwrap()] = 9.0;
+        r
+    }
+
+    #[test]
+    fn store_advice_says_to_raise_max_inflight_only_when_it_was_reached() {
+        let (stage, advice, _) = verdict(&store_bound(32), 32);
+        assert_eq!(stage, "store");
+        assert!(advice.contains("raise max_inflight") && !advice.contains("will not help"), "{advice}");
+        let (stage, advice, _) = verdict(&store_bound(4), 32);
+        assert_eq!(stage, "store");
+        assert!(advice.contains("peaked at 4 of max_inflight 32") && advice.contains("will not help"), "{advice}");
+    }
 }
