@@ -250,6 +250,8 @@ export interface QualityPoint {
 
 export interface WhatIf {
   epoch?: number;
+  /** A windowed view: each variable also as its target `label@+shift` (0: none). */
+  shift?: number;
   /** Concurrent passes the memory model assumes. Default 1. */
   iterations?: number;
   /** Decode threads the memory model assumes (the CLI's --threads). Default 1. */
@@ -262,9 +264,20 @@ export declare class Explorer {
   arrays(): ArrayInfo[];
   describe(options?: OpenOptions, whatIf?: WhatIf): DatasetReport;
   describeText(options?: OpenOptions, whatIf?: WhatIf): string;
-  drawOrder(options?: OpenOptions, split?: SplitName, at?: { epoch?: number }): DrawOrderReport;
-  qualityCurve(options?: OpenOptions, blockChunks?: number[], at?: { epoch?: number; threads?: number }): QualityPoint[];
+  drawOrder(options?: OpenOptions, split?: SplitName, at?: { epoch?: number; shift?: number }): DrawOrderReport;
+  qualityCurve(options?: OpenOptions, blockChunks?: number[], at?: { epoch?: number; threads?: number; shift?: number }): QualityPoint[];
+  /** One epoch of `split` read on this thread (previews); `shift` ≠ 0 adds targets `label@+shift`. */
+  iter(options?: OpenOptions, split?: SplitName, at?: { epoch?: number; shift?: number }): ExplorePass;
   close(): void;
+}
+
+/** A pass of `Explorer.iter`. */
+export declare class ExplorePass implements AsyncIterable<Batch> {
+  readonly length: number;
+  next(): Promise<Batch | undefined>;
+  stats(): PassStats | undefined;
+  close(): void;
+  [Symbol.asyncIterator](): AsyncIterator<Batch>;
 }
 
 /** Open the metadata of the store at `url` once, for many what-if questions (the dashboard). */

@@ -34,6 +34,7 @@ t cargo test -p insitubatch-tests
 
 echo "== wasm/JS: Node tests, cross-target parity, headless Chromium"
 t bash scripts/test-wasm.sh
+t bash scripts/test-www.sh   # the dashboard in headless Chromium (Playwright)
 ib_stop_servers
 
 echo "== Python package (insitubatch_rs): pytest, with real torch"

@@ -3,6 +3,9 @@
 // both serve a Zarr store same-origin under /store/ (IB_STORE_DIR, a .zarr directory; the
 // demo store by default, see scripts/www.sh): no CORS setup, and COEP is satisfied.
 import { defineConfig } from 'vite';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import sirv from 'sirv';
 
 const ISOLATION = {
@@ -30,10 +33,42 @@ function storePlugin() {
   return { name: 'insitubatch-store', configureServer: mount, configurePreviewServer: mount };
 }
 
+/**
+ * The js package's worker (openInWorker) loads its wasm build at run time, threaded or not,
+ * so it is served as plain modules: js/src and js/pkg at /insitubatch-js/ (dev and preview),
+ * and copied into the build for static hosting.
+ */
+function packagePlugin() {
+  const js = fileURLToPath(new URL('../js', import.meta.url));
+  let outDir;
+  const mount = (server) => {
+    const serve = sirv(js, { dev: true });
+    server.middlewares.use('/insitubatch-js', (req, res, next) => {
+      for (const [k, v] of Object.entries(ISOLATION)) res.setHeader(k, v);
+      serve(req, res, next);
+    });
+  };
+  return {
+    name: 'insitubatch-js',
+    configResolved: (c) => {
+      outDir = path.resolve(c.root, c.build.outDir);
+    },
+    configureServer: mount,
+    configurePreviewServer: mount,
+    closeBundle() {
+      for (const d of ['src', 'pkg']) {
+        fs.cpSync(path.join(js, d), path.join(outDir, 'insitubatch-js', d), { recursive: true });
+      }
+    },
+  };
+}
+
 export default defineConfig({
+  // No SPA fallback: a missing path is a 404, so a wrong store URL says so.
+  appType: 'mpa',
   server: { headers: ISOLATION, fs: { allow: ['..'] } },
   preview: { headers: ISOLATION },
   worker: { format: 'es' },
   build: { target: 'es2022', chunkSizeWarningLimit: 4096 },
-  plugins: [storePlugin()],
+  plugins: [storePlugin(), packagePlugin()],
 });

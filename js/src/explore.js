@@ -5,6 +5,69 @@
 
 const SPLITS = ['train', 'val', 'test', 'all'];
 
+function checkSplit(split) {
+  if (!SPLITS.includes(split)) {
+    throw new Error(`unknown split ${JSON.stringify(split)}; use "train", "val", "test" or "all"`);
+  }
+  return split;
+}
+
+/** Typed-array constructors by dtype (float16/bfloat16: raw bits; bool: bytes), as `open()` gives them. */
+const VIEWS = {
+  bool: Uint8Array, uint8: Uint8Array, int8: Int8Array, int16: Int16Array, uint16: Uint16Array,
+  float16: Uint16Array, bfloat16: Uint16Array, int32: Int32Array, uint32: Uint32Array,
+  int64: BigInt64Array, uint64: BigUint64Array, float32: Float32Array, float64: Float64Array,
+};
+
+/** A pass of `Explorer.iter`: an async iterable of batches. */
+export class ExplorePass {
+  #s;
+  constructor(s) {
+    this.#s = s;
+    this.length = s.length;
+  }
+  /** The next batch, or `undefined` after the last one. */
+  async next() {
+    if (!this.#s) return undefined;
+    const b = await this.#s.next();
+    if (b === undefined) {
+      this.close();
+      return undefined;
+    }
+    for (const a of Object.values(b.arrays)) {
+      const View = VIEWS[a.dtype];
+      const u8 = a.bytes;
+      delete a.bytes;
+      a.data = new View(u8.buffer, u8.byteOffset, u8.byteLength / View.BYTES_PER_ELEMENT);
+    }
+    return b;
+  }
+  /** Stats of this pass so far. */
+  stats() {
+    return this.#s ? this.#s.stats() : undefined;
+  }
+  /** End the pass now and free its memory. */
+  close() {
+    if (this.#s) {
+      this.#s.close();
+      this.#s.free();
+      this.#s = undefined;
+    }
+  }
+  [Symbol.asyncIterator]() {
+    return {
+      next: async () => {
+        const value = await this.next();
+        return value === undefined ? { value: undefined, done: true } : { value, done: false };
+      },
+      return: async () => {
+        this.close();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+}
+
 /** A store's metadata, opened once. Options are `open()`'s; nothing here reads the store. */
 export class Explorer {
   #ex;
@@ -18,24 +81,32 @@ export class Explorer {
   arrays() {
     return this.#ex.arrays();
   }
-  /** The describe report for `options` at `epoch`, for `iterations` passes at once and `threads` decode threads. */
-  describe(options = {}, { epoch = 0, iterations = 1, threads = 1 } = {}) {
-    return this.#ex.describe(options, epoch, iterations, threads);
+  /**
+   * The describe report for `options` at `epoch`, for `iterations` passes at once and
+   * `threads` decode threads; `shift` ≠ 0 describes a windowed view (each variable also as
+   * a target `label@+shift`).
+   */
+  describe(options = {}, { epoch = 0, iterations = 1, threads = 1, shift = 0 } = {}) {
+    return this.#ex.describe(options, epoch, iterations, threads, shift);
   }
   /** The same report as text. */
-  describeText(options = {}, { epoch = 0, iterations = 1, threads = 1 } = {}) {
-    return this.#ex.describeText(options, epoch, iterations, threads);
+  describeText(options = {}, { epoch = 0, iterations = 1, threads = 1, shift = 0 } = {}) {
+    return this.#ex.describeText(options, epoch, iterations, threads, shift);
   }
   /** The draw order of one epoch of `split`: anchors, their chunks, shuffle blocks and quality. */
-  drawOrder(options = {}, split = 'train', { epoch = 0 } = {}) {
-    if (!SPLITS.includes(split)) {
-      throw new Error(`unknown split ${JSON.stringify(split)}; use "train", "val", "test" or "all"`);
-    }
-    return this.#ex.drawOrder(options, split, epoch);
+  drawOrder(options = {}, split = 'train', { epoch = 0, shift = 0 } = {}) {
+    return this.#ex.drawOrder(options, checkSplit(split), epoch, shift);
   }
   /** Shuffle quality and memory of the train order for each `block_chunks` in `values`. */
-  qualityCurve(options = {}, values = [1, 2, 4, 8, 16, 32], { epoch = 0, threads = 1 } = {}) {
-    return this.#ex.qualityCurve(options, epoch, threads, Float64Array.from(values));
+  qualityCurve(options = {}, values = [1, 2, 4, 8, 16, 32], { epoch = 0, threads = 1, shift = 0 } = {}) {
+    return this.#ex.qualityCurve(options, epoch, threads, shift, Float64Array.from(values));
+  }
+  /**
+   * One epoch of `split`, read from the store on this thread, for previews: batches as
+   * `open()` gives them; with `shift` ≠ 0 each variable also comes as its target `label@+shift`.
+   */
+  iter(options = {}, split = 'train', { epoch = 0, shift = 0 } = {}) {
+    return new ExplorePass(this.#ex.iter(options, checkSplit(split), epoch, shift));
   }
   /** Free the explorer's memory now (optional). */
   close() {

@@ -148,6 +148,7 @@ impl Model {
         opts: &JsOpenOptions,
         threads: usize,
         epoch: u64,
+        shift: i64,
     ) -> Result<Dataset, Error> {
         let core = opts.to_core();
         let all: Vec<&ZarrArray> = self.arrays.iter().chain(&self.coordinates).collect();
@@ -169,10 +170,18 @@ impl Model {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        let variables: Vec<Variable> = chosen
+        let mut variables: Vec<Variable> = chosen
             .iter()
             .map(|a| Ok(Variable { label: a.path().to_string(), geometry: a.geometry(core.sample_axis)? }))
             .collect::<Result<_, Error>>()?;
+        if shift != 0 {
+            // A windowed view: each variable as input, and again `shift` samples on as target.
+            let targets: Vec<Variable> = variables
+                .iter()
+                .map(|v| Variable { label: target_label(&v.label, shift), geometry: v.geometry.shift(shift) })
+                .collect();
+            variables.extend(targets);
+        }
         // As core::open does after its reads.
         let manifest = split_by_chunk(&variables[0].geometry, &core.split)?;
         let pool = WhatIfPool(NonZeroUsize::new(threads).unwrap_or(NonZeroUsize::MIN));
@@ -235,6 +244,7 @@ impl Model {
         opts: &JsOpenOptions,
         threads: usize,
         epoch: u64,
+        shift: i64,
         values: &[usize],
     ) -> Result<Vec<QualityPoint>, Error> {
         values
@@ -244,7 +254,7 @@ impl Model {
                 o.block_chunks = Some(bc);
                 // An explicit budget sized for another block size would refuse most points.
                 o.cache_budget_bytes = None;
-                let ds = self.dataset(Arc::clone(storage), Arc::clone(executor), &o, threads, epoch)?;
+                let ds = self.dataset(Arc::clone(storage), Arc::clone(executor), &o, threads, epoch, shift)?;
                 let r: DatasetReport = ds.describe(1)?;
                 Ok(QualityPoint {
                     block_chunks: bc,
@@ -273,12 +283,19 @@ pub fn coordinate_names(data: &[ZarrArray]) -> Vec<String> {
     names
 }
 
+/// The label of `label`'s target in a view shifted by `shift` samples (`t2m@+1`).
+pub fn target_label(label: &str, shift: i64) -> String {
+    format!("{label}@{shift:+}")
+}
+
 #[cfg(target_arch = "wasm32")]
 mod js {
     use super::*;
     use crate::LocalExecutor;
     use crate::storage::FetchStorage;
     use js_sys::{Object, Reflect};
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
     use wasm_bindgen::prelude::*;
 
     fn err(e: impl std::fmt::Display) -> JsError {
@@ -295,6 +312,14 @@ mod js {
             Ok(v as u64)
         } else {
             Err(JsError::new(&format!("{name} must be a non-negative integer, got {v}")))
+        }
+    }
+
+    fn signed(name: &str, v: f64) -> Result<i64, JsError> {
+        if v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_991.0 {
+            Ok(v as i64)
+        } else {
+            Err(JsError::new(&format!("{name} must be an integer, got {v}")))
         }
     }
 
@@ -352,12 +377,14 @@ mod js {
     }
 
     impl Explorer {
-        fn dataset(&self, options: JsValue, epoch: f64, threads: f64) -> Result<(Dataset, u64), JsError> {
+        fn dataset(&self, options: JsValue, epoch: f64, threads: f64, shift: f64) -> Result<(Dataset, u64), JsError> {
             let opts = parse_options(options)?;
             let epoch = whole("epoch", epoch)?;
             let threads = whole("threads", threads)?.max(1) as usize;
+            let shift = signed("shift", shift)?;
             let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
-            let ds = self.model.dataset(Arc::clone(&self.storage), executor, &opts, threads, epoch).map_err(err)?;
+            let ds =
+                self.model.dataset(Arc::clone(&self.storage), executor, &opts, threads, epoch, shift).map_err(err)?;
             Ok((ds, epoch))
         }
     }
@@ -384,8 +411,9 @@ mod js {
             epoch: f64,
             iterations: f64,
             threads: f64,
+            shift: f64,
         ) -> Result<JsValue, JsError> {
-            let (ds, _) = self.dataset(options, epoch, threads)?;
+            let (ds, _) = self.dataset(options, epoch, threads, shift)?;
             let n = whole("iterations", iterations)?.max(1) as usize;
             to_js(&ds.describe(n).map_err(err)?)
         }
@@ -398,17 +426,18 @@ mod js {
             epoch: f64,
             iterations: f64,
             threads: f64,
+            shift: f64,
         ) -> Result<String, JsError> {
-            let (ds, _) = self.dataset(options, epoch, threads)?;
+            let (ds, _) = self.dataset(options, epoch, threads, shift)?;
             let n = whole("iterations", iterations)?.max(1) as usize;
             Ok(ds.describe(n).map_err(err)?.render())
         }
 
         /// The draw order of `split` at `epoch`: anchors, their chunks, shuffle blocks, quality.
         #[wasm_bindgen(js_name = drawOrder)]
-        pub fn draw_order(&self, options: JsValue, split: &str, epoch: f64) -> Result<JsValue, JsError> {
+        pub fn draw_order(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<JsValue, JsError> {
             let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
-            let (ds, epoch) = self.dataset(options, epoch, 1.0)?;
+            let (ds, epoch) = self.dataset(options, epoch, 1.0, shift)?;
             to_js(&Model::draw_order(&ds, split, epoch).map_err(err)?)
         }
 
@@ -419,16 +448,126 @@ mod js {
             options: JsValue,
             epoch: f64,
             threads: f64,
+            shift: f64,
             values: Vec<f64>,
         ) -> Result<JsValue, JsError> {
             let opts = parse_options(options)?;
             let epoch = whole("epoch", epoch)?;
             let threads = whole("threads", threads)?.max(1) as usize;
+            let shift = signed("shift", shift)?;
             let values: Vec<usize> =
                 values.iter().map(|&v| whole("block_chunks", v).map(|v| v as usize)).collect::<Result<_, _>>()?;
             let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
-            to_js(&self.model.quality_curve(&self.storage, &executor, &opts, threads, epoch, &values).map_err(err)?)
+            to_js(
+                &self
+                    .model
+                    .quality_curve(&self.storage, &executor, &opts, threads, epoch, shift, &values)
+                    .map_err(err)?,
+            )
         }
+
+        /// One epoch of `split` for `options` (a windowed view when `shift` is not 0: each
+        /// variable also as `label@+shift`), read from the store on this thread.
+        pub fn iter(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<ExploreStream, JsError> {
+            let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
+            let (ds, _) = self.dataset(options, epoch, 1.0, shift)?;
+            let stream = ds.iter(split).map_err(err)?;
+            let len = stream.len();
+            Ok(ExploreStream { inner: Rc::new(RefCell::new(Some(stream))), busy: Rc::new(Cell::new(false)), len })
+        }
+    }
+
+    /// A pass of [`Explorer::iter`]. Batches come as raw bytes per array (`explore.js` makes
+    /// typed views of them), so no dtype table is repeated here.
+    #[wasm_bindgen]
+    pub struct ExploreStream {
+        inner: Rc<RefCell<Option<insitubatch_core::BatchStream>>>,
+        busy: Rc<Cell<bool>>,
+        len: usize,
+    }
+
+    #[wasm_bindgen]
+    impl ExploreStream {
+        /// Batches this pass yields in all.
+        #[wasm_bindgen(getter)]
+        pub fn length(&self) -> usize {
+            self.len
+        }
+
+        /// `{ arrays: { label: { bytes, dtype, shape } }, sampleIndices, offsets, index, epoch }`,
+        /// or `undefined` after the last batch.
+        pub fn next(&self) -> js_sys::Promise {
+            let inner = Rc::clone(&self.inner);
+            let busy = Rc::clone(&self.busy);
+            wasm_bindgen_futures::future_to_promise(async move {
+                if busy.get() {
+                    return Err(JsError::new(
+                        "next() was called again before the previous call resolved; await it first",
+                    )
+                    .into());
+                }
+                let Some(mut stream) = inner.borrow_mut().take() else {
+                    return Ok(JsValue::UNDEFINED);
+                };
+                busy.set(true);
+                let item = stream.next_batch().await;
+                busy.set(false);
+                match item {
+                    Some(Ok(batch)) => {
+                        *inner.borrow_mut() = Some(stream);
+                        raw_batch(&batch).map_err(Into::into)
+                    }
+                    Some(Err(e)) => Err(JsError::new(&e.to_string()).into()),
+                    None => Ok(JsValue::UNDEFINED),
+                }
+            })
+        }
+
+        /// Stats of this pass so far (`undefined` once it has ended).
+        pub fn stats(&self) -> Result<JsValue, JsError> {
+            match self.inner.borrow().as_ref() {
+                Some(s) => to_js(&s.stats()),
+                None => Ok(JsValue::UNDEFINED),
+            }
+        }
+
+        /// End the pass now and free its memory.
+        pub fn close(&self) {
+            if let Some(s) = self.inner.borrow_mut().take() {
+                s.close();
+            }
+        }
+    }
+
+    fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), JsError> {
+        Reflect::set(o, &JsValue::from_str(k), v).map(|_| ()).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
+    }
+
+    fn raw_batch(b: &insitubatch_core::Batch) -> Result<JsValue, JsError> {
+        let arrays = Object::new();
+        for (label, a) in &b.arrays {
+            let o = Object::new();
+            let bytes = js_sys::Uint8Array::new_with_length(a.data.len() as u32);
+            bytes.copy_from(&a.data[..]);
+            set(&o, "bytes", &bytes)?;
+            set(&o, "dtype", &JsValue::from_str(a.dtype.name()))?;
+            let shape: js_sys::Array = a.shape.iter().map(|&d| JsValue::from_f64(d as f64)).collect();
+            set(&o, "shape", &shape)?;
+            set(&arrays, label, &o)?;
+        }
+        let offsets = Object::new();
+        for (label, off) in &b.offsets {
+            set(&offsets, label, &JsValue::from_f64(*off as f64))?;
+        }
+        let idx = js_sys::BigUint64Array::new_with_length(b.sample_indices.len() as u32);
+        idx.copy_from(&b.sample_indices);
+        let out = Object::new();
+        set(&out, "arrays", &arrays)?;
+        set(&out, "sampleIndices", &idx)?;
+        set(&out, "offsets", &offsets)?;
+        set(&out, "index", &JsValue::from_f64(b.index as f64))?;
+        set(&out, "epoch", &JsValue::from_f64(b.epoch as f64))?;
+        Ok(out.into())
     }
 }
 
@@ -501,7 +640,7 @@ mod tests {
                 seed: Some(7),
                 ..Default::default()
             };
-            let ds = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, 2, epoch).unwrap();
+            let ds = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, 2, epoch, 0).unwrap();
             let ours = serde_json::to_value(ds.describe(1).unwrap()).unwrap();
             let native = insitubatch_native::open(
                 &url,
@@ -528,8 +667,30 @@ mod tests {
         }
         // A variable that is not in the store is a clear error, not a panic.
         let bad = JsOpenOptions { variables: Some(vec!["nope".into()]), ..Default::default() };
-        let e = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, 1, 0).unwrap_err().to_string();
+        let e = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, 1, 0, 0).unwrap_err().to_string();
         assert!(e.contains("\"nope\"") && e.contains("t2m"), "{e}");
+        // A windowed view: every variable again as a target `shift` samples on, read for real.
+        let opts = JsOpenOptions { batch_size: Some(6), block_chunks: Some(2), ..Default::default() };
+        let ds = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, 1, 1, 3).unwrap();
+        let r = ds.describe(1).unwrap();
+        assert!(r.config.windowed);
+        let labels: Vec<&str> = ds.variables().iter().map(|v| v.label.as_str()).collect();
+        assert_eq!(labels, ["t2m", "u10", "t2m@+3", "u10@+3"]);
+        let order = Model::draw_order(&ds, Split::All, 1).unwrap();
+        assert_eq!(*order.anchors.last().unwrap(), 48 - 1 - 3, "targets past the end are not drawn");
+        rt.block_on(async {
+            let mut stream = ds.iter(Split::Train).unwrap();
+            let b = stream.next_batch().await.unwrap().unwrap();
+            let target = &b.arrays["t2m@+3"];
+            let row = 91 * 180;
+            let vals: Vec<f32> =
+                target.data[..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            for (i, &t) in b.sample_indices.iter().enumerate() {
+                for (y, x) in [(0, 0), (45, 90), (90, 179)] {
+                    assert_eq!(vals[i * row + y * 180 + x], demo::demo_value("t2m", t + 3, y as u64, x as u64));
+                }
+            }
+        });
         // Quality grows with the block size; memory grows with it too.
         let q = m
             .quality_curve(
@@ -537,6 +698,7 @@ mod tests {
                 &executor,
                 &JsOpenOptions { batch_size: Some(4), ..Default::default() },
                 1,
+                0,
                 0,
                 &[1, 2, 5],
             )

@@ -10,7 +10,9 @@ export const LUT_SIZE = 256;
 export const VIRIDIS = (() => {
   const t = new Uint8Array(LUT_SIZE * 3);
   for (let i = 0; i < LUT_SIZE; i++) {
-    const c = rgb(interpolateViridis(i / (LUT_SIZE - 1)));
+    // d3's viridis is a ramp of 256 colours picked by floor(t * 256): sampling at bin
+    // centres takes each colour exactly once (i / 255 would repeat some through rounding).
+    const c = rgb(interpolateViridis((i + 0.5) / LUT_SIZE));
     t.set([c.r, c.g, c.b], i * 3);
   }
   return t;

@@ -1,9 +1,13 @@
 // The dashboard: open a store, describe and tune a configuration live (no reads), preview
 // real shuffled batches as images, and stream an epoch in a worker with a live chart.
-import { open, openExplorer } from 'insitubatch';
+import { openExplorer, openInWorker } from 'insitubatch';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { VIRIDIS } from './colormap.js';
+// The package's worker runs unbundled (it picks the threaded or one-thread build at run time,
+// and a bundler cannot follow that choice): vite.config.js serves js/src and js/pkg at
+// /insitubatch-js/ and copies them into the build, and `openInWorker` is told where.
+const workerUrl = new URL('/insitubatch-js/src/worker.js', location.href);
 import { drawColorbar, drawSlice, sliceLayout, sliceRange, toFloat } from './render.js';
 
 const $ = (id) => document.getElementById(id);
@@ -30,8 +34,8 @@ const state = {
   order: null,
   curve: null,
   error: null,
-  preview: { ds: null, key: null, pass: null, history: [], pos: -1, epoch: 0, ended: false, shown: null },
-  live: { worker: null, ticks: [], done: null, error: null },
+  preview: { key: null, opts: null, shift: 0, pass: null, history: [], pos: -1, epoch: 0, ended: false, shown: null },
+  live: { ds: null, ticks: [], done: null, error: null, stop: false, build: null },
 };
 window.__ib = state;
 
@@ -161,7 +165,7 @@ export function currentOptions() {
 }
 
 function whatIf() {
-  return { epoch: num('epoch') ?? 0, iterations: num('iterations') ?? 1, threads: num('threads') ?? 1 };
+  return { epoch: num('epoch') ?? 0, iterations: num('iterations') ?? 1, threads: num('threads') ?? 1, shift: num('shift') ?? 0 };
 }
 
 let pending = false;
@@ -311,7 +315,7 @@ function showQualityCurve(opts, w) {
 
 function showOrder(opts, w) {
   const split = $('order-split').value;
-  const o = state.explorer.drawOrder(opts, split, { epoch: w.epoch });
+  const o = state.explorer.drawOrder(opts, split, { epoch: w.epoch, shift: w.shift });
   state.order = o;
   const cv = $('order');
   const ctx = cv.getContext('2d');
@@ -350,19 +354,18 @@ function showOrder(opts, w) {
 function closePreview() {
   const p = state.preview;
   p.pass?.close();
-  p.ds?.close();
-  Object.assign(p, { ds: null, key: null, pass: null, history: [], pos: -1, ended: false });
+  Object.assign(p, { key: null, pass: null, history: [], pos: -1, ended: false, opts: null, shift: 0 });
 }
 
+/** The preview reads through the explorer: no second metadata round trip, and windows work. */
 async function previewDataset() {
   const opts = currentOptions();
-  const key = JSON.stringify([state.url, opts]);
+  const shift = whatIf().shift;
+  const key = JSON.stringify([state.url, opts, shift]);
   const p = state.preview;
-  if (p.ds && p.key === key) return p;
+  if (p.pass && p.key === key) return p;
   closePreview();
-  p.ds = await open(state.url, opts);
-  p.key = key;
-  p.epoch = whatIf().epoch;
+  Object.assign(p, { key, opts, shift, epoch: whatIf().epoch });
   startEpoch();
   return p;
 }
@@ -370,8 +373,7 @@ async function previewDataset() {
 function startEpoch() {
   const p = state.preview;
   p.pass?.close();
-  p.ds.setEpoch(p.epoch);
-  p.pass = p.ds.train();
+  p.pass = state.explorer.iter(p.opts, 'train', { epoch: p.epoch, shift: p.shift });
   p.history = [];
   p.pos = -1;
   p.ended = false;
@@ -420,6 +422,11 @@ function showIndexControls(inner) {
   return layout;
 }
 
+/** The label of `label`'s target in a view shifted by `shift` (as wasm/src/explore.rs names it). */
+function targetLabel(label, shift) {
+  return `${label}@${shift > 0 ? '+' : ''}${shift}`;
+}
+
 function showBatch() {
   const p = state.preview;
   const b = p.history[p.pos];
@@ -427,12 +434,18 @@ function showBatch() {
   const label = $('preview-var').value || Object.keys(b.arrays)[0];
   const arr = b.arrays[label];
   if (!arr) return;
+  // A windowed view shows input and target side by side, on one colour scale.
+  const labels = p.shift ? [label, targetLabel(label, p.shift)] : [label];
   const inner = arr.shape.slice(1);
   const layout = showIndexControls(inner);
   const extra = [...$('preview-indices').querySelectorAll('input')].map((i) => Number(i.value) || 0);
-  const values = toFloat(arr);
+  const values = labels.map((l) => toFloat(b.arrays[l]));
   const rows = arr.shape[0];
-  const [vmin, vmax] = sliceRange(values, layout, rows, extra);
+  let [vmin, vmax] = [Infinity, -Infinity];
+  for (const v of values) {
+    const [lo, hi] = sliceRange(v, layout, rows, extra);
+    [vmin, vmax] = [Math.min(vmin, lo), Math.max(vmax, hi)];
+  }
   const cb = $('colorbar');
   cb.dataset.vmin = String(vmin);
   cb.dataset.vmax = String(vmax);
@@ -445,15 +458,22 @@ function showBatch() {
   for (let r = 0; r < rows; r++) {
     const fig = document.createElement('figure');
     fig.className = 'sample';
-    const cv = document.createElement('canvas');
-    cv.dataset.row = String(r);
-    cv.dataset.sample = String(b.sampleIndices[r]);
-    drawSlice(cv, values, layout, r, extra, vmin, vmax);
-    cv.style.width = `${layout.width * scale}px`;
-    cv.style.height = `${layout.height * scale}px`;
+    const pics = document.createElement('div');
+    pics.className = 'pics';
+    labels.forEach((l, k) => {
+      const cv = document.createElement('canvas');
+      cv.dataset.row = String(r);
+      cv.dataset.sample = String(b.sampleIndices[r]);
+      cv.dataset.label = l;
+      cv.title = k === 0 ? `${l} at sample ${b.sampleIndices[r]}` : `${l}: target, sample ${Number(b.sampleIndices[r]) + p.shift}`;
+      drawSlice(cv, values[k], layout, r, extra, vmin, vmax);
+      cv.style.width = `${layout.width * scale}px`;
+      cv.style.height = `${layout.height * scale}px`;
+      pics.append(cv);
+    });
     const cap = document.createElement('figcaption');
-    cap.textContent = `sample ${b.sampleIndices[r]}`;
-    fig.append(cv, cap);
+    cap.textContent = p.shift ? `sample ${b.sampleIndices[r]} → target ${Number(b.sampleIndices[r]) + p.shift}` : `sample ${b.sampleIndices[r]}`;
+    fig.append(pics, cap);
     figs.push(fig);
   }
   const box = $('batch');
@@ -461,28 +481,17 @@ function showBatch() {
   box.dataset.label = label;
   box.dataset.batch = String(b.index);
   box.dataset.epoch = String(b.epoch);
-  box.dataset.extra = extra.join(',');
-  p.shown = { label, batch: b.index, epoch: b.epoch, sampleIndices: [...b.sampleIndices].map(Number), vmin, vmax, extra };
-  $('preview-pos').textContent = `epoch ${b.epoch}, batch ${b.index + 1} of ${p.pass?.length ?? '?'} (${rows} samples, ${label} [${inner.join(', ')}])`;
+  p.shown = { label, labels, batch: b.index, epoch: b.epoch, sampleIndices: [...b.sampleIndices].map(Number), vmin, vmax, extra, shift: p.shift };
+  $('preview-pos').textContent = `epoch ${b.epoch}, batch ${b.index + 1} of ${p.pass?.length ?? '?'} (${rows} samples, ${labels.join(' | ')} [${inner.join(', ')}])`;
   $('preview-pos').dataset.ended = 'false';
 }
 
 // ---------- 4. live run ----------
 
 let livePlot;
-function runLive() {
-  const L = state.live;
-  L.worker?.terminate();
-  L.ticks = [];
-  L.done = null;
-  L.error = null;
-  const w = new Worker(new URL('./live-worker.js', import.meta.url), { type: 'module', name: 'insitubatch-live' });
-  L.worker = w;
-  $('run').disabled = true;
-  $('stop').disabled = false;
-  $('live-state').textContent = 'starting …';
-  $('live-state').dataset.state = 'running';
-  $('pass-report').replaceChildren();
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function liveChart() {
   const data = [[], [], [], []];
   if (!livePlot) {
     livePlot = new uPlot(
@@ -494,7 +503,7 @@ function runLive() {
           { label: 's' },
           { label: 'MB/s', scale: 'mbs', stroke: '#21918c', width: 2 },
           { label: 'queue peak (batches)', scale: 'q', stroke: '#440154', width: 1.5, paths: uPlot.paths.stepped({ align: 1 }) },
-          { label: 'asks that found a batch ready (0..1)', scale: 'q', stroke: '#fde725', width: 1.5 },
+          { label: 'asks that found a batch ready (0..1)', scale: 'q', stroke: '#e0b000', width: 1.5 },
         ],
         axes: [{ label: 'seconds' }, { scale: 'mbs', label: 'MB/s' }, { scale: 'q', side: 1, grid: { show: false } }],
       },
@@ -504,11 +513,57 @@ function runLive() {
   } else {
     livePlot.setData(data);
   }
-  w.onmessage = (e) => {
-    const m = e.data;
-    if (m.type === 'start') {
-      $('live-state').textContent = `streaming ${m.batches} batches of ${m.split} (${m.isolated ? 'cross-origin isolated' : 'not isolated'}, one-thread wasm in a worker)`;
-    } else if (m.type === 'tick') {
+  return data;
+}
+
+/**
+ * One epoch in a worker (`openInWorker`: the threaded build where the page is isolated and
+ * it is available, else one thread), batches moved to the page as a training loop would
+ * get them; a tick every 100 ms with MB/s, the engine's queue samples and the stage that
+ * limits so far; the pass report at the end.
+ */
+async function runLive() {
+  const L = state.live;
+  Object.assign(L, { ticks: [], done: null, error: null, stop: false });
+  $('run').disabled = true;
+  $('stop').disabled = false;
+  const st = $('live-state');
+  st.textContent = 'starting the worker …';
+  st.dataset.state = 'running';
+  $('pass-report').replaceChildren();
+  const data = liveChart();
+  const stepMs = num('step-ms') ?? 0;
+  const split = $('live-split').value;
+  let ds;
+  try {
+    ds = await openInWorker(state.url, currentOptions(), { threads: 'auto', workerUrl });
+    L.ds = ds;
+    await ds.setEpoch(whatIf().epoch);
+    const pass = ds.iter(split);
+    const total = await pass.size();
+    L.build = { build: ds.build, threads: ds.threads };
+    st.textContent = `streaming ${total} batches of ${split} (${ds.build} build, ${ds.threads} decode thread${ds.threads === 1 ? '' : 's'})${whatIf().shift ? '; openInWorker has no windows, so this is the plain view' : ''}`;
+    const t0 = performance.now();
+    let last = { t: t0, bytes: 0, asks: 0, empty: 0 };
+    let bytes = 0;
+    let batches = 0;
+    const tick = async (now) => {
+      const s = await pass.stats();
+      if (!s) return;
+      const d = s.depths;
+      const asks = d.queue_samples - last.asks;
+      const m = {
+        t: (now - t0) / 1000,
+        mbps: (bytes - last.bytes) / 1e6 / Math.max((now - last.t) / 1000, 1e-6),
+        // The engine samples its queue whenever the loop asks for a batch: how often one
+        // was already waiting, and the deepest the queue has been.
+        readyShare: asks > 0 ? 1 - (d.queue_empty - last.empty) / asks : null,
+        queuePeak: d.queue_peak,
+        stage: s.limiting_stage,
+        batches,
+        total,
+      };
+      last = { t: now, bytes, asks: d.queue_samples, empty: d.queue_empty };
       L.ticks.push(m);
       data[0].push(m.t);
       data[1].push(m.mbps);
@@ -516,42 +571,37 @@ function runLive() {
       data[3].push(m.readyShare);
       livePlot.setData(data);
       $('live-stage').textContent = m.stage;
-      $('live-state').textContent = `${m.batches} of ${m.total} batches`;
-    } else if (m.type === 'done') {
-      L.done = m;
-      $('live-stage').textContent = m.stats.limiting_stage;
-      $('live-state').textContent = `done: ${m.batches} batches`;
-      $('live-state').dataset.state = 'done';
-      showPassReport(m.stats, m);
-      finishLive();
-    } else if (m.type === 'error') {
-      L.error = m.message;
-      $('live-state').textContent = m.message;
-      $('live-state').dataset.state = 'error';
-      finishLive();
+      st.textContent = `${batches} of ${total} batches (${ds.build} build, ${ds.threads} thread${ds.threads === 1 ? '' : 's'})`;
+    };
+    for (;;) {
+      const b = await pass.next();
+      if (b === undefined) break;
+      for (const a of Object.values(b.arrays)) bytes += a.data.byteLength;
+      batches += 1;
+      const now = performance.now();
+      if (now - last.t >= 100 || batches === total) await tick(now);
+      if (L.stop) {
+        await pass.close();
+        break;
+      }
+      if (stepMs > 0) await sleep(stepMs);
     }
-  };
-  w.onerror = (e) => {
-    L.error = e.message ?? 'the worker failed';
-    $('live-state').textContent = L.error;
-    $('live-state').dataset.state = 'error';
-    finishLive();
-  };
-  w.postMessage({
-    type: 'run',
-    url: state.url,
-    options: currentOptions(),
-    epoch: whatIf().epoch,
-    split: $('live-split').value,
-    stepMs: num('step-ms') ?? 0,
-  });
-}
-
-function finishLive() {
-  $('run').disabled = false;
-  $('stop').disabled = true;
-  state.live.worker?.terminate();
-  state.live.worker = null;
+    const stats = await ds.lastPass();
+    L.done = { stats, batches, bytes, wall: (performance.now() - t0) / 1000, stopped: L.stop };
+    $('live-stage').textContent = stats.limiting_stage;
+    st.textContent = `${L.stop ? 'stopped' : 'done'}: ${batches} batches (${ds.build} build, ${ds.threads} thread${ds.threads === 1 ? '' : 's'})`;
+    st.dataset.state = 'done';
+    showPassReport(stats, L.done);
+  } catch (e) {
+    L.error = e.message;
+    st.textContent = e.message;
+    st.dataset.state = 'error';
+  } finally {
+    await ds?.close();
+    L.ds = null;
+    $('run').disabled = false;
+    $('stop').disabled = true;
+  }
 }
 
 function showPassReport(s, m) {
@@ -583,7 +633,7 @@ function showPassReport(s, m) {
 
 // ---------- wiring ----------
 
-$('build').textContent = `page ${crossOriginIsolated ? 'is' : 'is not'} cross-origin isolated; engine: one-thread wasm (decode in a worker for the live run)`;
+$('build').textContent = `page ${crossOriginIsolated ? 'is' : 'is not'} cross-origin isolated; describe and preview: one-thread wasm on this page; live run: a worker (threaded build when isolated and available)`;
 document.body.dataset.isolated = String(crossOriginIsolated);
 drawColorbar($('colorbar'));
 $('open-form').addEventListener('submit', (e) => {
@@ -622,7 +672,9 @@ $('next-epoch').addEventListener('click', guard(async () => {
 }));
 $('preview-var').addEventListener('change', showBatch);
 $('run').addEventListener('click', runLive);
-$('stop').addEventListener('click', () => state.live.worker?.postMessage({ type: 'stop' }));
+$('stop').addEventListener('click', () => {
+  state.live.stop = true;
+});
 
 // `?store=URL` opens a store at load; `?demo` the served demo store.
 const params = new URLSearchParams(location.search);
