@@ -262,8 +262,8 @@ impl DiskTier {
         // replaced by rename), so the mapped bytes cannot change or shrink under us.
         // `populate` faults the pages in with one call, here on the pool in admission order,
         // instead of one fault per page later in the gather the consumer waits on.
-        let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }
-            .map_err(|e| format!("cannot be mapped ({e})"))?;
+        let map =
+            unsafe { memmap2::MmapOptions::new().populate().map(&f) }.map_err(|e| format!("cannot be mapped ({e})"))?;
         if map.len() != header.len() + nbytes || map[..header.len()] != *header {
             return Err("does not match the chunk's shape and dtype".into());
         }
