@@ -23,6 +23,12 @@ export interface OpenOptions {
   prefetchDepth?: number;
   /** Byte budget of the chunk pool. Default: automatic. */
   cacheBudgetBytes?: number | bigint;
+  /**
+   * For `s3://bucket/prefix` URLs (Node package only): object_store's S3 options as strings,
+   * e.g. `{ aws_endpoint, aws_region, aws_access_key_id, aws_secret_access_key,
+   * aws_allow_http: 'true' }`. wasm cannot read the environment, so pass them here.
+   */
+  storageOptions?: Record<string, string>;
 }
 
 export type DTypeName =
@@ -133,7 +139,7 @@ export declare class Dataset {
   close(): void;
 }
 
-/** Open the Zarr store at `url` (http:// or https://) and build a dataset. */
+/** Open the Zarr store at `url` (http:// or https://; s3:// in Node, with `storageOptions`) and build a dataset. */
 export declare function open(url: string | URL, options?: OpenOptions): Promise<Dataset>;
 /** Browser entry only: load the .wasm now (optional; `open` does it). */
 export declare function initialize(input?: string | URL | Response | BufferSource): Promise<unknown>;

@@ -18,10 +18,15 @@ export const browserSkip = !PLAYWRIGHT
   : !existsSync(CHROMIUM) ? `no Chromium at ${CHROMIUM}` : false;
 
 /** Serve js/ on loopback; `coopCoep` adds the cross-origin-isolation headers to every response. */
-export async function serveJs({ coopCoep = false } = {}) {
+export function serveJs({ coopCoep = false } = {}) {
+  return serveDir(JS_ROOT, { coopCoep });
+}
+
+/** Serve `root` on loopback with tests/servers/http_server.py (ranges, CORS on every response). */
+export async function serveDir(root, { coopCoep = false } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'ib-js-server-'));
   const portFile = join(dir, 'port');
-  const args = [join(REPO, 'tests/servers/http_server.py'), '--root', JS_ROOT, '--port', '0', '--port-file', portFile];
+  const args = [join(REPO, 'tests/servers/http_server.py'), '--root', root, '--port', '0', '--port-file', portFile];
   if (coopCoep) args.push('--coop-coep');
   const proc = spawn(process.env.IB_PY ?? 'python3', args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';

@@ -40,10 +40,10 @@ function stores() {
 }
 
 async function run(server, fn, arg) {
-  const page = await chrome.page(`${server.url}/test/browser/`);
+  const page = await chrome.page(`${server.url}/test-support/page/`);
   try {
     return await page.evaluate(
-      async ([fn, arg]) => (await import('/test/browser/cases.js'))[fn](arg),
+      async ([fn, arg]) => (await import('/test-support/browser-cases.js'))[fn](arg),
       [fn, arg],
     );
   } catch (e) {
@@ -91,7 +91,8 @@ test('Chromium: worker errors are Error with the engine message', { skip: off },
   assert.match(t.message, /cross-origin-isolated/);
 });
 
-test('Chromium, cross-origin isolated: the worker picks the threaded build, same digests', { skip: off || (!existsSync(THREADS_PKG) && 'js/pkg/web-threads not built') }, async () => {
+test('Chromium, cross-origin isolated: the worker picks the threaded build, same digests', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
+  assert.ok(existsSync(THREADS_PKG), 'scripts/test-wasm.sh builds js/pkg/web-threads');
   const res = await run(isolated, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', nThreads: 2, mainThread: true });
   assert.equal(res.isolated, true, 'the COOP/COEP page is cross-origin isolated');
   const compared = checkDigests(res, { build: 'web-threads', threads: 2 });

@@ -14,3 +14,8 @@ test('browser entry: initialize(bytes), open, one epoch', { skip }, async () => 
   assert.deepEqual(batches[0].arrays.t2m.shape, [10, 6, 6]);
   assert.equal(ds.lastPass().batches, batches.length);
 });
+
+test('browser entry: s3:// is refused with a message (the browser packages leave S3 out)', { skip }, async () => {
+  await initialize(readFileSync(new URL('../pkg/web/insitubatch_wasm_bg.wasm', import.meta.url)));
+  await assert.rejects(open('s3://fixtures/v3_zstd', { variables: ['t2m'] }), /no S3 support.*s3:\/\/fixtures\/v3_zstd/s);
+});

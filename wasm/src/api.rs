@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+#[cfg(not(feature = "threads"))]
 use insitubatch_core::runtime::InlinePool;
 use insitubatch_core::{Batch, DType, NdArray, Runtime};
 use js_sys::{Array, Object, Reflect, Uint8Array};
@@ -41,9 +42,51 @@ fn whole(name: &str, v: f64) -> Result<u64, JsError> {
     }
 }
 
-/// Open the Zarr store at `url` (`http(s)://…`, read with `fetch`) and build a dataset.
+/// `fetch` for `http(s)://`; object_store's signed S3 for `s3://` (with `storageOptions`).
+fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        if opts.storage_options.is_some() {
+            return Err(JsError::new(&format!(
+                "storageOptions apply to s3:// URLs only; drop them for an http(s) store: {url}"
+            )));
+        }
+        return Ok(Arc::new(FetchStorage::new(url)));
+    }
+    if url.starts_with("s3://") {
+        #[cfg(feature = "s3")]
+        {
+            let o = opts.storage_options.clone().unwrap_or_default();
+            return Ok(Arc::new(crate::object::open_s3(url, &o).map_err(|e| JsError::new(&e))?));
+        }
+        #[cfg(not(feature = "s3"))]
+        {
+            return Err(JsError::new(&format!(
+                "this build has no S3 support: the browser packages leave it out to stay small (the Node \
+                 package has it); read the store over https:// instead: {url}"
+            )));
+        }
+    }
+    Err(JsError::new(&format!("unsupported store URL; use http://, https:// or s3://: {url}")))
+}
+
+/// Where decode and gather run: rayon's Web Worker pool in the threaded build (started by
+/// `initThreadPool`), else inline on the calling thread.
+fn cpu_pool() -> Arc<dyn insitubatch_core::runtime::ThreadPool> {
+    #[cfg(feature = "threads")]
+    {
+        Arc::new(crate::threads::RayonPool)
+    }
+    #[cfg(not(feature = "threads"))]
+    {
+        Arc::new(InlinePool)
+    }
+}
+
+/// Open the Zarr store at `url` (`http(s)://…`, read with `fetch`; or `s3://bucket/prefix`,
+/// signed, with `storageOptions`) and build a dataset.
 /// `options`: `{ variables?, sampleAxis?, fractions?, shuffleSplits?, batchSize?,
-/// blockChunks?, maxInflight?, seed?, shuffle?, prefetchDepth?, cacheBudgetBytes? }`.
+/// blockChunks?, maxInflight?, seed?, shuffle?, prefetchDepth?, cacheBudgetBytes?,
+/// storageOptions? }`.
 #[wasm_bindgen]
 pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
     let opts: JsOpenOptions = if options.is_undefined() || options.is_null() {
@@ -64,11 +107,8 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
         }
         serde_wasm_bindgen::from_value(options).map_err(|e| JsError::new(&format!("invalid options: {e}")))?
     };
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(JsError::new(&format!("unsupported store URL; use http:// or https://: {url}")));
-    }
-    let storage: Arc<dyn insitubatch_core::Storage> = Arc::new(FetchStorage::new(&url));
-    let runtime = Runtime { executor: Arc::new(LocalExecutor::new()), pool: Arc::new(InlinePool) };
+    let storage = storage_for(&url, &opts)?;
+    let runtime = Runtime { executor: Arc::new(LocalExecutor::new()), pool: cpu_pool() };
     let inner = insitubatch_core::open(storage, runtime, opts.to_core()).await.map_err(err)?;
     Ok(Dataset { inner, url })
 }

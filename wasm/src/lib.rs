@@ -16,6 +16,10 @@ mod api;
 mod runtime;
 #[cfg(target_arch = "wasm32")]
 mod storage;
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+mod threads;
+#[cfg(all(target_arch = "wasm32", feature = "s3"))]
+mod object;
 pub mod explore;
 
 #[cfg(target_arch = "wasm32")]
@@ -24,6 +28,8 @@ pub use api::*;
 pub use runtime::LocalExecutor;
 #[cfg(target_arch = "wasm32")]
 pub use storage::FetchStorage;
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+pub use threads::{RayonPool, init_thread_pool};
 
 /// The option names `open()` accepts (the fields of [`JsOpenOptions`]).
 pub const OPTION_NAMES: &[&str] = &[
@@ -38,6 +44,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "shuffle",
     "prefetchDepth",
     "cacheBudgetBytes",
+    "storageOptions",
 ];
 
 /// The options `open()` accepts, in their JavaScript (camelCase) spelling. Parsed on every
@@ -67,6 +74,8 @@ pub struct JsOpenOptions {
     pub prefetch_depth: Option<usize>,
     /// Byte budget of the chunk pool (default: automatic).
     pub cache_budget_bytes: Option<u64>,
+    /// object_store options for `s3://` URLs (`aws_endpoint`, `aws_region`, credentials, …).
+    pub storage_options: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl JsOpenOptions {
@@ -96,6 +105,7 @@ impl JsOpenOptions {
                 sample_range: None,
             },
             dataset,
+            ..Default::default()
         }
     }
 }

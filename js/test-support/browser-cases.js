@@ -1,6 +1,7 @@
-// Page-side halves of js/test/browser.test.js, imported into a page on the js/ origin.
+// Page-side halves of js/test/browser.test.js, imported into test-support/page/ on the js/ origin
+// (outside js/test/, so node --test does not run it as a test file).
 // Each returns plain JSON for the Node side to assert on.
-import { open, openInWorker } from '../../src/web.js';
+import { open, openInWorker } from '../src/web.js';
 
 /** SHA-256 hex of a pass, as test-support/helpers.js `digest` (and the Rust tests) compute it. */
 export async function digest(batches) {
