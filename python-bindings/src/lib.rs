@@ -735,8 +735,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyManifest>()?;
     m.add_class::<NativeDataset>()?;
     m.add_class::<NativeStream>()?;
-    m.add_class::<transforms::PyDecodedChunk>()?;
-    m.add_class::<transforms::PyChunkRead>()?;
     m.add_class::<transforms::PyStandardScaler>()?;
     m.add_function(wrap_pyfunction!(open_geometries, m)?)?;
     m.add_function(wrap_pyfunction!(split_by_chunk, m)?)?;

@@ -67,84 +67,15 @@ pub type ErrSlot = Arc<Mutex<Option<PyErr>>>;
 /// Array path → `(n_samples, sample_chunk_size)`, for the geometry `output_inner` sees.
 pub type GeomMap = Arc<OnceLock<BTreeMap<String, (u64, u64)>>>;
 
-/// Which chunk a transform is looking at: an array path and a chunk index along the sample
-/// axis (the anchor's `ChunkRead`; frozen and hashable).
-#[pyclass(frozen, eq, hash, name = "ChunkRead", module = "insitubatch_rs")]
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct PyChunkRead {
-    #[pyo3(get)]
-    array: String,
-    #[pyo3(get)]
-    chunk_index: u64,
-}
-
-#[pymethods]
-impl PyChunkRead {
-    #[new]
-    fn new(array: String, chunk_index: u64) -> Self {
-        Self { array, chunk_index }
-    }
-    fn __repr__(&self) -> String {
-        format!("ChunkRead(array={:?}, chunk_index={})", self.array, self.chunk_index)
-    }
-}
-
-/// A decoded chunk as a Python chunk transform sees it (the anchor's
-/// `DecodedChunk(read, data, sample_offset)`): `data` is `(rows, *inner)`, sample axis first,
-/// logical (no edge padding); `sample_offset` is the global index of its first row.
-#[pyclass(name = "DecodedChunk", module = "insitubatch_rs")]
-pub struct PyDecodedChunk {
-    #[pyo3(get, set)]
-    read: Py<PyChunkRead>,
-    #[pyo3(get, set)]
-    data: Py<PyAny>,
-    #[pyo3(get, set)]
-    sample_offset: u64,
-}
-
-#[pymethods]
-impl PyDecodedChunk {
-    #[new]
-    fn new(read: Py<PyChunkRead>, data: Py<PyAny>, sample_offset: u64) -> Self {
-        Self { read, data, sample_offset }
-    }
-    /// The array path (`read.array`).
-    #[getter]
-    fn array(&self) -> String {
-        self.read.get().array.clone()
-    }
-    /// The chunk index along the sample axis (`read.chunk_index`).
-    #[getter]
-    fn chunk_index(&self) -> u64 {
-        self.read.get().chunk_index
-    }
-    /// The same chunk with other data (what a transform usually returns).
-    fn replace(&self, py: Python<'_>, data: Py<PyAny>) -> Self {
-        Self { read: self.read.clone_ref(py), data, sample_offset: self.sample_offset }
-    }
-    /// `copy.replace(chunk, data=...)` (Python 3.13), the dataclass idiom.
-    #[pyo3(signature = (*, read = None, data = None, sample_offset = None))]
-    fn __replace__(
-        &self,
-        py: Python<'_>,
-        read: Option<Py<PyChunkRead>>,
-        data: Option<Py<PyAny>>,
-        sample_offset: Option<u64>,
-    ) -> Self {
-        Self {
-            read: read.unwrap_or_else(|| self.read.clone_ref(py)),
-            data: data.unwrap_or_else(|| self.data.clone_ref(py)),
-            sample_offset: sample_offset.unwrap_or(self.sample_offset),
-        }
-    }
-    fn __repr__(&self, py: Python<'_>) -> String {
-        let shape = self.data.bind(py).getattr("shape").map(|s| s.to_string()).unwrap_or_default();
-        let r = self.read.get();
-        format!(
-            "DecodedChunk(read=ChunkRead(array={:?}, chunk_index={}), sample_offset={}, data.shape={shape})",
-            r.array, r.chunk_index, self.sample_offset
-        )
-    }
+/// The Python classes a chunk transform sees: `insitubatch_rs.ChunkRead` and
+/// `insitubatch_rs.DecodedChunk` (dataclasses, as in the anchor, so `dataclasses.replace`
+/// works), looked up once.
+fn chunk_classes(py: Python<'_>) -> PyResult<&(Py<PyAny>, Py<PyAny>)> {
+    static CLASSES: pyo3::sync::PyOnceLock<(Py<PyAny>, Py<PyAny>)> = pyo3::sync::PyOnceLock::new();
+    CLASSES.get_or_try_init(py, || {
+        let m = py.import("insitubatch_rs")?;
+        Ok((m.getattr("ChunkRead")?.unbind(), m.getattr("DecodedChunk")?.unbind()))
+    })
 }
 
 /// Copy a numpy-convertible object into an aligned engine array.
@@ -269,13 +200,12 @@ impl ChunkTransform for PyChunkFn {
         with_python(|py| {
             let run = || -> PyResult<NdArray> {
                 let data = Buffer::from_nd(data)?.into_numpy(py)?.unbind();
-                let read = Py::new(py, PyChunkRead { array: array.clone(), chunk_index })?;
-                let arg = Bound::new(py, PyDecodedChunk { read, data, sample_offset })?;
+                let (read_cls, chunk_cls) = chunk_classes(py)?;
+                let read = read_cls.bind(py).call1((array.clone(), chunk_index))?;
+                let arg = chunk_cls.bind(py).call1((read, data, sample_offset))?;
                 let out = self.func.bind(py).call1((arg,))?;
-                let out_data = match out.cast::<PyDecodedChunk>() {
-                    Ok(dc) => dc.borrow().data.clone_ref(py).into_bound(py),
-                    Err(_) => out,
-                };
+                // A DecodedChunk back (the usual), or just its new data.
+                let out_data = if out.is_instance(chunk_cls.bind(py))? { out.getattr("data")? } else { out };
                 numpy_to_nd(py, &out_data)
             };
             match run() {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -214,9 +215,29 @@ def test_decoded_chunk_has_the_anchors_read(zstd):
         r.array = "u10"  # frozen
     dc = ib.DecodedChunk(r, np.zeros((2, 3), np.float32), 24)
     assert (dc.array, dc.chunk_index, dc.sample_offset) == ("t2m", 3, 24)
-    dc2 = dc.__replace__(data=np.ones((2, 3), np.float32))
+    dc2 = dataclasses.replace(dc, data=np.ones((2, 3), np.float32))
     assert dc2.read == r and dc2.sample_offset == 24 and dc2.data.sum() == 6
-    assert "ChunkRead(array=\"t2m\", chunk_index=3)" in repr(dc)
+    assert "ChunkRead(array='t2m', chunk_index=3)" in repr(dc)
+
+
+def test_dataclass_replace_in_chunk_and_batch_transforms(zstd):
+    """The anchor's DecodedChunk and Batch are dataclasses; transforms written for it return
+    ``dataclasses.replace(...)``."""
+    u, srcs = zstd
+
+    def k_to_c(chunk):
+        return dataclasses.replace(chunk, data=chunk.data - np.float32(273.15))
+
+    def windspeed(batch):
+        return dataclasses.replace(batch, arrays={**batch.arrays, "ws": np.hypot(batch["t2m"], batch["u10"])})
+
+    ds = make(u, chunk_transforms=[ib.applies(["t2m"], k_to_c)], batch_transforms=[windspeed])
+    for b in ds.all:
+        t = srcs["t2m"][b.sample_indices] - np.float32(273.15)
+        np.testing.assert_allclose(b["t2m"], t, rtol=1e-6)
+        np.testing.assert_allclose(b["ws"], np.hypot(t, srcs["u10"][b.sample_indices]), rtol=1e-6)
+    b = ib.Batch({"x": np.zeros((2, 1))}, np.array([4, 9]))
+    assert b.offsets == {} and b.read_indices("x").tolist() == [4, 9] and len(b) == 2
 
 
 def test_batch_arrays_and_stack_axis(zstd):

@@ -9,6 +9,7 @@ Mirrors the Python *insitubatch* API: ``open_geometries`` → ``split_by_chunk``
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,8 +20,6 @@ import numpy as np
 from . import _native
 from ._native import (
     ArrayGeometry,
-    ChunkRead,
-    DecodedChunk,
     InsitubatchIOError,
     SplitManifest,
     StandardScaler,
@@ -100,6 +99,44 @@ def split_by_chunk(
     return _native.split_by_chunk(
         geom, fractions=tuple(fractions), seed=seed, contiguous=contiguous, sample_range=sample_range
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkRead:
+    """Which chunk a transform is looking at (the anchor's ``ChunkRead``): the zarr array path
+    and the chunk index along the sample axis. Frozen and hashable."""
+
+    array: str
+    chunk_index: int
+
+
+@dataclasses.dataclass
+class DecodedChunk:
+    """What a chunk transform receives (the anchor's ``DecodedChunk(read, data, sample_offset)``).
+
+    ``data`` is the logical chunk ``(rows, *inner)``: sample axis first, contiguous, with no
+    edge padding; a short final chunk arrives short. ``sample_offset`` is the global index of
+    its first row. Return the chunk with new data (``dataclasses.replace(chunk, data=...)``,
+    ``chunk.replace(data)``), or just the new array.
+    """
+
+    read: ChunkRead
+    data: np.ndarray
+    sample_offset: int
+
+    @property
+    def array(self) -> str:
+        """The zarr array path (``read.array``)."""
+        return self.read.array
+
+    @property
+    def chunk_index(self) -> int:
+        """The chunk index along the sample axis (``read.chunk_index``)."""
+        return self.read.chunk_index
+
+    def replace(self, data: np.ndarray) -> DecodedChunk:
+        """The same chunk with other data."""
+        return DecodedChunk(self.read, data, self.sample_offset)
 
 
 class _Scoped:
@@ -188,6 +225,7 @@ def _chunk_transform(t: Any) -> tuple[list[str] | None, Any]:
     return None, t
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class Batch(Mapping[str, np.ndarray]):
     """A model-ready batch: label → ``(rows, *inner)`` numpy array, rows aligned.
 
@@ -195,29 +233,22 @@ class Batch(Mapping[str, np.ndarray]):
     to the engine for reuse. numpy has no bfloat16: a bfloat16 array comes as
     ``ml_dtypes.bfloat16`` when ml_dtypes is importable (JAX brings it;
     ``pip install ml_dtypes`` otherwise), else as its raw ``uint16`` words.
+
+    A dataclass like the anchor's ``Batch(arrays, sample_indices, offsets)``, so a batch
+    transform may return ``dataclasses.replace(batch, arrays={...})``.
     """
 
-    __slots__ = ("_arrays", "epoch", "index", "offsets", "sample_indices")
-
-    def __init__(
-        self,
-        arrays: dict[str, np.ndarray],
-        sample_indices: np.ndarray,
-        offsets: dict[str, int],
-        index: int = 0,
-        epoch: int = 0,
-    ) -> None:
-        self._arrays = arrays
-        self.sample_indices = sample_indices
-        self.offsets = offsets
-        self.index = index
-        self.epoch = epoch
+    arrays: dict[str, np.ndarray]
+    sample_indices: np.ndarray
+    offsets: dict[str, int] = dataclasses.field(default_factory=dict)
+    index: int = 0
+    epoch: int = 0
 
     def __getitem__(self, label: str) -> np.ndarray:
-        return self._arrays[label]
+        return self.arrays[label]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._arrays)
+        return iter(self.arrays)
 
     def __len__(self) -> int:
         """Rows in the batch (only an epoch's last batch is short)."""
@@ -225,16 +256,11 @@ class Batch(Mapping[str, np.ndarray]):
 
     @property
     def labels(self) -> list[str]:
-        return list(self._arrays)
-
-    @property
-    def arrays(self) -> dict[str, np.ndarray]:
-        """label → array (the anchor's ``Batch.arrays``; the batch is also that mapping)."""
-        return self._arrays
+        return list(self.arrays)
 
     def read_indices(self, label: str) -> np.ndarray:
         """Where each row of ``label`` was read on the sample axis: anchor + offset."""
-        if label not in self._arrays:
+        if label not in self.arrays:
             raise KeyError(label)
         return self.sample_indices + np.int64(self.offsets.get(label, 0))
 
@@ -244,16 +270,16 @@ class Batch(Mapping[str, np.ndarray]):
             raise ValueError("stack needs at least one label")
         arrays = []
         for label in labels:
-            if label not in self._arrays:
+            if label not in self.arrays:
                 raise ValueError(f"batch has no label {label!r}")
-            arrays.append(self._arrays[label])
+            arrays.append(self.arrays[label])
         first = arrays[0]
         if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
             raise ValueError(f"cannot stack {list(labels)!r}: shapes or dtypes differ")
         return np.stack(arrays, axis=axis)
 
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self._arrays.items())
+        shapes = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self.arrays.items())
         return f"Batch(epoch={self.epoch}, index={self.index}, rows={len(self)}, {{{shapes}}})"
 
 
