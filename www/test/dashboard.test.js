@@ -264,6 +264,18 @@ describe('dashboard', () => {
     await shot('07-live');
   });
 
+  it('opens an s3:// URL path-style through an endpoint (anonymous GETs)', async () => {
+    await page.goto(base);
+    await page.click('#open-section summary');
+    const endpoint = new URL(base).origin;
+    await page.fill('#s3-endpoint', endpoint);
+    await page.fill('#url', 's3://store');
+    await page.click('#open');
+    await page.waitForSelector('#tune-section:not([hidden])');
+    assert.equal(await page.getAttribute('#status', 'data-url'), `${endpoint}/store/`);
+    assert.equal(await page.locator('#arrays tbody tr[data-role=data]').count(), 2);
+  });
+
   it('says what was wrong, with the URL last, when a store is missing', async () => {
     await page.goto(base);
     await page.fill('#url', `${base}no-such-store.zarr`);
