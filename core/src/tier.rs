@@ -39,7 +39,7 @@ pub struct ArrayIdentity {
 ///
 /// `location` is the store URL, `metadata` the array's stored metadata document (codecs,
 /// fill value, shape, chunk grid), and each transform contributes its
-/// [`ChunkTransform::cache_token`] in pipeline order.
+/// [`ChunkTransform::cache_token`] for this array, in pipeline order.
 pub fn array_fingerprint(
     location: &str,
     path: &str,
@@ -59,7 +59,7 @@ pub fn array_fingerprint(
     field(&(sample_axis as u64).to_le_bytes());
     field(metadata);
     for t in transforms {
-        field(t.cache_token().as_bytes());
+        field(t.cache_token(path).as_bytes());
     }
     let digest = h.finalize();
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()

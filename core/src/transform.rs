@@ -38,11 +38,12 @@ pub trait ChunkTransform: MaybeSend + MaybeSync + std::fmt::Debug {
     fn output(&self, _array: &str, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
         Ok((dtype, inner.to_vec()))
     }
-    /// What identifies this transform's output to a persisted cache: two transforms with the
-    /// same token must produce the same bytes. The default is the name and the full `Debug`
-    /// form (all parameters, never summarized); override it when `Debug` leaves out
-    /// something that changes the output, or to declare a version you bump on every re-fit.
-    fn cache_token(&self) -> String {
+    /// What identifies this transform's output on `array` to a persisted cache: two
+    /// transforms with the same token must produce the same bytes there. The default is the
+    /// name and the full `Debug` form (all parameters, never summarized); override it when
+    /// `Debug` leaves out something that changes the output, to keep per-array parameters
+    /// from invalidating other arrays, or to declare a version you bump on every re-fit.
+    fn cache_token(&self, _array: &str) -> String {
         format!("{}:{self:?}", self.name())
     }
     /// Reject a scope this transform cannot serve (called by [`applies`]).
@@ -138,6 +139,21 @@ impl StandardScaler {
 impl ChunkTransform for StandardScaler {
     fn name(&self) -> String {
         "standard_scaler".into()
+    }
+    /// Only this array's statistics (exact bits) and `eps`: re-fitting one variable's
+    /// statistics leaves the other variables' cached chunks valid.
+    fn cache_token(&self, array: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for stats in [&self.mean, &self.std] {
+            let v = stats.get(array).map(Vec::as_slice).unwrap_or_default();
+            h.update((v.len() as u64).to_le_bytes());
+            for x in v {
+                h.update(x.to_bits().to_le_bytes());
+            }
+        }
+        h.update(self.eps.to_bits().to_le_bytes());
+        format!("standard_scaler:sha256:{:x}", h.finalize())
     }
     fn validate_scope(&self, arrays: &[String]) -> Result<()> {
         let missing: Vec<&String> =
@@ -266,6 +282,21 @@ mod tests {
             sample_offset: 0,
             data: NdArray::new(DType::Float32, shape, data).unwrap(),
         }
+    }
+
+    #[test]
+    fn scaler_cache_token_sees_only_its_arrays_statistics() {
+        let stats = |u10_mean: f32| {
+            StandardScaler::new(
+                BTreeMap::from([("t2m".into(), vec![280.0]), ("u10".into(), vec![u10_mean])]),
+                BTreeMap::from([("t2m".into(), vec![10.0]), ("u10".into(), vec![3.0])]),
+            )
+        };
+        let (a, b) = (stats(0.5), stats(0.25));
+        assert_eq!(a.cache_token("t2m"), b.cache_token("t2m"), "t2m's statistics did not change");
+        assert_ne!(a.cache_token("u10"), b.cache_token("u10"));
+        assert_ne!(a.cache_token("t2m"), a.cache_token("u10"));
+        assert_eq!(a.cache_token("u10"), stats(0.5).cache_token("u10"));
     }
 
     #[test]

@@ -160,7 +160,7 @@ impl ChunkTransform for PyChunkFn {
     /// The identity a persisted cache fingerprints: `cache_key` if the callable declares one,
     /// else a hash of its pickle (cloudpickle) or of its source, closure values and repr
     /// (`insitubatch_rs._cache_token`).
-    fn cache_token(&self) -> String {
+    fn cache_token(&self, _array: &str) -> String {
         Python::attach(|py| {
             let token = || -> PyResult<String> {
                 py.import("insitubatch_rs")?.getattr("_cache_token")?.call1((self.func.bind(py),))?.extract()
@@ -360,8 +360,13 @@ impl ChunkTransform for KeyedScaler {
     fn validate_scope(&self, arrays: &[String]) -> insitubatch_core::Result<()> {
         self.scaler.validate_scope(arrays)
     }
-    fn cache_token(&self) -> String {
-        self.token.clone()
+    /// The declared key when there is one; else only this array's statistics, so re-fitting
+    /// one variable leaves the other variables' cached chunks valid.
+    fn cache_token(&self, array: &str) -> String {
+        match &self.cache_key {
+            Some(_) => self.token.clone(),
+            None => self.scaler.cache_token(array),
+        }
     }
 }
 

@@ -162,6 +162,26 @@ def test_an_edited_python_transform_is_stale_then_reset(zstd, tmp_path):
         assert ds.last_pass["revived_chunks"] > 0, "u10 kept its cached chunks"
 
 
+def test_refitting_one_arrays_scaler_statistics_leaves_the_other_arrays_cached(zstd, tmp_path):
+    u, srcs = zstd
+    cache = tmp_path / "cache"
+
+    def scaler(u10_mean):
+        return ib.StandardScaler({"t2m": 280.0, "u10": u10_mean}, {"t2m": 10.0, "u10": 3.0})
+
+    with make(u, cache_dir=cache, persist=True, chunk_transforms=[scaler(0.5)]) as ds:
+        epoch(ds)
+    with pytest.raises(RuntimeError) as e:
+        make(u, cache_dir=cache, persist=True, chunk_transforms=[scaler(0.25)])
+    assert '["u10"]' in str(e.value) and "t2m" not in str(e.value).split("stale")[0], str(e.value)
+    with make(u, cache_dir=cache, persist=True, chunk_transforms=[scaler(0.25)], reset_stale_cache=True) as ds:
+        for idx, arrays in epoch(ds):
+            np.testing.assert_allclose(arrays["u10"], (srcs["u10"][idx] - 0.25) / 3.0, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(arrays["t2m"], (srcs["t2m"][idx] - 280.0) / 10.0, rtol=1e-6, atol=1e-5)
+        lp = ds.last_pass
+        assert lp["revived_chunks"] > 0 and lp["storage_reads"] > 0, "t2m revived, u10 read again"
+
+
 def test_cache_token_prefers_a_declared_key():
     class Scale:
         cache_key = "stats-v7"
