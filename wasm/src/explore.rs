@@ -36,6 +36,18 @@ impl ThreadPool for WhatIfPool {
     }
 }
 
+/// What a question assumes besides the options: decode threads (the memory model sizes the
+/// queue and scratch by them), the epoch, and a window shift (0: none).
+#[derive(Debug, Clone, Copy)]
+pub struct WhatIf {
+    /// Decode threads (at least 1).
+    pub threads: usize,
+    /// The epoch.
+    pub epoch: u64,
+    /// A windowed view: each variable again, `shift` samples on, as `label@+shift`.
+    pub shift: i64,
+}
+
 /// One array of the store as the dashboard lists it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ArrayInfo {
@@ -146,10 +158,9 @@ impl Model {
         storage: Arc<dyn Storage>,
         executor: Arc<dyn insitubatch_core::Executor>,
         opts: &JsOpenOptions,
-        threads: usize,
-        epoch: u64,
-        shift: i64,
+        at: WhatIf,
     ) -> Result<Dataset, Error> {
+        let WhatIf { threads, epoch, shift } = at;
         let core = opts.to_core();
         let all: Vec<&ZarrArray> = self.arrays.iter().chain(&self.coordinates).collect();
         let chosen: Vec<ZarrArray> = match &core.variables {
@@ -242,9 +253,7 @@ impl Model {
         storage: &Arc<dyn Storage>,
         executor: &Arc<dyn insitubatch_core::Executor>,
         opts: &JsOpenOptions,
-        threads: usize,
-        epoch: u64,
-        shift: i64,
+        at: WhatIf,
         values: &[usize],
     ) -> Result<Vec<QualityPoint>, Error> {
         values
@@ -254,7 +263,7 @@ impl Model {
                 o.block_chunks = Some(bc);
                 // An explicit budget sized for another block size would refuse most points.
                 o.cache_budget_bytes = None;
-                let ds = self.dataset(Arc::clone(storage), Arc::clone(executor), &o, threads, epoch, shift)?;
+                let ds = self.dataset(Arc::clone(storage), Arc::clone(executor), &o, at)?;
                 let r: DatasetReport = ds.describe(1)?;
                 Ok(QualityPoint {
                     block_chunks: bc,
@@ -383,8 +392,10 @@ mod js {
             let threads = whole("threads", threads)?.max(1) as usize;
             let shift = signed("shift", shift)?;
             let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
-            let ds =
-                self.model.dataset(Arc::clone(&self.storage), executor, &opts, threads, epoch, shift).map_err(err)?;
+            let ds = self
+                .model
+                .dataset(Arc::clone(&self.storage), executor, &opts, WhatIf { threads, epoch, shift })
+                .map_err(err)?;
             Ok((ds, epoch))
         }
     }
@@ -461,7 +472,7 @@ mod js {
             to_js(
                 &self
                     .model
-                    .quality_curve(&self.storage, &executor, &opts, threads, epoch, shift, &values)
+                    .quality_curve(&self.storage, &executor, &opts, WhatIf { threads, epoch, shift }, &values)
                     .map_err(err)?,
             )
         }
@@ -640,7 +651,9 @@ mod tests {
                 seed: Some(7),
                 ..Default::default()
             };
-            let ds = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, 2, epoch, 0).unwrap();
+            let ds = m
+                .dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, WhatIf { threads: 2, epoch, shift: 0 })
+                .unwrap();
             let ours = serde_json::to_value(ds.describe(1).unwrap()).unwrap();
             let native = insitubatch_native::open(
                 &url,
@@ -667,11 +680,16 @@ mod tests {
         }
         // A variable that is not in the store is a clear error, not a panic.
         let bad = JsOpenOptions { variables: Some(vec!["nope".into()]), ..Default::default() };
-        let e = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, 1, 0, 0).unwrap_err().to_string();
+        let e = m
+            .dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, WhatIf { threads: 1, epoch: 0, shift: 0 })
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"nope\"") && e.contains("t2m"), "{e}");
         // A windowed view: every variable again as a target `shift` samples on, read for real.
         let opts = JsOpenOptions { batch_size: Some(6), block_chunks: Some(2), ..Default::default() };
-        let ds = m.dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, 1, 1, 3).unwrap();
+        let ds = m
+            .dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, WhatIf { threads: 1, epoch: 1, shift: 3 })
+            .unwrap();
         let r = ds.describe(1).unwrap();
         assert!(r.config.windowed);
         let labels: Vec<&str> = ds.variables().iter().map(|v| v.label.as_str()).collect();
@@ -697,9 +715,7 @@ mod tests {
                 &storage,
                 &executor,
                 &JsOpenOptions { batch_size: Some(4), ..Default::default() },
-                1,
-                0,
-                0,
+                WhatIf { threads: 1, epoch: 0, shift: 0 },
                 &[1, 2, 5],
             )
             .unwrap();
