@@ -39,3 +39,10 @@ def source(fixtures: Path, array: dict, sample_axis: int) -> np.ndarray:
     """The array's values, sample axis first (inner axes in physical order)."""
     raw = np.fromfile(fixtures / array["values_file"], dtype=np.dtype(array["dtype"]).newbyteorder("<"))
     return np.moveaxis(raw.reshape(array["shape"]), sample_axis, 0)
+
+
+@pytest.fixture
+def zstd(fixtures: Path, manifest: dict) -> tuple[str, dict[str, np.ndarray]]:
+    """The v3 zstd store: its URL and each array's source values."""
+    s = store(manifest, "v3_zstd")
+    return url(fixtures, s["path"]), {k: source(fixtures, a, 0) for k, a in s["arrays"].items()}

@@ -13,15 +13,6 @@ import numpy as np
 import pytest
 
 import insitubatch_rs as ib
-from conftest import source, store, url
-
-
-@pytest.fixture
-def zstd(fixtures, manifest):
-    s = store(manifest, "v3_zstd")
-    u = url(fixtures, s["path"])
-    srcs = {k: source(fixtures, a, 0) for k, a in s["arrays"].items()}
-    return u, srcs
 
 
 def make(u, **kw):
