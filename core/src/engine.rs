@@ -323,7 +323,8 @@ pub(crate) fn load_chunk(
             (r.end - r.start) as usize
         };
         let out_shape: Vec<usize> = std::iter::once(rows).chain(reader.out_inner.iter().copied()).collect();
-        if let Some(tier) = engine.tier.clone() {
+        // Only a persisting tier can hold a chunk this process has not just loaded.
+        if let Some(tier) = engine.tier.clone().filter(|t| t.persists()) {
             let (dtype, shape) = (reader.out_dtype, out_shape.clone());
             let exec = Arc::clone(&engine.runtime.executor);
             let revived = engine
