@@ -592,3 +592,60 @@ fn recycled_chunk_buffers_are_fully_overwritten() {
     }
     assert!(ds.pool_counters().evictions > 10, "{:?}", ds.pool_counters());
 }
+
+#[test]
+fn a_persisting_tier_serves_later_epochs_with_no_reads_and_the_same_batches() {
+    let f = Fixture::new(Some(Duration::from_millis(2)));
+    let shape = [40u64, 3, 4];
+    f.array("t2m", &shape, &[8, 3, 2], None);
+    let tier = crate::testing::MemoryTier::persisting();
+    let opts =
+        DatasetOptions { batch_size: 6, block_chunks: 2, tier: Some(Arc::new(tier.clone())), ..Default::default() };
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let ids = tier.opened_with();
+    assert_eq!(ids.len(), 1);
+    assert_eq!((ids[0].path.as_str(), ids[0].fingerprint.len()), ("t2m", 16));
+    let cold = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    check_epoch(&cold, &shape, 0, &[("t2m", 0)], &(0..40).collect::<Vec<_>>(), 6);
+    assert_eq!(tier.counters().stored, 5, "each chunk stored once");
+    tier.set_readonly(true); // any miss from here on fails the pass
+    // A new dataset (a new process, as far as the pool knows) revives every chunk.
+    let opts =
+        DatasetOptions { batch_size: 6, block_chunks: 2, tier: Some(Arc::new(tier.clone())), ..Default::default() };
+    let fresh = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let reads = f.storage.total_reads();
+    let warm = f.epoch(&fresh, Split::Train).unwrap().unwrap();
+    assert_eq!(f.storage.total_reads(), reads, "a revived epoch read the store");
+    let rows_of =
+        |bs: &[Batch]| bs.iter().map(|b| (b.sample_indices.clone(), rows(&b.arrays["t2m"]))).collect::<Vec<_>>();
+    assert_eq!(rows_of(&warm), rows_of(&cold));
+    assert_eq!(fresh.last_pass().unwrap().revived_chunks, 5);
+}
+
+#[test]
+fn tier_failures_end_the_pass_with_the_tiers_message_never_a_hang() {
+    for fail_store in [true, false] {
+        let f = Fixture::new(Some(Duration::from_millis(1)));
+        f.array("t2m", &[32, 2, 2], &[4, 2, 2], None);
+        let tier = crate::testing::MemoryTier::persisting();
+        if fail_store {
+            tier.set_fail_store(true);
+        } else {
+            tier.set_readonly(true);
+        }
+        let opts = DatasetOptions {
+            batch_size: 4,
+            block_chunks: 2,
+            max_inflight: 2,
+            tier: Some(Arc::new(tier.clone())),
+            ..Default::default()
+        };
+        let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+        let err = f.epoch(&ds, Split::Train).expect("no deadlock").unwrap_err().to_string();
+        let want = if fail_store { "disk full" } else { "readonly miss" };
+        assert!(err.contains(want), "{err}");
+        // The next epoch starts cleanly and fails the same way (nothing stranded).
+        let again = f.epoch(&ds, Split::Train).expect("no deadlock").unwrap_err().to_string();
+        assert!(again.contains(want), "{again}");
+    }
+}

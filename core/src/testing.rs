@@ -329,3 +329,108 @@ pub fn write_f32_array(
         storage.insert(key.as_str().to_string(), v);
     }
 }
+
+/// A disk tier in memory, for engine simulations: it keeps stored chunks, counts calls, and
+/// can fail or refuse on purpose (the real one is `insitubatch_native::cache`).
+#[derive(Debug, Default, Clone)]
+pub struct MemoryTier {
+    inner: Arc<Mutex<MemoryTierState>>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryTierState {
+    chunks: BTreeMap<(u32, u64), Bytes>,
+    persist: bool,
+    readonly: bool,
+    fail_store: bool,
+    counters: crate::tier::TierCounters,
+    opened_with: Vec<crate::tier::ArrayIdentity>,
+}
+
+impl MemoryTier {
+    /// A persisting tier (revives what it stored).
+    pub fn persisting() -> Self {
+        let t = Self::default();
+        t.inner.lock().unwrap().persist = true;
+        t
+    }
+
+    /// Refuse misses like a `readonly_cache` opener.
+    pub fn set_readonly(&self, readonly: bool) {
+        self.inner.lock().unwrap().readonly = readonly;
+    }
+
+    /// Make every store fail (disk full).
+    pub fn set_fail_store(&self, fail: bool) {
+        self.inner.lock().unwrap().fail_store = fail;
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> crate::tier::TierCounters {
+        self.inner.lock().unwrap().counters
+    }
+
+    /// The identities of the last open.
+    pub fn opened_with(&self) -> Vec<crate::tier::ArrayIdentity> {
+        self.inner.lock().unwrap().opened_with.clone()
+    }
+}
+
+impl crate::tier::ChunkTier for MemoryTier {
+    fn revive(&self, array: u32, chunk: u64, _dtype: crate::DType, _shape: &[usize]) -> crate::Result<Option<Bytes>> {
+        let mut s = self.inner.lock().unwrap();
+        match s.chunks.get(&(array, chunk)).cloned() {
+            Some(b) => {
+                s.counters.revived += 1;
+                Ok(Some(b))
+            }
+            None if s.readonly => Err(crate::Error::Cache {
+                message: format!("readonly miss: chunk {chunk} of array #{array}"),
+                key: "memory".into(),
+            }),
+            None => {
+                s.counters.misses += 1;
+                Ok(None)
+            }
+        }
+    }
+
+    fn store(
+        &self,
+        array: u32,
+        chunk: u64,
+        _dtype: crate::DType,
+        _shape: &[usize],
+        data: &[u8],
+    ) -> crate::Result<Option<Bytes>> {
+        let mut s = self.inner.lock().unwrap();
+        if s.fail_store {
+            return Err(crate::Error::Cache { message: "disk full".into(), key: "memory".into() });
+        }
+        let b = Bytes::copy_from_slice(data);
+        if s.persist {
+            s.chunks.insert((array, chunk), b.clone());
+        }
+        s.counters.stored += 1;
+        Ok(Some(b))
+    }
+
+    fn persists(&self) -> bool {
+        self.inner.lock().unwrap().persist
+    }
+
+    fn counters(&self) -> crate::tier::TierCounters {
+        self.inner.lock().unwrap().counters
+    }
+
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+}
+
+impl crate::tier::TierOpener for MemoryTier {
+    fn open(&self, arrays: &[crate::tier::ArrayIdentity]) -> crate::Result<Arc<dyn crate::tier::ChunkTier>> {
+        self.inner.lock().unwrap().opened_with = arrays.to_vec();
+        Ok(Arc::new(self.clone()))
+    }
+}
