@@ -12,9 +12,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/env.sh
 
-# js/pkg with the dashboard's exports (explore.rs); rebuilt when missing or older.
+# js/pkg with the dashboard's exports (explore.rs); rebuilt when missing, or older than the
+# engine's sources (the describe parity test compares it with a CLI built from them).
 ib_www_pkg() {
-    if ! grep -qs openExplorer js/pkg/web/insitubatch_wasm.js; then
+    local wasm=js/pkg/web/insitubatch_wasm_bg.wasm
+    if ! grep -qs openExplorer js/pkg/web/insitubatch_wasm.js \
+        || [ -n "$(find core/src core/Cargo.toml wasm/src wasm/Cargo.toml Cargo.lock -newer "$wasm" 2>/dev/null | head -1)" ]; then
         bash scripts/test-wasm.sh --build-only
     fi
 }
