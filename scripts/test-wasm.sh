@@ -162,13 +162,14 @@ rc=0
 IB_REQUIRE_THREADS=1 node --test --test-reporter=spec js/test/ || rc=$?
 rm -f "$DIGESTS"
 
-echo "== headless Chromium (wasm-bindgen-test, run_in_browser)"
+echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, and Node"
 CHROMEDRIVER_BIN="$(command -v chromedriver || true)"
 if [ -n "$CHROMEDRIVER_BIN" ] && command -v chromium >/dev/null; then
     BROWSERLOG="$INSITUBATCH_CACHE/last-test-wasm-browser.log"
     if CHROMEDRIVER="$CHROMEDRIVER_BIN" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
-        cargo test -p insitubatch-wasm --no-default-features --target wasm32-unknown-unknown --test browser >"$BROWSERLOG" 2>&1; then
-        grep -E '^(Running headless|test result)' "$BROWSERLOG"
+        cargo test -p insitubatch-wasm --no-default-features --target wasm32-unknown-unknown \
+        --test browser --test worker --test node >"$BROWSERLOG" 2>&1; then
+        grep -E '^(Running|test result)' "$BROWSERLOG"
     else
         cat "$BROWSERLOG" >&2; echo "browser test failed" >&2; rc=1
     fi
