@@ -649,3 +649,29 @@ fn tier_failures_end_the_pass_with_the_tiers_message_never_a_hang() {
         assert!(again.contains(want), "{again}");
     }
 }
+
+#[test]
+fn queued_counts_the_batches_waiting_for_the_caller_up_to_prefetch_depth() {
+    let f = Fixture::new(Some(Duration::from_millis(1)));
+    f.array("t2m", &[64, 2, 2], &[4, 2, 2], None);
+    let opts = DatasetOptions { batch_size: 4, block_chunks: 2, prefetch_depth: 3, ..Default::default() };
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let exec = Arc::clone(&f.runtime.executor);
+    let (before, waited, after_take) = f
+        .sim
+        .run(
+            async move {
+                let mut s = ds.iter(Split::Train)?;
+                let before = s.queued();
+                exec.sleep(Duration::from_secs(5)).await;
+                let waited = s.queued();
+                s.next_batch().await.expect("a batch")?;
+                Ok::<_, Error>((before, waited, s.queued()))
+            },
+            LIMIT,
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!((before, waited), (0, 3), "a stalled caller finds prefetch_depth batches waiting");
+    assert!(after_take <= 3);
+}

@@ -353,6 +353,12 @@ impl BatchStream {
         self.n_batches == 0
     }
 
+    /// Batches gathered and waiting for the caller now (0 to `prefetch_depth`): the live
+    /// queue depth a dashboard charts.
+    pub fn queued(&self) -> usize {
+        self.rx.len()
+    }
+
     /// The next batch; `None` at the end of the epoch. After an error the stream ends.
     pub async fn next_batch(&mut self) -> Option<Result<Batch>> {
         if self.finished {
