@@ -25,6 +25,7 @@ const { values: a } = parseArgs({
     'batch-size': { type: 'string', default: '8' },
     'block-chunks': { type: 'string', default: '2' },
     json: { type: 'string' },
+    only: { type: 'string' }, // "chromium" or "node": just those rows
   },
 });
 if (!a.store) {
@@ -41,7 +42,7 @@ const rows = {};
 const best = (xs) => xs.reduce((m, x) => (x.mb_per_s > m.mb_per_s ? x : m));
 
 try {
-  if (a.cli) {
+  if (a.cli && !a.only) {
     const runs = [];
     for (let i = 0; i < RUNS; i++) {
       const r = spawnSync(a.cli, ['bench', url, '--threads', '1', '--epochs', '1', '--json',
@@ -55,7 +56,7 @@ try {
   }
 
   const node = [];
-  for (let i = 0; i < RUNS; i++) {
+  for (let i = 0; i < (a.only === 'chromium' ? 0 : RUNS); i++) {
     const ds = await open(url, { ...options, fractions: [1, 0, 0] });
     const t0 = performance.now();
     let bytes = 0;
@@ -64,9 +65,11 @@ try {
     node.push({ mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage: ds.lastPass()?.limiting_stage });
     ds.close();
   }
-  rows.node = { ...best(node), runs: node.map((r) => +r.mb_per_s.toFixed(1)) };
+  if (node.length) rows.node = { ...best(node), runs: node.map((r) => +r.mb_per_s.toFixed(1)) };
 
-  if (browserSkip) {
+  if (a.only === 'node') {
+    // no Chromium rows
+  } else if (browserSkip) {
     console.error(`skipping Chromium: ${browserSkip}`);
   } else {
     const page = await serveJs({ coopCoep: true });
@@ -92,7 +95,7 @@ try {
 }
 
 const ratios = {};
-if (rows.native) ratios.node_vs_native_one_thread = rows.node.mb_per_s / rows.native.mb_per_s;
+if (rows.native && rows.node) ratios.node_vs_native_one_thread = rows.node.mb_per_s / rows.native.mb_per_s;
 if (rows['chromium-1']) ratios[`chromium_threads_${NTHREADS}_vs_one`] = rows[`chromium-${NTHREADS}`].mb_per_s / rows['chromium-1'].mb_per_s;
 for (const [k, r] of Object.entries(rows)) {
   console.log(`${k.padEnd(12)} ${r.mb_per_s.toFixed(1).padStart(8)} MB/s  (best of ${r.runs.join(', ')}; limited by ${r.limiting_stage})`);

@@ -13,7 +13,7 @@ export async function coldEpoch({ url, options, threads, nThreads }) {
       for (const a of Object.values(b.arrays)) bytes += a.data.byteLength;
     }
     const seconds = (performance.now() - t0) / 1e3;
-    return { build: wds.build, threads: wds.threads, isolated: globalThis.crossOriginIsolated, seconds, samples, bytes, ttfb, mb_per_s: bytes / 1e6 / seconds, limiting_stage: (await wds.lastPass())?.limiting_stage };
+    return { build: wds.build, threads: wds.threads, isolated: globalThis.crossOriginIsolated, seconds, samples, bytes, ttfb, mb_per_s: bytes / 1e6 / seconds, limiting_stage: (await wds.lastPass())?.limiting_stage, pass: await wds.lastPass() };
   } finally {
     await wds.close();
   }
