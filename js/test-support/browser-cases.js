@@ -33,15 +33,25 @@ async function collect(pass) {
 /**
  * For each store: digests of `splits` at `epoch` read in a worker (threads: `threads`) and,
  * if `mainThread`, on the page too; the worker's build, thread count and transfer report.
+ * `churn`: first abandon that many train passes after one batch each.
  */
-export async function workerDigests({ http, stores, epoch, splits, options, threads, mainThread, nThreads }) {
+export async function workerDigests({ http, stores, epoch, splits, options, threads, mainThread, nThreads, churn = 0 }) {
   const out = { isolated: globalThis.crossOriginIsolated === true, stores: {} };
   for (const s of stores) {
     const opts = { ...options, variables: s.vars, sampleAxis: s.sampleAxis };
     const url = `${http}/${s.path}`;
     const wds = await openInWorker(url, opts, { threads, nThreads });
+    // Passes abandoned after one batch, their decode jobs still queued or running: the
+    // engine must stay intact for the passes after them.
+    const received = (b) => b.sampleIndices.byteLength + Object.values(b.arrays).reduce((m, a) => m + a.data.byteLength, 0);
+    let churnBytes = 0;
+    for (let i = 0; i < churn; i++) {
+      const p = wds.train();
+      churnBytes += received(await p.next());
+      await p.close();
+    }
     await wds.setEpoch(epoch);
-    const r = { build: wds.build, threads: wds.threads, worker: {}, main: {} };
+    const r = { build: wds.build, threads: wds.threads, worker: {}, main: {}, pageBytes: churnBytes };
     let main;
     if (mainThread) {
       main = await open(url, opts);
@@ -50,8 +60,7 @@ export async function workerDigests({ http, stores, epoch, splits, options, thre
     for (const split of splits) {
       const got = await collect(wds.iter(split));
       r.worker[split] = await digest(got);
-      const received = (b) => b.sampleIndices.byteLength + Object.values(b.arrays).reduce((m, a) => m + a.data.byteLength, 0);
-      r.pageBytes = (r.pageBytes ?? 0) + got.reduce((n, b) => n + received(b), 0);
+      r.pageBytes += got.reduce((n, b) => n + received(b), 0);
       if (main) r.main[split] = await digest(await collect(main.iter(split)));
     }
     r.transfer = await wds.transferReport();

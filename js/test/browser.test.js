@@ -93,7 +93,7 @@ test('Chromium: worker errors are Error with the engine message', { skip: off },
 
 test('Chromium, cross-origin isolated: the worker picks the threaded build, same digests', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
   assert.ok(existsSync(THREADS_PKG), 'scripts/test-wasm.sh builds js/pkg/web-threads');
-  const res = await run(isolated, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', nThreads: 2, mainThread: true });
+  const res = await run(isolated, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', nThreads: 2, mainThread: true, churn: 3 });
   assert.equal(res.isolated, true, 'the COOP/COEP page is cross-origin isolated');
   const compared = checkDigests(res, { build: 'web-threads', threads: 2 });
   console.log(`chromium worker (threads build, 2 threads): ${STORES.length} stores equal${compared ? ` and ${compared} native digests` : ''}`);

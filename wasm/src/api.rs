@@ -110,7 +110,23 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
     let storage = storage_for(&url, &opts)?;
     let runtime = Runtime { executor: Arc::new(LocalExecutor::new()), pool: cpu_pool() };
     let inner = insitubatch_core::open(storage, runtime, opts.to_core()).await.map_err(err)?;
-    Ok(Dataset { inner, url })
+    Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url })
+}
+
+/// A reference to an opened dataset's engine. In the threaded build its release waits until
+/// no pool job is queued or running (`threads::drop_when_idle`), so an engine is never freed
+/// on a pool thread; every JS-facing object that can cause jobs holds one.
+#[derive(Clone)]
+#[cfg_attr(not(feature = "threads"), allow(dead_code))]
+struct KeepAlive(Option<insitubatch_core::Dataset>);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        #[cfg(feature = "threads")]
+        if let Some(ds) = self.0.take() {
+            crate::threads::drop_when_idle(ds);
+        }
+    }
 }
 
 /// An opened store: splits, shuffle, pool. Iterate one epoch of a split with `iter()`.
@@ -118,6 +134,7 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
 pub struct Dataset {
     inner: insitubatch_core::Dataset,
     url: String,
+    _keep: KeepAlive,
 }
 
 #[wasm_bindgen]
@@ -168,7 +185,12 @@ impl Dataset {
         let split = parse_split(split).map_err(|e| JsError::new(&e))?;
         let stream = self.inner.iter(split).map_err(err)?;
         let len = stream.len();
-        Ok(BatchStream { inner: Rc::new(RefCell::new(Some(stream))), busy: Rc::new(Cell::new(false)), len })
+        Ok(BatchStream {
+            inner: Rc::new(RefCell::new(Some(stream))),
+            busy: Rc::new(Cell::new(false)),
+            len,
+            keep: KeepAlive(Some(self.inner.clone())),
+        })
     }
 
     /// Stats of the last pass that ended, or `undefined`.
@@ -188,6 +210,7 @@ pub struct BatchStream {
     inner: Rc<RefCell<Option<insitubatch_core::BatchStream>>>,
     busy: Rc<Cell<bool>>,
     len: usize,
+    keep: KeepAlive,
 }
 
 #[wasm_bindgen]
@@ -202,7 +225,10 @@ impl BatchStream {
     pub fn next(&self) -> js_sys::Promise {
         let inner = Rc::clone(&self.inner);
         let busy = Rc::clone(&self.busy);
+        // Outlives the stream if the stream ends (is dropped) inside this future.
+        let keep = self.keep.clone();
         wasm_bindgen_futures::future_to_promise(async move {
+            let _keep = keep;
             if busy.get() {
                 return Err(
                     JsError::new("next() was called again before the previous call resolved; await it first").into()

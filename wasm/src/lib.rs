@@ -12,15 +12,15 @@
 
 #[cfg(target_arch = "wasm32")]
 mod api;
+pub mod explore;
+#[cfg(all(target_arch = "wasm32", feature = "s3"))]
+mod object;
 #[cfg(target_arch = "wasm32")]
 mod runtime;
 #[cfg(target_arch = "wasm32")]
 mod storage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 mod threads;
-#[cfg(all(target_arch = "wasm32", feature = "s3"))]
-mod object;
-pub mod explore;
 
 #[cfg(target_arch = "wasm32")]
 pub use api::*;

@@ -18,6 +18,15 @@ extern "C" {
     fn clear_timeout(handle: &JsValue);
     #[wasm_bindgen(js_namespace = performance, js_name = now)]
     fn performance_now() -> f64;
+    #[wasm_bindgen(thread_local_v2, js_namespace = performance, js_name = timeOrigin)]
+    static TIME_ORIGIN: f64;
+}
+
+/// Milliseconds on a clock every thread agrees on. `performance.now()` counts from its own
+/// thread's start, and in the threaded build pool threads (other Web Workers) read the
+/// clock too (decode timings), so add `performance.timeOrigin`.
+fn wall_ms() -> f64 {
+    TIME_ORIGIN.with(|o| *o) + performance_now()
 }
 
 /// The JS event loop as an [`Executor`].
@@ -35,7 +44,7 @@ impl Default for LocalExecutor {
 impl LocalExecutor {
     /// An executor whose clock starts now.
     pub fn new() -> Self {
-        Self { origin_ms: performance_now() }
+        Self { origin_ms: wall_ms() }
     }
 }
 
@@ -55,7 +64,7 @@ impl Executor for LocalExecutor {
     }
 
     fn now(&self) -> Duration {
-        Duration::from_secs_f64(((performance_now() - self.origin_ms) / 1e3).max(0.0))
+        Duration::from_secs_f64(((wall_ms() - self.origin_ms) / 1e3).max(0.0))
     }
 }
 
