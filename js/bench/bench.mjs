@@ -26,6 +26,7 @@ const { values: a } = parseArgs({
     'block-chunks': { type: 'string', default: '2' },
     json: { type: 'string' },
     only: { type: 'string' }, // "chromium" or "node": just those rows
+    'cache-budget-bytes': { type: 'string' },
   },
 });
 if (!a.store) {
@@ -35,6 +36,7 @@ if (!a.store) {
 const RUNS = +a.runs;
 const NTHREADS = +a.threads;
 const options = { batchSize: +a['batch-size'], blockChunks: +a['block-chunks'], seed: 0 };
+if (a['cache-budget-bytes']) options.cacheBudgetBytes = +a['cache-budget-bytes'];
 const storeDir = resolve(a.store);
 const data = await serveDir(dirname(storeDir));
 const url = `${data.url}/${basename(storeDir)}`;
@@ -46,7 +48,8 @@ try {
     const runs = [];
     for (let i = 0; i < RUNS; i++) {
       const r = spawnSync(a.cli, ['bench', url, '--threads', '1', '--epochs', '1', '--json',
-        '--batch-size', a['batch-size'], '--block-chunks', a['block-chunks']], { encoding: 'utf8' });
+        '--batch-size', a['batch-size'], '--block-chunks', a['block-chunks'],
+        ...(a['cache-budget-bytes'] ? ['--cache-budget-bytes', a['cache-budget-bytes']] : [])], { encoding: 'utf8' });
       if (r.status !== 0) throw new Error(`insitubatch bench failed: ${r.stderr}`);
       const j = JSON.parse(r.stdout);
       const e = (j.epochs ?? j.rows ?? [j])[0];
