@@ -7,7 +7,7 @@ vs the Python anchor (insitubatch 0.2.0 with persist=True, reopened).
 
 Per store and engine, in fresh processes: run 1 opens with cache_dir + persist and reads one
 cold epoch (fetch, decode, write the cache); run 2 reopens the same directory in a new process
-and reads one epoch from the cache. Reported: MB/s of both runs, the time to the first batch
+and reads one epoch from the cache (after a `sync`, so the first run's writeback is over). Reported: MB/s of both runs, the time to the first batch
 of run 2 from the start of its iteration and from the start of the process (open included),
 the storage reads of run 2 (ours), and the peak RSS of the process tree. The cache directory
 is deleted after each engine. The page cache is not dropped: both engines read their cache
@@ -44,6 +44,10 @@ def one(args, url, engine):
     os.makedirs(args.cache_root, exist_ok=True)
     out = {"engine": engine}
     for run in ("write", "reopen"):
+        if run == "reopen":
+            # Let the kernel finish writing the cache back first, so the reopened run does not
+            # share the disk with the previous run's writeback (the same for both engines).
+            subprocess.run(["sync"], check=False)
         r = run_measured(engine_cmds(args, url, cache, engine), args.timeout)
         res = last_json(r["stdout"])
         if r["error"] or not res:
@@ -73,8 +77,8 @@ def markdown(args, cmdline, rows):
          f"- config: var `{args.var}`, batch {args.batch_size}, block_chunks {args.block_chunks}, "
          f"max_inflight {args.max_inflight}, shuffle on, whole array as train; each run a fresh process; "
          "run 1 = cold epoch writing the cache (`cache_dir` + `persist`), run 2 = reopened in a new "
-         "process, one epoch from the cache; page cache not dropped (both engines read their cache "
-         "files from memory).",
+         "process after `sync`, one epoch from the cache; page cache not dropped (both engines read "
+         "their cache files from memory).",
          "- TTFB = first batch after the iteration starts; from start = first batch after the process "
          "started its work (imports and open included).", "",
          "| store | ours write / reopen MB/s | anchor write / reopen MB/s | ×anchor reopen | "
