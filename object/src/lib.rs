@@ -1,0 +1,129 @@
+//! # insitubatch-object
+//!
+//! Core's [`Storage`] over any `object_store` [`ObjectStore`]: keys resolved under a prefix,
+//! ranged and suffix reads, listing, and error classification (transient failures are
+//! retried by the engine, the rest are not). Shared by the native crate (local files, S3,
+//! GCS, Azure, HTTP) and the wasm crate (signed S3 over `fetch`); each opens its own stores.
+//! The same source gives `Send` futures natively and `!Send` ones on wasm through core's
+//! `BoxFuture`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError};
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore};
+
+/// Core's [`Storage`] over any [`ObjectStore`], rooted at `prefix`.
+#[derive(Debug, Clone)]
+pub struct ObjectStoreStorage {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    location: String,
+    can_list: bool,
+}
+
+impl ObjectStoreStorage {
+    /// Wrap `store`; keys are resolved under `prefix`; `location` is shown in errors.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, location: impl Into<String>) -> Self {
+        Self { store, prefix, location: location.into(), can_list: true }
+    }
+
+    /// Mark this store as unable to list (plain HTTP): a failed listing returns `Ok(None)`.
+    #[must_use]
+    pub fn without_listing(mut self) -> Self {
+        self.can_list = false;
+        self
+    }
+
+    fn path(&self, key: &str) -> Path {
+        let key = key.trim_matches('/');
+        let full = if self.prefix.as_ref().is_empty() {
+            key.to_string()
+        } else if key.is_empty() {
+            self.prefix.as_ref().to_string()
+        } else {
+            format!("{}/{key}", self.prefix.as_ref())
+        };
+        Path::parse(&full).unwrap_or_else(|_| Path::from(full.as_str()))
+    }
+
+    async fn get_opts(&self, key: &str, range: Option<GetRange>) -> Result<Option<Bytes>, StorageError> {
+        let opts = GetOptions { range, ..GetOptions::default() };
+        match self.store.get_opts(&self.path(key), opts).await {
+            Ok(r) => r.bytes().await.map(Some).map_err(map_err),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+}
+
+/// Classify an object_store error: retry only what may go away.
+fn map_err(e: object_store::Error) -> StorageError {
+    use object_store::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::Generic { .. } | E::JoinError { .. } => StorageError::transient(msg),
+        _ => StorageError::permanent(msg),
+    }
+}
+
+impl Storage for ObjectStoreStorage {
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
+        Box::pin(self.get_opts(key, None))
+    }
+
+    fn get_range<'a>(&'a self, key: &'a str, range: ByteRange) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
+        Box::pin(async move {
+            match range {
+                ByteRange::Bounded { start, end } => {
+                    if end <= start {
+                        return Ok(self.get_opts(key, None).await?.map(|_| Bytes::new()));
+                    }
+                    self.get_opts(key, Some(GetRange::Bounded(start..end))).await
+                }
+                ByteRange::Suffix(n) => match self.get_opts(key, Some(GetRange::Suffix(n))).await {
+                    Ok(b) => Ok(b),
+                    // Some stores reject a suffix longer than the object: take it whole.
+                    Err(e) => match self.get_opts(key, None).await {
+                        Ok(Some(b)) if (b.len() as u64) <= n => Ok(Some(b)),
+                        Ok(Some(b)) => Ok(Some(b.slice(b.len() - n as usize..))),
+                        Ok(None) => Ok(None),
+                        Err(_) => Err(e),
+                    },
+                },
+            }
+        })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Option<Vec<String>>, StorageError>> {
+        Box::pin(async move {
+            let root = self.path(prefix);
+            let strip =
+                if self.prefix.as_ref().is_empty() { String::new() } else { format!("{}/", self.prefix.as_ref()) };
+            let mut out = Vec::new();
+            let mut s = self.store.list(if root.as_ref().is_empty() { None } else { Some(&root) });
+            while let Some(item) = s.next().await {
+                match item {
+                    Ok(meta) => {
+                        let loc = meta.location.as_ref();
+                        out.push(loc.strip_prefix(strip.as_str()).unwrap_or(loc).to_string());
+                    }
+                    Err(object_store::Error::NotFound { .. }) => break,
+                    Err(_) if !self.can_list => return Ok(None),
+                    Err(object_store::Error::NotImplemented { .. } | object_store::Error::NotSupported { .. }) => {
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(map_err(e)),
+                }
+            }
+            out.sort();
+            Ok(Some(out))
+        })
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+}
