@@ -19,12 +19,12 @@ fn start() {
     console_error_panic_hook::set_once();
 }
 
-fn err(e: impl std::fmt::Display) -> JsError {
+pub(crate) fn err(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
 }
 
 /// A JS value from anything serializable, through JSON (u64 → number, maps → objects).
-fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsError> {
+pub(crate) fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsError> {
     let s = serde_json::to_string(v).map_err(err)?;
     js_sys::JSON::parse(&s).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
 }
@@ -34,7 +34,7 @@ fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), JsError> {
 }
 
 /// A non-negative integer from a JS number.
-fn whole(name: &str, v: f64) -> Result<u64, JsError> {
+pub(crate) fn whole(name: &str, v: f64) -> Result<u64, JsError> {
     if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
         Ok(v as u64)
     } else {
@@ -184,13 +184,7 @@ impl Dataset {
     pub fn iter(&self, split: &str) -> Result<BatchStream, JsError> {
         let split = parse_split(split).map_err(|e| JsError::new(&e))?;
         let stream = self.inner.iter(split).map_err(err)?;
-        let len = stream.len();
-        Ok(BatchStream {
-            inner: Rc::new(RefCell::new(Some(stream))),
-            busy: Rc::new(Cell::new(false)),
-            len,
-            keep: KeepAlive(Some(self.inner.clone())),
-        })
+        Ok(BatchStream { cursor: PassCursor::new(stream), keep: KeepAlive(Some(self.inner.clone())) })
     }
 
     /// Stats of the last pass that ended, or `undefined`.
@@ -207,26 +201,34 @@ impl Dataset {
 /// `close()` (or dropping it) ends the pass and frees its memory at once.
 #[wasm_bindgen]
 pub struct BatchStream {
-    inner: Rc<RefCell<Option<insitubatch_core::BatchStream>>>,
-    busy: Rc<Cell<bool>>,
-    len: usize,
+    cursor: PassCursor,
     keep: KeepAlive,
 }
 
-#[wasm_bindgen]
-impl BatchStream {
-    /// Batches this pass yields in all.
-    #[wasm_bindgen(getter)]
-    pub fn length(&self) -> usize {
+/// The JS side of one core pass, shared by [`BatchStream`] and the explorer's stream: one
+/// `next()` at a time, the stream dropped (its pass ended) at the end, on an error or on
+/// `close()`.
+pub(crate) struct PassCursor {
+    inner: Rc<RefCell<Option<insitubatch_core::BatchStream>>>,
+    busy: Rc<Cell<bool>>,
+    len: usize,
+}
+
+impl PassCursor {
+    pub(crate) fn new(stream: insitubatch_core::BatchStream) -> Self {
+        let len = stream.len();
+        Self { inner: Rc::new(RefCell::new(Some(stream))), busy: Rc::new(Cell::new(false)), len }
+    }
+
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// The next batch, or `undefined` after the last one.
-    pub fn next(&self) -> js_sys::Promise {
+    /// The next batch through `convert`, or `undefined` after the last one. `keep` lives
+    /// until the promise settles (the stream may end, and be dropped, inside it).
+    pub(crate) fn next<K: 'static>(&self, convert: fn(&Batch) -> Result<JsValue, JsError>, keep: K) -> js_sys::Promise {
         let inner = Rc::clone(&self.inner);
         let busy = Rc::clone(&self.busy);
-        // Outlives the stream if the stream ends (is dropped) inside this future.
-        let keep = self.keep.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let _keep = keep;
             if busy.get() {
@@ -243,7 +245,7 @@ impl BatchStream {
             match item {
                 Some(Ok(batch)) => {
                     *inner.borrow_mut() = Some(stream);
-                    batch_to_js(&batch).map_err(Into::into)
+                    convert(&batch).map_err(Into::into)
                 }
                 Some(Err(e)) => Err(JsError::new(&e.to_string()).into()),
                 None => Ok(JsValue::UNDEFINED),
@@ -251,19 +253,41 @@ impl BatchStream {
         })
     }
 
-    /// Stats of this pass so far (`undefined` once it has ended; see `Dataset.lastPass()`).
-    pub fn stats(&self) -> Result<JsValue, JsError> {
+    pub(crate) fn stats(&self) -> Result<JsValue, JsError> {
         match self.inner.borrow().as_ref() {
             Some(s) => to_js(&s.stats()),
             None => Ok(JsValue::UNDEFINED),
         }
     }
 
-    /// End the pass now (an early `break`); later `next()` calls resolve to `undefined`.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         if let Some(s) = self.inner.borrow_mut().take() {
             s.close();
         }
+    }
+}
+
+#[wasm_bindgen]
+impl BatchStream {
+    /// Batches this pass yields in all.
+    #[wasm_bindgen(getter)]
+    pub fn length(&self) -> usize {
+        self.cursor.len()
+    }
+
+    /// The next batch, or `undefined` after the last one.
+    pub fn next(&self) -> js_sys::Promise {
+        self.cursor.next(batch_to_js, self.keep.clone())
+    }
+
+    /// Stats of this pass so far (`undefined` once it has ended; see `Dataset.lastPass()`).
+    pub fn stats(&self) -> Result<JsValue, JsError> {
+        self.cursor.stats()
+    }
+
+    /// End the pass now (an early `break`); later `next()` calls resolve to `undefined`.
+    pub fn close(&self) {
+        self.cursor.close();
     }
 }
 

@@ -301,28 +301,10 @@ pub fn target_label(label: &str, shift: i64) -> String {
 mod js {
     use super::*;
     use crate::LocalExecutor;
+    use crate::api::{PassCursor, err, to_js, whole};
     use crate::storage::FetchStorage;
     use js_sys::{Object, Reflect};
-    use std::cell::{Cell, RefCell};
-    use std::rc::Rc;
     use wasm_bindgen::prelude::*;
-
-    fn err(e: impl std::fmt::Display) -> JsError {
-        JsError::new(&e.to_string())
-    }
-
-    fn to_js<T: Serialize>(v: &T) -> Result<JsValue, JsError> {
-        let s = serde_json::to_string(v).map_err(err)?;
-        js_sys::JSON::parse(&s).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
-    }
-
-    fn whole(name: &str, v: f64) -> Result<u64, JsError> {
-        if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
-            Ok(v as u64)
-        } else {
-            Err(JsError::new(&format!("{name} must be a non-negative integer, got {v}")))
-        }
-    }
 
     fn signed(name: &str, v: f64) -> Result<i64, JsError> {
         if v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_991.0 {
@@ -482,9 +464,7 @@ mod js {
         pub fn iter(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<ExploreStream, JsError> {
             let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
             let (ds, _) = self.dataset(options, epoch, 1.0, shift)?;
-            let stream = ds.iter(split).map_err(err)?;
-            let len = stream.len();
-            Ok(ExploreStream { inner: Rc::new(RefCell::new(Some(stream))), busy: Rc::new(Cell::new(false)), len })
+            Ok(ExploreStream { cursor: PassCursor::new(ds.iter(split).map_err(err)?) })
         }
     }
 
@@ -492,9 +472,7 @@ mod js {
     /// typed views of them), so no dtype table is repeated here.
     #[wasm_bindgen]
     pub struct ExploreStream {
-        inner: Rc<RefCell<Option<insitubatch_core::BatchStream>>>,
-        busy: Rc<Cell<bool>>,
-        len: usize,
+        cursor: PassCursor,
     }
 
     #[wasm_bindgen]
@@ -502,51 +480,23 @@ mod js {
         /// Batches this pass yields in all.
         #[wasm_bindgen(getter)]
         pub fn length(&self) -> usize {
-            self.len
+            self.cursor.len()
         }
 
         /// `{ arrays: { label: { bytes, dtype, shape } }, sampleIndices, offsets, index, epoch }`,
         /// or `undefined` after the last batch.
         pub fn next(&self) -> js_sys::Promise {
-            let inner = Rc::clone(&self.inner);
-            let busy = Rc::clone(&self.busy);
-            wasm_bindgen_futures::future_to_promise(async move {
-                if busy.get() {
-                    return Err(JsError::new(
-                        "next() was called again before the previous call resolved; await it first",
-                    )
-                    .into());
-                }
-                let Some(mut stream) = inner.borrow_mut().take() else {
-                    return Ok(JsValue::UNDEFINED);
-                };
-                busy.set(true);
-                let item = stream.next_batch().await;
-                busy.set(false);
-                match item {
-                    Some(Ok(batch)) => {
-                        *inner.borrow_mut() = Some(stream);
-                        raw_batch(&batch).map_err(Into::into)
-                    }
-                    Some(Err(e)) => Err(JsError::new(&e.to_string()).into()),
-                    None => Ok(JsValue::UNDEFINED),
-                }
-            })
+            self.cursor.next(raw_batch, ())
         }
 
         /// Stats of this pass so far (`undefined` once it has ended).
         pub fn stats(&self) -> Result<JsValue, JsError> {
-            match self.inner.borrow().as_ref() {
-                Some(s) => to_js(&s.stats()),
-                None => Ok(JsValue::UNDEFINED),
-            }
+            self.cursor.stats()
         }
 
         /// End the pass now and free its memory.
         pub fn close(&self) {
-            if let Some(s) = self.inner.borrow_mut().take() {
-                s.close();
-            }
+            self.cursor.close();
         }
     }
 
