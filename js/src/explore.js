@@ -3,14 +3,7 @@
 // order of an epoch (which chunk each sample comes from), and shuffle quality against memory
 // across block sizes. Every answer comes from the engine's own code (wasm/src/explore.rs).
 
-const SPLITS = ['train', 'val', 'test', 'all'];
-
-function checkSplit(split) {
-  if (!SPLITS.includes(split)) {
-    throw new Error(`unknown split ${JSON.stringify(split)}; use "train", "val", "test" or "all"`);
-  }
-  return split;
-}
+import { AsyncBatches, checkSplit } from './facade.js';
 
 /** Typed-array constructors by dtype (float16/bfloat16: raw bits; bool: bytes), as `open()` gives them. */
 const VIEWS = {
@@ -20,9 +13,10 @@ const VIEWS = {
 };
 
 /** A pass of `Explorer.iter`: an async iterable of batches. */
-export class ExplorePass {
+export class ExplorePass extends AsyncBatches {
   #s;
   constructor(s) {
+    super();
     this.#s = s;
     this.length = s.length;
   }
@@ -53,18 +47,6 @@ export class ExplorePass {
       this.#s.free();
       this.#s = undefined;
     }
-  }
-  [Symbol.asyncIterator]() {
-    return {
-      next: async () => {
-        const value = await this.next();
-        return value === undefined ? { value: undefined, done: true } : { value, done: false };
-      },
-      return: async () => {
-        this.close();
-        return { value: undefined, done: true };
-      },
-    };
   }
 }
 

@@ -3,10 +3,63 @@
 
 const SPLITS = ['train', 'val', 'test', 'all'];
 
+/** `split` if it names a split, else an Error saying which ones exist. */
+export function checkSplit(split) {
+  if (!SPLITS.includes(split)) {
+    throw new Error(`unknown split ${JSON.stringify(split)}; use "train", "val", "test" or "all"`);
+  }
+  return split;
+}
+
+/**
+ * `for await (const b of pass)` over a class with `next()` (a batch, or `undefined` at the
+ * end) and `close()`; an error or a `break` closes the pass.
+ */
+export class AsyncBatches {
+  [Symbol.asyncIterator]() {
+    return {
+      next: async () => {
+        try {
+          const value = await this.next();
+          return value === undefined ? { value: undefined, done: true } : { value, done: false };
+        } catch (e) {
+          await this.close();
+          throw e;
+        }
+      },
+      return: async () => {
+        await this.close();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+}
+
+/** The split views every dataset class has, over its own `iter(split)`. */
+export class SplitViews {
+  /** The train view of the current epoch (shuffled unless `shuffle: false`). */
+  train() {
+    return this.iter('train');
+  }
+  /** The validation view, in order. */
+  val() {
+    return this.iter('val');
+  }
+  /** The test view, in order. */
+  test() {
+    return this.iter('test');
+  }
+  /** Every split, in order. */
+  all() {
+    return this.iter('all');
+  }
+}
+
 /** One pass over a split: an async iterable of batches (`for await (const b of ds.train())`). */
-export class Pass {
+export class Pass extends AsyncBatches {
   #stream;
   constructor(stream) {
+    super();
     this.#stream = stream;
     /** Batches this pass yields in all. */
     this.length = stream.length;
@@ -30,29 +83,13 @@ export class Pass {
       this.#stream = undefined;
     }
   }
-  [Symbol.asyncIterator]() {
-    return {
-      next: async () => {
-        try {
-          const value = await this.next();
-          return value === undefined ? { value: undefined, done: true } : { value, done: false };
-        } catch (e) {
-          this.close();
-          throw e;
-        }
-      },
-      return: async () => {
-        this.close();
-        return { value: undefined, done: true };
-      },
-    };
-  }
 }
 
 /** An opened store. */
-export class Dataset {
+export class Dataset extends SplitViews {
   #ds;
   constructor(ds) {
+    super();
     this.#ds = ds;
   }
   /** The static report (memory model, variables, notes); nothing is read. */
@@ -79,26 +116,7 @@ export class Dataset {
   }
   /** One epoch of `split` ("train" | "val" | "test" | "all"); starts reading now. */
   iter(split) {
-    if (!SPLITS.includes(split)) {
-      throw new Error(`unknown split ${JSON.stringify(split)}; use "train", "val", "test" or "all"`);
-    }
-    return new Pass(this.#ds.iter(split));
-  }
-  /** The train view of the current epoch (shuffled unless `shuffle: false`). */
-  train() {
-    return this.iter('train');
-  }
-  /** The validation view, in order. */
-  val() {
-    return this.iter('val');
-  }
-  /** The test view, in order. */
-  test() {
-    return this.iter('test');
-  }
-  /** Every split, in order. */
-  all() {
-    return this.iter('all');
+    return new Pass(this.#ds.iter(checkSplit(split)));
   }
   /** Stats of the last pass that ended, or `undefined`. */
   lastPass() {

@@ -4,8 +4,9 @@
 // promises (`describe`, `lastPass`, `setEpoch`, `stats`). Batches arrive with their buffers
 // transferred (moved, not copied) from the worker.
 
+import { AsyncBatches, SplitViews, checkSplit } from './facade.js';
+
 const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof window === 'undefined' && typeof self === 'undefined';
-const SPLITS = ['train', 'val', 'test', 'all'];
 
 async function spawn(workerUrl) {
   const url = workerUrl ?? new URL('./worker.js', import.meta.url);
@@ -73,11 +74,12 @@ class Channel {
 }
 
 /** One pass over a split, read in the worker: an async iterable of batches. */
-export class WorkerPass {
+export class WorkerPass extends AsyncBatches {
   #ch;
   #id;
   #done = false;
   constructor(ch, split) {
+    super();
     this.#ch = ch;
     this.length = undefined;
     // Requests are answered in order, so next() may be called before this resolves.
@@ -110,30 +112,14 @@ export class WorkerPass {
     this.#done = true;
     await this.#ch.call('closePass', { pass: await this.#id }).catch(() => {});
   }
-  [Symbol.asyncIterator]() {
-    return {
-      next: async () => {
-        try {
-          const value = await this.next();
-          return value === undefined ? { value: undefined, done: true } : { value, done: false };
-        } catch (e) {
-          await this.close();
-          throw e;
-        }
-      },
-      return: async () => {
-        await this.close();
-        return { value: undefined, done: true };
-      },
-    };
-  }
 }
 
 /** A dataset whose engine runs in a worker. */
-export class WorkerDataset {
+export class WorkerDataset extends SplitViews {
   #ch;
   #info;
   constructor(ch, info) {
+    super();
     this.#ch = ch;
     this.#info = info;
     this.epoch = info.epoch;
@@ -164,22 +150,7 @@ export class WorkerDataset {
     return this.#ch.call('setEpoch', { epoch });
   }
   iter(split) {
-    if (!SPLITS.includes(split)) {
-      throw new Error(`unknown split ${JSON.stringify(split)}; use "train", "val", "test" or "all"`);
-    }
-    return new WorkerPass(this.#ch, split);
-  }
-  train() {
-    return this.iter('train');
-  }
-  val() {
-    return this.iter('val');
-  }
-  test() {
-    return this.iter('test');
-  }
-  all() {
-    return this.iter('all');
+    return new WorkerPass(this.#ch, checkSplit(split));
   }
   lastPass() {
     return this.#ch.call('lastPass');

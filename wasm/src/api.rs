@@ -29,7 +29,7 @@ pub(crate) fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsError> {
     js_sys::JSON::parse(&s).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
 }
 
-fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), JsError> {
+pub(crate) fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), JsError> {
     Reflect::set(o, &JsValue::from_str(k), v).map(|_| ()).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
 }
 
@@ -316,10 +316,18 @@ fn typed_array(a: &NdArray) -> JsValue {
 
 /// `{ arrays: { label: { data, shape, dtype } }, sampleIndices, offsets, index, epoch }`.
 fn batch_to_js(b: &Batch) -> Result<JsValue, JsError> {
+    batch_object(b, |a, o| set(o, "data", &typed_array(a)))
+}
+
+/// A batch as a JS object; `array_fields` adds each array's data under its own name.
+pub(crate) fn batch_object(
+    b: &Batch,
+    array_fields: impl Fn(&NdArray, &Object) -> Result<(), JsError>,
+) -> Result<JsValue, JsError> {
     let arrays = Object::new();
     for (label, a) in &b.arrays {
         let o = Object::new();
-        set(&o, "data", &typed_array(a))?;
+        array_fields(a, &o)?;
         let shape: Array = a.shape.iter().map(|&d| JsValue::from_f64(d as f64)).collect();
         set(&o, "shape", &shape)?;
         set(&o, "dtype", &JsValue::from_str(a.dtype.name()))?;

@@ -301,7 +301,7 @@ pub fn target_label(label: &str, shift: i64) -> String {
 mod js {
     use super::*;
     use crate::LocalExecutor;
-    use crate::api::{PassCursor, err, to_js, whole};
+    use crate::api::{PassCursor, batch_object, err, set, to_js, whole};
     use crate::storage::FetchStorage;
     use js_sys::{Object, Reflect};
     use wasm_bindgen::prelude::*;
@@ -500,35 +500,13 @@ mod js {
         }
     }
 
-    fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), JsError> {
-        Reflect::set(o, &JsValue::from_str(k), v).map(|_| ()).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
-    }
-
+    /// Raw bytes per array (`explore.js` makes typed views of them).
     fn raw_batch(b: &insitubatch_core::Batch) -> Result<JsValue, JsError> {
-        let arrays = Object::new();
-        for (label, a) in &b.arrays {
-            let o = Object::new();
+        batch_object(b, |a, o| {
             let bytes = js_sys::Uint8Array::new_with_length(a.data.len() as u32);
             bytes.copy_from(&a.data[..]);
-            set(&o, "bytes", &bytes)?;
-            set(&o, "dtype", &JsValue::from_str(a.dtype.name()))?;
-            let shape: js_sys::Array = a.shape.iter().map(|&d| JsValue::from_f64(d as f64)).collect();
-            set(&o, "shape", &shape)?;
-            set(&arrays, label, &o)?;
-        }
-        let offsets = Object::new();
-        for (label, off) in &b.offsets {
-            set(&offsets, label, &JsValue::from_f64(*off as f64))?;
-        }
-        let idx = js_sys::BigUint64Array::new_with_length(b.sample_indices.len() as u32);
-        idx.copy_from(&b.sample_indices);
-        let out = Object::new();
-        set(&out, "arrays", &arrays)?;
-        set(&out, "sampleIndices", &idx)?;
-        set(&out, "offsets", &offsets)?;
-        set(&out, "index", &JsValue::from_f64(b.index as f64))?;
-        set(&out, "epoch", &JsValue::from_f64(b.epoch as f64))?;
-        Ok(out.into())
+            set(o, "bytes", &bytes)
+        })
     }
 }
 
