@@ -70,8 +70,8 @@ def markdown(args, cmdline, rows, stalls):
          f"epoch's wall time spent waiting for the next batch with a {args.compute_ms:g} ms sleep "
          "per batch (a GPU step), measured in a separate run (the anchor's via `anchor-py`); "
          "×CLI / ×anchor = this row's MB/s ÷ theirs (same epoch kind).",
-         "- noise: 2 cores, one run each, while another job was compiling at times: differences "
-         "under ~15% are within run-to-run noise here.",
+         "- noise: 2 cores, one run each; single runs of one engine differ by up to ~20% here, so "
+         "compare rows within one store, not across runs.",
          "",
          "| store | engine | cold MB/s | warm MB/s | TTFB s | peak RSS GB | stall % | ×CLI cold | "
          "×CLI warm | ×anchor cold | ×anchor warm | batches/epoch |",
@@ -110,6 +110,8 @@ def markdown(args, cmdline, rows, stalls):
             parts.append(f"{st}: cold {p['cold'] / c['cold']:.2f}×, warm {p['warm'] / c['warm']:.2f}×")
     L += ["", "Python binding (`rs-python`) ÷ Rust CLI: " + ("; ".join(parts) or "n/a") +
           " (target: within 5%, i.e. ≥ 0.95×).", "",
+          "![Decoded MB/s per Python loader and store, cold and warm, with stall %](img/benchmarks-python.png)",
+          "(`bench/plot.py` redraws it from the raw rows.)", "",
           f"Raw rows: `{os.path.relpath(os.path.abspath(args.results), REPO)}`.", ""]
     return "\n".join(L)
 
