@@ -665,6 +665,7 @@ fn queued_counts_the_batches_waiting_for_the_caller_up_to_prefetch_depth() {
                 let before = s.queued();
                 exec.sleep(Duration::from_secs(5)).await;
                 let waited = s.queued();
+                assert_eq!(s.stats().depths.queue_now, waited, "the live stats carry the queue depth");
                 s.next_batch().await.expect("a batch")?;
                 Ok::<_, Error>((before, waited, s.queued()))
             },

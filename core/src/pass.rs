@@ -439,6 +439,7 @@ impl BatchStream {
             blocked_s: crate::stats::Stage::ALL.iter().zip(r.blocked).map(|(s, v)| (s.name().to_string(), v)).collect(),
             depths: crate::stats::Depths {
                 queue_capacity: self.prefetch_depth,
+                queue_now: self.queued(),
                 queue_peak: r.queue_peak,
                 queue_samples: r.queue_samples,
                 queue_empty: r.queue_empty,

@@ -67,6 +67,8 @@ pub struct StageTimes {
 pub struct Depths {
     /// Batch queue capacity (`prefetch_depth`).
     pub queue_capacity: usize,
+    /// Batches waiting for the caller when these stats were taken (0 once the pass ended).
+    pub queue_now: usize,
     /// Most batches ever waiting in the queue.
     pub queue_peak: usize,
     /// Times the caller asked for a batch.

@@ -502,7 +502,7 @@ function liveChart() {
         series: [
           { label: 's' },
           { label: 'MB/s', scale: 'mbs', stroke: '#21918c', width: 2 },
-          { label: 'queue peak (batches)', scale: 'q', stroke: '#440154', width: 1.5, paths: uPlot.paths.stepped({ align: 1 }) },
+          { label: 'batches waiting (queue depth)', scale: 'q', stroke: '#440154', width: 1.5, paths: uPlot.paths.stepped({ align: 1 }) },
           { label: 'asks that found a batch ready (0..1)', scale: 'q', stroke: '#e0b000', width: 1.5 },
         ],
         axes: [{ label: 'seconds' }, { scale: 'mbs', label: 'MB/s' }, { scale: 'q', side: 1, grid: { show: false } }],
@@ -519,7 +519,7 @@ function liveChart() {
 /**
  * One epoch in a worker (`openInWorker`: the threaded build where the page is isolated and
  * it is available, else one thread), batches moved to the page as a training loop would
- * get them; a tick every 100 ms with MB/s, the engine's queue samples and the stage that
+ * get them; a tick every 100 ms with MB/s, the queue depth and samples, and the stage that
  * limits so far; the pass report at the end.
  */
 async function runLive() {
@@ -556,9 +556,10 @@ async function runLive() {
         t: (now - t0) / 1000,
         mbps: (bytes - last.bytes) / 1e6 / Math.max((now - last.t) / 1000, 1e-6),
         // The engine samples its queue whenever the loop asks for a batch: how often one
-        // was already waiting, and the deepest the queue has been.
+        // was already waiting; and how many batches wait right now.
         readyShare: asks > 0 ? 1 - (d.queue_empty - last.empty) / asks : null,
-        queuePeak: d.queue_peak,
+        queueNow: d.queue_now,
+        queueCap: d.queue_capacity,
         stage: s.limiting_stage,
         batches,
         total,
@@ -567,7 +568,7 @@ async function runLive() {
       L.ticks.push(m);
       data[0].push(m.t);
       data[1].push(m.mbps);
-      data[2].push(m.queuePeak);
+      data[2].push(m.queueNow);
       data[3].push(m.readyShare);
       livePlot.setData(data);
       $('live-stage').textContent = m.stage;

@@ -258,6 +258,10 @@ describe('dashboard', () => {
     assert.equal(live.done.stats.samples, Object.fromEntries(report.config.drawable_samples).train);
     assert.ok(live.ticks.length >= 2, `a live chart needs ticks, got ${live.ticks.length}`);
     assert.ok(live.ticks.every((t) => t.mbps >= 0 && t.stage), 'every tick has a rate and a stage');
+    assert.ok(
+      live.ticks.every((t) => Number.isInteger(t.queueNow) && t.queueNow >= 0 && t.queueNow <= t.queueCap),
+      `every tick has the live queue depth within the prefetch depth: ${JSON.stringify(live.ticks.map((t) => [t.queueNow, t.queueCap]))}`,
+    );
     assert.ok(['consumer', 'store', 'decode', 'residency', 'gather', 'batch_transform', 'unknown'].includes(live.done.stats.limiting_stage));
     assert.equal(await page.getAttribute('#pass-report', 'data-batches'), String(train));
     assert.match(await page.textContent('#pass-table'), /limiting stage/);
