@@ -339,6 +339,11 @@ impl Dataset {
         self.inner.engine.tier.as_ref().map(|t| t.counters())
     }
 
+    /// What the disk tier warns about (a `cache_dir` on a network filesystem); empty without one.
+    pub fn tier_warnings(&self) -> Vec<String> {
+        self.inner.engine.tier.as_ref().map(|t| t.warnings()).unwrap_or_default()
+    }
+
     /// Reshuffle deterministically for `epoch`.
     pub fn set_epoch(&self, epoch: u64) {
         self.inner.epoch.store(epoch, Ordering::SeqCst);
@@ -576,7 +581,7 @@ impl Dataset {
                 });
             }
         }
-        for w in i.engine.tier.as_ref().map(|t| t.warnings()).unwrap_or_default() {
+        for w in self.tier_warnings() {
             notes.push(Note {
                 code: "cache-dir-network-fs".into(),
                 severity: "warning".into(),

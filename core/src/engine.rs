@@ -318,13 +318,13 @@ pub(crate) fn load_chunk(
     Box::pin(async move {
         let reader = &engine.arrays[key.path as usize];
         let g = &reader.geom;
-        let rows = {
-            let r = g.samples_in_chunk(key.chunk);
-            (r.end - r.start) as usize
-        };
-        let out_shape: Vec<usize> = std::iter::once(rows).chain(reader.out_inner.iter().copied()).collect();
         // Only a persisting tier can hold a chunk this process has not just loaded.
         if let Some(tier) = engine.tier.clone().filter(|t| t.persists()) {
+            let rows = {
+                let r = g.samples_in_chunk(key.chunk);
+                (r.end - r.start) as usize
+            };
+            let out_shape: Vec<usize> = std::iter::once(rows).chain(reader.out_inner.iter().copied()).collect();
             let (dtype, shape) = (reader.out_dtype, out_shape.clone());
             let exec = Arc::clone(&engine.runtime.executor);
             let revived = engine

@@ -417,7 +417,8 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
             "mb_per_s": bytes as f64 / 1e6 / secs,
             "samples_per_s": samples as f64 / secs,
             "ttfb_s": ttfb.unwrap_or(0.0),
-            "first_batch_since_start_s": (t0 - t_open).as_secs_f64() + ttfb.unwrap_or(0.0),
+            // From the process's start of work (open included): meaningful for the first epoch only.
+            "first_batch_since_start_s": (k == 0).then(|| (t0 - t_open).as_secs_f64() + ttfb.unwrap_or(0.0)),
             "limiting_stage": stage,
         });
         if let Some(p) = &last {

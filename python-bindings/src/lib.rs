@@ -615,6 +615,11 @@ impl NativeDataset {
             .transpose()
     }
 
+    /// What the disk tier warns about (a `cache_dir` on a network filesystem).
+    fn cache_warnings(&self) -> PyResult<Vec<String>> {
+        Ok(self.get()?.dataset.tier_warnings())
+    }
+
     /// Chunks filled under `on_bad_chunk="nan"`, as JSON.
     fn bad_chunks_json(&self) -> PyResult<String> {
         serde_json::to_string(&self.get()?.dataset.bad_chunks()).map_err(|e| PyRuntimeError::new_err(e.to_string()))

@@ -380,6 +380,20 @@ mod js {
                 .map_err(err)?;
             Ok((ds, epoch))
         }
+
+        /// The describe report `describe()` and `describeText()` return.
+        fn report(
+            &self,
+            options: JsValue,
+            epoch: f64,
+            iterations: f64,
+            threads: f64,
+            shift: f64,
+        ) -> Result<insitubatch_core::DatasetReport, JsError> {
+            let (ds, _) = self.dataset(options, epoch, threads, shift)?;
+            let n = whole("iterations", iterations)?.max(1) as usize;
+            ds.describe(n).map_err(err)
+        }
     }
 
     #[wasm_bindgen]
@@ -406,9 +420,7 @@ mod js {
             threads: f64,
             shift: f64,
         ) -> Result<JsValue, JsError> {
-            let (ds, _) = self.dataset(options, epoch, threads, shift)?;
-            let n = whole("iterations", iterations)?.max(1) as usize;
-            to_js(&ds.describe(n).map_err(err)?)
+            to_js(&self.report(options, epoch, iterations, threads, shift)?)
         }
 
         /// The same report as text.
@@ -421,9 +433,7 @@ mod js {
             threads: f64,
             shift: f64,
         ) -> Result<String, JsError> {
-            let (ds, _) = self.dataset(options, epoch, threads, shift)?;
-            let n = whole("iterations", iterations)?.max(1) as usize;
-            Ok(ds.describe(n).map_err(err)?.render())
+            Ok(self.report(options, epoch, iterations, threads, shift)?.render())
         }
 
         /// The draw order of `split` at `epoch`: anchors, their chunks, shuffle blocks, quality.

@@ -52,8 +52,6 @@ pub struct Loaded {
     pub torn_tail: bool,
     /// The file had a header of another format or version (every entry is stale).
     pub other_version: Option<String>,
-    /// No log yet.
-    pub missing: bool,
 }
 
 fn corrupt(message: String, path: &Path) -> Error {
@@ -73,7 +71,7 @@ pub fn is_bare_file_name(name: &str) -> bool {
 pub fn load(path: &Path) -> Result<Loaded, Error> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded { missing: true, ..Loaded::default() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
         Err(e) => return Err(corrupt(format!("cannot read the cache log ({e})"), path)),
     };
     let text = String::from_utf8_lossy(&bytes);
@@ -82,7 +80,7 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
     let mut out = Loaded::default();
     let Some(first) = lines.first() else {
         // An empty file: a writer died between creating it and writing the header.
-        return Ok(Loaded { missing: true, ..Loaded::default() });
+        return Ok(Loaded::default());
     };
     let unreadable = |detail: String| {
         corrupt(
@@ -235,7 +233,7 @@ mod tests {
         drop(log);
         let loaded = load(&dir.path().join(LOG_FILE)).unwrap();
         assert_eq!(loaded.entries, vec![entry("t2m", 0, "a.npy"), entry("t2m", 1, "b.npy")]);
-        assert!(!loaded.torn_tail && !loaded.missing && loaded.other_version.is_none());
+        assert!(!loaded.torn_tail && loaded.other_version.is_none());
         // Reopened: already-recorded files are not logged again.
         let mut log = Appender::open(dir.path(), &loaded.entries).unwrap();
         log.append(&entry("t2m", 1, "b.npy")).unwrap();

@@ -414,9 +414,8 @@ class InSituDataset:
         if cache_dir is not None:
             import warnings
 
-            for note in self.describe()["notes"]:
-                if note["code"] == "cache-dir-network-fs":
-                    warnings.warn(note["message"], RuntimeWarning, stacklevel=2)
+            for message in self._native.cache_warnings():
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
         self.train = View(self, "train")
         self.val = View(self, "val")
         self.test = View(self, "test")
