@@ -127,17 +127,50 @@ pub struct MemoryReport {
     pub estimated_peak_bytes: u64,
 }
 
+/// How much a finding matters; serialized as `warn` / `note` (the dashboard styles by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Something will go wrong or cost a lot: act on it.
+    Warn,
+    /// Worth knowing; nothing to do unless it surprises you.
+    Note,
+}
+
+impl Severity {
+    /// The serialized word.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Warn => "warn",
+            Self::Note => "note",
+        }
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
 pub struct Note {
     /// Stable code, e.g. `block-chunks-widened`.
     pub code: String,
-    /// `warn` or `note`.
-    pub severity: String,
+    /// Warn or note.
+    pub severity: Severity,
     /// The variable label, or `dataset`.
     pub subject: String,
     /// What it means and what to do.
     pub message: String,
+}
+
+impl Note {
+    /// A finding about `subject` (a variable label, a split, `dataset` or `cache_dir`).
+    pub fn new(code: &str, severity: Severity, subject: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { code: code.into(), severity, subject: subject.into(), message: message.into() }
+    }
 }
 
 /// The whole static picture.

@@ -39,6 +39,30 @@ pub enum OnBadChunk {
     Nan,
 }
 
+impl OnBadChunk {
+    /// The word the bindings and reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Raise => "raise",
+            Self::Nan => "nan",
+        }
+    }
+}
+
+/// The one parser of `on_bad_chunk` words (Python, JS and the CLI pass strings).
+impl std::str::FromStr for OnBadChunk {
+    type Err = crate::error::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "raise" => Ok(Self::Raise),
+            "nan" => Ok(Self::Nan),
+            other => {
+                Err(crate::error::Error::Config(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}")))
+            }
+        }
+    }
+}
+
 /// Retry, timeout and bad-chunk policy.
 #[derive(Debug, Clone)]
 pub struct ReadPolicy {
@@ -170,7 +194,7 @@ impl ArrayReader {
         let mut dtype = geom.dtype;
         let mut inner: Vec<usize> = geom.inner_shape().iter().map(|&d| d as usize).collect();
         for t in &transforms {
-            (dtype, inner) = t.output(&geom.path, dtype, &inner)?;
+            (dtype, inner) = t.output(&geom, dtype, &inner)?;
         }
         Ok(Self { zarr, geom, transforms, out_dtype: dtype, out_inner: inner, index_cache: Mutex::new(HashMap::new()) })
     }

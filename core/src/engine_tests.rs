@@ -76,7 +76,12 @@ impl Fixture {
             vars.push(Variable { label: (*label).into(), geometry: a.geometry(sample_axis)?.shift(*offset) });
         }
         let manifest = split_by_chunk(&vars[0].geometry, &SplitOptions { fractions, ..Default::default() })?;
-        Dataset::new(storage, self.runtime.clone(), arrays, vars, manifest, opts, Vec::new(), Vec::new())
+        Dataset::builder(storage, self.runtime.clone())
+            .opened(arrays)
+            .variables(vars)
+            .manifest(manifest)
+            .options(opts)
+            .build()
     }
 
     /// Collect one pass, or the first error.
@@ -387,17 +392,15 @@ fn chunk_and_batch_transforms_run_and_describe_names_them() {
     let a = f.sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
     let g = a.geometry(0).unwrap();
     let manifest = split_by_chunk(&g, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
-    let ds = Dataset::new(
-        storage,
-        f.runtime.clone(),
-        vec![a],
-        vec![Variable { label: "t2m".into(), geometry: g }],
-        manifest,
-        DatasetOptions { batch_size: 4, shuffle: false, ..Default::default() },
-        vec![everywhere(Arc::new(crate::transform::Coarsen { factor: 2 }))],
-        vec![Arc::new(Slow)],
-    )
-    .unwrap();
+    let ds = Dataset::builder(storage, f.runtime.clone())
+        .opened(vec![a])
+        .variables(vec![Variable { label: "t2m".into(), geometry: g }])
+        .manifest(manifest)
+        .options(DatasetOptions { batch_size: 4, shuffle: false, ..Default::default() })
+        .chunk_transforms(vec![everywhere(Arc::new(crate::transform::Coarsen { factor: 2 }))])
+        .batch_transforms(vec![Arc::new(Slow)])
+        .build()
+        .unwrap();
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
     assert_eq!(b[0].arrays["t2m"].shape, vec![4, 2, 2]);
     let row = expected_row(&[16, 4, 4], 0, 0);

@@ -1,7 +1,7 @@
 //! The engine's errors. Every message says what was wrong and what to do, with the key or
 //! URL last. Variants map onto Python exception classes in the bindings: `Config` and
-//! `Geometry` → `ValueError`, `Storage`/`NotFound` → an `OSError` subclass, `Stall` and `Cache` →
-//! `RuntimeError`.
+//! `Geometry` → `ValueError`, `Storage`/`NotFound` → an `OSError` subclass, `Stall`, `Internal` and
+//! `Cache` → `RuntimeError`.
 
 /// `Result` with the engine's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -51,6 +51,9 @@ pub enum Error {
     /// A stall that cannot resolve, proved rather than timed out.
     #[error("{0}")]
     Stall(String),
+    /// An invariant of the engine broke: a bug, never the caller's input.
+    #[error("internal error: {0}; this is a bug in insitubatch, please report it with this message")]
+    Internal(String),
     /// A user transform failed.
     #[error("transform {name} failed: {message}")]
     Transform {

@@ -36,14 +36,14 @@ pub mod zarr;
 
 pub use array::{DType, NdArray};
 pub use batch::Batch;
-pub use dataset::{Dataset, DatasetOptions, OpenOptions, Variable, open};
-pub use describe::DatasetReport;
+pub use dataset::{Dataset, DatasetBuilder, DatasetOptions, OpenOptions, Variable, open};
+pub use describe::{DatasetReport, Note, Severity};
 pub use engine::{BadChunk, OnBadChunk, ReadPolicy};
 pub use error::{Error, Result};
 pub use geometry::ArrayGeometry;
 pub use pass::BatchStream;
 pub use runtime::{ByteRange, Executor, Runtime, Storage, StorageError, ThreadPool};
-pub use shuffle::Split;
+pub use shuffle::{Split, UnknownSplit};
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
-pub use stats::PassStats;
+pub use stats::{LimitingStage, PassStats, Stage};
 pub use tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};

@@ -207,8 +207,8 @@ impl Driver {
         }
     }
 
-    fn reservation_hint(&self) -> String {
-        format!("{:?}", self.spec.engine.pool)
+    fn reservation_hint(&self) -> u64 {
+        self.spec.engine.pool.reservation(self.spec.pass)
     }
 
     fn start_gather(&self, j: usize) -> GatherFuture {
@@ -275,10 +275,9 @@ fn gather(
             let s = (t as i128 + i128::from(v.offset)) as u64;
             let key = ChunkKey { path: v.path, chunk: s / v.spc };
             let w = (s % v.spc) as usize;
-            let chunk =
-                chunks.get(&key).ok_or_else(|| Error::Stall(format!("internal: chunk {key:?} missing at gather")))?;
+            let chunk = chunks.get(&key).ok_or_else(|| Error::Internal(format!("chunk {key:?} missing at gather")))?;
             let src = chunk.data.bytes().get(w * row..(w + 1) * row).ok_or_else(|| {
-                Error::Stall(format!("internal: chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape()))
+                Error::Internal(format!("chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape()))
             })?;
             out.extend_from_slice(src);
         }
@@ -436,7 +435,7 @@ impl BatchStream {
             bad_chunks: r.bad_chunks,
             wall_s: (end.saturating_sub(self.started)).as_secs_f64(),
             ttfb_s: r.first_batch_at.map_or(0.0, |t| (t.saturating_sub(self.started)).as_secs_f64()),
-            blocked_s: crate::stats::Stage::ALL.iter().zip(r.blocked).map(|(s, v)| (s.name().to_string(), v)).collect(),
+            blocked_s: crate::stats::Stage::ALL.iter().copied().zip(r.blocked).collect(),
             depths: crate::stats::Depths {
                 queue_capacity: self.prefetch_depth,
                 queue_now: self.queued(),

@@ -439,4 +439,9 @@ impl Pool {
     pub fn charged(&self, pass: PassId) -> u64 {
         self.lock().passes.get(&pass).map_or(0, |a| a.charged)
     }
+
+    /// Bytes reserved for a pass (its residency floor), for error messages.
+    pub fn reservation(&self, pass: PassId) -> u64 {
+        self.lock().passes.get(&pass).map_or(0, |a| a.reservation)
+    }
 }

@@ -79,6 +79,9 @@ pub enum Split {
 }
 
 impl Split {
+    /// Every view, the three splits first.
+    pub const ALL: [Split; 4] = [Split::Train, Split::Val, Split::Test, Split::All];
+
     /// The split's word in the random key.
     pub fn tag(self) -> u64 {
         match self {
@@ -96,6 +99,19 @@ impl Split {
             Self::Test => "test",
             Self::All => "all",
         }
+    }
+}
+
+/// The split word was not one of `train`, `val`, `test`, `all`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown split {0:?}; use \"train\", \"val\", \"test\" or \"all\"")]
+pub struct UnknownSplit(pub String);
+
+/// The one parser of split names (the CLI, Python and JS all pass strings).
+impl std::str::FromStr for Split {
+    type Err = UnknownSplit;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Split::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| UnknownSplit(s.to_string()))
     }
 }
 

@@ -43,6 +43,61 @@ impl Stage {
     }
 }
 
+/// What limited a pass: a pipeline [`Stage`], the caller's own loop, or nothing clear.
+/// Serialized as the same snake-case words (`store`, `consumer`, `unknown`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitingStage {
+    /// The caller's training step: the loader kept up, which is the goal.
+    Consumer,
+    /// Waiting for room in the residency reservation.
+    Residency,
+    /// Waiting for storage.
+    Store,
+    /// Waiting for decode and chunk transforms.
+    Decode,
+    /// Waiting for the gather copy.
+    Gather,
+    /// Waiting for batch transforms.
+    BatchTransform,
+    /// No batches, or no stage clearly dominates.
+    #[default]
+    Unknown,
+}
+
+impl LimitingStage {
+    /// Snake-case name, as serialized.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Consumer => "consumer",
+            Self::Unknown => "unknown",
+            Self::Residency => Stage::Residency.name(),
+            Self::Store => Stage::Store.name(),
+            Self::Decode => Stage::Decode.name(),
+            Self::Gather => Stage::Gather.name(),
+            Self::BatchTransform => Stage::BatchTransform.name(),
+        }
+    }
+}
+
+impl From<Stage> for LimitingStage {
+    fn from(s: Stage) -> Self {
+        match s {
+            Stage::Residency => Self::Residency,
+            Stage::Store => Self::Store,
+            Stage::Decode => Self::Decode,
+            Stage::Gather => Self::Gather,
+            Stage::BatchTransform => Self::BatchTransform,
+        }
+    }
+}
+
+impl std::fmt::Display for LimitingStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Summed stage seconds (task-seconds: concurrent work adds up).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StageTimes {
@@ -123,12 +178,11 @@ pub struct PassStats {
     /// Stage totals.
     pub times: StageTimes,
     /// Consumer wait attributed to each stage, seconds.
-    pub blocked_s: Vec<(String, f64)>,
+    pub blocked_s: Vec<(Stage, f64)>,
     /// Depths.
     pub depths: Depths,
-    /// The verdict: `consumer`, `store`, `decode`, `residency`, `gather`, `batch_transform`
-    /// or `unknown`.
-    pub limiting_stage: String,
+    /// The verdict: which stage limited the pass.
+    pub limiting_stage: LimitingStage,
     /// What to do about it.
     pub advice: String,
     /// True when the caller's loop did essentially nothing (a throughput measurement).
@@ -275,10 +329,10 @@ impl PassRecorder {
 ///
 /// `max_inflight` decides the store advice: raising it helps only when reads in flight
 /// reached it.
-pub fn verdict(r: &Recorded, max_inflight: usize) -> (String, String, bool) {
+pub fn verdict(r: &Recorded, max_inflight: usize) -> (LimitingStage, String, bool) {
     let wall = r.times.consumer_s + r.times.consumer_wait_s;
     if r.queue_samples == 0 || wall <= 0.0 {
-        return ("unknown".into(), "no batches were taken, so there is nothing to attribute".into(), false);
+        return (LimitingStage::Unknown, "no batches were taken, so there is nothing to attribute".into(), false);
     }
     let idle = r.times.consumer_s / wall < 0.1;
     let total_blocked: f64 = r.blocked.iter().sum();
@@ -318,10 +372,10 @@ pub fn verdict(r: &Recorded, max_inflight: usize) -> (String, String, bool) {
     };
     if idle {
         if total_blocked <= 0.0 {
-            return ("unknown".into(), "the loop body did nothing and no stage stood out".into(), true);
+            return (LimitingStage::Unknown, "the loop body did nothing and no stage stood out".into(), true);
         }
         return (
-            best.name().into(),
+            best.into(),
             format!(
                 "{} (your loop did essentially nothing, so this is a throughput measurement: {:.0}% of the wait)",
                 advice(best),
@@ -332,15 +386,15 @@ pub fn verdict(r: &Recorded, max_inflight: usize) -> (String, String, bool) {
     }
     if r.times.consumer_wait_s / wall < 0.2 {
         return (
-            "consumer".into(),
+            LimitingStage::Consumer,
             "the loader kept up: your training step is the constraint, which is the goal".into(),
             false,
         );
     }
     if total_blocked > 0.0 && best_s / total_blocked >= 0.4 {
-        return (best.name().into(), advice(best).into(), false);
+        return (best.into(), advice(best).into(), false);
     }
-    ("unknown".into(), "no stage clearly dominates the waits; measure with a longer pass".into(), false)
+    (LimitingStage::Unknown, "no stage clearly dominates the waits; measure with a longer pass".into(), false)
 }
 
 #[cfg(test)]
@@ -359,10 +413,10 @@ mod tests {
     #[test]
     fn store_advice_says_to_raise_max_inflight_only_when_it_was_reached() {
         let (stage, advice, _) = verdict(&store_bound(32), 32);
-        assert_eq!(stage, "store");
+        assert_eq!(stage, LimitingStage::Store);
         assert!(advice.contains("raise max_inflight") && !advice.contains("will not help"), "{advice}");
         let (stage, advice, _) = verdict(&store_bound(4), 32);
-        assert_eq!(stage, "store");
+        assert_eq!(stage, LimitingStage::Store);
         assert!(advice.contains("peaked at 4 of max_inflight 32") && advice.contains("will not help"), "{advice}");
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::array::{DType, NdArray};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
+use crate::geometry::ArrayGeometry;
 use crate::runtime::{MaybeSend, MaybeSync};
 
 /// A decoded chunk as a transform sees it: logical, clipped, sample-first.
@@ -35,7 +36,9 @@ pub trait ChunkTransform: MaybeSend + MaybeSync + std::fmt::Debug {
     /// Any error fails the chunk (and the pass) with the transform's message.
     fn apply(&self, chunk: DecodedChunk) -> Result<DecodedChunk>;
     /// The output dtype and inner shape for an input; override when reshaping or recasting.
-    fn output(&self, _array: &str, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
+    /// `geom` is the array's real geometry (its path, sample axis and chunking); `dtype` and
+    /// `inner` are what the transforms before this one produce.
+    fn output(&self, _geom: &ArrayGeometry, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
         Ok((dtype, inner.to_vec()))
     }
     /// What identifies this transform's output on `array` to a persisted cache: two
@@ -215,7 +218,16 @@ impl ChunkTransform for Coarsen {
     fn name(&self) -> String {
         format!("coarsen{}", self.factor)
     }
-    fn output(&self, array: &str, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
+    fn output(&self, geom: &ArrayGeometry, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
+        self.output_for(&geom.path, dtype, inner)
+    }
+    fn apply(&self, chunk: DecodedChunk) -> Result<DecodedChunk> {
+        self.coarsen(chunk)
+    }
+}
+
+impl Coarsen {
+    fn output_for(&self, array: &str, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
         if dtype != DType::Float32 || inner.len() < 2 || self.factor == 0 {
             return Err(Error::Config(format!(
                 "Coarsen({}) needs float32 data with at least two inner axes and a positive factor; array {array} is {dtype} {inner:?}",
@@ -234,10 +246,11 @@ impl ChunkTransform for Coarsen {
         }
         Ok((dtype, out))
     }
-    fn apply(&self, chunk: DecodedChunk) -> Result<DecodedChunk> {
+
+    fn coarsen(&self, chunk: DecodedChunk) -> Result<DecodedChunk> {
         let f = self.factor;
         let inner = &chunk.data.shape[1..];
-        let (_, out_inner) = self.output(&chunk.array, chunk.data.dtype, inner)?;
+        let (_, out_inner) = self.output_for(&chunk.array, chunk.data.dtype, inner)?;
         let n = inner.len();
         let (h, w) = (inner[n - 2], inner[n - 1]);
         let (oh, ow) = (out_inner[n - 2], out_inner[n - 1]);
@@ -324,6 +337,6 @@ mod tests {
         let out = c.apply(chunk(vec![1, 3, 4], (0..12).map(|x| x as f32).collect())).unwrap();
         assert_eq!(out.data.shape, vec![1, 1, 2]);
         assert_eq!(out.data.as_slice::<f32>().unwrap(), &[2.5, 4.5]);
-        assert_eq!(c.output("a", DType::Float32, &[3, 4]).unwrap().1, vec![1, 2]);
+        assert_eq!(c.output_for("a", DType::Float32, &[3, 4]).unwrap().1, vec![1, 2]);
     }
 }

@@ -5,13 +5,6 @@
 
 import { AsyncBatches, checkSplit } from './facade.js';
 
-/** Typed-array constructors by dtype (float16/bfloat16: raw bits; bool: bytes), as `open()` gives them. */
-const VIEWS = {
-  bool: Uint8Array, uint8: Uint8Array, int8: Int8Array, int16: Int16Array, uint16: Uint16Array,
-  float16: Uint16Array, bfloat16: Uint16Array, int32: Int32Array, uint32: Uint32Array,
-  int64: BigInt64Array, uint64: BigUint64Array, float32: Float32Array, float64: Float64Array,
-};
-
 /** A pass of `Explorer.iter`: an async iterable of batches. */
 export class ExplorePass extends AsyncBatches {
   #s;
@@ -24,16 +17,7 @@ export class ExplorePass extends AsyncBatches {
   async next() {
     if (!this.#s) return undefined;
     const b = await this.#s.next();
-    if (b === undefined) {
-      this.close();
-      return undefined;
-    }
-    for (const a of Object.values(b.arrays)) {
-      const View = VIEWS[a.dtype];
-      const u8 = a.bytes;
-      delete a.bytes;
-      a.data = new View(u8.buffer, u8.byteOffset, u8.byteLength / View.BYTES_PER_ELEMENT);
-    }
+    if (b === undefined) this.close();
     return b;
   }
   /** Stats of this pass so far. */

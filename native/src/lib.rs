@@ -23,9 +23,10 @@ use std::sync::Arc;
 pub use cache::CacheOptions;
 pub use insitubatch_core as core;
 pub use insitubatch_core::describe::{DatasetReport, human_bytes};
+use insitubatch_core::transform::{BatchTransform, Scoped};
 pub use insitubatch_core::{
-    Batch, BatchStream, DType, Dataset, DatasetOptions, NdArray, OnBadChunk, PassStats, ReadPolicy, Split,
-    SplitManifest, SplitOptions, Storage,
+    Batch, BatchStream, DType, Dataset, DatasetBuilder, DatasetOptions, NdArray, OnBadChunk, PassStats, ReadPolicy,
+    Split, SplitManifest, SplitOptions, Storage, Variable,
 };
 pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
 pub use storage::{ObjectStoreStorage, open_storage};
@@ -68,18 +69,27 @@ pub enum NativeError {
 /// `Result` with [`NativeError`].
 pub type Result<T, E = NativeError> = std::result::Result<T, E>;
 
-/// How to open a store.
+/// How to open a store: everything the Python package can say, in Rust.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
     /// Array paths to read (labels = paths); `None` discovers them, skipping CF coordinates.
     pub variables: Option<Vec<String>>,
-    /// The sample axis of every variable.
+    /// Labelled geometries instead of `variables`: windows (`geometry.shift(k)`) and several
+    /// labels over one array. Each geometry carries its own sample axis.
+    pub labelled: Option<Vec<Variable>>,
+    /// The sample axis of every variable named by path.
     pub sample_axis: usize,
     /// Fractions of sample-axis chunks for train, val and test.
     pub fractions: (f64, f64, f64),
     /// Shuffle chunks between splits (`false`: contiguous runs, safe for time series).
     pub shuffle_splits: bool,
-    /// Batch size, block size, in-flight reads, seed, shuffle, prefetch, budget.
+    /// The seed of `shuffle_splits`; `None` uses the dataset's seed.
+    pub split_seed: Option<u64>,
+    /// Split only the chunks overlapping samples `[start, stop)`.
+    pub sample_range: Option<(u64, u64)>,
+    /// A split manifest to use instead of the fractions (e.g. one saved by an earlier run).
+    pub manifest: Option<SplitManifest>,
+    /// Batch size, block size, in-flight reads, seed, shuffle, prefetch, budget, read policy.
     pub dataset: DatasetOptions,
     /// Decode threads; `None` = available parallelism.
     pub threads: Option<usize>,
@@ -88,22 +98,67 @@ pub struct OpenOptions {
     /// The disk tier (`cache_dir`, `persist`, `readonly_cache`, `reset_stale_cache`).
     pub cache: Option<CacheOptions>,
     /// Chunk transforms (cached with the chunk, in the disk tier too).
-    pub chunk_transforms: Vec<insitubatch_core::transform::Scoped>,
+    pub chunk_transforms: Vec<Scoped>,
+    /// Batch transforms, run on the pool after the gather.
+    pub batch_transforms: Vec<Arc<dyn BatchTransform>>,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
+        let split = SplitOptions::default();
         Self {
             variables: None,
+            labelled: None,
             sample_axis: 0,
-            fractions: (0.8, 0.1, 0.1),
-            shuffle_splits: false,
+            fractions: split.fractions,
+            shuffle_splits: !split.contiguous,
+            split_seed: None,
+            sample_range: split.sample_range,
+            manifest: None,
             dataset: DatasetOptions::default(),
             threads: None,
             storage_options: Vec::new(),
             cache: None,
             chunk_transforms: Vec::new(),
+            batch_transforms: Vec::new(),
         }
+    }
+}
+
+impl OpenOptions {
+    /// The core builder these options describe, over `storage` and `runtime`: the native
+    /// options convert (URL, threads, cache directory); the builder decides.
+    ///
+    /// # Errors
+    /// [`NativeError::Core`] for cache options that contradict each other.
+    pub fn builder(self, storage: Arc<dyn Storage>, runtime: insitubatch_core::Runtime) -> Result<DatasetBuilder> {
+        let mut dataset = self.dataset;
+        if let Some(cache) = self.cache {
+            cache.validate()?;
+            dataset.tier = Some(Arc::new(cache) as Arc<dyn insitubatch_core::TierOpener>);
+        }
+        let split = SplitOptions {
+            fractions: self.fractions,
+            seed: self.split_seed.unwrap_or(dataset.seed),
+            contiguous: !self.shuffle_splits,
+            sample_range: self.sample_range,
+        };
+        let mut builder = Dataset::builder(storage, runtime)
+            .sample_axis(self.sample_axis)
+            .split(split)
+            .options(dataset)
+            .chunk_transforms(self.chunk_transforms)
+            .batch_transforms(self.batch_transforms);
+        if let Some(paths) = self.variables {
+            builder = builder.arrays(paths);
+        }
+        if let Some(vars) = self.labelled {
+            builder = builder.variables(vars);
+        }
+        if let Some(manifest) = self.manifest {
+            builder = builder.manifest(manifest);
+        }
+        Ok(builder)
     }
 }
 
@@ -123,6 +178,16 @@ pub struct NativeDataset {
 /// store; [`NativeError::Core`] for metadata, geometry or configuration problems.
 pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
     let storage = open_storage(url, &options.storage_options)?;
+    refuse_missing_local_store(url)?;
+    let runtime = NativeRuntime::new(options.threads)?;
+    let builder = options.builder(Arc::clone(&storage), runtime.runtime.clone())?;
+    let dataset = runtime.block_on(builder.open())?;
+    Ok(NativeDataset { dataset, runtime, storage, url: url.to_string() })
+}
+
+/// A `file://` URL whose directory does not exist: said before any metadata read, so the
+/// message names the path rather than a missing `zarr.json`.
+fn refuse_missing_local_store(url: &str) -> Result<()> {
     let parsed = storage::parse_location(url)?;
     if parsed.scheme() == "file"
         && let Ok(p) = parsed.to_file_path()
@@ -130,26 +195,7 @@ pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
     {
         return Err(NativeError::Open { message: "no Zarr store exists at this path".into(), url: url.to_string() });
     }
-    let mut dataset_options = options.dataset.clone();
-    if let Some(cache) = &options.cache {
-        cache.validate()?;
-        dataset_options.tier = Some(Arc::new(cache.clone()));
-    }
-    let runtime = NativeRuntime::new(options.threads)?;
-    let core_opts = insitubatch_core::OpenOptions {
-        variables: options.variables.clone(),
-        sample_axis: options.sample_axis,
-        split: SplitOptions {
-            fractions: options.fractions,
-            seed: options.dataset.seed,
-            contiguous: !options.shuffle_splits,
-            sample_range: None,
-        },
-        dataset: dataset_options,
-        chunk_transforms: options.chunk_transforms.clone(),
-    };
-    let dataset = runtime.block_on(insitubatch_core::open(Arc::clone(&storage), runtime.runtime.clone(), core_opts))?;
-    Ok(NativeDataset { dataset, runtime, storage, url: url.to_string() })
+    Ok(())
 }
 
 impl NativeDataset {

@@ -241,6 +241,7 @@ impl Knobs {
                     vec![insitubatch_native::core::transform::everywhere(Arc::new(Standardize { mean, std }))]
                 })
                 .unwrap_or_default(),
+            ..OpenOptions::default()
         }
     }
 
@@ -407,7 +408,7 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
         }
         let secs = t0.elapsed().as_secs_f64().max(1e-9);
         let last = ds.last_pass();
-        let stage = last.as_ref().map_or_else(|| "unknown".to_string(), |s| s.limiting_stage.clone());
+        let stage = last.as_ref().map_or_else(|| "unknown".to_string(), |s| s.limiting_stage.to_string());
         let mut row = json!({
             "epoch": epoch,
             "kind": if k == 0 { "cold" } else { "warm" },

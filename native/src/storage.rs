@@ -9,18 +9,12 @@ use url::Url;
 
 use crate::NativeError;
 
-/// Apply `KEY=VALUE` options to a builder through its config-key parser, rejecting unknown keys.
+/// Apply `KEY=VALUE` options to a builder through the shared config-key parser.
 macro_rules! apply_opts {
-    ($builder:expr, $key_ty:ty, $options:expr, $url:expr) => {{
-        let mut b = $builder;
-        for (k, v) in $options {
-            let key: $key_ty = k.to_ascii_lowercase().parse().map_err(|_| NativeError::Open {
-                message: format!("unknown storage option {k:?} for this kind of store"),
-                url: $url.to_string(),
-            })?;
-            b = b.with_config(key, v.clone());
-        }
-        b
+    ($builder:expr, $key_ty:ty, $options:expr, $url:expr, $kind:expr) => {{
+        let keys = insitubatch_object::parse_options::<$key_ty>($options.iter().map(|(k, v)| (k, v)), $kind, "")
+            .map_err(|message| NativeError::Open { message, url: $url.to_string() })?;
+        keys.into_iter().fold($builder, |b, (key, value)| b.with_config(key, value))
     }};
 }
 
@@ -53,17 +47,17 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
         }
         ObjectStoreScheme::AmazonS3 => {
             let b = object_store::aws::AmazonS3Builder::from_env().with_url(parsed.as_str());
-            let b = apply_opts!(b, object_store::aws::AmazonS3ConfigKey, options, url);
+            let b = apply_opts!(b, object_store::aws::AmazonS3ConfigKey, options, url, "s3://");
             (Arc::new(b.build().map_err(build_err(url))?), true)
         }
         ObjectStoreScheme::GoogleCloudStorage => {
             let b = object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(parsed.as_str());
-            let b = apply_opts!(b, object_store::gcp::GoogleConfigKey, options, url);
+            let b = apply_opts!(b, object_store::gcp::GoogleConfigKey, options, url, "gs://");
             (Arc::new(b.build().map_err(build_err(url))?), true)
         }
         ObjectStoreScheme::MicrosoftAzure => {
             let b = object_store::azure::MicrosoftAzureBuilder::from_env().with_url(parsed.as_str());
-            let b = apply_opts!(b, object_store::azure::AzureConfigKey, options, url);
+            let b = apply_opts!(b, object_store::azure::AzureConfigKey, options, url, "az://");
             (Arc::new(b.build().map_err(build_err(url))?), true)
         }
         ObjectStoreScheme::Http => {
@@ -72,7 +66,7 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
             let b = object_store::http::HttpBuilder::new()
                 .with_url(base)
                 .with_client_options(object_store::ClientOptions::new().with_allow_http(parsed.scheme() == "http"));
-            let b = apply_opts!(b, object_store::ClientConfigKey, options, url);
+            let b = apply_opts!(b, object_store::ClientConfigKey, options, url, "http(s)://");
             (Arc::new(b.build().map_err(build_err(url))?), false)
         }
         other => {

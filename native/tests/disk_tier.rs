@@ -327,23 +327,19 @@ fn windowed_shuffle_with_persist_releases_per_block_and_revives_from_disk() {
             Variable { label: "x".into(), geometry: geometry.clone() },
             Variable { label: "y".into(), geometry: geometry.shift(6) },
         ];
-        Dataset::new(
-            Arc::clone(&storage),
-            rt.runtime.clone(),
-            vec![array.clone()],
-            vars,
-            manifest.clone(),
-            DatasetOptions {
+        Dataset::builder(Arc::clone(&storage), rt.runtime.clone())
+            .opened(vec![array.clone()])
+            .variables(vars)
+            .manifest(manifest.clone())
+            .options(DatasetOptions {
                 batch_size: 4,
                 block_chunks: 2,
                 max_inflight: 4,
                 tier: tier.map(|t| Arc::new(t) as _),
                 ..Default::default()
-            },
-            Vec::new(),
-            Vec::new(),
-        )
-        .unwrap()
+            })
+            .build()
+            .unwrap()
     };
     let epoch = |ds: &Dataset| {
         let mut d = BatchDigest::default();

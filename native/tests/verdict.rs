@@ -10,7 +10,7 @@ use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
 use insitubatch_native::core::transform::BatchTransform;
 use insitubatch_native::core::zarr::open_array;
 use insitubatch_native::core::{
-    Batch, Dataset, DatasetOptions, Split, SplitOptions, Storage, Variable, split_by_chunk,
+    Batch, Dataset, DatasetOptions, LimitingStage, Split, SplitOptions, Storage, Variable, split_by_chunk,
 };
 
 #[derive(Debug)]
@@ -31,7 +31,7 @@ impl BatchTransform for BurnCpu {
     }
 }
 
-fn verdict(latency: Option<Duration>, transform: Option<Duration>, block_chunks: usize) -> String {
+fn verdict(latency: Option<Duration>, transform: Option<Duration>, block_chunks: usize) -> LimitingStage {
     let rt = NativeRuntime::new(Some(2)).unwrap();
     let storage = match latency {
         Some(l) => MemoryStorage::new().with_latency(Arc::clone(&rt.runtime.executor), l),
@@ -45,17 +45,14 @@ fn verdict(latency: Option<Duration>, transform: Option<Duration>, block_chunks:
         split_by_chunk(&geometry, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
     let batch_transforms: Vec<Arc<dyn BatchTransform>> =
         transform.map(|d| Arc::new(BurnCpu(d)) as _).into_iter().collect();
-    let ds = Dataset::new(
-        storage,
-        rt.runtime.clone(),
-        vec![array],
-        vec![Variable { label: "t2m".into(), geometry }],
-        manifest,
-        DatasetOptions { batch_size: 4, block_chunks, max_inflight: 8, ..Default::default() },
-        Vec::new(),
-        batch_transforms,
-    )
-    .unwrap();
+    let ds = Dataset::builder(storage, rt.runtime.clone())
+        .opened(vec![array])
+        .variables(vec![Variable { label: "t2m".into(), geometry }])
+        .manifest(manifest)
+        .options(DatasetOptions { batch_size: 4, block_chunks, max_inflight: 8, ..Default::default() })
+        .batch_transforms(batch_transforms)
+        .build()
+        .unwrap();
     let mut stream = ds.iter(Split::Train).unwrap();
     while let Some(b) = futures::executor::block_on(stream.next_batch()) {
         b.unwrap();
@@ -68,7 +65,7 @@ fn verdict(latency: Option<Duration>, transform: Option<Duration>, block_chunks:
 
 #[test]
 fn a_slow_store_is_blamed_on_the_store() {
-    assert_eq!(verdict(Some(Duration::from_millis(60)), None, 2), "store");
+    assert_eq!(verdict(Some(Duration::from_millis(60)), None, 2), LimitingStage::Store);
 }
 
 #[test]
@@ -77,5 +74,5 @@ fn a_cpu_bound_batch_transform_is_blamed_on_itself_not_the_store() {
     // more than twice the transform's total (16 × 40 ms), exactly the case the anchor
     // blamed on the store. But 8 reads in flight keep well ahead of one transform.
     let v = verdict(Some(Duration::from_millis(100)), Some(Duration::from_millis(40)), 4);
-    assert_eq!(v, "batch_transform");
+    assert_eq!(v, LimitingStage::BatchTransform);
 }

@@ -15,6 +15,29 @@ use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
+/// Storage options (`KEY=VALUE`) parsed as one kind of store's object_store config keys
+/// (`K`: `AmazonS3ConfigKey`, `GoogleConfigKey`, ...), case-insensitively. The one parser
+/// of storage options, for native URLs and the wasm S3 store alike.
+///
+/// # Errors
+/// A message naming the unknown key and `example_keys`, without the URL: callers append it
+/// last, as every error here does.
+pub fn parse_options<'a, K: std::str::FromStr>(
+    options: impl IntoIterator<Item = (&'a String, &'a String)>,
+    kind: &str,
+    example_keys: &str,
+) -> Result<Vec<(K, String)>, String> {
+    options
+        .into_iter()
+        .map(|(k, v)| match k.to_ascii_lowercase().parse::<K>() {
+            Ok(key) => Ok((key, v.clone())),
+            Err(_) => Err(format!(
+                "unknown storage option {k:?} for {kind} stores; use object_store's config keys{example_keys}"
+            )),
+        })
+        .collect()
+}
+
 /// Core's [`Storage`] over any [`ObjectStore`], rooted at `prefix`.
 #[derive(Debug, Clone)]
 pub struct ObjectStoreStorage {

@@ -21,19 +21,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
-use insitubatch_core::engine::{OnBadChunk, ReadPolicy};
+use insitubatch_core::engine::ReadPolicy;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
 use insitubatch_core::split::{SplitManifest as CoreManifest, SplitOptions};
 use insitubatch_core::transform::{BatchTransform, Scoped};
-use insitubatch_core::{BatchStream, DType, Error as CoreError, NdArray, Split, Storage};
-use insitubatch_native::{NativeError, NativeRuntime};
+use insitubatch_core::{BatchStream, DType, Error as CoreError, NdArray, Split};
+use insitubatch_native::{CacheOptions, NativeError, NativeRuntime, OpenOptions};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 mod transforms;
-use transforms::{ErrSlot, GeomMap};
+use transforms::ErrSlot;
 
 create_exception!(
     insitubatch_rs,
@@ -65,13 +65,7 @@ fn native_err(e: NativeError) -> PyErr {
 }
 
 fn parse_split(s: &str) -> PyResult<Split> {
-    match s {
-        "train" => Ok(Split::Train),
-        "val" => Ok(Split::Val),
-        "test" => Ok(Split::Test),
-        "all" => Ok(Split::All),
-        other => Err(PyValueError::new_err(format!("unknown split {other:?}; expected train, val, test or all"))),
-    }
+    s.parse().map_err(|e: insitubatch_core::UnknownSplit| PyValueError::new_err(e.to_string()))
 }
 
 fn typestr(d: DType) -> PyResult<&'static str> {
@@ -378,9 +372,14 @@ fn open_geometries(
 }
 
 struct Open {
-    dataset: Dataset,
-    runtime: NativeRuntime,
+    opened: insitubatch_native::NativeDataset,
     errors: ErrSlot,
+}
+
+impl Open {
+    fn dataset(&self) -> &Dataset {
+        self.opened.dataset()
+    }
 }
 
 /// The engine's dataset with its own tokio runtime and decode pool.
@@ -431,111 +430,44 @@ impl NativeDataset {
         readonly_cache: bool,
         reset_stale_cache: bool,
     ) -> PyResult<Self> {
-        let tier = match cache_dir {
-            Some(dir) => {
-                let c = insitubatch_native::CacheOptions {
-                    dir,
-                    persist,
-                    readonly: readonly_cache,
-                    reset_stale: reset_stale_cache,
-                };
-                c.validate().map_err(core_err)?;
-                Some(Arc::new(c) as Arc<dyn insitubatch_native::core::TierOpener>)
-            }
-            None if persist || readonly_cache || reset_stale_cache => {
-                let flag = if persist {
-                    "persist"
-                } else if readonly_cache {
-                    "readonly_cache"
-                } else {
-                    "reset_stale_cache"
-                };
-                return Err(PyValueError::new_err(format!(
-                    "{flag}=True requires cache_dir: pass cache_dir=\"/local/nvme/path\" (a local directory for the chunk files)"
-                )));
-            }
-            None => None,
-        };
         let errors: ErrSlot = Arc::default();
-        let geoms: GeomMap = Arc::default();
         let chunk_transforms: Vec<Scoped> = chunk_transforms
             .iter()
             .map(|(scope, obj)| {
-                Ok(Scoped { arrays: scope.clone(), transform: transforms::chunk_transform(py, obj, &geoms, &errors)? })
+                Ok(Scoped { arrays: scope.clone(), transform: transforms::chunk_transform(py, obj, &errors)? })
             })
             .collect::<PyResult<_>>()?;
         let batch_transforms: Vec<Arc<dyn BatchTransform>> = batch_transforms
             .iter()
             .map(|f| Ok(Arc::new(transforms::PyBatchFn::new(py, f, Arc::clone(&errors))?) as Arc<dyn BatchTransform>))
             .collect::<PyResult<_>>()?;
-        let on_bad_chunk = match on_bad_chunk {
-            "raise" => OnBadChunk::Raise,
-            "nan" => OnBadChunk::Nan,
-            other => {
-                return Err(PyValueError::new_err(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}")));
-            }
+        let options = OpenOptions {
+            labelled: variables
+                .map(|vs| vs.into_iter().map(|(label, g)| Variable { label, geometry: g.inner.clone() }).collect()),
+            manifest: manifest.map(|m| m.inner.clone()),
+            dataset: DatasetOptions {
+                batch_size,
+                block_chunks,
+                max_inflight,
+                seed,
+                shuffle,
+                prefetch_depth,
+                cache_budget_bytes,
+                read_policy: ReadPolicy {
+                    on_bad_chunk: on_bad_chunk.parse().map_err(core_err)?,
+                    ..ReadPolicy::default()
+                },
+                tier: None,
+            },
+            threads,
+            storage_options,
+            cache: CacheOptions::from_flags(cache_dir, persist, readonly_cache, reset_stale_cache).map_err(core_err)?,
+            chunk_transforms,
+            batch_transforms,
+            ..OpenOptions::default()
         };
-        let options = DatasetOptions {
-            batch_size,
-            block_chunks,
-            max_inflight,
-            seed,
-            shuffle,
-            prefetch_depth,
-            cache_budget_bytes,
-            read_policy: ReadPolicy { on_bad_chunk, ..ReadPolicy::default() },
-            tier,
-        };
-        let storage: Arc<dyn Storage> = insitubatch_native::open_storage(&url, &storage_options).map_err(native_err)?;
-        let runtime = NativeRuntime::new(threads).map_err(native_err)?;
-        // Arrays to open: the distinct paths the variables read, in first-use order.
-        let paths: Option<Vec<String>> = variables.as_ref().map(|vs| {
-            let mut seen = Vec::new();
-            for (_, g) in vs {
-                if !seen.contains(&g.inner.path) {
-                    seen.push(g.inner.path.clone());
-                }
-            }
-            seen
-        });
-        let manifest: Option<CoreManifest> = manifest.map(|m| m.inner.clone());
-        let variables: Option<Vec<(String, CoreGeometry)>> =
-            variables.map(|vs| vs.into_iter().map(|(l, g)| (l, g.inner.clone())).collect());
-        let dataset = py.detach(|| -> Result<Dataset, CoreError> {
-            let arrays = runtime.block_on(insitubatch_core::zarr::open_arrays(storage.as_ref(), paths.as_deref()))?;
-            let vars: Vec<Variable> = match variables {
-                Some(vs) => vs.into_iter().map(|(label, geometry)| Variable { label, geometry }).collect(),
-                None => arrays
-                    .iter()
-                    .map(|a| Ok(Variable { label: a.path().to_string(), geometry: a.geometry(0)? }))
-                    .collect::<Result<_, CoreError>>()?,
-            };
-            let manifest = match manifest {
-                Some(m) => m,
-                None => insitubatch_core::split_by_chunk(
-                    &vars[0].geometry,
-                    &SplitOptions { seed, ..SplitOptions::default() },
-                )?,
-            };
-            let _ = geoms.set(
-                vars.iter()
-                    .map(|v| (v.geometry.path.clone(), (v.geometry.n_samples(), v.geometry.sample_chunk_size())))
-                    .collect(),
-            );
-            let _guard = runtime.handle().enter();
-            Dataset::new(
-                Arc::clone(&storage),
-                runtime.runtime.clone(),
-                arrays,
-                vars,
-                manifest,
-                options,
-                chunk_transforms,
-                batch_transforms,
-            )
-        });
-        let dataset = dataset.map_err(core_err)?;
-        Ok(Self { open: Mutex::new(Some(Arc::new(Open { dataset, runtime, errors }))), url })
+        let opened = py.detach(|| insitubatch_native::open(&url, options)).map_err(native_err)?;
+        Ok(Self { open: Mutex::new(Some(Arc::new(Open { opened, errors }))), url })
     }
 
     /// Start one pass over `split` at the current epoch.
@@ -545,31 +477,31 @@ impl NativeDataset {
         // A transform error left by an abandoned pass must not be re-raised by this one.
         open.errors.lock().unwrap_or_else(PoisonError::into_inner).take();
         let stream = {
-            let _guard = open.runtime.handle().enter();
-            open.dataset.iter(split).map_err(core_err)?
+            let _guard = open.opened.runtime().handle().enter();
+            open.dataset().iter(split).map_err(core_err)?
         };
         let n_batches = stream.len();
         Ok(NativeStream {
             stream: Mutex::new(Some(stream)),
-            runtime: open.runtime.clone(),
+            runtime: open.opened.runtime().clone(),
             n_batches,
             errors: Arc::clone(&open.errors),
         })
     }
 
     fn set_epoch(&self, epoch: u64) -> PyResult<()> {
-        self.get()?.dataset.set_epoch(epoch);
+        self.get()?.dataset().set_epoch(epoch);
         Ok(())
     }
 
     #[getter]
     fn epoch(&self) -> PyResult<u64> {
-        Ok(self.get()?.dataset.epoch())
+        Ok(self.get()?.dataset().epoch())
     }
 
     #[getter]
     fn manifest(&self) -> PyResult<PyManifest> {
-        Ok(PyManifest { inner: self.get()?.dataset.manifest().clone() })
+        Ok(PyManifest { inner: self.get()?.dataset().manifest().clone() })
     }
 
     /// `(label, geometry)` of each variable, in order.
@@ -577,7 +509,7 @@ impl NativeDataset {
     fn variables(&self) -> PyResult<Vec<(String, PyGeometry)>> {
         Ok(self
             .get()?
-            .dataset
+            .dataset()
             .variables()
             .iter()
             .map(|v| (v.label.clone(), PyGeometry { inner: v.geometry.clone() }))
@@ -586,30 +518,30 @@ impl NativeDataset {
 
     #[getter]
     fn block_chunks(&self) -> PyResult<usize> {
-        Ok(self.get()?.dataset.block_chunks())
+        Ok(self.get()?.dataset().block_chunks())
     }
 
     /// The anchors one epoch of `split` will draw, in order.
     fn draw_order<'py>(&self, py: Python<'py>, split: &str, epoch: u64) -> PyResult<Bound<'py, PyAny>> {
-        let order = self.get()?.dataset.draw_order(parse_split(split)?, epoch);
+        let order = self.get()?.dataset().draw_order(parse_split(split)?, epoch);
         i64_numpy(py, order)
     }
 
     /// The static report as JSON (geometry and configuration only; no store access).
     fn describe_json(&self, iterations: usize) -> PyResult<String> {
-        let r = self.get()?.dataset.describe(iterations).map_err(core_err)?;
+        let r = self.get()?.dataset().describe(iterations).map_err(core_err)?;
         serde_json::to_string(&r).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
     /// The static report, rendered for people.
     fn render_summary(&self, iterations: usize) -> PyResult<String> {
-        Ok(self.get()?.dataset.describe(iterations).map_err(core_err)?.render())
+        Ok(self.get()?.dataset().describe(iterations).map_err(core_err)?.render())
     }
 
     /// Stats of the last pass that ended, as JSON, or `None`.
     fn last_pass_json(&self) -> PyResult<Option<String>> {
         self.get()?
-            .dataset
+            .dataset()
             .last_pass()
             .map(|s| serde_json::to_string(&s).map_err(|e| PyRuntimeError::new_err(e.to_string())))
             .transpose()
@@ -617,12 +549,12 @@ impl NativeDataset {
 
     /// What the disk tier warns about (a `cache_dir` on a network filesystem).
     fn cache_warnings(&self) -> PyResult<Vec<String>> {
-        Ok(self.get()?.dataset.tier_warnings())
+        Ok(self.get()?.dataset().tier_warnings())
     }
 
     /// Chunks filled under `on_bad_chunk="nan"`, as JSON.
     fn bad_chunks_json(&self) -> PyResult<String> {
-        serde_json::to_string(&self.get()?.dataset.bad_chunks()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+        serde_json::to_string(&self.get()?.dataset().bad_chunks()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
     /// Drop the engine (live passes keep what they need until they end).
@@ -726,6 +658,26 @@ impl NativeStream {
     }
 }
 
+/// The engine's knob defaults (`DatasetOptions` and `SplitOptions`), so the Python
+/// signatures restate nothing.
+#[pyfunction]
+fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = DatasetOptions::default();
+    let s = SplitOptions::default();
+    let out = PyDict::new(py);
+    out.set_item("batch_size", d.batch_size)?;
+    out.set_item("block_chunks", d.block_chunks)?;
+    out.set_item("max_inflight", d.max_inflight)?;
+    out.set_item("seed", d.seed)?;
+    out.set_item("shuffle", d.shuffle)?;
+    out.set_item("prefetch_depth", d.prefetch_depth)?;
+    out.set_item("cache_budget_bytes", d.cache_budget_bytes)?;
+    out.set_item("on_bad_chunk", d.read_policy.on_bad_chunk.name())?;
+    out.set_item("fractions", s.fractions)?;
+    out.set_item("contiguous", s.contiguous)?;
+    Ok(out)
+}
+
 /// Address of a numpy-visible buffer by label, for zero-copy tests.
 #[pyfunction]
 fn buffer_address(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -745,6 +697,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(split_by_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(valid_anchor_range, m)?)?;
     m.add_function(wrap_pyfunction!(buffer_address, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::_shutdown, m)?)?;
     Ok(())
 }

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use insitubatch_core::array::zeroed_bytes;
 use insitubatch_core::batch::Batch;
@@ -63,9 +63,6 @@ pub fn _shutdown(py: Python<'_>) {
 
 /// The first Python exception a dataset's transforms raised (re-raised by the pass).
 pub type ErrSlot = Arc<Mutex<Option<PyErr>>>;
-
-/// Array path → `(n_samples, sample_chunk_size)`, for the geometry `output_inner` sees.
-pub type GeomMap = Arc<OnceLock<BTreeMap<String, (u64, u64)>>>;
 
 /// The Python classes a chunk transform sees: `insitubatch_rs.ChunkRead` and
 /// `insitubatch_rs.DecodedChunk` (dataclasses, as in the anchor, so `dataclasses.replace`
@@ -124,7 +121,6 @@ pub struct PyChunkFn {
     func: Py<PyAny>,
     output_inner: Option<Py<PyAny>>,
     name: String,
-    geoms: GeomMap,
     errors: ErrSlot,
 }
 
@@ -135,7 +131,7 @@ impl std::fmt::Debug for PyChunkFn {
 }
 
 impl PyChunkFn {
-    pub fn new(py: Python<'_>, func: &Bound<'_, PyAny>, geoms: GeomMap, errors: ErrSlot) -> PyResult<Self> {
+    pub fn new(py: Python<'_>, func: &Bound<'_, PyAny>, errors: ErrSlot) -> PyResult<Self> {
         if !func.is_callable() {
             return Err(PyTypeError::new_err(format!(
                 "a chunk transform must be callable (DecodedChunk) -> DecodedChunk, got {}",
@@ -148,7 +144,7 @@ impl PyChunkFn {
         };
         let func = func.clone().unbind();
         let name = callable_name(py, &func);
-        Ok(Self { func, output_inner, name, geoms, errors })
+        Ok(Self { func, output_inner, name, errors })
     }
 }
 
@@ -178,21 +174,24 @@ impl ChunkTransform for PyChunkFn {
         })
     }
 
-    fn output(&self, array: &str, dtype: DType, inner: &[usize]) -> insitubatch_core::Result<(DType, Vec<usize>)> {
+    /// `output_inner(geom)` sees the array's real geometry (sample axis, chunking), as in
+    /// the anchor.
+    fn output(
+        &self,
+        geom: &CoreGeometry,
+        dtype: DType,
+        inner: &[usize],
+    ) -> insitubatch_core::Result<(DType, Vec<usize>)> {
         let Some(oi) = &self.output_inner else { return Ok((dtype, inner.to_vec())) };
-        let (n, spc) = self.geoms.get().and_then(|m| m.get(array)).copied().unwrap_or((1, 1));
-        let shape: Vec<u64> = std::iter::once(n).chain(inner.iter().map(|&x| x as u64)).collect();
-        let chunks: Vec<u64> = std::iter::once(spc.max(1)).chain(inner.iter().map(|&x| (x as u64).max(1))).collect();
-        let geom = CoreGeometry::new(array.to_string(), shape, chunks, dtype, 0)?;
         Python::attach(|py| -> PyResult<(DType, Vec<usize>)> {
-            let out = oi.bind(py).call1((PyGeometry { inner: geom },))?;
+            let out = oi.bind(py).call1((PyGeometry { inner: geom.clone() },))?;
             let (shape, dt): (Vec<usize>, Bound<'_, PyAny>) = out.extract()?;
             let name: String = py.import("numpy")?.getattr("dtype")?.call1((dt,))?.getattr("name")?.extract()?;
             let dtype = DType::from_zarr_name(&name)
                 .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {name}")))?;
             Ok((dtype, shape))
         })
-        .map_err(|e| CoreError::Config(format!("{}.output_inner failed for array {array:?}: {e}", self.name)))
+        .map_err(|e| CoreError::Config(format!("{}.output_inner failed for array {:?}: {e}", self.name, geom.path)))
     }
 
     fn apply(&self, chunk: DecodedChunk) -> insitubatch_core::Result<DecodedChunk> {
@@ -354,8 +353,13 @@ impl ChunkTransform for KeyedScaler {
     fn apply(&self, chunk: DecodedChunk) -> insitubatch_core::Result<DecodedChunk> {
         self.scaler.apply(chunk)
     }
-    fn output(&self, array: &str, dtype: DType, inner: &[usize]) -> insitubatch_core::Result<(DType, Vec<usize>)> {
-        self.scaler.output(array, dtype, inner)
+    fn output(
+        &self,
+        geom: &CoreGeometry,
+        dtype: DType,
+        inner: &[usize],
+    ) -> insitubatch_core::Result<(DType, Vec<usize>)> {
+        self.scaler.output(geom, dtype, inner)
     }
     fn validate_scope(&self, arrays: &[String]) -> insitubatch_core::Result<()> {
         self.scaler.validate_scope(arrays)
@@ -687,14 +691,9 @@ impl PyStandardScaler {
 }
 
 /// Build the engine's transform for one Python chunk transform object.
-pub fn chunk_transform(
-    py: Python<'_>,
-    obj: &Bound<'_, PyAny>,
-    geoms: &GeomMap,
-    errors: &ErrSlot,
-) -> PyResult<Arc<dyn ChunkTransform>> {
+pub fn chunk_transform(py: Python<'_>, obj: &Bound<'_, PyAny>, errors: &ErrSlot) -> PyResult<Arc<dyn ChunkTransform>> {
     if let Ok(s) = obj.cast::<PyStandardScaler>() {
         return Ok(Arc::new(s.get().inner.clone()));
     }
-    Ok(Arc::new(PyChunkFn::new(py, obj, Arc::clone(geoms), Arc::clone(errors))?))
+    Ok(Arc::new(PyChunkFn::new(py, obj, Arc::clone(errors))?))
 }

@@ -314,8 +314,9 @@ fn typed_array(a: &NdArray) -> JsValue {
     }
 }
 
-/// `{ arrays: { label: { data, shape, dtype } }, sampleIndices, offsets, index, epoch }`.
-fn batch_to_js(b: &Batch) -> Result<JsValue, JsError> {
+/// `{ arrays: { label: { data, shape, dtype } }, sampleIndices, offsets, index, epoch }`:
+/// the one batch encoding every JS stream (dataset, explorer, worker) receives.
+pub(crate) fn batch_to_js(b: &Batch) -> Result<JsValue, JsError> {
     batch_object(b, |a, o| set(o, "data", &typed_array(a)))
 }
 

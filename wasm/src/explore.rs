@@ -2,7 +2,7 @@
 //! this configuration do?" for every move of a control without touching the store again.
 //!
 //! `open()` (api.rs) reads metadata and builds one dataset for one configuration; the
-//! dashboard needs hundreds of configurations per minute. Core's `Dataset::new` does no I/O,
+//! dashboard needs hundreds of configurations per minute. Core's `DatasetBuilder::build` does no I/O,
 //! so the [`Model`] here keeps the opened [`ZarrArray`]s and builds a fresh dataset per
 //! question: the describe report, the draw order of an epoch, and the shuffle quality across
 //! block sizes all come from the same code paths the engine runs (no re-implementation).
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
 use insitubatch_core::shuffle::{OrderSpec, Split, draw_order, shuffle_quality};
 use insitubatch_core::zarr::ZarrArray;
-use insitubatch_core::{Dataset, DatasetReport, Error, Variable, split_by_chunk, valid_anchor_range};
+use insitubatch_core::{Dataset, DatasetReport, Error, Variable, valid_anchor_range};
 use serde::Serialize;
 
 use crate::JsOpenOptions;
@@ -151,7 +151,7 @@ impl Model {
     /// A dataset for `opts` over the opened arrays (`opts.variables` picks among them; no I/O).
     ///
     /// # Errors
-    /// [`Error::Config`] for a variable that was not opened, and whatever `Dataset::new`
+    /// [`Error::Config`] for a variable that was not opened, and whatever the builder
     /// refuses (zero knobs, a budget below the floor, bad fractions, ...).
     pub fn dataset(
         &self,
@@ -162,29 +162,24 @@ impl Model {
     ) -> Result<Dataset, Error> {
         let WhatIf { threads, epoch, shift } = at;
         let core = opts.to_core();
-        let all: Vec<&ZarrArray> = self.arrays.iter().chain(&self.coordinates).collect();
-        let chosen: Vec<ZarrArray> = match &core.variables {
-            None => self.arrays.clone(),
-            Some(names) if names.is_empty() => {
-                return Err(Error::Config("choose at least one variable".into()));
-            }
-            Some(names) => names
-                .iter()
-                .map(|n| {
-                    let n = n.trim_matches('/');
-                    all.iter().find(|a| a.path() == n).map(|a| (*a).clone()).ok_or_else(|| {
-                        Error::Config(format!(
-                            "variable {n:?} is not an array of this store; known: {:?}",
-                            all.iter().map(|a| a.path()).collect::<Vec<_>>()
-                        ))
-                    })
-                })
-                .collect::<Result<_, _>>()?,
+        if core.variables.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Error::Config("choose at least one variable".into()));
+        }
+        let opened: Vec<ZarrArray> = self.arrays.iter().chain(&self.coordinates).cloned().collect();
+        let names: Vec<String> = match &core.variables {
+            Some(names) => names.iter().map(|n| n.trim_matches('/').to_string()).collect(),
+            None => self.arrays.iter().map(|a| a.path().to_string()).collect(),
         };
-        let mut variables: Vec<Variable> = chosen
-            .iter()
-            .map(|a| Ok(Variable { label: a.path().to_string(), geometry: a.geometry(core.sample_axis)? }))
-            .collect::<Result<_, Error>>()?;
+        let mut variables = Vec::with_capacity(names.len() * 2);
+        for name in &names {
+            let array = opened.iter().find(|a| a.path() == name).ok_or_else(|| {
+                Error::Config(format!(
+                    "variable {name:?} is not an array of this store; known: {:?}",
+                    opened.iter().map(ZarrArray::path).collect::<Vec<_>>()
+                ))
+            })?;
+            variables.push(Variable { label: name.clone(), geometry: array.geometry(core.sample_axis)? });
+        }
         if shift != 0 {
             // A windowed view: each variable as input, and again `shift` samples on as target.
             let targets: Vec<Variable> = variables
@@ -193,11 +188,14 @@ impl Model {
                 .collect();
             variables.extend(targets);
         }
-        // As core::open does after its reads.
-        let manifest = split_by_chunk(&variables[0].geometry, &core.split)?;
         let pool = WhatIfPool(NonZeroUsize::new(threads).unwrap_or(NonZeroUsize::MIN));
         let runtime = Runtime { executor, pool: Arc::new(pool) };
-        let ds = Dataset::new(storage, runtime, chosen, variables, manifest, core.dataset, Vec::new(), Vec::new())?;
+        let ds = Dataset::builder(storage, runtime)
+            .opened(opened)
+            .variables(variables)
+            .split(core.split)
+            .options(core.dataset)
+            .build()?;
         ds.set_epoch(epoch);
         Ok(ds)
     }
@@ -205,7 +203,7 @@ impl Model {
     /// The draw order of `split` at `epoch` for `ds`, with its shuffle blocks.
     ///
     /// # Errors
-    /// [`Error::Stall`] (an internal error) if the blocks disagree with the dataset's own
+    /// [`Error::Internal`] if the blocks disagree with the dataset's own
     /// order, which would mean this picture no longer shows what the engine draws.
     pub fn draw_order(ds: &Dataset, split: Split, epoch: u64) -> Result<DrawOrderReport, Error> {
         let m = ds.manifest();
@@ -224,8 +222,8 @@ impl Model {
             split,
         });
         if order.anchors != ds.draw_order(split, epoch) {
-            return Err(Error::Stall(format!(
-                "internal: the explorer's draw order of {split} epoch {epoch} differs from the dataset's; please report this"
+            return Err(Error::Internal(format!(
+                "the explorer's draw order of {split} epoch {epoch} differs from the dataset's"
             )));
         }
         let spc = m.sample_chunk_size.max(1);
@@ -301,7 +299,7 @@ pub fn target_label(label: &str, shift: i64) -> String {
 mod js {
     use super::*;
     use crate::LocalExecutor;
-    use crate::api::{PassCursor, batch_object, err, set, to_js, whole};
+    use crate::api::{PassCursor, batch_to_js, err, to_js, whole};
     use crate::storage::FetchStorage;
     use js_sys::{Object, Reflect};
     use wasm_bindgen::prelude::*;
@@ -496,7 +494,7 @@ mod js {
         /// `{ arrays: { label: { bytes, dtype, shape } }, sampleIndices, offsets, index, epoch }`,
         /// or `undefined` after the last batch.
         pub fn next(&self) -> js_sys::Promise {
-            self.cursor.next(raw_batch, ())
+            self.cursor.next(batch_to_js, ())
         }
 
         /// Stats of this pass so far (`undefined` once it has ended).
@@ -508,15 +506,6 @@ mod js {
         pub fn close(&self) {
             self.cursor.close();
         }
-    }
-
-    /// Raw bytes per array (`explore.js` makes typed views of them).
-    fn raw_batch(b: &insitubatch_core::Batch) -> Result<JsValue, JsError> {
-        batch_object(b, |a, o| {
-            let bytes = js_sys::Uint8Array::new_with_length(a.data.len() as u32);
-            bytes.copy_from(&a.data[..]);
-            set(o, "bytes", &bytes)
-        })
     }
 }
 

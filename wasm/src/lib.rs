@@ -95,14 +95,15 @@ impl JsOpenOptions {
             // Options JS cannot set yet (read policy, tiers) keep the native defaults.
             ..d
         };
+        let split = insitubatch_core::SplitOptions::default();
         insitubatch_core::OpenOptions {
             variables: self.variables.clone(),
-            sample_axis: self.sample_axis.unwrap_or(0),
+            sample_axis: self.sample_axis.unwrap_or_default(),
             split: insitubatch_core::SplitOptions {
-                fractions: self.fractions.unwrap_or((0.8, 0.1, 0.1)),
+                fractions: self.fractions.unwrap_or(split.fractions),
                 seed: dataset.seed,
-                contiguous: !self.shuffle_splits.unwrap_or(false),
-                sample_range: None,
+                contiguous: self.shuffle_splits.map_or(split.contiguous, |s| !s),
+                ..split
             },
             dataset,
             ..Default::default()
@@ -115,14 +116,7 @@ impl JsOpenOptions {
 /// # Errors
 /// A message naming the accepted words.
 pub fn parse_split(s: &str) -> Result<insitubatch_core::Split, String> {
-    use insitubatch_core::Split;
-    match s {
-        "train" => Ok(Split::Train),
-        "val" => Ok(Split::Val),
-        "test" => Ok(Split::Test),
-        "all" => Ok(Split::All),
-        other => Err(format!("unknown split {other:?}; use \"train\", \"val\", \"test\" or \"all\"")),
-    }
+    s.parse().map_err(|e: insitubatch_core::UnknownSplit| e.to_string())
 }
 
 #[cfg(test)]

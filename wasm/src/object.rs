@@ -25,16 +25,13 @@ pub fn open_s3(url: &str, options: &BTreeMap<String, String>) -> Result<ObjectSt
     if bucket.is_empty() {
         return Err(format!("the S3 URL has no bucket; use s3://BUCKET/PREFIX: {url}"));
     }
-    let mut b = AmazonS3Builder::new().with_bucket_name(bucket);
-    for (k, v) in options {
-        let key: AmazonS3ConfigKey = k.to_ascii_lowercase().parse().map_err(|_| {
-            format!(
-                "unknown storage option {k:?} for s3:// stores; use object_store's keys, e.g. aws_endpoint, \
-                 aws_region, aws_access_key_id, aws_secret_access_key, aws_allow_http: {url}"
-            )
-        })?;
-        b = b.with_config(key, v.clone());
-    }
+    let keys = insitubatch_object::parse_options::<AmazonS3ConfigKey>(
+        options,
+        "s3://",
+        ", e.g. aws_endpoint, aws_region, aws_access_key_id, aws_secret_access_key, aws_allow_http",
+    )
+    .map_err(|m| format!("{m}: {url}"))?;
+    let b = keys.into_iter().fold(AmazonS3Builder::new().with_bucket_name(bucket), |b, (k, v)| b.with_config(k, v));
     let store = b.build().map_err(|e| format!("cannot open the S3 store ({e}): {url}"))?;
     let prefix = Path::parse(prefix.trim_matches('/')).map_err(|e| format!("invalid S3 prefix ({e}): {url}"))?;
     Ok(ObjectStoreStorage::new(Arc::new(store), prefix, url))

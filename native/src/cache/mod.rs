@@ -58,6 +58,34 @@ fn safe_name(path: &str) -> String {
 }
 
 impl CacheOptions {
+    /// The options the bindings' flags describe: `None` without a `cache_dir`, and a
+    /// refusal when a flag that needs one comes without it.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the flag and what to pass.
+    pub fn from_flags(
+        dir: Option<PathBuf>,
+        persist: bool,
+        readonly: bool,
+        reset_stale: bool,
+    ) -> Result<Option<Self>, Error> {
+        let Some(dir) = dir else {
+            let flag = [(persist, "persist"), (readonly, "readonly_cache"), (reset_stale, "reset_stale_cache")]
+                .into_iter()
+                .find_map(|(set, name)| set.then_some(name));
+            return match flag {
+                Some(flag) => Err(config(format!(
+                    "{flag}=True requires cache_dir: pass cache_dir=\"/local/nvme/path\" (a local directory for the \
+                     chunk files)"
+                ))),
+                None => Ok(None),
+            };
+        };
+        let options = Self { dir, persist, readonly, reset_stale };
+        options.validate()?;
+        Ok(Some(options))
+    }
+
     /// Check the combination before anything touches the disk.
     ///
     /// # Errors

@@ -1,0 +1,564 @@
+//! The one way to build a [`Dataset`]: [`DatasetBuilder`].
+//!
+//! Every caller (core's [`crate::open`], the native backend, the Python and wasm bindings and
+//! the tests) says what it wants with the builder's setters and gets a dataset from
+//! [`DatasetBuilder::open`] (reads metadata it does not have yet) or
+//! [`DatasetBuilder::build`] (no I/O). The defaults (which arrays, their labels, the split)
+//! are decided here and nowhere else; [`Assembly`] then checks and wires the parts in named
+//! steps.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+use async_lock::Semaphore;
+
+use super::{Dataset, DatasetOptions, Inner, Variable};
+use crate::array::Recycler;
+use crate::describe::human_bytes;
+use crate::engine::{ArrayReader, CpuQueue, Engine};
+use crate::error::{Error, Result};
+use crate::geometry::ArrayGeometry;
+use crate::pass::GatherVar;
+use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks};
+use crate::pool::Pool;
+use crate::runtime::{Runtime, Storage};
+use crate::shuffle::Split;
+use crate::split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
+use crate::tier::{ArrayIdentity, ChunkTier, array_fingerprint};
+use crate::transform::{BatchTransform, Scoped};
+use crate::zarr::{ZarrArray, open_array, open_arrays};
+
+/// Which arrays a dataset reads, before they are opened.
+#[derive(Debug, Clone, Default)]
+enum Selection {
+    /// Every data array of the store (CF coordinates skipped), labelled by path.
+    #[default]
+    Discover,
+    /// These array paths, labelled by path, in this order.
+    Paths(Vec<String>),
+    /// Labelled geometries: windows (`shift`), several labels over one array.
+    Variables(Vec<Variable>),
+}
+
+/// Everything a dataset is made of, set piece by piece; see the module docs.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use insitubatch_core::{Dataset, DatasetOptions, Runtime, Split, runtime::InlinePool};
+/// # use insitubatch_core::testing::{MemoryStorage, SimExecutor, write_f32_array};
+/// let storage = MemoryStorage::new();
+/// write_f32_array(&storage, "t2m", &[8, 2], &[4, 2], None, None, |i| i as f32);
+/// let sim = SimExecutor::new();
+/// let runtime = Runtime { executor: Arc::new(sim.clone()), pool: Arc::new(InlinePool) };
+/// let builder = Dataset::builder(Arc::new(storage), runtime)
+///     .arrays(["t2m"])
+///     .options(DatasetOptions { batch_size: 2, ..Default::default() });
+/// let ds = sim.run(builder.open(), std::time::Duration::from_secs(5)).unwrap().unwrap();
+/// assert_eq!(ds.variables()[0].label, "t2m");
+/// ```
+#[derive(Clone)]
+pub struct DatasetBuilder {
+    storage: Arc<dyn Storage>,
+    runtime: Runtime,
+    selection: Selection,
+    sample_axis: usize,
+    opened: Vec<ZarrArray>,
+    manifest: Option<SplitManifest>,
+    split: Option<SplitOptions>,
+    options: DatasetOptions,
+    chunk_transforms: Vec<Scoped>,
+    batch_transforms: Vec<Arc<dyn BatchTransform>>,
+}
+
+impl std::fmt::Debug for DatasetBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatasetBuilder")
+            .field("location", &self.storage.location())
+            .field("selection", &self.selection)
+            .field("sample_axis", &self.sample_axis)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dataset {
+    /// Start describing a dataset over `storage`, run on `runtime`.
+    pub fn builder(storage: Arc<dyn Storage>, runtime: Runtime) -> DatasetBuilder {
+        DatasetBuilder {
+            storage,
+            runtime,
+            selection: Selection::Discover,
+            sample_axis: 0,
+            opened: Vec::new(),
+            manifest: None,
+            split: None,
+            options: DatasetOptions::default(),
+            chunk_transforms: Vec::new(),
+            batch_transforms: Vec::new(),
+        }
+    }
+}
+
+impl DatasetBuilder {
+    /// Read these arrays, each labelled by its path (default: every data array).
+    #[must_use]
+    pub fn arrays<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
+        self.selection = Selection::Paths(paths.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Read these labelled geometries (windows, several labels per array). Overrides
+    /// [`Self::arrays`] and [`Self::sample_axis`]: each geometry carries its own axis.
+    #[must_use]
+    pub fn variables(mut self, variables: Vec<Variable>) -> Self {
+        self.selection = Selection::Variables(variables);
+        self
+    }
+
+    /// The sample axis of arrays labelled by path (default 0).
+    #[must_use]
+    pub fn sample_axis(mut self, axis: usize) -> Self {
+        self.sample_axis = axis;
+        self
+    }
+
+    /// Arrays whose metadata the caller already read: they are not read again, and with
+    /// no [`Self::arrays`] or [`Self::variables`] they are the ones the dataset reads.
+    #[must_use]
+    pub fn opened(mut self, arrays: Vec<ZarrArray>) -> Self {
+        self.opened = arrays;
+        self
+    }
+
+    /// Use this split manifest (default: [`Self::split`] applied to the first variable).
+    #[must_use]
+    pub fn manifest(mut self, manifest: SplitManifest) -> Self {
+        self.manifest = Some(manifest);
+        self
+    }
+
+    /// How to split when no manifest is given (default: [`SplitOptions::default`] with the
+    /// dataset's seed).
+    #[must_use]
+    pub fn split(mut self, split: SplitOptions) -> Self {
+        self.split = Some(split);
+        self
+    }
+
+    /// The knobs (batch size, blocks, reads in flight, budget, policy, tier).
+    #[must_use]
+    pub fn options(mut self, options: DatasetOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Chunk transforms, run on the pool and cached with the chunk.
+    #[must_use]
+    pub fn chunk_transforms(mut self, transforms: Vec<Scoped>) -> Self {
+        self.chunk_transforms = transforms;
+        self
+    }
+
+    /// Batch transforms, run after the gather.
+    #[must_use]
+    pub fn batch_transforms(mut self, transforms: Vec<Arc<dyn BatchTransform>>) -> Self {
+        self.batch_transforms = transforms;
+        self
+    }
+
+    /// The storage the dataset will read.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// Read the metadata of the arrays not yet [`Self::opened`], then [`Self::build`].
+    ///
+    /// # Errors
+    /// Whatever opening an array reports ([`Error::NotFound`], [`Error::Metadata`]), and
+    /// whatever [`Self::build`] refuses.
+    pub async fn open(mut self) -> Result<Dataset> {
+        let missing: Option<Vec<String>> = match &self.selection {
+            Selection::Discover if self.opened.is_empty() => None,
+            Selection::Discover => Some(Vec::new()),
+            Selection::Paths(paths) => Some(paths.clone()),
+            Selection::Variables(vars) => Some(distinct(vars.iter().map(|v| v.geometry.path.clone()))),
+        };
+        match missing {
+            None => self.opened = open_arrays(self.storage.as_ref(), None).await?,
+            Some(paths) => {
+                for path in paths {
+                    if !self.opened.iter().any(|a| a.path() == path) {
+                        let array = open_array(self.storage.as_ref(), &path).await?;
+                        self.opened.push(array);
+                    }
+                }
+            }
+        }
+        self.build()
+    }
+
+    /// Build the dataset from arrays already [`Self::opened`]; no I/O.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for a variable whose array was not opened; [`Error::Config`] for
+    /// unequal sample-axis lengths, a manifest that does not match, transforms scoped to
+    /// unknown arrays, zero knobs, or a budget below the floor; [`Error::Geometry`] for
+    /// geometries that disagree with the arrays' metadata.
+    pub fn build(self) -> Result<Dataset> {
+        let variables = self.resolve_variables()?;
+        let manifest = match self.manifest {
+            Some(m) => m,
+            None => {
+                let split = self.split.unwrap_or(SplitOptions { seed: self.options.seed, ..SplitOptions::default() });
+                split_by_chunk(&variables[0].geometry, &split)?
+            }
+        };
+        Assembly {
+            storage: self.storage,
+            runtime: self.runtime,
+            arrays: self.opened,
+            variables,
+            manifest,
+            options: self.options,
+            chunk_transforms: self.chunk_transforms,
+            batch_transforms: self.batch_transforms,
+        }
+        .assemble()
+    }
+
+    /// The labelled geometries: as given, or one per selected array labelled by its path.
+    fn resolve_variables(&self) -> Result<Vec<Variable>> {
+        let by_path = |paths: &[String]| -> Result<Vec<Variable>> {
+            paths
+                .iter()
+                .map(|p| {
+                    let a = self.find_opened(p)?;
+                    Ok(Variable { label: a.path().to_string(), geometry: a.geometry(self.sample_axis)? })
+                })
+                .collect()
+        };
+        let variables = match &self.selection {
+            Selection::Variables(v) => v.clone(),
+            Selection::Paths(paths) => by_path(paths)?,
+            Selection::Discover => by_path(&self.opened.iter().map(|a| a.path().to_string()).collect::<Vec<_>>())?,
+        };
+        if variables.is_empty() {
+            return Err(Error::Config(format!(
+                "a dataset needs at least one variable; name the arrays to read: {}",
+                self.storage.location()
+            )));
+        }
+        Ok(variables)
+    }
+
+    fn find_opened(&self, path: &str) -> Result<&ZarrArray> {
+        let path = path.trim_matches('/');
+        self.opened.iter().find(|a| a.path() == path).ok_or_else(|| Error::NotFound {
+            message: format!(
+                "array {path:?} was not opened; opened: {:?}",
+                self.opened.iter().map(ZarrArray::path).collect::<Vec<_>>()
+            ),
+            key: self.storage.location(),
+        })
+    }
+}
+
+/// `items` without repeats, in first-seen order.
+fn distinct(items: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for i in items {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// The resolved parts of a dataset, checked and wired by [`Assembly::assemble`].
+struct Assembly {
+    storage: Arc<dyn Storage>,
+    runtime: Runtime,
+    arrays: Vec<ZarrArray>,
+    variables: Vec<Variable>,
+    manifest: SplitManifest,
+    options: DatasetOptions,
+    chunk_transforms: Vec<Scoped>,
+    batch_transforms: Vec<Arc<dyn BatchTransform>>,
+}
+
+/// One reader per distinct array path, and what the plan and the gather need per label.
+struct Readers {
+    readers: Vec<ArrayReader>,
+    plan_vars: Vec<PlanVar>,
+    gather_vars: Vec<GatherVar>,
+}
+
+/// The residency arithmetic fixed at construction.
+struct Residency {
+    block_chunks: usize,
+    floor_arrays: Vec<FloorArray>,
+    floor_max: u64,
+    shares_chunks: bool,
+}
+
+impl Assembly {
+    fn assemble(mut self) -> Result<Dataset> {
+        self.options = checked_options(self.options)?;
+        let n_samples = self.common_length()?;
+        self.check_manifest(n_samples)?;
+        self.check_transform_scopes()?;
+        self.check_unique_labels()?;
+        let Readers { readers, plan_vars, gather_vars } = self.readers()?;
+        let offsets: Vec<i64> = self.variables.iter().map(|v| v.geometry.offset).collect();
+        let anchor_range = valid_anchor_range(&offsets, n_samples);
+        let residency = self.residency(&readers, &plan_vars, anchor_range);
+        let tier = self.open_tier(&readers)?;
+        let read_once_bytes = self.read_once_bytes(&residency, tier.as_ref());
+        self.check_budget(residency.floor_max)?;
+        let recycle_cap = recycle_cap_bytes(&residency.floor_arrays, &gather_vars, &self.options);
+        let o = &self.options;
+        let engine = Arc::new(Engine {
+            storage: self.storage,
+            pool: Arc::new(Pool::new(o.cache_budget_bytes, read_once_bytes)),
+            cpu: CpuQueue::new(Arc::clone(&self.runtime.pool)),
+            runtime: self.runtime,
+            arrays: readers,
+            inflight: Arc::new(Semaphore::new(o.max_inflight)),
+            inflight_now: AtomicUsize::new(0),
+            max_inflight: o.max_inflight,
+            policy: o.read_policy.clone(),
+            bad_chunks: Mutex::new(Vec::new()),
+            recycler: Recycler::new(usize::try_from(recycle_cap).unwrap_or(usize::MAX)),
+            admissions: AtomicU64::new(0),
+            tier,
+        });
+        Ok(Dataset {
+            inner: Arc::new(Inner {
+                engine,
+                chunk_transform_labels: self.chunk_transforms.iter().map(Scoped::label).collect(),
+                vars: self.variables,
+                gather_vars: gather_vars.into(),
+                plan_vars,
+                floor_arrays: residency.floor_arrays,
+                manifest: self.manifest,
+                options: self.options,
+                block_chunks: residency.block_chunks,
+                anchor_range,
+                epoch: AtomicU64::new(0),
+                last_pass: Arc::new(Mutex::new(None)),
+                batch_transforms: self.batch_transforms.into(),
+                read_once_bytes,
+                live_streams: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// The sample-axis length every variable shares.
+    fn common_length(&self) -> Result<u64> {
+        let lengths: BTreeSet<u64> = self.variables.iter().map(|v| v.geometry.n_samples()).collect();
+        match lengths.len() {
+            1 => Ok(lengths.into_iter().next().unwrap_or(0)),
+            _ => Err(Error::Config(format!(
+                "All variables must share the same sample-axis length; got n_samples={:?} for {:?}",
+                self.variables.iter().map(|v| v.geometry.n_samples()).collect::<Vec<_>>(),
+                self.variables.iter().map(|v| v.label.as_str()).collect::<Vec<_>>()
+            ))),
+        }
+    }
+
+    fn check_manifest(&self, n_samples: u64) -> Result<()> {
+        if self.manifest.n_samples != n_samples || self.manifest.sample_chunk_size == 0 {
+            return Err(Error::Config(format!(
+                "the split manifest is for {} samples but the variables have {n_samples}; build the manifest from \
+                 one of these variables' geometry",
+                self.manifest.n_samples
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_transform_scopes(&self) -> Result<()> {
+        let known: Vec<&str> = self.arrays.iter().map(ZarrArray::path).collect();
+        for t in &self.chunk_transforms {
+            let Some(scope) = &t.arrays else { continue };
+            let unknown: Vec<&String> = scope.iter().filter(|a| !known.contains(&a.as_str())).collect();
+            if !unknown.is_empty() {
+                return Err(Error::Config(format!(
+                    "applies({scope:?}, {}) names {unknown:?}, which are not arrays in this dataset. Known arrays: \
+                     {known:?}",
+                    t.transform.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_unique_labels(&self) -> Result<()> {
+        let mut labels = BTreeSet::new();
+        match self.variables.iter().find(|v| !labels.insert(v.label.as_str())) {
+            Some(dup) => Err(Error::Config(format!("label {:?} is used twice; give each variable its own", dup.label))),
+            None => Ok(()),
+        }
+    }
+
+    /// One reader per array path (labels over one array share its decode), in first-use order.
+    fn readers(&self) -> Result<Readers> {
+        let by_path: BTreeMap<&str, &ZarrArray> = self.arrays.iter().map(|a| (a.path(), a)).collect();
+        let mut out = Readers { readers: Vec::new(), plan_vars: Vec::new(), gather_vars: Vec::new() };
+        for v in &self.variables {
+            v.geometry.validate()?;
+            let path_id = match out.readers.iter().position(|r| r.geom.path == v.geometry.path) {
+                Some(i) => i,
+                None => {
+                    out.readers.push(self.reader(v, &by_path)?);
+                    out.readers.len() - 1
+                }
+            };
+            let reader = &out.readers[path_id];
+            if reader.geom.sample_axis != v.geometry.sample_axis {
+                return Err(Error::Config(format!(
+                    "labels reading array {:?} disagree on the sample axis; use one axis per array",
+                    v.geometry.path
+                )));
+            }
+            let path = u32::try_from(path_id).map_err(|_| Error::Config("too many arrays in one dataset".into()))?;
+            let spc = v.geometry.sample_chunk_size();
+            out.plan_vars.push(PlanVar { path, offset: v.geometry.offset, spc });
+            out.gather_vars.push(GatherVar {
+                label: v.label.clone(),
+                path,
+                offset: v.geometry.offset,
+                spc,
+                dtype: reader.out_dtype,
+                inner: reader.out_inner.clone(),
+                sample_bytes: usize::try_from(reader.out_sample_bytes())
+                    .map_err(|_| Error::Geometry(format!("one sample of {:?} does not fit in memory", v.label)))?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The reader of the array `v` reads, checked against the array's metadata.
+    fn reader(&self, v: &Variable, by_path: &BTreeMap<&str, &ZarrArray>) -> Result<ArrayReader> {
+        let zarr = by_path.get(v.geometry.path.as_str()).ok_or_else(|| Error::NotFound {
+            message: format!("variable {:?} reads array {:?}, which was not opened", v.label, v.geometry.path),
+            key: self.storage.location(),
+        })?;
+        if zarr.shape() != v.geometry.shape.as_slice() || zarr.tile_shape() != v.geometry.tile.as_slice() {
+            return Err(Error::Geometry(format!(
+                "variable {:?} declares shape {:?} chunks {:?} but the array has shape {:?} chunks {:?}",
+                v.label,
+                v.geometry.shape,
+                v.geometry.tile,
+                zarr.shape(),
+                zarr.tile_shape()
+            )));
+        }
+        let transforms = self
+            .chunk_transforms
+            .iter()
+            .filter(|t| t.covers(&v.geometry.path))
+            .map(|t| Arc::clone(&t.transform))
+            .collect();
+        let base = ArrayGeometry { offset: 0, ..v.geometry.clone() };
+        ArrayReader::new(Arc::new((*zarr).clone()), base, transforms)
+    }
+
+    /// Block size (widened so a block holds a batch) and the residency floor over every view.
+    fn residency(&self, readers: &[ArrayReader], plan_vars: &[PlanVar], anchor_range: (u64, u64)) -> Residency {
+        let m = &self.manifest;
+        let o = &self.options;
+        let ref_spc = m.sample_chunk_size;
+        let all_chunks = m.chunks_of(Split::All);
+        let block_chunks =
+            widen_block_chunks(o.block_chunks, o.batch_size, &all_chunks, ref_spc, m.n_samples, anchor_range);
+        if block_chunks > o.block_chunks {
+            tracing::info!(requested = o.block_chunks, block_chunks, "block_chunks widened so a block holds a batch");
+        }
+        let floor_arrays: Vec<FloorArray> = (0u32..)
+            .zip(readers)
+            .map(|(i, r)| FloorArray {
+                n_chunks: r.geom.n_chunks(),
+                max_slot_bytes: r.max_charge(),
+                vars: plan_vars.iter().filter(|v| v.path == i).cloned().collect(),
+            })
+            .collect();
+        let floor_max = Split::ALL
+            .iter()
+            .map(|&s| residency_floor(&floor_arrays, block_chunks as u64, m.chunks_of(s).len() as u64, ref_spc))
+            .max()
+            .unwrap_or(0);
+        let shares_chunks = plan_vars.iter().any(|v| v.shares_chunks(ref_spc));
+        Residency { block_chunks, floor_arrays, floor_max, shares_chunks }
+    }
+
+    /// The disk tier, opened with each array's identity (so a changed pipeline is stale).
+    fn open_tier(&self, readers: &[ArrayReader]) -> Result<Option<Arc<dyn ChunkTier>>> {
+        let Some(opener) = &self.options.tier else { return Ok(None) };
+        let location = self.storage.location();
+        let identities: Vec<ArrayIdentity> = readers
+            .iter()
+            .map(|r| ArrayIdentity {
+                path: r.geom.path.clone(),
+                fingerprint: array_fingerprint(
+                    &location,
+                    &r.geom.path,
+                    r.geom.sample_axis,
+                    &r.zarr.metadata_document(),
+                    &r.transforms,
+                ),
+                dtype: r.out_dtype,
+                inner: r.out_inner.clone(),
+            })
+            .collect();
+        Ok(Some(opener.open(&identities)?))
+    }
+
+    /// The automatic budget that keeps every chunk read once per epoch.
+    ///
+    /// Windows under shuffle read a chunk from several blocks. Holding it from first use to
+    /// last costs about the whole split; with a persisting tier a block's chunks are let go
+    /// as it drains and revived locally, so the floor is enough.
+    fn read_once_bytes(&self, r: &Residency, tier: Option<&Arc<dyn ChunkTier>>) -> u64 {
+        let revivable = tier.is_some_and(|t| t.persists());
+        if r.shares_chunks && self.options.shuffle && !revivable {
+            let train_chunks = self.manifest.chunks_of(Split::Train).len() as u64;
+            block_bytes(&r.floor_arrays, train_chunks, self.manifest.sample_chunk_size).max(r.floor_max)
+        } else {
+            r.floor_max
+        }
+    }
+
+    fn check_budget(&self, floor_max: u64) -> Result<()> {
+        match self.options.cache_budget_bytes {
+            Some(budget) if budget < floor_max => Err(Error::Config(format!(
+                "cache_budget_bytes={budget} is below this run's residency floor of {floor_max} bytes ({}): two \
+                 shuffle blocks of chunks must fit. Raise it, lower block_chunks or batch_size, or leave it unset to \
+                 size it automatically",
+                human_bytes(floor_max)
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Zero knobs refused; prefetch and block size raised to at least 1.
+fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
+    if o.batch_size == 0 || o.max_inflight == 0 {
+        return Err(Error::Config(format!(
+            "batch_size and max_inflight must be at least 1, got batch_size={} max_inflight={}",
+            o.batch_size, o.max_inflight
+        )));
+    }
+    o.prefetch_depth = o.prefetch_depth.max(1);
+    o.block_chunks = o.block_chunks.max(1);
+    Ok(o)
+}
+
+/// Free buffers kept for reuse: a few chunks and a few batches (see [`Recycler`]).
+fn recycle_cap_bytes(arrays: &[FloorArray], vars: &[GatherVar], o: &DatasetOptions) -> u64 {
+    let chunk = arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
+    let batch: u64 = vars.iter().map(|v| v.sample_bytes as u64).sum::<u64>() * o.batch_size as u64;
+    4 * chunk + (o.prefetch_depth as u64 + 2) * batch
+}

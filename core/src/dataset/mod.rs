@@ -1,0 +1,298 @@
+//! The public engine API: a dataset over one store, with train/val/test/all views that
+//! share one chunk pool.
+
+mod build;
+mod report;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+pub use build::DatasetBuilder;
+
+use crate::engine::{BadChunk, Engine, ReadPolicy};
+use crate::error::{Error, Result};
+use crate::geometry::ArrayGeometry;
+use crate::pass::{BatchStream, GatherVar, PassSpec, StatsSink, drive};
+use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
+use crate::pool::PoolCounters;
+use crate::runtime::{Runtime, Storage};
+use crate::shuffle::{OrderSpec, Split, draw_order};
+use crate::split::SplitManifest;
+use crate::stats::{PassRecorder, PassStats};
+use crate::tier::TierOpener;
+use crate::transform::{BatchTransform, Scoped};
+
+/// Gathers a pass runs at once, at most: enough to keep the queue fed on a few cores
+/// without holding more batch buffers than the memory model counts.
+const MAX_GATHERS: usize = 4;
+
+/// Gathers in flight for a pool of `parallelism` threads (the pass and `describe` agree).
+fn max_gathers(parallelism: usize) -> usize {
+    parallelism.clamp(1, MAX_GATHERS)
+}
+
+/// Knobs of a dataset.
+#[derive(Debug, Clone)]
+pub struct DatasetOptions {
+    /// Rows per batch.
+    pub batch_size: usize,
+    /// Chunks per shuffle block (raised so a block always holds a batch).
+    pub block_chunks: usize,
+    /// Storage reads in flight, across every view.
+    pub max_inflight: usize,
+    /// Shuffle seed.
+    pub seed: u64,
+    /// Shuffle the train view.
+    pub shuffle: bool,
+    /// Batches queued ahead of the caller.
+    pub prefetch_depth: usize,
+    /// Byte budget of the pool; `None` sizes it automatically.
+    pub cache_budget_bytes: Option<u64>,
+    /// Retries, timeouts, and what to do with a bad chunk.
+    pub read_policy: ReadPolicy,
+    /// A disk tier for decoded chunks (`cache_dir`; native only), opened at construction.
+    pub tier: Option<Arc<dyn TierOpener>>,
+}
+
+impl Default for DatasetOptions {
+    fn default() -> Self {
+        Self {
+            batch_size: 32,
+            block_chunks: 16,
+            max_inflight: 32,
+            seed: 0,
+            shuffle: true,
+            prefetch_depth: 2,
+            cache_budget_bytes: None,
+            read_policy: ReadPolicy::default(),
+            tier: None,
+        }
+    }
+}
+
+/// A labelled variable: a label and the geometry (path, sample axis, offset) it reads.
+#[derive(Debug, Clone)]
+pub struct Variable {
+    /// The key in every batch.
+    pub label: String,
+    /// What it reads.
+    pub geometry: ArrayGeometry,
+}
+
+struct Inner {
+    engine: Arc<Engine>,
+    vars: Vec<Variable>,
+    gather_vars: Arc<[GatherVar]>,
+    plan_vars: Vec<PlanVar>,
+    floor_arrays: Vec<FloorArray>,
+    manifest: SplitManifest,
+    options: DatasetOptions,
+    block_chunks: usize,
+    anchor_range: (u64, u64),
+    epoch: AtomicU64,
+    last_pass: StatsSink,
+    batch_transforms: Arc<[Arc<dyn BatchTransform>]>,
+    chunk_transform_labels: Vec<String>,
+    read_once_bytes: u64,
+    live_streams: AtomicUsize,
+}
+
+/// A dataset: geometry, splits, knobs and one shared pool. Cheap to clone.
+#[derive(Clone)]
+pub struct Dataset {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dataset")
+            .field("variables", &self.inner.vars.iter().map(|v| &v.label).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Dataset {
+    /// Counters of the disk tier (`cache_dir`), if one is configured.
+    pub fn tier_counters(&self) -> Option<crate::tier::TierCounters> {
+        self.inner.engine.tier.as_ref().map(|t| t.counters())
+    }
+
+    /// What the disk tier warns about (a `cache_dir` on a network filesystem); empty without one.
+    pub fn tier_warnings(&self) -> Vec<String> {
+        self.inner.engine.tier.as_ref().map(|t| t.warnings()).unwrap_or_default()
+    }
+
+    /// Reshuffle deterministically for `epoch`.
+    pub fn set_epoch(&self, epoch: u64) {
+        self.inner.epoch.store(epoch, Ordering::SeqCst);
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.inner.epoch.load(Ordering::SeqCst)
+    }
+
+    /// The variables, in order.
+    pub fn variables(&self) -> &[Variable] {
+        &self.inner.vars
+    }
+
+    /// The split manifest.
+    pub fn manifest(&self) -> &SplitManifest {
+        &self.inner.manifest
+    }
+
+    /// Options as resolved (prefetch clamped, block_chunks as requested).
+    pub fn options(&self) -> &DatasetOptions {
+        &self.inner.options
+    }
+
+    /// Chunks per shuffle block after widening.
+    pub fn block_chunks(&self) -> usize {
+        self.inner.block_chunks
+    }
+
+    /// The stats of the last pass that ended (finished, failed or dropped).
+    pub fn last_pass(&self) -> Option<PassStats> {
+        self.inner.last_pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Chunks filled under `on_bad_chunk = "nan"` so far.
+    pub fn bad_chunks(&self) -> Vec<BadChunk> {
+        self.inner.engine.bad_chunks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Pool counters (hits, misses, evictions, peaks) since construction.
+    pub fn pool_counters(&self) -> PoolCounters {
+        self.inner.engine.pool.counters()
+    }
+
+    /// Bytes resident in the pool now.
+    pub fn resident_bytes(&self) -> u64 {
+        self.inner.engine.pool.resident_bytes()
+    }
+
+    /// Live iterations on this dataset.
+    pub fn live_iterations(&self) -> usize {
+        self.inner.engine.pool.live_passes()
+    }
+
+    fn order(&self, split: Split, epoch: u64) -> crate::shuffle::DrawOrder {
+        let i = &self.inner;
+        let chunks = i.manifest.chunks_of(split);
+        draw_order(&OrderSpec {
+            chunk_ids: &chunks,
+            ref_spc: i.manifest.sample_chunk_size,
+            n_samples: i.manifest.n_samples,
+            anchor_range: i.anchor_range,
+            block_chunks: i.block_chunks,
+            shuffle: i.options.shuffle && split == Split::Train,
+            seed: i.options.seed,
+            epoch,
+            split,
+        })
+    }
+
+    fn floor(&self, split: Split) -> u64 {
+        let i = &self.inner;
+        residency_floor(
+            &i.floor_arrays,
+            i.block_chunks as u64,
+            i.manifest.chunks_of(split).len() as u64,
+            i.manifest.sample_chunk_size,
+        )
+    }
+
+    /// The anchors of one epoch of a view, in draw order (what the batches will carry).
+    pub fn draw_order(&self, split: Split, epoch: u64) -> Vec<u64> {
+        self.order(split, epoch).anchors
+    }
+
+    /// Start one pass over a view at the current epoch.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when an explicit budget cannot hold this pass next to the live ones.
+    pub fn iter(&self, split: Split) -> Result<BatchStream> {
+        let i = &self.inner;
+        let epoch = self.epoch();
+        let order = self.order(split, epoch);
+        let plan = Arc::new(PassPlan::build(&order, &i.plan_vars, i.options.batch_size));
+        let reservation = self.floor(split);
+        let need = plan.peak_bytes(|k| i.engine.arrays[k.path as usize].charge(k.chunk));
+        if need > reservation {
+            return Err(Error::Internal(format!(
+                "epoch {epoch} of {split} needs {need} resident bytes but its residency floor is {reservation}. \
+                 Workaround: cache_budget_bytes >= {need} with block_chunks raised"
+            )));
+        }
+        let pass = i.engine.pool.open_pass(reservation.max(need))?;
+        let recorder = Arc::new(PassRecorder::default());
+        let (tx, rx) = async_channel::bounded(i.options.prefetch_depth);
+        let n_batches = plan.n_batches();
+        let spec = PassSpec {
+            engine: Arc::clone(&i.engine),
+            plan,
+            vars: Arc::clone(&i.gather_vars),
+            batch_transforms: Arc::clone(&i.batch_transforms),
+            pass,
+            epoch,
+            recorder: Arc::clone(&recorder),
+            max_gathers: max_gathers(i.engine.cpu.parallelism()),
+        };
+        let (task, abort) = futures::future::abortable(drive(spec, tx));
+        i.engine.runtime.executor.spawn(Box::pin(async move {
+            let _ = task.await;
+        }));
+        i.live_streams.fetch_add(1, Ordering::Relaxed);
+        Ok(BatchStream {
+            rx,
+            engine: Arc::clone(&i.engine),
+            pass,
+            abort,
+            recorder,
+            started: i.engine.now(),
+            last_returned: None,
+            split: split.name().to_string(),
+            epoch,
+            prefetch_depth: i.options.prefetch_depth,
+            sink: Arc::clone(&i.last_pass),
+            finished: false,
+            n_batches,
+        })
+    }
+}
+
+/// What [`open`] needs besides the runtime and the store.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// Array paths to read (labels = paths); `None` discovers them, skipping CF coordinates.
+    pub variables: Option<Vec<String>>,
+    /// The sample axis of every variable.
+    pub sample_axis: usize,
+    /// How to split the reference (first) variable's chunks.
+    pub split: crate::split::SplitOptions,
+    /// The dataset knobs.
+    pub dataset: DatasetOptions,
+    /// Chunk transforms (cached with the chunk), each scoped to some arrays or to all.
+    pub chunk_transforms: Vec<Scoped>,
+}
+
+/// Open the arrays of a store and build a dataset over them in one call
+/// (a shorthand for [`Dataset::builder`]).
+///
+/// # Errors
+/// Whatever opening the arrays or building the dataset reports.
+pub async fn open(storage: Arc<dyn Storage>, runtime: Runtime, options: OpenOptions) -> Result<Dataset> {
+    let mut builder = Dataset::builder(storage, runtime)
+        .sample_axis(options.sample_axis)
+        .split(options.split)
+        .options(options.dataset)
+        .chunk_transforms(options.chunk_transforms);
+    if let Some(paths) = options.variables {
+        builder = builder.arrays(paths);
+    }
+    builder.open().await
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,271 @@
+//! [`Dataset::describe`]: the static report, built in named steps from the same numbers the
+//! engine runs on (floors, gathers in flight, the draw order), so it cannot drift from them.
+
+use super::{Dataset, max_gathers};
+use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport, human_bytes};
+use crate::engine::ArrayReader;
+use crate::error::{Error, Result};
+use crate::shuffle::{Split, chunk_anchors, shuffle_quality};
+
+/// Process baseline (interpreter, allocator arenas, code) added to the accounted bytes.
+const PROCESS_BASELINE_BYTES: u64 = 64 << 20;
+/// Allocators keep freed memory around: the estimate adds 1/4 of the accounted bytes.
+const ALLOCATOR_RETENTION_DIVISOR: u64 = 4;
+/// A sample shorter than this makes the gather a loop of tiny copies.
+const SHORT_GATHER_RUN_BYTES: u64 = 1024;
+/// A single stored object per chunk larger than this makes each read in flight costly.
+const FAT_CHUNK_BYTES: u64 = 64 << 20;
+/// Above this, edge padding is worth a note.
+const RAGGED_NOTE_THRESHOLD: f64 = 1.001;
+
+impl Dataset {
+    /// What this dataset will do, from geometry and configuration only (no store access).
+    /// `iterations` is how many passes will run at once (`zip(train, val)` is two).
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `iterations` is 0.
+    pub fn describe(&self, iterations: usize) -> Result<DatasetReport> {
+        if iterations == 0 {
+            return Err(Error::Config("iterations must be >= 1, got 0".into()));
+        }
+        let mut notes = Vec::new();
+        let variables = self.variable_reports(&mut notes);
+        notes.extend(self.dataset_notes());
+        let memory = self.memory_report(iterations, &mut notes);
+        Ok(DatasetReport { variables, config: self.config_report(), memory, notes })
+    }
+
+    fn reader_of(&self, path: &str) -> &ArrayReader {
+        let arrays = &self.inner.engine.arrays;
+        // Every variable has a reader (built with it), so the fallback is never taken.
+        arrays.iter().find(|r| r.geom.path == path).unwrap_or(&arrays[0])
+    }
+
+    /// One report per variable, with the notes its geometry calls for.
+    fn variable_reports(&self, notes: &mut Vec<Note>) -> Vec<VariableReport> {
+        let mut out = Vec::new();
+        for v in &self.inner.vars {
+            let g = &v.geometry;
+            let r = self.reader_of(&g.path);
+            let vr = VariableReport {
+                label: v.label.clone(),
+                path: g.path.clone(),
+                dtype: g.dtype.to_string(),
+                shape: g.shape.clone(),
+                chunks: g.tile.clone(),
+                shard: g.shard.clone(),
+                codecs: r.zarr.codec_names(),
+                sample_axis: g.sample_axis,
+                sample_chunk_size: g.sample_chunk_size(),
+                n_samples: g.n_samples(),
+                n_chunks: g.n_chunks(),
+                offset: g.offset,
+                inner_shape: g.inner_shape(),
+                inner_chunks: g.inner_tile(),
+                stored_chunks_per_chunk: g.n_tiles(),
+                stored_chunk_bytes: g.tile_bytes(),
+                slot_bytes: r.max_charge(),
+                ragged_multiplier: g.ragged_multiplier(),
+                gather_run_bytes: r.out_sample_bytes(),
+                output_inner_shape: r.out_inner.clone(),
+                output_dtype: r.out_dtype.to_string(),
+            };
+            notes.extend(variable_notes(&vr));
+            out.push(vr);
+        }
+        out
+    }
+
+    /// Samples a split can draw as window anchors.
+    fn drawable(&self, split: Split) -> u64 {
+        let i = &self.inner;
+        let spc = i.manifest.sample_chunk_size;
+        i.manifest
+            .chunks_of(split)
+            .iter()
+            .map(|&c| {
+                let r = chunk_anchors(c, spc, i.manifest.n_samples, i.anchor_range);
+                r.end - r.start
+            })
+            .sum()
+    }
+
+    /// Findings about splits, the disk tier and widened blocks.
+    fn dataset_notes(&self) -> Vec<Note> {
+        let i = &self.inner;
+        let mut notes = Vec::new();
+        for s in Split::ALL.into_iter().filter(|&s| s != Split::All) {
+            let n = i.manifest.chunks_of(s).len();
+            if n > 0 && self.drawable(s) == 0 {
+                notes.push(Note::new(
+                    "split-yields-nothing",
+                    Severity::Warn,
+                    s.name(),
+                    format!("{s} has {n} chunks but no anchor whose window stays inside the array"),
+                ));
+            }
+        }
+        for w in self.tier_warnings() {
+            notes.push(Note::new("cache-dir-network-fs", Severity::Warn, "cache_dir", w));
+        }
+        let requested = i.options.block_chunks;
+        if i.block_chunks > requested {
+            notes.push(Note::new(
+                "block-chunks-widened",
+                Severity::Note,
+                "dataset",
+                format!(
+                    "block_chunks raised from {requested} to {} so any block holds a batch of {}",
+                    i.block_chunks, i.options.batch_size
+                ),
+            ));
+        }
+        notes
+    }
+
+    /// The memory model for `iterations` concurrent passes, and the notes on the budget.
+    fn memory_report(&self, iterations: usize, notes: &mut Vec<Note>) -> MemoryReport {
+        let i = &self.inner;
+        let o = &i.options;
+        let floor = Split::ALL.iter().map(|&s| self.floor(s)).max().unwrap_or(0);
+        let needed = floor.saturating_mul(iterations as u64);
+        let residency = o.cache_budget_bytes.unwrap_or(i.read_once_bytes.max(needed));
+        if let Some(budget) = o.cache_budget_bytes {
+            notes.extend(budget_notes(budget, needed, i.read_once_bytes, iterations));
+        }
+        let batch_bytes: u64 = i.gather_vars.iter().map(|v| v.sample_bytes as u64).sum::<u64>() * o.batch_size as u64;
+        let parallelism = i.engine.runtime.pool.parallelism().get();
+        let queue_bytes = (o.prefetch_depth + max_gathers(parallelism) + 1) as u64 * batch_bytes;
+        let arrays = &i.engine.arrays;
+        // A sharded read holds the encoded tile and its decoded copy while it is placed.
+        let per_read = arrays.iter().map(|r| r.geom.tile_bytes() * if r.geom.n_tiles() > 1 { 2 } else { 1 });
+        let inflight_bytes = (o.max_inflight as u64 * per_read.max().unwrap_or(0)).min(floor * 2);
+        let scratch_bytes = if i.chunk_transform_labels.is_empty() {
+            0
+        } else {
+            parallelism as u64 * arrays.iter().map(ArrayReader::max_charge).max().unwrap_or(0)
+        };
+        // Idle batch buffers are buffers the queue term already counts at their peak (a new one
+        // is allocated only when none is idle); idle chunk buffers can outlast a size change,
+        // so count two chunks of slack.
+        let recycled_bytes = 2 * i.floor_arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
+        let accounted = residency + inflight_bytes + queue_bytes + scratch_bytes + recycled_bytes;
+        MemoryReport {
+            iterations,
+            floor_bytes: floor,
+            read_once_bytes: i.read_once_bytes,
+            residency_bytes: residency,
+            budget_is_automatic: o.cache_budget_bytes.is_none(),
+            inflight_bytes,
+            queue_bytes,
+            scratch_bytes,
+            recycled_bytes,
+            accounted_bytes: accounted,
+            estimated_peak_bytes: accounted + accounted / ALLOCATOR_RETENTION_DIVISOR + PROCESS_BASELINE_BYTES,
+        }
+    }
+
+    /// The configuration as resolved, with per-split counts and this epoch's mixing score.
+    fn config_report(&self) -> ConfigReport {
+        let i = &self.inner;
+        let o = &i.options;
+        let splits = [Split::Train, Split::Val, Split::Test];
+        let per_split = |f: &dyn Fn(Split) -> u64| -> Vec<(String, u64)> {
+            splits.iter().map(|&s| (s.name().to_string(), f(s))).collect()
+        };
+        let order = self.order(Split::Train, self.epoch());
+        ConfigReport {
+            batch_size: o.batch_size,
+            block_chunks: i.block_chunks,
+            block_chunks_requested: o.block_chunks,
+            max_inflight: o.max_inflight,
+            prefetch_depth: o.prefetch_depth,
+            shuffle: o.shuffle,
+            seed: o.seed,
+            epoch: self.epoch(),
+            cache_budget_bytes: o.cache_budget_bytes,
+            disk_tier: i.engine.tier.as_ref().map(|t| t.describe()),
+            on_bad_chunk: o.read_policy.on_bad_chunk.name().into(),
+            chunk_transforms: i.chunk_transform_labels.clone(),
+            batch_transforms: i.batch_transforms.iter().map(|t| t.name()).collect(),
+            windowed: i.vars.iter().any(|v| v.geometry.offset != 0),
+            offsets: i.vars.iter().map(|v| (v.label.clone(), v.geometry.offset)).collect(),
+            samples_per_chunk: i.manifest.sample_chunk_size,
+            n_chunks: i.manifest.n_chunks,
+            split_chunks: splits.iter().map(|&s| (s.name().to_string(), i.manifest.chunks_of(s).len())).collect(),
+            drawable_samples: per_split(&|s| self.drawable(s)),
+            batches_per_epoch: splits
+                .iter()
+                .map(|&s| (s.name().to_string(), self.drawable(s).div_ceil(o.batch_size as u64) as usize))
+                .collect(),
+            shuffle_quality: shuffle_quality(&order.anchors),
+        }
+    }
+}
+
+/// Notes a variable's geometry calls for: edge padding, short gathers, fat single-object chunks.
+fn variable_notes(vr: &VariableReport) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if vr.ragged_multiplier > RAGGED_NOTE_THRESHOLD {
+        notes.push(Note::new(
+            "ragged-grid",
+            Severity::Note,
+            &vr.label,
+            format!(
+                "the chunk grid does not divide the array: {:.3}x of decoded bytes are edge padding (decode work \
+                 only; the pool holds clipped chunks)",
+                vr.ragged_multiplier
+            ),
+        ));
+    }
+    if vr.gather_run_bytes < SHORT_GATHER_RUN_BYTES {
+        notes.push(Note::new(
+            "short-gather-run",
+            Severity::Warn,
+            &vr.label,
+            format!("one sample is only {} bytes; per-row overhead will dominate the gather", vr.gather_run_bytes),
+        ));
+    }
+    if vr.stored_chunks_per_chunk == 1 && vr.stored_chunk_bytes > FAT_CHUNK_BYTES {
+        notes.push(Note::new(
+            "single-inner-fat-chunk",
+            Severity::Note,
+            &vr.label,
+            format!(
+                "each chunk is one stored object of {}: concurrency costs whole chunks; chunking the inner axes \
+                 makes max_inflight cheap",
+                human_bytes(vr.stored_chunk_bytes)
+            ),
+        ));
+    }
+    notes
+}
+
+/// Notes on an explicit budget: too small for the iterations, or for reading every chunk once.
+fn budget_notes(budget: u64, needed: u64, read_once: u64, iterations: usize) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if budget < needed {
+        notes.push(Note::new(
+            "budget-below-iterations",
+            Severity::Warn,
+            "dataset",
+            format!(
+                "{iterations} concurrent iterations need cache_budget_bytes >= {needed}; the second will be refused \
+                 at start"
+            ),
+        ));
+    }
+    if budget < read_once {
+        notes.push(Note::new(
+            "budget-below-read-once",
+            Severity::Note,
+            "dataset",
+            format!(
+                "chunks shared between shuffle blocks (windows or coarser chunking) may be evicted and re-read; {} \
+                 keeps every chunk read once",
+                human_bytes(read_once)
+            ),
+        ));
+    }
+    notes
+}

@@ -1,0 +1,98 @@
+//! The builder's defaults and refusals: which arrays, which labels, which split, and what it
+//! reads (counted in the store, so "no I/O" is checked, not assumed).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::dataset::{Dataset, DatasetOptions, Variable};
+use crate::error::Error;
+use crate::runtime::{InlinePool, Runtime, Storage};
+use crate::shuffle::Split;
+use crate::split::{SplitOptions, split_by_chunk};
+use crate::testing::{MemoryStorage, SimExecutor, write_f32_array};
+use crate::zarr::open_array;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn store() -> (SimExecutor, MemoryStorage, Runtime) {
+    let sim = SimExecutor::new();
+    let runtime = Runtime { executor: Arc::new(sim.clone()), pool: Arc::new(InlinePool) };
+    let storage = MemoryStorage::new();
+    write_f32_array(&storage, "t2m", &[40, 2], &[4, 2], None, None, |i| i as f32);
+    write_f32_array(&storage, "u10", &[40, 2], &[8, 2], None, None, |i| i as f32);
+    (sim, storage, runtime)
+}
+
+fn shared(storage: &MemoryStorage) -> Arc<dyn Storage> {
+    Arc::new(storage.clone())
+}
+
+#[test]
+fn discovers_every_array_and_labels_it_by_path() {
+    let (sim, storage, runtime) = store();
+    let ds = sim.run(Dataset::builder(shared(&storage), runtime).open(), LIMIT).unwrap().unwrap();
+    let labels: Vec<&str> = ds.variables().iter().map(|v| v.label.as_str()).collect();
+    assert_eq!(labels, ["t2m", "u10"]);
+}
+
+#[test]
+fn named_arrays_keep_their_order_and_the_split_uses_the_dataset_seed() {
+    let (sim, storage, runtime) = store();
+    let split = SplitOptions { contiguous: false, ..SplitOptions::default() };
+    let ds = Dataset::builder(shared(&storage), runtime)
+        .arrays(["u10", "t2m"])
+        .options(DatasetOptions { seed: 7, ..Default::default() })
+        .split(SplitOptions { seed: 7, ..split.clone() });
+    let ds = sim.run(ds.open(), LIMIT).unwrap().unwrap();
+    assert_eq!(ds.variables()[0].label, "u10");
+    let want = split_by_chunk(&ds.variables()[0].geometry, &SplitOptions { seed: 7, ..split }).unwrap();
+    assert_eq!(ds.manifest().chunks_of(Split::Train), want.chunks_of(Split::Train));
+
+    // Without an explicit split, the split is the default one seeded with the dataset's seed.
+    let (sim, storage, runtime) = store();
+    let ds = Dataset::builder(shared(&storage), runtime).options(DatasetOptions { seed: 7, ..Default::default() });
+    let ds = sim.run(ds.open(), LIMIT).unwrap().unwrap();
+    let want = split_by_chunk(&ds.variables()[0].geometry, &SplitOptions { seed: 7, ..SplitOptions::default() });
+    assert_eq!(ds.manifest().chunks_of(Split::Val), want.unwrap().chunks_of(Split::Val));
+}
+
+#[test]
+fn build_reads_nothing_and_refuses_an_array_it_was_not_given() {
+    let (sim, storage, runtime) = store();
+    let st = shared(&storage);
+    let t2m = sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
+    let reads = storage.total_reads();
+    let ds = Dataset::builder(shared(&storage), runtime.clone()).opened(vec![t2m.clone()]).build().unwrap();
+    assert_eq!(ds.variables().len(), 1);
+    assert_eq!(storage.total_reads(), reads, "build() must not touch the store");
+
+    let err = Dataset::builder(shared(&storage), runtime).opened(vec![t2m]).arrays(["u10"]).build().unwrap_err();
+    assert!(matches!(&err, Error::NotFound { message, .. } if message.contains("\"u10\"")), "{err}");
+}
+
+#[test]
+fn windows_open_each_array_once_and_refuse_a_repeated_label() {
+    let (sim, storage, runtime) = store();
+    let st = shared(&storage);
+    let t2m = sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
+    let g = t2m.geometry(0).unwrap();
+    let window =
+        vec![Variable { label: "x".into(), geometry: g.clone() }, Variable { label: "y".into(), geometry: g.shift(2) }];
+    let reads = storage.total_reads();
+    let ds = Dataset::builder(shared(&storage), runtime.clone()).variables(window);
+    let ds = sim.run(ds.open(), LIMIT).unwrap().unwrap();
+    assert_eq!(storage.total_reads() - reads, 1, "one metadata read for the one array both labels read");
+    assert_eq!(ds.describe(1).unwrap().config.offsets, vec![("x".into(), 0), ("y".into(), 2)]);
+
+    let twice = vec![Variable { label: "x".into(), geometry: g.clone() }, Variable { label: "x".into(), geometry: g }];
+    let err = Dataset::builder(shared(&storage), runtime).variables(twice);
+    let err = sim.run(err.open(), LIMIT).unwrap().unwrap_err();
+    assert!(matches!(&err, Error::Config(m) if m.contains("label \"x\" is used twice")), "{err}");
+}
+
+#[test]
+fn an_empty_selection_is_refused_with_the_store_named() {
+    let (_, storage, runtime) = store();
+    let err = Dataset::builder(shared(&storage), runtime).arrays(Vec::<String>::new()).build().unwrap_err();
+    assert!(matches!(&err, Error::Config(m) if m.contains("at least one variable")), "{err}");
+}
