@@ -62,6 +62,51 @@ def _count(name: str, value: Any, minimum: int) -> int:
     return v
 
 
+@dataclasses.dataclass(frozen=True)
+class _Knobs:
+    """The dataset's numeric and mode arguments, checked so a bad one is a ``ValueError``
+    naming it (rather than an ``OverflowError`` from the extension)."""
+
+    batch_size: int
+    block_chunks: int  # as requested; the engine may widen it
+    max_inflight: int
+    seed: int
+    shuffle: bool
+    prefetch_depth: int
+    cache_budget_bytes: int | None
+    threads: int | None
+    on_bad_chunk: str
+
+    @classmethod
+    def checked(
+        cls,
+        batch_size: Any,
+        block_chunks: Any,
+        max_inflight: Any,
+        seed: Any,
+        shuffle: Any,
+        prefetch_depth: Any,
+        cache_budget_bytes: Any,
+        threads: Any,
+        on_bad_chunk: Any,
+    ) -> _Knobs:
+        if on_bad_chunk not in ("raise", "nan"):
+            raise ValueError(f"on_bad_chunk must be 'raise' or 'nan', got {on_bad_chunk!r}")
+        return cls(
+            batch_size=_count("batch_size", batch_size, 1),
+            block_chunks=_count("block_chunks", block_chunks, 1),
+            max_inflight=DEFAULT_MAX_INFLIGHT if max_inflight is None else _count("max_inflight", max_inflight, 1),
+            seed=_count("seed", seed, 0),
+            shuffle=bool(shuffle),
+            prefetch_depth=max(operator.index(prefetch_depth), 1),  # clamped, as in the anchor
+            cache_budget_bytes=None
+            if cache_budget_bytes is None
+            else _count("cache_budget_bytes", cache_budget_bytes, 0),
+            threads=None if threads is None else _count("threads", threads, 1),
+            on_bad_chunk=on_bad_chunk,
+        )
+
+
 class BatchIterator(Iterator[Batch]):
     """One pass over a view. ``next()`` blocks with the GIL released; Ctrl-C interrupts it
     (and ends the pass). Closing or dropping it ends the pass, which logs its summary line
@@ -206,26 +251,15 @@ class InSituDataset:
         threads: int | None = None,
     ) -> None:
         url = store_url(store)
-        self._url = url
-        self.store = store
         check_local(url)
-        self.batch_size = _count("batch_size", batch_size, 1)
-        requested_blocks = _count("block_chunks", block_chunks, 1)
-        inflight = DEFAULT_MAX_INFLIGHT if max_inflight is None else _count("max_inflight", max_inflight, 1)
-        self.seed = _count("seed", seed, 0)
-        self.shuffle = bool(shuffle)
-        self.prefetch_depth = max(operator.index(prefetch_depth), 1)  # clamped, as in the anchor
-        budget = None if cache_budget_bytes is None else _count("cache_budget_bytes", cache_budget_bytes, 0)
-        if threads is not None:
-            threads = _count("threads", threads, 1)
-        if on_bad_chunk not in ("raise", "nan"):
-            raise ValueError(f"on_bad_chunk must be 'raise' or 'nan', got {on_bad_chunk!r}")
-        variables = None
-        if geometries is not None:
-            variables = [(str(label), native_geometry(g)) for label, g in geometries.items()]
+        self._url, self.store = url, store
+        k = _Knobs.checked(
+            batch_size, block_chunks, max_inflight, seed, shuffle, prefetch_depth, cache_budget_bytes, threads,
+            on_bad_chunk,
+        )  # fmt: skip
+        self._knobs = k
         self.chunk_transforms = tuple(chunk_transforms)
         self.batch_transforms = tuple(batch_transforms)
-        chunk = [native_chunk_transform(t) for t in self.chunk_transforms]
         for t in self.batch_transforms:
             if not callable(t):
                 raise TypeError(f"a batch transform must be callable (Batch) -> Batch, got {t!r}")
@@ -236,40 +270,16 @@ class InSituDataset:
             "reset_stale_cache": bool(reset_stale_cache),
         }
         self._reuse = _reuse_enabled()
-        self._max_inflight = inflight
-        self._threads = threads
-        self._on_bad_chunk = on_bad_chunk
-        with anchor_errors():
-            self._native: _native.NativeDataset = _native.NativeDataset(
-                url,
-                native_manifest(manifest),
-                variables,
-                batch_size=self.batch_size,
-                block_chunks=requested_blocks,
-                max_inflight=inflight,
-                seed=self.seed,
-                shuffle=self.shuffle,
-                prefetch_depth=self.prefetch_depth,
-                cache_budget_bytes=budget,
-                on_bad_chunk=on_bad_chunk,
-                storage_options=_storage_opts(storage_options),
-                threads=threads,
-                chunk_transforms=chunk,
-                batch_transforms=list(self.batch_transforms),
-                cache_dir=self._cache["cache_dir"],
-                persist=self._cache["persist"],
-                readonly_cache=self._cache["readonly_cache"],
-                reset_stale_cache=self._cache["reset_stale_cache"],
-            )
+        self._native = self._open(manifest, geometries, storage_options)
         if cache_dir is not None:
             for message in self._native.cache_warnings():
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
-        if self._native.block_chunks != requested_blocks:
+        if self._native.block_chunks != k.block_chunks:
             logger.info(
                 "block_chunks widened %d -> %d so a %d-sample batch fits one shuffle-block (%d sample(s) per chunk)",
-                requested_blocks,
+                k.block_chunks,
                 self._native.block_chunks,
-                self.batch_size,
+                k.batch_size,
                 self._native.manifest.sample_chunk_size,
             )
         self._last_pass: PassStats | None = None
@@ -277,6 +287,34 @@ class InSituDataset:
         self.val = _SplitView(self, "val")
         self.test = _SplitView(self, "test")
         self.all = _SplitView(self, "all")
+
+    def _open(
+        self, manifest: Any, geometries: Mapping[str, ArrayGeometry] | None, options: Mapping[str, Any] | None
+    ) -> _native.NativeDataset:
+        """Build the engine's dataset (it opens the arrays and checks the rest)."""
+        k = self._knobs
+        variables = None
+        if geometries is not None:
+            variables = [(str(label), native_geometry(g)) for label, g in geometries.items()]
+        with anchor_errors():
+            return _native.NativeDataset(
+                self._url,
+                native_manifest(manifest),
+                variables,
+                batch_size=k.batch_size,
+                block_chunks=k.block_chunks,
+                max_inflight=k.max_inflight,
+                seed=k.seed,
+                shuffle=k.shuffle,
+                prefetch_depth=k.prefetch_depth,
+                cache_budget_bytes=k.cache_budget_bytes,
+                on_bad_chunk=k.on_bad_chunk,
+                storage_options=_storage_opts(options),
+                threads=k.threads,
+                chunk_transforms=[native_chunk_transform(t) for t in self.chunk_transforms],
+                batch_transforms=list(self.batch_transforms),
+                **self._cache,
+            )
 
     # -- the engine -------------------------------------------------------------------
     def _ds(self) -> _native.NativeDataset:
@@ -323,6 +361,23 @@ class InSituDataset:
         return [label for label, _ in self._native.variables]
 
     @property
+    def batch_size(self) -> int:
+        return self._knobs.batch_size
+
+    @property
+    def seed(self) -> int:
+        return self._knobs.seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self._knobs.shuffle
+
+    @property
+    def prefetch_depth(self) -> int:
+        """Batches queued ahead (at least 1)."""
+        return self._knobs.prefetch_depth
+
+    @property
     def block_chunks(self) -> int:
         """Chunks per shuffle block, after widening."""
         return self._native.block_chunks
@@ -330,7 +385,8 @@ class InSituDataset:
     @property
     def scheduler_config(self) -> SchedulerConfig:
         """The fetch configuration (read-only: fixed when the dataset is built)."""
-        return SchedulerConfig(self._max_inflight, 0, self._threads or 0, self._on_bad_chunk)
+        k = self._knobs
+        return SchedulerConfig(k.max_inflight, 0, k.threads or 0, k.on_bad_chunk)
 
     @scheduler_config.setter
     def scheduler_config(self, value: object) -> None:
