@@ -159,8 +159,8 @@ def _rs_version():
 def _stage_of(ds):
     def after(row):
         lp = ds.last_pass
-        if isinstance(lp, dict):
-            row["limiting_stage"] = str(lp.get("limiting_stage", ""))
+        if lp is not None:
+            row["limiting_stage"] = str(lp.limiting_stage)
     return after
 
 

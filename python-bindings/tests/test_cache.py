@@ -41,14 +41,14 @@ def test_persist_across_runs_reads_nothing_and_serves_the_same_batches(zstd, tmp
     plain = epoch(make(u))
     with make(u, cache_dir=cache, persist=True) as ds:
         same(epoch(ds), plain)
-        assert ds.last_pass["storage_reads"] > 0
+        assert ds.last_pass.storage_reads > 0
         assert ds.describe()["config"]["disk_tier"].endswith("[persist (writer lock)]")
     assert any(p.suffix == ".npy" for p in cache.iterdir())
     with make(u, cache_dir=cache, persist=True) as ds:
         got = epoch(ds)
         same(got, plain)
-        assert ds.last_pass["storage_reads"] == 0
-        assert ds.last_pass["revived_chunks"] > 0
+        assert ds.last_pass.storage_reads == 0
+        assert ds.last_pass.revived_chunks > 0
     for idx, arrays in got:
         np.testing.assert_array_equal(arrays["t2m"], srcs["t2m"][idx])
     # The files are ordinary NPY: numpy maps them.
@@ -91,7 +91,7 @@ HOLDER = textwrap.dedent(
     print("opened", flush=True)
     sys.stdin.read()
     n = sum(1 for _ in ds.train)
-    print("batches", n, ds.last_pass["storage_reads"], flush=True)
+    print("batches", n, ds.last_pass.storage_reads, flush=True)
     """
 )
 
@@ -151,7 +151,7 @@ def test_an_edited_python_transform_is_stale_then_reset(zstd, tmp_path):
         for idx, arrays in epoch(ds):
             np.testing.assert_array_equal(arrays["t2m"], srcs["t2m"][idx] * 3.0)
             np.testing.assert_array_equal(arrays["u10"], srcs["u10"][idx])
-        assert ds.last_pass["revived_chunks"] > 0, "u10 kept its cached chunks"
+        assert ds.last_pass.revived_chunks > 0, "u10 kept its cached chunks"
 
 
 def test_refitting_one_arrays_scaler_statistics_leaves_the_other_arrays_cached(zstd, tmp_path):
@@ -171,7 +171,7 @@ def test_refitting_one_arrays_scaler_statistics_leaves_the_other_arrays_cached(z
             np.testing.assert_allclose(arrays["u10"], (srcs["u10"][idx] - 0.25) / 3.0, rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(arrays["t2m"], (srcs["t2m"][idx] - 280.0) / 10.0, rtol=1e-6, atol=1e-5)
         lp = ds.last_pass
-        assert lp["revived_chunks"] > 0 and lp["storage_reads"] > 0, "t2m revived, u10 read again"
+        assert lp.revived_chunks > 0 and lp.storage_reads > 0, "t2m revived, u10 read again"
 
 
 def test_cache_token_prefers_a_declared_key():

@@ -51,8 +51,8 @@ def test_every_sample_once_and_equal_to_source(fixtures, manifest, name):
     assert seen_all == sorted(seen_all), "all is sequential"
     if len(seen) > 10:
         assert seen != sorted(seen), "train is shuffled"
-    assert ds.last_pass["split"] == "all"
-    assert ds.last_pass["samples"] == len(seen_all)
+    assert ds.last_pass.split == "all"
+    assert ds.last_pass.samples == len(seen_all)
 
 
 def test_sample_axis_2_ome_ngff(fixtures, manifest):
@@ -155,7 +155,7 @@ def test_on_bad_chunk_nan_and_raise(fixtures, manifest):
             assert np.isnan(r).all(), f"sample {i} of the bad chunk is NaN"
         else:
             assert not np.isnan(r).any()
-    assert len(ds.bad_chunks) == 1 and ds.bad_chunks[0]["chunk_index"] == 1
+    assert len(ds.bad_chunks) == 1 and ds.bad_chunks[0].chunk_index == 1
     raising = ib.InSituDataset(u, ib.split_by_chunk(g), {"v": g}, batch_size=4)
     with pytest.raises(ib.InsitubatchIOError, match="c/1/0/0"):
         list(raising.all)
@@ -170,7 +170,7 @@ def test_describe_never_touches_the_store(fixtures, manifest, tmp_path, capsys):
     shutil.rmtree(copy)
     d = ds.describe()
     assert d["config"]["batch_size"] == 8 and d["config"]["block_chunks"] >= 4
-    v = {x["label"]: x for x in d["variables"]}
+    v = d["variables"]
     assert v["t2m"]["n_samples"] == 80 and v["t2m"]["sample_chunk_size"] == 8 and v["t2m"]["n_chunks"] == 10
     assert d["memory"] and isinstance(d["notes"], list)
     assert ds.describe(iterations=2)["memory"] != d["memory"]

@@ -38,7 +38,7 @@ def test_chunk_transform_doubles_once_per_chunk(zstd):
         np.testing.assert_array_equal(b["t2m"], srcs["t2m"][b.sample_indices] * 2)
         np.testing.assert_array_equal(b["u10"], srcs["u10"][b.sample_indices]), "scoped away"
     assert sorted(calls) == list(range(10)), "once per chunk read, not per batch"
-    assert ds.describe()["config"]["chunk_transforms"] == ["double[t2m]"]
+    assert ds.describe()["config"]["chunk_transforms"] == ("double[t2m]",)
 
 
 def test_bare_chunk_transform_applies_everywhere_and_may_return_array(zstd):

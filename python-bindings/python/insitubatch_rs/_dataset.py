@@ -1,0 +1,499 @@
+"""``InSituDataset`` and its split views: the anchor's dataset API over the Rust engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import operator
+import os
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TextIO
+
+import numpy as np
+
+from . import _native
+from ._runtime import PassStats, format_pass
+from ._split import SplitManifest, native_manifest
+from ._store import anchor_errors, check_local, store_url
+from ._store import storage_options as _storage_opts
+from ._summary import DatasetReport, dataset_report
+from ._transforms import native_chunk_transform
+from ._types import ArrayGeometry, Batch, StoredChunkRead, native_geometry, np_dtype, split_name
+
+logger = logging.getLogger("insitubatch")
+
+_SPLITS = ("train", "val", "test", "all")
+DEFAULT_MAX_INFLIGHT = 32
+NO_REUSE_ENV = "INSITUBATCH_NO_BUFFER_REUSE"
+# Values of the variable that leave reuse on; "off" reads as "no-reuse off".
+_FALSY = ("", "0", "false", "no", "off")
+
+
+def _reuse_enabled() -> bool:
+    return os.environ.get(NO_REUSE_ENV, "").strip().lower() in _FALSY
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerConfig:
+    """The fetch configuration a dataset resolved to (read-only here).
+
+    ``max_inflight``: storage reads in flight at once. ``read_ahead_chunks``: always ``0``,
+    meaning computed (the engine derives each pass's read-ahead from its plan).
+    ``decode_threads``: the thread pool's size, ``0`` for automatic. ``on_bad_chunk``:
+    ``"raise"`` or ``"nan"``.
+    """
+
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
+    read_ahead_chunks: int = 0
+    decode_threads: int = 0
+    on_bad_chunk: str = "raise"
+
+
+def _count(name: str, value: Any, minimum: int) -> int:
+    """An integer knob, checked here so a bad value is a ``ValueError`` naming it."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return v
+
+
+@dataclasses.dataclass(frozen=True)
+class _Knobs:
+    """The dataset's numeric and mode arguments, checked so a bad one is a ``ValueError``
+    naming it (rather than an ``OverflowError`` from the extension)."""
+
+    batch_size: int
+    block_chunks: int  # as requested; the engine may widen it
+    max_inflight: int
+    seed: int
+    shuffle: bool
+    prefetch_depth: int
+    cache_budget_bytes: int | None
+    threads: int | None
+    on_bad_chunk: str
+
+    @classmethod
+    def checked(
+        cls,
+        batch_size: Any,
+        block_chunks: Any,
+        max_inflight: Any,
+        seed: Any,
+        shuffle: Any,
+        prefetch_depth: Any,
+        cache_budget_bytes: Any,
+        threads: Any,
+        on_bad_chunk: Any,
+    ) -> _Knobs:
+        if on_bad_chunk not in ("raise", "nan"):
+            raise ValueError(f"on_bad_chunk must be 'raise' or 'nan', got {on_bad_chunk!r}")
+        return cls(
+            batch_size=_count("batch_size", batch_size, 1),
+            block_chunks=_count("block_chunks", block_chunks, 1),
+            max_inflight=DEFAULT_MAX_INFLIGHT if max_inflight is None else _count("max_inflight", max_inflight, 1),
+            seed=_count("seed", seed, 0),
+            shuffle=bool(shuffle),
+            prefetch_depth=max(operator.index(prefetch_depth), 1),  # clamped, as in the anchor
+            cache_budget_bytes=None
+            if cache_budget_bytes is None
+            else _count("cache_budget_bytes", cache_budget_bytes, 0),
+            threads=None if threads is None else _count("threads", threads, 1),
+            on_bad_chunk=on_bad_chunk,
+        )
+
+
+class BatchIterator(Iterator[Batch]):
+    """One pass over a view. ``next()`` blocks with the GIL released; Ctrl-C interrupts it
+    (and ends the pass). Closing or dropping it ends the pass, which logs its summary line
+    at INFO on the ``insitubatch`` logger and updates ``ds.last_pass``."""
+
+    def __init__(self, dataset: InSituDataset, split: str, stream: _native.NativeStream) -> None:
+        self._dataset = dataset
+        self._split = split
+        self._epoch = dataset.epoch
+        self._stream = stream
+        self._reuse = dataset._reuse
+        self._done = False
+
+    def __iter__(self) -> BatchIterator:
+        return self
+
+    def __next__(self) -> Batch:
+        if self._done:
+            raise StopIteration
+        try:
+            item = self._stream.next()
+        except BaseException:
+            self._finish()
+            raise
+        if item is None:
+            self._finish()
+            raise StopIteration
+        arrays, idx, offsets, index, epoch = item
+        if not self._reuse:  # the escape hatch: batches in fresh memory, never a recycled buffer
+            arrays = {k: np.array(v, copy=True) for k, v in arrays.items()}
+            idx = np.array(idx, copy=True)
+        return Batch(arrays, idx, offsets, index, epoch)
+
+    def __len__(self) -> int:
+        return len(self._stream)
+
+    @property
+    def stats(self) -> PassStats | None:
+        """This pass's stats so far (``None`` once it ended: see ``ds.last_pass``)."""
+        s = self._stream.stats_json()
+        return None if s is None else PassStats._from_engine(json.loads(s))
+
+    def close(self) -> None:
+        """End the pass now."""
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._stream.close()
+        self._dataset._pass_ended(self._split, self._epoch)
+
+    def __del__(self) -> None:
+        try:
+            self._finish()
+        except Exception:  # noqa: BLE001 - best effort at garbage collection
+            pass
+
+
+class _SplitView:
+    """A re-iterable split view (``ds.train``, ``ds.val``, ``ds.test``, ``ds.all``); each
+    ``iter()`` starts a pass at the dataset's epoch, over the dataset's one shared pool."""
+
+    def __init__(self, dataset: InSituDataset, split: str) -> None:
+        self.dataset = dataset
+        self.split = split
+
+    def __iter__(self) -> BatchIterator:
+        native = self.dataset._ds()
+        return BatchIterator(self.dataset, self.split, native.iter(self.split))
+
+    def __len__(self) -> int:
+        """Batches one pass over this view yields (the last may be short)."""
+        n = len(self.dataset.draw_order(self.split))
+        return -(-n // self.dataset.batch_size)
+
+    @property
+    def geometries(self) -> dict[str, ArrayGeometry]:
+        """Each label's geometry after the chunk transforms (what the batches hold)."""
+        return self.dataset._out_geometries()
+
+    def sample_indices(self) -> np.ndarray:
+        """The samples this view reads, in chunk order."""
+        return self.dataset.manifest.sample_indices(self.split)
+
+    def __repr__(self) -> str:
+        return f"View({self.split!r}, {self.dataset._url!r})"
+
+
+View = _SplitView  # the name this package used before the anchor's
+
+
+class InSituDataset:
+    """A dataset over one Zarr store: shuffled/sequential split views sharing one pool.
+
+    ``store`` is the store's URL (``file://``, ``s3://``, ``gs://``, ``az://``,
+    ``http(s)://``) or a local path. ``manifest`` defaults to ``split_by_chunk`` of the
+    first variable. ``geometries`` maps batch labels to ``ArrayGeometry`` (several labels may
+    read one array at different offsets via ``geom.shift(k)``); ``None`` discovers every
+    data array.
+
+    ``chunk_transforms``: callables ``(DecodedChunk) -> DecodedChunk`` (or returning the new
+    ``data`` array), ``applies([...], fn)`` to scope one to some array paths, or a
+    ``StandardScaler``. They run once per chunk on the engine's pool (cached with the chunk);
+    a transform that reshapes or recasts declares ``output_inner(geom) -> (inner_shape, dtype)``.
+    ``batch_transforms``: callables ``(Batch) -> Batch`` run per batch after gather. A
+    transform's exception ends the pass and is re-raised by the iteration.
+
+    ``cache_dir`` spills decoded chunks to memory-mapped files there (local disk) under the
+    same byte budget; ``persist=True`` keeps them across epochs, evictions and runs;
+    ``readonly_cache=True`` reads a complete warm cache shared by many processes and raises
+    on a miss; ``reset_stale_cache=True`` drops the chunks of arrays whose pipeline changed
+    instead of raising. One writer or many readers per directory (a lock held until
+    ``close()``).
+
+    Ours beyond the anchor's arguments: ``storage_options`` (object_store settings) and
+    ``threads`` (the engine's thread-pool size; ``None`` = one per core).
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        manifest: SplitManifest | None = None,
+        geometries: Mapping[str, ArrayGeometry] | None = None,
+        *,
+        batch_size: int = 32,
+        block_chunks: int = 16,
+        max_inflight: int | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        prefetch_depth: int = 2,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_budget_bytes: int | None = None,
+        persist: bool = False,
+        readonly_cache: bool = False,
+        reset_stale_cache: bool = False,
+        on_bad_chunk: str = "raise",
+        chunk_transforms: Sequence[Any] = (),
+        batch_transforms: Sequence[Any] = (),
+        storage_options: Mapping[str, Any] | None = None,
+        threads: int | None = None,
+    ) -> None:
+        url = store_url(store)
+        check_local(url)
+        self._url, self.store = url, store
+        k = _Knobs.checked(
+            batch_size, block_chunks, max_inflight, seed, shuffle, prefetch_depth, cache_budget_bytes, threads,
+            on_bad_chunk,
+        )  # fmt: skip
+        self._knobs = k
+        self.chunk_transforms = tuple(chunk_transforms)
+        self.batch_transforms = tuple(batch_transforms)
+        for t in self.batch_transforms:
+            if not callable(t):
+                raise TypeError(f"a batch transform must be callable (Batch) -> Batch, got {t!r}")
+        self._cache = {
+            "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
+            "persist": bool(persist),
+            "readonly_cache": bool(readonly_cache),
+            "reset_stale_cache": bool(reset_stale_cache),
+        }
+        self._reuse = _reuse_enabled()
+        self._native = self._open(manifest, geometries, storage_options)
+        if cache_dir is not None:
+            for message in self._native.cache_warnings():
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+        if self._native.block_chunks != k.block_chunks:
+            logger.info(
+                "block_chunks widened %d -> %d so a %d-sample batch fits one shuffle-block (%d sample(s) per chunk)",
+                k.block_chunks,
+                self._native.block_chunks,
+                k.batch_size,
+                self._native.manifest.sample_chunk_size,
+            )
+        self._last_pass: PassStats | None = None
+        self.train = _SplitView(self, "train")
+        self.val = _SplitView(self, "val")
+        self.test = _SplitView(self, "test")
+        self.all = _SplitView(self, "all")
+
+    def _open(
+        self, manifest: Any, geometries: Mapping[str, ArrayGeometry] | None, options: Mapping[str, Any] | None
+    ) -> _native.NativeDataset:
+        """Build the engine's dataset (it opens the arrays and checks the rest)."""
+        k = self._knobs
+        variables = None
+        if geometries is not None:
+            variables = [(str(label), native_geometry(g)) for label, g in geometries.items()]
+        with anchor_errors():
+            return _native.NativeDataset(
+                self._url,
+                native_manifest(manifest),
+                variables,
+                batch_size=k.batch_size,
+                block_chunks=k.block_chunks,
+                max_inflight=k.max_inflight,
+                seed=k.seed,
+                shuffle=k.shuffle,
+                prefetch_depth=k.prefetch_depth,
+                cache_budget_bytes=k.cache_budget_bytes,
+                on_bad_chunk=k.on_bad_chunk,
+                storage_options=_storage_opts(options),
+                threads=k.threads,
+                chunk_transforms=[native_chunk_transform(t) for t in self.chunk_transforms],
+                batch_transforms=list(self.batch_transforms),
+                **self._cache,
+            )
+
+    # -- the engine -------------------------------------------------------------------
+    def _ds(self) -> _native.NativeDataset:
+        return self._native
+
+    def _pass_ended(self, split: str, epoch: int) -> None:
+        """A pass of ours ended: keep its stats and log them (if they are its own)."""
+        raw = None if self._native.closed else self._native.last_pass_json()
+        if raw is None:
+            return
+        stats = PassStats._from_engine(json.loads(raw))
+        if stats.split != split or stats.epoch != epoch:
+            return  # another pass ended meanwhile (threads): do not report it as this one
+        self._last_pass = stats
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s", format_pass(stats, reuse=self._reuse))
+
+    def view(self, split: str) -> _SplitView:
+        name = split_name(split)
+        if name not in _SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of {_SPLITS}")
+        return getattr(self, name)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffle deterministically for ``epoch`` (applies to passes started after)."""
+        self._native.set_epoch(_count("epoch", epoch, 0))
+
+    @property
+    def epoch(self) -> int:
+        return self._native.epoch
+
+    @property
+    def manifest(self) -> SplitManifest:
+        return SplitManifest._from_native(self._native.manifest)
+
+    @property
+    def geometries(self) -> dict[str, ArrayGeometry]:
+        """Label → geometry as read (before chunk transforms; see ``view.geometries``)."""
+        return {label: ArrayGeometry._wrap(g) for label, g in self._native.variables}
+
+    @property
+    def variables(self) -> list[str]:
+        """The batch labels, in order."""
+        return [label for label, _ in self._native.variables]
+
+    @property
+    def batch_size(self) -> int:
+        return self._knobs.batch_size
+
+    @property
+    def seed(self) -> int:
+        return self._knobs.seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self._knobs.shuffle
+
+    @property
+    def prefetch_depth(self) -> int:
+        """Batches queued ahead (at least 1)."""
+        return self._knobs.prefetch_depth
+
+    @property
+    def block_chunks(self) -> int:
+        """Chunks per shuffle block, after widening."""
+        return self._native.block_chunks
+
+    @property
+    def scheduler_config(self) -> SchedulerConfig:
+        """The fetch configuration (read-only: fixed when the dataset is built)."""
+        k = self._knobs
+        return SchedulerConfig(k.max_inflight, 0, k.threads or 0, k.on_bad_chunk)
+
+    @scheduler_config.setter
+    def scheduler_config(self, value: object) -> None:
+        raise AttributeError(
+            "scheduler_config is fixed when the dataset is built here: pass max_inflight=, threads= and "
+            "on_bad_chunk= to InSituDataset (the read-ahead is always computed)"
+        )
+
+    def draw_order(self, split: str, epoch: int | None = None) -> np.ndarray:
+        """The anchors a pass over ``split`` at ``epoch`` will yield, in order."""
+        return self._native.draw_order(split_name(split), self.epoch if epoch is None else epoch)
+
+    # -- reports ----------------------------------------------------------------------
+    def describe(self, iterations: int = 1) -> DatasetReport:
+        """The static report (geometry + configuration only; never touches the store)."""
+        raw = json.loads(self._native.describe_json(_count("iterations", iterations, 1)))
+        return dataset_report(raw, cache=self._cache)
+
+    def print_summary(self, iterations: int = 1, file: TextIO | None = None) -> None:
+        """Print :meth:`describe` for a human (to ``file``, default stdout)."""
+        print(self._native.render_summary(_count("iterations", iterations, 1)), end="", file=file)
+
+    @property
+    def last_pass(self) -> PassStats | None:
+        """Stats of the last pass that ended, or ``None`` before one has."""
+        if self._native.closed:
+            return self._last_pass
+        raw = self._native.last_pass_json()
+        return None if raw is None else PassStats._from_engine(json.loads(raw))
+
+    @property
+    def cache_hits(self) -> int:
+        """Chunk admissions served from residency in the last pass."""
+        lp = self.last_pass
+        return 0 if lp is None else lp.cache_hits
+
+    @property
+    def cache_misses(self) -> int:
+        """Chunk admissions that loaded (fetch + decode, or a disk revive) in the last pass."""
+        lp = self.last_pass
+        return 0 if lp is None else lp.cache_misses
+
+    @property
+    def resident_peak(self) -> int:
+        """Most chunks resident at once during the last pass (pool-wide)."""
+        lp = self.last_pass
+        return 0 if lp is None else lp.depths.resident_peak
+
+    @property
+    def inflight_peak(self) -> int:
+        """Most storage reads in flight at once during the last pass."""
+        lp = self.last_pass
+        return 0 if lp is None else lp.depths.inflight_peak
+
+    @property
+    def cache_budget_bytes(self) -> int:
+        """The residency budget in force for one iteration (explicit, or the automatic floor)."""
+        return int(self.describe()["config"]["cache_budget_bytes"])
+
+    @property
+    def bad_chunks(self) -> list[StoredChunkRead]:
+        """Tiles filled under ``on_bad_chunk="nan"``, as ``StoredChunkRead(array, chunk_index,
+        inner_coord)`` (``error`` says why)."""
+        axes = {g.path: g.sample_axis for _, g in self._native.variables}
+        out = []
+        for b in json.loads(self._native.bad_chunks_json()):
+            tile = list(b["tile"])
+            ax = axes.get(b["array"], 0)
+            inner = tuple(tile[:ax] + tile[ax + 1 :])
+            out.append(StoredChunkRead(b["array"], b["chunk_index"], inner, b.get("error", "")))
+        return out
+
+    def _out_geometries(self) -> dict[str, ArrayGeometry]:
+        """Each label's geometry after the chunk transforms (from ``describe()``)."""
+        out = {}
+        reports = self.describe()["variables"]
+        for label, g in self.geometries.items():
+            r = reports[label]
+            inner, dtype = r["output_inner_shape"], r["output_dtype"]
+            if inner == g.inner_shape and dtype == g._g.dtype:
+                out[label] = g
+                continue
+            ax = g.sample_axis
+            shape = (*inner[:ax], g.n_samples, *inner[ax:])
+            chunks = (*inner[:ax], g.sample_chunk_size, *inner[ax:])
+            out[label] = ArrayGeometry(g.path, shape, chunks, np_dtype(dtype), g.offset, ax)
+        return out
+
+    # -- lifetime ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the pool, its cache files' handles and the lock on ``cache_dir``. Idempotent."""
+        if not self._native.closed:
+            raw = self._native.last_pass_json()
+            if raw is not None:
+                self._last_pass = PassStats._from_engine(json.loads(raw))
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def __enter__(self) -> InSituDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"epoch={self.epoch}"
+        return f"InSituDataset({self._url!r}, {state})"

@@ -1,0 +1,297 @@
+"""What a pass did, and which stage limited it: the anchor's ``PassStats`` over the engine's.
+
+The engine records the counters and times (``core/src/stats.rs``) and hands them over as
+JSON; this module gives them the anchor's shape: attribute access (``.times.decode_s``,
+``.depths.inflight_peak``), ``as_dict()``, ``limiting_stage`` and :func:`bottleneck`.
+
+Two differences from the anchor, both deliberate:
+
+* **The verdict is the engine's.** The anchor ranks summed stage totals, which blames the
+  store for a CPU-bound batch transform (its open bug #95). The engine instead attributes
+  every second the consumer waited to the stage that batch was waiting on (``blocked_s``)
+  and decides from that. Stats from a pass carry the engine's own verdict; a ``PassStats``
+  built (or ``dataclasses.replace``-d) by hand gets the same rule in Python, which the tests
+  check against the engine on every pass they run.
+* **Fields the engine does not measure are ``None``**, never a made-up number:
+  ``times.assemble_s`` (assembly and chunk transforms are timed inside ``decode_s``),
+  ``depths.batch_queue_full_enough`` (so ``fed_frac``) and ``depths.decode_queue_peak``.
+  docs/migration.md lists them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# The engine's stages, in its order (core/src/stats.rs `Stage::ALL`): ties go to the later one.
+STAGES = ("residency", "store", "decode", "gather", "batch_transform")
+IDLE_CONSUMER = 0.1  # below this share of wall in the loop body, the loop did nothing
+FED_ENOUGH = 0.2  # below this share of wall waiting, the loader kept up
+DOMINANT = 0.4  # a stage must own this share of the attributed wait to be named
+
+
+@dataclasses.dataclass(frozen=True)
+class StageTimes:
+    """Seconds by stage. Waits and pool work are summed over concurrent tasks (task-seconds),
+    so they can exceed wall time: read the ratios between stages."""
+
+    fetch_wait_s: float = 0.0  # storage requests, summed over concurrent tiles
+    admission_parked_s: float = 0.0  # the driver had a chunk to admit but its reservation was full
+    decode_s: float = 0.0  # decode + assembly + chunk transforms on the thread pool
+    assemble_s: float | None = None  # not measured apart from decode_s (None, never 0)
+    gather_s: float = 0.0  # gather copies
+    batch_transform_s: float = 0.0  # batch transforms
+    consumer_s: float = 0.0  # the caller's time between receiving a batch and asking again
+    consumer_wait_s: float = 0.0  # (ours) time the caller waited for a batch
+
+    @property
+    def producer_s(self) -> float:
+        """Accounted producer-side cost (everything but the caller's own ``consumer_s``)."""
+        return (
+            self.fetch_wait_s
+            + self.admission_parked_s
+            + self.decode_s
+            + (self.assemble_s or 0.0)
+            + self.gather_s
+            + self.batch_transform_s
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Depths:
+    """Queue, in-flight and residency depths of one pass."""
+
+    batch_queue_capacity: int = 0  # prefetch_depth
+    batch_queue_peak: int = 0
+    batch_queue_samples: int = 0  # times the caller asked for a batch
+    batch_queue_empty: int = 0  # ... and found the queue empty
+    batch_queue_full_enough: int | None = None  # not counted by the engine
+    inflight_peak: int = 0  # most storage reads in flight at once
+    max_inflight: int = 0
+    decode_queue_peak: int | None = None  # not recorded by the engine
+    decode_threads: int = 0  # thread-pool parallelism
+    resident_peak: int = 0  # most chunks resident at once (pool-wide)
+    resident_peak_bytes: int = 0
+    budget_bytes: int | None = None  # the pool's byte budget at the end of the pass
+    batch_queue_now: int = 0  # (ours) batches waiting when the stats were taken
+
+    @property
+    def starved_frac(self) -> float:
+        """Share of the caller's requests that found the batch queue empty."""
+        return self.batch_queue_empty / self.batch_queue_samples if self.batch_queue_samples else 0.0
+
+    @property
+    def fed_frac(self) -> float | None:
+        """Share of requests that found the queue at least half full; ``None`` because the
+        engine does not count those (``batch_queue_full_enough``)."""
+        if self.batch_queue_full_enough is None:
+            return None
+        return self.batch_queue_full_enough / self.batch_queue_samples if self.batch_queue_samples else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PassStats:
+    """One pass over one split: counters, depths, times, and the stage they accuse.
+
+    The anchor's fields first (``split`` ... ``depths``), then ours: samples and bytes
+    delivered, chunks re-read within the pass or revived from the disk tier, storage reads,
+    time to first batch and the consumer wait attributed to each stage (``blocked_s``).
+    """
+
+    split: str
+    epoch: int
+    batches: int = 0
+    cache_hits: int = 0  # chunk admissions served from residency
+    cache_misses: int = 0  # chunk admissions that loaded
+    bad_chunks: int = 0  # chunks with tiles filled under on_bad_chunk="nan"
+    wall_s: float = 0.0  # from the pass's start to its last batch
+    times: StageTimes = dataclasses.field(default_factory=StageTimes)
+    depths: Depths = dataclasses.field(default_factory=Depths)
+    samples: int = 0
+    batch_bytes: int = 0
+    reread_chunks: int = 0  # loaded again after an earlier block of this pass loaded them
+    revived_chunks: int = 0  # served by cache_dir + persist with no fetch or decode
+    storage_reads: int = 0
+    decoded_bytes: int = 0
+    ttfb_s: float | None = None  # time to the first batch; None when there was none
+    blocked_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    # The engine's (stage, advice, consumer_idle) for stats from a pass. Not an init field, so
+    # `dataclasses.replace` drops it and a changed copy is judged afresh by `rule`.
+    _engine_verdict: tuple[str, str, bool] | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @property
+    def consumer_idle(self) -> bool:
+        """True when the caller's loop body did essentially nothing: a throughput measurement."""
+        return _verdict(self)[2]
+
+    @property
+    def limiting_stage(self) -> str:
+        """The stage to go fix: ``consumer``, ``store``, ``decode``, ``residency``, ``gather``,
+        ``batch_transform`` (ours: the anchor folds it into ``gather``) or ``unknown``."""
+        return _verdict(self)[0]
+
+    @property
+    def advice(self) -> str:
+        """What to do about :attr:`limiting_stage`."""
+        return _verdict(self)[1]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain dict (for logging as JSON or asserting in a test), verdict included."""
+        d = dataclasses.asdict(self)
+        del d["_engine_verdict"]
+        d["limiting_stage"], d["advice"], d["consumer_idle"] = _verdict(self)
+        return d
+
+    @classmethod
+    def _from_engine(cls, raw: dict[str, Any]) -> PassStats:
+        """From the engine's JSON (``core::stats::PassStats``)."""
+        t, d = raw["times"], raw["depths"]
+        times = StageTimes(
+            fetch_wait_s=t["fetch_wait_s"],
+            admission_parked_s=t["admission_parked_s"],
+            decode_s=t["decode_s"],
+            gather_s=t["gather_s"],
+            batch_transform_s=t["batch_transform_s"],
+            consumer_s=t["consumer_s"],
+            consumer_wait_s=t["consumer_wait_s"],
+        )
+        depths = Depths(
+            batch_queue_capacity=d["queue_capacity"],
+            batch_queue_peak=d["queue_peak"],
+            batch_queue_samples=d["queue_samples"],
+            batch_queue_empty=d["queue_empty"],
+            inflight_peak=d["inflight_peak"],
+            max_inflight=d["max_inflight"],
+            decode_threads=d["decode_threads"],
+            resident_peak=d["resident_peak_chunks"],
+            resident_peak_bytes=d["resident_peak_bytes"],
+            budget_bytes=d["budget_bytes"],
+            batch_queue_now=d["queue_now"],
+        )
+        stats = cls(
+            split=raw["split"],
+            epoch=raw["epoch"],
+            batches=raw["batches"],
+            cache_hits=raw["cache_hits"],
+            cache_misses=raw["cache_misses"],
+            bad_chunks=raw["bad_chunks"],
+            wall_s=raw["wall_s"],
+            times=times,
+            depths=depths,
+            samples=raw["samples"],
+            batch_bytes=raw["batch_bytes"],
+            reread_chunks=raw["reread_chunks"],
+            revived_chunks=raw["revived_chunks"],
+            storage_reads=raw["storage_reads"],
+            decoded_bytes=raw["decoded_bytes"],
+            ttfb_s=raw["ttfb_s"] if raw["batches"] else None,
+            blocked_s={name: secs for name, secs in raw["blocked_s"]},
+        )
+        verdict = (raw["limiting_stage"], raw["advice"], raw["consumer_idle"])
+        object.__setattr__(stats, "_engine_verdict", verdict)
+        return stats
+
+
+def bottleneck(stats: PassStats) -> tuple[str, str]:
+    """Which stage limited this pass, and what to do about it: ``(stage, advice)``.
+
+    Read from where the caller's waits went (``blocked_s``), in this order: no batches taken
+    → ``unknown``; a loop body that did nothing → the stage that owned most of the wait, as
+    a throughput measurement; the caller waited under a fifth of the wall → ``consumer`` (the
+    goal); one stage owns at least 40% of the wait → that stage; else ``unknown``.
+    """
+    stage, advice, _ = _verdict(stats)
+    return stage, advice
+
+
+def _store_advice(d: Depths) -> str:
+    m = d.max_inflight
+    if d.inflight_peak >= m:
+        return (
+            f"the consumer waited on storage reads with all {m} max_inflight reads in flight: raise "
+            "max_inflight; if throughput stops improving, the store or network is the floor"
+        )
+    return (
+        f"the consumer waited on storage reads, but reads in flight peaked at {d.inflight_peak} of max_inflight "
+        f"{m}, so raising it will not help: the store itself (for local files, the disk and the few I/O threads "
+        "serving it) is the floor; for repeated epochs or runs, a local cache_dir with persist=True skips it"
+    )
+
+
+_ADVICE = {
+    "decode": "the consumer waited on decode (and chunk transforms) on the thread pool: more cores, cheaper codecs, "
+    "or faster chunk transforms",
+    "residency": "the pass waited for room in its residency reservation: raise cache_budget_bytes or lower "
+    "batch_size/block_chunks",
+    "gather": "the consumer waited on the gather copy: check gather_run_bytes in describe()",
+    "batch_transform": "the consumer waited on batch transforms: make them cheaper or move per-variable work to the "
+    "chunk stage (cached)",
+}
+
+
+def _verdict(stats: PassStats) -> tuple[str, str, bool]:
+    """``(stage, advice, consumer_idle)``: the engine's own for stats from a pass, else :func:`rule`."""
+    return stats._engine_verdict if stats._engine_verdict is not None else rule(stats)
+
+
+def rule(stats: PassStats) -> tuple[str, str, bool]:
+    """The engine's verdict rule (``core::stats::verdict``) in Python, for hand-built stats."""
+    t, d = stats.times, stats.depths
+    wall = t.consumer_s + t.consumer_wait_s
+    if d.batch_queue_samples == 0 or wall <= 0.0:
+        return "unknown", "no batches were taken, so there is nothing to attribute", False
+    idle = t.consumer_s / wall < IDLE_CONSUMER
+    blocked = [float(stats.blocked_s.get(s, 0.0)) for s in STAGES]
+    total = sum(blocked)
+    best = 0
+    for i, secs in enumerate(blocked):
+        if secs >= blocked[best]:  # the engine's max_by keeps the last of equal maxima
+            best = i
+    stage, best_s = STAGES[best], blocked[best]
+    advice = _store_advice(d) if stage == "store" else _ADVICE[stage]
+    if idle:
+        if total <= 0.0:
+            return "unknown", "the loop body did nothing and no stage stood out", True
+        share = 100.0 * best_s / total
+        return (
+            stage,
+            f"{advice} (your loop did essentially nothing, so this is a throughput measurement: {share:.0f}% of "
+            "the wait)",
+            True,
+        )
+    if t.consumer_wait_s / wall < FED_ENOUGH:
+        return "consumer", "the loader kept up: your training step is the constraint, which is the goal", False
+    if total > 0.0 and best_s / total >= DOMINANT:
+        return stage, advice, False
+    return "unknown", "no stage clearly dominates the waits; measure with a longer pass", False
+
+
+def _mib(b: int) -> str:
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    v, u = float(b), 0
+    while v >= 1024.0 and u < len(units) - 1:
+        v /= 1024.0
+        u += 1
+    return f"{b} B" if u == 0 else f"{v:.1f} {units[u]}"
+
+
+def format_pass(stats: PassStats, *, reuse: bool = True) -> str:
+    """The per-pass INFO line (the engine's ``PassStats::summary``, ending in ``limited by:``)."""
+    t, d = stats.times, stats.depths
+    stage, advice, _ = _verdict(stats)
+    ttfb = 0.0 if stats.ttfb_s is None else stats.ttfb_s
+    revived = f", {stats.revived_chunks} revived from disk" if stats.revived_chunks else ""
+    bad = f", {stats.bad_chunks} bad chunks" if stats.bad_chunks else ""
+    empty = 100.0 * d.batch_queue_empty / max(d.batch_queue_samples, 1)
+    reuse_off = "" if reuse else " | batch buffers: reuse OFF via INSITUBATCH_NO_BUFFER_REUSE"
+    return (
+        f"epoch {stats.epoch} ({stats.split}): {stats.batches} batches in {stats.wall_s:.2f}s, first after "
+        f"{ttfb:.3f}s | queue {d.batch_queue_peak}/{d.batch_queue_capacity} (empty {empty:.0f}%) | inflight peak "
+        f"{d.inflight_peak}/{d.max_inflight} | resident peak {d.resident_peak} chunks, {_mib(d.resident_peak_bytes)} "
+        f"| chunks {stats.cache_hits}/{stats.cache_hits + stats.cache_misses} hit, {stats.reread_chunks} re-read"
+        f"{revived}{bad} | consumer {t.consumer_s:.2f}s waited {t.consumer_wait_s:.2f}s | fetch {t.fetch_wait_s:.2f}s "
+        f"decode {t.decode_s:.2f}s gather {t.gather_s:.2f}s transform {t.batch_transform_s:.2f}s parked "
+        f"{t.admission_parked_s:.2f}s{reuse_off} | limited by: {stage} -- {advice}"
+    )

@@ -1,0 +1,144 @@
+"""Chunk-granular splits: the anchor's ``SplitManifest`` as a plain, constructible record.
+
+The engine owns the arithmetic (``split_by_chunk``, the JSON format, validation); this class
+is the anchor's dataclass shape over it. Both libraries write the same JSON keys
+(``n_chunks``, ``sample_chunk_size``, ``n_samples``, ``chunks``, ``seed``), so a manifest
+written by either reads in the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from . import _native
+from ._types import ArrayGeometry, native_geometry, split_name
+
+_SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass
+class SplitManifest:
+    """Which sample-axis chunk indices belong to each split.
+
+    ``chunks`` maps ``"train"``/``"val"``/``"test"`` to sorted chunk ids on the reference grid
+    (``sample_chunk_size`` samples per chunk). Constructible by hand; the engine validates it
+    (ids in range, counts consistent) when a dataset is built from it.
+    """
+
+    n_chunks: int
+    sample_chunk_size: int
+    n_samples: int
+    chunks: dict[str, list[int]]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.chunks = {split_name(k): [int(c) for c in v] for k, v in self.chunks.items()}
+
+    def chunks_of(self, split: Any) -> list[int]:
+        """The chunk ids of ``split``; ``"all"`` (or ``None``) is the sorted union."""
+        name = split_name(split)
+        if name == "all":
+            return sorted({c for ids in self.chunks.values() for c in ids})
+        if name not in _SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected train, val, test or all")
+        return list(self.chunks.get(name, []))
+
+    def sample_indices(self, split: Any, geom: ArrayGeometry | None = None) -> np.ndarray:
+        """Global sample indices of ``split``'s chunks, in chunk order (int64).
+
+        With ``geom`` (the anchor's signature) the chunks are expanded on that geometry's
+        grid; without it, on the manifest's own reference grid.
+        """
+        ids = self.chunks_of(split)
+        if geom is None:
+            spc, n = self.sample_chunk_size, self.n_samples
+        else:
+            spc, n = geom.sample_chunk_size, geom.n_samples
+        out = [np.arange(c * spc, min((c + 1) * spc, n), dtype=np.int64) for c in ids]
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+    def _as_dict(self) -> dict[str, Any]:
+        return {
+            "n_chunks": int(self.n_chunks),
+            "sample_chunk_size": int(self.sample_chunk_size),
+            "n_samples": int(self.n_samples),
+            "chunks": {k: [int(c) for c in v] for k, v in self.chunks.items()},
+            "seed": int(self.seed),
+        }
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The manifest as JSON (the anchor's keys); also written to ``path`` when given."""
+        text = json.dumps(self._as_dict(), indent=2)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return text
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> SplitManifest:
+        """Read a manifest written by either library."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json_str(f.read())
+
+    @classmethod
+    def from_json_str(cls, text: str) -> SplitManifest:
+        """Parse and validate a manifest from a JSON string (``ValueError`` when malformed)."""
+        return cls._from_native(_native.SplitManifest.from_json_str(text))
+
+    @classmethod
+    def _from_native(cls, m: _native.SplitManifest) -> SplitManifest:
+        return cls(m.n_chunks, m.sample_chunk_size, m.n_samples, dict(m.chunks), m.seed)
+
+    def _to_native(self) -> _native.SplitManifest:
+        """The engine's manifest (validated: ids in range, counts consistent)."""
+        return _native.SplitManifest.from_json_str(json.dumps(self._as_dict()))
+
+
+def native_manifest(m: Any) -> _native.SplitManifest | None:
+    """The engine's manifest for ``m`` (ours, the extension's, or ``None``)."""
+    if m is None or isinstance(m, _native.SplitManifest):
+        return m
+    if isinstance(m, SplitManifest):
+        return m._to_native()
+    raise TypeError(f"manifest must be a SplitManifest (from split_by_chunk), got {type(m).__name__}")
+
+
+def split_by_chunk(
+    geom: ArrayGeometry,
+    *,
+    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    seed: int = 0,
+    contiguous: bool = True,
+    sample_range: tuple[int, int] | None = None,
+) -> SplitManifest:
+    """Partition ``geom``'s sample-axis chunks into train/val/test (chunk-aligned).
+
+    ``fractions`` are of chunks and must sum to 1; split sizes round half to even like the
+    anchor's. ``contiguous=False`` shuffles chunks first (our engine's seeded stream, not
+    numpy's, so the chosen chunks differ from the anchor's for the same seed).
+    ``sample_range=(start, stop)`` keeps the chunks overlapping that half-open range.
+    """
+    if int(seed) < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    if sample_range is not None and int(sample_range[0]) < 0:
+        raise ValueError(f"sample_range must satisfy 0 <= start < stop <= {geom.n_samples}, got {tuple(sample_range)}")
+    m = _native.split_by_chunk(
+        native_geometry(geom),
+        fractions=tuple(float(f) for f in fractions),
+        seed=int(seed),
+        contiguous=bool(contiguous),
+        sample_range=None if sample_range is None else (int(sample_range[0]), int(sample_range[1])),
+    )
+    return SplitManifest._from_native(m)
+
+
+def valid_anchor_range(offsets: Iterable[int], n_samples: int) -> tuple[int, int]:
+    """Half-open ``[lo, hi)`` of anchors whose every ``anchor + offset`` lies in
+    ``[0, n_samples)``; an over-wide window gives the empty range ``(lo, lo)``."""
+    return _native.valid_anchor_range([int(o) for o in offsets], int(n_samples))
