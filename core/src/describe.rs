@@ -198,6 +198,36 @@ pub fn human_bytes(b: u64) -> String {
     if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
+/// Two lines per variable: its geometry and codecs, then its per-chunk bytes.
+fn render_variable(s: &mut String, v: &VariableReport) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "  {} ({}{}): {} {:?} chunks {:?}{} [{}], sample axis {} ({} samples, {}/chunk, {} chunks)",
+        v.label,
+        v.path,
+        if v.offset != 0 { format!(" shift {:+}", v.offset) } else { String::new() },
+        v.dtype,
+        v.shape,
+        v.chunks,
+        v.shard.as_ref().map(|sh| format!(" in shards {sh:?}")).unwrap_or_default(),
+        v.codecs.join(", "),
+        v.sample_axis,
+        v.n_samples,
+        v.sample_chunk_size,
+        v.n_chunks
+    );
+    let _ = writeln!(
+        s,
+        "      chunk {} resident ({} tiles of {}), ragged {:.3}x, gather run {}",
+        human_bytes(v.slot_bytes),
+        v.stored_chunks_per_chunk,
+        human_bytes(v.stored_chunk_bytes),
+        v.ragged_multiplier,
+        human_bytes(v.gather_run_bytes)
+    );
+}
+
 impl DatasetReport {
     /// The human rendering printed by `print_summary` and the CLI.
     pub fn render(&self) -> String {
@@ -206,31 +236,7 @@ impl DatasetReport {
         let c = &self.config;
         let _ = writeln!(s, "insitubatch dataset");
         for v in &self.variables {
-            let _ = writeln!(
-                s,
-                "  {} ({}{}): {} {:?} chunks {:?}{} [{}], sample axis {} ({} samples, {}/chunk, {} chunks)",
-                v.label,
-                v.path,
-                if v.offset != 0 { format!(" shift {:+}", v.offset) } else { String::new() },
-                v.dtype,
-                v.shape,
-                v.chunks,
-                v.shard.as_ref().map(|sh| format!(" in shards {sh:?}")).unwrap_or_default(),
-                v.codecs.join(", "),
-                v.sample_axis,
-                v.n_samples,
-                v.sample_chunk_size,
-                v.n_chunks
-            );
-            let _ = writeln!(
-                s,
-                "      chunk {} resident ({} tiles of {}), ragged {:.3}x, gather run {}",
-                human_bytes(v.slot_bytes),
-                v.stored_chunks_per_chunk,
-                human_bytes(v.stored_chunk_bytes),
-                v.ragged_multiplier,
-                human_bytes(v.gather_run_bytes)
-            );
+            render_variable(&mut s, v);
         }
         let _ = writeln!(
             s,

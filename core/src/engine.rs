@@ -150,6 +150,11 @@ impl CpuQueue {
         self.pool.parallelism().get()
     }
 
+    /// Jobs submitted and not yet started.
+    pub fn waiting(&self) -> usize {
+        self.heap.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
     /// Run `f` at (`class`, `priority`) and await its result.
     pub fn run<R, F>(&self, class: u8, priority: u64, f: F) -> impl Future<Output = Result<R, Cancelled>> + use<R, F>
     where
@@ -332,7 +337,8 @@ impl Engine {
     }
 }
 
-/// Load one chunk: all its tiles, assembled into a sample-first slot, transformed.
+/// Load one chunk: revived from a persisting tier, or all its tiles fetched, decoded and
+/// assembled into a sample-first slot, transformed, and handed to the tier.
 pub(crate) fn load_chunk(
     engine: Arc<Engine>,
     key: ChunkKey,
@@ -340,104 +346,140 @@ pub(crate) fn load_chunk(
     priority: u64,
 ) -> BoxFuture<'static, LoadResult> {
     Box::pin(async move {
-        let reader = &engine.arrays[key.path as usize];
-        let g = &reader.geom;
-        // Only a persisting tier can hold a chunk this process has not just loaded.
-        if let Some(tier) = engine.tier.clone().filter(|t| t.persists()) {
-            let rows = {
-                let r = g.samples_in_chunk(key.chunk);
-                (r.end - r.start) as usize
-            };
-            let out_shape: Vec<usize> = std::iter::once(rows).chain(reader.out_inner.iter().copied()).collect();
-            let (dtype, shape) = (reader.out_dtype, out_shape.clone());
-            let exec = Arc::clone(&engine.runtime.executor);
-            let revived = engine
-                .cpu
-                .run(CLASS_LOAD, priority, move || {
-                    let t0 = exec.now();
-                    tier.revive(key.path, key.chunk, dtype, &shape).map(|b| (b, exec.now() - t0))
-                })
-                .await??;
-            if let (Some(bytes), took) = revived {
-                rec.with(|r| {
-                    r.revived_chunks += 1;
-                    r.times.decode_s += took.as_secs_f64();
-                });
-                let now = engine.now();
-                let times = LoadTimes { permitted: now, fetched: now, ready: now };
-                let data = ChunkData::Tier { dtype: reader.out_dtype, shape: out_shape, bytes };
-                return Ok(Arc::new(Chunk { data, bad: false, times }));
-            }
+        if let Some(chunk) = revive(&engine, key, &rec, priority).await? {
+            return Ok(chunk);
         }
-        let shape = slot_shape(g, key.chunk);
-        let slot_len = shape.iter().product::<usize>() * g.dtype.size();
-        let slot: Arc<Mutex<Option<AlignedBytes>>> = Arc::new(Mutex::new(None));
-        let mut tiles: FuturesUnordered<_> = (0..g.n_tiles())
-            .map(|t| load_tile(Arc::clone(&engine), key, t, Arc::clone(&slot), Arc::clone(&rec), priority))
-            .collect();
-        let mut times = LoadTimes::default();
-        let mut bad = false;
-        while let Some(r) = tiles.next().await {
-            let (permitted, fetched, tile_bad) = r?;
-            times.permitted = times.permitted.max(permitted);
-            times.fetched = times.fetched.max(fetched);
-            bad |= tile_bad;
-        }
-        let bytes = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().unwrap_or_else(|| {
-            let mut b = engine.recycler.take(slot_len);
-            b.resize(slot_len, 0);
-            b
-        });
-        let mut data = NdArray::new(g.dtype, shape, bytes)
-            .map_err(|m| Error::Decode { message: m, key: reader.geom.path.clone() })?
-            .recycled_by(&engine.recycler);
-        if !reader.transforms.is_empty() {
-            let transforms = reader.transforms.clone();
-            let (array, chunk_index, sample_offset) = (g.path.clone(), key.chunk, g.samples_in_chunk(key.chunk).start);
-            let exec = Arc::clone(&engine.runtime.executor);
-            let rec2 = Arc::clone(&rec);
-            let (out_dtype, out_inner) = (reader.out_dtype, reader.out_inner.clone());
-            data = engine.cpu.run(CLASS_LOAD, priority, move || -> Result<NdArray> {
-                let t0 = exec.now();
-                let mut chunk = DecodedChunk { array, chunk_index, sample_offset, data };
-                let rows = chunk.data.shape[0];
-                for t in &transforms {
-                    chunk = t.apply(chunk)?;
-                }
-                let expected: Vec<usize> = std::iter::once(rows).chain(out_inner.iter().copied()).collect();
-                if chunk.data.shape != expected || chunk.data.dtype != out_dtype {
-                    return Err(Error::Transform {
-                        name: transforms.iter().map(|t| t.name()).collect::<Vec<_>>().join(","),
-                        message: format!(
-                            "produced {} {:?} but declared {out_dtype} {expected:?}; declare reshapes and recasts in output()",
-                            chunk.data.dtype, chunk.data.shape
-                        ),
-                    });
-                }
-                rec2.with(|r| r.times.decode_s += (exec.now() - t0).as_secs_f64());
-                Ok(chunk.data)
-            })
-            .await??;
-        }
-        let mut data = ChunkData::Heap(data);
-        if let Some(tier) = engine.tier.clone()
-            && !bad
-        {
-            // Spill: the tier's copy (a mapping) replaces the heap buffer, which is recycled.
-            data = engine
-                .cpu
-                .run(CLASS_LOAD, priority, move || -> Result<ChunkData> {
-                    let stored = tier.store(key.path, key.chunk, data.dtype(), data.shape(), data.bytes())?;
-                    Ok(match stored {
-                        Some(bytes) => ChunkData::Tier { dtype: data.dtype(), shape: data.shape().to_vec(), bytes },
-                        None => data,
-                    })
-                })
-                .await??;
-        }
+        let (data, mut times, bad) = load_tiles(&engine, key, &rec, priority).await?;
+        let data = transform_chunk(&engine, key, &rec, priority, data).await?;
+        let data = if bad { ChunkData::Heap(data) } else { spill(&engine, key, priority, data).await? };
         times.ready = engine.now();
         Ok(Arc::new(Chunk { data, bad, times }))
     })
+}
+
+/// The chunk from a persisting tier, with no fetch and no decode; `None` on a miss. Only a
+/// persisting tier can hold a chunk this process has not just loaded.
+async fn revive(engine: &Arc<Engine>, key: ChunkKey, rec: &PassRecorder, priority: u64) -> Result<Option<Arc<Chunk>>> {
+    let Some(tier) = engine.tier.clone().filter(|t| t.persists()) else { return Ok(None) };
+    let reader = &engine.arrays[key.path as usize];
+    let rows = {
+        let r = reader.geom.samples_in_chunk(key.chunk);
+        (r.end - r.start) as usize
+    };
+    let out_shape: Vec<usize> = std::iter::once(rows).chain(reader.out_inner.iter().copied()).collect();
+    let (dtype, shape) = (reader.out_dtype, out_shape.clone());
+    let exec = Arc::clone(&engine.runtime.executor);
+    let revived = engine
+        .cpu
+        .run(CLASS_LOAD, priority, move || {
+            let t0 = exec.now();
+            tier.revive(key.path, key.chunk, dtype, &shape).map(|b| (b, exec.now() - t0))
+        })
+        .await??;
+    let (Some(bytes), took) = revived else { return Ok(None) };
+    rec.with(|r| {
+        r.revived_chunks += 1;
+        r.times.decode_s += took.as_secs_f64();
+    });
+    let now = engine.now();
+    let times = LoadTimes { permitted: now, fetched: now, ready: now };
+    let data = ChunkData::Tier { dtype: reader.out_dtype, shape: out_shape, bytes };
+    Ok(Some(Arc::new(Chunk { data, bad: false, times })))
+}
+
+/// Fetch, decode and place every tile of a chunk: the assembled slot, when its reads were
+/// permitted and done, and whether any tile was filled under `on_bad_chunk = "nan"`.
+async fn load_tiles(
+    engine: &Arc<Engine>,
+    key: ChunkKey,
+    rec: &Arc<PassRecorder>,
+    priority: u64,
+) -> Result<(NdArray, LoadTimes, bool)> {
+    let reader = &engine.arrays[key.path as usize];
+    let g = &reader.geom;
+    let shape = slot_shape(g, key.chunk);
+    let slot_len = shape.iter().product::<usize>() * g.dtype.size();
+    let slot: Arc<Mutex<Option<AlignedBytes>>> = Arc::new(Mutex::new(None));
+    let mut tiles: FuturesUnordered<_> = (0..g.n_tiles())
+        .map(|t| load_tile(Arc::clone(engine), key, t, Arc::clone(&slot), Arc::clone(rec), priority))
+        .collect();
+    let mut times = LoadTimes::default();
+    let mut bad = false;
+    while let Some(r) = tiles.next().await {
+        let (permitted, fetched, tile_bad) = r?;
+        times.permitted = times.permitted.max(permitted);
+        times.fetched = times.fetched.max(fetched);
+        bad |= tile_bad;
+    }
+    let bytes = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().unwrap_or_else(|| {
+        let mut b = engine.recycler.take(slot_len);
+        b.resize(slot_len, 0);
+        b
+    });
+    let data = NdArray::new(g.dtype, shape, bytes)
+        .map_err(|m| Error::Decode { message: m, key: reader.geom.path.clone() })?
+        .recycled_by(&engine.recycler);
+    Ok((data, times, bad))
+}
+
+/// Run the array's chunk transforms on the pool, checking what they declared.
+async fn transform_chunk(
+    engine: &Arc<Engine>,
+    key: ChunkKey,
+    rec: &Arc<PassRecorder>,
+    priority: u64,
+    data: NdArray,
+) -> Result<NdArray> {
+    let reader = &engine.arrays[key.path as usize];
+    if reader.transforms.is_empty() {
+        return Ok(data);
+    }
+    let g = &reader.geom;
+    let transforms = reader.transforms.clone();
+    let (array, chunk_index, sample_offset) = (g.path.clone(), key.chunk, g.samples_in_chunk(key.chunk).start);
+    let exec = Arc::clone(&engine.runtime.executor);
+    let rec = Arc::clone(rec);
+    let (out_dtype, out_inner) = (reader.out_dtype, reader.out_inner.clone());
+    engine
+        .cpu
+        .run(CLASS_LOAD, priority, move || -> Result<NdArray> {
+            let t0 = exec.now();
+            let mut chunk = DecodedChunk { array, chunk_index, sample_offset, data };
+            let rows = chunk.data.shape[0];
+            for t in &transforms {
+                chunk = t.apply(chunk)?;
+            }
+            let expected: Vec<usize> = std::iter::once(rows).chain(out_inner.iter().copied()).collect();
+            if chunk.data.shape != expected || chunk.data.dtype != out_dtype {
+                return Err(Error::Transform {
+                    name: transforms.iter().map(|t| t.name()).collect::<Vec<_>>().join(","),
+                    message: format!(
+                        "produced {} {:?} but declared {out_dtype} {expected:?}; declare reshapes and recasts in output()",
+                        chunk.data.dtype, chunk.data.shape
+                    ),
+                });
+            }
+            rec.with(|r| r.times.assemble_s += (exec.now() - t0).as_secs_f64());
+            Ok(chunk.data)
+        })
+        .await?
+}
+
+/// Hand a loaded chunk to the tier: its copy (a mapping) replaces the heap buffer, which is
+/// recycled. Without a tier, the heap buffer stays.
+async fn spill(engine: &Arc<Engine>, key: ChunkKey, priority: u64, data: NdArray) -> Result<ChunkData> {
+    let data = ChunkData::Heap(data);
+    let Some(tier) = engine.tier.clone() else { return Ok(data) };
+    engine
+        .cpu
+        .run(CLASS_LOAD, priority, move || -> Result<ChunkData> {
+            let stored = tier.store(key.path, key.chunk, data.dtype(), data.shape(), data.bytes())?;
+            Ok(match stored {
+                Some(bytes) => ChunkData::Tier { dtype: data.dtype(), shape: data.shape().to_vec(), bytes },
+                None => data,
+            })
+        })
+        .await?
 }
 
 /// Fetch, decode and place one tile. Returns (permit time, fetch-done time, filled-as-bad).
@@ -485,6 +527,8 @@ async fn load_tile(
     let job_rec = Arc::clone(&rec);
     let url = engine.url(&object);
     let job_slot = Arc::clone(&slot);
+    let waiting = engine.cpu.waiting() + 1;
+    rec.with(|r| r.decode_queue_peak = r.decode_queue_peak.max(waiting));
     let decoded = engine
         .cpu
         .run(CLASS_LOAD, priority, move || -> Result<()> {
@@ -496,6 +540,7 @@ async fn load_tile(
             let slot_len = shape.iter().product::<usize>() * g.dtype.size();
             let scratch = reader.zarr.has_fast_path().then(|| engine.recycler.take(reader.zarr.tile_bytes()));
             let tile_arr = reader.zarr.decode_tile_into(encoded, &url, scratch)?;
+            let t1 = engine.now();
             let mut slot = job_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let whole = g.n_tiles() == 1
                 && g.sample_axis == 0
@@ -511,9 +556,10 @@ async fn load_tile(
                 place_tile(g, key.chunk, &inner, &tile_arr.data, buf);
                 engine.recycler.give(tile_arr.into_data());
             }
-            let took = engine.now() - t0;
+            let t2 = engine.now();
             job_rec.with(|r| {
-                r.times.decode_s += took.as_secs_f64();
+                r.times.decode_s += (t1 - t0).as_secs_f64();
+                r.times.assemble_s += (t2 - t1).as_secs_f64();
                 r.decoded_bytes += g.tile_bytes();
             });
             Ok(())

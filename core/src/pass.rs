@@ -60,6 +60,16 @@ type SendFuture = BoxFuture<'static, std::result::Result<(), async_channel::Send
 type LoadFuture = BoxFuture<'static, (usize, u64, LoadResult)>;
 type GatherFuture = BoxFuture<'static, Result<Delivered>>;
 
+/// What one try at sending did.
+enum Sent {
+    /// A batch reached the queue.
+    Progressed,
+    /// The queue is full, or nothing is ready to send.
+    Waiting,
+    /// The receiver was dropped: the pass is over.
+    ConsumerGone,
+}
+
 struct Driver {
     spec: PassSpec,
     tx: async_channel::Sender<Result<Delivered>>,
@@ -85,126 +95,157 @@ impl Driver {
         self.spec.plan.batch_uses[j].iter().all(|&u| self.data[u as usize].is_some())
     }
 
+    /// Drive the pass: admit, collect loads, start gathers, release and send, until every
+    /// batch is sent, the consumer is gone, or a stall is proved.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let n_batches = self.spec.plan.n_batches();
         loop {
-            let mut progressed = false;
-            // 1. Admit uses in first-use order while the reservation has room.
-            while self.next_admit < self.spec.plan.uses.len() {
-                let u = self.next_admit;
-                let key = self.spec.plan.uses[u].key;
-                let bytes = self.key_bytes(key);
-                let engine = Arc::clone(&self.spec.engine);
-                let rec = Arc::clone(&self.spec.recorder);
-                let priority = self.spec.engine.admissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                match self
-                    .spec
-                    .engine
-                    .pool
-                    .admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec, priority))?
-                {
-                    Admit::NoRoom => {
-                        if self.parked_since.is_none() {
-                            self.parked_since = Some(self.spec.engine.now());
-                        }
-                        break;
-                    }
-                    Admit::Ready(chunk) => {
-                        self.spec.recorder.with(|r| r.hits += 1);
-                        self.data[u] = Some(chunk);
-                    }
-                    Admit::Load { load, generation, started } => {
-                        if started {
-                            let reread = !self.loaded.insert(key);
-                            self.spec.recorder.with(|r| {
-                                r.misses += 1;
-                                r.reread_chunks += u64::from(reread);
-                            });
-                        } else {
-                            self.spec.recorder.with(|r| r.hits += 1);
-                        }
-                        self.loads.push(Box::pin(async move { (u, generation, load.await) }));
-                    }
-                }
-                if let Some(since) = self.parked_since.take() {
-                    let parked = self.spec.engine.now() - since;
-                    self.spec.recorder.with(|r| r.times.admission_parked_s += parked.as_secs_f64());
-                }
-                self.admitted_at[u] = self.spec.engine.now();
-                self.next_admit += 1;
-                progressed = true;
-            }
-            // 2. Collect finished loads.
-            while let Poll::Ready(Some((u, generation, result))) = self.loads.poll_next_unpin(cx) {
-                let key = self.spec.plan.uses[u].key;
-                self.spec.engine.pool.publish(key, generation, &result);
-                self.data[u] = Some(result?);
-                progressed = true;
-            }
-            // 3. Start gathers for ready batches, in order, a bounded number ahead.
-            while self.next_gather < n_batches
-                && self.gathers.len() + self.unsent.len() < self.spec.max_gathers
-                && self.batch_ready(self.next_gather)
-            {
-                let j = self.next_gather;
-                self.gathers.push_back(self.start_gather(j));
-                self.next_gather += 1;
-                progressed = true;
-            }
-            // 4. Finished gathers: release their last uses, queue for sending.
-            while let Poll::Ready(Some(done)) = self.gathers.poll_next_unpin(cx) {
-                let delivered = done?;
-                let j = delivered.batch.index;
-                for &u in &self.spec.plan.releases[j] {
-                    let key = self.spec.plan.uses[u as usize].key;
-                    self.spec.engine.pool.release(self.spec.pass, key, self.key_bytes(key));
-                    self.data[u as usize] = None;
-                }
-                self.unsent.push_back(delivered);
-                progressed = true;
-            }
-            // 5. Send in order.
-            if self.sending.is_none()
-                && let Some(d) = self.unsent.pop_front()
-            {
-                let tx = self.tx.clone();
-                self.sending = Some(Box::pin(async move { tx.send(Ok(d)).await }));
-            }
-            if let Some(f) = self.sending.as_mut() {
-                match f.as_mut().poll(cx) {
-                    Poll::Ready(Ok(())) => {
-                        self.sending = None;
-                        self.sent += 1;
-                        progressed = true;
-                    }
-                    // The consumer is gone: nothing left to do.
-                    Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
-                    Poll::Pending => {}
-                }
+            let mut progressed = self.admit()?;
+            progressed |= self.collect_loads(cx)?;
+            progressed |= self.start_gathers(n_batches);
+            progressed |= self.finish_gathers(cx)?;
+            match self.send(cx) {
+                Sent::ConsumerGone => return Poll::Ready(Ok(())),
+                Sent::Progressed => progressed = true,
+                Sent::Waiting => {}
             }
             if self.sent == n_batches {
                 return Poll::Ready(Ok(()));
             }
             if !progressed {
-                let idle = self.loads.is_empty()
-                    && self.gathers.is_empty()
-                    && self.sending.is_none()
-                    && self.unsent.is_empty();
-                if idle {
-                    // Nothing can wake us: a proved stall. The plan makes this unreachable;
-                    // if it ever happens, say so instead of hanging.
-                    return Poll::Ready(Err(Error::Stall(format!(
-                        "residency budget exhausted: batch {} of {} needs a chunk this iteration cannot admit; it holds {} of \
-                         its {} byte reservation with nothing in flight. Raise cache_budget_bytes; please report this as a bug",
-                        self.next_gather,
-                        n_batches,
-                        self.spec.engine.pool.charged(self.spec.pass),
-                        self.reservation_hint()
-                    ))));
-                }
-                return Poll::Pending;
+                return match self.stall(n_batches) {
+                    Some(e) => Poll::Ready(Err(e)),
+                    None => Poll::Pending,
+                };
             }
         }
+    }
+
+    /// 1. Admit uses in first-use order while the reservation has room.
+    fn admit(&mut self) -> Result<bool> {
+        let mut progressed = false;
+        while self.next_admit < self.spec.plan.uses.len() {
+            let u = self.next_admit;
+            let key = self.spec.plan.uses[u].key;
+            let bytes = self.key_bytes(key);
+            let engine = Arc::clone(&self.spec.engine);
+            let rec = Arc::clone(&self.spec.recorder);
+            let priority = self.spec.engine.admissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let admitted = self
+                .spec
+                .engine
+                .pool
+                .admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec, priority))?;
+            match admitted {
+                Admit::NoRoom => {
+                    if self.parked_since.is_none() {
+                        self.parked_since = Some(self.spec.engine.now());
+                    }
+                    break;
+                }
+                Admit::Ready(chunk) => {
+                    self.spec.recorder.with(|r| r.hits += 1);
+                    self.data[u] = Some(chunk);
+                }
+                Admit::Load { load, generation, started } => {
+                    let reread = started && !self.loaded.insert(key);
+                    self.spec.recorder.with(|r| {
+                        r.hits += u64::from(!started);
+                        r.misses += u64::from(started);
+                        r.reread_chunks += u64::from(reread);
+                    });
+                    self.loads.push(Box::pin(async move { (u, generation, load.await) }));
+                }
+            }
+            if let Some(since) = self.parked_since.take() {
+                let parked = self.spec.engine.now() - since;
+                self.spec.recorder.with(|r| r.times.admission_parked_s += parked.as_secs_f64());
+            }
+            self.admitted_at[u] = self.spec.engine.now();
+            self.next_admit += 1;
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
+    /// 2. Collect finished loads (published to the pool for other passes too).
+    fn collect_loads(&mut self, cx: &mut Context<'_>) -> Result<bool> {
+        let mut progressed = false;
+        while let Poll::Ready(Some((u, generation, result))) = self.loads.poll_next_unpin(cx) {
+            let key = self.spec.plan.uses[u].key;
+            self.spec.engine.pool.publish(key, generation, &result);
+            self.data[u] = Some(result?);
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
+    /// 3. Start gathers for ready batches, in order, a bounded number ahead.
+    fn start_gathers(&mut self, n_batches: usize) -> bool {
+        let mut progressed = false;
+        while self.next_gather < n_batches
+            && self.gathers.len() + self.unsent.len() < self.spec.max_gathers
+            && self.batch_ready(self.next_gather)
+        {
+            let j = self.next_gather;
+            self.gathers.push_back(self.start_gather(j));
+            self.next_gather += 1;
+            progressed = true;
+        }
+        progressed
+    }
+
+    /// 4. Finished gathers: release their last uses, queue them for sending.
+    fn finish_gathers(&mut self, cx: &mut Context<'_>) -> Result<bool> {
+        let mut progressed = false;
+        while let Poll::Ready(Some(done)) = self.gathers.poll_next_unpin(cx) {
+            let delivered = done?;
+            let j = delivered.batch.index;
+            for &u in &self.spec.plan.releases[j] {
+                let key = self.spec.plan.uses[u as usize].key;
+                self.spec.engine.pool.release(self.spec.pass, key, self.key_bytes(key));
+                self.data[u as usize] = None;
+            }
+            self.unsent.push_back(delivered);
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
+    /// 5. Send in order, one batch at a time into the bounded queue.
+    fn send(&mut self, cx: &mut Context<'_>) -> Sent {
+        if self.sending.is_none()
+            && let Some(d) = self.unsent.pop_front()
+        {
+            let tx = self.tx.clone();
+            self.sending = Some(Box::pin(async move { tx.send(Ok(d)).await }));
+        }
+        let Some(f) = self.sending.as_mut() else { return Sent::Waiting };
+        match f.as_mut().poll(cx) {
+            Poll::Ready(Ok(())) => {
+                self.sending = None;
+                self.sent += 1;
+                Sent::Progressed
+            }
+            Poll::Ready(Err(_)) => Sent::ConsumerGone,
+            Poll::Pending => Sent::Waiting,
+        }
+    }
+
+    /// With no progress and nothing in flight, nothing can wake the driver: a proved stall.
+    /// The plan makes this unreachable; if it ever happens, say so instead of hanging.
+    fn stall(&self, n_batches: usize) -> Option<Error> {
+        let idle = self.loads.is_empty() && self.gathers.is_empty() && self.sending.is_none() && self.unsent.is_empty();
+        idle.then(|| {
+            Error::Stall(format!(
+                "residency budget exhausted: batch {} of {} needs a chunk this iteration cannot admit; it holds {} of \
+                 its {} byte reservation with nothing in flight. Raise cache_budget_bytes; please report this as a bug",
+                self.next_gather,
+                n_batches,
+                self.spec.engine.pool.charged(self.spec.pass),
+                self.reservation_hint()
+            ))
+        })
     }
 
     fn reservation_hint(&self) -> u64 {
@@ -342,6 +383,12 @@ impl std::fmt::Debug for BatchStream {
 }
 
 impl BatchStream {
+    /// This pass as a `futures::Stream` of batches, for async callers (`StreamExt::next`,
+    /// `try_for_each`, `tokio::select!`). Dropping the stream ends the pass.
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<Batch>> {
+        futures::stream::unfold(self, |mut s| async move { s.next_batch().await.map(|b| (b, s)) })
+    }
+
     /// Batches this pass will yield.
     pub fn len(&self) -> usize {
         self.n_batches
@@ -371,6 +418,7 @@ impl BatchStream {
         self.recorder.with(|r| {
             r.queue_samples += 1;
             r.queue_empty += u64::from(queued == 0);
+            r.queue_full_enough += u64::from(queued * 2 >= self.prefetch_depth);
             r.queue_peak = r.queue_peak.max(queued);
         });
         let item = self.rx.recv().await;
@@ -379,7 +427,7 @@ impl BatchStream {
         match item {
             Ok(Ok(d)) => {
                 let fetch_share = self.recorder.with(|r| {
-                    let (f, dec) = (r.times.fetch_wait_s, r.times.decode_s);
+                    let (f, dec) = (r.times.fetch_wait_s, r.times.decode_s + r.times.assemble_s);
                     if f + dec > 0.0 { f / (f + dec) } else { 0.5 }
                 });
                 self.recorder.with(|r| {
@@ -442,6 +490,8 @@ impl BatchStream {
                 queue_peak: r.queue_peak,
                 queue_samples: r.queue_samples,
                 queue_empty: r.queue_empty,
+                queue_full_enough: r.queue_full_enough,
+                decode_queue_peak: r.decode_queue_peak,
                 inflight_peak: r.inflight_peak,
                 max_inflight: self.engine.max_inflight,
                 decode_threads: self.engine.runtime.pool.parallelism().get(),

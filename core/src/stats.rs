@@ -105,8 +105,10 @@ pub struct StageTimes {
     pub fetch_wait_s: f64,
     /// Time the driver had a chunk to admit but its reservation was full.
     pub admission_parked_s: f64,
-    /// Decode + assembly + chunk transforms on the pool.
+    /// Codec decode on the pool (and reviving chunks from the disk tier).
     pub decode_s: f64,
+    /// Placing decoded tiles into the chunk's slot, and chunk transforms, on the pool.
+    pub assemble_s: f64,
     /// Gather copies on the pool.
     pub gather_s: f64,
     /// Batch transforms on the pool.
@@ -130,6 +132,10 @@ pub struct Depths {
     pub queue_samples: u64,
     /// Times the queue was empty when asked.
     pub queue_empty: u64,
+    /// Times the queue was at least half full when asked (the caller was fed).
+    pub queue_full_enough: u64,
+    /// Most decode jobs waiting for a pool thread at once.
+    pub decode_queue_peak: usize,
     /// Most storage reads in flight at once.
     pub inflight_peak: usize,
     /// The `max_inflight` budget.
@@ -194,9 +200,10 @@ impl PassStats {
     pub fn summary(&self) -> String {
         let t = &self.times;
         format!(
-            "epoch {} ({}): {} batches in {:.2}s, first after {:.3}s | queue {}/{} (empty {:.0}%) | inflight peak {}/{} | \
-             resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{}{} | consumer {:.2}s waited {:.2}s | fetch {:.2}s \
-             decode {:.2}s gather {:.2}s transform {:.2}s parked {:.2}s | limited by: {} -- {}",
+            "epoch {} ({}): {} batches in {:.2}s, first after {:.3}s | queue {}/{} (empty {:.0}%, fed {:.0}%) | inflight peak \
+             {}/{} | decode queue peak {} | resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{}{} | consumer \
+             {:.2}s waited {:.2}s | fetch {:.2}s decode {:.2}s assemble {:.2}s gather {:.2}s transform {:.2}s parked \
+             {:.2}s | limited by: {} -- {}",
             self.epoch,
             self.split,
             self.batches,
@@ -205,8 +212,10 @@ impl PassStats {
             self.depths.queue_peak,
             self.depths.queue_capacity,
             100.0 * self.depths.queue_empty as f64 / self.depths.queue_samples.max(1) as f64,
+            100.0 * self.depths.queue_full_enough as f64 / self.depths.queue_samples.max(1) as f64,
             self.depths.inflight_peak,
             self.depths.max_inflight,
+            self.depths.decode_queue_peak,
             self.depths.resident_peak_chunks,
             crate::describe::human_bytes(self.depths.resident_peak_bytes),
             self.cache_hits,
@@ -222,6 +231,7 @@ impl PassStats {
             t.consumer_wait_s,
             t.fetch_wait_s,
             t.decode_s,
+            t.assemble_s,
             t.gather_s,
             t.batch_transform_s,
             t.admission_parked_s,
@@ -284,6 +294,10 @@ pub struct Recorded {
     pub queue_samples: u64,
     /// Empty-queue samples.
     pub queue_empty: u64,
+    /// Samples with the queue at least half full.
+    pub queue_full_enough: u64,
+    /// Decode jobs waiting for a pool thread, at most.
+    pub decode_queue_peak: usize,
     /// Queue peak.
     pub queue_peak: usize,
     /// In-flight peak.

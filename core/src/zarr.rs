@@ -842,64 +842,83 @@ pub async fn open_arrays(storage: &dyn Storage, variables: Option<&[String]>) ->
     Ok(data)
 }
 
+/// Every array of the store: from consolidated metadata (v3, then v2) when there is some,
+/// else from a listing.
 async fn discover(storage: &dyn Storage) -> Result<Vec<ZarrArray>> {
-    // 1. v3 root zarr.json, possibly with consolidated metadata.
     let root_json = get(storage, "zarr.json").await?;
-    if let Some(b) = &root_json {
-        let root: Value = serde_json::from_slice(b).map_err(|e| with_location(storage, malformed(e, "zarr.json")))?;
-        if root.get("node_type").and_then(Value::as_str) == Some("array") {
-            return ZarrArray::from_v3("", b).map(|a| vec![a]).map_err(|e| with_location(storage, e));
-        }
-        if let Some(Value::Object(meta)) = root.get("consolidated_metadata").and_then(|c| c.get("metadata")) {
-            let mut out = Vec::new();
-            for (path, m) in meta {
-                if m.get("node_type").and_then(Value::as_str) != Some("array") {
-                    continue;
-                }
-                let path = normalize_path(path);
-                let key = join(&path, "zarr.json");
-                out.push(ZarrArray::from_v3_value(&path, m.clone(), &key).map_err(|e| with_location(storage, e))?);
-            }
-            return Ok(out);
-        }
+    if let Some(b) = &root_json
+        && let Some(found) = from_v3_root(storage, b)?
+    {
+        return Ok(found);
     }
-    // 2. v2 consolidated metadata.
     if let Some(b) = get(storage, ".zmetadata").await? {
-        let zm: Value = serde_json::from_slice(&b).map_err(|e| with_location(storage, malformed(e, ".zmetadata")))?;
-        let Some(Value::Object(meta)) = zm.get("metadata") else {
-            return Err(with_location(storage, malformed("no `metadata` object", ".zmetadata")));
-        };
-        if let Some(m) = meta.get(".zarray") {
-            let attrs = meta.get(".zattrs").cloned();
-            return ZarrArray::from_v2_value("", m.clone(), attrs, ".zarray")
-                .map(|a| vec![a])
-                .map_err(|e| with_location(storage, e));
-        }
-        let mut out = Vec::new();
-        for (k, m) in meta {
-            let Some(path) = k.strip_suffix("/.zarray") else { continue };
-            let attrs = meta.get(&format!("{path}/.zattrs")).cloned();
-            out.push(ZarrArray::from_v2_value(path, m.clone(), attrs, k).map_err(|e| with_location(storage, e))?);
-        }
-        return Ok(out);
+        return from_v2_consolidated(storage, &b);
     }
-    // 3. A listing.
+    from_listing(storage, root_json.is_some()).await
+}
+
+/// The root `zarr.json`: an array itself, or a group with consolidated metadata; `None` for
+/// a group without it.
+fn from_v3_root(storage: &dyn Storage, b: &[u8]) -> Result<Option<Vec<ZarrArray>>> {
+    let root: Value = serde_json::from_slice(b).map_err(|e| with_location(storage, malformed(e, "zarr.json")))?;
+    if root.get("node_type").and_then(Value::as_str) == Some("array") {
+        return ZarrArray::from_v3("", b).map(|a| Some(vec![a])).map_err(|e| with_location(storage, e));
+    }
+    let Some(Value::Object(meta)) = root.get("consolidated_metadata").and_then(|c| c.get("metadata")) else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    for (path, m) in meta {
+        if m.get("node_type").and_then(Value::as_str) != Some("array") {
+            continue;
+        }
+        let path = normalize_path(path);
+        let key = join(&path, "zarr.json");
+        out.push(ZarrArray::from_v3_value(&path, m.clone(), &key).map_err(|e| with_location(storage, e))?);
+    }
+    Ok(Some(out))
+}
+
+/// v2 consolidated metadata (`.zmetadata`).
+fn from_v2_consolidated(storage: &dyn Storage, b: &[u8]) -> Result<Vec<ZarrArray>> {
+    let zm: Value = serde_json::from_slice(b).map_err(|e| with_location(storage, malformed(e, ".zmetadata")))?;
+    let Some(Value::Object(meta)) = zm.get("metadata") else {
+        return Err(with_location(storage, malformed("no `metadata` object", ".zmetadata")));
+    };
+    if let Some(m) = meta.get(".zarray") {
+        let attrs = meta.get(".zattrs").cloned();
+        return ZarrArray::from_v2_value("", m.clone(), attrs, ".zarray")
+            .map(|a| vec![a])
+            .map_err(|e| with_location(storage, e));
+    }
+    let mut out = Vec::new();
+    for (k, m) in meta {
+        let Some(path) = k.strip_suffix("/.zarray") else { continue };
+        let attrs = meta.get(&format!("{path}/.zattrs")).cloned();
+        out.push(ZarrArray::from_v2_value(path, m.clone(), attrs, k).map_err(|e| with_location(storage, e))?);
+    }
+    Ok(out)
+}
+
+/// Arrays found by listing the store (v3 `zarr.json` wins over v2 `.zarray` at one path).
+async fn from_listing(storage: &dyn Storage, has_root_json: bool) -> Result<Vec<ZarrArray>> {
     let keys = storage.list("").await.map_err(|e| storage_err(storage, &e, ""))?;
-    let not_found = || {
-        Error::NotFound {
-        message: "no Zarr store here (no zarr.json, .zgroup, .zmetadata or any object); check the URL points at the store's root".into(),
+    let not_found = || Error::NotFound {
+        message: "no Zarr store here (no zarr.json, .zgroup, .zmetadata or any object); check the URL points at the \
+                  store's root"
+            .into(),
         key: storage.location(),
-    }
     };
     if keys.as_ref().is_some_and(Vec::is_empty) {
         return Err(not_found());
     }
     let Some(keys) = keys else {
-        if root_json.is_none() && get(storage, ".zgroup").await?.is_none() && get(storage, ".zarray").await?.is_none() {
+        if !has_root_json && get(storage, ".zgroup").await?.is_none() && get(storage, ".zarray").await?.is_none() {
             return Err(not_found());
         }
         return Err(Error::Config(format!(
-            "the store cannot be listed and has no consolidated metadata (zarr.json consolidated_metadata or .zmetadata), so its arrays cannot be discovered; pass variables to name them: {}",
+            "the store cannot be listed and has no consolidated metadata (zarr.json consolidated_metadata or \
+             .zmetadata), so its arrays cannot be discovered; pass variables to name them: {}",
             storage.location()
         )));
     };

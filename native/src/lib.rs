@@ -238,6 +238,23 @@ impl NativeDataset {
         Ok(BatchIter { stream: Some(stream), _runtime: self.runtime.clone() })
     }
 
+    /// One epoch of `split` as a `futures::Stream`, for async callers (a tokio application
+    /// awaits batches instead of blocking a thread). Dropping the stream ends the pass.
+    ///
+    /// # Errors
+    /// As [`Self::train`]; each item carries the pass's own errors.
+    pub fn stream(&self, split: Split) -> Result<impl futures::Stream<Item = Result<Batch>> + use<>> {
+        use futures::StreamExt;
+        let _guard = self.runtime.handle().enter();
+        let stream = self.dataset.iter(split)?;
+        // The stream owns a handle on the runtime its pass runs on.
+        let runtime = self.runtime.clone();
+        Ok(stream.into_stream().map(move |item| {
+            let _ = &runtime;
+            item.map_err(NativeError::from)
+        }))
+    }
+
     /// Reshuffle deterministically for `epoch`.
     pub fn set_epoch(&self, epoch: u64) {
         self.dataset.set_epoch(epoch);

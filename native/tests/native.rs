@@ -109,3 +109,41 @@ fn cli_describe_json_parses() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.starts_with("error: ") && err.trim_end().ends_with("/no/such/store.zarr"), "{err}");
 }
+
+/// A tokio application awaits batches: the same bytes as the blocking iterator, and
+/// windows (labelled geometries) through `OpenOptions` alone.
+#[test]
+fn an_async_stream_and_a_windowed_view_through_open_options() {
+    use futures::StreamExt;
+    use insitubatch_native::{BatchDigest, Variable};
+    let url = store().to_str().unwrap().to_string();
+    let ds = open(&url, OpenOptions::default()).unwrap();
+    let mut blocking = BatchDigest::default();
+    ds.train().unwrap().for_each(|b| blocking.update(&b.unwrap()));
+    let mut streamed = BatchDigest::default();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(ds.stream(Split::Train).unwrap().for_each(|b| {
+        streamed.update(&b.unwrap());
+        std::future::ready(())
+    }));
+    assert_eq!(streamed.finish(), blocking.finish());
+
+    let t2m = ds.dataset().variables()[0].geometry.clone();
+    let window = vec![
+        Variable { label: "x".into(), geometry: t2m.clone() },
+        Variable { label: "y".into(), geometry: t2m.shift(3) },
+    ];
+    let windowed = open(&url, OpenOptions { labelled: Some(window), ..OpenOptions::default() }).unwrap();
+    for b in windowed.val().unwrap() {
+        let b = b.unwrap();
+        assert_eq!(b.offsets["y"] - b.offsets["x"], 3);
+        let (x, y) = (b.arrays["x"].as_slice::<f32>().unwrap(), b.arrays["y"].as_slice::<f32>().unwrap());
+        let row = (demo::DEMO_LAT * demo::DEMO_LON) as usize;
+        let direct = read_direct(store(), "t2m");
+        for (r, &t) in b.sample_indices.iter().enumerate() {
+            let t = t as usize;
+            assert!(x[r * row..(r + 1) * row] == direct[t * row..(t + 1) * row], "x at {t}");
+            assert!(y[r * row..(r + 1) * row] == direct[(t + 3) * row..(t + 4) * row], "y at {t}+3");
+        }
+    }
+}

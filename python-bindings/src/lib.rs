@@ -540,11 +540,7 @@ impl NativeDataset {
 
     /// Stats of the last pass that ended, as JSON, or `None`.
     fn last_pass_json(&self) -> PyResult<Option<String>> {
-        self.get()?
-            .dataset()
-            .last_pass()
-            .map(|s| serde_json::to_string(&s).map_err(|e| PyRuntimeError::new_err(e.to_string())))
-            .transpose()
+        self.get()?.dataset().last_pass().map(|s| stats_to_json(&s)).transpose()
     }
 
     /// What the disk tier warns about (a `cache_dir` on a network filesystem).
@@ -647,15 +643,44 @@ impl NativeStream {
     /// Stats of this pass so far, as JSON (`None` once it ended: see `last_pass`).
     fn stats_json(&self) -> PyResult<Option<String>> {
         let g = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
-        g.as_ref()
-            .map(|s| serde_json::to_string(&s.stats()).map_err(|e| PyRuntimeError::new_err(e.to_string())))
-            .transpose()
+        g.as_ref().map(|s| stats_to_json(&s.stats())).transpose()
     }
 
     /// End the pass now (what dropping the iterator does too).
     fn close(&self) {
         self.stream.lock().unwrap_or_else(PoisonError::into_inner).take();
     }
+}
+
+/// A pass's stats as JSON, with the engine's one-line `summary` (what the `insitubatch`
+/// logger prints) so Python formats nothing itself.
+fn stats_to_json(stats: &insitubatch_core::PassStats) -> PyResult<String> {
+    let to_err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());
+    let mut v = serde_json::to_value(stats).map_err(to_err)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("summary".into(), stats.summary().into());
+    }
+    serde_json::to_string(&v).map_err(to_err)
+}
+
+/// The engine's verdict rule (`core::stats::verdict`) for stats built by hand in Python:
+/// `(stage, advice, consumer_idle)`. `blocked` is the consumer wait per stage, in
+/// `core::stats::Stage::ALL` order.
+#[pyfunction]
+#[pyo3(signature = (*, queue_samples, consumer_s, consumer_wait_s, blocked, inflight_peak, max_inflight))]
+fn verdict(
+    queue_samples: u64,
+    consumer_s: f64,
+    consumer_wait_s: f64,
+    blocked: [f64; 5],
+    inflight_peak: usize,
+    max_inflight: usize,
+) -> (String, String, bool) {
+    let mut r = insitubatch_core::stats::Recorded { queue_samples, inflight_peak, blocked, ..Default::default() };
+    r.times.consumer_s = consumer_s;
+    r.times.consumer_wait_s = consumer_wait_s;
+    let (stage, advice, idle) = insitubatch_core::stats::verdict(&r, max_inflight);
+    (stage.to_string(), advice, idle)
 }
 
 /// The engine's knob defaults (`DatasetOptions` and `SplitOptions`), so the Python
@@ -698,6 +723,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(valid_anchor_range, m)?)?;
     m.add_function(wrap_pyfunction!(buffer_address, m)?)?;
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(verdict, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::_shutdown, m)?)?;
     Ok(())
 }

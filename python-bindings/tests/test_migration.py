@@ -316,7 +316,10 @@ def test_last_pass_and_the_per_epoch_log_line(era5, caplog):
     assert rule(st) == rule(dataclasses.replace(st)) == (st.limiting_stage, st.advice, st.consumer_idle)
     d = st.as_dict()
     assert d["limiting_stage"] == st.limiting_stage and d["times"]["decode_s"] == st.times.decode_s
-    assert d["depths"]["inflight_peak"] == 1 and d["times"]["assemble_s"] is None
+    assert d["depths"]["inflight_peak"] == 1 and d["times"]["assemble_s"] >= 0.0
+    assert d["depths"]["decode_queue_peak"] >= 1  # every miss decoded a tile on the pool
+    fed = st.depths.batch_queue_full_enough
+    assert 0 <= fed <= st.depths.batch_queue_samples and st.depths.fed_frac == fed / st.depths.batch_queue_samples
     json.dumps(d)  # plain values all the way down
 
     lines = [r.getMessage() for r in caplog.records if r.name == "insitubatch"]

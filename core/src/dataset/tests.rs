@@ -96,3 +96,38 @@ fn an_empty_selection_is_refused_with_the_store_named() {
     let err = Dataset::builder(shared(&storage), runtime).arrays(Vec::<String>::new()).build().unwrap_err();
     assert!(matches!(&err, Error::Config(m) if m.contains("at least one variable")), "{err}");
 }
+
+#[test]
+fn a_pass_as_a_futures_stream_yields_the_same_batches_as_next_batch() {
+    use futures::StreamExt;
+    let (sim, storage, runtime) = store();
+    let ds = Dataset::builder(shared(&storage), runtime)
+        .arrays(["t2m"])
+        .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..SplitOptions::default() });
+    let ds = sim.run(ds.open(), LIMIT).unwrap().unwrap();
+    let (a, b) = (ds.clone(), ds.clone());
+    let by_next = sim
+        .run(
+            async move {
+                let mut s = a.iter(Split::Train).unwrap();
+                let mut out = Vec::new();
+                while let Some(batch) = s.next_batch().await {
+                    out.push(batch.unwrap().sample_indices);
+                }
+                out
+            },
+            LIMIT,
+        )
+        .unwrap();
+    let by_stream = sim
+        .run(
+            async move {
+                let s = b.iter(Split::Train).unwrap().into_stream();
+                s.map(|batch| batch.unwrap().sample_indices).collect::<Vec<_>>().await
+            },
+            LIMIT,
+        )
+        .unwrap();
+    assert_eq!(by_stream, by_next);
+    assert_eq!(by_stream.iter().map(Vec::len).sum::<usize>(), 40);
+}

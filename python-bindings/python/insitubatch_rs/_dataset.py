@@ -25,7 +25,9 @@ from ._types import ArrayGeometry, Batch, StoredChunkRead, native_geometry, np_d
 logger = logging.getLogger("insitubatch")
 
 _SPLITS = ("train", "val", "test", "all")
-DEFAULT_MAX_INFLIGHT = 32
+# The engine's defaults (DatasetOptions::default()): one home, restated nowhere here.
+_D = _native.defaults()
+DEFAULT_MAX_INFLIGHT = _D["max_inflight"]
 NO_REUSE_ENV = "INSITUBATCH_NO_BUFFER_REUSE"
 # Values of the variable that leave reuse on; "off" reads as "no-reuse off".
 _FALSY = ("", "0", "false", "no", "off")
@@ -233,18 +235,18 @@ class InSituDataset:
         manifest: SplitManifest | None = None,
         geometries: Mapping[str, ArrayGeometry] | None = None,
         *,
-        batch_size: int = 32,
-        block_chunks: int = 16,
+        batch_size: int = _D["batch_size"],
+        block_chunks: int = _D["block_chunks"],
         max_inflight: int | None = None,
-        seed: int = 0,
-        shuffle: bool = True,
-        prefetch_depth: int = 2,
+        seed: int = _D["seed"],
+        shuffle: bool = _D["shuffle"],
+        prefetch_depth: int = _D["prefetch_depth"],
         cache_dir: str | os.PathLike[str] | None = None,
-        cache_budget_bytes: int | None = None,
+        cache_budget_bytes: int | None = _D["cache_budget_bytes"],
         persist: bool = False,
         readonly_cache: bool = False,
         reset_stale_cache: bool = False,
-        on_bad_chunk: str = "raise",
+        on_bad_chunk: str = _D["on_bad_chunk"],
         chunk_transforms: Sequence[Any] = (),
         batch_transforms: Sequence[Any] = (),
         storage_options: Mapping[str, Any] | None = None,

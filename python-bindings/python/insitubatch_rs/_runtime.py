@@ -12,10 +12,8 @@ Two differences from the anchor, both deliberate:
   and decides from that. Stats from a pass carry the engine's own verdict; a ``PassStats``
   built (or ``dataclasses.replace``-d) by hand gets the same rule in Python, which the tests
   check against the engine on every pass they run.
-* **Fields the engine does not measure are ``None``**, never a made-up number:
-  ``times.assemble_s`` (assembly and chunk transforms are timed inside ``decode_s``),
-  ``depths.batch_queue_full_enough`` (so ``fed_frac``) and ``depths.decode_queue_peak``.
-  docs/migration.md lists them.
+* **Fields the engine does not measure are ``None``**, never a made-up number (only on
+  ``PassStats`` built by hand without them); docs/migration.md lists the differences.
 """
 
 from __future__ import annotations
@@ -23,11 +21,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from . import _native
+
 # The engine's stages, in its order (core/src/stats.rs `Stage::ALL`): ties go to the later one.
 STAGES = ("residency", "store", "decode", "gather", "batch_transform")
-IDLE_CONSUMER = 0.1  # below this share of wall in the loop body, the loop did nothing
-FED_ENOUGH = 0.2  # below this share of wall waiting, the loader kept up
-DOMINANT = 0.4  # a stage must own this share of the attributed wait to be named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +34,8 @@ class StageTimes:
 
     fetch_wait_s: float = 0.0  # storage requests, summed over concurrent tiles
     admission_parked_s: float = 0.0  # the driver had a chunk to admit but its reservation was full
-    decode_s: float = 0.0  # decode + assembly + chunk transforms on the thread pool
-    assemble_s: float | None = None  # not measured apart from decode_s (None, never 0)
+    decode_s: float = 0.0  # codec decode (and disk-tier revives) on the thread pool
+    assemble_s: float | None = None  # tile placement and chunk transforms on the thread pool
     gather_s: float = 0.0  # gather copies
     batch_transform_s: float = 0.0  # batch transforms
     consumer_s: float = 0.0  # the caller's time between receiving a batch and asking again
@@ -65,10 +62,10 @@ class Depths:
     batch_queue_peak: int = 0
     batch_queue_samples: int = 0  # times the caller asked for a batch
     batch_queue_empty: int = 0  # ... and found the queue empty
-    batch_queue_full_enough: int | None = None  # not counted by the engine
+    batch_queue_full_enough: int | None = None  # ... and found it at least half full
     inflight_peak: int = 0  # most storage reads in flight at once
     max_inflight: int = 0
-    decode_queue_peak: int | None = None  # not recorded by the engine
+    decode_queue_peak: int | None = None  # most decode jobs waiting for a pool thread
     decode_threads: int = 0  # thread-pool parallelism
     resident_peak: int = 0  # most chunks resident at once (pool-wide)
     resident_peak_bytes: int = 0
@@ -82,8 +79,8 @@ class Depths:
 
     @property
     def fed_frac(self) -> float | None:
-        """Share of requests that found the queue at least half full; ``None`` because the
-        engine does not count those (``batch_queue_full_enough``)."""
+        """Share of requests that found the queue at least half full (``None`` on hand-built
+        stats without ``batch_queue_full_enough``)."""
         if self.batch_queue_full_enough is None:
             return None
         return self.batch_queue_full_enough / self.batch_queue_samples if self.batch_queue_samples else 0.0
@@ -120,6 +117,8 @@ class PassStats:
     _engine_verdict: tuple[str, str, bool] | None = dataclasses.field(
         default=None, init=False, repr=False, compare=False
     )
+    # The engine's one-line summary (``PassStats::summary``), for the pass's INFO line.
+    _engine_summary: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def consumer_idle(self) -> bool:
@@ -140,7 +139,7 @@ class PassStats:
     def as_dict(self) -> dict[str, Any]:
         """A plain dict (for logging as JSON or asserting in a test), verdict included."""
         d = dataclasses.asdict(self)
-        del d["_engine_verdict"]
+        del d["_engine_verdict"], d["_engine_summary"]
         d["limiting_stage"], d["advice"], d["consumer_idle"] = _verdict(self)
         return d
 
@@ -152,6 +151,7 @@ class PassStats:
             fetch_wait_s=t["fetch_wait_s"],
             admission_parked_s=t["admission_parked_s"],
             decode_s=t["decode_s"],
+            assemble_s=t["assemble_s"],
             gather_s=t["gather_s"],
             batch_transform_s=t["batch_transform_s"],
             consumer_s=t["consumer_s"],
@@ -162,6 +162,8 @@ class PassStats:
             batch_queue_peak=d["queue_peak"],
             batch_queue_samples=d["queue_samples"],
             batch_queue_empty=d["queue_empty"],
+            batch_queue_full_enough=d["queue_full_enough"],
+            decode_queue_peak=d["decode_queue_peak"],
             inflight_peak=d["inflight_peak"],
             max_inflight=d["max_inflight"],
             decode_threads=d["decode_threads"],
@@ -191,6 +193,7 @@ class PassStats:
         )
         verdict = (raw["limiting_stage"], raw["advice"], raw["consumer_idle"])
         object.__setattr__(stats, "_engine_verdict", verdict)
+        object.__setattr__(stats, "_engine_summary", raw["summary"])
         return stats
 
 
@@ -206,92 +209,27 @@ def bottleneck(stats: PassStats) -> tuple[str, str]:
     return stage, advice
 
 
-def _store_advice(d: Depths) -> str:
-    m = d.max_inflight
-    if d.inflight_peak >= m:
-        return (
-            f"the consumer waited on storage reads with all {m} max_inflight reads in flight: raise "
-            "max_inflight; if throughput stops improving, the store or network is the floor"
-        )
-    return (
-        f"the consumer waited on storage reads, but reads in flight peaked at {d.inflight_peak} of max_inflight "
-        f"{m}, so raising it will not help: the store itself (for local files, the disk and the few I/O threads "
-        "serving it) is the floor; for repeated epochs or runs, a local cache_dir with persist=True skips it"
-    )
-
-
-_ADVICE = {
-    "decode": "the consumer waited on decode (and chunk transforms) on the thread pool: more cores, cheaper codecs, "
-    "or faster chunk transforms",
-    "residency": "the pass waited for room in its residency reservation: raise cache_budget_bytes or lower "
-    "batch_size/block_chunks",
-    "gather": "the consumer waited on the gather copy: check gather_run_bytes in describe()",
-    "batch_transform": "the consumer waited on batch transforms: make them cheaper or move per-variable work to the "
-    "chunk stage (cached)",
-}
-
-
 def _verdict(stats: PassStats) -> tuple[str, str, bool]:
     """``(stage, advice, consumer_idle)``: the engine's own for stats from a pass, else :func:`rule`."""
     return stats._engine_verdict if stats._engine_verdict is not None else rule(stats)
 
 
 def rule(stats: PassStats) -> tuple[str, str, bool]:
-    """The engine's verdict rule (``core::stats::verdict``) in Python, for hand-built stats."""
+    """The engine's verdict rule (``core::stats::verdict``), for hand-built stats."""
     t, d = stats.times, stats.depths
-    wall = t.consumer_s + t.consumer_wait_s
-    if d.batch_queue_samples == 0 or wall <= 0.0:
-        return "unknown", "no batches were taken, so there is nothing to attribute", False
-    idle = t.consumer_s / wall < IDLE_CONSUMER
-    blocked = [float(stats.blocked_s.get(s, 0.0)) for s in STAGES]
-    total = sum(blocked)
-    best = 0
-    for i, secs in enumerate(blocked):
-        if secs >= blocked[best]:  # the engine's max_by keeps the last of equal maxima
-            best = i
-    stage, best_s = STAGES[best], blocked[best]
-    advice = _store_advice(d) if stage == "store" else _ADVICE[stage]
-    if idle:
-        if total <= 0.0:
-            return "unknown", "the loop body did nothing and no stage stood out", True
-        share = 100.0 * best_s / total
-        return (
-            stage,
-            f"{advice} (your loop did essentially nothing, so this is a throughput measurement: {share:.0f}% of "
-            "the wait)",
-            True,
-        )
-    if t.consumer_wait_s / wall < FED_ENOUGH:
-        return "consumer", "the loader kept up: your training step is the constraint, which is the goal", False
-    if total > 0.0 and best_s / total >= DOMINANT:
-        return stage, advice, False
-    return "unknown", "no stage clearly dominates the waits; measure with a longer pass", False
-
-
-def _mib(b: int) -> str:
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    v, u = float(b), 0
-    while v >= 1024.0 and u < len(units) - 1:
-        v /= 1024.0
-        u += 1
-    return f"{b} B" if u == 0 else f"{v:.1f} {units[u]}"
+    return _native.verdict(
+        queue_samples=d.batch_queue_samples,
+        consumer_s=t.consumer_s,
+        consumer_wait_s=t.consumer_wait_s,
+        blocked=[float(stats.blocked_s.get(s, 0.0)) for s in STAGES],
+        inflight_peak=d.inflight_peak,
+        max_inflight=d.max_inflight,
+    )
 
 
 def format_pass(stats: PassStats, *, reuse: bool = True) -> str:
-    """The per-pass INFO line (the engine's ``PassStats::summary``, ending in ``limited by:``)."""
-    t, d = stats.times, stats.depths
-    stage, advice, _ = _verdict(stats)
-    ttfb = 0.0 if stats.ttfb_s is None else stats.ttfb_s
-    revived = f", {stats.revived_chunks} revived from disk" if stats.revived_chunks else ""
-    bad = f", {stats.bad_chunks} bad chunks" if stats.bad_chunks else ""
-    empty = 100.0 * d.batch_queue_empty / max(d.batch_queue_samples, 1)
+    """The per-pass INFO line: the engine's ``PassStats::summary`` (ending in ``limited by:``),
+    with a note when batch-buffer reuse is off."""
     reuse_off = "" if reuse else " | batch buffers: reuse OFF via INSITUBATCH_NO_BUFFER_REUSE"
-    return (
-        f"epoch {stats.epoch} ({stats.split}): {stats.batches} batches in {stats.wall_s:.2f}s, first after "
-        f"{ttfb:.3f}s | queue {d.batch_queue_peak}/{d.batch_queue_capacity} (empty {empty:.0f}%) | inflight peak "
-        f"{d.inflight_peak}/{d.max_inflight} | resident peak {d.resident_peak} chunks, {_mib(d.resident_peak_bytes)} "
-        f"| chunks {stats.cache_hits}/{stats.cache_hits + stats.cache_misses} hit, {stats.reread_chunks} re-read"
-        f"{revived}{bad} | consumer {t.consumer_s:.2f}s waited {t.consumer_wait_s:.2f}s | fetch {t.fetch_wait_s:.2f}s "
-        f"decode {t.decode_s:.2f}s gather {t.gather_s:.2f}s transform {t.batch_transform_s:.2f}s parked "
-        f"{t.admission_parked_s:.2f}s{reuse_off} | limited by: {stage} -- {advice}"
-    )
+    line = stats._engine_summary or f"epoch {stats.epoch} ({stats.split}): limited by: {stats.limiting_stage}"
+    return line + reuse_off

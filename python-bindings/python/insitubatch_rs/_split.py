@@ -112,9 +112,9 @@ def native_manifest(m: Any) -> _native.SplitManifest | None:
 def split_by_chunk(
     geom: ArrayGeometry,
     *,
-    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    fractions: tuple[float, float, float] = _native.defaults()["fractions"],
     seed: int = 0,
-    contiguous: bool = True,
+    contiguous: bool = _native.defaults()["contiguous"],
     sample_range: tuple[int, int] | None = None,
 ) -> SplitManifest:
     """Partition ``geom``'s sample-axis chunks into train/val/test (chunk-aligned).
