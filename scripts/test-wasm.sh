@@ -148,6 +148,10 @@ if ! CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo test -p insitubatch-wasm >"$HOSTL
 fi
 grep -E '^test result' "$HOSTLOG"
 [ -s "$DIGESTS" ] || { echo "native digests were not written ($HOSTLOG)" >&2; exit 1; }
+# Core's storage conformance fixture, where the HTTP server serves it, for the suite run
+# against FetchStorage under Node (wasm/tests/node.rs).
+CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo run -q -p insitubatch-tests --example write_storage_fixture -- \
+    "$INSITUBATCH_FIXTURES/storage-conformance"
 
 # Chromium for js/test/browser.test.js (playwright-core) and wasm/tests/browser.rs (chromedriver).
 if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
@@ -162,7 +166,7 @@ rc=0
 IB_REQUIRE_THREADS=1 node --test --test-reporter=spec js/test/ || rc=$?
 rm -f "$DIGESTS"
 
-echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, and Node"
+echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, and Node (+ storage conformance)"
 CHROMEDRIVER_BIN="$(command -v chromedriver || true)"
 if [ -n "$CHROMEDRIVER_BIN" ] && command -v chromium >/dev/null; then
     BROWSERLOG="$INSITUBATCH_CACHE/last-test-wasm-browser.log"
