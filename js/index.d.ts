@@ -59,6 +59,86 @@ export interface Batch {
   epoch: number;
 }
 
+// The report types below mirror the engine's serde structs (core/src/describe.rs,
+// core/src/stats.rs, wasm/src/explore.rs) key for key: js/test/types.test.js checks the
+// values the engine returns against them and fails on any missing, extra or mistyped field.
+
+/** One variable's geometry and per-chunk bytes (snake_case keys, as in the Rust and JSON reports). */
+export interface VariableReport {
+  label: string;
+  /** Array path. */
+  path: string;
+  dtype: DTypeName;
+  /** Array shape (physical order). */
+  shape: number[];
+  /** Fetch unit: the stored chunk, or the inner chunk of a shard. */
+  chunks: number[];
+  /** Shard shape, when sharded. */
+  shard: number[] | null;
+  codecs: string[];
+  sample_axis: number;
+  /** Samples per chunk. */
+  sample_chunk_size: number;
+  n_samples: number;
+  /** Chunks along the sample axis. */
+  n_chunks: number;
+  /** Window offset. */
+  offset: number;
+  /** One sample's shape. */
+  inner_shape: number[];
+  /** Tile extents on the inner axes. */
+  inner_chunks: number[];
+  stored_chunks_per_chunk: number;
+  /** Bytes of one decoded tile (padding included). */
+  stored_chunk_bytes: number;
+  /** Bytes of one full assembled chunk (what the pool holds). */
+  slot_bytes: number;
+  /** Padded tiles over logical bytes: decode work spent on edge padding. */
+  ragged_multiplier: number;
+  /** Contiguous bytes per gather copy (one sample). */
+  gather_run_bytes: number;
+  /** Per-sample shape after chunk transforms. */
+  output_inner_shape: number[];
+  output_dtype: DTypeName;
+}
+
+/** What the dataset resolved to. */
+export interface ConfigReport {
+  batch_size: number;
+  /** Chunks per shuffle block after widening. */
+  block_chunks: number;
+  block_chunks_requested: number;
+  max_inflight: number;
+  prefetch_depth: number;
+  shuffle: boolean;
+  seed: number;
+  epoch: number;
+  /** The explicit budget, if any. */
+  cache_budget_bytes: number | null;
+  /** The disk tier (`cache_dir` and its mode), if any; never in wasm. */
+  disk_tier: string | null;
+  on_bad_chunk: 'raise' | 'nan';
+  /** Chunk transforms with their scopes (`scale[t2m]`). */
+  chunk_transforms: string[];
+  batch_transforms: string[];
+  /** Any variable has a non-zero offset. */
+  windowed: boolean;
+  /** [label, offset] pairs. */
+  offsets: [string, number][];
+  /** Reference samples per chunk (the anchor grid). */
+  samples_per_chunk: number;
+  n_chunks: number;
+  /** [split, chunks] pairs. */
+  split_chunks: [string, number][];
+  /** [split, drawable anchors] pairs. */
+  drawable_samples: [string, number][];
+  /** [split, batches per epoch] pairs. */
+  batches_per_epoch: [string, number][];
+  /** Mixing score of this epoch's train order (0..1). */
+  shuffle_quality: number;
+}
+
+/** The memory model evaluated for this configuration. */
 export interface MemoryReport {
   iterations: number;
   floor_bytes: number;
@@ -74,40 +154,86 @@ export interface MemoryReport {
 }
 
 export interface Note {
+  /** Stable code, e.g. `block-chunks-widened`. */
   code: string;
+  /** `note`, `warn` or `warning`. */
   severity: string;
+  /** The variable label, or `dataset`. */
   subject: string;
   message: string;
 }
 
 /** The engine's DatasetReport (snake_case keys, as in the Rust and JSON reports). */
 export interface DatasetReport {
-  variables: Record<string, unknown>[];
-  config: Record<string, unknown>;
+  variables: VariableReport[];
+  config: ConfigReport;
   memory: MemoryReport;
   notes: Note[];
 }
 
+/** A stage a wait can be attributed to. */
+export type Stage = 'residency' | 'store' | 'decode' | 'gather' | 'batch_transform';
+
+/** Summed stage seconds (task-seconds: concurrent work adds up). */
+export interface StageTimes {
+  fetch_wait_s: number;
+  admission_parked_s: number;
+  decode_s: number;
+  gather_s: number;
+  batch_transform_s: number;
+  /** The caller's time between receiving a batch and asking for the next. */
+  consumer_s: number;
+  /** Time the caller spent waiting for a batch. */
+  consumer_wait_s: number;
+}
+
+/** Queue, in-flight and residency depths. */
+export interface Depths {
+  /** Batch queue capacity (`prefetchDepth`). */
+  queue_capacity: number;
+  /** Batches waiting for the caller when these stats were taken (0 once the pass ended). */
+  queue_now: number;
+  queue_peak: number;
+  /** Times the caller asked for a batch. */
+  queue_samples: number;
+  /** Times the queue was empty when asked. */
+  queue_empty: number;
+  inflight_peak: number;
+  max_inflight: number;
+  decode_threads: number;
+  resident_peak_chunks: number;
+  resident_peak_bytes: number;
+  /** The pool's byte budget at the end of the pass. */
+  budget_bytes: number;
+}
+
 /** The engine's PassStats (snake_case keys). */
 export interface PassStats {
-  split: string;
+  split: SplitName;
   epoch: number;
   batches: number;
   samples: number;
   batch_bytes: number;
   cache_hits: number;
   cache_misses: number;
+  /** Chunks loaded that an earlier block of this pass had already loaded (evicted between). */
   reread_chunks: number;
+  /** Chunks served by the disk tier with no fetch or decode (native `cache_dir` only; 0 here). */
+  revived_chunks: number;
   storage_reads: number;
   decoded_bytes: number;
   bad_chunks: number;
   wall_s: number;
   ttfb_s: number;
-  times: Record<string, number>;
-  blocked_s: [string, number][];
-  depths: Record<string, number>;
-  limiting_stage: string;
+  times: StageTimes;
+  /** Consumer wait attributed to each stage, seconds. */
+  blocked_s: [Stage, number][];
+  depths: Depths;
+  /** The verdict. */
+  limiting_stage: Stage | 'consumer' | 'unknown';
+  /** What to do about it. */
   advice: string;
+  /** True when the caller's loop did essentially nothing (a throughput measurement). */
   consumer_idle: boolean;
 }
 

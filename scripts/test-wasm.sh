@@ -2,8 +2,9 @@
 # The wasm/JS package: build insitubatch-wasm for wasm32-unknown-unknown (release), run
 # wasm-bindgen for Node (js/pkg/node) and browsers (js/pkg/web), then the Node tests
 # (node --test js/test/) over the zarr-python fixtures on the loopback HTTP server, with the
-# cross-target parity check against native digests. Installs wasm-bindgen-cli 0.2.130 if
-# missing. Idempotent.
+# cross-target parity check against native digests and index.d.ts checked against the
+# engine's reports; then wasm-bindgen-test in Chromium and Node (core's storage conformance
+# suite against FetchStorage). Installs wasm-bindgen-cli 0.2.130 if missing. Idempotent.
 #   scripts/test-wasm.sh               # build + test
 #   scripts/test-wasm.sh --build-only  # build js/pkg only
 # The wasm32 build uses its own target dir ($INSITUBATCH_CACHE/target-wasm; override
@@ -36,9 +37,10 @@ if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)' 
 fi
 echo "node $(node --version)"
 # npm tools, pinned, in the cache (never in the clone): playwright-core drives Debian's
-# chromium for js/test/browser.test.js; binaryen's wasm-opt (apt's 108 breaks the glue).
+# chromium for js/test/browser.test.js; binaryen's wasm-opt (apt's 108 breaks the glue);
+# typescript's compiler API checks index.d.ts against the engine's values (js/test/types.test.js).
 NPM_PREFIX="$INSITUBATCH_CACHE/npm"
-NPM_PKGS=(playwright-core@1.65.1 binaryen@132.0.0)
+NPM_PKGS=(playwright-core@1.65.1 binaryen@132.0.0 typescript@6.0.3)
 npm_missing=()
 for p in "${NPM_PKGS[@]}"; do
     have=$(node -p "require('$NPM_PREFIX/node_modules/${p%@*}/package.json').version" 2>/dev/null || true)
@@ -51,6 +53,7 @@ if [ ${#npm_missing[@]} -gt 0 ]; then
     npm install -s --no-audit --no-fund --prefix "$NPM_PREFIX" "${NPM_PKGS[@]}"
 fi
 export IB_PLAYWRIGHT_CORE="$NPM_PREFIX/node_modules/playwright-core"
+export IB_TYPESCRIPT="$NPM_PREFIX/node_modules/typescript"
 WASM_OPT="$NPM_PREFIX/node_modules/.bin/wasm-opt"
 
 echo "== build (wasm32-unknown-unknown, release, opt-level s + LTO)"
@@ -148,6 +151,10 @@ if ! CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo test -p insitubatch-wasm >"$HOSTL
 fi
 grep -E '^test result' "$HOSTLOG"
 [ -s "$DIGESTS" ] || { echo "native digests were not written ($HOSTLOG)" >&2; exit 1; }
+# Core's storage conformance fixture, where the HTTP server serves it, for the suite run
+# against FetchStorage under Node (wasm/tests/node.rs).
+CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo run -q -p insitubatch-tests --example write_storage_fixture -- \
+    "$INSITUBATCH_FIXTURES/storage-conformance"
 
 # Chromium for js/test/browser.test.js (playwright-core) and wasm/tests/browser.rs (chromedriver).
 if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
@@ -162,7 +169,7 @@ rc=0
 IB_REQUIRE_THREADS=1 node --test --test-reporter=spec js/test/ || rc=$?
 rm -f "$DIGESTS"
 
-echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, and Node"
+echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, and Node (+ storage conformance)"
 CHROMEDRIVER_BIN="$(command -v chromedriver || true)"
 if [ -n "$CHROMEDRIVER_BIN" ] && command -v chromium >/dev/null; then
     BROWSERLOG="$INSITUBATCH_CACHE/last-test-wasm-browser.log"

@@ -14,6 +14,8 @@
 pub mod array;
 mod assemble;
 pub mod batch;
+#[cfg(any(test, feature = "testing"))]
+pub mod conformance;
 pub mod dataset;
 pub mod describe;
 pub mod engine;

@@ -76,8 +76,21 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
             });
         }
     };
-    let storage = ObjectStoreStorage::new(store, prefix, url);
+    let storage = ObjectStoreStorage::new(store, prefix, location_of(&parsed, url));
     Ok(Arc::new(if can_list { storage } else { storage.without_listing() }))
+}
+
+/// The location shown at the end of every storage error message: `url` as the user gave
+/// it, less any user info (`https://user:token@host/...`), which would print a password.
+fn location_of(parsed: &Url, url: &str) -> String {
+    if parsed.username().is_empty() && parsed.password().is_none() {
+        return url.to_string();
+    }
+    let mut clean = parsed.clone();
+    // Both only fail for URLs that cannot carry user info, which this one did.
+    let _ = clean.set_username("");
+    let _ = clean.set_password(None);
+    clean.to_string()
 }
 
 /// Parse a URL, or turn a bare local path into an absolute `file://` URL.

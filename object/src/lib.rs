@@ -80,6 +80,52 @@ impl ObjectStoreStorage {
             Err(e) => Err(map_err(e)),
         }
     }
+
+    /// Exactly `start..end`, or an error: object_store clips an end past the object and
+    /// fails a start past it as a generic (retryable) error. The engine asks only for ranges
+    /// a shard index gave it, so a short object is a truncated shard or a corrupt index, and
+    /// must not reach the decoder as if it were the chunk (core's storage contract,
+    /// `insitubatch_core::conformance`).
+    async fn get_bounded(&self, key: &str, start: u64, end: u64) -> Result<Option<Bytes>, StorageError> {
+        if start > end {
+            return Err(StorageError::permanent(format!("invalid byte range {start}..{end}: start after end")));
+        }
+        if start == end {
+            // object_store has no empty range: an empty read says whether the object is there.
+            return match self.size(key).await? {
+                Some(size) if end > size => Err(past_end(start, end, size)),
+                Some(_) => Ok(Some(Bytes::new())),
+                None => Ok(None),
+            };
+        }
+        match self.get_opts(key, Some(GetRange::Bounded(start..end))).await {
+            Ok(Some(b)) if b.len() as u64 == end - start => Ok(Some(b)),
+            Ok(Some(b)) => Err(past_end(start, end, start + b.len() as u64)),
+            Ok(None) => Ok(None),
+            Err(e) => match self.size(key).await {
+                Ok(Some(size)) if end > size => Err(past_end(start, end, size)),
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// The object's size (`None`: missing), from a HEAD request or the file's metadata.
+    async fn size(&self, key: &str) -> Result<Option<u64>, StorageError> {
+        let head = GetOptions { head: true, ..GetOptions::default() };
+        match self.store.get_opts(&self.path(key), head).await {
+            Ok(r) => Ok(Some(r.meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+}
+
+/// A range that reaches past the end of its object: never worth retrying.
+fn past_end(start: u64, end: u64, size: u64) -> StorageError {
+    StorageError::permanent(format!(
+        "byte range {start}..{end} reaches past the end of the object ({size} bytes); the object may be truncated, \
+         or the shard index that gave the range is corrupt"
+    ))
 }
 
 /// Classify an object_store error: retry only what may go away.
@@ -100,12 +146,7 @@ impl Storage for ObjectStoreStorage {
     fn get_range<'a>(&'a self, key: &'a str, range: ByteRange) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
         Box::pin(async move {
             match range {
-                ByteRange::Bounded { start, end } => {
-                    if end <= start {
-                        return Ok(self.get_opts(key, None).await?.map(|_| Bytes::new()));
-                    }
-                    self.get_opts(key, Some(GetRange::Bounded(start..end))).await
-                }
+                ByteRange::Bounded { start, end } => self.get_bounded(key, start, end).await,
                 ByteRange::Suffix(n) => match self.get_opts(key, Some(GetRange::Suffix(n))).await {
                     Ok(b) => Ok(b),
                     // Some stores reject a suffix longer than the object: take it whole.

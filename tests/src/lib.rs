@@ -135,3 +135,29 @@ pub fn s3_url() -> String {
         std::env::var("INSITUBATCH_S3_BUCKET").expect("INSITUBATCH_S3_BUCKET is not set: run through scripts/test.sh")
     )
 }
+
+/// Where the storage conformance fixture lives under the fixtures dir, and so under the HTTP
+/// server's root and the S3 bucket: `$INSITUBATCH_FIXTURES/storage-conformance`.
+pub const STORAGE_FIXTURE: &str = "storage-conformance";
+
+/// Write core's storage conformance fixture (`insitubatch_core::conformance::fixture`) under
+/// `dir`, one file per key. Idempotent and safe to run while a server reads the directory:
+/// each file is written to a temporary name and renamed into place.
+///
+/// # Errors
+/// The first I/O error, with the path it concerns.
+pub fn write_storage_fixture(dir: &std::path::Path) -> std::io::Result<()> {
+    let with_path = |p: &std::path::Path| {
+        let p = p.display().to_string();
+        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{e}: {p}"))
+    };
+    for (key, bytes) in insitubatch_core::conformance::fixture() {
+        let path = dir.join(key);
+        let parent = path.parent().expect("a fixture key has a parent dir");
+        std::fs::create_dir_all(parent).map_err(with_path(parent))?;
+        let tmp = parent.join(format!(".{}.{}.tmp", path.file_name().unwrap().to_string_lossy(), std::process::id()));
+        std::fs::write(&tmp, &bytes).map_err(with_path(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(with_path(&path))?;
+    }
+    Ok(())
+}

@@ -67,6 +67,50 @@ impl FetchStorage {
             .map_err(|e| StorageError::transient(format!("reading the body failed: {}", js_message(&e))))?;
         Ok(Some((Bytes::from(Uint8Array::new(&buf).to_vec()), status == 206)))
     }
+
+    /// Exactly `start..end`, or an error: a server clips a range that runs past the end of
+    /// the object, and the engine asks only for ranges a shard index gave it, so a short
+    /// object is a truncated shard or a corrupt index, never a chunk to decode (core's
+    /// storage contract, `insitubatch_core::conformance`).
+    async fn get_bounded(&self, key: &str, start: u64, end: u64) -> Result<Option<Bytes>, StorageError> {
+        if start > end {
+            return Err(StorageError::permanent(format!("invalid byte range {start}..{end}: start after end")));
+        }
+        if start == end {
+            // HTTP has no empty range: a whole GET says whether the object is there, and its size.
+            let Some((b, _)) = self.fetch(key, None).await? else { return Ok(None) };
+            return if end > b.len() as u64 {
+                Err(past_end(start, end, b.len() as u64))
+            } else {
+                Ok(Some(Bytes::new()))
+            };
+        }
+        let Some((b, partial)) = self.fetch(key, Some(format!("bytes={start}-{}", end - 1))).await? else {
+            return Ok(None);
+        };
+        if !partial {
+            // The server ignored the range and sent the whole object.
+            let len = b.len() as u64;
+            return if end > len {
+                Err(past_end(start, end, len))
+            } else {
+                Ok(Some(b.slice(start as usize..end as usize)))
+            };
+        }
+        // A server clips a range that runs past the end of the object (RFC 9110).
+        if b.len() as u64 != end - start {
+            return Err(past_end(start, end, start + b.len() as u64));
+        }
+        Ok(Some(b))
+    }
+}
+
+/// A range that reaches past the end of its object: never worth retrying.
+fn past_end(start: u64, end: u64, size: u64) -> StorageError {
+    StorageError::permanent(format!(
+        "byte range {start}..{end} reaches past the end of the object ({size} bytes); the object may be truncated, \
+         or the shard index that gave the range is corrupt"
+    ))
 }
 
 /// The message of a thrown JS value (an `Error`'s message, else its string form).
@@ -93,25 +137,7 @@ impl Storage for FetchStorage {
     fn get_range<'a>(&'a self, key: &'a str, range: ByteRange) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
         Box::pin(async move {
             match range {
-                ByteRange::Bounded { start, end } => {
-                    if end <= start {
-                        return Ok(self.get(key).await?.map(|_| Bytes::new()));
-                    }
-                    let Some((b, partial)) = self.fetch(key, Some(format!("bytes={start}-{}", end - 1))).await? else {
-                        return Ok(None);
-                    };
-                    if partial {
-                        return Ok(Some(b));
-                    }
-                    // The server ignored the range and sent the whole object.
-                    let len = b.len() as u64;
-                    if end > len {
-                        return Err(StorageError::permanent(format!(
-                            "range {start}..{end} is past the end of the object ({len} bytes)"
-                        )));
-                    }
-                    Ok(Some(b.slice(start as usize..end as usize)))
-                }
+                ByteRange::Bounded { start, end } => self.get_bounded(key, start, end).await,
                 ByteRange::Suffix(n) => {
                     let got = match self.fetch(key, Some(format!("bytes=-{n}"))).await {
                         Ok(g) => g,

@@ -1,0 +1,105 @@
+// js/index.d.ts against what the engine really returns: the reports and stats of the wasm
+// build (serde structs of core/src/describe.rs, core/src/stats.rs, wasm/src/explore.rs,
+// turned into JS by JSON.parse) must match their declared interfaces key for key, and
+// index.d.ts must compile. Needs npm `typescript` ($IB_TYPESCRIPT, installed by
+// scripts/test-wasm.sh) and, for the engine's values, the loopback HTTP server.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { HTTP, skip as noServer } from '../test-support/helpers.js';
+import {
+  checkValue,
+  declarationsFromText,
+  indexDtsPath,
+  loadDeclarations,
+  reachableInterfaces,
+} from '../test-support/dts-check.js';
+
+// Unset: skipped, saying so. Set but unloadable: a failure, so scripts/test-wasm.sh cannot
+// pass without the check.
+const TS_PATH = process.env.IB_TYPESCRIPT;
+const ts = TS_PATH ? createRequire(import.meta.url)(TS_PATH) : undefined;
+const noTs = ts ? false : 'IB_TYPESCRIPT is unset: run scripts/test-wasm.sh, which installs npm typescript';
+
+/** The declared types of the engine's values, and where each comes from below. */
+const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint'];
+/** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
+const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];
+
+test('index.d.ts compiles', { skip: noTs }, () => {
+  const d = loadDeclarations(ts, indexDtsPath());
+  assert.deepEqual(d.diagnostics, []);
+  for (const name of ROOTS) assert.ok(d.decls.has(name), `${name} is declared`);
+});
+
+test('the checker finds missing, extra, mistyped and unchecked fields', { skip: noTs }, () => {
+  const d = declarationsFromText(
+    ts,
+    `export interface Inner { a: number; tag: 'x' | 'y' }
+     export interface Item { b: string }
+     export interface Outer {
+       inner: Inner; pairs: [string, number][]; opt?: string; maybe: number[] | null; any: unknown; items: Item[];
+     }`,
+  );
+  const ok = { inner: { a: 1, tag: 'x' }, pairs: [['s', 1]], maybe: null, any: 3, items: [{ b: 'b' }] };
+  assert.deepEqual(checkValue(d, 'Outer', ok, { allowUnknown: ['Outer.any'] }).errors, []);
+  const bad = { inner: { tag: 'z', extra: true }, pairs: [['s', 's']], opt: 5, maybe: [1], any: 3, items: [] };
+  const { errors } = checkValue(d, 'Outer', bad);
+  for (const e of [
+    'Outer.inner.a: declared in index.d.ts (Inner) but the engine did not send it',
+    'Outer.inner.extra: sent by the engine but not declared in index.d.ts (Inner)',
+    'Outer.pairs[0][1]: want a number, got "s"',
+    'Outer.opt: want a string, got 5',
+    'Outer.any: declared unknown; declare its real type so drift is caught',
+  ]) {
+    assert.ok(errors.includes(e), `${e}\n  not in\n${errors.join('\n')}`);
+  }
+  assert.ok(errors.some((e) => e.startsWith('Outer.inner.tag: fits no member')), errors.join('\n'));
+  // An interface reached only through an empty array was never compared.
+  const { visited } = checkValue(d, 'Outer', { ...ok, items: [] }, { allowUnknown: ['Outer.any'] });
+  assert.deepEqual([...reachableInterfaces(d, ['Outer'])].filter((n) => !visited.has(n)), ['Item']);
+});
+
+/** The engine's values for a sharded store (shard set) and a plain one (shard null). */
+async function engineValues() {
+  const { open, openExplorer } = await import('../src/index.js');
+  const values = [];
+  for (const store of ['v3_sharded', 'v3_zstd']) {
+    const url = `${HTTP}/${store}`;
+    const opts = { variables: ['t2m'], batchSize: 8, blockChunks: 2, seed: 3 };
+    const ds = await open(url, opts);
+    values.push([`${store} describe()`, 'DatasetReport', ds.describe()]);
+    // A pass's stats() is there while it runs (it is freed at its end); lastPass() after.
+    const pass = ds.train();
+    await pass.next();
+    values.push([`${store} pass.stats()`, 'PassStats', pass.stats()]);
+    for await (const _ of pass);
+    values.push([`${store} lastPass()`, 'PassStats', ds.lastPass()]);
+    ds.close();
+    const ex = await openExplorer(url);
+    ex.arrays().forEach((a, i) => values.push([`${store} arrays()[${i}]`, 'ArrayInfo', a]));
+    values.push([`${store} explorer describe()`, 'DatasetReport', ex.describe(opts, { shift: 1 })]);
+    values.push([`${store} drawOrder()`, 'DrawOrderReport', ex.drawOrder(opts, 'train')]);
+    ex.qualityCurve(opts, [1, 2]).forEach((q, i) => values.push([`${store} qualityCurve()[${i}]`, 'QualityPoint', q]));
+    const preview = ex.iter(opts, 'all');
+    await preview.next();
+    values.push([`${store} explorer pass stats()`, 'PassStats', preview.stats()]);
+    preview.close();
+    ex.close();
+  }
+  return values;
+}
+
+test('the reports and stats the engine returns match index.d.ts', { skip: noTs || noServer }, async () => {
+  const d = loadDeclarations(ts, indexDtsPath());
+  const errors = [];
+  const visited = new Set();
+  for (const [where, type, value] of await engineValues()) {
+    const r = checkValue(d, type, value, { allowUnknown: ALLOW_UNKNOWN });
+    r.errors.forEach((e) => errors.push(`${where}: ${e}`));
+    r.visited.forEach((v) => visited.add(v));
+  }
+  assert.deepEqual(errors, [], `index.d.ts and the engine disagree:\n${errors.join('\n')}`);
+  const unchecked = [...reachableInterfaces(d, ROOTS)].filter((n) => !visited.has(n));
+  assert.deepEqual(unchecked, [], 'declared interfaces no engine value reached (make the sample produce one)');
+});
