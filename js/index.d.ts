@@ -156,8 +156,8 @@ export interface MemoryReport {
 export interface Note {
   /** Stable code, e.g. `block-chunks-widened`. */
   code: string;
-  /** `note`, `warn` or `warning`. */
-  severity: string;
+  /** `warn` (act on it) or `note` (worth knowing). */
+  severity: 'warn' | 'note';
   /** The variable label, or `dataset`. */
   subject: string;
   message: string;
@@ -178,7 +178,10 @@ export type Stage = 'residency' | 'store' | 'decode' | 'gather' | 'batch_transfo
 export interface StageTimes {
   fetch_wait_s: number;
   admission_parked_s: number;
+  /** Codec decode (and disk-tier revives) on the pool. */
   decode_s: number;
+  /** Tile placement and chunk transforms on the pool. */
+  assemble_s: number;
   gather_s: number;
   batch_transform_s: number;
   /** The caller's time between receiving a batch and asking for the next. */
@@ -198,6 +201,10 @@ export interface Depths {
   queue_samples: number;
   /** Times the queue was empty when asked. */
   queue_empty: number;
+  /** Times the queue was at least half full when asked (the caller was fed). */
+  queue_full_enough: number;
+  /** Most decode jobs waiting for a pool thread at once. */
+  decode_queue_peak: number;
   inflight_peak: number;
   max_inflight: number;
   decode_threads: number;
