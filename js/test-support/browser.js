@@ -3,8 +3,7 @@
 // Debian's /usr/bin/chromium; pages are served from js/ by tests/servers/http_server.py
 // (optionally with COOP/COEP, i.e. cross-origin isolated), on loopback.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -24,24 +23,26 @@ export function serveJs({ coopCoep = false } = {}) {
 
 /** Serve `root` on loopback with tests/servers/http_server.py (ranges, CORS on every response). */
 export async function serveDir(root, { coopCoep = false } = {}) {
-  const dir = mkdtempSync(join(tmpdir(), 'ib-js-server-'));
-  const portFile = join(dir, 'port');
-  const args = [join(REPO, 'tests/servers/http_server.py'), '--root', root, '--port', '0', '--port-file', portFile];
+  // `--port-file -`: the server prints its port as the first stdout line once it listens,
+  // so this waits on that line (or the server's exit), never on a clock.
+  const args = [join(REPO, 'tests/servers/http_server.py'), '--root', root, '--port', '0', '--port-file', '-'];
   if (coopCoep) args.push('--coop-coep');
-  const proc = spawn(process.env.IB_PY ?? 'python3', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn(process.env.IB_PY ?? 'python3', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   proc.stderr.on('data', (d) => (stderr += d));
-  for (let i = 0; i < 300; i++) {
-    if (existsSync(portFile) && readFileSync(portFile, 'utf8').trim()) break;
-    if (proc.exitCode !== null) throw new Error(`the js/ server exited: ${stderr}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  const port = readFileSync(portFile, 'utf8').trim();
+  const port = await new Promise((resolve, reject) => {
+    let out = '';
+    proc.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(out.split('\n')[0].trim());
+    });
+    proc.on('error', reject);
+    proc.on('exit', (code, signal) => reject(new Error(`the js/ server exited (${code ?? signal}) before it listened: ${stderr}`)));
+  });
   return {
     url: `http://127.0.0.1:${port}`,
     stop() {
       proc.kill();
-      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

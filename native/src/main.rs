@@ -19,10 +19,13 @@ use std::borrow::Cow;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
+use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+use insitubatch_native::core::{DType, Result as CoreResult};
 use insitubatch_native::{DatasetOptions, NativeDataset, OpenOptions, demo, open, open_storage};
 use rayon::prelude::*;
 use serde_json::json;
@@ -91,6 +94,10 @@ enum Command {
         /// Sleep this long after each batch (a stand-in for a training step).
         #[arg(long, default_value_t = 0)]
         step_ms: u64,
+        /// For tests, hidden from --help: once N chunks are written to the cache_dir (and
+        /// logged, with --persist), print `paused after N chunks` and block until killed.
+        #[arg(long, hide = true, value_name = "N", requires = "cache_dir", conflicts_with = "readonly_cache")]
+        pause_after_chunks: Option<u64>,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -103,6 +110,7 @@ struct BenchRun {
     digest: bool,
     hold: bool,
     step_ms: u64,
+    pause_after_chunks: Option<u64>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -298,11 +306,12 @@ fn run(cmd: Command) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench { url, epochs, decode_limit, json, digest, hold, step_ms, knobs } => {
+        Command::Bench { url, epochs, decode_limit, json, digest, hold, step_ms, pause_after_chunks, knobs } => {
             if decode_limit {
                 cmd_decode_limit(&url, &knobs, json)
             } else {
-                cmd_bench(&url, &BenchRun { epochs, as_json: json, digest, hold, step_ms }, &knobs)
+                let run = BenchRun { epochs, as_json: json, digest, hold, step_ms, pause_after_chunks };
+                cmd_bench(&url, &run, &knobs)
             }
         }
     }
@@ -375,6 +384,11 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
     let (epochs, as_json) = (run.epochs, run.as_json);
     let mut opts = knobs.open_options();
     opts.fractions = (1.0, 0.0, 0.0);
+    if let Some(after) = run.pause_after_chunks {
+        let cache = opts.cache.take().ok_or_else(|| anyhow!("--pause-after-chunks needs --cache-dir"))?;
+        cache.validate()?;
+        opts.dataset.tier = Some(Arc::new(PauseAfter { cache, after }));
+    }
     let t_open = Instant::now();
     let ds = open_ds(url, knobs, opts)?;
     let open_s = t_open.elapsed().as_secs_f64();
@@ -469,6 +483,81 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Opens the disk tier of `--pause-after-chunks`.
+#[derive(Debug)]
+struct PauseAfter {
+    cache: insitubatch_native::CacheOptions,
+    after: u64,
+}
+
+impl TierOpener for PauseAfter {
+    fn open(&self, arrays: &[ArrayIdentity]) -> insitubatch_native::core::Result<Arc<dyn ChunkTier>> {
+        let inner = self.cache.open(arrays)?;
+        Ok(Arc::new(PausingTier { inner, after: self.after, admitted: AtomicU64::new(0), written: AtomicU64::new(0) }))
+    }
+}
+
+/// The disk tier, stopped at a known point so a test can SIGKILL a writer with exactly
+/// `after` chunks in the cache, instead of sleeping and hoping the kill lands mid-epoch.
+/// Only the first `after` writes reach the tier; the one that completes the count prints
+/// `paused after N chunks`, and it and every later write block forever, so nothing touches
+/// the directory after the announcement.
+#[derive(Debug)]
+struct PausingTier {
+    inner: Arc<dyn ChunkTier>,
+    after: u64,
+    admitted: AtomicU64,
+    written: AtomicU64,
+}
+
+fn block_forever() -> ! {
+    loop {
+        std::thread::park();
+    }
+}
+
+impl ChunkTier for PausingTier {
+    fn revive(&self, array: u32, chunk: u64, dtype: DType, shape: &[usize]) -> CoreResult<Option<bytes::Bytes>> {
+        self.inner.revive(array, chunk, dtype, shape)
+    }
+
+    fn store(
+        &self,
+        array: u32,
+        chunk: u64,
+        dtype: DType,
+        shape: &[usize],
+        data: &[u8],
+    ) -> CoreResult<Option<bytes::Bytes>> {
+        if self.admitted.fetch_add(1, Ordering::SeqCst) >= self.after {
+            block_forever();
+        }
+        let stored = self.inner.store(array, chunk, dtype, shape, data)?;
+        if self.written.fetch_add(1, Ordering::SeqCst) + 1 == self.after {
+            outln!("paused after {} chunks", self.after);
+            let _ = std::io::stdout().flush();
+            block_forever();
+        }
+        Ok(stored)
+    }
+
+    fn persists(&self) -> bool {
+        self.inner.persists()
+    }
+
+    fn counters(&self) -> TierCounters {
+        self.inner.counters()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings()
+    }
 }
 
 /// Fetch every stored chunk of the first variable, then decode them all with zarrs on all

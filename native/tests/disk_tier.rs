@@ -7,7 +7,6 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
 use insitubatch_native::core::zarr::open_array;
@@ -178,29 +177,49 @@ fn a_sigkilled_holder_releases_its_lock_at_once() {
     run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
 }
 
+/// A writer run with `--pause-after-chunks n`, stopped where it announces `paused after n
+/// chunks`: exactly `n` chunks written and logged, and the process blocked. The point at
+/// which a test kills it is explicit, so no sleep or polling decides what the kill hits.
+fn paused_writer(args: &[&str], n: u64, stderr: &Path) -> Child {
+    let n_arg = n.to_string();
+    let mut child = cli(&[args, &["--pause-after-chunks", &n_arg]].concat())
+        .stdout(Stdio::piped())
+        // A file, not a pipe nobody reads: a chatty writer must never block on stderr.
+        .stderr(std::fs::File::create(stderr).unwrap())
+        .spawn()
+        .expect("start insitubatch");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    if line.trim() != format!("paused after {n} chunks") {
+        let status = child.wait().unwrap();
+        panic!(
+            "the writer did not pause after {n} chunks ({status}); stdout: {line:?}, stderr: {}",
+            std::fs::read_to_string(stderr).unwrap_or_default()
+        );
+    }
+    child
+}
+
 #[test]
 fn kill_nine_mid_epoch_then_a_clean_run_reads_the_source_values() {
+    use std::os::unix::process::ExitStatusExt;
+    const BEFORE_KILL: u64 = 3;
+    let total_chunks = N_TIME.div_ceil(8) + N_TIME.div_ceil(12);
+    assert!(BEFORE_KILL < total_chunks, "the kill must land mid-epoch");
     let dir = cache_dir("kill-mid-epoch");
     let p = persist_args(&dir);
     let plain = run(&["--epochs", "1"]).unwrap();
-    // A slow writer (a 40 ms step per batch), killed part-way through its first epoch.
-    let mut child = cli(&[args(&p), vec!["--epochs", "1", "--step-ms", "40"]].concat())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let log = dir.join("insitu_cache.jsonl");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 4 {
-        assert!(std::time::Instant::now() < deadline, "the writer logged nothing");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // A writer stopped after exactly BEFORE_KILL chunks of its first epoch, then SIGKILLed.
+    let stderr = dir.with_extension("stderr");
+    let mut child = paused_writer(&[args(&p), vec!["--epochs", "1"]].concat(), BEFORE_KILL, &stderr);
     child.kill().unwrap();
-    child.wait().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(9), "the writer ended before the kill ({status})");
+    let log = dir.join("insitu_cache.jsonl");
     let logged = std::fs::read_to_string(&log).unwrap().lines().count() - 1;
-    let total_chunks = N_TIME.div_ceil(8) + N_TIME.div_ceil(12);
-    assert!((logged as u64) < total_chunks, "killed too late to test anything ({logged} chunks logged)");
-    // A crash mid-append leaves a torn line; add one as the worst case.
+    assert_eq!(logged as u64, BEFORE_KILL, "the log does not hold exactly the chunks written before the kill");
+    // A crash mid-append leaves a torn line, and a crash mid-write a temporary chunk file;
+    // add both as the worst case.
     std::fs::OpenOptions::new()
         .append(true)
         .open(&log)
@@ -209,9 +228,20 @@ fn kill_nine_mid_epoch_then_a_clean_run_reads_the_source_values() {
             f.write_all(b"{\"array\":\"t2m\",\"chunk\":5,\"fi").unwrap();
         })
         .unwrap();
+    let torn_tmp = dir.join("t2m__0000000000000000__5.npy.4242.insitu-tmp");
+    std::fs::write(&torn_tmp, b"\x93NUMPY half a chunk").unwrap();
     let after = run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
     assert_eq!(digests(&after), digests(&plain), "data after a crash differs from a run without a cache");
-    assert!(per_epoch(&after, "revived_chunks")[0] > 0, "the chunks written before the kill were not reused");
+    assert!(
+        per_epoch(&after, "revived_chunks")[0] >= BEFORE_KILL,
+        "the chunks written before the kill were not reused: {after}"
+    );
+    assert_eq!(
+        after["disk_tier"]["stored"],
+        total_chunks - BEFORE_KILL,
+        "only the missing chunks are written: {after}"
+    );
+    assert!(!torn_tmp.exists(), "the temporary file a killed writer left was not swept");
     // And every value served from the (now complete) cache equals the source.
     let ds = open(
         &url(),

@@ -22,14 +22,16 @@ LINUX = sys.platform.startswith("linux")
 
 
 class _SlowHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves metadata at once and stalls every chunk request (until the test ends)."""
+    """Serves metadata at once and holds every chunk request until the test ends."""
 
+    asked: threading.Event
     release: threading.Event
 
     def do_GET(self) -> None:  # noqa: N802
         if not self.path.rstrip("/").endswith(("zarr.json", ".zmetadata", ".zarray", ".zgroup", ".zattrs")):
-            if self.release.wait(30):
-                return  # the test is over: drop the request
+            self.asked.set()
+            self.release.wait()
+            return  # the test is over: drop the request
         super().do_GET()
 
     def log_message(self, *args: object) -> None:
@@ -38,51 +40,81 @@ class _SlowHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture
 def slow_server(fixtures):
-    release = threading.Event()
-    handler = type("H", (_SlowHandler,), {"release": release})
+    """(url, asked): `asked` is set once a chunk request arrives; none is ever answered."""
+    asked, release = threading.Event(), threading.Event()
+    handler = type("H", (_SlowHandler,), {"asked": asked, "release": release})
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(fixtures)))
     srv.daemon_threads = True
     srv.handle_error = lambda *a: None  # a client that went away is expected here
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    yield f"http://127.0.0.1:{srv.server_address[1]}", asked
     release.set()
     srv.shutdown()
     srv.server_close()
+
+
+# A hang guard, not a measurement: a wait ends on its condition, and only a condition that
+# never comes (a hang or a leak) runs into this and fails. Nothing here asserts a duration.
+HANG_GUARD_S = 60.0
+
+
+def _wait_until(done, what: str) -> None:
+    """Wait for a condition the engine reaches asynchronously by design (tokio's
+    shutdown_background, rayon's pool teardown and pyo3's deferred decrefs all finish on other
+    threads, and neither the kernel nor the bindings give an event to wait on), re-checking it
+    until it holds."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} (still not so after the {HANG_GUARD_S:.0f} s hang guard)")
+        time.sleep(0.02)
+
+
+def _main_thread_state(pid: int) -> str:
+    # /proc/PID/task/PID/stat: "tid (comm) STATE ..."; comm may contain spaces and parentheses.
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 CHILD = textwrap.dedent(
     """
     import sys, insitubatch_rs as ib
     ds = ib.InSituDataset(sys.argv[1], batch_size=4, max_inflight=2)
+    it = iter(ds.train)
     print("ready", flush=True)
-    for b in ds.train:
+    for b in it:
         print("got a batch", flush=True)
     """
 )
 
 
+@pytest.mark.skipif(not LINUX, reason="sees the child blocked through /proc, which is Linux-only")
 def test_ctrl_c_interrupts_a_blocked_iteration(slow_server, manifest):
+    server, asked = slow_server
     s = store(manifest, "v3_zstd")
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, f"{slow_server}/{s['path']}"],
+        [sys.executable, "-c", CHILD, f"{server}/{s['path']}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        time.sleep(1.0)  # now blocked in next() waiting for a 30 s chunk read
-        assert child.poll() is None
-        t0 = time.monotonic()
+        assert asked.wait(HANG_GUARD_S), "the child never asked for a chunk"
+        # After "ready" the child's main thread only calls next(), and the one place it can
+        # sleep is there, with the GIL released, waiting for a batch that cannot come (no
+        # chunk request is ever answered). Sleeping ('S') therefore means blocked in next().
+        _wait_until(lambda: child.poll() is not None or _main_thread_state(child.pid) == "S", "next() never blocked")
+        assert child.poll() is None, child.stderr.read()
         child.send_signal(signal.SIGINT)
-        child.wait(timeout=10)
-        elapsed = time.monotonic() - t0
-        print(f"exited {elapsed:.2f}s after SIGINT, rc={child.returncode}")
+        try:
+            child.wait(timeout=HANG_GUARD_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail("Ctrl-C did not end a next() blocked on a read that never completes")
         err = child.stderr.read()
         assert "KeyboardInterrupt" in err, err
         assert "got a batch" not in child.stdout.read()
-        assert elapsed < 2.0, f"took {elapsed:.2f}s to honour Ctrl-C"
     finally:
         if child.poll() is None:
             child.kill()
@@ -97,14 +129,9 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _settle(baseline: tuple[int, int], timeout: float = 10.0) -> tuple[int, int]:
-    deadline = time.monotonic() + timeout
-    while True:
-        gc.collect()
-        now = (_threads(), _fds())
-        if now[0] <= baseline[0] and now[1] <= baseline[1] or time.monotonic() > deadline:
-            return now
-        time.sleep(0.05)
+def _counts() -> tuple[int, int]:
+    gc.collect()
+    return _threads(), _fds()
 
 
 @pytest.mark.skipif(not LINUX, reason="/proc/self is Linux-only")
@@ -121,8 +148,7 @@ def test_unclosed_datasets_release_threads_and_files(fixtures, manifest):
         # Neither `it` nor `ds` is closed: dropping them must release everything.
 
     cycle(False)  # warm-up: lazily created process-wide state is not a leak
-    baseline = _settle((10**6, 10**6), timeout=0)
-    baseline = _settle(baseline)
+    baseline = _counts()
     peak = 0
     for i in range(6):
         ds = ib.InSituDataset(u, batch_size=4, threads=2)
@@ -130,9 +156,10 @@ def test_unclosed_datasets_release_threads_and_files(fixtures, manifest):
         del ds
         cycle(abandon=i % 2 == 0)
     assert peak > baseline[0], "a live dataset runs its own threads"
-    now = _settle(baseline)
-    assert now[0] <= baseline[0], f"threads: {baseline[0]} before, {now[0]} after"
-    assert now[1] <= baseline[1], f"open files: {baseline[1]} before, {now[1]} after"
+    _wait_until(
+        lambda: all(now <= was for now, was in zip(_counts(), baseline)),
+        f"threads and open files did not fall back to {baseline} (now {_counts()})",
+    )
 
 
 def test_close_breaks_a_dataset_transform_cycle(fixtures, manifest):
@@ -154,25 +181,31 @@ def test_close_breaks_a_dataset_transform_cycle(fixtures, manifest):
         return weakref.ref(ds)
 
     ref = make()
-    deadline = time.monotonic() + 10
-    while ref() is not None and time.monotonic() < deadline:
-        # Work still in flight from the abandoned pass ends shortly; a reference it drops
-        # off the GIL is released the next time the extension takes the GIL.
+
+    def collected() -> bool:
+        # Work still in flight from the abandoned pass ends on the engine's threads; a
+        # reference it drops off the GIL is released the next time the extension takes it.
         ib.valid_anchor_range([0], 1)
         gc.collect()
-        time.sleep(0.02)
-    assert ref() is None, "after close() the dataset ↔ transform cycle is collectable"
+        return ref() is None
+
+    _wait_until(collected, "after close() the dataset <-> transform cycle was not collected")
 
 
 EXIT_MID_PASS = textwrap.dedent(
     """
-    import sys, time, insitubatch_rs as ib
-    def slow(c):
-        time.sleep(0.01)
+    import atexit, sys, threading, insitubatch_rs as ib
+    in_call, exiting = threading.Event(), threading.Event()
+    def held(c):
+        in_call.set()
+        exiting.wait()  # every call stays under way until the interpreter starts to exit
         return c.replace(c.data * 2)
-    ds = ib.InSituDataset(sys.argv[1], batch_size=4, chunk_transforms=[slow], batch_transforms=[lambda b: b])
+    # atexit runs last-registered first: this releases the held calls just before the
+    # insitubatch_rs handler registered at import, so they are still running when it starts.
+    atexit.register(exiting.set)
+    ds = ib.InSituDataset(sys.argv[1], batch_size=4, chunk_transforms=[held], batch_transforms=[lambda b: b])
     it = iter(ds.train)
-    next(it)
+    in_call.wait()  # a Python transform is running on an engine thread
     print("exiting", flush=True)
     """
 )
@@ -182,5 +215,7 @@ def test_exit_with_transforms_in_flight_is_clean(fixtures, manifest):
     """Python exits while engine threads still run Python transforms: no crash at shutdown."""
     u = url(fixtures, store(manifest, "v3_zstd")["path"])
     for _ in range(4):
-        r = subprocess.run([sys.executable, "-c", EXIT_MID_PASS, u], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-c", EXIT_MID_PASS, u], capture_output=True, text=True, timeout=HANG_GUARD_S
+        )
         assert r.returncode == 0 and "exiting" in r.stdout, (r.returncode, r.stderr[-2000:])

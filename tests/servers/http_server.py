@@ -7,6 +7,9 @@ Supports GET/HEAD with single byte ranges (`bytes=a-b`, `bytes=a-`, `bytes=-n`),
 Last-Modified.
 
     http_server.py --root DIR [--port 0] [--coop-coep] [--port-file F]
+
+`--port-file -` prints the port as the first line of stdout instead (then points stdout
+at stderr), so a starter can block on that line rather than poll for a file.
 """
 import argparse
 import email.utils
@@ -161,6 +164,19 @@ class Server(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+def announce(text, port_file):
+    """Tell the starter where this server listens: written atomically to `port_file`, or
+    for `-` as one line on stdout, after which stdout goes to stderr (the pipe closes)."""
+    if port_file == "-":
+        print(text, flush=True)
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    elif port_file:
+        tmp = port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, port_file)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--root", required=True)
@@ -174,11 +190,7 @@ def main(argv=None):
     Handler.coop_coep = args.coop_coep
     srv = Server((args.host, args.port), Handler)
     port = srv.server_address[1]
-    if args.port_file:
-        tmp = args.port_file + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(port))
-        os.replace(tmp, args.port_file)
+    announce(str(port), args.port_file)
     print("serving %s on http://%s:%d" % (Handler.root, args.host, port), file=sys.stderr)
     try:
         srv.serve_forever()

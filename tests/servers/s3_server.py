@@ -3,7 +3,8 @@
 
 Starts moto's ThreadedMotoServer on 127.0.0.1 (free port), creates BUCKET, uploads
 every file under ROOT with its relative path as key, writes http://127.0.0.1:PORT
-to --port-file when ready, and serves until SIGTERM/SIGINT.
+to --port-file when ready (`-`: as the first line of stdout, which then goes to stderr),
+and serves until SIGTERM/SIGINT.
 
 Credentials: AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing, us-east-1.
 """
@@ -61,7 +62,10 @@ def main(argv=None):
                 s3.put_object(Bucket=args.bucket, Key=key, Body=f.read())
             n += 1
 
-    if args.port_file:
+    if args.port_file == "-":
+        print(url, flush=True)
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    elif args.port_file:
         tmp = args.port_file + ".tmp"
         with open(tmp, "w") as f:
             f.write(url)

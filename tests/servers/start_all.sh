@@ -7,12 +7,24 @@
 
 _IB_SERVERS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-_ib_wait_file() {  # file timeout_s
-    local f="$1" t="${2:-30}" i=0
-    while [ ! -s "$f" ]; do
-        sleep 0.1; i=$((i + 1))
-        if [ "$i" -ge $((t * 10)) ]; then return 1; fi
-    done
+# Start a server that prints where it listens as its first stdout line (`--port-file -`)
+# and read that line: the wait ends when the server is ready, or fails at once when it
+# exits first. A fifo, not a file to poll. Sets _IB_PID and _IB_LINE.
+#   _ib_start LOG CMD...
+_ib_start() {
+    local log="$1" fifo fd
+    shift
+    fifo="$(mktemp -u "$_IB_SRV_TMP/ready.XXXXXX")"
+    mkfifo "$fifo"
+    "$@" >"$fifo" 2>"$log" &
+    _IB_PID=$!
+    exec {fd}<"$fifo"   # returns once the server holds the fifo open as its stdout
+    rm -f "$fifo"
+    _IB_LINE=
+    # The bound only turns a server hung before it listens into an error instead of a hang.
+    read -r -t 300 -u "$fd" _IB_LINE || true
+    exec {fd}<&-
+    [ -n "$_IB_LINE" ]
 }
 
 ib_start_servers() {
@@ -23,23 +35,24 @@ ib_start_servers() {
     export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
     export AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1
     export AWS_ALLOW_HTTP=true AWS_EC2_METADATA_DISABLED=true
-    "$py" "$_IB_SERVERS_DIR/http_server.py" --root "$root" --port 0 \
-        --port-file "$_IB_SRV_TMP/http.port" >"$_IB_SRV_TMP/http.log" 2>&1 &
-    _IB_HTTP_PID=$!
-    "$py" "$_IB_SERVERS_DIR/s3_server.py" --root "$root" --bucket fixtures \
-        --port-file "$_IB_SRV_TMP/s3.url" >"$_IB_SRV_TMP/s3.log" 2>&1 &
-    _IB_S3_PID=$!
     trap ib_stop_servers EXIT
-    if ! _ib_wait_file "$_IB_SRV_TMP/http.port" 30; then
+    local ok=1
+    _ib_start "$_IB_SRV_TMP/http.log" "$py" "$_IB_SERVERS_DIR/http_server.py" --root "$root" --port 0 \
+        --port-file - || ok=0
+    _IB_HTTP_PID=$_IB_PID
+    if [ "$ok" = 0 ]; then
         echo "http server did not start:" >&2; cat "$_IB_SRV_TMP/http.log" >&2
         ib_stop_servers; return 1
     fi
-    if ! _ib_wait_file "$_IB_SRV_TMP/s3.url" 30; then
+    export INSITUBATCH_HTTP_URL="http://127.0.0.1:$_IB_LINE"
+    _ib_start "$_IB_SRV_TMP/s3.log" "$py" "$_IB_SERVERS_DIR/s3_server.py" --root "$root" --bucket fixtures \
+        --port-file - || ok=0
+    _IB_S3_PID=$_IB_PID
+    if [ "$ok" = 0 ]; then
         echo "s3 server did not start:" >&2; cat "$_IB_SRV_TMP/s3.log" >&2
         ib_stop_servers; return 1
     fi
-    export INSITUBATCH_HTTP_URL="http://127.0.0.1:$(cat "$_IB_SRV_TMP/http.port")"
-    export INSITUBATCH_S3_ENDPOINT="$(cat "$_IB_SRV_TMP/s3.url")"
+    export INSITUBATCH_S3_ENDPOINT="$_IB_LINE"
     export INSITUBATCH_S3_BUCKET=fixtures
     export AWS_ENDPOINT_URL="$INSITUBATCH_S3_ENDPOINT"
 }
