@@ -26,7 +26,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
 use insitubatch_native::core::{DType, Result as CoreResult};
-use insitubatch_native::{DatasetOptions, NativeDataset, OpenOptions, demo, open, open_storage};
+use insitubatch_native::{DatasetOptions, NativeDataset, OpenOptions, SplitOptions, demo, open, open_storage};
 use rayon::prelude::*;
 use serde_json::json;
 
@@ -121,15 +121,16 @@ struct Knobs {
     /// The sample axis of every variable.
     #[arg(long, default_value_t = 0)]
     sample_axis: usize,
-    #[arg(long, default_value_t = 32)]
+    // Defaults are the engine's own (DatasetOptions::default()), restated nowhere.
+    #[arg(long, default_value_t = DatasetOptions::default().batch_size)]
     batch_size: usize,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = DatasetOptions::default().block_chunks)]
     block_chunks: usize,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = DatasetOptions::default().max_inflight)]
     max_inflight: usize,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = DatasetOptions::default().seed)]
     seed: u64,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = DatasetOptions::default().prefetch_depth)]
     prefetch_depth: usize,
     /// Pool byte budget; default: sized automatically.
     #[arg(long)]
@@ -141,8 +142,8 @@ struct Knobs {
     #[arg(long)]
     threads: Option<usize>,
     /// Train, val, test fractions of sample-axis chunks.
-    #[arg(long, default_value = "0.8,0.1,0.1", value_parser = parse_fractions)]
-    fractions: (f64, f64, f64),
+    #[arg(long, default_value_t = Fractions(SplitOptions::default().fractions), value_parser = parse_fractions)]
+    fractions: Fractions,
     /// The (first) epoch.
     #[arg(long, default_value_t = 0)]
     epoch: u64,
@@ -201,13 +202,24 @@ fn parse_scale(s: &str) -> Result<(f32, f32), String> {
     Ok((m, sd))
 }
 
-fn parse_fractions(s: &str) -> Result<(f64, f64, f64), String> {
+/// Train, val and test fractions, shown and parsed as `0.8,0.1,0.1`.
+#[derive(Debug, Clone, Copy)]
+struct Fractions((f64, f64, f64));
+
+impl std::fmt::Display for Fractions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, b, c) = self.0;
+        write!(f, "{a},{b},{c}")
+    }
+}
+
+fn parse_fractions(s: &str) -> Result<Fractions, String> {
     let v: Vec<f64> = s
         .split(',')
         .map(|x| x.trim().parse::<f64>().map_err(|e| format!("{x:?} is not a number ({e})")))
         .collect::<Result<_, _>>()?;
     match v[..] {
-        [a, b, c] => Ok((a, b, c)),
+        [a, b, c] => Ok(Fractions((a, b, c))),
         _ => Err(format!("expected three comma-separated fractions like 0.8,0.1,0.1, got {s:?}")),
     }
 }
@@ -223,7 +235,7 @@ impl Knobs {
         OpenOptions {
             variables: if self.vars.is_empty() { None } else { Some(self.vars.clone()) },
             sample_axis: self.sample_axis,
-            fractions: self.fractions,
+            fractions: self.fractions.0,
             shuffle_splits: false,
             dataset: DatasetOptions {
                 batch_size: self.batch_size,
