@@ -25,3 +25,23 @@ ib_prereqs() {
     fi
     rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
 }
+
+# The one nightly the threaded wasm build uses, pinned by its commit (rustc 1.97.0-nightly
+# e50aa6fba 2026-05-19, ../shared/reference/toolchain.md). Prints the toolchain name: the
+# machine's `nightly` when it is that commit, else the dated toolchain, installed if missing.
+IB_NIGHTLY_COMMIT=e50aa6fba
+IB_NIGHTLY_DATED=nightly-2026-05-20
+ib_nightly() {
+    if rustc +nightly -V 2>/dev/null | grep -q "$IB_NIGHTLY_COMMIT"; then
+        echo nightly
+        return
+    fi
+    if ! rustc "+$IB_NIGHTLY_DATED" -V >/dev/null 2>&1; then
+        rustup toolchain install "$IB_NIGHTLY_DATED" --profile minimal --target wasm32-unknown-unknown >&2
+    fi
+    if ! rustc "+$IB_NIGHTLY_DATED" -V | grep -q "$IB_NIGHTLY_COMMIT"; then
+        echo "ib_nightly: $IB_NIGHTLY_DATED is not commit $IB_NIGHTLY_COMMIT; update the pin in scripts/env.sh" >&2
+        return 1
+    fi
+    echo "$IB_NIGHTLY_DATED"
+}

@@ -76,16 +76,15 @@ echo '{ "type": "commonjs" }' >js/pkg/node/package.json
 echo "== build, threads (nightly + build-std + atomics, wasm-bindgen-rayon → js/pkg/web-threads)"
 # The exact flags of ../shared/reference/toolchain.md §6: the README's three target features
 # alone give a non-shared memory that cannot be posted to the pool's workers.
-if ! rustc +nightly -V >/dev/null 2>&1; then
-    rustup toolchain install nightly --profile minimal --target wasm32-unknown-unknown
-fi
-if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
-    rustup component add rust-src --toolchain nightly
+# The nightly is pinned (ib_nightly in scripts/env.sh): a newer one never slips in.
+NIGHTLY="$(ib_nightly)"
+if ! rustup component list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -q '^rust-src'; then
+    rustup component add rust-src --toolchain "$NIGHTLY"
 fi
 THREADS_TARGET_DIR="${IB_WASM_THREADS_TARGET_DIR:-$INSITUBATCH_CACHE/target-wasm-threads}"
 RUSTFLAGS='-C target-feature=+atomics,+bulk-memory,+mutable-globals -C link-arg=--shared-memory -C link-arg=--max-memory=1073741824 -C link-arg=--import-memory -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base' \
     CARGO_TARGET_DIR="$THREADS_TARGET_DIR" \
-    nice -n 5 cargo +nightly build -q --release -p insitubatch-wasm --no-default-features --features threads \
+    nice -n 5 cargo "+$NIGHTLY" build -q --release -p insitubatch-wasm --no-default-features --features threads \
     --target wasm32-unknown-unknown -Z build-std=panic_abort,std
 rm -rf js/pkg/web-threads
 wasm-bindgen --target web --out-dir js/pkg/web-threads --remove-producers-section \
