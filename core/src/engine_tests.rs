@@ -679,3 +679,25 @@ fn queued_counts_the_batches_waiting_for_the_caller_up_to_prefetch_depth() {
     assert_eq!((before, waited), (0, 3), "a stalled caller finds prefetch_depth batches waiting");
     assert!(after_take <= 3);
 }
+
+/// The verdict of one epoch whose loop body does nothing, on the virtual clock, over store
+/// reads of `latency`. (A CPU-bound batch transform needs pool threads that really run side
+/// by side, which the inline simulation does not model: native/tests/verdict.rs has it.)
+fn verdict_of(latency: Duration, block_chunks: usize) -> crate::stats::LimitingStage {
+    let f = Fixture::new(Some(latency));
+    f.array("t2m", &[64, 32, 32], &[4, 32, 32], None);
+    let storage: Arc<dyn crate::Storage> = Arc::new(f.storage.clone());
+    let builder = Dataset::builder(storage, f.runtime.clone())
+        .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
+        .options(DatasetOptions { batch_size: 4, block_chunks, max_inflight: 8, ..Default::default() });
+    let ds = f.sim.run(builder.open(), LIMIT).unwrap().unwrap();
+    f.epoch(&ds, Split::Train).unwrap().unwrap();
+    let stats = ds.last_pass().unwrap();
+    assert!(stats.consumer_idle, "{}", stats.summary());
+    stats.limiting_stage
+}
+
+#[test]
+fn a_slow_store_is_blamed_on_the_store() {
+    assert_eq!(verdict_of(Duration::from_millis(60), 2), crate::stats::LimitingStage::Store);
+}

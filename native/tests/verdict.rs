@@ -1,6 +1,9 @@
-//! The limiting-stage verdict on real threads and a real clock: a slow store is blamed on
-//! the store, and a CPU-bound batch transform on itself — never on the store (the anchor's
-//! open bug #95, where summed fetch waits of concurrent reads outweighed single-thread stages).
+//! The limiting-stage verdict on real threads and a real clock: a CPU-bound batch transform
+//! is blamed on itself, never on the store (the anchor's open bug #95, where summed fetch
+//! waits of concurrent reads outweighed single-thread stages). It needs pool threads that run
+//! side by side, which core's inline simulation does not model; the margins are wide (the
+//! transform owns most of the wait), but the clock is real. A slow store is blamed on the
+//! store in core's simulation (`engine_tests::a_slow_store_is_blamed_on_the_store`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,11 +64,6 @@ fn verdict(latency: Option<Duration>, transform: Option<Duration>, block_chunks:
     let stats = ds.last_pass().unwrap();
     eprintln!("{}", stats.summary());
     stats.limiting_stage
-}
-
-#[test]
-fn a_slow_store_is_blamed_on_the_store() {
-    assert_eq!(verdict(Some(Duration::from_millis(60)), None, 2), LimitingStage::Store);
 }
 
 #[test]
