@@ -119,7 +119,7 @@ mod tests {
             for s in g.samples_in_chunk(c) {
                 for e in 0..n_inner {
                     let flat = crate::geometry::sample_element_index(&shape, sample_axis, s, e);
-                    assert_eq!(got[i] as u64, flat, "chunk {c} sample {s} element {e}");
+                    assert_eq!(u64::from(got[i]), flat, "chunk {c} sample {s} element {e}");
                     i += 1;
                 }
             }

@@ -331,7 +331,7 @@ pub(crate) fn load_chunk(
                 .cpu
                 .run(CLASS_LOAD, priority, move || {
                     let t0 = exec.now();
-                    tier.revive(key.path, key.chunk, dtype, &shape).map(|b| (b, exec.now() - t0))
+                    tier.revive(key.path, key.chunk, dtype, &shape).map(|b| (b, exec.now().saturating_sub(t0)))
                 })
                 .await??;
             if let (Some(bytes), took) = revived {
@@ -390,7 +390,7 @@ pub(crate) fn load_chunk(
                         ),
                     });
                 }
-                rec2.with(|r| r.times.decode_s += (exec.now() - t0).as_secs_f64());
+                rec2.with(|r| r.times.decode_s += exec.now().saturating_sub(t0).as_secs_f64());
                 Ok(chunk.data)
             })
             .await??;
@@ -449,7 +449,7 @@ async fn load_tile(
     let fetched_bytes = if absent { Ok(None) } else { engine.fetch(&object, range).await };
     let fetched = engine.now();
     rec.with(|r| {
-        r.times.fetch_wait_s += (fetched - permitted).as_secs_f64();
+        r.times.fetch_wait_s += fetched.saturating_sub(permitted).as_secs_f64();
         r.storage_reads += u64::from(!absent);
         r.inflight_peak = r.inflight_peak.max(now_inflight);
     });
@@ -487,7 +487,7 @@ async fn load_tile(
                 place_tile(g, key.chunk, &inner, &tile_arr.data, buf);
                 engine.recycler.give(tile_arr.into_data());
             }
-            let took = engine.now() - t0;
+            let took = engine.now().saturating_sub(t0);
             job_rec.with(|r| {
                 r.times.decode_s += took.as_secs_f64();
                 r.decoded_bytes += g.tile_bytes();

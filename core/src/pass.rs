@@ -85,55 +85,62 @@ impl Driver {
         self.spec.plan.batch_uses[j].iter().all(|&u| self.data[u as usize].is_some())
     }
 
+    /// Step 1 of [`Self::poll`]: admit uses in first-use order while the reservation has
+    /// room. Returns whether any use was admitted.
+    fn admit(&mut self) -> Result<bool> {
+        let mut progressed = false;
+        while self.next_admit < self.spec.plan.uses.len() {
+            let u = self.next_admit;
+            let key = self.spec.plan.uses[u].key;
+            let bytes = self.key_bytes(key);
+            let engine = Arc::clone(&self.spec.engine);
+            let rec = Arc::clone(&self.spec.recorder);
+            let priority = self.spec.engine.admissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match self
+                .spec
+                .engine
+                .pool
+                .admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec, priority))?
+            {
+                Admit::NoRoom => {
+                    if self.parked_since.is_none() {
+                        self.parked_since = Some(self.spec.engine.now());
+                    }
+                    break;
+                }
+                Admit::Ready(chunk) => {
+                    self.spec.recorder.with(|r| r.hits += 1);
+                    self.data[u] = Some(chunk);
+                }
+                Admit::Load { load, generation, started } => {
+                    if started {
+                        let reread = !self.loaded.insert(key);
+                        self.spec.recorder.with(|r| {
+                            r.misses += 1;
+                            r.reread_chunks += u64::from(reread);
+                        });
+                    } else {
+                        self.spec.recorder.with(|r| r.hits += 1);
+                    }
+                    self.loads.push(Box::pin(async move { (u, generation, load.await) }));
+                }
+            }
+            if let Some(since) = self.parked_since.take() {
+                let parked = self.spec.engine.now().saturating_sub(since);
+                self.spec.recorder.with(|r| r.times.admission_parked_s += parked.as_secs_f64());
+            }
+            self.admitted_at[u] = self.spec.engine.now();
+            self.next_admit += 1;
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let n_batches = self.spec.plan.n_batches();
         loop {
-            let mut progressed = false;
             // 1. Admit uses in first-use order while the reservation has room.
-            while self.next_admit < self.spec.plan.uses.len() {
-                let u = self.next_admit;
-                let key = self.spec.plan.uses[u].key;
-                let bytes = self.key_bytes(key);
-                let engine = Arc::clone(&self.spec.engine);
-                let rec = Arc::clone(&self.spec.recorder);
-                let priority = self.spec.engine.admissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                match self
-                    .spec
-                    .engine
-                    .pool
-                    .admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec, priority))?
-                {
-                    Admit::NoRoom => {
-                        if self.parked_since.is_none() {
-                            self.parked_since = Some(self.spec.engine.now());
-                        }
-                        break;
-                    }
-                    Admit::Ready(chunk) => {
-                        self.spec.recorder.with(|r| r.hits += 1);
-                        self.data[u] = Some(chunk);
-                    }
-                    Admit::Load { load, generation, started } => {
-                        if started {
-                            let reread = !self.loaded.insert(key);
-                            self.spec.recorder.with(|r| {
-                                r.misses += 1;
-                                r.reread_chunks += u64::from(reread);
-                            });
-                        } else {
-                            self.spec.recorder.with(|r| r.hits += 1);
-                        }
-                        self.loads.push(Box::pin(async move { (u, generation, load.await) }));
-                    }
-                }
-                if let Some(since) = self.parked_since.take() {
-                    let parked = self.spec.engine.now() - since;
-                    self.spec.recorder.with(|r| r.times.admission_parked_s += parked.as_secs_f64());
-                }
-                self.admitted_at[u] = self.spec.engine.now();
-                self.next_admit += 1;
-                progressed = true;
-            }
+            let mut progressed = self.admit()?;
             // 2. Collect finished loads.
             while let Poll::Ready(Some((u, generation, result))) = self.loads.poll_next_unpin(cx) {
                 let key = self.spec.plan.uses[u].key;
@@ -243,8 +250,8 @@ impl Driver {
             }
             let t2 = engine.now();
             rec.with(|r| {
-                r.times.gather_s += (t1 - t0).as_secs_f64();
-                r.times.batch_transform_s += (t2 - t1).as_secs_f64();
+                r.times.gather_s += t1.saturating_sub(t0).as_secs_f64();
+                r.times.batch_transform_s += t2.saturating_sub(t1).as_secs_f64();
             });
             Ok(Delivered { batch, timeline: BatchTimeline { gather_end: t1, transformed: t2, ..tl } })
         });
@@ -272,7 +279,7 @@ fn gather(
         let row = v.sample_bytes;
         let mut out = recycler.take(row * anchors.len());
         for &t in anchors {
-            let s = (t as i128 + i128::from(v.offset)) as u64;
+            let s = (i128::from(t) + i128::from(v.offset)) as u64;
             let key = ChunkKey { path: v.path, chunk: s / v.spc };
             let w = (s % v.spc) as usize;
             let chunk =
@@ -366,7 +373,7 @@ impl BatchStream {
         }
         let asked = self.engine.now();
         if let Some(prev) = self.last_returned {
-            self.recorder.with(|r| r.times.consumer_s += (asked - prev).as_secs_f64());
+            self.recorder.with(|r| r.times.consumer_s += asked.saturating_sub(prev).as_secs_f64());
         }
         let queued = self.rx.len();
         self.recorder.with(|r| {
@@ -376,7 +383,7 @@ impl BatchStream {
         });
         let item = self.rx.recv().await;
         let got = self.engine.now();
-        self.recorder.with(|r| r.times.consumer_wait_s += (got - asked).as_secs_f64());
+        self.recorder.with(|r| r.times.consumer_wait_s += got.saturating_sub(asked).as_secs_f64());
         match item {
             Ok(Ok(d)) => {
                 let fetch_share = self.recorder.with(|r| {

@@ -37,7 +37,7 @@ pub struct PlanVar {
 impl PlanVar {
     /// The chunk anchor `t` reads.
     pub fn key_of(&self, anchor: u64) -> ChunkKey {
-        let s = (anchor as i128 + i128::from(self.offset)) as u64;
+        let s = (i128::from(anchor) + i128::from(self.offset)) as u64;
         ChunkKey { path: self.path, chunk: s / self.spc }
     }
 

@@ -155,7 +155,7 @@ pub fn valid_anchor_range(offsets: &[i64], n_samples: u64) -> (u64, u64) {
     let min = offsets.iter().copied().min().unwrap_or(0);
     let max = offsets.iter().copied().max().unwrap_or(0);
     let lo = u64::try_from(-min.min(0)).unwrap_or(u64::MAX);
-    let hi = (n_samples as i128 - i128::from(max.max(0))).max(0) as u64;
+    let hi = (i128::from(n_samples) - i128::from(max.max(0))).max(0) as u64;
     (lo, hi.max(lo))
 }
 

@@ -371,7 +371,7 @@ fn discovery_from_v2_zmetadata_and_all_coordinates() {
     put_json(&storage, ".zmetadata", &only);
     match block_on(open_arrays(&storage, None)) {
         Err(Error::Config(m)) => {
-            assert!(m.contains("\"lat\"") && m.contains("\"s\"") && m.contains("variables"), "{m}")
+            assert!(m.contains("\"lat\"") && m.contains("\"s\"") && m.contains("variables"), "{m}");
         }
         other => panic!("{other:?}"),
     }
@@ -511,9 +511,15 @@ fn zstd_frame(raw: &[u8]) -> Bytes {
 
 /// Decode throughput of the direct zstd path vs zarrs' generic chain (run with
 /// `cargo test -p insitubatch-core --release zarr::tests::bench -- --ignored --nocapture`).
+/// Not on wasm32: it reads the wall clock, which wasm32-unknown-unknown's std has not.
 #[test]
 #[ignore]
-#[cfg(feature = "c-codecs")]
+#[cfg(all(feature = "c-codecs", not(target_arch = "wasm32")))]
+#[allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "an ignored micro benchmark: it measures wall time on purpose"
+)]
 fn bench_fast_vs_generic() {
     let store = Arc::new(MemoryStore::new());
     let shape = [64u64, 256, 256];
