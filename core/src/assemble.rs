@@ -92,6 +92,11 @@ mod tests {
     use super::*;
     use crate::array::DType;
 
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     /// Build an array whose element value encodes its physical index, tile it, place every
     /// tile, and check the slot against a direct sample-first read.
     fn check(shape: Vec<u64>, tile: Vec<u64>, sample_axis: usize) {

@@ -252,6 +252,11 @@ mod tests {
     use super::*;
     use crate::shuffle::{OrderSpec, Split, draw_order};
 
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     #[test]
     fn keys_per_ref_chunk() {
         let v = |offset, spc| PlanVar { path: 0, offset, spc };

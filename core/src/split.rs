@@ -164,6 +164,11 @@ mod tests {
     use super::*;
     use crate::array::DType;
 
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     fn geom(n: u64, spc: u64) -> ArrayGeometry {
         ArrayGeometry::new("t2m", vec![n, 2, 2], vec![spc, 2, 2], DType::Float32, 0).unwrap()
     }

@@ -935,5 +935,5 @@ async fn discover(storage: &dyn Storage) -> Result<Vec<ZarrArray>> {
     Ok(out)
 }
 
-#[cfg(all(test, not(target_arch = "wasm32")))]
+#[cfg(test)]
 mod tests;

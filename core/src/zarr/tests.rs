@@ -7,6 +7,10 @@ use futures::executor::block_on;
 use serde_json::json;
 use zarrs::storage::store::MemoryStore;
 use zarrs::storage::{ListableStorageTraits, ReadableStorageTraits};
+// On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+// takes the place of libtest's `#[test]`.
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
 
 /// Write an array with zarrs: metadata (v2 or v3 JSON) and `values` over the whole array.
 fn write(store: &Arc<MemoryStore>, path: &str, meta: Value, values: &[f32]) {
