@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The wasm/JS package: build insitubatch-wasm for wasm32-unknown-unknown (release), run
-# wasm-bindgen for Node (js/pkg/node) and browsers (js/pkg/web), then the Node tests
+# wasm-bindgen for Node (js/pkg/node) and browsers (js/pkg/web), then core's unit tests and
+# simulations on wasm32 (wasm-bindgen-test-runner in Node), then the Node tests
 # (node --test js/test/) over the zarr-python fixtures on the loopback HTTP server, with the
 # cross-target parity check against native digests and index.d.ts checked against the
 # engine's reports; then wasm-bindgen-test in Chromium and Node (core's storage conformance
@@ -163,8 +164,19 @@ if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; the
     "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium chromium-driver >/dev/null
 fi
 
-echo "== Node tests (wasm over HTTP: $INSITUBATCH_HTTP_URL; worker_threads; headless Chromium via playwright-core)"
 rc=0
+echo "== core's unit tests and simulations on wasm32 (wasm-bindgen-test in Node)"
+# The same tests as on the host (their modules use wasm_bindgen_test as `test` on wasm32):
+# a 32-bit usize, one thread, no clock in std. --lib: the doctests are host-only.
+CORELOG="$INSITUBATCH_CACHE/last-test-wasm-core.log"
+if CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+    nice -n 5 cargo test -p insitubatch-core --target wasm32-unknown-unknown --lib >"$CORELOG" 2>&1; then
+    grep -E '^test result' "$CORELOG"
+else
+    cat "$CORELOG" >&2; echo "core's tests on wasm32 failed" >&2; rc=1
+fi
+
+echo "== Node tests (wasm over HTTP: $INSITUBATCH_HTTP_URL; worker_threads; headless Chromium via playwright-core)"
 IB_REQUIRE_THREADS=1 node --test --test-reporter=spec js/test/ || rc=$?
 rm -f "$DIGESTS"
 

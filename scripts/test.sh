@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: Rust unit, simulation and property tests; the core built for wasm32 with its
+# First the static checks (scripts/check.sh: fmt, clippy, rustdoc; a failure stops the run).
+# Then every test: Rust unit, simulation and property tests; the core built for wasm32 with its
 # dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
 # server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
 # Chromium with native/wasm parity; the Python package under pytest with real torch and JAX.
@@ -12,6 +13,9 @@ LOG="$INSITUBATCH_CACHE/last-test.log"
 : >"$LOG"
 # Run a test command, keep its output for the final count.
 t() { "$@" 2>&1 | tee -a "$LOG"; }
+
+echo "== static checks: fmt, clippy (host and wasm32), rustdoc"
+bash scripts/check.sh
 
 echo "== unit, simulation and property tests"
 t cargo test -p insitubatch-core -p insitubatch-native

@@ -14,7 +14,7 @@ pub type AlignedBytes = AVec<u8, ConstAlign<BUFFER_ALIGN>>;
 /// The fixed-size numeric element types the engine moves (native endianness in memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-#[allow(missing_docs)]
+#[allow(missing_docs, reason = "each variant is the numpy dtype of its name")]
 pub enum DType {
     Bool,
     Int8,

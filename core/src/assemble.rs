@@ -92,6 +92,11 @@ mod tests {
     use super::*;
     use crate::array::DType;
 
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     /// Build an array whose element value encodes its physical index, tile it, place every
     /// tile, and check the slot against a direct sample-first read.
     fn check(shape: Vec<u64>, tile: Vec<u64>, sample_axis: usize) {
@@ -119,7 +124,7 @@ mod tests {
             for s in g.samples_in_chunk(c) {
                 for e in 0..n_inner {
                     let flat = crate::geometry::sample_element_index(&shape, sample_axis, s, e);
-                    assert_eq!(got[i] as u64, flat, "chunk {c} sample {s} element {e}");
+                    assert_eq!(u64::from(got[i]), flat, "chunk {c} sample {s} element {e}");
                     i += 1;
                 }
             }

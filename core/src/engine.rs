@@ -373,7 +373,7 @@ async fn revive(engine: &Arc<Engine>, key: ChunkKey, rec: &PassRecorder, priorit
         .cpu
         .run(CLASS_LOAD, priority, move || {
             let t0 = exec.now();
-            tier.revive(key.path, key.chunk, dtype, &shape).map(|b| (b, exec.now() - t0))
+            tier.revive(key.path, key.chunk, dtype, &shape).map(|b| (b, exec.now().saturating_sub(t0)))
         })
         .await??;
     let (Some(bytes), took) = revived else { return Ok(None) };
@@ -459,7 +459,7 @@ async fn transform_chunk(
                     ),
                 });
             }
-            rec.with(|r| r.times.assemble_s += (exec.now() - t0).as_secs_f64());
+            rec.with(|r| r.times.assemble_s += exec.now().saturating_sub(t0).as_secs_f64());
             Ok(chunk.data)
         })
         .await?
@@ -515,7 +515,7 @@ async fn load_tile(
     let fetched_bytes = if absent { Ok(None) } else { engine.fetch(&object, range).await };
     let fetched = engine.now();
     rec.with(|r| {
-        r.times.fetch_wait_s += (fetched - permitted).as_secs_f64();
+        r.times.fetch_wait_s += fetched.saturating_sub(permitted).as_secs_f64();
         r.storage_reads += u64::from(!absent);
         r.inflight_peak = r.inflight_peak.max(now_inflight);
     });
@@ -558,8 +558,8 @@ async fn load_tile(
             }
             let t2 = engine.now();
             job_rec.with(|r| {
-                r.times.decode_s += (t1 - t0).as_secs_f64();
-                r.times.assemble_s += (t2 - t1).as_secs_f64();
+                r.times.decode_s += t1.saturating_sub(t0).as_secs_f64();
+                r.times.assemble_s += t2.saturating_sub(t1).as_secs_f64();
                 r.decoded_bytes += g.tile_bytes();
             });
             Ok(())

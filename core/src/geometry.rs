@@ -251,6 +251,11 @@ pub fn sample_element_index(shape: &[u64], sample_axis: usize, s: u64, e: u64) -
 mod tests {
     use super::*;
 
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     fn era5() -> ArrayGeometry {
         ArrayGeometry::new("t2m", vec![100, 721, 1440], vec![8, 180, 360], DType::Float32, 0).unwrap()
     }

@@ -158,7 +158,7 @@ impl Driver {
                 }
             }
             if let Some(since) = self.parked_since.take() {
-                let parked = self.spec.engine.now() - since;
+                let parked = self.spec.engine.now().saturating_sub(since);
                 self.spec.recorder.with(|r| r.times.admission_parked_s += parked.as_secs_f64());
             }
             self.admitted_at[u] = self.spec.engine.now();
@@ -284,8 +284,8 @@ impl Driver {
             }
             let t2 = engine.now();
             rec.with(|r| {
-                r.times.gather_s += (t1 - t0).as_secs_f64();
-                r.times.batch_transform_s += (t2 - t1).as_secs_f64();
+                r.times.gather_s += t1.saturating_sub(t0).as_secs_f64();
+                r.times.batch_transform_s += t2.saturating_sub(t1).as_secs_f64();
             });
             Ok(Delivered { batch, timeline: BatchTimeline { gather_end: t1, transformed: t2, ..tl } })
         });
@@ -313,7 +313,7 @@ fn gather(
         let row = v.sample_bytes;
         let mut out = recycler.take(row * anchors.len());
         for &t in anchors {
-            let s = (t as i128 + i128::from(v.offset)) as u64;
+            let s = (i128::from(t) + i128::from(v.offset)) as u64;
             let key = ChunkKey { path: v.path, chunk: s / v.spc };
             let w = (s % v.spc) as usize;
             let chunk = chunks.get(&key).ok_or_else(|| Error::Internal(format!("chunk {key:?} missing at gather")))?;
@@ -412,7 +412,7 @@ impl BatchStream {
         }
         let asked = self.engine.now();
         if let Some(prev) = self.last_returned {
-            self.recorder.with(|r| r.times.consumer_s += (asked - prev).as_secs_f64());
+            self.recorder.with(|r| r.times.consumer_s += asked.saturating_sub(prev).as_secs_f64());
         }
         let queued = self.rx.len();
         self.recorder.with(|r| {
@@ -423,7 +423,7 @@ impl BatchStream {
         });
         let item = self.rx.recv().await;
         let got = self.engine.now();
-        self.recorder.with(|r| r.times.consumer_wait_s += (got - asked).as_secs_f64());
+        self.recorder.with(|r| r.times.consumer_wait_s += got.saturating_sub(asked).as_secs_f64());
         match item {
             Ok(Ok(d)) => {
                 let fetch_share = self.recorder.with(|r| {

@@ -37,7 +37,7 @@ pub struct PlanVar {
 impl PlanVar {
     /// The chunk anchor `t` reads.
     pub fn key_of(&self, anchor: u64) -> ChunkKey {
-        let s = (anchor as i128 + i128::from(self.offset)) as u64;
+        let s = (i128::from(anchor) + i128::from(self.offset)) as u64;
         ChunkKey { path: self.path, chunk: s / self.spc }
     }
 
@@ -251,6 +251,11 @@ pub fn residency_floor(arrays: &[FloorArray], block_chunks: u64, split_chunks: u
 mod tests {
     use super::*;
     use crate::shuffle::{OrderSpec, Split, draw_order};
+
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn keys_per_ref_chunk() {

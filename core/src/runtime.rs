@@ -38,7 +38,7 @@ pub use platform::{BoxFuture, Job, MaybeSend, MaybeSync};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ByteRange {
     /// `start..end`, half-open.
-    #[allow(missing_docs)]
+    #[allow(missing_docs, reason = "the variant's doc says what start and end are")]
     Bounded { start: u64, end: u64 },
     /// The last `n` bytes.
     Suffix(u64),

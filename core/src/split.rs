@@ -155,7 +155,7 @@ pub fn valid_anchor_range(offsets: &[i64], n_samples: u64) -> (u64, u64) {
     let min = offsets.iter().copied().min().unwrap_or(0);
     let max = offsets.iter().copied().max().unwrap_or(0);
     let lo = u64::try_from(-min.min(0)).unwrap_or(u64::MAX);
-    let hi = (n_samples as i128 - i128::from(max.max(0))).max(0) as u64;
+    let hi = (i128::from(n_samples) - i128::from(max.max(0))).max(0) as u64;
     (lo, hi.max(lo))
 }
 
@@ -163,6 +163,11 @@ pub fn valid_anchor_range(offsets: &[i64], n_samples: u64) -> (u64, u64) {
 mod tests {
     use super::*;
     use crate::array::DType;
+
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn geom(n: u64, spc: u64) -> ArrayGeometry {
         ArrayGeometry::new("t2m", vec![n, 2, 2], vec![spc, 2, 2], DType::Float32, 0).unwrap()

@@ -286,6 +286,11 @@ impl Coarsen {
 mod tests {
     use super::*;
 
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
     fn chunk(shape: Vec<usize>, values: Vec<f32>) -> DecodedChunk {
         let mut data = crate::array::zeroed_bytes(values.len() * 4);
         data.copy_from_slice(bytemuck::cast_slice(&values));

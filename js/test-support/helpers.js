@@ -7,6 +7,9 @@ import { createHash } from 'node:crypto';
 export const FIXTURES = process.env.INSITUBATCH_FIXTURES;
 export const HTTP = process.env.INSITUBATCH_HTTP_URL;
 export const skip = !FIXTURES || !HTTP ? 'INSITUBATCH_FIXTURES / INSITUBATCH_HTTP_URL unset: run scripts/test-wasm.sh' : false;
+/** CI (`CI` set, as in .ci/run) provides every prerequisite: there a skip is a failure. */
+export const UNDER_CI = !!process.env.CI && !['', '0', 'false'].includes(process.env.CI.trim().toLowerCase());
+if (skip && UNDER_CI) throw new Error(`${skip}; CI is set, where this is a failure, not a skip`);
 
 export function manifest() {
   return JSON.parse(readFileSync(join(FIXTURES, 'manifest.json'), 'utf8'));

@@ -21,9 +21,15 @@ pub const DEMO_LON: u64 = 180;
 
 /// `${INSITUBATCH_CACHE:-$HOME/.cache/insitubatch}/demo/era5_demo.zarr`.
 pub fn default_demo_path() -> PathBuf {
-    let base = std::env::var_os("INSITUBATCH_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from).join(".cache").join("insitubatch")
-    });
+    let base = std::env::var_os("INSITUBATCH_CACHE").map_or_else(
+        || {
+            std::env::var_os("HOME")
+                .map_or_else(|| PathBuf::from("."), PathBuf::from)
+                .join(".cache")
+                .join("insitubatch")
+        },
+        PathBuf::from,
+    );
     base.join("demo").join("era5_demo.zarr")
 }
 

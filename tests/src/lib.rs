@@ -2,6 +2,7 @@
 //! `tests/fixtures/make_fixtures.py`) and the loopback servers started by `scripts/test.sh`.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
 
 use insitubatch_native::core::Batch;
@@ -160,4 +161,20 @@ pub fn write_storage_fixture(dir: &std::path::Path) -> std::io::Result<()> {
         std::fs::rename(&tmp, &path).map_err(with_path(&path))?;
     }
     Ok(())
+}
+
+/// Whether this run is CI's (`CI` set to anything but `""`, `0` or `false`, as CI services
+/// and `.ci/run` do). There every prerequisite of every test is provided, so a missing one is
+/// a failure, never a skip.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false"))
+}
+
+/// Skip the calling test because `why` (a missing prerequisite), loudly: the line goes
+/// straight to stderr, past libtest's output capture, so a skip never looks like a pass.
+/// Under CI ([`under_ci`]) it panics instead: the test fails. Call it, then `return`.
+pub fn skip(test: &str, why: &str) {
+    assert!(!under_ci(), "{test}: {why}; CI is set, where this is a failure, not a skip");
+    // Not eprintln!: libtest captures that and shows it only for failed tests.
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {why}");
 }

@@ -117,7 +117,7 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
 /// no pool job is queued or running (`threads::drop_when_idle`), so an engine is never freed
 /// on a pool thread; every JS-facing object that can cause jobs holds one.
 #[derive(Clone)]
-#[cfg_attr(not(feature = "threads"), allow(dead_code))]
+#[cfg_attr(not(feature = "threads"), allow(dead_code, reason = "the field is read only by the threaded build's Drop"))]
 struct KeepAlive(Option<insitubatch_core::Dataset>);
 
 impl Drop for KeepAlive {

@@ -35,7 +35,7 @@ unsafe impl Send for SendJob {}
 impl SendJob {
     /// Takes `self` whole, so the closure below captures the `Send` wrapper and not its field.
     fn run(self) {
-        (self.0)()
+        (self.0)();
     }
 }
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use insitubatch_native::core::{Batch, DatasetOptions, Split};
 use insitubatch_native::{OpenOptions, open};
-use insitubatch_tests::digest;
+use insitubatch_tests::{digest, skip};
 
 /// The parameters both sides use; keep in sync with `js/test/parity.test.js`.
 const SEED: u64 = 3;
@@ -21,7 +21,7 @@ const BLOCK_CHUNKS: usize = 2;
 #[test]
 fn native_digests_for_the_parity_check() {
     let Ok(dir) = std::env::var("INSITUBATCH_FIXTURES") else {
-        eprintln!("INSITUBATCH_FIXTURES is not set; skipping (run scripts/test-wasm.sh)");
+        skip("native_digests_for_the_parity_check", "INSITUBATCH_FIXTURES is not set (run scripts/test-wasm.sh)");
         return;
     };
     let dir = PathBuf::from(dir);

@@ -7,6 +7,10 @@ use futures::executor::block_on;
 use serde_json::json;
 use zarrs::storage::store::MemoryStore;
 use zarrs::storage::{ListableStorageTraits, ReadableStorageTraits};
+// On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+// takes the place of libtest's `#[test]`.
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
 
 /// Write an array with zarrs: metadata (v2 or v3 JSON) and `values` over the whole array.
 fn write(store: &Arc<MemoryStore>, path: &str, meta: Value, values: &[f32]) {
@@ -371,7 +375,7 @@ fn discovery_from_v2_zmetadata_and_all_coordinates() {
     put_json(&storage, ".zmetadata", &only);
     match block_on(open_arrays(&storage, None)) {
         Err(Error::Config(m)) => {
-            assert!(m.contains("\"lat\"") && m.contains("\"s\"") && m.contains("variables"), "{m}")
+            assert!(m.contains("\"lat\"") && m.contains("\"s\"") && m.contains("variables"), "{m}");
         }
         other => panic!("{other:?}"),
     }
@@ -511,9 +515,15 @@ fn zstd_frame(raw: &[u8]) -> Bytes {
 
 /// Decode throughput of the direct zstd path vs zarrs' generic chain (run with
 /// `cargo test -p insitubatch-core --release zarr::tests::bench -- --ignored --nocapture`).
+/// Not on wasm32: it reads the wall clock, which wasm32-unknown-unknown's std has not.
 #[test]
 #[ignore]
-#[cfg(feature = "c-codecs")]
+#[cfg(all(feature = "c-codecs", not(target_arch = "wasm32")))]
+#[allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "an ignored micro benchmark: it measures wall time on purpose"
+)]
 fn bench_fast_vs_generic() {
     let store = Arc::new(MemoryStore::new());
     let shape = [64u64, 256, 256];
