@@ -265,7 +265,7 @@ impl BatchTimeline {
     pub fn attribute(&self, from: Duration, to: Duration, fetch_share_of_permit_wait: f64, out: &mut [f64; 5]) {
         let overlap = |a: Duration, b: Duration| -> f64 {
             let (a, b) = (a.max(from), b.min(to));
-            if b > a { (b - a).as_secs_f64() } else { 0.0 }
+            b.saturating_sub(a).as_secs_f64()
         };
         let zero = Duration::ZERO;
         out[0] += overlap(zero, self.admitted);
@@ -350,12 +350,8 @@ pub fn verdict(r: &Recorded, max_inflight: usize) -> (LimitingStage, String, boo
     }
     let idle = r.times.consumer_s / wall < 0.1;
     let total_blocked: f64 = r.blocked.iter().sum();
-    let (best, best_s) = Stage::ALL
-        .iter()
-        .zip(r.blocked)
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(s, v)| (*s, v))
-        .unwrap_or((Stage::Store, 0.0));
+    let (best, best_s) =
+        Stage::ALL.iter().copied().zip(r.blocked).max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((Stage::Store, 0.0));
     let store_advice = if r.inflight_peak >= max_inflight {
         format!(
             "the consumer waited on storage reads with all {max_inflight} max_inflight reads in flight: raise \

@@ -227,7 +227,7 @@ impl ChunkTransform for Coarsen {
 }
 
 impl Coarsen {
-    fn output_for(&self, array: &str, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
+    fn output_for(self, array: &str, dtype: DType, inner: &[usize]) -> Result<(DType, Vec<usize>)> {
         if dtype != DType::Float32 || inner.len() < 2 || self.factor == 0 {
             return Err(Error::Config(format!(
                 "Coarsen({}) needs float32 data with at least two inner axes and a positive factor; array {array} is {dtype} {inner:?}",
@@ -247,7 +247,7 @@ impl Coarsen {
         Ok((dtype, out))
     }
 
-    fn coarsen(&self, chunk: DecodedChunk) -> Result<DecodedChunk> {
+    fn coarsen(self, chunk: DecodedChunk) -> Result<DecodedChunk> {
         let f = self.factor;
         let inner = &chunk.data.shape[1..];
         let (_, out_inner) = self.output_for(&chunk.array, chunk.data.dtype, inner)?;

@@ -11,7 +11,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// `thp:always` asks for transparent huge pages, so a fresh 100 MiB buffer costs 50 faults,
 /// not 25,000.
 #[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]
-#[allow(non_upper_case_globals)]
+#[allow(non_upper_case_globals, reason = "jemalloc reads this exact symbol name")]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,narenas:1,thp:always\0";
 
@@ -415,61 +415,7 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
     let variables: Vec<String> = ds.dataset().variables().iter().map(|v| v.label.clone()).collect();
     let mut rows = Vec::new();
     for k in 0..epochs {
-        let epoch = knobs.epoch + k;
-        ds.set_epoch(epoch);
-        let t0 = Instant::now();
-        let (mut samples, mut bytes, mut ttfb) = (0u64, 0u64, None);
-        let mut digest = run.digest.then(insitubatch_native::BatchDigest::default);
-        for b in ds.train()? {
-            let b = b?;
-            ttfb.get_or_insert_with(|| t0.elapsed().as_secs_f64());
-            samples += b.len() as u64;
-            bytes += b.arrays.values().map(|a| a.data.len() as u64).sum::<u64>();
-            if let Some(d) = &mut digest {
-                d.update(&b);
-            }
-            if run.step_ms > 0 {
-                std::thread::sleep(std::time::Duration::from_millis(run.step_ms));
-            }
-        }
-        let secs = t0.elapsed().as_secs_f64().max(1e-9);
-        let last = ds.last_pass();
-        let stage = last.as_ref().map_or_else(|| "unknown".to_string(), |s| s.limiting_stage.to_string());
-        let mut row = json!({
-            "epoch": epoch,
-            "kind": if k == 0 { "cold" } else { "warm" },
-            "seconds": secs,
-            "samples": samples,
-            "decoded_bytes": bytes,
-            "mb_per_s": bytes as f64 / 1e6 / secs,
-            "samples_per_s": samples as f64 / secs,
-            "ttfb_s": ttfb.unwrap_or(0.0),
-            // From the process's start of work (open included): meaningful for the first epoch only.
-            "first_batch_since_start_s": (k == 0).then(|| (t0 - t_open).as_secs_f64() + ttfb.unwrap_or(0.0)),
-            "limiting_stage": stage,
-        });
-        if let Some(p) = &last {
-            row["storage_reads"] = json!(p.storage_reads);
-            row["revived_chunks"] = json!(p.revived_chunks);
-            row["reread_chunks"] = json!(p.reread_chunks);
-            row["resident_peak_chunks"] = json!(p.depths.resident_peak_chunks);
-        }
-        if let Some(d) = digest {
-            row["digest"] = json!(d.finish());
-        }
-        if !as_json {
-            outln!(
-                "epoch {epoch} ({}): {samples} samples in {secs:.2}s, {:.1} MB/s, {:.0} samples/s, ttfb {:.3}s, limited by {}",
-                row["kind"].as_str().unwrap_or(""),
-                row["mb_per_s"].as_f64().unwrap_or(0.0),
-                row["samples_per_s"].as_f64().unwrap_or(0.0),
-                ttfb.unwrap_or(0.0),
-                row["limiting_stage"].as_str().unwrap_or("")
-            );
-            if let Some(s) = ds.last_pass() {
-                outln!("  {}", s.summary());
-            }
-        }
+        let row = bench_epoch(&ds, run, knobs.epoch + k, k == 0, t_open)?;
         rows.push(row);
     }
     let mut config = knobs.config_json(threads);
@@ -495,6 +441,71 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// One epoch of `bench`: its JSON row (printed as a line too unless `--json`).
+fn bench_epoch(
+    ds: &NativeDataset,
+    run: &BenchRun,
+    epoch: u64,
+    first: bool,
+    t_open: Instant,
+) -> Result<serde_json::Value> {
+    ds.set_epoch(epoch);
+    let t0 = Instant::now();
+    let (mut samples, mut bytes, mut ttfb) = (0u64, 0u64, None);
+    let mut digest = run.digest.then(insitubatch_native::BatchDigest::default);
+    for b in ds.train()? {
+        let b = b?;
+        ttfb.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+        samples += b.len() as u64;
+        bytes += b.arrays.values().map(|a| a.data.len() as u64).sum::<u64>();
+        if let Some(d) = &mut digest {
+            d.update(&b);
+        }
+        if run.step_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(run.step_ms));
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    let last = ds.last_pass();
+    let stage = last.as_ref().map_or_else(|| "unknown".to_string(), |s| s.limiting_stage.to_string());
+    let mut row = json!({
+        "epoch": epoch,
+        "kind": if first { "cold" } else { "warm" },
+        "seconds": secs,
+        "samples": samples,
+        "decoded_bytes": bytes,
+        "mb_per_s": bytes as f64 / 1e6 / secs,
+        "samples_per_s": samples as f64 / secs,
+        "ttfb_s": ttfb.unwrap_or(0.0),
+        // From the process's start of work (open included): meaningful for the first epoch only.
+        "first_batch_since_start_s": first.then(|| (t0 - t_open).as_secs_f64() + ttfb.unwrap_or(0.0)),
+        "limiting_stage": stage,
+    });
+    if let Some(p) = &last {
+        row["storage_reads"] = json!(p.storage_reads);
+        row["revived_chunks"] = json!(p.revived_chunks);
+        row["reread_chunks"] = json!(p.reread_chunks);
+        row["resident_peak_chunks"] = json!(p.depths.resident_peak_chunks);
+    }
+    if let Some(d) = digest {
+        row["digest"] = json!(d.finish());
+    }
+    if !run.as_json {
+        outln!(
+            "epoch {epoch} ({}): {samples} samples in {secs:.2}s, {:.1} MB/s, {:.0} samples/s, ttfb {:.3}s, limited by {}",
+            row["kind"].as_str().unwrap_or(""),
+            row["mb_per_s"].as_f64().unwrap_or(0.0),
+            row["samples_per_s"].as_f64().unwrap_or(0.0),
+            ttfb.unwrap_or(0.0),
+            row["limiting_stage"].as_str().unwrap_or("")
+        );
+        if let Some(s) = ds.last_pass() {
+            outln!("  {}", s.summary());
+        }
+    }
+    Ok(row)
 }
 
 /// Opens the disk tier of `--pause-after-chunks`.

@@ -285,6 +285,8 @@ fn a_mapping_keeps_its_bytes_while_a_writer_readmits_the_same_chunk() {
     let before = std::fs::read(&path).unwrap();
     let file = std::fs::File::open(&path).unwrap();
     // What a reader holds: a mapping of the chunk file.
+    // SAFETY: the test is checking exactly that writers never modify a mapped chunk file in
+    // place (they write a new file and rename it over), so this mapping stays valid.
     let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata(&path).unwrap().ino();

@@ -13,7 +13,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Same settings as the CLI (see native/src/main.rs): reuse freed pages, one arena, huge pages.
 #[cfg(all(target_os = "linux", not(target_env = "musl")))]
-#[allow(non_upper_case_globals)]
+#[allow(non_upper_case_globals, reason = "jemalloc reads this exact symbol name")]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,narenas:1,thp:always\0";
 
@@ -403,7 +403,11 @@ impl NativeDataset {
 impl NativeDataset {
     /// `variables`: `(label, geometry)` pairs, or `None` to discover every data array.
     #[new]
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        clippy::fn_params_excessive_bools,
+        reason = "the Python constructor's keyword arguments, converted here one to one"
+    )]
     #[pyo3(signature = (url, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
                         prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
