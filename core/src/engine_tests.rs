@@ -17,6 +17,10 @@ use crate::testing::{Fault, MemoryStorage, SimError, SimExecutor, write_f32_arra
 use crate::transform::{BatchTransform, everywhere};
 use crate::zarr::open_array;
 use crate::{Batch, NdArray};
+// On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+// takes the place of libtest's `#[test]`.
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
 
 const LIMIT: Duration = Duration::from_secs(3600);
 

@@ -231,6 +231,10 @@ pub fn shuffle_quality(anchors: &[u64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn spec(chunks: &[u64], shuffle: bool, epoch: u64) -> OrderSpec<'_> {
         OrderSpec {

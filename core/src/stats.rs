@@ -410,6 +410,10 @@ pub fn verdict(r: &Recorded, max_inflight: usize) -> (LimitingStage, String, boo
 #[cfg(test)]
 mod tests {
     use super::*;
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+    // takes the place of libtest's `#[test]`.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// A pass whose consumer mostly waited, all of it on the store, with `peak` reads in flight.
     fn store_bound(peak: usize) -> Recorded {

@@ -11,6 +11,10 @@ use crate::shuffle::Split;
 use crate::split::{SplitOptions, split_by_chunk};
 use crate::testing::{MemoryStorage, SimExecutor, write_f32_array};
 use crate::zarr::open_array;
+// On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
+// takes the place of libtest's `#[test]`.
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
