@@ -177,12 +177,55 @@ pub struct NativeDataset {
 /// [`NativeError::Url`]/[`NativeError::Open`] for bad URLs, options or a missing local
 /// store; [`NativeError::Core`] for metadata, geometry or configuration problems.
 pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
-    let storage = open_storage(url, &options.storage_options)?;
+    let storage = open_url_storage(url, &options.storage_options)?;
+    build_dataset(storage, url, options)
+}
+
+/// Build a dataset over a storage the caller already built (a store object handed over by
+/// the Python package, say); `location` names it in messages. Storage options configure a
+/// store opened by URL, so here they are refused rather than silently ignored.
+///
+/// # Errors
+/// A configuration error when `options.storage_options` is not empty; otherwise as [`open`].
+pub fn open_storage_with(storage: Arc<dyn Storage>, location: &str, options: OpenOptions) -> Result<NativeDataset> {
+    refuse_storage_options(&options.storage_options, location)?;
+    build_dataset(storage, location, options)
+}
+
+/// The storage [`open`] reads for `url`: [`open_storage`], then a missing local store is
+/// refused (for callers that read metadata without building a dataset).
+///
+/// # Errors
+/// As [`open_storage`], and [`NativeError::Open`] for a `file://` store that does not exist.
+pub fn open_url_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn Storage>> {
+    let storage = open_storage(url, options)?;
     refuse_missing_local_store(url)?;
+    Ok(storage)
+}
+
+/// Storage options are for stores opened by URL; a store built elsewhere carries its own
+/// configuration.
+///
+/// # Errors
+/// A configuration error ([`insitubatch_core::Error::Config`]) naming the options, when
+/// there are any.
+pub fn refuse_storage_options(options: &[(String, String)], location: &str) -> Result<()> {
+    if options.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<&str> = options.iter().map(|(k, _)| k.as_str()).collect();
+    Err(NativeError::Core(insitubatch_core::Error::Config(format!(
+        "storage options {keys:?} apply only to a store opened by URL; configure the store object itself instead: \
+         {location}"
+    ))))
+}
+
+/// The body [`open`] and [`open_storage_with`] share.
+fn build_dataset(storage: Arc<dyn Storage>, location: &str, options: OpenOptions) -> Result<NativeDataset> {
     let runtime = NativeRuntime::new(options.threads)?;
     let builder = options.builder(Arc::clone(&storage), runtime.runtime.clone())?;
     let dataset = runtime.block_on(builder.open())?;
-    Ok(NativeDataset { dataset, runtime, storage, url: url.to_string() })
+    Ok(NativeDataset { dataset, runtime, storage, url: location.to_string() })
 }
 
 /// A `file://` URL whose directory does not exist: said before any metadata read, so the
@@ -288,7 +331,7 @@ impl NativeDataset {
         &self.storage
     }
 
-    /// The URL as given.
+    /// The URL as given (or the location a storage handed to [`open_storage_with`] was given).
     pub fn url(&self) -> &str {
         &self.url
     }

@@ -88,6 +88,31 @@ fn missing_store_names_the_url_last() {
     assert!(err.to_string().ends_with("s3://bucket/x.zarr"), "{err}");
 }
 
+/// A storage built by the caller (the Python package's store objects) reads as its URL does;
+/// storage options, which only configure a URL, are refused with the location last.
+#[test]
+fn a_storage_handed_over_reads_as_its_url() {
+    use insitubatch_native::{BatchDigest, open_storage, open_storage_with};
+    let path = store();
+    let url = url::Url::from_directory_path(path).unwrap().to_string();
+    let digest = |ds: &insitubatch_native::NativeDataset| {
+        let mut d = BatchDigest::default();
+        for b in ds.train().unwrap() {
+            d.update(&b.unwrap());
+        }
+        d.finish()
+    };
+    let by_url = open(&url, OpenOptions::default()).unwrap();
+    let storage = open_storage(&url, &[]).unwrap();
+    let handed = open_storage_with(storage.clone(), "my-store", OpenOptions::default()).unwrap();
+    assert_eq!(digest(&handed), digest(&by_url));
+    assert_eq!(handed.url(), "my-store");
+    let options = OpenOptions { storage_options: vec![("aws_region".into(), "x".into())], ..OpenOptions::default() };
+    let err = open_storage_with(storage, "my-store", options).unwrap_err();
+    assert!(matches!(err, NativeError::Core(insitubatch_native::core::Error::Config(_))), "{err}");
+    assert!(err.to_string().ends_with("my-store"), "{err}");
+}
+
 #[test]
 fn cli_describe_json_parses() {
     let path = store();

@@ -32,7 +32,9 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+mod pystore;
 mod transforms;
+use pystore::StoreArg;
 use transforms::ErrSlot;
 
 create_exception!(
@@ -353,17 +355,24 @@ fn valid_anchor_range(offsets: Vec<i64>, n_samples: u64) -> (u64, u64) {
     insitubatch_core::valid_anchor_range(&offsets, n_samples)
 }
 
-/// Open the store at `url` and read the geometry of each array (no chunk reads).
+/// Open `store` (a URL, an obstore store or a zarr store: [`StoreArg`]) and read the geometry
+/// of each array (no chunk reads).
 #[pyfunction]
-#[pyo3(signature = (url, variables, sample_axis, storage_options))]
+#[pyo3(signature = (store, variables, sample_axis, storage_options))]
 fn open_geometries(
     py: Python<'_>,
-    url: &str,
+    store: &Bound<'_, PyAny>,
     variables: Option<Vec<String>>,
     sample_axis: usize,
     storage_options: Vec<(String, String)>,
 ) -> PyResult<Vec<PyGeometry>> {
-    let storage = insitubatch_native::open_storage(url, &storage_options).map_err(native_err)?;
+    let storage = match StoreArg::from_py(store)? {
+        StoreArg::Url(url) => insitubatch_native::open_url_storage(&url, &storage_options),
+        StoreArg::Built { storage, location } => {
+            insitubatch_native::refuse_storage_options(&storage_options, &location).map(|()| storage)
+        }
+    }
+    .map_err(native_err)?;
     let runtime = NativeRuntime::new(Some(1)).map_err(native_err)?;
     let arrays = py
         .detach(|| runtime.block_on(insitubatch_core::zarr::open_arrays(storage.as_ref(), variables.as_deref())))
@@ -401,20 +410,21 @@ impl NativeDataset {
 
 #[pymethods]
 impl NativeDataset {
-    /// `variables`: `(label, geometry)` pairs, or `None` to discover every data array.
+    /// `store`: a URL, an obstore store or a zarr store ([`StoreArg`]). `variables`:
+    /// `(label, geometry)` pairs, or `None` to discover every data array.
     #[new]
     #[allow(
         clippy::too_many_arguments,
         clippy::fn_params_excessive_bools,
         reason = "the Python constructor's keyword arguments, converted here one to one"
     )]
-    #[pyo3(signature = (url, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
+    #[pyo3(signature = (store, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
                         prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
                         persist = false, readonly_cache = false, reset_stale_cache = false))]
     fn new(
         py: Python<'_>,
-        url: String,
+        store: &Bound<'_, PyAny>,
         manifest: Option<PyRef<'_, PyManifest>>,
         variables: Option<Vec<(String, PyRef<'_, PyGeometry>)>>,
         batch_size: usize,
@@ -434,6 +444,7 @@ impl NativeDataset {
         readonly_cache: bool,
         reset_stale_cache: bool,
     ) -> PyResult<Self> {
+        let store = StoreArg::from_py(store)?;
         let errors: ErrSlot = Arc::default();
         let chunk_transforms: Vec<Scoped> = chunk_transforms
             .iter()
@@ -470,7 +481,15 @@ impl NativeDataset {
             batch_transforms,
             ..OpenOptions::default()
         };
-        let opened = py.detach(|| insitubatch_native::open(&url, options)).map_err(native_err)?;
+        let url = store.location().to_string();
+        let opened = py
+            .detach(|| match store {
+                StoreArg::Url(url) => insitubatch_native::open(&url, options),
+                StoreArg::Built { storage, location } => {
+                    insitubatch_native::open_storage_with(storage, &location, options)
+                }
+            })
+            .map_err(native_err)?;
         Ok(Self { open: Mutex::new(Some(Arc::new(Open { opened, errors }))), url })
     }
 

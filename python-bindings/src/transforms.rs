@@ -33,7 +33,7 @@ static IN_CALL: AtomicUsize = AtomicUsize::new(0);
 /// Run `f` with the GIL, unless the interpreter is shutting down: engine threads may still
 /// be running transforms when Python exits, and attaching during finalization crashes.
 /// Callers are counted so [`shutdown`] can wait for those already inside.
-fn with_python<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> insitubatch_core::Result<R> {
+pub(crate) fn with_python<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> insitubatch_core::Result<R> {
     struct Leave;
     impl Drop for Leave {
         fn drop(&mut self) {

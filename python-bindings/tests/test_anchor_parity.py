@@ -304,18 +304,8 @@ def test_manifests_cross_both_ways(anchor):
 
 def test_every_public_name_of_the_anchor_is_here_or_listed(anchor):
     missing = [n for n in anchor["module"] if not hasattr(ib, n)]
-    # Store objects are the lead's (issue 10, item 1); the engine internals have no Python form.
-    assert set(missing) <= {
-        "ChunkPool",
-        "Scheduler",
-        "build_stored_chunk_reads",
-        "obstore_store",
-        "fsspec_store",
-        "icechunk_store",
-        "arraylake_store",
-        "close_store",
-        "ensure_local_dir",
-    }, missing
+    # The engine internals have no Python form.
+    assert set(missing) <= {"ChunkPool", "Scheduler", "build_stored_chunk_reads"}, missing
 
 
 def test_same_bad_inputs_raise_the_same_types(anchor, fixtures, tmp_path):

@@ -22,7 +22,17 @@ from ._native import InsitubatchIOError, StandardScaler
 from ._runtime import Depths, PassStats, StageTimes, bottleneck
 from ._shuffle import DrawOrder, block_shuffled_order, chunk_permutation, sequential_order, shuffle_quality
 from ._split import SplitManifest, split_by_chunk, valid_anchor_range
-from ._store import ArrayNotFoundError, NotAnArrayError, open_geometries
+from ._store import (
+    ArrayNotFoundError,
+    NotAnArrayError,
+    arraylake_store,
+    close_store,
+    ensure_local_dir,
+    fsspec_store,
+    icechunk_store,
+    obstore_store,
+    open_geometries,
+)
 from ._summary import DatasetReport
 from ._transforms import _cache_token  # noqa: F401 - the engine calls insitubatch_rs._cache_token
 from ._transforms import BatchTransform, ChunkTransform, ReshapingChunkTransform, applies
@@ -57,12 +67,18 @@ __all__ = [
     "StandardScaler",
     "StoredChunkRead",
     "applies",
+    "arraylake_store",
     "as_tf_dataset",
     "as_torch",
     "block_shuffled_order",
     "bottleneck",
     "chunk_permutation",
+    "close_store",
     "debug_info",
+    "ensure_local_dir",
+    "fsspec_store",
+    "icechunk_store",
+    "obstore_store",
     "open_geometries",
     "print_debug_info",
     "sequential_order",

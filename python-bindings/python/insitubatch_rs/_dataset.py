@@ -16,7 +16,7 @@ import numpy as np
 from . import _native
 from ._runtime import PassStats, format_pass
 from ._split import SplitManifest, native_manifest
-from ._store import anchor_errors, check_local, store_url
+from ._store import anchor_errors, close_store, engine_store
 from ._store import storage_options as _storage_opts
 from ._summary import DatasetReport, dataset_report
 from ._transforms import native_chunk_transform
@@ -206,7 +206,10 @@ class InSituDataset:
     """A dataset over one Zarr store: shuffled/sequential split views sharing one pool.
 
     ``store`` is the store's URL (``file://``, ``s3://``, ``gs://``, ``az://``,
-    ``http(s)://``) or a local path. ``manifest`` defaults to ``split_by_chunk`` of the
+    ``http(s)://``) or a local path, an obstore store (read in Rust, at the URL's speed; a
+    zarr ``ObjectStore`` over one, as ``obstore_store`` makes, is unwrapped), or any
+    zarr-python v3 ``Store`` (``FsspecStore``, an Icechunk session's store, ...: read through
+    its async API, slower). ``manifest`` defaults to ``split_by_chunk`` of the
     first variable. ``geometries`` maps batch labels to ``ArrayGeometry`` (several labels may
     read one array at different offsets via ``geom.shift(k)``); ``None`` discovers every
     data array.
@@ -225,8 +228,8 @@ class InSituDataset:
     instead of raising. One writer or many readers per directory (a lock held until
     ``close()``).
 
-    Ours beyond the anchor's arguments: ``storage_options`` (object_store settings) and
-    ``threads`` (the engine's thread-pool size; ``None`` = one per core).
+    Ours beyond the anchor's arguments: ``storage_options`` (object_store settings, for a
+    URL; a store object carries its own) and ``threads`` (the engine's thread-pool size; ``None`` = one per core).
     """
 
     def __init__(
@@ -252,9 +255,9 @@ class InSituDataset:
         storage_options: Mapping[str, Any] | None = None,
         threads: int | None = None,
     ) -> None:
-        url = store_url(store)
-        check_local(url)
-        self._url, self.store = url, store
+        self.store = store
+        self._store = engine_store(store)
+        self._url = self._store if isinstance(self._store, str) else str(self._store)
         k = _Knobs.checked(
             batch_size, block_chunks, max_inflight, seed, shuffle, prefetch_depth, cache_budget_bytes, threads,
             on_bad_chunk,
@@ -300,7 +303,7 @@ class InSituDataset:
             variables = [(str(label), native_geometry(g)) for label, g in geometries.items()]
         with anchor_errors():
             return _native.NativeDataset(
-                self._url,
+                self._store,
                 native_manifest(manifest),
                 variables,
                 batch_size=k.batch_size,
@@ -479,11 +482,14 @@ class InSituDataset:
 
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:
-        """Release the pool, its cache files' handles and the lock on ``cache_dir``. Idempotent."""
+        """Release the pool, its cache files' handles, the lock on ``cache_dir`` and an
+        fsspec store's session (``close_store``). Idempotent."""
         if not self._native.closed:
             raw = self._native.last_pass_json()
             if raw is not None:
                 self._last_pass = PassStats._from_engine(json.loads(raw))
+            # Before the engine goes: a session made by our reads lives on the engine's loop.
+            close_store(self.store)
         self._native.close()
 
     @property

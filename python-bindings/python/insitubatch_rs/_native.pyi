@@ -79,7 +79,7 @@ def split_by_chunk(
 ) -> SplitManifest: ...
 def valid_anchor_range(offsets: list[int], n_samples: int) -> tuple[int, int]: ...
 def open_geometries(
-    url: str, variables: list[str] | None, sample_axis: int, storage_options: list[tuple[str, str]]
+    store: str | Any, variables: list[str] | None, sample_axis: int, storage_options: list[tuple[str, str]]
 ) -> list[ArrayGeometry]: ...
 def buffer_address(obj: Buffer) -> int: ...
 def _shutdown() -> None: ...
@@ -118,7 +118,7 @@ class NativeStream:
 class NativeDataset:
     def __init__(
         self,
-        url: str,
+        store: str | Any,
         manifest: SplitManifest | None,
         variables: list[tuple[str, ArrayGeometry]] | None,
         *,

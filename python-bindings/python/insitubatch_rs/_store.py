@@ -1,4 +1,9 @@
-"""Opening stores: ``open_geometries``, and the anchor's error types for what a store lacks.
+"""Opening stores: ``open_geometries``, the anchor's store constructors and helpers, and the
+anchor's error types for what a store lacks.
+
+The engine takes a URL, an obstore store (read in Rust) or any zarr-python v3 ``Store``
+(read through its async API on an event loop of the engine's: python-bindings/src/pystore.rs).
+The constructors import their optional package when called, and name the extra that brings it.
 
 The anchor raises ``KeyError`` for an array name the store does not have and ``TypeError``
 for a name that is a group. The engine reports both as its own errors (an
@@ -53,28 +58,157 @@ def storage_options(opts: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return [(str(k), str(v)) for k, v in (opts or {}).items()]
 
 
-def store_url(store: Any) -> str:
-    """The URL the engine opens. Store objects (obstore, zarr) are not taken yet."""
+def _kind(obj: Any) -> tuple[str, str]:
+    """``(top-level module, class name)`` of ``obj``'s class, read without importing anything."""
+    cls = type(obj)
+    return cls.__module__.split(".", 1)[0], cls.__name__
+
+
+def engine_store(store: Any) -> Any:
+    """What the engine opens: a URL string, an obstore store or a zarr-python store.
+
+    A path becomes a ``file://`` URL. A zarr ``ObjectStore`` over an obstore store is
+    unwrapped, so the engine reads the obstore store itself (in Rust, without the GIL). An
+    obstore ``MemoryStore`` is the exception both ways: its contents cannot be shared with
+    the engine's copy of obstore, so it is read through zarr (as ``zarr.storage.ObjectStore``).
+    Anything else is handed over as it is, and the extension says what it cannot take.
+    """
     if isinstance(store, os.PathLike):
         from pathlib import Path
 
         return Path(os.fspath(store)).resolve().as_uri()
-    if not isinstance(store, str):
-        raise TypeError(
-            f"store must be a URL string (file://, s3://, gs://, az://, http(s)://) or a local path, got "
-            f"{type(store).__name__}: store objects are not accepted yet"
-        )
+    if isinstance(store, str):
+        return store
+    module, name = _kind(store)
+    if module == "zarr" and name == "ObjectStore" and _kind(store.store) != ("obstore", "MemoryStore"):
+        return store.store
+    if (module, name) == ("obstore", "MemoryStore"):
+        zarr_storage = _require("zarr.storage", "obstore", "an obstore MemoryStore")
+        return zarr_storage.ObjectStore(store, read_only=True)
     return store
 
 
-def check_local(url: str) -> None:
-    """A missing local store is an I/O error, not an empty store (as the Rust CLI does)."""
+def _require(module: str, extra: str, what: str) -> Any:
+    """Import an optional dependency, or say which extra brings it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{what} needs {module.split('.')[0]}: pip install 'insitubatch-rs[{extra}]' ({e})") from e
+
+
+# -- the anchor's store constructors and helpers -----------------------------------------
+
+
+def obstore_store(url: str, *, read_only: bool = True, **kw: Any) -> Any:
+    """An obstore-backed zarr ``Store`` for ``url`` (``file://``, ``s3://``, ``gs://``,
+    ``az://``, ``http(s)://``, ``memory://``), as the anchor returns.
+
+    Extra keywords go to ``obstore.store.from_url`` (``region``, ``endpoint``,
+    ``skip_signature``, ``client_options``, ``credential_provider``, ...). The engine reads
+    the obstore store inside it in Rust, at the URL path's speed. Requires
+    ``insitubatch-rs[obstore]``.
+    """
+    from_url = _require("obstore.store", "obstore", "obstore_store").from_url
+    zarr_storage = _require("zarr.storage", "obstore", "obstore_store")
+    return zarr_storage.ObjectStore(from_url(url, **kw), read_only=read_only)
+
+
+def fsspec_store(url: str, *, read_only: bool = True, **storage_options: Any) -> Any:
+    """A zarr ``FsspecStore`` for ``url`` (any fsspec backend: GCS requester-pays or
+    Rapid buckets through gcsfs, s3fs, ...); ``storage_options`` go to
+    ``FsspecStore.from_url``. A ``file://`` store gets ``auto_mkdir``.
+
+    The engine reads it through zarr's async API (slower than obstore; see
+    docs/benchmarks-python.md). Requires ``insitubatch-rs[fsspec]`` and the backend's package.
+    """
+    from urllib.parse import urlparse
+
+    _require("fsspec", "fsspec", "fsspec_store")
+    zarr_storage = _require("zarr.storage", "fsspec", "fsspec_store")
+    if urlparse(url).scheme in ("", "file"):
+        storage_options.setdefault("auto_mkdir", True)
+    return zarr_storage.FsspecStore.from_url(url, storage_options=storage_options or None, read_only=read_only)
+
+
+def icechunk_store(
+    url: str, *, branch: str = "main", anonymous: bool = False, region: str | None = None, **kw: Any
+) -> Any:
+    """The read-only session store of the Icechunk repository at ``url`` (``s3://``,
+    ``s3a://``, ``gs://``, ``gcs://`` or ``file://``) on ``branch``.
+
+    Public buckets need ``anonymous=True``; otherwise credentials come from the environment.
+    Extra keywords go to Icechunk's storage constructor. Requires ``insitubatch-rs[icechunk]``.
+    """
     from urllib.parse import urlparse
     from urllib.request import url2pathname
 
     parsed = urlparse(url)
-    if parsed.scheme == "file" and not os.path.exists(url2pathname(parsed.path)):
-        raise InsitubatchIOError(f"no Zarr store exists at this path: {url}")
+    if parsed.scheme not in ("s3", "s3a", "gs", "gcs", "file", ""):
+        raise ValueError(
+            f"icechunk_store takes s3://, gs:// or file:// URLs (not {parsed.scheme}://); for a repository "
+            f"hosted by Arraylake use arraylake_store('org/repo'), which is addressed by catalog name: {url}"
+        )
+    icechunk = _require("icechunk", "icechunk", "icechunk_store")
+    bucket, prefix = parsed.netloc, parsed.path.strip("/")
+    if parsed.scheme in ("s3", "s3a"):
+        storage = icechunk.s3_storage(bucket=bucket, prefix=prefix, region=region, anonymous=anonymous, **kw)
+    elif parsed.scheme in ("gs", "gcs"):
+        if anonymous:
+            kw.setdefault("anonymous", True)
+        storage = icechunk.gcs_storage(bucket=bucket, prefix=prefix, **kw)
+    else:
+        storage = icechunk.local_filesystem_storage(url2pathname(parsed.path) or url, **kw)
+    return icechunk.Repository.open(storage).readonly_session(branch).store
+
+
+def arraylake_store(repo: str, *, branch: str = "main") -> Any:
+    """The read-only Icechunk session store of the Arraylake repo ``repo`` (``"org/name"``)
+    on ``branch``. Auth comes from ``arraylake auth login`` or ``ARRAYLAKE_TOKEN``. Requires
+    ``insitubatch-rs[arraylake]``."""
+    arraylake = _require("arraylake", "arraylake", "arraylake_store")
+    return arraylake.Client().get_repo(repo).readonly_session(branch).store
+
+
+def close_store(store: Any) -> None:
+    """Close the aiohttp session of an fsspec store (gcsfs, s3fs, fsspec's HTTP) on the event
+    loop it lives on, so it neither leaks nor is closed on the wrong loop at garbage collection.
+
+    Best effort, and never raises: a no-op for stores without one (URLs, obstore stores), for
+    a session already closed and for a loop no longer running. The backend recreates the
+    session if the store is reused, but call this only when done with the store.
+    ``InSituDataset.close()`` calls it (a session our reads made lives on the engine's loop).
+    """
+    import asyncio
+
+    fs = getattr(store, "fs", None)
+    session = getattr(fs, "_session", None)
+    loop = getattr(session, "_loop", None)
+    if session is None or loop is None or getattr(session, "closed", True) or not loop.is_running():
+        return
+    with contextlib.suppress(Exception):  # teardown: never raise from a close
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:  # called on the session's own loop: it cannot wait for itself
+            loop.create_task(session.close())
+        else:
+            asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=5)
+        fs._session = None
+
+
+def ensure_local_dir(url: str) -> str:
+    """Create the directory of a ``file://`` URL or a local path (obstore's LocalStore will
+    not); a no-op for other schemes. Returns ``url`` unchanged, for chaining."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        os.makedirs(url2pathname(parsed.path), exist_ok=True)
+    return url
 
 
 def open_geometries(
@@ -86,20 +220,19 @@ def open_geometries(
 ) -> dict[str, ArrayGeometry]:
     """Read each array's geometry from the store's metadata (no chunk reads).
 
-    ``store`` is a URL (or a local path). ``variables=None`` discovers every data array,
-    skipping CF coordinates (0-D arrays, 1-D arrays named after their own dimension); a
-    name the store lacks raises ``KeyError``, a group ``TypeError``. ``sample_axis`` applies
-    to every array. ``storage_opts`` are object_store settings (``aws_region="..."``).
+    ``store`` is a URL (or a local path), an obstore store or a zarr-python v3 ``Store``.
+    ``variables=None`` discovers every data array, skipping CF coordinates (0-D arrays, 1-D
+    arrays named after their own dimension); a name the store lacks raises ``KeyError``, a
+    group ``TypeError``. ``sample_axis`` applies to every array. ``storage_opts`` are
+    object_store settings for a URL (``aws_region="..."``); a store object has its own.
     """
-    url = store_url(store)
-    check_local(url)
     if isinstance(variables, str):
         variables = [variables]
     if int(sample_axis) < 0:
         raise ValueError(f"sample_axis must be >= 0, got {sample_axis}")
     with anchor_errors():
         geoms = _native.open_geometries(
-            url,
+            engine_store(store),
             None if variables is None else [str(v) for v in variables],
             int(sample_axis),
             storage_options(storage_opts),
