@@ -378,10 +378,10 @@ mod tests {
     use super::*;
     // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
     // takes the place of libtest's `#[test]`.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use crate::testing::MemoryStorage;
     use futures::executor::block_on;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn memory() -> MemoryStorage {
         let m = MemoryStorage::new();
