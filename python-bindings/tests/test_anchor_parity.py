@@ -24,9 +24,6 @@ import pytest
 import insitubatch_rs as ib
 from conftest import url
 
-# Fields we report as None because the engine does not measure them (docs/migration.md).
-NOT_MEASURED = {"times.assemble_s", "depths.batch_queue_full_enough", "depths.decode_queue_peak", "depths.fed_frac"}
-
 
 def anchor_python() -> Path:
     candidates = [os.environ.get("IB_ANCHOR_PY")]
@@ -260,8 +257,8 @@ def test_last_pass_has_the_anchors_attributes_and_types(anchor, mine):
     a = anchor["last_pass"]
     assert (lp.split, lp.batches) == (a["split"], a["batches"])
     same_keys_and_types(a["attrs"], attrs(lp), "last_pass")
-    same_keys_and_types(a["times"], attrs(lp.times), "times", NOT_MEASURED)
-    same_keys_and_types(a["depths"], attrs(lp.depths), "depths", NOT_MEASURED)
+    same_keys_and_types(a["times"], attrs(lp.times), "times")
+    same_keys_and_types(a["depths"], attrs(lp.depths), "depths")
     assert set(a["as_dict"]) <= set(lp.as_dict())
     assert anchor["samples"] == sum(len(b) for b in ds.train)
 

@@ -156,7 +156,11 @@ pub fn write_storage_fixture(dir: &std::path::Path) -> std::io::Result<()> {
         let path = dir.join(key);
         let parent = path.parent().expect("a fixture key has a parent dir");
         std::fs::create_dir_all(parent).map_err(with_path(parent))?;
-        let tmp = parent.join(format!(".{}.{}.tmp", path.file_name().unwrap().to_string_lossy(), std::process::id()));
+        // Unique per process and per call: writers on several threads never share a temp file.
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = parent.join(format!(".{name}.{}.{call}.tmp", std::process::id()));
         std::fs::write(&tmp, &bytes).map_err(with_path(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(with_path(&path))?;
     }

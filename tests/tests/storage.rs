@@ -38,10 +38,14 @@ impl Drop for TempDir {
     }
 }
 
-/// The fixture where the loopback HTTP server serves it (its root is the fixtures dir).
+/// The fixture where the loopback HTTP server serves it (its root is the fixtures dir),
+/// written once per process: the tests that read it run on parallel threads.
 fn served_fixture() {
-    let dir = fixtures_dir().join(STORAGE_FIXTURE);
-    write_storage_fixture(&dir).unwrap_or_else(|e| panic!("cannot write the storage fixture: {e}"));
+    static WRITTEN: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    WRITTEN.get_or_init(|| {
+        let dir = fixtures_dir().join(STORAGE_FIXTURE);
+        write_storage_fixture(&dir).unwrap_or_else(|e| panic!("cannot write the storage fixture: {e}"));
+    });
 }
 
 #[test]
