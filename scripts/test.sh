@@ -39,10 +39,10 @@ t cargo test -p insitubatch-tests
 echo "== wasm/JS: Node tests, cross-target parity, headless Chromium"
 t bash scripts/test-wasm.sh
 t bash scripts/test-www.sh   # the dashboard in headless Chromium (Playwright)
-ib_stop_servers
 
-echo "== Python package (insitubatch_rs): pytest, with real torch"
+echo "== Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
 t bash scripts/test-python.sh
+ib_stop_servers
 
 # One closing line over every runner above.
 awk '/^test result:/ { p += $4; f += $6; next }
