@@ -11,8 +11,13 @@ max_batches) -> dict``):
 - ``rs-python``: insitubatch_rs.InSituDataset(block_chunks=16, max_inflight=32), iterate
   ``ds.train`` (numpy batches, zero-copy views of engine buffers).
 - ``rs-torch``: the same through ``as_torch`` + ``DataLoader(batch_size=None, num_workers=0)``.
+- ``rs-obstore`` / ``rs-zarrstore``: ``rs-python`` over a store object instead of the URL:
+  an obstore ``LocalStore`` (read in Rust) or a zarr-python ``LocalStore`` (read through
+  zarr's async API; python-bindings/src/pystore.rs).
 - ``anchor-py``: insitubatch 0.2.0 with the same settings (run it with the anchor venv's
   python); the in-process twin of bench/anchor_bench.py that also honours --compute-ms.
+- ``anchor-zarrstore``: ``anchor-py`` over a zarr-python ``LocalStore`` (the anchor's
+  ``obstore_store`` is a zarr ``ObjectStore``, so this is the like-for-like of ``rs-zarrstore``).
 - ``xbatcher-torch-nw0`` / ``xbatcher-torch-nw2``: xarray.open_zarr(chunks=None) +
   xbatcher.BatchGenerator(input_dims={time: 1, lat: all, lon: all}) as a map-style torch
   Dataset of samples, DataLoader(batch_size, shuffle=True, num_workers=N,
@@ -137,14 +142,27 @@ def _row(url, var, engine, version, batch_size, epochs, compute_ms, max_batches,
 
 
 # ------------------------------------------------------------------ our engine
-def _rs_dataset(url, var, batch_size, seed=0):
+def _rs_dataset(url, var, batch_size, seed=0, store=None):
     import insitubatch_rs as ibr
 
-    geoms = ibr.open_geometries(url, [var])
+    store = url if store is None else store
+    geoms = ibr.open_geometries(store, [var])
     manifest = ibr.split_by_chunk(next(iter(geoms.values())), fractions=(1.0, 0.0, 0.0))
-    ds = ibr.InSituDataset(url, manifest, geoms, batch_size=batch_size, block_chunks=16,
+    ds = ibr.InSituDataset(store, manifest, geoms, batch_size=batch_size, block_chunks=16,
                            max_inflight=32, seed=seed, shuffle=True)
     return ibr, ds
+
+
+def _store_object(kind, url):
+    """A store object over the local store at ``url``: an obstore or a zarr-python LocalStore."""
+    path = _path_of(url)
+    if kind == "obstore":
+        import obstore.store
+
+        return obstore.store.LocalStore(path)
+    import zarr.storage
+
+    return zarr.storage.LocalStore(path, read_only=True)
 
 
 def _rs_version():
@@ -164,8 +182,9 @@ def _stage_of(ds):
     return after
 
 
-def run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
-    ibr, ds = _rs_dataset(url, var, batch_size, seed)
+def run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed=0, store=None,
+                  engine="rs-python"):
+    ibr, ds = _rs_dataset(url, var, batch_size, seed, store)
 
     def count(b):
         return len(b), sum(int(a.nbytes) for a in b.values())
@@ -177,8 +196,18 @@ def run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed=0)
     except Exception:  # noqa: BLE001
         est = 0
     ds.close()
-    return _row(url, var, "rs-python", _rs_version(), batch_size, epochs,
+    return _row(url, var, engine, _rs_version(), batch_size, epochs,
                 compute_ms, max_batches, ep, {"block_chunks": 16, "max_inflight": 32}, est)
+
+
+def run_rs_obstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    return run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed,
+                         store=_store_object("obstore", url), engine="rs-obstore")
+
+
+def run_rs_zarrstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    return run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed,
+                         store=_store_object("zarr", url), engine="rs-zarrstore")
 
 
 def run_rs_torch(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
@@ -200,10 +229,11 @@ def run_rs_torch(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
                 {"block_chunks": 16, "max_inflight": 32, "torch": torch.__version__})
 
 
-def run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+def run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0, store=None,
+                  engine="anchor-py"):
     import insitubatch as ib
 
-    store = ib.obstore_store(url)
+    store = ib.obstore_store(url) if store is None else store
     geoms = ib.open_geometries(store, [var])
     manifest = ib.split_by_chunk(next(iter(geoms.values())), fractions=(1.0, 0.0, 0.0))
     ds = ib.InSituDataset(store, manifest, geoms, batch_size=batch_size, block_chunks=16,
@@ -215,8 +245,13 @@ def run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0)
     ep = time_epochs(lambda e: ds.train, epochs, compute_ms, max_batches, count,
                      set_epoch=ds.set_epoch)
     ds.close()
-    return _row(url, var, "anchor-py", getattr(ib, "__version__", "?"), batch_size, epochs,
+    return _row(url, var, engine, getattr(ib, "__version__", "?"), batch_size, epochs,
                 compute_ms, max_batches, ep, {"block_chunks": 16, "max_inflight": 32})
+
+
+def run_anchor_zarrstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    return run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed,
+                         store=_store_object("zarr", url), engine="anchor-zarrstore")
 
 
 # ------------------------------------------------------------------ xbatcher + torch
@@ -368,7 +403,10 @@ def run_tensorstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=
 ENGINES = {
     "rs-python": run_rs_python,
     "rs-torch": run_rs_torch,
+    "rs-obstore": run_rs_obstore,
+    "rs-zarrstore": run_rs_zarrstore,
     "anchor-py": run_anchor_py,
+    "anchor-zarrstore": run_anchor_zarrstore,
     "xbatcher-torch-nw0": run_xbatcher_nw0,
     "xbatcher-torch-nw2": run_xbatcher_nw2,
     "zarr-loop": run_zarr_loop,

@@ -488,7 +488,7 @@ class InSituDataset:
             raw = self._native.last_pass_json()
             if raw is not None:
                 self._last_pass = PassStats._from_engine(json.loads(raw))
-            # Before the engine goes: a session made by our reads lives on the engine's loop.
+            # A session our reads made, on zarr's loop (python-bindings/src/pystore.rs).
             close_store(self.store)
         self._native.close()
 

@@ -2,7 +2,7 @@
 anchor's error types for what a store lacks.
 
 The engine takes a URL, an obstore store (read in Rust) or any zarr-python v3 ``Store``
-(read through its async API on an event loop of the engine's: python-bindings/src/pystore.rs).
+(read through its async API on zarr's I/O event loop: python-bindings/src/pystore.rs).
 The constructors import their optional package when called, and name the extra that brings it.
 
 The anchor raises ``KeyError`` for an array name the store does not have and ``TypeError``
@@ -178,7 +178,7 @@ def close_store(store: Any) -> None:
     Best effort, and never raises: a no-op for stores without one (URLs, obstore stores), for
     a session already closed and for a loop no longer running. The backend recreates the
     session if the store is reused, but call this only when done with the store.
-    ``InSituDataset.close()`` calls it (a session our reads made lives on the engine's loop).
+    ``InSituDataset.close()`` calls it.
     """
     import asyncio
 
