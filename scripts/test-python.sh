@@ -4,6 +4,7 @@
 #   IB_PYTHON_TORCH=0   skip installing torch (torch tests are skipped)
 #   IB_PYTHON_JAX=0     skip installing jax (jax tests are skipped)
 #   IB_PYTHON_RELEASE=1 build the extension in release mode
+#   IB_ANCHOR=0         skip building the anchor's venv (the parity tests then skip)
 #   IB_PYTHON_VERSIONS="3.10 3.12 3.13" the other Pythons the same abi3 wheel is tested on
 #                       (numpy + zarr-python + pytest venvs; "" skips them)
 #   extra args go to every pytest run
@@ -57,12 +58,20 @@ fi
 export INSITUBATCH_FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures}"
 "$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES" >/dev/null
 
-# 4. Tests (run from outside the source tree so the installed package is the one imported).
+# 4. The anchor itself (insitubatch 0.2.0 on Python 3.12, cached venv keyed by its
+#    requirements), so test_anchor_parity.py compares against it instead of skipping.
+#    IB_ANCHOR=0 leaves it out (the parity tests then skip, saying so).
+if [ "${IB_ANCHOR:-1}" != 0 ]; then
+    IB_ANCHOR_PY="$(bash "$ROOT/bench/setup_anchor.sh")"
+    export IB_ANCHOR_PY
+fi
+
+# 5. Tests (run from outside the source tree so the installed package is the one imported).
 cd "$PB/tests"
 rc=0
 "$IB_PY" -m pytest -q -p no:cacheprovider "$@" . || rc=$?
 
-# 5. The same abi3 wheel on the other supported Pythons, each in its own cached venv from
+# 6. The same abi3 wheel on the other supported Pythons, each in its own cached venv from
 #    tests/requirements-py<v>.txt (no torch/JAX: those tests skip). Where that venv has
 #    zarr-python 3, it rewrites the test stores with its own zarr first.
 other_python() {
