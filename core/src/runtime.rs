@@ -86,6 +86,32 @@ pub trait Storage: MaybeSend + MaybeSync + Debug {
     fn location(&self) -> String;
 }
 
+/// A suffix read for stores that refuse a suffix longer than the object (object_store's
+/// local files, zarr's `LocalStore`): when `suffix` fails, read the object whole with
+/// `whole` and keep its last `n` bytes. If that read fails too, the first error stands.
+///
+/// # Errors
+/// `suffix`'s error when the whole read cannot stand in for it.
+pub async fn suffix_or_whole<S, W, F>(n: u64, suffix: S, whole: W) -> Result<Option<Bytes>, StorageError>
+where
+    S: Future<Output = Result<Option<Bytes>, StorageError>>,
+    W: FnOnce() -> F,
+    F: Future<Output = Result<Option<Bytes>, StorageError>>,
+{
+    let err = match suffix.await {
+        Ok(b) => return Ok(b),
+        Err(e) => e,
+    };
+    match whole().await {
+        Ok(Some(b)) => {
+            let keep = usize::try_from(n).unwrap_or(usize::MAX).min(b.len());
+            Ok(Some(b.slice(b.len() - keep..)))
+        }
+        Ok(None) => Ok(None),
+        Err(_) => Err(err),
+    }
+}
+
 /// Background tasks and time. Time is an input so tests can simulate it.
 pub trait Executor: MaybeSend + MaybeSync + Debug {
     /// Run `task` in the background until it completes or is dropped.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError};
+use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, suffix_or_whole};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
@@ -147,16 +147,10 @@ impl Storage for ObjectStoreStorage {
         Box::pin(async move {
             match range {
                 ByteRange::Bounded { start, end } => self.get_bounded(key, start, end).await,
-                ByteRange::Suffix(n) => match self.get_opts(key, Some(GetRange::Suffix(n))).await {
-                    Ok(b) => Ok(b),
-                    // Some stores reject a suffix longer than the object: take it whole.
-                    Err(e) => match self.get_opts(key, None).await {
-                        Ok(Some(b)) if (b.len() as u64) <= n => Ok(Some(b)),
-                        Ok(Some(b)) => Ok(Some(b.slice(b.len() - n as usize..))),
-                        Ok(None) => Ok(None),
-                        Err(_) => Err(e),
-                    },
-                },
+                ByteRange::Suffix(n) => {
+                    let suffix = self.get_opts(key, Some(GetRange::Suffix(n)));
+                    suffix_or_whole(n, suffix, || self.get_opts(key, None)).await
+                }
             }
         })
     }

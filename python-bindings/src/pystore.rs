@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures::channel::oneshot;
-use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError};
+use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, suffix_or_whole};
 use insitubatch_native::ObjectStoreStorage;
 use pyo3::exceptions::{
     PyConnectionError, PyFileNotFoundError, PyKeyError, PyRuntimeError, PyTimeoutError, PyTypeError,
@@ -326,17 +326,10 @@ impl Storage for PyZarrStorage {
                     Ok(self.get_opt(key, None).await?.map(|_| Bytes::new()))
                 }
                 ByteRange::Bounded { .. } => self.get_opt(key, Some(range)).await,
-                ByteRange::Suffix(n) => match self.get_opt(key, Some(range)).await {
-                    Ok(b) => Ok(b),
-                    // zarr's LocalStore cannot seek before the start: a suffix longer than the
-                    // object fails there, so take the object whole.
-                    Err(e) => match self.get_opt(key, None).await {
-                        Ok(Some(b)) if (b.len() as u64) <= n => Ok(Some(b)),
-                        Ok(Some(b)) => Ok(Some(b.slice(b.len() - n as usize..))),
-                        Ok(None) => Ok(None),
-                        Err(_) => Err(e),
-                    },
-                },
+                // zarr's LocalStore cannot seek before the start of the object.
+                ByteRange::Suffix(n) => {
+                    suffix_or_whole(n, self.get_opt(key, Some(range)), || self.get_opt(key, None)).await
+                }
             }
         })
     }

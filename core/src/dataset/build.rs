@@ -44,8 +44,10 @@ enum Selection {
 /// Everything a dataset is made of, set piece by piece; see the module docs.
 ///
 /// ```
+/// # // The simulated store and clock are behind core's `testing` feature (on in the test command).
+/// # #[cfg(feature = "testing")] {
 /// # use std::sync::Arc;
-/// # use insitubatch_core::{Dataset, DatasetOptions, Runtime, Split, runtime::InlinePool};
+/// # use insitubatch_core::{Dataset, DatasetOptions, Runtime, runtime::InlinePool};
 /// # use insitubatch_core::testing::{MemoryStorage, SimExecutor, write_f32_array};
 /// let storage = MemoryStorage::new();
 /// write_f32_array(&storage, "t2m", &[8, 2], &[4, 2], None, None, |i| i as f32);
@@ -56,6 +58,7 @@ enum Selection {
 ///     .options(DatasetOptions { batch_size: 2, ..Default::default() });
 /// let ds = sim.run(builder.open(), std::time::Duration::from_secs(5)).unwrap().unwrap();
 /// assert_eq!(ds.variables()[0].label, "t2m");
+/// # }
 /// ```
 #[derive(Clone)]
 pub struct DatasetBuilder {
@@ -165,11 +168,6 @@ impl DatasetBuilder {
     pub fn batch_transforms(mut self, transforms: Vec<Arc<dyn BatchTransform>>) -> Self {
         self.batch_transforms = transforms;
         self
-    }
-
-    /// The storage the dataset will read.
-    pub fn storage(&self) -> &Arc<dyn Storage> {
-        &self.storage
     }
 
     /// Read the metadata of the arrays not yet [`Self::opened`], then [`Self::build`].

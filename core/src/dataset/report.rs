@@ -170,9 +170,7 @@ impl Dataset {
         let i = &self.inner;
         let o = &i.options;
         let splits = [Split::Train, Split::Val, Split::Test];
-        let per_split = |f: &dyn Fn(Split) -> u64| -> Vec<(String, u64)> {
-            splits.iter().map(|&s| (s.name().to_string(), f(s))).collect()
-        };
+        let drawable: Vec<(String, u64)> = splits.iter().map(|&s| (s.name().to_string(), self.drawable(s))).collect();
         let order = self.order(Split::Train, self.epoch());
         ConfigReport {
             batch_size: o.batch_size,
@@ -193,11 +191,11 @@ impl Dataset {
             samples_per_chunk: i.manifest.sample_chunk_size,
             n_chunks: i.manifest.n_chunks,
             split_chunks: splits.iter().map(|&s| (s.name().to_string(), i.manifest.chunks_of(s).len())).collect(),
-            drawable_samples: per_split(&|s| self.drawable(s)),
-            batches_per_epoch: splits
+            batches_per_epoch: drawable
                 .iter()
-                .map(|&s| (s.name().to_string(), self.drawable(s).div_ceil(o.batch_size as u64) as usize))
+                .map(|(name, n)| (name.clone(), n.div_ceil(o.batch_size as u64) as usize))
                 .collect(),
+            drawable_samples: drawable,
             shuffle_quality: shuffle_quality(&order.anchors),
         }
     }
