@@ -2,10 +2,16 @@
 # Source me, then call ib_test_venv: creates/refreshes the test venv (python3 = 3.11)
 # at ${INSITUBATCH_CACHE:-$HOME/.cache/insitubatch}/venv-test from
 # tests/fixtures/requirements.txt (re-installs when its hash changes), exports IB_PY.
+# IB_TEST_VENV=DIR uses that venv instead, as is (scripts/overlay-venv.sh makes one that sees
+# the shared venv's packages, so two checkouts can test their own builds side by side).
 
 _IB_REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 ib_test_venv() {
+    if [ -n "${IB_TEST_VENV:-}" ]; then
+        export IB_PY="$IB_TEST_VENV/bin/python"
+        return 0
+    fi
     local cache="${INSITUBATCH_CACHE:-$HOME/.cache/insitubatch}"
     local venv="$cache/venv-test"
     local req="$_IB_REPO_ROOT/tests/fixtures/requirements.txt"

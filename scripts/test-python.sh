@@ -37,7 +37,8 @@ build_hash="$( { echo "$profile"; cat Cargo.toml Cargo.lock; \
     find core native python-bindings/src python-bindings/python python-bindings/Cargo.toml python-bindings/pyproject.toml \
         -type f \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name '*.pyi' -o -name py.typed \) -print0 \
         | sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
-wheels="$INSITUBATCH_CACHE/python-wheels"
+wheels="${IB_TEST_VENV:+$IB_TEST_VENV/wheels}"
+wheels="${wheels:-$INSITUBATCH_CACHE/python-wheels}"
 if [ "$(cat "$VENV/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
     || ! "$IB_PY" -c 'import insitubatch_rs._native' 2>/dev/null \
     || ! compgen -G "$wheels/insitubatch_rs-*.whl" >/dev/null; then
