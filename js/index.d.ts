@@ -145,6 +145,12 @@ export interface MemoryReport {
   read_once_bytes: number;
   residency_bytes: number;
   budget_is_automatic: boolean;
+  /** What an automatic budget holds for one iteration (read-once, within half the memory). */
+  automatic_budget_bytes: number;
+  /** The instance's maximum memory; the automatic budget takes at most half. */
+  memory_available_bytes: number | null;
+  /** Below read-once: at most this many chunk bytes are fetched again per train epoch. */
+  reread_bytes_max: number;
   inflight_bytes: number;
   queue_bytes: number;
   scratch_bytes: number;

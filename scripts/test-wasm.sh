@@ -83,7 +83,10 @@ if ! rustup component list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep
     rustup component add rust-src --toolchain "$NIGHTLY"
 fi
 THREADS_TARGET_DIR="${IB_WASM_THREADS_TARGET_DIR:-$INSITUBATCH_CACHE/target-wasm-threads}"
-RUSTFLAGS='-C target-feature=+atomics,+bulk-memory,+mutable-globals -C link-arg=--shared-memory -C link-arg=--max-memory=1073741824 -C link-arg=--import-memory -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base' \
+# 4 GiB, wasm32's whole space: Chromium and Node allow shared memories that large. The
+# engine plans its automatic budget within it (wasm/src/runtime.rs reads IB_WASM_MAX_MEMORY).
+export IB_WASM_MAX_MEMORY=4294967296
+RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals -C link-arg=--shared-memory -C link-arg=--max-memory=$IB_WASM_MAX_MEMORY -C link-arg=--import-memory -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base" \
     CARGO_TARGET_DIR="$THREADS_TARGET_DIR" \
     nice -n 5 cargo "+$NIGHTLY" build -q --release -p insitubatch-wasm --no-default-features --features threads \
     --target wasm32-unknown-unknown -Z build-std=panic_abort,std

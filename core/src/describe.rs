@@ -113,6 +113,15 @@ pub struct MemoryReport {
     pub residency_bytes: u64,
     /// True when no budget was given.
     pub budget_is_automatic: bool,
+    /// What an automatic budget holds for one iteration: read-once, capped at half the
+    /// memory available, never below the floor.
+    pub automatic_budget_bytes: u64,
+    /// The memory the runtime said the engine can have (available memory, cgroup-aware,
+    /// natively; the instance's room in wasm); the automatic budget takes at most half.
+    pub memory_available_bytes: Option<u64>,
+    /// Below read-once: an upper bound on the chunk bytes a train epoch fetches again
+    /// (0 when every chunk is read once).
+    pub reread_bytes_max: u64,
     /// Storage reads in flight: encoded bytes (and a decoded tile while it is placed).
     pub inflight_bytes: u64,
     /// Batches queued, being gathered, and held by the caller.
@@ -268,7 +277,7 @@ impl DatasetReport {
         let m = &self.memory;
         let _ = writeln!(
             s,
-            "  memory ({} iteration{}): residency {}{} (floor {} per iteration, read-once {}) + in flight {} + queue {} + scratch {} + recycled {} = {}; estimated peak {}",
+            "  memory ({} iteration{}): residency {}{} (floor {} per iteration, read-once {}) + in flight {} + queue {} + scratch {} + recycled {} = {}; estimated peak {}{}",
             m.iterations,
             if m.iterations == 1 { "" } else { "s" },
             human_bytes(m.residency_bytes),
@@ -280,7 +289,8 @@ impl DatasetReport {
             human_bytes(m.scratch_bytes),
             human_bytes(m.recycled_bytes),
             human_bytes(m.accounted_bytes),
-            human_bytes(m.estimated_peak_bytes)
+            human_bytes(m.estimated_peak_bytes),
+            m.memory_available_bytes.map(|a| format!(" of {} available", human_bytes(a))).unwrap_or_default()
         );
         for n in &self.notes {
             let _ = writeln!(s, "  [{}] {} ({}): {}", n.severity, n.code, n.subject, n.message);

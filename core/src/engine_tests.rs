@@ -44,7 +44,7 @@ impl Fixture {
             Some(l) => MemoryStorage::new().with_latency(exec.clone(), l),
             None => MemoryStorage::new(),
         };
-        Self { sim, storage, runtime: Runtime { executor: exec, pool: Arc::new(InlinePool) } }
+        Self { sim, storage, runtime: Runtime::new(exec, Arc::new(InlinePool)) }
     }
 
     fn array(&self, path: &str, shape: &[u64], chunks: &[u64], inner: Option<&[u64]>) {

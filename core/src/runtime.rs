@@ -148,13 +148,33 @@ where
     async move { rx.await.map_err(|_| Cancelled) }
 }
 
-/// The executor and thread pool an engine runs on.
+/// The executor and thread pool an engine runs on, and how much memory it may plan for.
 #[derive(Debug, Clone)]
 pub struct Runtime {
     /// Async tasks and the clock.
     pub executor: std::sync::Arc<dyn Executor>,
     /// CPU work.
     pub pool: std::sync::Arc<dyn ThreadPool>,
+    /// Bytes the engine can have: the memory available when it started (cgroup-aware)
+    /// natively, the instance's room to grow in wasm; `None` when unknown. The automatic
+    /// budget is sized within it and an explicit budget beyond it is refused, so a plan
+    /// never assumes more memory than the machine has. Reading it is the target's job:
+    /// core reads no system state.
+    pub memory_available: Option<u64>,
+}
+
+impl Runtime {
+    /// A runtime over `executor` and `pool`, with no memory limit known.
+    pub fn new(executor: std::sync::Arc<dyn Executor>, pool: std::sync::Arc<dyn ThreadPool>) -> Self {
+        Self { executor, pool, memory_available: None }
+    }
+
+    /// The same runtime, planning within `bytes` of memory.
+    #[must_use]
+    pub fn with_memory_available(mut self, bytes: Option<u64>) -> Self {
+        self.memory_available = bytes;
+        self
+    }
 }
 
 /// A pool that runs every job on the calling thread, at once. The wasm default (one

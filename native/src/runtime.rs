@@ -117,8 +117,8 @@ impl NativeRuntime {
             .build()
             .map_err(|e| NativeError::Runtime(format!("cannot start the tokio runtime: {e}")))?;
         let pool = RayonPool::new(threads)?;
-        let runtime =
-            Runtime { executor: Arc::new(TokioExecutor::new(rt.handle().clone())), pool: Arc::new(pool.clone()) };
+        let runtime = Runtime::new(Arc::new(TokioExecutor::new(rt.handle().clone())), Arc::new(pool.clone()))
+            .with_memory_available(memory_available());
         Ok(Self { tokio: Arc::new(OwnedTokio(Some(rt))), runtime, pool })
     }
 
@@ -130,5 +130,25 @@ impl NativeRuntime {
     /// Run a future to completion on the tokio runtime (from a non-async thread).
     pub fn block_on<F: Future>(&self, f: F) -> F::Output {
         self.handle().block_on(f)
+    }
+}
+
+/// The memory this process can still have: the system's available memory (free plus
+/// reclaimable page cache), or a container's room when its cgroup limit is tighter.
+/// `None` where the platform reports nothing.
+pub fn memory_available() -> Option<u64> {
+    let mut sys = sysinfo::System::new();
+    sys.refresh_memory();
+    let system = Some(sys.available_memory()).filter(|&b| b > 0);
+    // sysinfo's cgroup `free_memory` subtracts the page cache the cgroup is charged for,
+    // which the kernel reclaims on demand, so on a machine that has been reading data it
+    // reads near zero. The limit less the cgroup's anonymous memory is what can be had.
+    let cgroup = sys
+        .cgroup_limits()
+        .filter(|c| c.total_memory < sys.total_memory())
+        .map(|c| c.total_memory.saturating_sub(c.rss));
+    match (system, cgroup) {
+        (Some(s), Some(c)) => Some(s.min(c)),
+        (s, c) => s.or(c),
     }
 }

@@ -172,3 +172,56 @@ fn an_async_stream_and_a_windowed_view_through_open_options() {
         }
     }
 }
+
+/// A store of metadata only (describe reads no chunks): two arrays of 10^6 samples of 1024×1024
+/// float32 whose sample-axis chunkings (1 and 3) differ, so read-once means holding about
+/// the whole split (terabytes).
+fn huge_two_chunkings_store() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("insitubatch-native-huge-{}", std::process::id())).join("huge.zarr");
+    let array = |spc: u64| {
+        serde_json::json!({
+            "zarr_format": 3, "node_type": "array", "shape": [1_000_000, 1024, 1024], "data_type": "float32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [spc, 1024, 1024]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0.0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        })
+    };
+    for (name, spc) in [("fine", 1), ("coarse", 3)] {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        std::fs::write(dir.join(name).join("zarr.json"), array(spc).to_string()).unwrap();
+    }
+    std::fs::write(dir.join("zarr.json"), r#"{"zarr_format":3,"node_type":"group","attributes":{}}"#).unwrap();
+    dir
+}
+
+fn cli_describe(store: &Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch"))
+        .args(["describe", store.to_str().unwrap(), "--json", "--var", "fine", "--var", "coarse"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_automatic_budget_never_plans_past_the_machine() {
+    let store = huge_two_chunkings_store();
+    let out = cli_describe(&store, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &v["memory"];
+    let available = m["memory_available_bytes"].as_u64().expect("the native runtime knows its memory");
+    let residency = m["residency_bytes"].as_u64().unwrap();
+    assert!(m["budget_is_automatic"].as_bool().unwrap());
+    assert!(m["read_once_bytes"].as_u64().unwrap() > available, "{m}");
+    assert!(residency <= (available / 2).max(m["floor_bytes"].as_u64().unwrap()), "{m}");
+    assert!(m["reread_bytes_max"].as_u64().unwrap() > 0, "{m}");
+    let codes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n["code"].as_str().unwrap()).collect();
+    assert!(codes.contains(&"budget-below-read-once"), "{codes:?}");
+
+    // An explicit budget the machine cannot hold is refused up front, with what would fit.
+    let too_much = (available * 2).to_string();
+    let out = cli_describe(&store, &["--cache-budget-bytes", &too_much]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pass at most") && err.contains("available"), "{err}");
+}

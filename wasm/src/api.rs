@@ -108,7 +108,8 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
         serde_wasm_bindgen::from_value(options).map_err(|e| JsError::new(&format!("invalid options: {e}")))?
     };
     let storage = storage_for(&url, &opts)?;
-    let runtime = Runtime { executor: Arc::new(LocalExecutor::new()), pool: cpu_pool() };
+    let runtime =
+        Runtime::new(Arc::new(LocalExecutor::new()), cpu_pool()).with_memory_available(crate::memory_available());
     let inner = insitubatch_core::open(storage, runtime, opts.to_core()).await.map_err(err)?;
     Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url })
 }

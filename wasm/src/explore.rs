@@ -189,7 +189,7 @@ impl Model {
             variables.extend(targets);
         }
         let pool = WhatIfPool(NonZeroUsize::new(threads).unwrap_or(NonZeroUsize::MIN));
-        let runtime = Runtime { executor, pool: Arc::new(pool) };
+        let runtime = Runtime::new(executor, Arc::new(pool)).with_memory_available(crate::memory_available());
         let ds = Dataset::builder(storage, runtime)
             .opened(opened)
             .variables(variables)

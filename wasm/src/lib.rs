@@ -31,6 +31,21 @@ pub use storage::FetchStorage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub use threads::{RayonPool, init_thread_pool};
 
+/// wasm32's whole address space: the most any instance can grow to.
+const WASM32_MAX_MEMORY: u64 = 4 << 30;
+
+/// The memory the engine can plan for: the instance's maximum. The threaded build declares
+/// its own (`--max-memory`, passed with `IB_WASM_MAX_MEMORY` beside it by
+/// scripts/test-wasm.sh, so the two cannot disagree); the one-thread build can grow to 4 GiB.
+/// `None` off wasm (the explorer's host tests), where the native runtime knows better.
+pub fn memory_available() -> Option<u64> {
+    if cfg!(target_arch = "wasm32") {
+        Some(option_env!("IB_WASM_MAX_MEMORY").and_then(|s| s.parse().ok()).unwrap_or(WASM32_MAX_MEMORY))
+    } else {
+        None
+    }
+}
+
 /// The option names `open()` accepts (the fields of [`JsOpenOptions`]).
 pub const OPTION_NAMES: &[&str] = &[
     "variables",

@@ -52,7 +52,7 @@ enum Selection {
 /// let storage = MemoryStorage::new();
 /// write_f32_array(&storage, "t2m", &[8, 2], &[4, 2], None, None, |i| i as f32);
 /// let sim = SimExecutor::new();
-/// let runtime = Runtime { executor: Arc::new(sim.clone()), pool: Arc::new(InlinePool) };
+/// let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
 /// let builder = Dataset::builder(Arc::new(storage), runtime)
 ///     .arrays(["t2m"])
 ///     .options(DatasetOptions { batch_size: 2, ..Default::default() });
@@ -314,11 +314,12 @@ impl Assembly {
         let tier = self.open_tier(&readers)?;
         let read_once_bytes = self.read_once_bytes(&residency, tier.as_ref());
         self.check_budget(residency.floor_max)?;
+        let auto_residency_bytes = self.auto_residency(read_once_bytes, residency.floor_max);
         let recycle_cap = recycle_cap_bytes(&residency.floor_arrays, &gather_vars, &self.options);
         let o = &self.options;
         let engine = Arc::new(Engine {
             storage: self.storage,
-            pool: Arc::new(Pool::new(o.cache_budget_bytes, read_once_bytes)),
+            pool: Arc::new(Pool::new(o.cache_budget_bytes, auto_residency_bytes)),
             cpu: CpuQueue::new(Arc::clone(&self.runtime.pool)),
             runtime: self.runtime,
             arrays: readers,
@@ -347,6 +348,7 @@ impl Assembly {
                 last_pass: Arc::new(Mutex::new(None)),
                 batch_transforms: self.batch_transforms.into(),
                 read_once_bytes,
+                auto_residency_bytes,
                 live_streams: AtomicUsize::new(0),
             }),
         })
@@ -528,17 +530,45 @@ impl Assembly {
         }
     }
 
+    /// The automatic residency: read-once, but within [`auto_budget_cap`] of the memory the
+    /// runtime has; never below the floor, which every pass needs. Below read-once the plan
+    /// re-reads chunks shared between blocks, and `describe()` says how much.
+    fn auto_residency(&self, read_once: u64, floor_max: u64) -> u64 {
+        match auto_budget_cap(self.runtime.memory_available) {
+            Some(cap) => read_once.min(cap).max(floor_max),
+            None => read_once,
+        }
+    }
+
     fn check_budget(&self, floor_max: u64) -> Result<()> {
-        match self.options.cache_budget_bytes {
-            Some(budget) if budget < floor_max => Err(Error::Config(format!(
+        let Some(budget) = self.options.cache_budget_bytes else { return Ok(()) };
+        if budget < floor_max {
+            return Err(Error::Config(format!(
                 "cache_budget_bytes={budget} is below this run's residency floor of {floor_max} bytes ({}): two \
                  shuffle blocks of chunks must fit. Raise it, lower block_chunks or batch_size, or leave it unset to \
                  size it automatically",
                 human_bytes(floor_max)
+            )));
+        }
+        match self.runtime.memory_available {
+            Some(available) if budget > available => Err(Error::Config(format!(
+                "cache_budget_bytes={budget} ({}) is more than the {available} bytes ({}) of memory available to \
+                 this process: pass at most {available}, or leave it unset to size it automatically",
+                human_bytes(budget),
+                human_bytes(available)
             ))),
             _ => Ok(()),
         }
     }
+}
+
+/// The automatic budget plans within half the memory the runtime has: the other half is
+/// for batches, reads in flight, the caller's model and framework.
+const AUTO_BUDGET_SHARE_DIVISOR: u64 = 2;
+
+/// The most an automatic budget may take of `memory_available` (`None`: no cap known).
+pub(super) fn auto_budget_cap(memory_available: Option<u64>) -> Option<u64> {
+    memory_available.map(|m| m / AUTO_BUDGET_SHARE_DIVISOR)
 }
 
 /// Zero knobs refused; prefetch and block size raised to at least 1.

@@ -93,7 +93,10 @@ struct Inner {
     last_pass: StatsSink,
     batch_transforms: Arc<[Arc<dyn BatchTransform>]>,
     chunk_transform_labels: Vec<String>,
+    /// What reading every chunk once per epoch needs.
     read_once_bytes: u64,
+    /// What the automatic budget holds: read-once, capped by the runtime's memory.
+    auto_residency_bytes: u64,
     live_streams: AtomicUsize,
 }
 

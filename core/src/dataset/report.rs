@@ -1,10 +1,13 @@
 //! [`Dataset::describe`]: the static report, built in named steps from the same numbers the
 //! engine runs on (floors, gathers in flight, the draw order), so it cannot drift from them.
 
+use std::collections::HashSet;
+
 use super::{Dataset, max_gathers};
 use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport, human_bytes};
 use crate::engine::ArrayReader;
 use crate::error::{Error, Result};
+use crate::plan::PassPlan;
 use crate::shuffle::{Split, chunk_anchors, shuffle_quality};
 
 /// Process baseline (interpreter, allocator arenas, code) added to the accounted bytes.
@@ -33,6 +36,20 @@ impl Dataset {
         notes.extend(self.dataset_notes());
         let memory = self.memory_report(iterations, &mut notes);
         Ok(DatasetReport { variables, config: self.config_report(), memory, notes })
+    }
+
+    /// An upper bound on the chunk bytes one train epoch fetches again when residency is
+    /// below read-once: each use of a chunk by a block after its first may miss.
+    fn reread_bytes_max(&self) -> u64 {
+        let i = &self.inner;
+        let order = self.order(Split::Train, self.epoch());
+        let plan = PassPlan::build(&order, &i.plan_vars, i.options.batch_size);
+        let mut seen = HashSet::new();
+        plan.uses
+            .iter()
+            .filter(|u| !seen.insert(u.key))
+            .map(|u| i.engine.arrays[u.key.path as usize].charge(u.key.chunk))
+            .sum()
     }
 
     fn reader_of(&self, path: &str) -> &ArrayReader {
@@ -129,9 +146,13 @@ impl Dataset {
         let o = &i.options;
         let floor = Split::ALL.iter().map(|&s| self.floor(s)).max().unwrap_or(0);
         let needed = floor.saturating_mul(iterations as u64);
-        let residency = o.cache_budget_bytes.unwrap_or(i.read_once_bytes.max(needed));
-        if let Some(budget) = o.cache_budget_bytes {
-            notes.extend(budget_notes(budget, needed, i.read_once_bytes, iterations));
+        let residency = o.cache_budget_bytes.unwrap_or(i.auto_residency_bytes.max(needed));
+        let memory_available = i.engine.runtime.memory_available;
+        let reread_bytes_max = if residency < i.read_once_bytes { self.reread_bytes_max() } else { 0 };
+        let fit = BudgetFit { needed, read_once: i.read_once_bytes, reread_bytes_max, memory_available };
+        match o.cache_budget_bytes {
+            Some(budget) => notes.extend(budget_notes(budget, iterations, &fit)),
+            None => notes.extend(auto_budget_notes(residency, &fit)),
         }
         let batch_bytes: u64 = i.gather_vars.iter().map(|v| v.sample_bytes as u64).sum::<u64>() * o.batch_size as u64;
         let parallelism = i.engine.runtime.pool.parallelism().get();
@@ -150,18 +171,23 @@ impl Dataset {
         // so count two chunks of slack.
         let recycled_bytes = 2 * i.floor_arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
         let accounted = residency + inflight_bytes + queue_bytes + scratch_bytes + recycled_bytes;
+        let estimated_peak_bytes = accounted + accounted / ALLOCATOR_RETENTION_DIVISOR + PROCESS_BASELINE_BYTES;
+        notes.extend(peak_note(estimated_peak_bytes, memory_available));
         MemoryReport {
             iterations,
             floor_bytes: floor,
             read_once_bytes: i.read_once_bytes,
             residency_bytes: residency,
             budget_is_automatic: o.cache_budget_bytes.is_none(),
+            automatic_budget_bytes: i.auto_residency_bytes,
+            memory_available_bytes: memory_available,
+            reread_bytes_max,
             inflight_bytes,
             queue_bytes,
             scratch_bytes,
             recycled_bytes,
             accounted_bytes: accounted,
-            estimated_peak_bytes: accounted + accounted / ALLOCATOR_RETENTION_DIVISOR + PROCESS_BASELINE_BYTES,
+            estimated_peak_bytes,
         }
     }
 
@@ -239,8 +265,63 @@ fn variable_notes(vr: &VariableReport) -> Vec<Note> {
     notes
 }
 
+/// What a budget is measured against in the notes.
+struct BudgetFit {
+    /// The floors of the concurrent iterations.
+    needed: u64,
+    /// Residency that reads every chunk once.
+    read_once: u64,
+    /// Chunk bytes an epoch may fetch again below read-once.
+    reread_bytes_max: u64,
+    /// The runtime's memory, when known.
+    memory_available: Option<u64>,
+}
+
+impl BudgetFit {
+    fn reread_note(&self, what: &str) -> Note {
+        Note::new(
+            "budget-below-read-once",
+            Severity::Note,
+            "dataset",
+            format!(
+                "{what}: chunks shared between shuffle blocks (windows or coarser chunking) may be evicted and \
+                 re-read, up to {} more fetched per train epoch; {} keeps every chunk read once",
+                human_bytes(self.reread_bytes_max),
+                human_bytes(self.read_once)
+            ),
+        )
+    }
+}
+
+/// Notes on the automatic budget: capped below read-once by the machine.
+fn auto_budget_notes(residency: u64, fit: &BudgetFit) -> Option<Note> {
+    let available = fit.memory_available.filter(|_| residency < fit.read_once)?;
+    Some(fit.reread_note(&format!(
+        "the automatic budget is capped at {} (half of the {} available)",
+        human_bytes(residency),
+        human_bytes(available)
+    )))
+}
+
+/// A warning when the estimated peak is more than the runtime's memory.
+fn peak_note(peak: u64, memory_available: Option<u64>) -> Option<Note> {
+    let available = memory_available.filter(|&a| peak > a)?;
+    Some(Note::new(
+        "peak-above-memory",
+        Severity::Warn,
+        "dataset",
+        format!(
+            "the estimated peak of {} is more than the {} available: lower batch_size, prefetch_depth, \
+             max_inflight or block_chunks, or run fewer iterations at once",
+            human_bytes(peak),
+            human_bytes(available)
+        ),
+    ))
+}
+
 /// Notes on an explicit budget: too small for the iterations, or for reading every chunk once.
-fn budget_notes(budget: u64, needed: u64, read_once: u64, iterations: usize) -> Vec<Note> {
+fn budget_notes(budget: u64, iterations: usize, fit: &BudgetFit) -> Vec<Note> {
+    let BudgetFit { needed, read_once, .. } = *fit;
     let mut notes = Vec::new();
     if budget < needed {
         notes.push(Note::new(
@@ -254,16 +335,7 @@ fn budget_notes(budget: u64, needed: u64, read_once: u64, iterations: usize) -> 
         ));
     }
     if budget < read_once {
-        notes.push(Note::new(
-            "budget-below-read-once",
-            Severity::Note,
-            "dataset",
-            format!(
-                "chunks shared between shuffle blocks (windows or coarser chunking) may be evicted and re-read; {} \
-                 keeps every chunk read once",
-                human_bytes(read_once)
-            ),
-        ));
+        notes.push(fit.reread_note(&format!("cache_budget_bytes={budget}")));
     }
     notes
 }

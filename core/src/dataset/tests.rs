@@ -20,7 +20,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 fn store() -> (SimExecutor, MemoryStorage, Runtime) {
     let sim = SimExecutor::new();
-    let runtime = Runtime { executor: Arc::new(sim.clone()), pool: Arc::new(InlinePool) };
+    let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
     let storage = MemoryStorage::new();
     write_f32_array(&storage, "t2m", &[40, 2], &[4, 2], None, None, |i| i as f32);
     write_f32_array(&storage, "u10", &[40, 2], &[8, 2], None, None, |i| i as f32);
@@ -134,4 +134,69 @@ fn a_pass_as_a_futures_stream_yields_the_same_batches_as_next_batch() {
         .unwrap();
     assert_eq!(by_stream, by_next);
     assert_eq!(by_stream.iter().map(Vec::len).sum::<usize>(), 40);
+}
+
+/// Every train sample of one epoch, in draw order.
+fn train_epoch(sim: &SimExecutor, ds: &Dataset) -> Vec<u64> {
+    let ds = ds.clone();
+    let drawn = async move {
+        let mut s = ds.iter(Split::Train)?;
+        let mut out = Vec::new();
+        while let Some(b) = s.next_batch().await {
+            out.extend(b?.sample_indices);
+        }
+        crate::Result::<Vec<u64>>::Ok(out)
+    };
+    sim.run(drawn, LIMIT).unwrap().unwrap()
+}
+
+#[test]
+fn the_automatic_budget_stays_within_the_memory_the_runtime_has() {
+    // Two chunkings under shuffle: reading every chunk once means holding the whole split.
+    let (sim, _, runtime) = store();
+    let storage = MemoryStorage::new();
+    write_f32_array(&storage, "fine", &[800, 2], &[4, 2], None, None, |i| i as f32);
+    write_f32_array(&storage, "coarse", &[800, 2], &[40, 2], None, None, |i| i as f32);
+    let open = |runtime: Runtime| {
+        let b = Dataset::builder(shared(&storage), runtime).arrays(["fine", "coarse"]).options(DatasetOptions {
+            batch_size: 4,
+            block_chunks: 1,
+            ..Default::default()
+        });
+        sim.run(b.open(), LIMIT).unwrap().unwrap()
+    };
+    let unbounded = open(runtime.clone()).describe(1).unwrap().memory;
+    assert!(unbounded.read_once_bytes > unbounded.floor_bytes, "{unbounded:?}");
+    assert_eq!(unbounded.residency_bytes, unbounded.read_once_bytes);
+    assert_eq!(unbounded.reread_bytes_max, 0);
+
+    // Half of this is below read-once but above the floor: the plan re-reads instead.
+    let available = unbounded.read_once_bytes;
+    let ds = open(runtime.clone().with_memory_available(Some(available)));
+    let report = ds.describe(1).unwrap();
+    let m = &report.memory;
+    assert_eq!(m.residency_bytes, (available / 2).max(m.floor_bytes));
+    assert_eq!(m.automatic_budget_bytes, m.residency_bytes);
+    assert!(m.residency_bytes < m.read_once_bytes, "{m:?}");
+    assert!(m.reread_bytes_max > 0, "{m:?}");
+    assert_eq!(m.memory_available_bytes, Some(available));
+    let codes: Vec<&str> = report.notes.iter().map(|n| n.code.as_str()).collect();
+    assert!(codes.contains(&"budget-below-read-once"), "{codes:?}");
+    // The 64 MiB process baseline alone is more than this runtime has.
+    assert!(codes.contains(&"peak-above-memory"), "{codes:?}");
+
+    // Re-reading never loses or repeats a sample.
+    let mut drawn = train_epoch(&sim, &ds);
+    drawn.sort_unstable();
+    assert_eq!(drawn, ds.manifest().sample_indices(Split::Train));
+}
+
+#[test]
+fn an_explicit_budget_beyond_the_memory_available_is_refused_with_the_most_that_fits() {
+    let (sim, storage, runtime) = store();
+    let runtime = runtime.with_memory_available(Some(1 << 20));
+    let b = Dataset::builder(shared(&storage), runtime)
+        .options(DatasetOptions { cache_budget_bytes: Some(2 << 20), ..Default::default() });
+    let err = sim.run(b.open(), LIMIT).unwrap().unwrap_err();
+    assert!(matches!(&err, Error::Config(m) if m.contains("pass at most 1048576")), "{err}");
 }

@@ -89,6 +89,9 @@ class MemoryReport(TypedDict, total=False):
     working_set_bytes: int  # the automatic budget for one iteration
     floor_bytes: int
     read_once_bytes: int
+    automatic_budget_bytes: int
+    memory_available_bytes: int | None  # what the automatic budget takes at most half of
+    reread_bytes_max: int  # below read-once: chunk bytes a train epoch may fetch again
 
 
 class Note(TypedDict):
@@ -128,9 +131,9 @@ def dataset_report(raw: dict[str, Any], *, cache: dict[str, Any]) -> DatasetRepo
     built with (``cache_dir``, ``persist``, ``readonly_cache``, ``reset_stale_cache``)."""
     variables = {v["label"]: _variable(v) for v in raw["variables"]}
     memory: dict[str, Any] = dict(raw["memory"])
-    # The automatic budget of one iteration: the residency floor, raised to what keeps every
-    # chunk read once when blocks share chunks (the engine's rule in `Dataset::describe`).
-    memory["working_set_bytes"] = max(memory["floor_bytes"], memory["read_once_bytes"])
+    # The automatic budget of one iteration, as the engine sized it (read-once within half
+    # the memory available, never below the floor).
+    memory["working_set_bytes"] = memory["automatic_budget_bytes"]
     c: dict[str, Any] = dict(raw["config"])
     for k in ("offsets", "split_chunks", "drawable_samples", "batches_per_epoch"):
         c[k] = {name: value for name, value in c[k]}
