@@ -20,6 +20,10 @@ bash scripts/check.sh
 echo "== unit, simulation and property tests"
 t cargo test -p insitubatch-core -p insitubatch-native
 
+echo "== the Rust examples on the demo store (examples/: a tokio stream, a candle training loop)"
+t cargo run -q -p insitubatch-examples --example stream
+t cargo run -q -p insitubatch-examples --example train
+
 echo "== core for wasm32 (no runtime in its dependency tree)"
 cargo build -q -p insitubatch-core --target wasm32-unknown-unknown
 cargo build -q -p insitubatch-core --target wasm32-unknown-unknown --no-default-features

@@ -276,3 +276,44 @@ impl NdArray {
             .flatten()
     }
 }
+
+/// A Rust element type that some [`DType`] stores, so an [`NdArray`] of that dtype can be
+/// viewed as `ndarray` arrays of it.
+pub trait Element: bytemuck::Pod {
+    /// The dtype whose elements this type reads.
+    const DTYPE: DType;
+}
+
+macro_rules! elements {
+    ($($t:ty => $d:ident),* $(,)?) => {
+        $(impl Element for $t { const DTYPE: DType = DType::$d; })*
+    };
+}
+elements!(
+    i8 => Int8, i16 => Int16, i32 => Int32, i64 => Int64,
+    u8 => Uint8, u16 => Uint16, u32 => Uint32, u64 => Uint64,
+    half::f16 => Float16, half::bf16 => Bfloat16, f32 => Float32, f64 => Float64,
+);
+
+impl NdArray {
+    /// A zero-copy `ndarray` view of the elements, valid while this array lives.
+    ///
+    /// # Errors
+    /// When `T` is not this array's element type (the message names both).
+    pub fn view<T: Element>(&self) -> Result<ndarray::ArrayViewD<'_, T>, String> {
+        if T::DTYPE != self.dtype {
+            return Err(format!("the array holds {}, not {}: view it as its own dtype", self.dtype, T::DTYPE));
+        }
+        let elements: &[T] =
+            bytemuck::try_cast_slice(&self.data).map_err(|e| format!("cannot view the buffer: {e}"))?;
+        ndarray::ArrayViewD::from_shape(self.shape.as_slice(), elements).map_err(|e| e.to_string())
+    }
+
+    /// An owned `ndarray` copy of the elements (a view's `to_owned`, for callers who keep it).
+    ///
+    /// # Errors
+    /// As [`NdArray::view`].
+    pub fn to_ndarray<T: Element>(&self) -> Result<ndarray::ArrayD<T>, String> {
+        self.view().map(|v| v.to_owned())
+    }
+}

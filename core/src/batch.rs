@@ -37,6 +37,24 @@ impl Batch {
         self.sample_indices.iter().map(|&t| t as i64 + off).collect()
     }
 
+    /// A zero-copy `ndarray` view of one label's `(rows, *inner)` array.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an unknown label or a `T` that is not the array's dtype.
+    pub fn view<T: crate::array::Element>(&self, label: &str) -> Result<ndarray::ArrayViewD<'_, T>> {
+        let array = self.arrays.get(label).ok_or_else(|| Error::Config(format!("batch has no label {label:?}")))?;
+        array.view().map_err(|e| Error::Config(format!("label {label:?}: {e}")))
+    }
+
+    /// [`Batch::stack`] as an owned `ndarray` array of `T`.
+    ///
+    /// # Errors
+    /// As [`Batch::stack`], and [`Error::Config`] when `T` is not the arrays' dtype.
+    pub fn stack_array<T: crate::array::Element>(&self, labels: &[&str]) -> Result<ndarray::ArrayD<T>> {
+        let stacked = self.stack(labels)?;
+        stacked.to_ndarray().map_err(|e| Error::Config(format!("stack {labels:?}: {e}")))
+    }
+
     /// Stack `labels` along a new axis 1: `(rows, len(labels), *inner)`.
     ///
     /// # Errors
@@ -64,5 +82,55 @@ impl Batch {
         let mut shape = vec![rows, arrays.len()];
         shape.extend_from_slice(&first.shape[1..]);
         NdArray::new(first.dtype, shape, data).map_err(Error::Config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::array::{DType, NdArray, zeroed_bytes};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn f32_array(shape: &[usize], first: f32) -> NdArray {
+        let n: usize = shape.iter().product();
+        let mut a = NdArray::new(DType::Float32, shape.to_vec(), zeroed_bytes(n * 4)).unwrap();
+        for (i, v) in a.as_mut_slice::<f32>().unwrap().iter_mut().enumerate() {
+            *v = first + i as f32;
+        }
+        a
+    }
+
+    fn batch() -> Batch {
+        let arrays =
+            BTreeMap::from([("x".to_string(), f32_array(&[2, 3], 0.0)), ("y".to_string(), f32_array(&[2, 3], 100.0))]);
+        Batch { arrays, sample_indices: vec![4, 9], offsets: BTreeMap::new(), index: 0, epoch: 0 }
+    }
+
+    #[test]
+    fn a_view_is_the_batch_buffer_itself_in_its_shape() {
+        let b = batch();
+        let v = b.view::<f32>("x").unwrap();
+        assert_eq!(v.shape(), &[2, 3]);
+        assert_eq!(v[[1, 2]], 5.0);
+        assert!(std::ptr::eq(v.as_ptr().cast::<u8>(), b.arrays["x"].data.as_ptr()), "no copy");
+    }
+
+    #[test]
+    fn a_wrong_element_type_or_label_is_an_error_naming_it() {
+        let b = batch();
+        let err = b.view::<f64>("x").unwrap_err().to_string();
+        assert!(err.contains("float32") && err.contains("float64"), "{err}");
+        assert!(b.view::<f32>("z").unwrap_err().to_string().contains("\"z\""));
+    }
+
+    #[test]
+    fn stack_array_interleaves_labels_on_axis_one() {
+        let s = batch().stack_array::<f32>(&["x", "y"]).unwrap();
+        assert_eq!(s.shape(), &[2, 2, 3]);
+        assert_eq!(s[[1, 0, 0]], 3.0);
+        assert_eq!(s[[1, 1, 2]], 105.0);
     }
 }

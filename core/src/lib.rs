@@ -42,13 +42,16 @@ pub mod tier;
 pub mod transform;
 pub mod zarr;
 
-pub use array::{DType, NdArray};
+pub use array::{DType, Element, NdArray};
 pub use batch::Batch;
 pub use dataset::{Dataset, DatasetBuilder, DatasetOptions, OpenOptions, Variable, open};
 pub use describe::{DatasetReport, Note, Severity};
 pub use engine::{BadChunk, OnBadChunk, ReadPolicy};
 pub use error::{Error, Result};
 pub use geometry::ArrayGeometry;
+/// The n-d array crate batches are viewed through ([`Batch::view`]), re-exported so callers
+/// use the same version.
+pub use ndarray;
 pub use pass::BatchStream;
 pub use runtime::{ByteRange, Executor, Runtime, Storage, StorageError, ThreadPool};
 pub use shuffle::{Split, UnknownSplit};

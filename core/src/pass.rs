@@ -384,9 +384,10 @@ impl std::fmt::Debug for BatchStream {
 
 impl BatchStream {
     /// This pass as a `futures::Stream` of batches, for async callers (`StreamExt::next`,
-    /// `try_for_each`, `tokio::select!`). Dropping the stream ends the pass.
-    pub fn into_stream(self) -> impl futures::Stream<Item = Result<Batch>> {
-        futures::stream::unfold(self, |mut s| async move { s.next_batch().await.map(|b| (b, s)) })
+    /// `try_for_each`, `tokio::select!`). Dropping the stream ends the pass. Boxed, so it is
+    /// `Unpin` and `stream.next().await` works without pinning it first.
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<Batch>> + Unpin {
+        Box::pin(futures::stream::unfold(self, |mut s| async move { s.next_batch().await.map(|b| (b, s)) }))
     }
 
     /// Batches this pass will yield.

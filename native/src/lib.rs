@@ -3,14 +3,21 @@
 //! insitubatch on tokio (I/O), object_store (storage) and rayon (decode): open a Zarr store
 //! by URL and iterate shuffled, split-aware training batches from plain Rust.
 //!
-//! ```no_run
-//! let ds = insitubatch_native::open("s3://bucket/era5.zarr", insitubatch_native::OpenOptions::default())?;
+//! ```
+//! # fn main() -> Result<(), insitubatch_native::NativeError> {
+//! # let dir = std::env::temp_dir().join(format!("insitubatch-doc-{}", std::process::id()));
+//! // A short demo store (the CLI's default); any URL works: s3://, gs://, az://, http(s)://.
+//! let store = insitubatch_native::demo::write_demo_store_sized(&dir, 48)?;
+//! let ds = insitubatch_native::open(store.to_str().unwrap(), insitubatch_native::OpenOptions::default())?;
 //! for batch in ds.train()? {
 //!     let batch = batch?;
-//!     let t2m = &batch.arrays["t2m"];
-//!     # let _ = t2m;
+//!     // A zero-copy ndarray view of the batch's (rows, lat, lon) values.
+//!     let t2m = batch.view::<f32>("t2m")?;
+//!     assert_eq!(t2m.shape(), [batch.len(), 91, 180]);
 //! }
-//! # Ok::<(), insitubatch_native::NativeError>(())
+//! println!("{}", ds.last_pass().unwrap().summary());
+//! # Ok(())
+//! # }
 //! ```
 
 pub mod cache;
@@ -286,7 +293,7 @@ impl NativeDataset {
     ///
     /// # Errors
     /// As [`Self::train`]; each item carries the pass's own errors.
-    pub fn stream(&self, split: Split) -> Result<impl futures::Stream<Item = Result<Batch>> + use<>> {
+    pub fn stream(&self, split: Split) -> Result<impl futures::Stream<Item = Result<Batch>> + Unpin + use<>> {
         use futures::StreamExt;
         let _guard = self.runtime.handle().enter();
         let stream = self.dataset.iter(split)?;
