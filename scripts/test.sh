@@ -48,6 +48,9 @@ echo "== Python package (insitubatch_rs): pytest, with real torch (store objects
 t bash scripts/test-python.sh
 ib_stop_servers
 
+echo "== packages as users install them, outside the repo (crates, wheel, sdist)"
+t bash scripts/test-packages.sh
+
 # One closing line over every runner above.
 awk '/^test result:/ { p += $4; f += $6; next }
      /^ℹ pass [0-9]+/ { p += $3 } /^ℹ fail [0-9]+/ { f += $3 }
