@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Source me. Starts the loopback HTTP and S3 (moto) servers over a fixtures dir.
 #   source tests/servers/start_all.sh
-#   ib_start_servers /path/to/fixtures     # exports INSITUBATCH_HTTP_URL, INSITUBATCH_S3_* , AWS_*
+#   ib_start_servers /path/to/fixtures     # exports INSITUBATCH_HTTP_URL, INSITUBATCH_S3_*,
+#                                          # INSITUBATCH_FAULTY_HTTP_URL (faulty_http.py), AWS_*
 #   ib_stop_servers
 # Needs $IB_PY (see scripts/pyenv.sh: ib_test_venv) or python3 with moto+boto3.
 
@@ -53,19 +54,27 @@ ib_start_servers() {
         ib_stop_servers; return 1
     fi
     export INSITUBATCH_S3_ENDPOINT="$_IB_LINE"
+    _ib_start "$_IB_SRV_TMP/faulty.log" "$py" "$_IB_SERVERS_DIR/faulty_http.py" --root "$root" --port 0 \
+        --port-file - || ok=0
+    _IB_FAULTY_PID=$_IB_PID
+    if [ "$ok" = 0 ]; then
+        echo "faulty http server did not start:" >&2; cat "$_IB_SRV_TMP/faulty.log" >&2
+        ib_stop_servers; return 1
+    fi
+    export INSITUBATCH_FAULTY_HTTP_URL="http://127.0.0.1:$_IB_LINE"
     export INSITUBATCH_S3_BUCKET=fixtures
     export AWS_ENDPOINT_URL="$INSITUBATCH_S3_ENDPOINT"
 }
 
 ib_stop_servers() {
     local p
-    for p in ${_IB_HTTP_PID:-} ${_IB_S3_PID:-}; do
+    for p in ${_IB_HTTP_PID:-} ${_IB_S3_PID:-} ${_IB_FAULTY_PID:-}; do
         kill "$p" 2>/dev/null || true
     done
-    for p in ${_IB_HTTP_PID:-} ${_IB_S3_PID:-}; do
+    for p in ${_IB_HTTP_PID:-} ${_IB_S3_PID:-} ${_IB_FAULTY_PID:-}; do
         wait "$p" 2>/dev/null || true
     done
-    _IB_HTTP_PID=; _IB_S3_PID=
+    _IB_HTTP_PID=; _IB_S3_PID=; _IB_FAULTY_PID=
     [ -n "${_IB_SRV_TMP:-}" ] && rm -rf "$_IB_SRV_TMP"
     _IB_SRV_TMP=
     trap - EXIT

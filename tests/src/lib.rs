@@ -129,6 +129,12 @@ pub fn http_url() -> String {
     std::env::var("INSITUBATCH_HTTP_URL").expect("INSITUBATCH_HTTP_URL is not set: run through scripts/test.sh")
 }
 
+/// `$INSITUBATCH_FAULTY_HTTP_URL`: `tests/servers/faulty_http.py`, started by `scripts/test.sh`.
+pub fn faulty_http_url() -> String {
+    std::env::var("INSITUBATCH_FAULTY_HTTP_URL")
+        .expect("INSITUBATCH_FAULTY_HTTP_URL is not set: run through scripts/test.sh")
+}
+
 /// `s3://$INSITUBATCH_S3_BUCKET`, with the endpoint in `AWS_ENDPOINT_URL`.
 pub fn s3_url() -> String {
     format!(
