@@ -61,11 +61,14 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
             (Arc::new(b.build().map_err(build_err(url))?), true)
         }
         ObjectStoreScheme::Http => {
-            let base = &parsed[..url::Position::BeforePath];
+            let clean = without_user_info(&parsed);
+            let base = &clean[..url::Position::BeforePath];
             // A plain http:// URL is an explicit choice (a local or internal server), so allow it.
-            let b = object_store::http::HttpBuilder::new()
-                .with_url(base)
-                .with_client_options(object_store::ClientOptions::new().with_allow_http(parsed.scheme() == "http"));
+            let mut client = object_store::ClientOptions::new().with_allow_http(parsed.scheme() == "http");
+            if let Some(headers) = basic_auth(&parsed) {
+                client = client.with_default_headers(headers);
+            }
+            let b = object_store::http::HttpBuilder::new().with_url(base).with_client_options(client);
             let b = apply_opts!(b, object_store::ClientConfigKey, options, url, "http(s)://");
             (Arc::new(b.build().map_err(build_err(url))?), false)
         }
@@ -86,11 +89,36 @@ fn location_of(parsed: &Url, url: &str) -> String {
     if parsed.username().is_empty() && parsed.password().is_none() {
         return url.to_string();
     }
+    without_user_info(parsed).to_string()
+}
+
+fn without_user_info(parsed: &Url) -> Url {
     let mut clean = parsed.clone();
-    // Both only fail for URLs that cannot carry user info, which this one did.
+    // Both only fail for URLs that cannot carry user info, and then there is none to remove.
     let _ = clean.set_username("");
     let _ = clean.set_password(None);
-    clean.to_string()
+    clean
+}
+
+/// `Authorization: Basic …` for a URL's user info, marked sensitive (printed as `Sensitive`
+/// in debug output); `None` without user info.
+fn basic_auth(parsed: &Url) -> Option<http::HeaderMap> {
+    use base64::Engine;
+    if parsed.username().is_empty() && parsed.password().is_none() {
+        return None;
+    }
+    let decode = |s: &str| percent_decode(s);
+    let pair = format!("{}:{}", decode(parsed.username()), decode(parsed.password().unwrap_or("")));
+    let mut value =
+        http::HeaderValue::from_str(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair)))
+            .ok()?;
+    value.set_sensitive(true);
+    Some(http::HeaderMap::from_iter([(http::header::AUTHORIZATION, value)]))
+}
+
+/// URL user info arrives percent-encoded (`p%40ss` for `p@ss`).
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
 /// Parse a URL, or turn a bare local path into an absolute `file://` URL.

@@ -1,0 +1,70 @@
+//! Credentials never leave the process in words: not in errors, TRACE logs, `describe()` or
+//! pass reports. A password in an http(s) URL's user info and an S3 secret key given as a
+//! storage option are used for real reads against the loopback servers, with every log
+//! line of every library recorded at TRACE, and all of that text is searched for them.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use insitubatch_native::{OpenOptions, open};
+use insitubatch_tests::{http_url, s3_url};
+
+const PASSWORD: &str = "pw-SECRET-4e1f";
+const SECRET_KEY: &str = "sk-SECRET-9b2c";
+
+/// Everything the tracing subscriber writes, kept in memory.
+#[derive(Clone, Default)]
+struct Recorded(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Recorded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One epoch, the report, the pass stats and a failing open, as text.
+fn everything_said(url: &str, options: &OpenOptions) -> String {
+    let mut said = Vec::new();
+    let ds = open(url, options.clone()).unwrap_or_else(|e| panic!("open {url}: {e}"));
+    for b in ds.train().unwrap() {
+        said.push(format!("{:?}", b.unwrap().sample_indices));
+    }
+    said.push(serde_json::to_string(&ds.describe(1).unwrap()).unwrap());
+    said.push(ds.describe(1).unwrap().render());
+    let stats = ds.last_pass().unwrap();
+    said.push(serde_json::to_string(&stats).unwrap());
+    said.push(stats.summary());
+    let missing = open(&format!("{url}_no_such_store"), options.clone()).unwrap_err();
+    said.push(missing.to_string());
+    said.push(format!("{missing:?}"));
+    said.join("\n")
+}
+
+#[test]
+fn credentials_appear_in_no_error_log_or_report() {
+    let log = Recorded::default();
+    let writer = log.clone();
+    tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_writer(move || writer.clone()).init();
+    tracing::trace!("recording");
+
+    let vars = OpenOptions { variables: Some(vec!["t2m".into()]), ..OpenOptions::default() };
+    let http = http_url().replacen("http://", &format!("http://reader:{PASSWORD}@"), 1);
+    let mut said = everything_said(&format!("{http}/v3_zstd"), &vars);
+    let s3 = OpenOptions { storage_options: vec![("aws_secret_access_key".into(), SECRET_KEY.into())], ..vars };
+    said.push_str(&everything_said(&format!("{}/v3_zstd", s3_url()), &s3));
+
+    let logged = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    assert!(logged.contains("recording") && logged.lines().count() > 20, "the recorder saw the libraries' logs");
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("reader:{PASSWORD}"));
+    for secret in [PASSWORD, SECRET_KEY, basic.as_str()] {
+        for (what, text) in [("an error or report", &said), ("a TRACE log line", &logged)] {
+            let line = text.lines().find(|l| l.contains(secret));
+            assert!(line.is_none(), "{secret} appears in {what}: {}", line.unwrap_or_default());
+        }
+    }
+}
