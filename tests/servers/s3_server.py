@@ -6,7 +6,13 @@ every file under ROOT with its relative path as key, writes http://127.0.0.1:POR
 to --port-file when ready (`-`: as the first line of stdout, which then goes to stderr),
 and serves until SIGTERM/SIGINT.
 
-Credentials: AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing, us-east-1.
+Credentials: AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing, us-east-1; moto
+accepts any signature.
+
+With --auth, moto checks every request's signature (SigV4) after the first three actions,
+which create an IAM user with an access key allowed everything; the fixtures are uploaded with
+that key, and the ready line is `URL ACCESS_KEY_ID SECRET_ACCESS_KEY`. --only PREFIX uploads
+only the files under ROOT/PREFIX.
 """
 import argparse
 import os
@@ -29,13 +35,31 @@ def free_port():
     return p
 
 
+def signed_user(boto3, url):
+    """An IAM user allowed everything, and its access key (the three unchecked actions)."""
+    import json
+
+    iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1",
+                       aws_access_key_id="setup", aws_secret_access_key="setup")
+    iam.create_user(UserName="reader")
+    key = iam.create_access_key(UserName="reader")["AccessKey"]
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    iam.put_user_policy(UserName="reader", PolicyName="all", PolicyDocument=json.dumps(policy))
+    return key["AccessKeyId"], key["SecretAccessKey"]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--root", required=True)
     ap.add_argument("--bucket", default="fixtures")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file")
+    ap.add_argument("--auth", action="store_true")
+    ap.add_argument("--only", default="")
     args = ap.parse_args(argv)
+    if args.auth:
+        # Read by moto when it is imported: the IAM setup below is the three unchecked actions.
+        os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
 
     import boto3
     from botocore.config import Config
@@ -46,15 +70,18 @@ def main(argv=None):
     server.start()
     url = "http://127.0.0.1:%d" % port
 
+    key_id, secret = "testing", "testing"
+    if args.auth:
+        key_id, secret = signed_user(boto3, url)
     s3 = boto3.client(
         "s3", endpoint_url=url, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
+        aws_access_key_id=key_id, aws_secret_access_key=secret,
         config=Config(retries={"max_attempts": 3}),
     )
     s3.create_bucket(Bucket=args.bucket)
     root = os.path.abspath(args.root)
     n = 0
-    for dirpath, _dirs, files in os.walk(root):
+    for dirpath, _dirs, files in os.walk(os.path.join(root, args.only)):
         for fn in files:
             full = os.path.join(dirpath, fn)
             key = os.path.relpath(full, root).replace(os.sep, "/")
@@ -62,13 +89,14 @@ def main(argv=None):
                 s3.put_object(Bucket=args.bucket, Key=key, Body=f.read())
             n += 1
 
+    ready = "%s %s %s" % (url, key_id, secret) if args.auth else url
     if args.port_file == "-":
-        print(url, flush=True)
+        print(ready, flush=True)
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     elif args.port_file:
         tmp = args.port_file + ".tmp"
         with open(tmp, "w") as f:
-            f.write(url)
+            f.write(ready)
         os.replace(tmp, args.port_file)
     print("moto S3 on %s bucket=%s objects=%d" % (url, args.bucket, n), file=sys.stderr)
 

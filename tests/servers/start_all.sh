@@ -2,7 +2,8 @@
 # Source me. Starts the loopback HTTP and S3 (moto) servers over a fixtures dir.
 #   source tests/servers/start_all.sh
 #   ib_start_servers /path/to/fixtures     # exports INSITUBATCH_HTTP_URL, INSITUBATCH_S3_*,
-#                                          # INSITUBATCH_FAULTY_HTTP_URL (faulty_http.py), AWS_*
+#                                          # INSITUBATCH_FAULTY_HTTP_URL (faulty_http.py),
+#                                          # INSITUBATCH_S3_AUTH_* (moto checking signatures), AWS_*
 #   ib_stop_servers
 # Needs $IB_PY (see scripts/pyenv.sh: ib_test_venv) or python3 with moto+boto3.
 
@@ -62,19 +63,28 @@ ib_start_servers() {
         ib_stop_servers; return 1
     fi
     export INSITUBATCH_FAULTY_HTTP_URL="http://127.0.0.1:$_IB_LINE"
+    _ib_start "$_IB_SRV_TMP/s3-auth.log" "$py" "$_IB_SERVERS_DIR/s3_server.py" --root "$root" --bucket signed \
+        --auth --only v3_zstd --port-file - || ok=0
+    _IB_S3_AUTH_PID=$_IB_PID
+    if [ "$ok" = 0 ]; then
+        echo "signature-checking s3 server did not start:" >&2; cat "$_IB_SRV_TMP/s3-auth.log" >&2
+        ib_stop_servers; return 1
+    fi
+    read -r INSITUBATCH_S3_AUTH_ENDPOINT INSITUBATCH_S3_AUTH_KEY_ID INSITUBATCH_S3_AUTH_SECRET <<<"$_IB_LINE"
+    export INSITUBATCH_S3_AUTH_ENDPOINT INSITUBATCH_S3_AUTH_KEY_ID INSITUBATCH_S3_AUTH_SECRET
     export INSITUBATCH_S3_BUCKET=fixtures
     export AWS_ENDPOINT_URL="$INSITUBATCH_S3_ENDPOINT"
 }
 
 ib_stop_servers() {
     local p
-    for p in ${_IB_HTTP_PID:-} ${_IB_S3_PID:-} ${_IB_FAULTY_PID:-}; do
+    for p in ${_IB_HTTP_PID:-} ${_IB_S3_PID:-} ${_IB_FAULTY_PID:-} ${_IB_S3_AUTH_PID:-}; do
         kill "$p" 2>/dev/null || true
     done
-    for p in ${_IB_HTTP_PID:-} ${_IB_S3_PID:-} ${_IB_FAULTY_PID:-}; do
+    for p in ${_IB_HTTP_PID:-} ${_IB_S3_PID:-} ${_IB_FAULTY_PID:-} ${_IB_S3_AUTH_PID:-}; do
         wait "$p" 2>/dev/null || true
     done
-    _IB_HTTP_PID=; _IB_S3_PID=; _IB_FAULTY_PID=
+    _IB_HTTP_PID=; _IB_S3_PID=; _IB_FAULTY_PID=; _IB_S3_AUTH_PID=
     [ -n "${_IB_SRV_TMP:-}" ] && rm -rf "$_IB_SRV_TMP"
     _IB_SRV_TMP=
     trap - EXIT

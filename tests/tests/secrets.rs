@@ -68,3 +68,40 @@ fn credentials_appear_in_no_error_log_or_report() {
         }
     }
 }
+
+/// The signature-checking S3 server (`s3_server.py --auth`): its endpoint and the key it made.
+fn signed_s3() -> (String, String, String) {
+    let var =
+        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run through scripts/test.sh"));
+    (var("INSITUBATCH_S3_AUTH_ENDPOINT"), var("INSITUBATCH_S3_AUTH_KEY_ID"), var("INSITUBATCH_S3_AUTH_SECRET"))
+}
+
+fn signed_options(endpoint: &str, key_id: &str, secret: &str) -> OpenOptions {
+    OpenOptions {
+        variables: Some(vec!["t2m".into()]),
+        storage_options: vec![
+            ("aws_endpoint".into(), endpoint.into()),
+            ("aws_access_key_id".into(), key_id.into()),
+            ("aws_secret_access_key".into(), secret.into()),
+        ],
+        ..OpenOptions::default()
+    }
+}
+
+#[test]
+fn signed_s3_reads_with_the_right_secret_and_refuses_a_wrong_one_clearly() {
+    let (endpoint, key_id, secret) = signed_s3();
+    let url = "s3://signed/v3_zstd";
+    let ds = open(url, signed_options(&endpoint, &key_id, &secret)).unwrap_or_else(|e| panic!("signed read: {e}"));
+    let n: usize = ds.all().unwrap().map(|b| b.unwrap().len()).sum();
+    assert_eq!(n, 80, "every sample of the signed store");
+
+    let wrong = format!("{secret}-wrong");
+    let err = open(url, signed_options(&endpoint, &key_id, &wrong)).unwrap_err().to_string();
+    assert!(err.ends_with(url) || err.contains(url), "the error names the store: {err}");
+    assert!(
+        err.contains("SignatureDoesNotMatch") || err.contains("403"),
+        "the error says the signature was refused: {err}"
+    );
+    assert!(!err.contains(&wrong) && !err.contains(&secret), "no secret in the error: {err}");
+}
