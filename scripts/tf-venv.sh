@@ -20,13 +20,13 @@ if [ -z "$py" ]; then
 fi
 want="$( { "$py" -VV; cat "$req"; } | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$venv/.ib-python-req" 2>/dev/null || true)" != "$want" ] || [ ! -x "$venv/bin/python" ]; then
-    echo "tf-venv: creating $venv (tensorflow-cpu, ~250 MB of wheels)" >&2
+    echo "tf-venv: creating $venv (tensorflow-cpu, about 1.6 GB installed)" >&2
     start=$SECONDS
     mkdir -p "$cache"
     rm -rf "$venv"
     "$py" -m venv "$venv"
     "$venv/bin/python" -m pip install -q -r "$req" >&2 || { rm -rf "$venv"; exit 1; }
-    "$venv/bin/python" -c 'import tensorflow as tf; print("tf-venv: tensorflow", tf.__version__)' >&2
+    TF_CPP_MIN_LOG_LEVEL=2 "$venv/bin/python" -c 'import tensorflow as tf; print("tf-venv: tensorflow", tf.__version__)' >&2
     echo "tf-venv: installed in $((SECONDS - start)) s" >&2
     echo "$want" >"$venv/.ib-python-req"
 fi
