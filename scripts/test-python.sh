@@ -5,6 +5,7 @@
 #   IB_PYTHON_JAX=0     skip installing jax (jax tests are skipped)
 #   IB_PYTHON_RELEASE=1 build the extension in release mode
 #   IB_ANCHOR=0         skip building the anchor's venv (the parity tests then skip)
+#   IB_PYTHON_TF=0      skip the TensorFlow venv (scripts/tf-venv.sh) and its tests
 #   IB_PYTHON_VERSIONS="3.10 3.12 3.13" the other Pythons the same abi3 wheel is tested on
 #                       (numpy + zarr-python + pytest venvs; "" skips them)
 #   extra args go to every pytest run
@@ -70,7 +71,7 @@ fi
 # 5. Tests (run from outside the source tree so the installed package is the one imported).
 cd "$PB/tests"
 rc=0
-"$IB_PY" -m pytest -q -p no:cacheprovider "$@" . || rc=$?
+"$IB_PY" -m pytest -q -rs -p no:cacheprovider "$@" . || rc=$?
 
 # 6. The same abi3 wheel on the other supported Pythons, each in its own cached venv from
 #    tests/requirements-py<v>.txt (no torch/JAX: those tests skip). Where that venv has
@@ -106,8 +107,31 @@ other_python() {
         "$venv/bin/python" "$ROOT/tests/fixtures/make_fixtures.py" "$fix" >/dev/null || return 1
     fi
     echo "== test-python: $("$venv/bin/python" -V), stores written by zarr-python $(python_zarr "$fix")"
-    INSITUBATCH_FIXTURES="$fix" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" .
+    INSITUBATCH_FIXTURES="$fix" "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$@" .
 }
+# 7. TensorFlow in a venv of its own (scripts/tf-venv.sh: tensorflow-cpu on Python 3.12, cached
+#    and keyed by tests/requirements-tf.txt), with the same wheel, running the TF tests only.
+#    IB_EXPECT_TF=1 there: a TensorFlow that fails to import is a failure, not a skip. Extra
+#    args that select none of them (pytest's exit 5) are not a failure.
+tf_tests() {
+    local py venv
+    py="$(bash "$ROOT/scripts/tf-venv.sh")" || return 1
+    venv="$(dirname "$(dirname "$py")")"
+    if [ "$(cat "$venv/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
+        || ! "$py" -c 'import insitubatch_rs._native' 2>/dev/null; then
+        "$py" -m pip install -q --no-deps --force-reinstall "$wheels"/insitubatch_rs-*.whl || return 1
+        echo "$build_hash" >"$venv/.ib-python-build"
+    fi
+    echo "== test-python: TensorFlow $("$py" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))') on $("$py" -V)"
+    local code=0
+    IB_EXPECT_TF=1 TF_CPP_MIN_LOG_LEVEL=2 "$py" -m pytest -q -rs -p no:cacheprovider "$@" \
+        test_tf.py test_readme.py::test_readme_tensorflow test_migration.py::test_readme_framework_hand_off_tf || code=$?
+    [ "$code" = 0 ] || [ "$code" = 5 ]
+}
+if [ "${IB_PYTHON_TF:-1}" != 0 ]; then
+    tf_tests "$@" || rc=1
+fi
+
 python_zarr() { "$IB_PY" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/manifest.json"))["zarr_python"])' "$1"; }
 for v in ${IB_PYTHON_VERSIONS-3.10 3.12 3.13}; do
     other_python "$v" "$@" || rc=1

@@ -3,7 +3,8 @@
 # Then every test: Rust unit, simulation and property tests; the core built for wasm32 with its
 # dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
 # server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
-# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX.
+# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX
+# (and real TensorFlow in a venv of its own).
 # Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."

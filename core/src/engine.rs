@@ -188,6 +188,9 @@ pub(crate) struct ArrayReader {
     pub zarr: Arc<ZarrArray>,
     pub geom: ArrayGeometry,
     pub transforms: Vec<Arc<dyn ChunkTransform>>,
+    /// What each transform declared it returns (element type, per-sample shape), in order:
+    /// checked after each one runs, so a wrong declaration is pinned on its transform.
+    pub declared: Vec<(DType, Vec<usize>)>,
     /// Element type and per-sample shape after the chunk transforms.
     pub out_dtype: DType,
     pub out_inner: Vec<usize>,
@@ -198,10 +201,13 @@ impl ArrayReader {
     pub fn new(zarr: Arc<ZarrArray>, geom: ArrayGeometry, transforms: Vec<Arc<dyn ChunkTransform>>) -> Result<Self> {
         let mut dtype = geom.dtype;
         let mut inner: Vec<usize> = geom.inner_shape().iter().map(|&d| d as usize).collect();
+        let mut declared = Vec::with_capacity(transforms.len());
         for t in &transforms {
             (dtype, inner) = t.output(&geom, dtype, &inner)?;
+            declared.push((dtype, inner.clone()));
         }
-        Ok(Self { zarr, geom, transforms, out_dtype: dtype, out_inner: inner, index_cache: Mutex::new(HashMap::new()) })
+        let index_cache = Mutex::new(HashMap::new());
+        Ok(Self { zarr, geom, transforms, declared, out_dtype: dtype, out_inner: inner, index_cache })
     }
 
     /// Bytes of one output sample.
@@ -422,7 +428,9 @@ async fn load_tiles(
     Ok((data, times, bad))
 }
 
-/// Run the array's chunk transforms on the pool, checking what they declared.
+/// Run the array's chunk transforms on the pool, checking each one's output against what it
+/// declared (`output`, Python's `output_inner`): the pool, the cache and the batch buffers
+/// are all sized from the declarations, so a wrong one fails the pass, naming the transform.
 async fn transform_chunk(
     engine: &Arc<Engine>,
     key: ChunkKey,
@@ -435,29 +443,30 @@ async fn transform_chunk(
         return Ok(data);
     }
     let g = &reader.geom;
-    let transforms = reader.transforms.clone();
+    let steps: Vec<_> = reader.transforms.iter().cloned().zip(reader.declared.iter().cloned()).collect();
     let (array, chunk_index, sample_offset) = (g.path.clone(), key.chunk, g.samples_in_chunk(key.chunk).start);
     let exec = Arc::clone(&engine.runtime.executor);
     let rec = Arc::clone(rec);
-    let (out_dtype, out_inner) = (reader.out_dtype, reader.out_inner.clone());
     engine
         .cpu
         .run(CLASS_LOAD, priority, move || -> Result<NdArray> {
             let t0 = exec.now();
             let mut chunk = DecodedChunk { array, chunk_index, sample_offset, data };
             let rows = chunk.data.shape[0];
-            for t in &transforms {
+            for (t, (dtype, inner)) in &steps {
                 chunk = t.apply(chunk)?;
-            }
-            let expected: Vec<usize> = std::iter::once(rows).chain(out_inner.iter().copied()).collect();
-            if chunk.data.shape != expected || chunk.data.dtype != out_dtype {
-                return Err(Error::Transform {
-                    name: transforms.iter().map(|t| t.name()).collect::<Vec<_>>().join(","),
-                    message: format!(
-                        "produced {} {:?} but declared {out_dtype} {expected:?}; declare reshapes and recasts in output()",
-                        chunk.data.dtype, chunk.data.shape
-                    ),
-                });
+                let expected: Vec<usize> = std::iter::once(rows).chain(inner.iter().copied()).collect();
+                if chunk.data.shape != expected || chunk.data.dtype != *dtype {
+                    return Err(Error::Transform {
+                        name: t.name(),
+                        message: format!(
+                            "it returned {} {:?} but declared {dtype} {expected:?} (rows, then its output_inner); \
+                             make output_inner (Rust: output) return the shape and dtype it produces, and keep the \
+                             rows: chunk {} of array {:?}",
+                            chunk.data.dtype, chunk.data.shape, chunk.chunk_index, chunk.array
+                        ),
+                    });
+                }
             }
             rec.with(|r| r.times.assemble_s += exec.now().saturating_sub(t0).as_secs_f64());
             Ok(chunk.data)

@@ -418,6 +418,59 @@ fn chunk_and_batch_transforms_run_and_describe_names_them() {
     let _ = BTreeMap::<u8, u8>::new();
 }
 
+/// Declares a 3x3 output and returns its input unchanged.
+#[derive(Debug)]
+struct DeclaresWrongShape;
+impl crate::transform::ChunkTransform for DeclaresWrongShape {
+    fn name(&self) -> String {
+        "declares_wrong_shape".into()
+    }
+    fn apply(&self, chunk: crate::transform::DecodedChunk) -> crate::Result<crate::transform::DecodedChunk> {
+        Ok(chunk)
+    }
+    fn output(
+        &self,
+        _geom: &crate::ArrayGeometry,
+        dtype: crate::DType,
+        _inner: &[usize],
+    ) -> crate::Result<(crate::DType, Vec<usize>)> {
+        Ok((dtype, vec![3, 3]))
+    }
+}
+
+#[test]
+fn a_wrong_declared_output_fails_the_pass_naming_the_transform_and_both_shapes() {
+    let f = Fixture::new(None);
+    f.array("t2m", &[16, 4, 4], &[4, 4, 4], None);
+    let storage: Arc<dyn crate::Storage> = Arc::new(f.storage.clone());
+    let st = storage.clone();
+    let a = f.sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
+    let g = a.geometry(0).unwrap();
+    let manifest = split_by_chunk(&g, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
+    // An honest reshaping transform first: the check follows the declarations step by step,
+    // so the liar after it is the one named.
+    let ds = Dataset::builder(storage, f.runtime.clone())
+        .opened(vec![a])
+        .variables(vec![Variable { label: "t2m".into(), geometry: g }])
+        .manifest(manifest)
+        .options(DatasetOptions { batch_size: 4, shuffle: false, ..Default::default() })
+        .chunk_transforms(vec![
+            everywhere(Arc::new(crate::transform::Coarsen { factor: 2 })),
+            everywhere(Arc::new(DeclaresWrongShape)),
+        ])
+        .build()
+        .unwrap();
+    assert_eq!(ds.describe(1).unwrap().variables[0].output_inner_shape, vec![3, 3], "what the last one declared");
+    match f.epoch(&ds, Split::Train).unwrap() {
+        Err(Error::Transform { name, message }) => {
+            assert_eq!(name, "declares_wrong_shape");
+            assert!(message.contains("returned float32 [4, 2, 2] but declared float32 [4, 3, 3]"), "{message}");
+            assert!(message.ends_with("chunk 0 of array \"t2m\""), "{message}");
+        }
+        other => panic!("expected the declared-vs-actual check to fail the pass, got {other:?}"),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
     #[test]

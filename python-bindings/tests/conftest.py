@@ -50,3 +50,20 @@ def zstd(fixtures: Path, manifest: dict) -> tuple[str, dict[str, np.ndarray]]:
     """The v3 zstd store: its URL and each array's source values."""
     s = store(manifest, "v3_zstd")
     return url(fixtures, s["path"]), {k: source(fixtures, a, 0) for k, a in s["arrays"].items()}
+
+
+@pytest.fixture(scope="session")
+def tf():
+    """TensorFlow, which lives in its own venv (scripts/tf-venv.sh): scripts/test-python.sh runs
+    the TF tests there with ``IB_EXPECT_TF=1``, where a missing TensorFlow is a failure."""
+    try:
+        import tensorflow
+    except ImportError as e:
+        why = (
+            f"TensorFlow is not installed in this venv ({e}): scripts/test-python.sh runs the TF tests "
+            "in their own venv (scripts/tf-venv.sh)"
+        )
+        if os.environ.get("IB_EXPECT_TF", "") == "1":
+            pytest.fail(f"{why}; IB_EXPECT_TF=1 says this venv should have it")
+        pytest.skip(why)
+    return tensorflow

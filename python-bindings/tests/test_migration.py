@@ -108,10 +108,7 @@ def test_readme_framework_hand_off_torch_and_jax(era5):
             np.testing.assert_array_equal(np.asarray(x), srcs[label][batch.sample_indices])
 
 
-def test_readme_framework_hand_off_tf(era5):
-    tf = pytest.importorskip(
-        "tensorflow", reason="TensorFlow is not installed in this venv: as_tf_dataset untested here"
-    )
+def test_readme_framework_hand_off_tf(era5, tf):
     u, srcs = era5
     ds = insitubatch.InSituDataset(u, batch_size=8)
     tfds = insitubatch.as_tf_dataset(ds.val)  # a tf.data.Dataset

@@ -79,8 +79,62 @@ def test_reshaping_chunk_transform_with_output_inner(zstd):
 def test_undeclared_reshape_fails_the_pass(zstd):
     u, _ = zstd
     ds = make(u, chunk_transforms=[lambda c: c.data[:, :3]])
-    with pytest.raises(RuntimeError, match="declare reshapes"):
+    with pytest.raises(RuntimeError, match=r"returned float32 \[8, 3, 7\] but declared float32 \[8, 6, 7\]"):
         list(ds.train)
+
+
+class DeclaresTwoByTwo(BlockMean2):
+    """Returns BlockMean2's 3x3 but declares 2x2: a wrong ``output_inner``."""
+
+    def output_inner(self, geom):
+        return (2, 2), geom.dtype
+
+
+def test_a_wrong_output_inner_fails_naming_the_transform_and_both_shapes(zstd):
+    # The anchor's declared-vs-actual check could never fire; this one must. After an honest
+    # transform, so the check is shown to pin the declaration on the one that made it.
+    u, _ = zstd
+    ds = make(u, chunk_transforms=[ib.applies(["u10"], lambda c: c.data * 2), ib.applies(["u10"], DeclaresTwoByTwo())])
+    assert ds.describe()["variables"]["u10"]["output_inner_shape"] == (2, 2), "the pool is sized from the declaration"
+    with pytest.raises(RuntimeError) as e:
+        list(ds.train)
+    msg = str(e.value)
+    assert "transform DeclaresTwoByTwo failed: it returned float32 [8, 3, 3] but declared float32 [8, 2, 2]" in msg
+    assert msg.endswith('of array "u10"') and "<lambda>" not in msg, msg
+
+
+def test_output_inner_sees_the_real_geometry(fixtures, manifest):
+    from conftest import source, store, url
+
+    s = store(manifest, "ome_ngff")
+    u = url(fixtures, s["path"])
+    geoms = ib.open_geometries(u, ["raw"], sample_axis=2)
+    seen = []
+
+    class DropChannelAxis:
+        """(c=1, z, y, x) -> (z, y, x) per sample: a reshape of the inner axes only."""
+
+        def output_inner(self, geom):
+            seen.append(geom)
+            return geom.inner_shape[1:], geom.dtype
+
+        def __call__(self, chunk):
+            return chunk.replace(chunk.data[:, 0])
+
+    ds = ib.InSituDataset(
+        u, ib.split_by_chunk(geoms["raw"]), geoms, batch_size=3, chunk_transforms=[DropChannelAxis()]
+    )
+    g = seen[0]
+    assert isinstance(g, ib.ArrayGeometry) and g == geoms["raw"], "the array's own geometry, not a stand-in"
+    assert (g.path, g.sample_axis, g.shape, g.chunks) == ("raw", 2, (1, 2, 30, 16, 15), geoms["raw"].chunks)
+    assert g.inner_shape == (1, 2, 16, 15) and g.dtype == np.uint16
+    src = source(fixtures, s["arrays"]["raw"], 2)
+    n = 0
+    for b in ds.train:
+        assert b["raw"].shape[1:] == (2, 16, 15)
+        np.testing.assert_array_equal(b["raw"], src[b.sample_indices][:, 0])
+        n += len(b)
+    assert n == len(ds.manifest.sample_indices("train"))
 
 
 def test_batch_transform_windspeed(zstd):

@@ -1,16 +1,35 @@
-"""Framework adapters: numpy batches to torch / JAX / TensorFlow.
+"""Framework adapters: numpy batches to torch / JAX / TensorFlow, on the device asked for.
 
 Each framework is imported inside its function, so importing insitubatch_rs pulls none in
 and a missing one raises an ImportError naming the extra to install.
+
+Batch buffers are the engine's (Rust) memory and are never page-locked here. A copy to a
+CUDA device goes through **page-locked staging buffers** instead: one process-wide pool,
+capped by a byte budget (:func:`pin_host_buffers`, ``as_torch(pin_budget_bytes=...)``;
+default an eighth of RAM), each buffer lent until the CUDA event recorded after its
+``non_blocking`` copy has fired. The anchor pins the batch buffers themselves; staging keeps
+page-locked memory out of the caller's hands, so a caller's own ``non_blocking`` copy can
+never race the engine's buffer reuse, and the pool is the one place that bounds it.
 """
 
 from __future__ import annotations
 
+import collections
+import operator
+import os
+import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+
+from ._dataset import _SplitView
+
+# Page-locked memory is a machine-wide resource the kernel cannot reclaim: the anchor's
+# default cap (an eighth of physical RAM, 1 GiB where RAM cannot be read).
+_DEFAULT_PIN_FRACTION = 8
+_FALLBACK_PIN_BUDGET = 1 << 30
 
 
 def _require(module: str, extra: str) -> Any:
@@ -32,26 +51,238 @@ def _arrays(batch: Any) -> Mapping[str, np.ndarray]:
     return batch.arrays if hasattr(batch, "arrays") else batch
 
 
-def to_torch(batch: Any, device: Any = None) -> dict[str, Any]:
-    """``{label: torch.Tensor}`` sharing memory with the batch (DLPack, no copy).
+def _default_pin_budget() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // _DEFAULT_PIN_FRACTION
+    except (AttributeError, ValueError, OSError):  # not POSIX
+        return _FALLBACK_PIN_BUDGET
 
-    With ``device`` the tensors are copied there (``tensor.to(device)``). Batch buffers are
-    ordinary pageable memory, so the copy has finished with the source when it returns and
-    the engine may recycle the buffer at once. bfloat16 arrays (``ml_dtypes.bfloat16``)
-    become ``torch.bfloat16`` over the same memory; without ml_dtypes they arrive as
-    ``uint16`` words and stay ``torch.uint16``.
+
+def _pin_budget(name: str, value: Any) -> int | None:
+    """A page-locked byte budget: ``None`` (the default) or a positive integer."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a byte count (an int) or None, got a bool ({value!r})")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a byte count (an int) or None for the default (an eighth of RAM), "
+            f"got {type(value).__name__} {value!r}"
+        ) from None
+    if v <= 0:
+        raise ValueError(
+            f"{name} must be a positive byte count, got {v}; pass None for the default (an eighth of RAM)"
+        )
+    return v
+
+
+class _StagingPool:
+    """Page-locked staging buffers lent per host-to-device copy, bounded by ``budget`` bytes.
+
+    A buffer is lent by :meth:`acquire` and comes back only when the completion handle held
+    with it (a ``torch.cuda.Event`` recorded after the copy) reports that the copy has
+    landed: Python refcounts cannot see an in-flight DMA, so the event is the only safe
+    signal. Free buffers are keyed by byte size (every batch but an epoch's last has the
+    same). When the budget is spent the pool first waits for the oldest copy in flight (its
+    buffers come back), then drops idle buffers of other sizes, and only then lends nothing:
+    the caller copies from pageable memory, and the pool warns once, as the anchor does.
+    ``alloc(nbytes)`` makes one buffer; the pool itself has no framework in it.
+    """
+
+    def __init__(self, budget: int, alloc: Callable[[int], Any]) -> None:
+        self._alloc = alloc
+        self._lock = threading.Lock()  # every field below; held across an event wait, never user code
+        self.budget = budget
+        self.allocated = 0  # bytes of page-locked buffers alive (free, lent or in flight)
+        self._free: dict[int, list[Any]] = collections.defaultdict(list)
+        self._in_flight: collections.deque[tuple[Any, list[tuple[int, Any]], Any]] = collections.deque()
+        self._warned = False
+
+    def set_budget(self, budget: int) -> None:
+        with self._lock:
+            self.budget = budget
+            self._warned = False
+            self._drop_idle(0)
+
+    def acquire(self, nbytes: int) -> Any | None:
+        """A buffer of ``nbytes`` (lent until :meth:`hold` returns it), or ``None`` past the budget."""
+        with self._lock:
+            self._retire(wait=False)
+            while True:
+                free = self._free.get(nbytes)
+                if free:
+                    return free.pop()
+                if self.allocated + nbytes <= self.budget:
+                    buf = self._alloc(nbytes)
+                    self.allocated += nbytes
+                    return buf
+                if self._in_flight:
+                    self._retire(wait=True)
+                    continue
+                if self._drop_idle(nbytes):
+                    continue
+                self._warn(nbytes)
+                return None
+
+    def hold(self, done: Any, buffers: list[tuple[int, Any]], sources: Any) -> None:
+        """Keep ``buffers`` (``(nbytes, buffer)`` pairs) and ``sources`` until ``done.query()``.
+
+        Retire landed copies first, then take this hold: never the reverse, or a copy that
+        landed at once would hand its buffers back before the caller used the result.
+        """
+        with self._lock:
+            self._retire(wait=False)
+            self._in_flight.append((done, buffers, sources))
+
+    def _retire(self, *, wait: bool) -> None:
+        """Return the buffers of landed copies; with ``wait``, wait for the oldest first."""
+        if wait and self._in_flight:
+            self._in_flight[0][0].synchronize()
+        keep: collections.deque[tuple[Any, list[tuple[int, Any]], Any]] = collections.deque()
+        for done, buffers, sources in self._in_flight:
+            if done.query():
+                for nbytes, buf in buffers:
+                    self._free[nbytes].append(buf)
+            else:
+                keep.append((done, buffers, sources))
+        self._in_flight = keep
+
+    def _drop_idle(self, nbytes: int) -> bool:
+        """Free idle buffers of other sizes until ``nbytes`` more fit (or none is left).
+
+        True when something was freed. ``nbytes=0`` trims to the budget (after a lower one).
+        """
+        freed = False
+        for size in sorted(self._free, reverse=True):
+            while self._free[size] and self.allocated + nbytes > self.budget and size != nbytes:
+                self._free[size].pop()
+                self.allocated -= size
+                freed = True
+        return freed
+
+    def _warn(self, nbytes: int) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"page-locked staging budget spent ({self.allocated / 2**20:.1f} MiB lent, {nbytes / 2**20:.1f} MiB "
+            f"needed for the next array, budget {self.budget / 2**20:.1f} MiB): further copies go from pageable "
+            "memory and stop overlapping with compute. Raise pin_budget_bytes (or pin_host_buffers' budget_bytes), "
+            "or lower batch_size",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+
+
+_pool: _StagingPool | None = None
+_pool_lock = threading.Lock()
+
+
+def _staging_pool(torch: Any) -> _StagingPool:
+    """The process-wide pool (CUDA streams and page-locked memory are process-wide)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = _StagingPool(
+                _default_pin_budget(), lambda n: torch.empty(n, dtype=torch.uint8, pin_memory=True)
+            )
+        return _pool
+
+
+def _require_cuda(torch: Any, what: str) -> None:
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"{what} needs CUDA, and torch.cuda.is_available() is False here; use device='cpu' (zero-copy) "
+            "or run on a machine with CUDA"
+        )
+
+
+def pin_host_buffers(view: Any, *, budget_bytes: int | None = None) -> None:
+    """Cap the page-locked memory that CUDA copies of ``view``'s batches stage through.
+
+    The anchor's non-DataLoader equivalent of ``as_torch(view, device="cuda",
+    pin_budget_bytes=...)``: call it before iterating and convert each batch with
+    ``to_torch(batch, device="cuda")``. Here the batch buffers stay the engine's; the
+    page-locked memory is the staging pool those copies go through, one per process (as
+    page-locked memory is a machine-wide resource), so the last budget set is the one in
+    force. ``budget_bytes=None`` is an eighth of RAM. Nothing is allocated until a copy
+    needs it. Raises ``TypeError``/``ValueError`` for a budget that is not a positive int,
+    ``TypeError`` for something that is not a view, and ``RuntimeError`` without CUDA.
+    """
+    budget = _pin_budget("budget_bytes", budget_bytes)
+    if not isinstance(view, _SplitView):
+        raise TypeError(f"pin_host_buffers takes a split view such as ds.train, got {type(view).__name__}")
+    _cap_staging("pin_host_buffers", budget)
+
+
+def _cap_staging(what: str, budget: int | None) -> None:
+    torch = _require("torch", "torch")
+    _require_cuda(torch, what)
+    _staging_pool(torch).set_budget(_default_pin_budget() if budget is None else budget)
+
+
+def _cpu_tensor(torch: Any, a: np.ndarray) -> Any:
+    if _is_bfloat16(a):  # numpy's DLPack cannot export ml_dtypes: pass the words, relabel
+        return torch.from_dlpack(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_dlpack(a)
+
+
+def _to_cuda(torch: Any, tensors: dict[str, Any], arrays: Mapping[str, np.ndarray], device: Any) -> dict[str, Any]:
+    """Copy each tensor to ``device`` through a staging buffer, ``non_blocking``.
+
+    The host-side copy into the staging buffer is synchronous, so the engine's buffer is
+    free again when this returns; the staging buffers (and, for an array past the budget,
+    its pageable source) are held until the event recorded after the copies fires.
+    """
+    pool = _staging_pool(torch)
+    lent: list[tuple[int, Any]] = []
+    pageable: dict[str, np.ndarray] = {}
+    out = {}
+    for k, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        buf = pool.acquire(nbytes) if nbytes else None
+        if buf is None:
+            pageable[k] = arrays[k]
+            out[k] = t.to(device, non_blocking=True)
+            continue
+        lent.append((nbytes, buf))
+        stage = buf[:nbytes].view(t.dtype).view(t.shape)
+        stage.copy_(t)
+        out[k] = stage.to(device, non_blocking=True)
+    # The event belongs to the *target* device's current stream, where the copies went:
+    # recorded on another device's stream it could fire before they land.
+    with torch.cuda.device(device):
+        event = torch.cuda.Event()
+        event.record()
+    pool.hold(event, lent, pageable)
+    return out
+
+
+def to_torch(batch: Any, device: Any = None) -> dict[str, Any]:
+    """``{label: torch.Tensor}``, zero-copy on the CPU (DLPack), else copied to ``device``.
+
+    ``device=None`` or a CPU device: tensors sharing the batch's memory. A CUDA device:
+    each array is copied into a page-locked staging buffer from a bounded process-wide
+    pool (:func:`pin_host_buffers`) and on with ``non_blocking=True``; the buffer is not
+    lent again until a CUDA event recorded after the copy has fired, so the copy overlaps
+    compute and nothing is overwritten mid-transfer. Other devices get a blocking
+    ``tensor.to(device)``. bfloat16 arrays (``ml_dtypes.bfloat16``) become
+    ``torch.bfloat16``; without ml_dtypes they arrive as ``uint16`` words and stay so.
     """
     torch = _require("torch", "torch")
-
-    def tensor(a: np.ndarray) -> Any:
-        if _is_bfloat16(a):  # numpy's DLPack cannot export ml_dtypes: pass the words, relabel
-            return torch.from_dlpack(a.view(np.uint16)).view(torch.bfloat16)
-        return torch.from_dlpack(a)
-
-    out = {k: tensor(v) for k, v in _arrays(batch).items()}
+    arrays = _arrays(batch)
+    tensors = {k: _cpu_tensor(torch, v) for k, v in arrays.items()}
     if device is None:
-        return out
-    return {k: v.to(device) for k, v in out.items()}
+        return tensors
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return tensors
+    if dev.type == "cuda":
+        _require_cuda(torch, f"to_torch(device={device!r})")
+        return _to_cuda(torch, tensors, arrays, dev)
+    return {k: v.to(dev) for k, v in tensors.items()}
 
 
 def to_jax(batch: Any, device: Any = None) -> dict[str, Any]:
@@ -86,19 +317,16 @@ def as_torch(view: Any, *, device: Any = None, pin_budget_bytes: int | None = No
 
     Use with ``DataLoader(as_torch(ds.train), batch_size=None, num_workers=0)``: batching
     and parallelism already happen in the engine. ``device`` moves each batch there
-    (:func:`to_torch`). Page-locked batch buffers are not built here, so ``pin_budget_bytes``
-    has nothing to cap: passing it warns.
+    (:func:`to_torch`); for a CUDA device, ``pin_budget_bytes`` caps the page-locked
+    staging pool (:func:`pin_host_buffers`; default an eighth of RAM). For any other device
+    it is checked and has nothing to cap, as in the anchor.
     """
-    _require("torch", "torch")
+    budget = _pin_budget("pin_budget_bytes", pin_budget_bytes)
+    torch = _require("torch", "torch")
     from torch.utils.data import IterableDataset
 
-    if pin_budget_bytes is not None:
-        warnings.warn(
-            "as_torch(pin_budget_bytes=...) has no effect: insitubatch_rs batch buffers are pageable (page-locked "
-            "buffers are not implemented), so there is no pinned total to cap",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    if device is not None and torch.device(device).type == "cuda":
+        _cap_staging(f"as_torch(device={device!r})", budget)
 
     class _TorchView(IterableDataset):  # type: ignore[type-arg]
         def __init__(self, view: Any) -> None:
@@ -117,6 +345,7 @@ def as_tf_dataset(view: Any, *, prefetch: int = 2) -> Any:
 
     The signature comes from ``view.geometries`` (after chunk transforms): each label is
     ``(None, *inner_shape)`` of its dtype, ``None`` because the last batch may be short.
+    ``from_generator`` copies each array into TF (one CPU copy, as :func:`to_tf`).
     """
     tf = _require("tensorflow", "tf")
     signature = {
