@@ -33,6 +33,7 @@ pub mod pass;
 pub mod plan;
 pub mod pool;
 pub mod runtime;
+pub mod scaler;
 pub mod shuffle;
 pub mod split;
 pub mod stats;
