@@ -222,6 +222,27 @@ impl StandardScaler {
         Self::checked(Self { stats, every: None, eps, cache_key: None })
     }
 
+    /// A scaler from a `mean` and a `std` per array path, as the anchor's constructor and its
+    /// npz take them.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the array that has one statistic but not the other, whose
+    /// two statistics do not broadcast together, or a bad `eps`.
+    pub fn from_maps(mean: BTreeMap<String, Stat>, mut std: BTreeMap<String, Stat>, eps: f64) -> Result<Self> {
+        let mut stats = BTreeMap::new();
+        for (name, m) in mean {
+            let s = std
+                .remove(&name)
+                .ok_or_else(|| Error::Config(format!("StandardScaler has a mean but no std for {name:?}")))?;
+            let pair = ArrayStats::new(m, s).map_err(|e| Error::Config(format!("StandardScaler for {name:?}: {e}")))?;
+            stats.insert(name, pair);
+        }
+        if let Some(name) = std.keys().next() {
+            return Err(Error::Config(format!("StandardScaler has a std but no mean for {name:?}")));
+        }
+        Self::new(stats, eps)
+    }
+
     /// A scaler that applies the same statistics to every array (the CLI's `--scale`).
     ///
     /// # Errors
