@@ -20,7 +20,7 @@
 pub mod array;
 mod assemble;
 pub mod batch;
-#[cfg(any(test, feature = "testing"))]
+#[cfg(any(test, feature = "testing", feature = "conformance"))]
 pub mod conformance;
 pub mod dataset;
 pub mod describe;
