@@ -64,7 +64,9 @@ impl StatDType {
 
     /// The inverse of [`StatDType::name`].
     pub fn from_name(name: &str) -> Option<Self> {
-        [Self::Float16, Self::Bfloat16, Self::Float32, Self::Float64, Self::Python].into_iter().find(|d| d.name() == name)
+        [Self::Float16, Self::Bfloat16, Self::Float32, Self::Float64, Self::Python]
+            .into_iter()
+            .find(|d| d.name() == name)
     }
 
     fn kind(self) -> Kind {
@@ -645,12 +647,22 @@ mod tests {
     fn f32_chunk(shape: Vec<usize>, values: &[f32]) -> DecodedChunk {
         let mut data = crate::array::zeroed_bytes(values.len() * 4);
         data.copy_from_slice(bytemuck::cast_slice(values));
-        DecodedChunk { array: "t2m".into(), chunk_index: 0, sample_offset: 0, data: NdArray::new(DType::Float32, shape, data).unwrap() }
+        DecodedChunk {
+            array: "t2m".into(),
+            chunk_index: 0,
+            sample_offset: 0,
+            data: NdArray::new(DType::Float32, shape, data).unwrap(),
+        }
     }
 
     /// `(x - m) / (s + eps)` in float32 with numpy's right-aligned broadcasting, written
     /// out index by index (the reference the broadcasting is checked against).
-    fn by_hand(x: &[f32], shape: [usize; 3], m: impl Fn(usize, usize) -> f32, s: impl Fn(usize, usize) -> f32) -> Vec<f32> {
+    fn by_hand(
+        x: &[f32],
+        shape: [usize; 3],
+        m: impl Fn(usize, usize) -> f32,
+        s: impl Fn(usize, usize) -> f32,
+    ) -> Vec<f32> {
         let [t, a, b] = shape;
         let mut out = Vec::new();
         for r in 0..t {
@@ -692,7 +704,11 @@ mod tests {
             let label = format!("mean {:?} std {:?}", m.shape(), s.shape());
             let out = scaler(m, s).apply(f32_chunk(vec![2, 3, 5], &x)).unwrap();
             let got = out.data.as_slice::<f32>().unwrap();
-            assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{label}");
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{label}"
+            );
         }
     }
 
@@ -790,6 +806,9 @@ mod tests {
     #[test]
     fn fortran_order_is_read_into_c_order() {
         // [[1, 2, 3], [4, 5, 6]] stored column by column.
-        assert_eq!(fortran_to_c(&[2, 3], vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]).unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(
+            fortran_to_c(&[2, 3], vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]).unwrap(),
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
     }
 }

@@ -240,7 +240,7 @@ impl Knobs {
     /// The `--scale` / `--scaler` chunk transform: the one StandardScaler (core), its file
     /// format from `insitubatch_native::scaler_file`.
     fn chunk_transforms(&self) -> Result<Vec<insitubatch_native::core::transform::Scoped>> {
-        use insitubatch_native::core::scaler::{ArrayStats, Stat, StandardScaler};
+        use insitubatch_native::core::scaler::{ArrayStats, StandardScaler, Stat};
         let scaler = match (&self.scale, &self.scaler) {
             (Some((mean, std)), _) => {
                 let stat = |v: f64, what: &str| Stat::python(v).map_err(|e| anyhow!("--scale {what}: {e}"));

@@ -28,7 +28,7 @@ use std::io::{Cursor, Read, Write};
 use std::path::Path;
 
 use half::{bf16, f16};
-use insitubatch_core::scaler::{ArrayStats, Stat, StatDType, StandardScaler, fortran_to_c};
+use insitubatch_core::scaler::{ArrayStats, StandardScaler, Stat, StatDType, fortran_to_c};
 use serde_json::{Value, json};
 
 /// What `save` writes as `"format"`, so `load` can tell its files from others.
@@ -127,7 +127,8 @@ fn pair_json(s: &ArrayStats) -> Value {
 
 /// The JSON layout (version 2) of `scaler`.
 pub fn to_json(scaler: &StandardScaler) -> String {
-    let arrays: serde_json::Map<String, Value> = scaler.stats().iter().map(|(k, s)| (k.clone(), pair_json(s))).collect();
+    let arrays: serde_json::Map<String, Value> =
+        scaler.stats().iter().map(|(k, s)| (k.clone(), pair_json(s))).collect();
     json!({
         "format": FORMAT,
         "version": VERSION,
@@ -164,8 +165,10 @@ fn from_json(bytes: &[u8]) -> Result<StandardScaler, String> {
         Some(Value::String(k)) => Some(k.clone()),
         Some(_) => return Err(format!("\"cache_key\" is neither null nor a string; {HINT}")),
     };
-    let arrays =
-        obj.get("arrays").and_then(Value::as_object).ok_or_else(|| format!("\"arrays\" is missing or not an object; {HINT}"))?;
+    let arrays = obj
+        .get("arrays")
+        .and_then(Value::as_object)
+        .ok_or_else(|| format!("\"arrays\" is missing or not an object; {HINT}"))?;
     let mut stats = BTreeMap::new();
     for (name, entry) in arrays {
         let pair = if version == 1 { pair_v1(entry) } else { pair_v2(entry) };
@@ -198,7 +201,8 @@ fn pair_v2(entry: &Value) -> Result<ArrayStats, String> {
         let dtype = s.get("dtype").and_then(Value::as_str).and_then(StatDType::from_name).ok_or_else(|| {
             format!("\"{key}\".\"dtype\" is missing or not one of float16, bfloat16, float32, float64, python")
         })?;
-        let shape = shape(s.get("shape")).ok_or_else(|| format!("\"{key}\".\"shape\" is missing or not a list of sizes"))?;
+        let shape =
+            shape(s.get("shape")).ok_or_else(|| format!("\"{key}\".\"shape\" is missing or not a list of sizes"))?;
         let values: Vec<f64> = s
             .get("values")
             .and_then(Value::as_array)
@@ -231,7 +235,9 @@ fn pair_v1(entry: &Value) -> Result<ArrayStats, String> {
 /// The anchor's npz layout of `scaler` (stored entries, as `numpy.savez` writes).
 fn to_npz(scaler: &StandardScaler) -> Result<Vec<u8>, String> {
     if scaler.every_array().is_some() {
-        return Err("a StandardScaler for every array has no npz layout (the npz names each array); save it as .json".into());
+        return Err(
+            "a StandardScaler for every array has no npz layout (the npz names each array); save it as .json".into()
+        );
     }
     let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
     let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
@@ -272,7 +278,8 @@ fn npy(s: &Stat) -> Vec<u8> {
 
 /// Read the anchor's npz layout.
 fn from_npz(bytes: &[u8]) -> Result<StandardScaler, String> {
-    let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| format!("the file is not a readable npz ({e})"))?;
+    let mut zip =
+        zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| format!("the file is not a readable npz ({e})"))?;
     let (mut mean, mut std) = (BTreeMap::new(), BTreeMap::new());
     for i in 0..zip.len() {
         let mut entry = zip.by_index(i).map_err(|e| format!("the npz cannot be read ({e})"))?;
@@ -428,7 +435,10 @@ mod tests {
     fn npy_headers_as_numpy_writes_them_parse() {
         let data: Vec<u8> = [1.0f32, 3.0, 2.0, 4.0].iter().flat_map(|v| v.to_be_bytes()).collect();
         let s = parse_npy(&raw_npy(">f4", "True", &data)).unwrap();
-        assert_eq!((s.dtype(), s.shape(), s.values()), (StatDType::Float32, &[2usize, 2][..], &[1.0, 2.0, 3.0, 4.0][..]));
+        assert_eq!(
+            (s.dtype(), s.shape(), s.values()),
+            (StatDType::Float32, &[2usize, 2][..], &[1.0, 2.0, 3.0, 4.0][..])
+        );
         assert!(parse_npy(&raw_npy("<i4", "False", &data)).unwrap_err().contains("<i4"));
         assert!(parse_npy(&raw_npy("<f8", "False", &data)).unwrap_err().contains("needs 32 bytes"));
     }

@@ -102,7 +102,6 @@ impl ObjectStoreStorage {
     }
 }
 
-
 /// Classify an object_store error: retry only what may go away.
 fn map_err(e: object_store::Error) -> StorageError {
     use object_store::Error as E;

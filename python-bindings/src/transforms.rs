@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use insitubatch_core::array::zeroed_bytes;
 use insitubatch_core::batch::Batch;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
-use insitubatch_core::scaler::{Stat, StatDType, StandardScaler};
+use insitubatch_core::scaler::{StandardScaler, Stat, StatDType};
 use insitubatch_core::transform::{BatchTransform, ChunkTransform, DecodedChunk};
-use insitubatch_native::scaler_file::ScalerFileError;
 use insitubatch_core::{DType, Error as CoreError, NdArray};
+use insitubatch_native::scaler_file::ScalerFileError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -319,7 +319,8 @@ pub struct PyStandardScaler {
 fn stat(py: Python<'_>, name: &str, which: &str, v: &Bound<'_, PyAny>) -> PyResult<Stat> {
     let bad = |e: String| PyValueError::new_err(format!("StandardScaler {which} for {name:?}: {e}"));
     let is_bool = v.is_instance_of::<pyo3::types::PyBool>();
-    if !is_bool && (v.is_exact_instance_of::<pyo3::types::PyFloat>() || v.is_exact_instance_of::<pyo3::types::PyInt>()) {
+    if !is_bool && (v.is_exact_instance_of::<pyo3::types::PyFloat>() || v.is_exact_instance_of::<pyo3::types::PyInt>())
+    {
         return Stat::python(v.extract::<f64>()?).map_err(bad);
     }
     let np = py.import("numpy")?;
@@ -332,7 +333,8 @@ fn stat(py: Python<'_>, name: &str, which: &str, v: &Bound<'_, PyAny>) -> PyResu
         )));
     };
     let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
-    let values: Vec<f64> = arr.call_method1("astype", ("float64",))?.call_method1("reshape", (-1,))?.call_method0("tolist")?.extract()?;
+    let values: Vec<f64> =
+        arr.call_method1("astype", ("float64",))?.call_method1("reshape", (-1,))?.call_method0("tolist")?.extract()?;
     Stat::new(dt, shape, values).map_err(bad)
 }
 
@@ -371,11 +373,13 @@ impl PyStandardScaler {
         cache_key: Option<String>,
     ) -> PyResult<Self> {
         let stats = |d: &Bound<'_, PyDict>, which: &str| -> PyResult<BTreeMap<String, Stat>> {
-            d.iter().map(|(k, v)| {
-                let k: String = k.extract()?;
-                let s = stat(py, &k, which, &v)?;
-                Ok((k, s))
-            }).collect()
+            d.iter()
+                .map(|(k, v)| {
+                    let k: String = k.extract()?;
+                    let s = stat(py, &k, which, &v)?;
+                    Ok((k, s))
+                })
+                .collect()
         };
         let scaler = StandardScaler::from_maps(stats(mean, "mean")?, stats(std, "std")?, eps).map_err(core_err)?;
         Ok(Self { inner: Arc::new(scaler.with_cache_key(cache_key)) })
@@ -430,7 +434,11 @@ impl PyStandardScaler {
     }
     fn __repr__(&self) -> String {
         let key = self.inner.cache_key().map(|k| format!(", cache_key={k:?}")).unwrap_or_default();
-        format!("StandardScaler(arrays={:?}, eps={:?}{key})", self.inner.stats().keys().collect::<Vec<_>>(), self.inner.eps())
+        format!(
+            "StandardScaler(arrays={:?}, eps={:?}{key})",
+            self.inner.stats().keys().collect::<Vec<_>>(),
+            self.inner.eps()
+        )
     }
 }
 
