@@ -167,7 +167,7 @@ struct Knobs {
     #[arg(long, value_parser = parse_scale, conflicts_with = "scaler")]
     scale: Option<(f64, f64)>,
     /// Standardize with a StandardScaler saved by `StandardScaler.save` (JSON, or the
-    /// anchor's npz of "<array>.mean"/"<array>.std").
+    /// anchor's npz of `<array>.mean` and `<array>.std`).
     #[arg(long, value_name = "FILE")]
     scaler: Option<std::path::PathBuf>,
 }

@@ -365,17 +365,16 @@ impl Storage for PyZarrStorage {
     }
 }
 
+/// The cases that passed, and `(case, message)` for each that failed.
+type ConformanceOutcome = (Vec<String>, Vec<(String, String)>);
+
 /// Core's storage conformance suite ([`insitubatch_core::conformance`]) on the store the
 /// Python package would read `store` through (the zarr-Store adapter for a zarr `Store`),
 /// which must hold [`_storage_conformance_fixture`] at its root. Returns the cases that
 /// passed and `(case, message)` for each that failed. A test hook (tests/test_stores.py).
 #[pyfunction]
 #[pyo3(signature = (store, can_list = true))]
-pub fn _storage_conformance(
-    py: Python<'_>,
-    store: &Bound<'_, PyAny>,
-    can_list: bool,
-) -> PyResult<(Vec<String>, Vec<(String, String)>)> {
+pub fn _storage_conformance(py: Python<'_>, store: &Bound<'_, PyAny>, can_list: bool) -> PyResult<ConformanceOutcome> {
     use insitubatch_core::conformance::{Expectations, check_storage};
     let StoreArg::Built { storage, .. } = StoreArg::from_py(store)? else {
         return Err(PyTypeError::new_err("give a store object, not a URL"));
