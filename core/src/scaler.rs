@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 
 use half::{bf16, f16};
-use ndarray::{ArrayViewD, IxDyn, ShapeBuilder};
+use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn, ShapeBuilder, Zip};
 
 use crate::array::{DType, NdArray};
 use crate::error::{Error, Result};
@@ -147,11 +147,10 @@ impl Stat {
         ArrayViewD::from_shape(IxDyn(&self.shape), &self.values).unwrap_or_else(|_| unreachable!())
     }
 
-    /// The values broadcast over one sample `(1, *inner)`, C order; `None` when numpy would
-    /// not broadcast them there.
-    fn over_sample(&self, inner: &[usize]) -> Option<Vec<f64>> {
+    /// Whether numpy broadcasts this statistic over one sample `(1, *inner)`.
+    fn fits_sample(&self, inner: &[usize]) -> bool {
         let target: Vec<usize> = std::iter::once(1).chain(inner.iter().copied()).collect();
-        self.view().broadcast(IxDyn(&target)).map(|b| b.iter().copied().collect())
+        self.view().broadcast(IxDyn(&target)).is_some()
     }
 
     fn hash_into(&self, field: &mut impl FnMut(&[u8])) {
@@ -438,16 +437,17 @@ fn promote(a: Kind, b: Kind) -> Kind {
 }
 
 /// How one array's chunks are scaled: the dtypes of the three operations, and the
-/// statistics broadcast over one sample, already in the dtype each operation reads them in.
+/// statistics in their own shapes, already in the dtype each operation reads them in
+/// (broadcast over the chunk as it is scaled, never expanded).
 #[derive(Debug)]
 struct Plan {
     data: Ty,
     sub: Ty,
     div: Ty,
-    /// `mean`, per element of a sample, rounded to `sub`'s dtype.
-    mean: Vec<f64>,
-    /// `std + eps` computed in its own dtype, per element of a sample, rounded to `div`'s.
-    denom: Vec<f64>,
+    /// `mean` rounded to `sub`'s dtype, and its shape.
+    mean: (Vec<f64>, Vec<usize>),
+    /// `std + eps` computed in its own dtype, then rounded to `div`'s, and its shape.
+    denom: (Vec<f64>, Vec<usize>),
 }
 
 impl Plan {
@@ -457,28 +457,30 @@ impl Plan {
                 "StandardScaler scales floating-point data (float16, bfloat16, float32, float64); array {array:?} is {dtype}"
             ))
         })?;
-        let over = |which: &str, s: &Stat| {
-            s.over_sample(inner).ok_or_else(|| {
-                Error::Config(format!(
+        for (which, s) in [("mean", &stats.mean), ("std", &stats.std)] {
+            if !s.fits_sample(inner) {
+                return Err(Error::Config(format!(
                     "StandardScaler {which} for array {array:?} has shape {:?}, which does not broadcast over a sample of \
                      shape {inner:?} (the chunk without its sample axis); give statistics shaped like (1, 1), (level, 1, 1) \
                      or the sample's own shape",
                     s.shape
-                ))
-            })
-        };
-        let (mean, std) = (over("mean", &stats.mean)?, over("std", &stats.std)?);
+                )));
+            }
+        }
         let Kind::Ty(sub) = promote(Kind::Ty(data), stats.mean.dtype.kind()) else { unreachable!("data is concrete") };
         let std_eps = promote(stats.std.dtype.kind(), Kind::Weak);
         let Kind::Ty(div) = promote(Kind::Ty(sub), std_eps) else { unreachable!("sub is concrete") };
-        let denom = std
-            .into_iter()
-            .map(|s| match std_eps {
+        let denom = stats
+            .std
+            .values
+            .iter()
+            .map(|&s| match std_eps {
                 Kind::Weak => div.round(s + eps), // Python arithmetic, then the weak result meets the array
-                Kind::Ty(t) => t.add(s, t.round(eps)),
+                Kind::Ty(t) => div.round(t.add(s, t.round(eps))),
             })
             .collect();
-        Ok(Self { data, sub, div, mean: mean.into_iter().map(|m| sub.round(m)).collect(), denom })
+        let mean = stats.mean.values.iter().map(|&m| sub.round(m)).collect();
+        Ok(Self { data, sub, div, mean: (mean, stats.mean.shape.clone()), denom: (denom, stats.std.shape.clone()) })
     }
 
     fn run(&self, data: &mut NdArray) -> Result<()> {
@@ -507,23 +509,46 @@ impl Plan {
         elem!(self.data, D, elem!(self.sub, S, elem!(self.div, V, self.kernel::<D, S, V>(data))))
     }
 
-    /// `x = D((V(S(x) - mean)) / denom)` per element: each step in its own dtype.
+    /// `x = D((V(S(x) - mean)) / denom)` per element: each step in its own dtype, the
+    /// statistics broadcast over the whole chunk `(rows, *inner)` by ndarray (stride 0 on
+    /// their axes of length 1, numpy's right alignment).
     fn kernel<D: Elem, S: Elem, V: Elem>(&self, data: &mut NdArray) -> Result<()> {
-        let mean: Vec<S> = self.mean.iter().map(|&m| S::from_f64(m)).collect();
-        let denom: Vec<V> = self.denom.iter().map(|&d| V::from_f64(d)).collect();
-        let values = data.as_mut_slice::<D>().ok_or_else(|| Error::Transform {
-            name: NAME.into(),
-            message: "the chunk's bytes are not aligned to its dtype".into(),
-        })?;
-        if mean.is_empty() {
-            return Ok(()); // a sample with a zero-length axis has nothing to scale
+        let shape = IxDyn(&data.shape);
+        let per_sample: usize = data.shape.iter().skip(1).product();
+        let mean: Vec<S> = self.mean.0.iter().map(|&m| S::from_f64(m)).collect();
+        let denom: Vec<V> = self.denom.0.iter().map(|&d| V::from_f64(d)).collect();
+        let internal = |what: &str| Error::Transform { name: NAME.into(), message: what.into() };
+        let values =
+            data.as_mut_slice::<D>().ok_or_else(|| internal("the chunk's bytes are not aligned to its dtype"))?;
+        let scale = |x: &mut D, m: S, d: V| {
+            let diff = S::from_f64(x.to_f64()).sub(m);
+            *x = D::from_f64(V::from_f64(diff.to_f64()).div(d).to_f64());
+        };
+        // Fast paths, the same arithmetic over plain slices (ndarray's Zip does not vectorize
+        // over a stride-0 axis): one value each, or statistics a whole sample long (the
+        // shape of a sample up to leading 1s, so their C order is the sample's).
+        if let ([m], [d]) = (&mean[..], &denom[..]) {
+            values.iter_mut().for_each(|x| scale(x, *m, *d));
+            return Ok(());
         }
-        for sample in values.chunks_exact_mut(mean.len()) {
-            for ((x, &m), &d) in sample.iter_mut().zip(&mean).zip(&denom) {
-                let diff = S::from_f64(x.to_f64()).sub(m);
-                *x = D::from_f64(V::from_f64(diff.to_f64()).div(d).to_f64());
+        if per_sample > 0 && [mean.len(), denom.len()].iter().all(|&n| n == 1 || n == per_sample) {
+            let mean = if mean.len() == 1 { vec![mean[0]; per_sample] } else { mean };
+            let denom = if denom.len() == 1 { vec![denom[0]; per_sample] } else { denom };
+            for sample in values.chunks_exact_mut(per_sample) {
+                for ((x, &m), &d) in sample.iter_mut().zip(&mean).zip(&denom) {
+                    scale(x, m, d);
+                }
             }
+            return Ok(());
         }
+        let x = ArrayViewMutD::from_shape(shape.clone(), values).map_err(|e| internal(&e.to_string()))?;
+        // Plan::new checked that both broadcast over a sample; rows only add an axis.
+        let broadcast = |what: &str| internal(&format!("{what} does not broadcast over the chunk {shape:?}"));
+        let m = ArrayViewD::from_shape(IxDyn(&self.mean.1), &mean).map_err(|e| internal(&e.to_string()))?;
+        let m = m.broadcast(shape.clone()).ok_or_else(|| broadcast("mean"))?;
+        let d = ArrayViewD::from_shape(IxDyn(&self.denom.1), &denom).map_err(|e| internal(&e.to_string()))?;
+        let d = d.broadcast(shape.clone()).ok_or_else(|| broadcast("std"))?;
+        Zip::from(x).and(m).and(d).for_each(|x, &m, &d| scale(x, m, d));
         Ok(())
     }
 }
@@ -694,6 +719,12 @@ mod tests {
                 by_hand(&x, [2, 3, 5], |i, _| i as f32 * 2.0, |_, _| 2.0),
             ),
             (stat(f, &[1, 1], &[3.0]), stat(f, &[1, 1, 1], &[4.0]), by_hand(&x, [2, 3, 5], |_, _| 3.0, |_, _| 4.0)),
+            // A whole sample's statistics beside a scalar (the per-sample fast path).
+            (
+                stat(f, &[1, 3, 5], &(0..15).map(f64::from).collect::<Vec<_>>()),
+                stat(f, &[], &[4.0]),
+                by_hand(&x, [2, 3, 5], |i, j| (i * 5 + j) as f32, |_, _| 4.0),
+            ),
             (
                 stat(f, &[3, 5], &(0..15).map(f64::from).collect::<Vec<_>>()),
                 stat(f, &[5], &per_lon_s),
