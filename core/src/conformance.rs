@@ -78,6 +78,7 @@ pub fn fixture() -> Vec<(&'static str, Bytes)> {
 }
 
 /// Put the fixture set into a memory store.
+#[cfg(any(test, feature = "testing"))]
 pub fn populate_memory(storage: &crate::testing::MemoryStorage) {
     for (key, bytes) in fixture() {
         storage.insert(key, bytes);

@@ -20,7 +20,7 @@
 pub mod array;
 mod assemble;
 pub mod batch;
-#[cfg(any(test, feature = "testing"))]
+#[cfg(any(test, feature = "testing", feature = "conformance"))]
 pub mod conformance;
 pub mod dataset;
 pub mod describe;
@@ -33,6 +33,7 @@ pub mod pass;
 pub mod plan;
 pub mod pool;
 pub mod runtime;
+pub mod scaler;
 pub mod shuffle;
 pub mod split;
 pub mod stats;

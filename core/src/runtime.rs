@@ -112,6 +112,52 @@ where
     }
 }
 
+/// A bounded read held to the storage contract (`conformance.rs`), for stores whose own
+/// ranged read clips or fails past the end (object_store, zarr's stores): `start > end` and
+/// a range past the end are [`StorageErrorKind::Permanent`] errors, never short reads (a
+/// short shard read means a truncated shard or a corrupt index); `start == end` is an empty
+/// read of an existing object, at most at its end. `read` does the ranged read (only for a
+/// non-empty range); `size` gives the object's length (`None`: missing), asked only when
+/// the answer depends on it.
+///
+/// # Errors
+/// The cases above, or `read`'s error when the range is within the object.
+pub async fn exact_bounded<R, RF, S, SF>(start: u64, end: u64, read: R, size: S) -> Result<Option<Bytes>, StorageError>
+where
+    R: FnOnce() -> RF,
+    RF: Future<Output = Result<Option<Bytes>, StorageError>>,
+    S: FnOnce() -> SF,
+    SF: Future<Output = Result<Option<u64>, StorageError>>,
+{
+    if start > end {
+        return Err(StorageError::permanent(format!("invalid byte range {start}..{end}: start after end")));
+    }
+    if start == end {
+        return match size().await? {
+            Some(len) if end > len => Err(past_end(start, end, len)),
+            Some(_) => Ok(Some(Bytes::new())),
+            None => Ok(None),
+        };
+    }
+    match read().await {
+        Ok(Some(b)) if b.len() as u64 == end - start => Ok(Some(b)),
+        Ok(Some(b)) => Err(past_end(start, end, start + b.len() as u64)),
+        Ok(None) => Ok(None),
+        Err(e) => match size().await {
+            Ok(Some(len)) if end > len => Err(past_end(start, end, len)),
+            _ => Err(e),
+        },
+    }
+}
+
+/// A range that reaches past the end of its object: never worth retrying.
+fn past_end(start: u64, end: u64, size: u64) -> StorageError {
+    StorageError::permanent(format!(
+        "byte range {start}..{end} reaches past the end of the object ({size} bytes); the object may be truncated, \
+         or the shard index that gave the range is corrupt"
+    ))
+}
+
 /// Background tasks and time. Time is an input so tests can simulate it.
 pub trait Executor: MaybeSend + MaybeSync + Debug {
     /// Run `task` in the background until it completes or is dropped.

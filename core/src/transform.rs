@@ -4,7 +4,6 @@
 //! Placement rule: per-variable, per-chunk, deterministic work goes in the chunk stage
 //! (scaling, unit conversion, regrid); cross-variable or random work in the batch stage.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::array::{DType, NdArray};
@@ -113,98 +112,7 @@ pub fn applies(arrays: &[&str], transform: Arc<dyn ChunkTransform>) -> Result<Sc
     Ok(Scoped { arrays: Some(arrays), transform })
 }
 
-fn as_f32_mut<'a>(data: &'a mut NdArray, who: &str) -> Result<&'a mut [f32]> {
-    let dtype = data.dtype;
-    data.as_mut_slice::<f32>()
-        .ok_or_else(|| Error::Transform { name: who.into(), message: format!("expects float32 data, got {dtype}") })
-}
-
-/// `(x - mean) / (std + eps)` with fixed per-array statistics that broadcast over a chunk
-/// without its sample axis: one value per array, or one per element of the leading inner
-/// axes (e.g. per level).
-#[derive(Debug, Clone)]
-pub struct StandardScaler {
-    /// Array path → mean (length 1, or the product of the leading inner axes it covers).
-    pub mean: BTreeMap<String, Vec<f32>>,
-    /// Array path → standard deviation, same shapes as `mean`.
-    pub std: BTreeMap<String, Vec<f32>>,
-    /// Added to the standard deviation.
-    pub eps: f32,
-}
-
-impl StandardScaler {
-    /// A scaler with per-array statistics.
-    pub fn new(mean: BTreeMap<String, Vec<f32>>, std: BTreeMap<String, Vec<f32>>) -> Self {
-        Self { mean, std, eps: 1e-8 }
-    }
-}
-
-impl ChunkTransform for StandardScaler {
-    fn name(&self) -> String {
-        "standard_scaler".into()
-    }
-    /// Only this array's statistics (exact bits) and `eps`: re-fitting one variable's
-    /// statistics leaves the other variables' cached chunks valid.
-    fn cache_token(&self, array: &str) -> String {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        for stats in [&self.mean, &self.std] {
-            let v = stats.get(array).map(Vec::as_slice).unwrap_or_default();
-            h.update((v.len() as u64).to_le_bytes());
-            for x in v {
-                h.update(x.to_bits().to_le_bytes());
-            }
-        }
-        h.update(self.eps.to_bits().to_le_bytes());
-        format!("standard_scaler:sha256:{:x}", h.finalize())
-    }
-    fn validate_scope(&self, arrays: &[String]) -> Result<()> {
-        let missing: Vec<&String> =
-            arrays.iter().filter(|a| !self.mean.contains_key(*a) || !self.std.contains_key(*a)).collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Config(format!("StandardScaler has no mean/std for {missing:?}")))
-        }
-    }
-    fn apply(&self, mut chunk: DecodedChunk) -> Result<DecodedChunk> {
-        let (Some(mean), Some(std)) = (self.mean.get(&chunk.array), self.std.get(&chunk.array)) else {
-            return Err(Error::Transform {
-                name: self.name(),
-                message: format!("no statistics for array {:?}", chunk.array),
-            });
-        };
-        if mean.len() != std.len() || mean.is_empty() {
-            return Err(Error::Transform {
-                name: self.name(),
-                message: "mean and std must be non-empty and the same length".into(),
-            });
-        }
-        let per_sample = chunk.data.shape[1..].iter().product::<usize>();
-        if per_sample % mean.len() != 0 {
-            return Err(Error::Transform {
-                name: self.name(),
-                message: format!(
-                    "{} statistics do not broadcast over a sample of shape {:?}",
-                    mean.len(),
-                    &chunk.data.shape[1..]
-                ),
-            });
-        }
-        let block = per_sample / mean.len();
-        let eps = self.eps;
-        let data = as_f32_mut(&mut chunk.data, "standard_scaler")?;
-        for sample in data.chunks_mut(per_sample.max(1)) {
-            for (k, run) in sample.chunks_mut(block.max(1)).enumerate() {
-                let (m, s) = (mean[k], std[k] + eps);
-                for x in run {
-                    *x = (*x - m) / s;
-                }
-            }
-        }
-        Ok(chunk)
-    }
-}
+pub use crate::scaler::{ArrayStats, StandardScaler, Stat, StatDType};
 
 /// Block-mean regrid of the last two axes by `factor`, trimming ragged edges: a reshaping
 /// chunk transform that declares its output shape.
@@ -300,40 +208,6 @@ mod tests {
             sample_offset: 0,
             data: NdArray::new(DType::Float32, shape, data).unwrap(),
         }
-    }
-
-    #[test]
-    fn scaler_cache_token_sees_only_its_arrays_statistics() {
-        let stats = |u10_mean: f32| {
-            StandardScaler::new(
-                BTreeMap::from([("t2m".into(), vec![280.0]), ("u10".into(), vec![u10_mean])]),
-                BTreeMap::from([("t2m".into(), vec![10.0]), ("u10".into(), vec![3.0])]),
-            )
-        };
-        let (a, b) = (stats(0.5), stats(0.25));
-        assert_eq!(a.cache_token("t2m"), b.cache_token("t2m"), "t2m's statistics did not change");
-        assert_ne!(a.cache_token("u10"), b.cache_token("u10"));
-        assert_ne!(a.cache_token("t2m"), a.cache_token("u10"));
-        assert_eq!(a.cache_token("u10"), stats(0.5).cache_token("u10"));
-    }
-
-    #[test]
-    fn scaler_applies_known_stats_and_validates_scope() {
-        let s = StandardScaler::new(
-            BTreeMap::from([("t2m".into(), vec![1.0, 10.0])]),
-            BTreeMap::from([("t2m".into(), vec![2.0, 5.0])]),
-        );
-        let out = s.apply(chunk(vec![1, 2, 2], vec![3.0, 5.0, 20.0, 30.0])).unwrap();
-        let v = out.data.as_slice::<f32>().unwrap();
-        assert!(
-            (v[0] - 1.0).abs() < 1e-6
-                && (v[1] - 2.0).abs() < 1e-6
-                && (v[2] - 2.0).abs() < 1e-6
-                && (v[3] - 4.0).abs() < 1e-6
-        );
-        let err = applies(&["u10"], Arc::new(s.clone())).unwrap_err();
-        assert!(err.to_string().contains("no mean/std"), "{err}");
-        assert!(applies(&[], Arc::new(s)).is_err());
     }
 
     #[test]

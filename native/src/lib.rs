@@ -23,6 +23,7 @@
 pub mod cache;
 pub mod demo;
 pub mod runtime;
+pub mod scaler_file;
 pub mod storage;
 
 use std::sync::Arc;

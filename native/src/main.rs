@@ -162,43 +162,21 @@ struct Knobs {
     /// Drop the cached chunks of arrays whose pipeline changed instead of refusing.
     #[arg(long, requires = "cache_dir")]
     reset_stale_cache: bool,
-    /// Standardize every array with this MEAN,STD chunk transform (cached with the chunk).
-    #[arg(long, value_parser = parse_scale)]
-    scale: Option<(f32, f32)>,
+    /// Standardize every array, `(x - MEAN) / (STD + 1e-8)` as numpy computes it with Python
+    /// floats (the data keeps its dtype): the StandardScaler chunk transform, cached with the chunk.
+    #[arg(long, value_parser = parse_scale, conflicts_with = "scaler")]
+    scale: Option<(f64, f64)>,
+    /// Standardize with a StandardScaler saved by `StandardScaler.save` (JSON, or the
+    /// anchor's npz of `<array>.mean` and `<array>.std`).
+    #[arg(long, value_name = "FILE")]
+    scaler: Option<std::path::PathBuf>,
 }
 
-/// `(x - mean) / std` on every float32 array: the CLI's one chunk transform.
-#[derive(Debug)]
-struct Standardize {
-    mean: f32,
-    std: f32,
-}
-
-impl insitubatch_native::core::transform::ChunkTransform for Standardize {
-    fn name(&self) -> String {
-        "standardize".into()
-    }
-    fn apply(
-        &self,
-        mut chunk: insitubatch_native::core::transform::DecodedChunk,
-    ) -> insitubatch_native::core::Result<insitubatch_native::core::transform::DecodedChunk> {
-        let dtype = chunk.data.dtype;
-        let values = chunk.data.as_mut_slice::<f32>().ok_or_else(|| insitubatch_native::core::Error::Transform {
-            name: self.name(),
-            message: format!("--scale needs float32 arrays, got {dtype}"),
-        })?;
-        for v in values {
-            *v = (*v - self.mean) / self.std;
-        }
-        Ok(chunk)
-    }
-}
-
-fn parse_scale(s: &str) -> Result<(f32, f32), String> {
+fn parse_scale(s: &str) -> Result<(f64, f64), String> {
     let parts: Vec<&str> = s.split(',').collect();
     let [m, sd] = parts.as_slice() else { return Err(format!("expected MEAN,STD, got {s:?}")) };
-    let m: f32 = m.trim().parse().map_err(|e| format!("mean {m:?}: {e}"))?;
-    let sd: f32 = sd.trim().parse().map_err(|e| format!("std {sd:?}: {e}"))?;
+    let m: f64 = m.trim().parse().map_err(|e| format!("mean {m:?}: {e}"))?;
+    let sd: f64 = sd.trim().parse().map_err(|e| format!("std {sd:?}: {e}"))?;
     Ok((m, sd))
 }
 
@@ -255,14 +233,24 @@ impl Knobs {
                 readonly: self.readonly_cache,
                 reset_stale: self.reset_stale_cache,
             }),
-            chunk_transforms: self
-                .scale
-                .map(|(mean, std)| {
-                    vec![insitubatch_native::core::transform::everywhere(Arc::new(Standardize { mean, std }))]
-                })
-                .unwrap_or_default(),
             ..OpenOptions::default()
         }
+    }
+
+    /// The `--scale` / `--scaler` chunk transform: the one StandardScaler (core), its file
+    /// format from `insitubatch_native::scaler_file`.
+    fn chunk_transforms(&self) -> Result<Vec<insitubatch_native::core::transform::Scoped>> {
+        use insitubatch_native::core::scaler::{ArrayStats, StandardScaler, Stat};
+        let scaler = match (&self.scale, &self.scaler) {
+            (Some((mean, std)), _) => {
+                let stat = |v: f64, what: &str| Stat::python(v).map_err(|e| anyhow!("--scale {what}: {e}"));
+                let stats = ArrayStats::new(stat(*mean, "mean")?, stat(*std, "std")?).map_err(|e| anyhow!(e))?;
+                StandardScaler::for_every_array(stats, 1e-8)?
+            }
+            (None, Some(path)) => insitubatch_native::scaler_file::load(path)?,
+            (None, None) => return Ok(Vec::new()),
+        };
+        Ok(vec![insitubatch_native::core::transform::everywhere(Arc::new(scaler))])
     }
 
     fn config_json(&self, threads: usize) -> serde_json::Value {
@@ -281,7 +269,8 @@ impl Knobs {
     }
 }
 
-fn open_ds(url: &str, knobs: &Knobs, opts: OpenOptions) -> Result<NativeDataset> {
+fn open_ds(url: &str, knobs: &Knobs, mut opts: OpenOptions) -> Result<NativeDataset> {
+    opts.chunk_transforms = knobs.chunk_transforms()?;
     let ds = open(url, opts)?;
     ds.set_epoch(knobs.epoch);
     Ok(ds)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, suffix_or_whole};
+use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, exact_bounded, suffix_or_whole};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
@@ -87,26 +87,8 @@ impl ObjectStoreStorage {
     /// must not reach the decoder as if it were the chunk (core's storage contract,
     /// `insitubatch_core::conformance`).
     async fn get_bounded(&self, key: &str, start: u64, end: u64) -> Result<Option<Bytes>, StorageError> {
-        if start > end {
-            return Err(StorageError::permanent(format!("invalid byte range {start}..{end}: start after end")));
-        }
-        if start == end {
-            // object_store has no empty range: an empty read says whether the object is there.
-            return match self.size(key).await? {
-                Some(size) if end > size => Err(past_end(start, end, size)),
-                Some(_) => Ok(Some(Bytes::new())),
-                None => Ok(None),
-            };
-        }
-        match self.get_opts(key, Some(GetRange::Bounded(start..end))).await {
-            Ok(Some(b)) if b.len() as u64 == end - start => Ok(Some(b)),
-            Ok(Some(b)) => Err(past_end(start, end, start + b.len() as u64)),
-            Ok(None) => Ok(None),
-            Err(e) => match self.size(key).await {
-                Ok(Some(size)) if end > size => Err(past_end(start, end, size)),
-                _ => Err(e),
-            },
-        }
+        // object_store has no empty range, and clips an end past the object: core decides.
+        exact_bounded(start, end, || self.get_opts(key, Some(GetRange::Bounded(start..end))), || self.size(key)).await
     }
 
     /// The object's size (`None`: missing), from a HEAD request or the file's metadata.
@@ -118,14 +100,6 @@ impl ObjectStoreStorage {
             Err(e) => Err(map_err(e)),
         }
     }
-}
-
-/// A range that reaches past the end of its object: never worth retrying.
-fn past_end(start: u64, end: u64, size: u64) -> StorageError {
-    StorageError::permanent(format!(
-        "byte range {start}..{end} reaches past the end of the object ({size} bytes); the object may be truncated, \
-         or the shard index that gave the range is corrupt"
-    ))
 }
 
 /// Classify an object_store error: retry only what may go away.

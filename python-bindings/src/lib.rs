@@ -748,5 +748,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(verdict, m)?)?;
     m.add_function(wrap_pyfunction!(transforms::_shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(pystore::_storage_conformance, m)?)?;
+    m.add_function(wrap_pyfunction!(pystore::_storage_conformance_fixture, m)?)?;
     Ok(())
 }

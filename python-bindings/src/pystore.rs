@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures::channel::oneshot;
-use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, suffix_or_whole};
+use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, exact_bounded, suffix_or_whole};
 use insitubatch_native::ObjectStoreStorage;
 use pyo3::exceptions::{
     PyConnectionError, PyFileNotFoundError, PyKeyError, PyRuntimeError, PyTimeoutError, PyTypeError,
@@ -321,14 +321,24 @@ impl Storage for PyZarrStorage {
     fn get_range<'a>(&'a self, key: &'a str, range: ByteRange) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
         Box::pin(async move {
             match range {
-                // An empty range of an existing object is empty (what ObjectStoreStorage does).
-                ByteRange::Bounded { start, end } if end <= start => {
-                    Ok(self.get_opt(key, None).await?.map(|_| Bytes::new()))
+                // zarr's stores clip a range past the end (and take start > end): core decides.
+                ByteRange::Bounded { start, end } => {
+                    let size = || async { Ok(self.get_opt(key, None).await?.map(|b| b.len() as u64)) };
+                    exact_bounded(start, end, || self.get_opt(key, Some(range)), size).await
                 }
-                ByteRange::Bounded { .. } => self.get_opt(key, Some(range)).await,
-                // zarr's LocalStore cannot seek before the start of the object.
+                // fsspec reads `[-0:]`, the whole object.
+                ByteRange::Suffix(0) => Ok(self.get_opt(key, None).await?.map(|_| Bytes::new())),
+                // zarr's LocalStore cannot seek before the start of the object, and its
+                // MemoryStore slices a suffix longer than the object wrongly (a shorter
+                // suffix of it): a suffix shorter than asked is re-read whole.
                 ByteRange::Suffix(n) => {
-                    suffix_or_whole(n, self.get_opt(key, Some(range)), || self.get_opt(key, None)).await
+                    let suffix = async {
+                        match self.get_opt(key, Some(range)).await? {
+                            Some(b) if (b.len() as u64) < n => Err(StorageError::permanent("a short suffix")),
+                            got => Ok(got),
+                        }
+                    };
+                    suffix_or_whole(n, suffix, || self.get_opt(key, None)).await
                 }
             }
         })
@@ -353,4 +363,35 @@ impl Storage for PyZarrStorage {
     fn location(&self) -> String {
         self.location.clone()
     }
+}
+
+/// The cases that passed, and `(case, message)` for each that failed.
+type ConformanceOutcome = (Vec<String>, Vec<(String, String)>);
+
+/// Core's storage conformance suite ([`insitubatch_core::conformance`]) on the store the
+/// Python package would read `store` through (the zarr-Store adapter for a zarr `Store`),
+/// which must hold [`_storage_conformance_fixture`] at its root. Returns the cases that
+/// passed and `(case, message)` for each that failed. A test hook (tests/test_stores.py).
+#[pyfunction]
+#[pyo3(signature = (store, can_list = true))]
+pub fn _storage_conformance(py: Python<'_>, store: &Bound<'_, PyAny>, can_list: bool) -> PyResult<ConformanceOutcome> {
+    use insitubatch_core::conformance::{Expectations, check_storage};
+    let StoreArg::Built { storage, .. } = StoreArg::from_py(store)? else {
+        return Err(PyTypeError::new_err("give a store object, not a URL"));
+    };
+    let expect = if can_list { Expectations::listable() } else { Expectations::unlistable() };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start a runtime for the suite: {e}")))?;
+    // Without the GIL: the adapter's submitter thread takes it to schedule every read.
+    let report = py.detach(|| rt.block_on(check_storage(&*storage, &expect)));
+    Ok((report.passed, report.failures.into_iter().map(|f| (f.case, f.message)).collect()))
+}
+
+/// The suite's fixture objects, `[(key, bytes)]`, to put into a store before
+/// [`_storage_conformance`].
+#[pyfunction]
+pub fn _storage_conformance_fixture(py: Python<'_>) -> Vec<(String, Bound<'_, PyBytes>)> {
+    insitubatch_core::conformance::fixture().into_iter().map(|(k, b)| (k.to_string(), PyBytes::new(py, &b))).collect()
 }

@@ -19,8 +19,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use insitubatch_core::array::zeroed_bytes;
 use insitubatch_core::batch::Batch;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
-use insitubatch_core::transform::{BatchTransform, ChunkTransform, DecodedChunk, StandardScaler};
+use insitubatch_core::scaler::{StandardScaler, Stat, StatDType};
+use insitubatch_core::transform::{BatchTransform, ChunkTransform, DecodedChunk};
 use insitubatch_core::{DType, Error as CoreError, NdArray};
+use insitubatch_native::scaler_file::ScalerFileError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -301,262 +303,62 @@ impl BatchTransform for PyBatchFn {
     }
 }
 
-/// The engine's scaler plus the identity Python declared for it (`cache_key`).
-///
-/// Its cache token is what a persisted cache fingerprints: the declared key when there is
-/// one, else a SHA-256 of every statistic's exact bits, so a re-fit scaler never reopens
-/// a cache written with the old numbers, however large its statistics.
-#[derive(Debug, Clone)]
-pub struct KeyedScaler {
-    pub scaler: StandardScaler,
-    pub cache_key: Option<String>,
-    /// Computed once at construction (statistics never change afterwards).
-    token: String,
-}
-
-impl KeyedScaler {
-    fn new(py: Python<'_>, scaler: StandardScaler, cache_key: Option<String>) -> PyResult<Self> {
-        let token = match &cache_key {
-            Some(k) => format!("standard_scaler:key:{k}"),
-            None => {
-                // Length-prefixed fields, so no two scalers serialize to the same stream.
-                let mut stream = Vec::new();
-                let mut field = |b: &[u8]| {
-                    stream.extend_from_slice(&(b.len() as u64).to_le_bytes());
-                    stream.extend_from_slice(b);
-                };
-                let bits = |v: &[f32]| v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect::<Vec<u8>>();
-                field(b"standard_scaler v1");
-                field(&scaler.eps.to_bits().to_le_bytes());
-                for (name, mean) in &scaler.mean {
-                    field(name.as_bytes());
-                    field(&bits(mean));
-                    field(&bits(scaler.std.get(name).map(Vec::as_slice).unwrap_or_default()));
-                }
-                let hex: String = py
-                    .import("hashlib")?
-                    .getattr("sha256")?
-                    .call1((pyo3::types::PyBytes::new(py, &stream),))?
-                    .call_method0("hexdigest")?
-                    .extract()?;
-                format!("standard_scaler:sha256:{hex}")
-            }
-        };
-        Ok(Self { scaler, cache_key, token })
-    }
-}
-
-impl ChunkTransform for KeyedScaler {
-    fn name(&self) -> String {
-        self.scaler.name()
-    }
-    fn apply(&self, chunk: DecodedChunk) -> insitubatch_core::Result<DecodedChunk> {
-        self.scaler.apply(chunk)
-    }
-    fn output(
-        &self,
-        geom: &CoreGeometry,
-        dtype: DType,
-        inner: &[usize],
-    ) -> insitubatch_core::Result<(DType, Vec<usize>)> {
-        self.scaler.output(geom, dtype, inner)
-    }
-    fn validate_scope(&self, arrays: &[String]) -> insitubatch_core::Result<()> {
-        self.scaler.validate_scope(arrays)
-    }
-    /// The declared key when there is one; else only this array's statistics, so re-fitting
-    /// one variable leaves the other variables' cached chunks valid.
-    fn cache_token(&self, array: &str) -> String {
-        match &self.cache_key {
-            Some(_) => self.token.clone(),
-            None => self.scaler.cache_token(array),
-        }
-    }
-}
-
-/// `(x - mean) / (std + eps)` per array with fixed statistics (the engine's scaler: no
-/// Python runs per chunk). Statistics broadcast over a sample: a scalar per array, or one
-/// value per element of the leading inner axes (shape `(level, 1, 1)` and the like).
+/// `(x - mean) / (std + eps)` per array with fixed statistics: a thin wrapper over the
+/// engine's [`StandardScaler`] (core/src/scaler.rs), which decides everything: broadcasting,
+/// numpy's dtype promotion, refusals, the cache token. This class only converts Python
+/// values to statistics (a Python number stays a Python number, numpy's weak scalar; an
+/// array keeps its dtype and shape) and back; `save`/`load` go to
+/// `insitubatch_native::scaler_file`.
 #[pyclass(frozen, name = "StandardScaler", module = "insitubatch_rs")]
 pub struct PyStandardScaler {
-    pub inner: KeyedScaler,
-    /// The statistics' shapes as given (the engine keeps them flat); `mean` and `std` of an
-    /// array share one shape.
-    shapes: BTreeMap<String, Vec<usize>>,
+    pub inner: Arc<StandardScaler>,
 }
 
-/// What `StandardScaler.save` writes as `"format"`, so `load` can tell its files from others.
-const SCALER_FORMAT: &str = "insitubatch_rs.StandardScaler";
-const SCALER_VERSION: u64 = 1;
-
-/// One statistic as float32: its values (flat, C order) and its shape.
-fn stat(py: Python<'_>, name: &str, which: &str, v: &Bound<'_, PyAny>) -> PyResult<(Vec<f32>, Vec<usize>)> {
-    let arr = py.import("numpy")?.getattr("asarray")?.call1((v, "float32"))?;
-    let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
-    let values: Vec<f32> = arr.call_method1("reshape", (-1,))?.call_method0("tolist")?.extract()?;
-    if values.is_empty() {
-        return Err(PyValueError::new_err(format!("StandardScaler {which} for {name:?} is empty")));
+/// One statistic as the engine takes it: a Python `float`/`int` as a Python number, anything
+/// else through `numpy.asarray` with its dtype, shape and values (exact, widened to float64).
+fn stat(py: Python<'_>, name: &str, which: &str, v: &Bound<'_, PyAny>) -> PyResult<Stat> {
+    let bad = |e: String| PyValueError::new_err(format!("StandardScaler {which} for {name:?}: {e}"));
+    let is_bool = v.is_instance_of::<pyo3::types::PyBool>();
+    if !is_bool && (v.is_exact_instance_of::<pyo3::types::PyFloat>() || v.is_exact_instance_of::<pyo3::types::PyInt>())
+    {
+        return Stat::python(v.extract::<f64>()?).map_err(bad);
     }
-    if values.iter().any(|x| !x.is_finite()) {
-        return Err(PyValueError::new_err(format!(
-            "StandardScaler {which} for {name:?} holds NaN or infinity, which would turn every value into NaN; fit it on finite data"
+    let np = py.import("numpy")?;
+    let arr = np.getattr("asarray")?.call1((v,))?;
+    let dtype: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
+    let Some(dt) = StatDType::from_name(&dtype).filter(|d| *d != StatDType::Python) else {
+        return Err(PyTypeError::new_err(format!(
+            "StandardScaler {which} for {name:?} is {dtype}; give a Python float or a float16, bfloat16, float32 or \
+             float64 array (cast it with .astype)"
         )));
-    }
-    Ok((values, shape))
+    };
+    let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+    let values: Vec<f64> =
+        arr.call_method1("astype", ("float64",))?.call_method1("reshape", (-1,))?.call_method0("tolist")?.extract()?;
+    Stat::new(dt, shape, values).map_err(bad)
 }
 
-impl PyStandardScaler {
-    fn build(
-        py: Python<'_>,
-        mean: &Bound<'_, PyDict>,
-        std: &Bound<'_, PyDict>,
-        eps: f32,
-        cache_key: Option<String>,
-    ) -> PyResult<Self> {
-        if !eps.is_finite() || eps < 0.0 {
-            return Err(PyValueError::new_err(format!("StandardScaler eps must be finite and >= 0, got {eps}")));
-        }
-        let (mut means, mut stds, mut shapes) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
-        for (k, v) in mean.iter() {
-            let k: String = k.extract()?;
-            let (m, shape) = stat(py, &k, "mean", &v)?;
-            let Some(sv) = std.get_item(&k)? else {
-                return Err(PyValueError::new_err(format!("StandardScaler has a mean but no std for {k:?}")));
-            };
-            let (s, _) = stat(py, &k, "std", &sv)?;
-            if s.len() != m.len() {
-                return Err(PyValueError::new_err(format!(
-                    "StandardScaler: mean and std for {k:?} differ in size ({} and {} values)",
-                    m.len(),
-                    s.len()
-                )));
-            }
-            means.insert(k.clone(), m);
-            stds.insert(k.clone(), s);
-            shapes.insert(k, shape);
-        }
-        for k in std.keys() {
-            let k: String = k.extract()?;
-            if !means.contains_key(&k) {
-                return Err(PyValueError::new_err(format!("StandardScaler has a std but no mean for {k:?}")));
-            }
-        }
-        let scaler = StandardScaler { mean: means, std: stds, eps };
-        Ok(Self { inner: KeyedScaler::new(py, scaler, cache_key)?, shapes })
+/// A statistic back as Python gave it: a Python float, or an array of its dtype and shape.
+fn stat_to_py<'py>(py: Python<'py>, s: &Stat) -> PyResult<Bound<'py, PyAny>> {
+    if s.dtype() == StatDType::Python {
+        return Ok(pyo3::types::PyFloat::new(py, s.values()[0]).into_any());
     }
-
-    /// `{array: float32 array}` of one statistic, in the shapes given.
-    fn stats_dict<'py>(&self, py: Python<'py>, mean: bool) -> PyResult<Bound<'py, PyDict>> {
-        let np = py.import("numpy")?;
-        let d = PyDict::new(py);
-        let src = if mean { &self.inner.scaler.mean } else { &self.inner.scaler.std };
-        for (k, v) in src {
-            let shape = self.shapes.get(k).cloned().unwrap_or_else(|| vec![v.len()]);
-            let a = np.getattr("asarray")?.call1((v.clone(), "float32"))?.call_method1("reshape", (shape,))?;
-            d.set_item(k, a)?;
-        }
-        Ok(d)
-    }
-
-    /// The `save` document: every float32 statistic written as the float64 it is exactly,
-    /// so `load` gets back the same bits.
-    fn to_json_value(&self) -> serde_json::Value {
-        let s = &self.inner.scaler;
-        let arrays: serde_json::Map<String, serde_json::Value> = s
-            .mean
-            .iter()
-            .map(|(k, m)| {
-                let sd = s.std.get(k).map(Vec::as_slice).unwrap_or_default();
-                let f = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
-                (k.clone(), serde_json::json!({"shape": self.shapes.get(k), "mean": f(m), "std": f(sd)}))
-            })
-            .collect();
-        serde_json::json!({
-            "format": SCALER_FORMAT,
-            "version": SCALER_VERSION,
-            "eps": f64::from(s.eps),
-            "cache_key": self.inner.cache_key,
-            "arrays": arrays,
-        })
-    }
-
-    /// Parse a `save` document; every refusal names what is wrong, then the file.
-    fn from_json_value(py: Python<'_>, v: &serde_json::Value, path: &str) -> PyResult<Self> {
-        let bad = |what: String| {
-            PyValueError::new_err(format!(
-                "{what}; write it with StandardScaler.save (or pass an .npz of \"<array>.mean\"/\"<array>.std\"): {path}"
-            ))
-        };
-        let obj = v.as_object().ok_or_else(|| bad("the file is JSON but not an object".into()))?;
-        if obj.get("format").and_then(|f| f.as_str()) != Some(SCALER_FORMAT) {
-            return Err(bad(format!("the file is not a saved StandardScaler (no \"format\": {SCALER_FORMAT:?})")));
-        }
-        match obj.get("version").and_then(serde_json::Value::as_u64) {
-            Some(SCALER_VERSION) => {}
-            Some(n) => {
-                return Err(PyValueError::new_err(format!(
-                    "the file is StandardScaler format version {n}; this insitubatch_rs reads version {SCALER_VERSION}, upgrade it to read the file: {path}"
-                )));
-            }
-            None => return Err(bad("the file has no integer \"version\"".into())),
-        }
-        let eps = obj
-            .get("eps")
-            .and_then(serde_json::Value::as_f64)
-            .ok_or_else(|| bad("\"eps\" is missing or not a number".into()))?;
-        let cache_key = match obj.get("cache_key") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(k)) => Some(k.clone()),
-            Some(_) => return Err(bad("\"cache_key\" is neither null nor a string".into())),
-        };
-        let arrays = obj
-            .get("arrays")
-            .and_then(|a| a.as_object())
-            .ok_or_else(|| bad("\"arrays\" is missing or not an object".into()))?;
-        let np = py.import("numpy")?;
-        let (mean, std) = (PyDict::new(py), PyDict::new(py));
-        for (name, entry) in arrays {
-            let field = |key: &str| -> PyResult<Vec<f64>> {
-                entry
-                    .get(key)
-                    .and_then(|x| x.as_array())
-                    .and_then(|xs| xs.iter().map(serde_json::Value::as_f64).collect::<Option<Vec<f64>>>())
-                    .ok_or_else(|| bad(format!("array {name:?}: \"{key}\" is missing or not a list of numbers")))
-            };
-            let shape: Vec<usize> = entry
-                .get("shape")
-                .and_then(|x| x.as_array())
-                .and_then(|xs| xs.iter().map(|d| d.as_u64().map(|d| d as usize)).collect::<Option<Vec<usize>>>())
-                .ok_or_else(|| bad(format!("array {name:?}: \"shape\" is missing or not a list of sizes")))?;
-            let (m, s) = (field("mean")?, field("std")?);
-            let n: usize = shape.iter().product();
-            if m.len() != n || s.len() != n {
-                return Err(bad(format!(
-                    "array {name:?}: shape {shape:?} holds {n} values but mean has {} and std {}",
-                    m.len(),
-                    s.len()
-                )));
-            }
-            let arr = |v: Vec<f64>| -> PyResult<Bound<'_, PyAny>> {
-                np.getattr("asarray")?.call1((v, "float32"))?.call_method1("reshape", (shape.clone(),))
-            };
-            mean.set_item(name, arr(m)?)?;
-            std.set_item(name, arr(s)?)?;
-        }
-        Self::build(py, &mean, &std, eps as f32, cache_key).map_err(|e| bad(e.value(py).to_string()))
-    }
+    let np = py.import("numpy")?;
+    let dtype = match s.dtype() {
+        StatDType::Bfloat16 => py.import("ml_dtypes")?.getattr("bfloat16")?,
+        d => pyo3::types::PyString::new(py, d.name()).into_any(),
+    };
+    let a = np.getattr("asarray")?.call1((s.values().to_vec(), "float64"))?;
+    a.call_method1("astype", (dtype,))?.call_method1("reshape", (s.shape().to_vec(),))
 }
 
-fn os_err(what: &str, path: &std::path::Path, e: &std::io::Error) -> PyErr {
-    let msg = format!("cannot {what} the StandardScaler file ({e}): {}", path.display());
-    match e.kind() {
-        std::io::ErrorKind::NotFound => pyo3::exceptions::PyFileNotFoundError::new_err(msg),
-        _ => pyo3::exceptions::PyOSError::new_err(msg),
+fn file_err(e: ScalerFileError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        _ if e.is_not_found() => pyo3::exceptions::PyFileNotFoundError::new_err(msg),
+        ScalerFileError::Read { .. } | ScalerFileError::Write { .. } => pyo3::exceptions::PyOSError::new_err(msg),
+        ScalerFileError::Invalid { .. } => PyValueError::new_err(msg),
     }
-}
-
-fn is_npz(path: &std::path::Path) -> bool {
-    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("npz"))
 }
 
 #[pymethods]
@@ -567,25 +369,35 @@ impl PyStandardScaler {
         py: Python<'_>,
         mean: &Bound<'_, PyDict>,
         std: &Bound<'_, PyDict>,
-        eps: f32,
+        eps: f64,
         cache_key: Option<String>,
     ) -> PyResult<Self> {
-        Self::build(py, mean, std, eps, cache_key)
+        let stats = |d: &Bound<'_, PyDict>, which: &str| -> PyResult<BTreeMap<String, Stat>> {
+            d.iter()
+                .map(|(k, v)| {
+                    let k: String = k.extract()?;
+                    let s = stat(py, &k, which, &v)?;
+                    Ok((k, s))
+                })
+                .collect()
+        };
+        let scaler = StandardScaler::from_maps(stats(mean, "mean")?, stats(std, "std")?, eps).map_err(core_err)?;
+        Ok(Self { inner: Arc::new(scaler.with_cache_key(cache_key)) })
     }
     /// Raise `ValueError` when some array of `scope` has no statistics.
     fn validate_scope(&self, scope: Vec<String>) -> PyResult<()> {
         self.inner.validate_scope(&scope).map_err(core_err)
     }
     #[getter]
-    fn eps(&self) -> f32 {
-        self.inner.scaler.eps
+    fn eps(&self) -> f64 {
+        self.inner.eps()
     }
-    /// `{array: mean}` as float32 arrays in the shapes given.
+    /// `{array: mean}` as given: Python floats, or arrays of their own dtype and shape.
     #[getter]
     fn mean<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.stats_dict(py, true)
     }
-    /// `{array: std}` as float32 arrays in the shapes given.
+    /// `{array: std}` as given.
     #[getter]
     fn std<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.stats_dict(py, false)
@@ -593,107 +405,58 @@ impl PyStandardScaler {
     /// The identity declared for a persisted cache (bump it on every re-fit), or `None`.
     #[getter]
     fn cache_key(&self) -> Option<String> {
-        self.inner.cache_key.clone()
+        self.inner.cache_key().map(str::to_string)
     }
     /// What a persisted cache fingerprints for this scaler: `standard_scaler:key:<cache_key>`,
-    /// or `standard_scaler:sha256:<hex>` of the exact statistics and `eps`. The same in every
-    /// process; any change to a statistic changes it.
+    /// or `standard_scaler:sha256:<hex>` of every statistic's dtype, shape and exact bits and
+    /// of `eps`. The same in every process; any change to a statistic changes it.
     #[getter]
     fn cache_token(&self) -> String {
-        self.inner.token.clone()
+        self.inner.token()
     }
-    /// Write the scaler to `path`: JSON (exact float32 values, `eps`, `cache_key`), or for a
+    /// Write the scaler to `path`: JSON (exact, with dtypes, `eps` and `cache_key`), or for a
     /// `.npz` path the anchor's layout (`"<array>.mean"`, `"<array>.std"`; no eps/cache_key).
     fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
-        if is_npz(&path) {
-            let kw = PyDict::new(py);
-            for (k, v) in self.stats_dict(py, true)?.iter() {
-                kw.set_item(format!("{}.mean", k.extract::<String>()?), v)?;
-            }
-            for (k, v) in self.stats_dict(py, false)?.iter() {
-                kw.set_item(format!("{}.std", k.extract::<String>()?), v)?;
-            }
-            py.import("numpy")?.getattr("savez")?.call((path,), Some(&kw))?;
-            return Ok(());
-        }
-        let text = serde_json::to_string(&self.to_json_value()).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        // Written aside and renamed, so a reader never sees half a file.
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, text).map_err(|e| os_err("write", &tmp, &e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            os_err("write", &path, &e)
-        })
+        py.detach(|| insitubatch_native::scaler_file::save(&self.inner, &path)).map_err(file_err)
     }
     /// Read a scaler written by `save` (JSON), or an anchor-style `.npz`.
     #[staticmethod]
     fn load(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
-        let bytes = std::fs::read(&path).map_err(|e| os_err("read", &path, &e))?;
-        let shown = path.display().to_string();
-        if bytes.starts_with(b"PK\x03\x04") {
-            return Self::load_npz(py, &path, &shown);
-        }
-        let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-            PyValueError::new_err(format!(
-                "the file is not a saved StandardScaler (not JSON: {e}); write it with StandardScaler.save: {shown}"
-            ))
-        })?;
-        Self::from_json_value(py, &v, &shown)
+        let scaler = py.detach(|| insitubatch_native::scaler_file::load(&path)).map_err(file_err)?;
+        Ok(Self { inner: Arc::new(scaler) })
     }
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other.cast::<PyStandardScaler>().is_ok_and(|o| {
-            let (a, b) = (&self.inner, &o.get().inner);
-            a.cache_key == b.cache_key
-                && a.scaler.eps.to_bits() == b.scaler.eps.to_bits()
-                && a.scaler.mean == b.scaler.mean
-                && a.scaler.std == b.scaler.std
-                && self.shapes == o.get().shapes
-        })
+        other.cast::<PyStandardScaler>().is_ok_and(|o| *self.inner == *o.get().inner)
     }
     #[getter]
     fn __name__(&self) -> &'static str {
         "standard_scaler"
     }
     fn __repr__(&self) -> String {
-        let key = self.inner.cache_key.as_ref().map(|k| format!(", cache_key={k:?}")).unwrap_or_default();
+        let key = self.inner.cache_key().map(|k| format!(", cache_key={k:?}")).unwrap_or_default();
         format!(
             "StandardScaler(arrays={:?}, eps={:?}{key})",
-            self.inner.scaler.mean.keys().collect::<Vec<_>>(),
-            self.inner.scaler.eps
+            self.inner.stats().keys().collect::<Vec<_>>(),
+            self.inner.eps()
         )
     }
 }
 
 impl PyStandardScaler {
-    /// The anchor's `save` layout: an npz of `"<array>.mean"` and `"<array>.std"`.
-    fn load_npz(py: Python<'_>, path: &std::path::Path, shown: &str) -> PyResult<Self> {
-        let npz = py.import("numpy")?.getattr("load")?.call1((path,))?;
-        let (mean, std) = (PyDict::new(py), PyDict::new(py));
-        let files: Vec<String> = npz.getattr("files")?.extract()?;
-        for f in &files {
-            let (name, which) = match f.rsplit_once('.') {
-                Some((n, "mean")) => (n, &mean),
-                Some((n, "std")) => (n, &std),
-                _ => {
-                    return Err(PyValueError::new_err(format!(
-                        "the npz holds {f:?}, which is not \"<array>.mean\" or \"<array>.std\"; it is not a saved StandardScaler: {shown}"
-                    )));
-                }
-            };
-            which.set_item(name, npz.get_item(f)?)?;
+    fn stats_dict<'py>(&self, py: Python<'py>, mean: bool) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, s) in self.inner.stats() {
+            d.set_item(k, stat_to_py(py, if mean { &s.mean } else { &s.std })?)?;
         }
-        npz.call_method0("close")?;
-        if files.is_empty() {
-            return Err(PyValueError::new_err(format!("the npz holds no statistics: {shown}")));
-        }
-        Self::build(py, &mean, &std, 1e-8, None).map_err(|e| PyValueError::new_err(format!("{}: {shown}", e.value(py))))
+        Ok(d)
     }
 }
 
 /// Build the engine's transform for one Python chunk transform object.
 pub fn chunk_transform(py: Python<'_>, obj: &Bound<'_, PyAny>, errors: &ErrSlot) -> PyResult<Arc<dyn ChunkTransform>> {
     if let Ok(s) = obj.cast::<PyStandardScaler>() {
-        return Ok(Arc::new(s.get().inner.clone()));
+        let scaler: Arc<StandardScaler> = Arc::clone(&s.get().inner);
+        return Ok(scaler);
     }
     Ok(Arc::new(PyChunkFn::new(py, obj, Arc::clone(errors))?))
 }

@@ -350,3 +350,91 @@ def test_same_bad_inputs_raise_the_same_types(anchor, fixtures, tmp_path):
             fn()
         ours = [c.__name__ for c in type(got.value).__mro__]
         assert theirs[0] in ours, f"{name}: the anchor raises {theirs[0]}, we raise {ours[0]}: {got.value}"
+
+
+# The anchor's StandardScaler over a store written here, every batch saved as .npy files.
+ANCHOR_SCALER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import insitubatch as ib
+
+    store_url, stats_dir, out_dir, sample_axis = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    spec = json.load(open(f"{stats_dir}/spec.json"))
+    stat = lambda v: float(v) if isinstance(v, (int, float)) else np.load(f"{stats_dir}/{v}")
+    mean = {k: stat(v[0]) for k, v in spec.items()}
+    std = {k: stat(v[1]) for k, v in spec.items()}
+    store = ib.obstore_store(store_url)
+    geoms = ib.open_geometries(store, sample_axis=sample_axis)
+    m = ib.split_by_chunk(next(iter(geoms.values())), fractions=(1.0, 0.0, 0.0))
+    ds = ib.InSituDataset(store, m, geoms, batch_size=8, shuffle=False,
+                          chunk_transforms=[ib.StandardScaler(mean, std)])
+    for i, b in enumerate(ds.train):
+        np.save(f"{out_dir}/{i}.idx.npy", np.asarray(b.sample_indices))
+        for k, v in b.arrays.items():
+            np.save(f"{out_dir}/{i}.{k}.npy", v)
+    """
+)
+
+
+@pytest.mark.parametrize("sample_axis", [0, 1])
+def test_standard_scaler_matches_the_anchor_bit_for_bit(anchor, tmp_path, sample_axis):
+    """The anchor's own StandardScaler (numpy, cast into the array's dtype) against ours, on
+    float16/float32/float64 arrays with statistics of several shapes and dtypes, including
+    (1, nlon), float64 statistics on float32 data, and Python floats."""
+    zarr = pytest.importorskip("zarr", minversion="3", reason="zarr-python 3 writes the store")
+    py = anchor_python()
+    rng = np.random.default_rng(11)
+    stats = {
+        "nlon": ((280 + rng.standard_normal((1, 5))).astype(np.float32), (4 + rng.random((1, 5))).astype(np.float32)),
+        "promoted": (280 + rng.standard_normal((3, 1)), np.float32(4.5)),
+        "python": (280.123456789, 3.3),
+        "half": ((280 + rng.standard_normal((3, 5))).astype(np.float16), (2 + rng.random(5)).astype(np.float16)),
+    }
+    stats_dir = tmp_path / "stats"
+    stats_dir.mkdir()
+    spec, arrays = {}, {}
+    for dtype in ("float16", "float32", "float64"):
+        for name, (m, s) in stats.items():
+            key = f"{name}_{dtype}"
+            arrays[key] = (280 + 10 * rng.standard_normal((20, 3, 5))).astype(dtype)
+            ref = []
+            for which, v in (("mean", m), ("std", s)):
+                if isinstance(v, float):
+                    ref.append(v)
+                else:
+                    np.save(stats_dir / f"{key}.{which}.npy", v)
+                    ref.append(f"{key}.{which}.npy")
+            spec[key] = ref
+    (stats_dir / "spec.json").write_text(json.dumps(spec))
+    path = tmp_path / "s.zarr"
+    g = zarr.open_group(str(path), mode="w", zarr_format=3)
+    for key, x in arrays.items():
+        phys = np.moveaxis(x, 0, sample_axis)
+        chunks = list(phys.shape)
+        chunks[sample_axis] = 6
+        g.create_array(key, shape=phys.shape, chunks=tuple(chunks), dtype=phys.dtype)[:] = phys
+    out = tmp_path / "anchor_out"
+    out.mkdir()
+    done = subprocess.run([str(py), "-c", ANCHOR_SCALER, path.as_uri(), str(stats_dir), str(out), str(sample_axis)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    theirs: dict[str, np.ndarray] = {}
+    n_batches = len(list(out.glob("*.idx.npy")))
+    for i in range(n_batches):
+        idx = np.load(out / f"{i}.idx.npy")
+        for key in arrays:
+            theirs.setdefault(key, np.zeros_like(arrays[key]))[idx] = np.load(out / f"{i}.{key}.npy")
+    mean = {k: stats[k.rsplit("_", 1)[0]][0] for k in arrays}
+    std = {k: stats[k.rsplit("_", 1)[0]][1] for k in arrays}
+    u = path.resolve().as_uri()
+    geoms = ib.open_geometries(u, sample_axis=sample_axis)
+    ours = {k: np.zeros_like(v) for k, v in arrays.items()}
+    with ib.InSituDataset(u, ib.split_by_chunk(geoms["nlon_float32"]), geoms, batch_size=8, shuffle=False,
+                          chunk_transforms=[ib.StandardScaler(mean, std)]) as ds:
+        for b in ds.all:
+            for k in arrays:
+                ours[k][b.sample_indices] = b[k]
+    assert n_batches * 8 >= 20
+    differ = [k for k in arrays if theirs[k].dtype != ours[k].dtype or theirs[k].tobytes() != ours[k].tobytes()]
+    assert not differ, f"differ from the anchor: {differ}"

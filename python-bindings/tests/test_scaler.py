@@ -18,13 +18,20 @@ def fitted(fixtures, manifest):
     t = source(fixtures, s["arrays"]["t2m"], 0)
     per_lat = t.mean(axis=(0, 2)).reshape(6, 1)
     per_lat_std = t.std(axis=(0, 2)).reshape(6, 1)
-    # Values a decimal round trip through float64 text would not keep exactly as float32
-    # unless written with every digit.
+    # Values a decimal round trip through text would not keep exactly unless written with
+    # every digit; statistics of several dtypes and kinds (a Python float stays one).
     return ib.StandardScaler(
-        {"t2m": np.float32(0.1) + float(t.mean()), "u10": per_lat},
+        {"t2m": np.float32(0.1) + float(t.mean()), "u10": per_lat.astype(np.float64) + 1e-9},
         {"t2m": float(t.std()) / 3, "u10": per_lat_std},
         eps=1e-6,
+        cache_key="fit-3",
     )
+
+
+def same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return type(a) is type(b) and a == b
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 @pytest.mark.parametrize("suffix", ["json", "npz"])
@@ -33,25 +40,40 @@ def test_save_load_round_trips_exactly(fixtures, manifest, tmp_path, suffix):
     path = tmp_path / f"scaler.{suffix}"
     sc.save(path)
     back = ib.StandardScaler.load(str(path))
-    for k in ("t2m", "u10"):
-        assert back.mean[k].shape == sc.mean[k].shape and back.mean[k].dtype == np.float32
-        assert back.mean[k].tobytes() == sc.mean[k].tobytes()
-        assert back.std[k].tobytes() == sc.std[k].tobytes()
-    if suffix == "json":
+    if suffix == "json":  # every bit, dtype, shape and kind, eps and cache_key
         assert back == sc and back.eps == sc.eps and back.cache_token == sc.cache_token
-    else:  # the anchor's npz carries statistics only
-        assert back.eps == pytest.approx(1e-8) and back.cache_key is None
+        for k in ("t2m", "u10"):
+            assert same(back.mean[k], sc.mean[k]) and same(back.std[k], sc.std[k])
+    else:  # the anchor's npz: statistics only, a Python float saved as numpy saves it (float64)
+        assert back.eps == 1e-8 and back.cache_key is None
+        assert same(back.mean["u10"], sc.mean["u10"]) and same(back.std["u10"], sc.std["u10"])
+        assert same(back.mean["t2m"], sc.mean["t2m"])
+        assert same(back.std["t2m"], np.asarray(sc.std["t2m"]))
+        with np.load(path) as z:  # and numpy reads it as the anchor's load does
+            assert sorted(z.files) == ["t2m.mean", "t2m.std", "u10.mean", "u10.std"]
+            assert same(z["u10.mean"], sc.mean["u10"]) and same(z["t2m.std"], np.asarray(sc.std["t2m"]))
+    if suffix == "npz":
+        return
     # The loaded scaler normalizes a pass exactly as the original does.
     u = url(fixtures, "v3_zstd")
     geoms = ib.open_geometries(u)
     m = ib.split_by_chunk(geoms["t2m"])
     runs = []
-    for s in (sc, ib.StandardScaler(back.mean, back.std, eps=sc.eps)):
+    for s in (sc, back):
         with ib.InSituDataset(u, m, geoms, batch_size=7, chunk_transforms=[s]) as ds:
             runs.append([{k: v.copy() for k, v in b.items()} for b in ds.all])
     for a, b in zip(*runs):
         for k in a:
             assert a[k].tobytes() == b[k].tobytes()
+
+
+def test_bfloat16_and_float16_statistics_round_trip(tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 statistics need ml_dtypes")
+    sc = ib.StandardScaler({"a": np.array([0.1, 3.0], ml_dtypes.bfloat16)}, {"a": np.array([[2.5]], np.float16)})
+    for suffix in ("json", "npz"):
+        sc.save(tmp_path / f"s.{suffix}")
+        back = ib.StandardScaler.load(tmp_path / f"s.{suffix}")
+        assert same(back.mean["a"], sc.mean["a"]) and same(back.std["a"], sc.std["a"]), suffix
 
 
 def test_anchor_npz_layout(tmp_path):
@@ -72,6 +94,7 @@ def write(tmp_path, text: str, name: str = "s.json"):
 
 def test_load_refuses_bad_files_clearly(tmp_path):
     good = json.loads(_saved_text(tmp_path))
+    entry = good["arrays"]["t2m"]
     cases = {
         "not JSON": "{\"format\": ",
         "not an object": "[1, 2]",
@@ -80,19 +103,32 @@ def test_load_refuses_bad_files_clearly(tmp_path):
         "\"eps\" is missing": json.dumps({k: v for k, v in good.items() if k != "eps"}),
         "\"cache_key\" is neither": json.dumps({**good, "cache_key": 3}),
         "\"arrays\" is missing": json.dumps({k: v for k, v in good.items() if k != "arrays"}),
+        "\"std\" is missing": json.dumps({**good, "arrays": {"t2m": {"mean": entry["mean"]}}}),
+        "\"mean\".\"dtype\" is missing or not one of": json.dumps(
+            {**good, "arrays": {"t2m": {**entry, "mean": {**entry["mean"], "dtype": "int8"}}}}
+        ),
+        "\"std\".\"values\" is missing or not a list of numbers": json.dumps(
+            {**good, "arrays": {"t2m": {**entry, "std": {**entry["std"], "values": ["x"]}}}}
+        ),
+        "shape [2] does not hold 1 values": json.dumps(
+            {**good, "arrays": {"t2m": {**entry, "mean": {**entry["mean"], "dtype": "float32", "shape": [2]}}}}
+        ),
+        # Version 1 (float32 numbers, one shape per array) is still read, and checked.
         "holds 2 values but mean has 1": json.dumps(
-            {**good, "arrays": {"t2m": {"shape": [2], "mean": [1.0], "std": [1.0, 2.0]}}}
+            {**good, "version": 1, "eps": 1e-8, "arrays": {"t2m": {"shape": [2], "mean": [1.0], "std": [1.0, 2.0]}}}
         ),
-        "\"std\" is missing or not a list of numbers": json.dumps(
-            {**good, "arrays": {"t2m": {"shape": [1], "mean": [1.0], "std": ["x"]}}}
+        "\"shape\" is missing": json.dumps(
+            {**good, "version": 1, "eps": 1e-8, "arrays": {"t2m": {"mean": [1.0], "std": [1.0]}}}
         ),
-        "\"shape\" is missing": json.dumps({**good, "arrays": {"t2m": {"mean": [1.0], "std": [1.0]}}}),
     }
     for what, text in cases.items():
         p = write(tmp_path, text)
-        with pytest.raises(ValueError, match=what.replace("(", r"\(")) as e:
+        with pytest.raises(ValueError, match=what.replace("(", r"\(").replace("[", r"\[")) as e:
             ib.StandardScaler.load(p)
         assert str(e.value).endswith(str(p)), "the file is named last"
+    v1 = {**good, "version": 1, "eps": 1e-6, "arrays": {"t2m": {"shape": [1, 2], "mean": [0.1, 2.0], "std": [3.0, 4.0]}}}
+    old = ib.StandardScaler.load(write(tmp_path, json.dumps(v1)))
+    assert same(old.mean["t2m"], np.array([[0.1, 2.0]], np.float32)) and old.eps == 1e-6
     with pytest.raises(FileNotFoundError, match="cannot read the StandardScaler file"):
         ib.StandardScaler.load(tmp_path / "missing.json")
     np.savez(tmp_path / "odd.npz", weights=np.ones(3))
@@ -101,6 +137,14 @@ def test_load_refuses_bad_files_clearly(tmp_path):
     np.savez(tmp_path / "half.npz", **{"t2m.mean": np.ones(1)})
     with pytest.raises(ValueError, match="mean but no std"):
         ib.StandardScaler.load(tmp_path / "half.npz")
+    np.savez(tmp_path / "ints.npz", **{"t2m.mean": np.ones(1, np.int64), "t2m.std": np.ones(1)})
+    with pytest.raises(ValueError, match="<i8"):
+        ib.StandardScaler.load(tmp_path / "ints.npz")
+    # numpy's compressed and Fortran-order npz read as the anchor's np.load reads them.
+    f = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    np.savez_compressed(tmp_path / "c.npz", **{"t2m.mean": f, "t2m.std": np.float32(2.0)})
+    c = ib.StandardScaler.load(tmp_path / "c.npz")
+    assert same(c.mean["t2m"], np.arange(6.0).reshape(2, 3)) and same(c.std["t2m"], np.array(2.0, np.float32))
 
 
 def _saved_text(tmp_path) -> str:
@@ -116,10 +160,12 @@ def test_constructor_refuses_unusable_statistics():
         ib.StandardScaler({"t2m": 1.0}, {})
     with pytest.raises(ValueError, match="no mean for"):
         ib.StandardScaler({"t2m": 1.0}, {"t2m": 1.0, "u10": 1.0})
-    with pytest.raises(ValueError, match="differ in size"):
-        ib.StandardScaler({"t2m": [1.0, 2.0]}, {"t2m": 1.0})
+    with pytest.raises(ValueError, match="do not broadcast together"):
+        ib.StandardScaler({"t2m": [1.0, 2.0]}, {"t2m": [1.0, 2.0, 3.0]})
     with pytest.raises(ValueError, match="eps"):
         ib.StandardScaler({"t2m": 1.0}, {"t2m": 1.0}, eps=float("nan"))
+    with pytest.raises(ValueError, match="empty"):
+        ib.StandardScaler({"t2m": np.zeros((0, 3))}, {"t2m": 1.0})
 
 
 TOKEN_SCRIPT = """

@@ -172,6 +172,32 @@ def test_zarr_memory_store(fixtures, manifest, name):
     assert_same_as_url(fixtures, manifest, name, zarr_memory_store(files(fixtures / name)))
 
 
+def conformance_store(kind: str, root: Path) -> Any:
+    """A zarr-python store of ``kind`` holding core's storage conformance fixture at its root."""
+    fixture = dict(_native._storage_conformance_fixture())
+    if kind == "memory":
+        return zarr_memory_store(fixture)
+    for key, data in fixture.items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(data)
+    if kind == "local":
+        return need("zarr.storage").LocalStore(root, read_only=True)
+    need("fsspec")
+    return ib.fsspec_store(root.resolve().as_uri())
+
+
+@pytest.mark.parametrize("kind", ["memory", "local", "fsspec-local"])
+def test_zarr_store_adapter_passes_the_storage_conformance_suite(tmp_path, kind):
+    """core/src/conformance.rs, the suite every Storage runs, on the zarr-Store adapter
+    (python-bindings/src/pystore.rs) over zarr's own stores. Every failing case is named."""
+    need("zarr")
+    passed, failed = _native._storage_conformance(conformance_store(kind, tmp_path))
+    assert not failed, f"{len(failed)} of {len(passed) + len(failed)} cases failed:\n" + "\n".join(
+        f"  {case}: {msg}" for case, msg in failed
+    )
+    assert len(passed) > 20, passed
+
+
 @pytest.mark.parametrize("name", STORES)
 def test_fsspec_local_store(fixtures, manifest, name):
     need("fsspec")
