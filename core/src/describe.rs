@@ -272,6 +272,22 @@ impl DatasetReport {
             .map(|(((n, ch), (_, d)), (_, b))| format!("{n} {ch} chunks/{d} samples/{b} batches"))
             .collect();
         let _ = writeln!(s, "  splits: {}", splits.join(", "));
+        if c.world_size > 1 {
+            let shares: Vec<String> = c
+                .rank_samples
+                .iter()
+                .zip(&c.dropped_samples)
+                .map(|((n, r), (_, d))| format!("{n} {r} samples here, {d} dropped"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  rank {} of {} (units of {} chunks): {}",
+                c.rank,
+                c.world_size,
+                c.unit_chunks,
+                shares.join(", ")
+            );
+        }
         if let Some(tier) = &c.disk_tier {
             let _ = writeln!(s, "  disk tier: {tier}");
         }

@@ -137,9 +137,12 @@ impl Dataset {
         for s in [Split::Train, Split::Val, Split::Test] {
             let dropped = self.dropped_samples(s, epoch);
             if dropped > 0 {
+                // More than a tenth of the split unseen each epoch is worth a warning: fewer
+                // ranks, a finer chunking or a larger split spreads it better.
+                let severity = if dropped * 10 > self.drawable(s) { Severity::Warn } else { Severity::Note };
                 notes.push(Note::new(
                     "ranks-drop-remainder",
-                    Severity::Note,
+                    severity,
                     s.name(),
                     format!(
                         "{dropped} of {} samples of {s} are not drawn in epoch {epoch} so that each of the {world} \
