@@ -269,6 +269,32 @@ impl Dataset {
         self.start(checkpoint.split, pass)
     }
 
+    /// Would [`Self::resume`] accept this checkpoint? (Checked with no pass started and no
+    /// read, so a state can be refused where it is loaded.)
+    ///
+    /// # Errors
+    /// As [`Self::resume`].
+    pub fn check_resume(&self, checkpoint: &Checkpoint) -> Result<()> {
+        self.rank_pass(checkpoint.split, checkpoint.epoch, Some(checkpoint)).map(|_| ())
+    }
+
+    /// The checkpoint of a pass over `split` at `epoch` that has not started: resuming it
+    /// is a fresh pass (what a training script saves before its first step).
+    pub fn fresh_checkpoint(&self, split: Split, epoch: u64) -> Checkpoint {
+        let o = &self.inner.options;
+        Checkpoint {
+            version: crate::shard::CHECKPOINT_VERSION,
+            seed: o.seed,
+            epoch,
+            split,
+            batch_size: o.batch_size,
+            world_size: o.world_size,
+            position: 0,
+            batches: 0,
+            history: Vec::new(),
+        }
+    }
+
     fn start(&self, split: Split, rank: RankPass) -> Result<BatchStream> {
         let i = &self.inner;
         let epoch = rank.start.epoch;
