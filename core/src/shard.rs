@@ -38,9 +38,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::shuffle::{
-    DrawOrder, OrderSpec, Split, blocked_order, draw_order, permuted_chunks, shuffle, stream,
-};
+use crate::shuffle::{DrawOrder, OrderSpec, Split, blocked_order, draw_order, permuted_chunks, shuffle, stream};
 
 /// Purpose word of the in-block shuffle of a re-partitioned (elastic) segment.
 pub const PURPOSE_RESUME: u64 = 4;
@@ -108,7 +106,8 @@ impl Checkpoint {
     /// # Errors
     /// [`Error::Config`] on malformed JSON or an unknown version.
     pub fn from_json(json: &str) -> Result<Self> {
-        let c: Self = serde_json::from_str(json).map_err(|e| Error::Config(format!("malformed checkpoint JSON: {e}")))?;
+        let c: Self =
+            serde_json::from_str(json).map_err(|e| Error::Config(format!("malformed checkpoint JSON: {e}")))?;
         c.check_version()?;
         Ok(c)
     }
@@ -203,7 +202,8 @@ pub fn rank_pass(spec: &OrderSpec<'_>, sh: &Sharding, resume: Option<&Checkpoint
         skip(&mut order, start.position, spec.ref_spc)?;
         return Ok(RankPass { order, dropped: 0, skipped: start.position, start });
     }
-    let (mut orders, mut dropped) = partition(spec, sh.unit_chunks, start.history.first().map_or(sh.world_size, |c| c.world_size));
+    let (mut orders, mut dropped) =
+        partition(spec, sh.unit_chunks, start.history.first().map_or(sh.world_size, |c| c.world_size));
     for (s, cut) in start.history.iter().enumerate() {
         let remaining = tails(&orders, cut.position)?;
         let world = start.history.get(s + 1).map_or(sh.world_size, |c| c.world_size);
@@ -249,11 +249,8 @@ pub fn partition(spec: &OrderSpec<'_>, unit_chunks: u64, world: usize) -> (Vec<D
     }
     let chunks = permuted_chunks(spec);
     let lists = assign_units(&chunks, unit_chunks.max(1), world);
-    let mut orders: Vec<DrawOrder> = lists
-        .iter()
-        .enumerate()
-        .map(|(r, list)| blocked_order(spec, list, |b| (b * world + r) as u64))
-        .collect();
+    let mut orders: Vec<DrawOrder> =
+        lists.iter().enumerate().map(|(r, list)| blocked_order(spec, list, |b| (b * world + r) as u64)).collect();
     let dropped = equalize(&mut orders, spec.ref_spc);
     (orders, dropped)
 }

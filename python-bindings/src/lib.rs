@@ -400,10 +400,7 @@ pub struct NativeDataset {
 
 impl NativeDataset {
     /// A pass started by `begin` on the engine's runtime, wrapped for Python.
-    fn start(
-        &self,
-        begin: impl FnOnce(&Dataset) -> insitubatch_core::Result<BatchStream>,
-    ) -> PyResult<NativeStream> {
+    fn start(&self, begin: impl FnOnce(&Dataset) -> insitubatch_core::Result<BatchStream>) -> PyResult<NativeStream> {
         let open = self.get()?;
         // A transform error left by an abandoned pass must not be re-raised by this one.
         open.errors.lock().unwrap_or_else(PoisonError::into_inner).take();

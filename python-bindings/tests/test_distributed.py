@@ -247,3 +247,49 @@ def test_torchrun_killed_after_its_checkpoint_resumes_with_2_and_3_ranks(fixture
         assert {r["resumed_at"] for r in rows} == ({10} if world == 2 else {0})
         reads = [k for r in rows for k in r["reads"]]
         assert len(reads) == len(set(reads)), "a chunk read by two new ranks"
+
+
+def test_as_torch_refuses_dataloader_workers_saying_why(fixtures, manifest):
+    need_torch()
+    from torch.utils.data import DataLoader
+
+    ds = zstd_ds(fixtures, manifest, rank=1, world_size=2)
+    n = sum(1 for _ in DataLoader(ib.as_torch(ds.train), batch_size=None, num_workers=0))
+    assert n == len(ds.train)
+    with pytest.raises(RuntimeError, match=r"num_workers=0 only.*threads="):
+        next(iter(DataLoader(ib.as_torch(ds.train), batch_size=None, num_workers=1)))
+
+
+def test_jax_multiprocess_job_shares_epochs(fixtures, manifest, tmp_path):
+    """Two local JAX processes (``jax.distributed.initialize``, CPU) with
+    ``rank=jax.process_index(), world_size=jax.process_count()``."""
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        why = "jax is not installed (python-bindings/requirements-jax.txt)"
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false"):
+            pytest.fail(f"{why}; CI is set, where this is a failure, not a skip")
+        pytest.skip(why)
+    import socket
+
+    with socket.socket() as s:  # a free loopback port for the coordinator
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = Path(__file__).with_name("jax_job.py")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen([sys.executable, str(job), f"127.0.0.1:{port}", str(i), "2", zstd_path(fixtures, manifest),
+                          str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)
+    ]  # fmt: skip
+    for p in procs:
+        finished(p)
+    rows = ranks(tmp_path, 2)
+    assert [(r["process_index"], r["process_count"]) for r in rows] == [(0, 2), (1, 2)]
+    drawable = set(ib.InSituDataset(url(fixtures, store(manifest, "v3_zstd")["path"]), seed=3).draw_order("train"))
+    for epoch in range(2):
+        parts = [r["epochs"][epoch] for r in rows]
+        drawn = [i for p in parts for i in p["samples"]]
+        assert len(parts[0]["samples"]) == len(parts[1]["samples"])
+        assert len(drawn) == len(set(drawn)) and set(drawn) <= drawable
+        assert len(drawn) + parts[0]["dropped"] == len(drawable)

@@ -179,7 +179,8 @@ fn ranks_draw_disjoint_equal_shares_and_read_each_chunk_once() {
         let (sim, storage, ds) = ranked(rank, world);
         assert_eq!(ds.unit_chunks(), 2, "u10's chunk spans two reference chunks");
         ds.set_epoch(1);
-        let reads_before: Vec<(String, u64)> = storage.keys().iter().map(|k| (k.clone(), storage.reads_of(k))).collect();
+        let reads_before: Vec<(String, u64)> =
+            storage.keys().iter().map(|k| (k.clone(), storage.reads_of(k))).collect();
         let (seen, _) = drain(&sim, ds.iter(Split::Train).unwrap(), None);
         lens.push(seen.len());
         for (_, idx, _) in &seen {
@@ -262,4 +263,3 @@ fn a_rank_outside_the_world_is_refused() {
     let err = Dataset::builder(shared(&storage), runtime).opened(vec![t2m]).options(opts).build().unwrap_err();
     assert!(matches!(&err, Error::Config(m) if m.contains("rank=2 world_size=2")), "{err}");
 }
-

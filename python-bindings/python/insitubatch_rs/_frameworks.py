@@ -81,11 +81,22 @@ def to_tf(batch: Any) -> dict[str, Any]:
     return {k: tf.convert_to_tensor(v) for k, v in _arrays(batch).items()}
 
 
+# Why as_torch refuses DataLoader workers (measured: docs/distributed.md, "DataLoader workers").
+WORKERS_REFUSED = (
+    "as_torch(view) runs under DataLoader(num_workers=0) only: the engine already decodes on its own thread pool "
+    "(threads=) and hands batches over without a copy, while a worker process would need an engine of its own (its "
+    "threads do not survive the fork), hold its own residency budget and send every batch through a queue; measured, "
+    "workers were no faster (docs/distributed.md). Use num_workers=0, and threads= for more decode parallelism"
+)
+
+
 def as_torch(view: Any, *, device: Any = None, pin_budget_bytes: int | None = None) -> Any:
     """A ``torch.utils.data.IterableDataset`` over ``view`` yielding dicts of tensors.
 
     Use with ``DataLoader(as_torch(ds.train), batch_size=None, num_workers=0)``: batching
-    and parallelism already happen in the engine. ``device`` moves each batch there
+    and parallelism already happen in the engine (its thread pool: ``threads=``). Under
+    ``num_workers > 0`` iterating raises, saying why (:data:`WORKERS_REFUSED`).
+    ``device`` moves each batch there
     (:func:`to_torch`). Page-locked batch buffers are not built here, so ``pin_budget_bytes``
     has nothing to cap: passing it warns.
     """
@@ -106,6 +117,10 @@ def as_torch(view: Any, *, device: Any = None, pin_budget_bytes: int | None = No
             self.view = view
 
         def __iter__(self) -> Iterator[dict[str, Any]]:
+            from torch.utils.data import get_worker_info
+
+            if get_worker_info() is not None:
+                raise RuntimeError(WORKERS_REFUSED)
             for batch in self.view:
                 yield to_torch(batch, device=device)
 
