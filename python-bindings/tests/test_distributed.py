@@ -256,7 +256,7 @@ def test_as_torch_refuses_dataloader_workers_saying_why(fixtures, manifest):
     ds = zstd_ds(fixtures, manifest, rank=1, world_size=2)
     n = sum(1 for _ in DataLoader(ib.as_torch(ds.train), batch_size=None, num_workers=0))
     assert n == len(ds.train)
-    with pytest.raises(RuntimeError, match=r"num_workers=0 only.*threads="):
+    with pytest.raises(RuntimeError, match=r"(?s)num_workers=0\) only.*threads="):
         next(iter(DataLoader(ib.as_torch(ds.train), batch_size=None, num_workers=1)))
 
 

@@ -55,7 +55,7 @@ def to_torch(batch: Any, device: Any = None) -> dict[str, Any]:
 
 
 def to_jax(batch: Any, device: Any = None) -> dict[str, Any]:
-    """``{label: jax.Array}`` via DLPack, placed on ``device`` (default ``jax.devices()[0]``).
+    """``{label: jax.Array}`` via DLPack, placed on ``device`` (default ``jax.local_devices()[0]``).
 
     A DLPack import is committed to the CPU, where ``jax.jit`` would leave it; the put moves
     it to the default device like any other JAX array (a no-op alias on a CPU-only build).
@@ -64,7 +64,8 @@ def to_jax(batch: Any, device: Any = None) -> dict[str, Any]:
     """
     jax = _require("jax", "jax")
     jnp = _require("jax.numpy", "jax")
-    target = jax.devices()[0] if device is None else device
+    # This process's first device: in a multi-process job jax.devices()[0] belongs to process 0.
+    target = jax.local_devices()[0] if device is None else device
     return {
         k: jax.device_put(jnp.asarray(v) if _is_bfloat16(v) else jnp.from_dlpack(v), target)
         for k, v in _arrays(batch).items()
