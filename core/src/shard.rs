@@ -156,7 +156,7 @@ pub fn unit_chunks(ref_spc: u64, vars: impl IntoIterator<Item = (u64, i64)>) -> 
             continue;
         }
         let need = spc / gcd(spc, ref_spc);
-        unit = unit / gcd(unit, need) * need;
+        unit = (unit / gcd(unit, need)).saturating_mul(need);
     }
     unit
 }
