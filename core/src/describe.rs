@@ -93,7 +93,17 @@ pub struct ConfigReport {
     pub split_chunks: Vec<(String, usize)>,
     /// Drawable anchors per split.
     pub drawable_samples: Vec<(String, u64)>,
-    /// Batches per epoch per split.
+    /// This process's rank.
+    pub rank: usize,
+    /// Ranks sharing each epoch.
+    pub world_size: usize,
+    /// Reference chunks per rank-assignment unit (1 unless a variable is chunked more coarsely).
+    pub unit_chunks: u64,
+    /// Samples this rank draws per split this epoch (the drawable samples with one rank).
+    pub rank_samples: Vec<(String, u64)>,
+    /// Samples per split no rank draws this epoch, so every rank draws as many (0 with one rank).
+    pub dropped_samples: Vec<(String, u64)>,
+    /// Batches per epoch per split, for this rank.
     pub batches_per_epoch: Vec<(String, usize)>,
     /// Mixing score of this epoch's train order (0..1).
     pub shuffle_quality: f64,
@@ -271,6 +281,22 @@ impl DatasetReport {
             .map(|(((n, ch), (_, d)), (_, b))| format!("{n} {ch} chunks/{d} samples/{b} batches"))
             .collect();
         let _ = writeln!(s, "  splits: {}", splits.join(", "));
+        if c.world_size > 1 {
+            let shares: Vec<String> = c
+                .rank_samples
+                .iter()
+                .zip(&c.dropped_samples)
+                .map(|((n, r), (_, d))| format!("{n} {r} samples here, {d} dropped"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  rank {} of {} (units of {} chunks): {}",
+                c.rank,
+                c.world_size,
+                c.unit_chunks,
+                shares.join(", ")
+            );
+        }
         if let Some(tier) = &c.disk_tier {
             let _ = writeln!(s, "  disk tier: {tier}");
         }

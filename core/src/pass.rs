@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::plan::{ChunkKey, PassPlan};
 use crate::pool::{Admit, Chunk, LoadResult, PassId};
 use crate::runtime::BoxFuture;
+use crate::shard::Checkpoint;
 use crate::stats::{BatchTimeline, PassRecorder, PassStats, verdict};
 use crate::transform::BatchTransform;
 
@@ -51,6 +52,8 @@ pub(crate) struct PassSpec {
     pub batch_transforms: Arc<[Arc<dyn BatchTransform>]>,
     pub pass: PassId,
     pub epoch: u64,
+    /// The index of the pass's first batch in its epoch (a resumed pass continues the count).
+    pub first_index: usize,
     pub recorder: Arc<PassRecorder>,
     /// Gathers in flight or done but unsent, at most.
     pub max_gathers: usize,
@@ -200,7 +203,8 @@ impl Driver {
         let mut progressed = false;
         while let Poll::Ready(Some(done)) = self.gathers.poll_next_unpin(cx) {
             let delivered = done?;
-            let j = delivered.batch.index;
+            // The batch carries its index in the epoch; the plan counts from this pass's start.
+            let j = delivered.batch.index - self.spec.first_index;
             for &u in &self.spec.plan.releases[j] {
                 let key = self.spec.plan.uses[u as usize].key;
                 self.spec.engine.pool.release(self.spec.pass, key, self.key_bytes(key));
@@ -272,11 +276,12 @@ impl Driver {
         let engine = Arc::clone(&self.spec.engine);
         let rec = Arc::clone(&self.spec.recorder);
         let epoch = self.spec.epoch;
+        let index = self.spec.first_index + j;
         let priority = self.spec.engine.admissions.load(std::sync::atomic::Ordering::Relaxed);
         let fut = self.spec.engine.cpu.run(crate::engine::CLASS_GATHER, priority, move || -> Result<Delivered> {
             let t0 = engine.now();
             let anchors = &plan.anchors[plan.batch_rows(j)];
-            let mut batch = gather(anchors, &vars, &chunks, j, epoch, &engine.recycler)?;
+            let mut batch = gather(anchors, &vars, &chunks, index, epoch, &engine.recycler)?;
             drop(chunks);
             let t1 = engine.now();
             for t in transforms.iter() {
@@ -356,6 +361,18 @@ pub(crate) async fn drive(spec: PassSpec, tx: async_channel::Sender<Result<Deliv
     tx.close();
 }
 
+/// The rank's side of a pass: what its stats report and where its checkpoints start.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardInfo {
+    pub rank: usize,
+    /// Samples of this segment no rank draws (job-wide).
+    pub dropped: u64,
+    /// Samples consumed before this pass started (a same-world resume).
+    pub skipped: u64,
+    /// The checkpoint this pass started from (position 0 for a fresh pass).
+    pub start: Checkpoint,
+}
+
 /// Where a finished pass leaves its stats.
 pub(crate) type StatsSink = Arc<Mutex<Option<PassStats>>>;
 
@@ -374,6 +391,7 @@ pub struct BatchStream {
     pub(crate) sink: StatsSink,
     pub(crate) finished: bool,
     pub(crate) n_batches: usize,
+    pub(crate) shard: ShardInfo,
 }
 
 impl std::fmt::Debug for BatchStream {
@@ -463,6 +481,15 @@ impl BatchStream {
         }
     }
 
+    /// Where this pass stands, between batches: a resume from it (any world size, in a fresh
+    /// process) continues after the last batch this stream returned. Every rank of a job that
+    /// steps in lockstep takes the same checkpoint.
+    pub fn checkpoint(&self) -> Checkpoint {
+        let r = self.recorder.snapshot();
+        let s = &self.shard.start;
+        Checkpoint { position: s.position + r.samples, batches: s.batches + r.batches as u64, ..s.clone() }
+    }
+
     /// Stats of this pass so far.
     pub fn stats(&self) -> PassStats {
         let r = self.recorder.snapshot();
@@ -472,6 +499,10 @@ impl BatchStream {
         PassStats {
             split: self.split.clone(),
             epoch: self.epoch,
+            rank: self.shard.rank,
+            world_size: self.shard.start.world_size,
+            dropped_samples: self.shard.dropped,
+            resumed_at: self.shard.skipped,
             batches: r.batches,
             samples: r.samples,
             batch_bytes: r.batch_bytes,

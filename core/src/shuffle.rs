@@ -184,16 +184,28 @@ pub fn chunk_anchors(c: u64, ref_spc: u64, n_samples: u64, (lo, hi): (u64, u64))
     if start >= end { start..start } else { start..end }
 }
 
-/// Build the draw order described in the module docs.
+/// Build the draw order described in the module docs (one rank: `world_size = 1`).
 pub fn draw_order(spec: &OrderSpec<'_>) -> DrawOrder {
+    let chunks = permuted_chunks(spec);
+    blocked_order(spec, &chunks, |b| b as u64)
+}
+
+/// Steps 1–2 of the order: the split's drawable chunk ids, ascending, permuted for shuffled
+/// views with (purpose 1, index 0).
+pub fn permuted_chunks(spec: &OrderSpec<'_>) -> Vec<u64> {
     let mut chunks: Vec<u64> = spec.chunk_ids.to_vec();
     chunks.sort_unstable();
     chunks.dedup();
     chunks.retain(|&c| !chunk_anchors(c, spec.ref_spc, spec.n_samples, spec.anchor_range).is_empty());
-    let key = |purpose: u64, index: u64| [spec.seed, spec.epoch, spec.split.tag(), purpose, index];
     if spec.shuffle {
-        shuffle(&mut chunks, &mut stream(&key(PURPOSE_CHUNKS, 0)));
+        shuffle(&mut chunks, &mut stream(&spec.key(PURPOSE_CHUNKS, 0)));
     }
+    chunks
+}
+
+/// Steps 3–4: `chunks` cut into blocks of `block_chunks`, each block's anchors shuffled (for
+/// shuffled views) with (purpose 2, index = `block_index(block number)`).
+pub fn blocked_order(spec: &OrderSpec<'_>, chunks: &[u64], block_index: impl Fn(usize) -> u64) -> DrawOrder {
     let per_block = spec.block_chunks.max(1);
     let mut order = DrawOrder { anchors: Vec::new(), bounds: vec![0], block_chunks: Vec::new() };
     for (b, block) in chunks.chunks(per_block).enumerate() {
@@ -202,12 +214,19 @@ pub fn draw_order(spec: &OrderSpec<'_>) -> DrawOrder {
             order.anchors.extend(chunk_anchors(c, spec.ref_spc, spec.n_samples, spec.anchor_range));
         }
         if spec.shuffle {
-            shuffle(&mut order.anchors[start..], &mut stream(&key(PURPOSE_BLOCK, b as u64)));
+            shuffle(&mut order.anchors[start..], &mut stream(&spec.key(PURPOSE_BLOCK, block_index(b))));
         }
         order.bounds.push(order.anchors.len());
         order.block_chunks.push(block.to_vec());
     }
     order
+}
+
+impl OrderSpec<'_> {
+    /// The words of a random stream of this epoch and view.
+    pub fn key(&self, purpose: u64, index: u64) -> [u64; 5] {
+        [self.seed, self.epoch, self.split.tag(), purpose, index]
+    }
 }
 
 /// How well an order mixes its samples, 0..1: the mean absolute gap in source rank between

@@ -157,6 +157,15 @@ pub struct PassStats {
     pub split: String,
     /// The epoch.
     pub epoch: u64,
+    /// This process's rank.
+    pub rank: usize,
+    /// Ranks sharing the epoch (in this segment, after an elastic resume).
+    pub world_size: usize,
+    /// Samples of the epoch no rank draws so that every rank draws the same number (job-wide;
+    /// 0 with one rank). See `shard.rs`.
+    pub dropped_samples: u64,
+    /// Samples this rank had consumed before a resumed pass started (0 for a fresh pass).
+    pub resumed_at: u64,
     /// Batches delivered.
     pub batches: usize,
     /// Samples delivered.

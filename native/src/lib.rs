@@ -33,8 +33,8 @@ pub use insitubatch_core as core;
 pub use insitubatch_core::describe::{DatasetReport, human_bytes};
 use insitubatch_core::transform::{BatchTransform, Scoped};
 pub use insitubatch_core::{
-    Batch, BatchStream, DType, Dataset, DatasetBuilder, DatasetOptions, NdArray, OnBadChunk, PassStats, ReadPolicy,
-    Split, SplitManifest, SplitOptions, Storage, Variable,
+    Batch, BatchStream, Checkpoint, Cut, DType, Dataset, DatasetBuilder, DatasetOptions, NdArray, OnBadChunk,
+    PassStats, ReadPolicy, Split, SplitManifest, SplitOptions, Storage, Variable,
 };
 pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
 pub use storage::{ObjectStoreStorage, open_storage};
@@ -286,7 +286,18 @@ impl NativeDataset {
     pub fn iter(&self, split: Split) -> Result<BatchIter> {
         let _guard = self.runtime.handle().enter();
         let stream = self.dataset.iter(split)?;
-        Ok(BatchIter { stream: Some(stream), _runtime: self.runtime.clone() })
+        Ok(BatchIter { stream: Some(stream), ended: None, _runtime: self.runtime.clone() })
+    }
+
+    /// The pass a checkpoint was taken in, from where it stopped (any world size; see
+    /// [`Dataset::resume`]).
+    ///
+    /// # Errors
+    /// [`NativeError::Core`] for a checkpoint that does not fit this dataset.
+    pub fn resume(&self, checkpoint: &Checkpoint) -> Result<BatchIter> {
+        let _guard = self.runtime.handle().enter();
+        let stream = self.dataset.resume(checkpoint)?;
+        Ok(BatchIter { stream: Some(stream), ended: None, _runtime: self.runtime.clone() })
     }
 
     /// One epoch of `split` as a `futures::Stream`, for async callers (a tokio application
@@ -376,6 +387,8 @@ impl BatchDigest {
 #[derive(Debug)]
 pub struct BatchIter {
     stream: Option<BatchStream>,
+    /// The checkpoint at the end of the pass, once the stream is gone.
+    ended: Option<Checkpoint>,
     _runtime: NativeRuntime,
 }
 
@@ -389,6 +402,18 @@ impl BatchIter {
     pub fn stats(&self) -> Option<PassStats> {
         self.stream.as_ref().map(BatchStream::stats)
     }
+
+    /// Where this pass stands between batches ([`BatchStream::checkpoint`]); after the last
+    /// batch, the checkpoint of the finished pass.
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        self.stream.as_ref().map(BatchStream::checkpoint).or_else(|| self.ended.clone())
+    }
+
+    fn end(&mut self) {
+        if let Some(s) = self.stream.take() {
+            self.ended = Some(s.checkpoint());
+        }
+    }
 }
 
 impl Iterator for BatchIter {
@@ -399,11 +424,11 @@ impl Iterator for BatchIter {
         match futures::executor::block_on(stream.next_batch()) {
             Some(Ok(b)) => Some(Ok(b)),
             Some(Err(e)) => {
-                self.stream = None;
+                self.end();
                 Some(Err(e.into()))
             }
             None => {
-                self.stream = None;
+                self.end();
                 None
             }
         }

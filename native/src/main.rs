@@ -147,6 +147,12 @@ struct Knobs {
     /// The (first) epoch.
     #[arg(long, default_value_t = 0)]
     epoch: u64,
+    /// This process's rank: it reads and yields only its share of each epoch.
+    #[arg(long, default_value_t = DatasetOptions::default().rank)]
+    rank: usize,
+    /// Processes sharing each epoch (each reads its own chunks; shares are equal).
+    #[arg(long, default_value_t = DatasetOptions::default().world_size)]
+    world_size: usize,
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
@@ -223,6 +229,8 @@ impl Knobs {
                 shuffle: !self.no_shuffle,
                 prefetch_depth: self.prefetch_depth,
                 cache_budget_bytes: self.cache_budget_bytes,
+                rank: self.rank,
+                world_size: self.world_size,
                 ..DatasetOptions::default()
             },
             threads: self.threads,
@@ -265,6 +273,8 @@ impl Knobs {
             "threads": threads,
             "sample_axis": self.sample_axis,
             "epoch": self.epoch,
+            "rank": self.rank,
+            "world_size": self.world_size,
         })
     }
 }
@@ -477,6 +487,7 @@ fn bench_epoch(
         row["revived_chunks"] = json!(p.revived_chunks);
         row["reread_chunks"] = json!(p.reread_chunks);
         row["resident_peak_chunks"] = json!(p.depths.resident_peak_chunks);
+        row["dropped_samples"] = json!(p.dropped_samples);
     }
     if let Some(d) = digest {
         row["digest"] = json!(d.finish());

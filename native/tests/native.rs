@@ -225,3 +225,58 @@ fn the_automatic_budget_never_plans_past_the_machine() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("pass at most") && err.contains("available"), "{err}");
 }
+
+/// `--rank`/`--world-size` on the CLI: each rank's `bench` epoch draws its share, the shares
+/// have equal sizes, and their storage reads add up to one rank-less epoch's (read once).
+#[test]
+fn cli_ranks_share_an_epoch_and_read_it_once() {
+    let path = store();
+    let bench = |extra: &[&str]| -> serde_json::Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch"))
+            .args(["bench", path.to_str().unwrap(), "--json", "--epochs", "1", "--batch-size", "4"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let whole = bench(&[]);
+    let ranks: Vec<serde_json::Value> =
+        (0..2).map(|r| bench(&["--rank", &r.to_string(), "--world-size", "2"])).collect();
+    let row = |v: &serde_json::Value, k: &str| v["epochs"][0][k].as_u64().unwrap();
+    assert_eq!(row(&ranks[0], "samples"), row(&ranks[1], "samples"));
+    let dropped = row(&ranks[0], "dropped_samples");
+    assert_eq!(row(&ranks[0], "samples") * 2 + dropped, row(&whole, "samples"));
+    // u10 is chunked by 12 samples, t2m by 8: units of 3 chunks, one per rank, so no remainder,
+    // and every stored chunk is read by exactly one rank.
+    assert_eq!(dropped, 0);
+    assert_eq!(row(&ranks[0], "storage_reads") + row(&ranks[1], "storage_reads"), row(&whole, "storage_reads"));
+    assert_eq!(ranks[1]["config"]["rank"], 1);
+}
+
+/// `NativeDataset::resume` from a checkpoint taken by `BatchIter::checkpoint`: the rest of
+/// the epoch, the same bytes.
+#[test]
+fn a_native_pass_resumes_from_its_checkpoint() {
+    let opts = || OpenOptions {
+        dataset: insitubatch_native::DatasetOptions { batch_size: 5, world_size: 2, rank: 1, ..Default::default() },
+        ..Default::default()
+    };
+    let ds = open(store().to_str().unwrap(), opts()).unwrap();
+    ds.set_epoch(2);
+    let whole: Vec<_> = ds.train().unwrap().map(|b| b.unwrap()).map(|b| (b.index, b.sample_indices)).collect();
+    let mut it = ds.train().unwrap();
+    let head: Vec<_> = it.by_ref().take(2).map(|b| b.unwrap()).map(|b| (b.index, b.sample_indices)).collect();
+    let cp = it.checkpoint().unwrap();
+    drop(it);
+    assert_eq!(head[..], whole[..2]);
+    let fresh = open(store().to_str().unwrap(), opts()).unwrap();
+    let json = cp.to_json();
+    let tail: Vec<_> = fresh
+        .resume(&insitubatch_native::Checkpoint::from_json(&json).unwrap())
+        .unwrap()
+        .map(|b| b.unwrap())
+        .map(|b| (b.index, b.sample_indices))
+        .collect();
+    assert_eq!(tail[..], whole[2..]);
+}

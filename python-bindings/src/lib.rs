@@ -399,6 +399,26 @@ pub struct NativeDataset {
 }
 
 impl NativeDataset {
+    /// A pass started by `begin` on the engine's runtime, wrapped for Python.
+    fn start(&self, begin: impl FnOnce(&Dataset) -> insitubatch_core::Result<BatchStream>) -> PyResult<NativeStream> {
+        let open = self.get()?;
+        // A transform error left by an abandoned pass must not be re-raised by this one.
+        open.errors.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let stream = {
+            let _guard = open.opened.runtime().handle().enter();
+            begin(open.dataset()).map_err(core_err)?
+        };
+        let n_batches = stream.len();
+        let checkpoint = Mutex::new(stream.checkpoint());
+        Ok(NativeStream {
+            stream: Mutex::new(Some(stream)),
+            runtime: open.opened.runtime().clone(),
+            n_batches,
+            errors: Arc::clone(&open.errors),
+            checkpoint,
+        })
+    }
+
     fn get(&self) -> PyResult<Arc<Open>> {
         self.open
             .lock()
@@ -421,7 +441,8 @@ impl NativeDataset {
     #[pyo3(signature = (store, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
                         prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
-                        persist = false, readonly_cache = false, reset_stale_cache = false))]
+                        persist = false, readonly_cache = false, reset_stale_cache = false, rank = 0,
+                        world_size = 1))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -443,6 +464,8 @@ impl NativeDataset {
         persist: bool,
         readonly_cache: bool,
         reset_stale_cache: bool,
+        rank: usize,
+        world_size: usize,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
         let errors: ErrSlot = Arc::default();
@@ -473,6 +496,8 @@ impl NativeDataset {
                     ..ReadPolicy::default()
                 },
                 tier: None,
+                rank,
+                world_size,
             },
             threads,
             storage_options,
@@ -495,21 +520,26 @@ impl NativeDataset {
 
     /// Start one pass over `split` at the current epoch.
     fn iter(&self, split: &str) -> PyResult<NativeStream> {
-        let open = self.get()?;
         let split = parse_split(split)?;
-        // A transform error left by an abandoned pass must not be re-raised by this one.
-        open.errors.lock().unwrap_or_else(PoisonError::into_inner).take();
-        let stream = {
-            let _guard = open.opened.runtime().handle().enter();
-            open.dataset().iter(split).map_err(core_err)?
-        };
-        let n_batches = stream.len();
-        Ok(NativeStream {
-            stream: Mutex::new(Some(stream)),
-            runtime: open.opened.runtime().clone(),
-            n_batches,
-            errors: Arc::clone(&open.errors),
-        })
+        self.start(|ds| ds.iter(split))
+    }
+
+    /// Start the pass a checkpoint (`Checkpoint` JSON) was taken in, where it stopped.
+    fn resume(&self, checkpoint_json: &str) -> PyResult<NativeStream> {
+        let checkpoint = insitubatch_core::Checkpoint::from_json(checkpoint_json).map_err(core_err)?;
+        self.start(|ds| ds.resume(&checkpoint))
+    }
+
+    /// Refuse a checkpoint `resume` would refuse, without starting a pass.
+    fn check_resume(&self, checkpoint_json: &str) -> PyResult<()> {
+        let checkpoint = insitubatch_core::Checkpoint::from_json(checkpoint_json).map_err(core_err)?;
+        self.get()?.dataset().check_resume(&checkpoint).map_err(core_err)
+    }
+
+    /// The checkpoint of a pass over `split` at `epoch` that has not started (position 0),
+    /// as JSON: what `state_dict()` says before any pass.
+    fn fresh_checkpoint_json(&self, split: &str, epoch: u64) -> PyResult<String> {
+        Ok(self.get()?.dataset().fresh_checkpoint(parse_split(split)?, epoch).to_json())
     }
 
     fn set_epoch(&self, epoch: u64) -> PyResult<()> {
@@ -599,6 +629,8 @@ pub struct NativeStream {
     runtime: NativeRuntime,
     n_batches: usize,
     errors: ErrSlot,
+    /// Where the pass stands after the last batch returned (kept after the pass ends).
+    checkpoint: Mutex<insitubatch_core::Checkpoint>,
 }
 
 #[pymethods]
@@ -623,6 +655,7 @@ impl NativeStream {
                 Err(_) => py.check_signals()?,
             }
         };
+        *self.checkpoint.lock().unwrap_or_else(PoisonError::into_inner) = stream.checkpoint();
         match item {
             Some(Ok(batch)) => {
                 *self.stream.lock().unwrap_or_else(PoisonError::into_inner) = Some(stream);
@@ -667,6 +700,11 @@ impl NativeStream {
     fn stats_json(&self) -> PyResult<Option<String>> {
         let g = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
         g.as_ref().map(|s| stats_to_json(&s.stats())).transpose()
+    }
+
+    /// Where the pass stands after the last batch it returned, as `Checkpoint` JSON.
+    fn checkpoint_json(&self) -> String {
+        self.checkpoint.lock().unwrap_or_else(PoisonError::into_inner).to_json()
     }
 
     /// End the pass now (what dropping the iterator does too).

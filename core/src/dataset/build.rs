@@ -23,6 +23,7 @@ use crate::pass::GatherVar;
 use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks};
 use crate::pool::Pool;
 use crate::runtime::{Runtime, Storage};
+use crate::shard::unit_chunks;
 use crate::shuffle::Split;
 use crate::split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 use crate::tier::{ArrayIdentity, ChunkTier, array_fingerprint};
@@ -315,6 +316,7 @@ impl Assembly {
         let read_once_bytes = self.read_once_bytes(&residency, tier.as_ref());
         self.check_budget(residency.floor_max)?;
         let auto_residency_bytes = self.auto_residency(read_once_bytes, residency.floor_max);
+        let unit_chunks = unit_chunks(self.manifest.sample_chunk_size, plan_vars.iter().map(|v| (v.spc, v.offset)));
         let recycle_cap = recycle_cap_bytes(&residency.floor_arrays, &gather_vars, &self.options);
         let o = &self.options;
         let engine = Arc::new(Engine {
@@ -344,6 +346,7 @@ impl Assembly {
                 options: self.options,
                 block_chunks: residency.block_chunks,
                 anchor_range,
+                unit_chunks,
                 epoch: AtomicU64::new(0),
                 last_pass: Arc::new(Mutex::new(None)),
                 batch_transforms: self.batch_transforms.into(),
@@ -577,6 +580,12 @@ fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
         return Err(Error::Config(format!(
             "batch_size and max_inflight must be at least 1, got batch_size={} max_inflight={}",
             o.batch_size, o.max_inflight
+        )));
+    }
+    if o.world_size == 0 || o.rank >= o.world_size {
+        return Err(Error::Config(format!(
+            "rank must be in 0..world_size (world_size >= 1), got rank={} world_size={}",
+            o.rank, o.world_size
         )));
     }
     o.prefetch_depth = o.prefetch_depth.max(1);

@@ -12,11 +12,12 @@ pub use build::DatasetBuilder;
 use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
-use crate::pass::{BatchStream, GatherVar, PassSpec, StatsSink, drive};
+use crate::pass::{BatchStream, GatherVar, PassSpec, ShardInfo, StatsSink, drive};
 use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
 use crate::pool::PoolCounters;
 use crate::runtime::{Runtime, Storage};
-use crate::shuffle::{OrderSpec, Split, draw_order};
+use crate::shard::{Checkpoint, RankPass, Sharding, rank_pass};
+use crate::shuffle::{OrderSpec, Split};
 use crate::split::SplitManifest;
 use crate::stats::{PassRecorder, PassStats};
 use crate::tier::TierOpener;
@@ -52,6 +53,11 @@ pub struct DatasetOptions {
     pub read_policy: ReadPolicy,
     /// A disk tier for decoded chunks (`cache_dir`; native only), opened at construction.
     pub tier: Option<Arc<dyn TierOpener>>,
+    /// This process's rank, `0..world_size` (see `shard.rs`: each rank draws a disjoint,
+    /// equal share of every epoch, and reads its own chunks).
+    pub rank: usize,
+    /// Processes sharing each epoch (1: the whole epoch here).
+    pub world_size: usize,
 }
 
 impl Default for DatasetOptions {
@@ -66,6 +72,8 @@ impl Default for DatasetOptions {
             cache_budget_bytes: None,
             read_policy: ReadPolicy::default(),
             tier: None,
+            rank: 0,
+            world_size: 1,
         }
     }
 }
@@ -89,6 +97,7 @@ struct Inner {
     options: DatasetOptions,
     block_chunks: usize,
     anchor_range: (u64, u64),
+    unit_chunks: u64,
     epoch: AtomicU64,
     last_pass: StatsSink,
     batch_transforms: Arc<[Arc<dyn BatchTransform>]>,
@@ -180,11 +189,10 @@ impl Dataset {
         self.inner.engine.pool.live_passes()
     }
 
-    fn order(&self, split: Split, epoch: u64) -> crate::shuffle::DrawOrder {
+    fn order_spec<'a>(&self, split: Split, epoch: u64, chunks: &'a [u64]) -> OrderSpec<'a> {
         let i = &self.inner;
-        let chunks = i.manifest.chunks_of(split);
-        draw_order(&OrderSpec {
-            chunk_ids: &chunks,
+        OrderSpec {
+            chunk_ids: chunks,
             ref_spc: i.manifest.sample_chunk_size,
             n_samples: i.manifest.n_samples,
             anchor_range: i.anchor_range,
@@ -193,7 +201,30 @@ impl Dataset {
             seed: i.options.seed,
             epoch,
             split,
-        })
+        }
+    }
+
+    /// How this dataset's ranks share an epoch.
+    pub(crate) fn sharding(&self) -> Sharding {
+        let o = &self.inner.options;
+        Sharding {
+            rank: o.rank,
+            world_size: o.world_size,
+            unit_chunks: self.inner.unit_chunks,
+            batch_size: o.batch_size,
+        }
+    }
+
+    /// This rank's pass over `split` at `epoch`, resumed from `resume` when given.
+    fn rank_pass(&self, split: Split, epoch: u64, resume: Option<&Checkpoint>) -> Result<RankPass> {
+        let chunks = self.inner.manifest.chunks_of(split);
+        rank_pass(&self.order_spec(split, epoch, &chunks), &self.sharding(), resume)
+    }
+
+    /// Reference chunks per rank-assignment unit (`shard.rs`): 1 unless a variable is chunked
+    /// more coarsely than the reference grid.
+    pub fn unit_chunks(&self) -> u64 {
+        self.inner.unit_chunks
     }
 
     fn floor(&self, split: Split) -> u64 {
@@ -206,9 +237,16 @@ impl Dataset {
         )
     }
 
-    /// The anchors of one epoch of a view, in draw order (what the batches will carry).
+    /// The anchors this rank draws in one epoch of a view, in order (what the batches will
+    /// carry): with one rank, the whole epoch.
     pub fn draw_order(&self, split: Split, epoch: u64) -> Vec<u64> {
-        self.order(split, epoch).anchors
+        self.rank_pass(split, epoch, None).map(|p| p.order.anchors).unwrap_or_default()
+    }
+
+    /// Samples of one epoch of a view that no rank draws, so that every rank draws the same
+    /// number (0 with one rank).
+    pub fn dropped_samples(&self, split: Split, epoch: u64) -> u64 {
+        self.rank_pass(split, epoch, None).map_or(0, |p| p.dropped)
     }
 
     /// Start one pass over a view at the current epoch.
@@ -216,19 +254,65 @@ impl Dataset {
     /// # Errors
     /// [`Error::Config`] when an explicit budget cannot hold this pass next to the live ones.
     pub fn iter(&self, split: Split) -> Result<BatchStream> {
+        let pass = self.rank_pass(split, self.epoch(), None)?;
+        self.start(split, pass)
+    }
+
+    /// Start the pass a checkpoint was taken in, where it stopped: with the world size it was
+    /// saved with, exactly the batches the uninterrupted pass would have yielded next; with
+    /// another, this rank's share of the samples no rank had consumed (`shard.rs`). Sets the
+    /// dataset's epoch to the checkpoint's.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a checkpoint of another seed or batch size, one whose positions do
+    /// not fit this dataset's split, or an explicit budget that cannot hold the pass.
+    pub fn resume(&self, checkpoint: &Checkpoint) -> Result<BatchStream> {
+        let pass = self.rank_pass(checkpoint.split, checkpoint.epoch, Some(checkpoint))?;
+        self.set_epoch(checkpoint.epoch);
+        self.start(checkpoint.split, pass)
+    }
+
+    /// Would [`Self::resume`] accept this checkpoint? (Checked with no pass started and no
+    /// read, so a state can be refused where it is loaded.)
+    ///
+    /// # Errors
+    /// As [`Self::resume`].
+    pub fn check_resume(&self, checkpoint: &Checkpoint) -> Result<()> {
+        self.rank_pass(checkpoint.split, checkpoint.epoch, Some(checkpoint)).map(|_| ())
+    }
+
+    /// The checkpoint of a pass over `split` at `epoch` that has not started: resuming it
+    /// is a fresh pass (what a training script saves before its first step).
+    pub fn fresh_checkpoint(&self, split: Split, epoch: u64) -> Checkpoint {
+        let o = &self.inner.options;
+        Checkpoint {
+            version: crate::shard::CHECKPOINT_VERSION,
+            seed: o.seed,
+            epoch,
+            split,
+            batch_size: o.batch_size,
+            world_size: o.world_size,
+            position: 0,
+            batches: 0,
+            history: Vec::new(),
+        }
+    }
+
+    fn start(&self, split: Split, rank: RankPass) -> Result<BatchStream> {
         let i = &self.inner;
-        let epoch = self.epoch();
-        let order = self.order(split, epoch);
-        let plan = Arc::new(PassPlan::build(&order, &i.plan_vars, i.options.batch_size));
-        let reservation = self.floor(split);
+        let epoch = rank.start.epoch;
+        let plan = Arc::new(PassPlan::build(&rank.order, &i.plan_vars, i.options.batch_size));
+        let floor = self.floor(split);
         let need = plan.peak_bytes(|k| i.engine.arrays[k.path as usize].charge(k.chunk));
-        if need > reservation {
+        // A re-partitioned (elastic) segment is blocked greedily over partly consumed chunks, so
+        // the floor's two-block bound is not proved for it: it reserves its exact peak instead.
+        if need > floor && rank.start.history.is_empty() {
             return Err(Error::Internal(format!(
-                "epoch {epoch} of {split} needs {need} resident bytes but its residency floor is {reservation}. \
+                "epoch {epoch} of {split} needs {need} resident bytes but its residency floor is {floor}. \
                  Workaround: cache_budget_bytes >= {need} with block_chunks raised"
             )));
         }
-        let pass = i.engine.pool.open_pass(reservation.max(need))?;
+        let pass = i.engine.pool.open_pass(floor.max(need))?;
         let recorder = Arc::new(PassRecorder::default());
         let (tx, rx) = async_channel::bounded(i.options.prefetch_depth);
         let n_batches = plan.n_batches();
@@ -239,6 +323,7 @@ impl Dataset {
             batch_transforms: Arc::clone(&i.batch_transforms),
             pass,
             epoch,
+            first_index: usize::try_from(rank.start.batches).unwrap_or(usize::MAX),
             recorder: Arc::clone(&recorder),
             max_gathers: max_gathers(i.engine.cpu.parallelism()),
         };
@@ -261,6 +346,7 @@ impl Dataset {
             sink: Arc::clone(&i.last_pass),
             finished: false,
             n_batches,
+            shard: ShardInfo { rank: i.options.rank, dropped: rank.dropped, skipped: rank.skipped, start: rank.start },
         })
     }
 }

@@ -42,8 +42,8 @@ impl Dataset {
     /// below read-once: each use of a chunk by a block after its first may miss.
     fn reread_bytes_max(&self) -> u64 {
         let i = &self.inner;
-        let order = self.order(Split::Train, self.epoch());
-        let plan = PassPlan::build(&order, &i.plan_vars, i.options.batch_size);
+        let Ok(pass) = self.rank_pass(Split::Train, self.epoch(), None) else { return 0 };
+        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.batch_size);
         let mut seen = HashSet::new();
         plan.uses
             .iter()
@@ -125,6 +125,7 @@ impl Dataset {
         for w in self.tier_warnings() {
             notes.push(Note::new("cache-dir-network-fs", Severity::Warn, "cache_dir", w));
         }
+        notes.extend(self.rank_notes());
         let requested = i.options.block_chunks;
         if i.block_chunks > requested {
             notes.push(Note::new(
@@ -136,6 +137,53 @@ impl Dataset {
                     i.block_chunks, i.options.batch_size
                 ),
             ));
+        }
+        notes
+    }
+
+    /// With several ranks: the samples dropped to equal shares, and the variables whose
+    /// windows read a neighbour chunk another rank may also read.
+    fn rank_notes(&self) -> Vec<Note> {
+        let i = &self.inner;
+        let world = i.options.world_size;
+        if world == 1 {
+            return Vec::new();
+        }
+        let mut notes = Vec::new();
+        let epoch = self.epoch();
+        for s in [Split::Train, Split::Val, Split::Test] {
+            let dropped = self.dropped_samples(s, epoch);
+            if dropped > 0 {
+                // More than a tenth of the split unseen each epoch is worth a warning: fewer
+                // ranks, a finer chunking or a larger split spreads it better.
+                let severity = if dropped * 10 > self.drawable(s) { Severity::Warn } else { Severity::Note };
+                notes.push(Note::new(
+                    "ranks-drop-remainder",
+                    severity,
+                    s.name(),
+                    format!(
+                        "{dropped} of {} samples of {s} are not drawn in epoch {epoch} so that each of the {world} \
+                         ranks draws {} (whole units of {} chunks go to one rank)",
+                        self.drawable(s),
+                        self.draw_order(s, epoch).len(),
+                        i.unit_chunks
+                    ),
+                ));
+            }
+        }
+        for (v, p) in i.vars.iter().zip(&i.plan_vars) {
+            if p.offset.rem_euclid(p.spc as i64) != 0 {
+                notes.push(Note::new(
+                    "ranks-share-window-chunks",
+                    Severity::Note,
+                    &v.label,
+                    format!(
+                        "offset {} reaches into the neighbouring chunk, so a chunk at the edge of a rank's unit is \
+                         also read by the rank that owns the neighbour",
+                        p.offset
+                    ),
+                ));
+            }
         }
         notes
     }
@@ -197,7 +245,12 @@ impl Dataset {
         let o = &i.options;
         let splits = [Split::Train, Split::Val, Split::Test];
         let drawable: Vec<(String, u64)> = splits.iter().map(|&s| (s.name().to_string(), self.drawable(s))).collect();
-        let order = self.order(Split::Train, self.epoch());
+        let epoch = self.epoch();
+        let shares: Vec<(String, u64)> =
+            splits.iter().map(|&s| (s.name().to_string(), self.draw_order(s, epoch).len() as u64)).collect();
+        let dropped: Vec<(String, u64)> =
+            splits.iter().map(|&s| (s.name().to_string(), self.dropped_samples(s, epoch))).collect();
+        let order = self.draw_order(Split::Train, epoch);
         ConfigReport {
             batch_size: o.batch_size,
             block_chunks: i.block_chunks,
@@ -217,12 +270,17 @@ impl Dataset {
             samples_per_chunk: i.manifest.sample_chunk_size,
             n_chunks: i.manifest.n_chunks,
             split_chunks: splits.iter().map(|&s| (s.name().to_string(), i.manifest.chunks_of(s).len())).collect(),
-            batches_per_epoch: drawable
+            rank: o.rank,
+            world_size: o.world_size,
+            unit_chunks: i.unit_chunks,
+            rank_samples: shares.clone(),
+            dropped_samples: dropped,
+            batches_per_epoch: shares
                 .iter()
                 .map(|(name, n)| (name.clone(), n.div_ceil(o.batch_size as u64) as usize))
                 .collect(),
             drawable_samples: drawable,
-            shuffle_quality: shuffle_quality(&order.anchors),
+            shuffle_quality: shuffle_quality(&order),
         }
     }
 }

@@ -200,3 +200,131 @@ fn an_explicit_budget_beyond_the_memory_available_is_refused_with_the_most_that_
     let err = sim.run(b.open(), LIMIT).unwrap().unwrap_err();
     assert!(matches!(&err, Error::Config(m) if m.contains("pass at most 1048576")), "{err}");
 }
+
+/// Every batch of one pass: (index, sample indices, each label's bytes).
+type Seen = Vec<(usize, Vec<u64>, Vec<(String, Vec<u8>)>)>;
+
+fn drain(sim: &SimExecutor, mut s: crate::BatchStream, take: Option<usize>) -> (Seen, crate::Checkpoint) {
+    sim.run(
+        async move {
+            let mut out = Vec::new();
+            while take.is_none_or(|k| out.len() < k) {
+                let Some(b) = s.next_batch().await else { break };
+                let b = b.unwrap();
+                let arrays = b.arrays.iter().map(|(k, a)| (k.clone(), a.data.to_vec())).collect();
+                out.push((b.index, b.sample_indices.clone(), arrays));
+            }
+            (out, s.checkpoint())
+        },
+        LIMIT,
+    )
+    .unwrap()
+}
+
+/// Ranks over a store where `u10` is chunked twice as coarsely as the reference `t2m`.
+fn ranked(rank: usize, world_size: usize) -> (SimExecutor, MemoryStorage, Dataset) {
+    let (sim, storage, runtime) = store();
+    let opts = DatasetOptions { batch_size: 3, block_chunks: 1, seed: 5, rank, world_size, ..Default::default() };
+    let ds = Dataset::builder(shared(&storage), runtime)
+        .arrays(["t2m", "u10"])
+        .options(opts)
+        .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..SplitOptions::default() });
+    let ds = sim.run(ds.open(), LIMIT).unwrap().unwrap();
+    (sim, storage, ds)
+}
+
+#[test]
+fn ranks_draw_disjoint_equal_shares_and_read_each_chunk_once() {
+    let world = 3;
+    let mut all = std::collections::BTreeSet::new();
+    let mut readers: std::collections::HashMap<String, usize> = Default::default();
+    let mut lens = Vec::new();
+    let mut dropped = Vec::new();
+    for rank in 0..world {
+        let (sim, storage, ds) = ranked(rank, world);
+        assert_eq!(ds.unit_chunks(), 2, "u10's chunk spans two reference chunks");
+        ds.set_epoch(1);
+        let reads_before: Vec<(String, u64)> =
+            storage.keys().iter().map(|k| (k.clone(), storage.reads_of(k))).collect();
+        let (seen, _) = drain(&sim, ds.iter(Split::Train).unwrap(), None);
+        lens.push(seen.len());
+        for (_, idx, _) in &seen {
+            for &i in idx {
+                assert!(all.insert(i), "sample {i} drawn by two ranks");
+            }
+        }
+        for (k, before) in reads_before {
+            if storage.reads_of(&k) > before && !k.ends_with("zarr.json") {
+                assert!(readers.insert(k.clone(), rank).is_none(), "{k} read by two ranks");
+                assert_eq!(storage.reads_of(&k) - before, 1, "{k} read twice by rank {rank}");
+            }
+        }
+        let stats = ds.last_pass().unwrap();
+        assert_eq!((stats.rank, stats.world_size), (rank, world));
+        dropped.push(stats.dropped_samples);
+        let report = ds.describe(1).unwrap().config;
+        assert_eq!(report.dropped_samples[0], ("train".to_string(), stats.dropped_samples));
+        assert_eq!(report.rank_samples[0].1, seen.iter().map(|s| s.1.len() as u64).sum::<u64>());
+    }
+    assert!(lens.iter().all(|&n| n == lens[0]), "unequal batch counts {lens:?}");
+    assert!(dropped.iter().all(|&d| d == dropped[0]));
+    // 5 units of 8 samples over 3 ranks: 2/2/1 units, so 8 samples per rank and 16 dropped.
+    assert_eq!((all.len() as u64, dropped[0]), (24, 16));
+}
+
+#[test]
+fn a_resumed_pass_yields_the_rest_of_the_epoch_bit_for_bit() {
+    for (world, rank) in [(1, 0), (2, 1)] {
+        let (sim, _, ds) = ranked(rank, world);
+        ds.set_epoch(3);
+        let (whole, _) = drain(&sim, ds.iter(Split::Train).unwrap(), None);
+        let (sim, _, ds) = ranked(rank, world);
+        ds.set_epoch(3);
+        let (head, cp) = drain(&sim, ds.iter(Split::Train).unwrap(), Some(2));
+        assert_eq!(head[..], whole[..2]);
+        assert_eq!((cp.position, cp.batches, cp.world_size), (6, 2, world));
+        // A fresh process (a new dataset at epoch 0) loads the checkpoint.
+        let (sim, _, ds) = ranked(rank, world);
+        let cp = crate::Checkpoint::from_json(&cp.to_json()).unwrap();
+        let (tail, end) = drain(&sim, ds.resume(&cp).unwrap(), None);
+        assert_eq!(tail[..], whole[2..], "world {world}: resumed batches differ");
+        assert_eq!(ds.epoch(), 3);
+        assert_eq!(ds.last_pass().unwrap().resumed_at, 6);
+        assert_eq!(end.position, whole.iter().map(|s| s.1.len() as u64).sum::<u64>());
+    }
+}
+
+#[test]
+fn an_elastic_resume_serves_the_rest_once_across_the_new_ranks() {
+    let mut served = std::collections::BTreeSet::new();
+    let mut cp = None;
+    for rank in 0..2 {
+        let (sim, _, ds) = ranked(rank, 2);
+        let (head, c) = drain(&sim, ds.iter(Split::Train).unwrap(), Some(1));
+        served.extend(head.iter().flat_map(|s| s.1.clone()));
+        cp = Some(c);
+    }
+    let cp = cp.unwrap();
+    let mut dropped = 0;
+    for rank in 0..3 {
+        let (sim, _, ds) = ranked(rank, 3);
+        let (tail, end) = drain(&sim, ds.resume(&cp).unwrap(), None);
+        for i in tail.iter().flat_map(|s| s.1.clone()) {
+            assert!(served.insert(i), "sample {i} served twice");
+        }
+        assert_eq!(end.history, vec![crate::Cut { world_size: 2, position: 3 }]);
+        dropped = ds.last_pass().unwrap().dropped_samples;
+    }
+    let (_, _, ds) = ranked(0, 2);
+    assert_eq!(served.len() as u64 + dropped + ds.dropped_samples(Split::Train, 0), 40);
+}
+
+#[test]
+fn a_rank_outside_the_world_is_refused() {
+    let (sim, storage, runtime) = store();
+    let opts = DatasetOptions { rank: 2, world_size: 2, ..Default::default() };
+    let st = shared(&storage);
+    let t2m = sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
+    let err = Dataset::builder(shared(&storage), runtime).opened(vec![t2m]).options(opts).build().unwrap_err();
+    assert!(matches!(&err, Error::Config(m) if m.contains("rank=2 world_size=2")), "{err}");
+}

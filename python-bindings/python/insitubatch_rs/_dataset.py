@@ -7,6 +7,7 @@ import json
 import logging
 import operator
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
@@ -51,6 +52,24 @@ class SchedulerConfig:
     read_ahead_chunks: int = 0
     decode_threads: int = 0
     on_bad_chunk: str = "raise"
+
+
+def _ranks(rank: Any, world_size: Any) -> tuple[int, int]:
+    """``(rank, world_size)``: as given, or ``torch.distributed``'s when it is initialized
+    (looked up only if torch is already imported: a job that never imported it has no
+    process group), else ``(0, 1)``."""
+    if rank is None or world_size is None:
+        dist = sys.modules.get("torch.distributed")
+        live = dist is not None and dist.is_available() and dist.is_initialized()
+        if rank is None:
+            rank = dist.get_rank() if live else 0
+        if world_size is None:
+            world_size = dist.get_world_size() if live else 1
+    world = _count("world_size", world_size, 1)
+    r = _count("rank", rank, 0)
+    if r >= world:
+        raise ValueError(f"rank must be in 0..world_size, got rank={r} world_size={world}")
+    return r, world
 
 
 def _count(name: str, value: Any, minimum: int) -> int:
@@ -145,6 +164,12 @@ class BatchIterator(Iterator[Batch]):
     def __len__(self) -> int:
         return len(self._stream)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Where this pass stands after the batch it returned last: a small dict (seed,
+        epoch, split, batch size, world size, samples and batches consumed per rank, earlier
+        world sizes). ``ds.load_state_dict`` resumes it in any process, with any world size."""
+        return json.loads(self._stream.checkpoint_json())
+
     @property
     def stats(self) -> PassStats | None:
         """This pass's stats so far (``None`` once it ended: see ``ds.last_pass``)."""
@@ -178,11 +203,10 @@ class _SplitView:
         self.split = split
 
     def __iter__(self) -> BatchIterator:
-        native = self.dataset._ds()
-        return BatchIterator(self.dataset, self.split, native.iter(self.split))
+        return self.dataset._start(self.split)
 
     def __len__(self) -> int:
-        """Batches one pass over this view yields (the last may be short)."""
+        """Batches one pass over this view yields on this rank (the last may be short)."""
         n = len(self.dataset.draw_order(self.split))
         return -(-n // self.dataset.batch_size)
 
@@ -229,7 +253,11 @@ class InSituDataset:
     ``close()``).
 
     Ours beyond the anchor's arguments: ``storage_options`` (object_store settings, for a
-    URL; a store object carries its own) and ``threads`` (the engine's thread-pool size; ``None`` = one per core).
+    URL; a store object carries its own), ``threads`` (the engine's thread-pool size; ``None`` = one per core),
+    and ``rank``/``world_size``: this process's share of every epoch (each rank reads its own
+    chunks and draws as many samples as every other; ``None`` takes them from an initialized
+    ``torch.distributed``, else 0 and 1). ``state_dict()``/``load_state_dict()`` save and resume
+    a pass mid-epoch, with the same or another world size (docs/distributed.md).
     """
 
     def __init__(
@@ -254,6 +282,8 @@ class InSituDataset:
         batch_transforms: Sequence[Any] = (),
         storage_options: Mapping[str, Any] | None = None,
         threads: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> None:
         self.store = store
         self._store = engine_store(store)
@@ -263,6 +293,11 @@ class InSituDataset:
             on_bad_chunk,
         )  # fmt: skip
         self._knobs = k
+        self._rank, self._world_size = _ranks(rank, world_size)
+        # The stream of the latest pass per split (its checkpoint outlives the pass), and a
+        # loaded state waiting for the next pass over its split.
+        self._streams: dict[str, _native.NativeStream] = {}
+        self._pending: dict[str, str] = {}
         self.chunk_transforms = tuple(chunk_transforms)
         self.batch_transforms = tuple(batch_transforms)
         for t in self.batch_transforms:
@@ -318,12 +353,58 @@ class InSituDataset:
                 threads=k.threads,
                 chunk_transforms=[native_chunk_transform(t) for t in self.chunk_transforms],
                 batch_transforms=list(self.batch_transforms),
+                rank=self._rank,
+                world_size=self._world_size,
                 **self._cache,
             )
 
     # -- the engine -------------------------------------------------------------------
     def _ds(self) -> _native.NativeDataset:
         return self._native
+
+    def _start(self, split: str) -> BatchIterator:
+        """A pass over ``split``: resumed from a loaded state for this epoch, else fresh."""
+        native = self._ds()
+        pending = self._pending.pop(split, None)
+        if pending is not None and json.loads(pending)["epoch"] == self.epoch:
+            stream = native.resume(pending)
+        else:
+            stream = native.iter(split)
+        self._streams[split] = stream
+        return BatchIterator(self, split, stream)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (its share of every epoch)."""
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        """Processes sharing every epoch."""
+        return self._world_size
+
+    def state_dict(self, split: str = "train") -> dict[str, Any]:
+        """Where the latest pass over ``split`` (default ``train``) stands, as a small dict
+        (torchdata's ``Stateful``): the same on every rank of a job that steps in lockstep,
+        so rank 0 may save it alone. Before a pass at the current epoch, a fresh one."""
+        name = split_name(split)
+        stream = self._streams.get(name)
+        if stream is not None:
+            state: dict[str, Any] = json.loads(stream.checkpoint_json())
+            if state["epoch"] == self.epoch:
+                return state
+        return json.loads(self._native.fresh_checkpoint_json(name, self.epoch))
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state_dict()``'s dict, saved with this or another world size: sets the
+        epoch to the state's, and the next pass over its split continues where it stopped
+        (with the same world size, exactly the batches the uninterrupted pass would have
+        yielded next; with another, this rank's share of the samples no rank had consumed).
+        ``set_epoch`` to another epoch first discards it."""
+        raw = json.dumps(dict(state))
+        self._native.check_resume(raw)  # refused here, not at the next pass
+        self._pending[split_name(state["split"])] = raw
+        self.set_epoch(state["epoch"])
 
     def _pass_ended(self, split: str, epoch: int) -> None:
         """A pass of ours ended: keep its stats and log them (if they are its own)."""

@@ -286,7 +286,7 @@ def to_torch(batch: Any, device: Any = None) -> dict[str, Any]:
 
 
 def to_jax(batch: Any, device: Any = None) -> dict[str, Any]:
-    """``{label: jax.Array}`` via DLPack, placed on ``device`` (default ``jax.devices()[0]``).
+    """``{label: jax.Array}`` via DLPack, placed on ``device`` (default ``jax.local_devices()[0]``).
 
     A DLPack import is committed to the CPU, where ``jax.jit`` would leave it; the put moves
     it to the default device like any other JAX array (a no-op alias on a CPU-only build).
@@ -295,7 +295,8 @@ def to_jax(batch: Any, device: Any = None) -> dict[str, Any]:
     """
     jax = _require("jax", "jax")
     jnp = _require("jax.numpy", "jax")
-    target = jax.devices()[0] if device is None else device
+    # This process's first device: in a multi-process job jax.devices()[0] belongs to process 0.
+    target = jax.local_devices()[0] if device is None else device
     return {
         k: jax.device_put(jnp.asarray(v) if _is_bfloat16(v) else jnp.from_dlpack(v), target)
         for k, v in _arrays(batch).items()
@@ -312,11 +313,22 @@ def to_tf(batch: Any) -> dict[str, Any]:
     return {k: tf.convert_to_tensor(v) for k, v in _arrays(batch).items()}
 
 
+# Why as_torch refuses DataLoader workers (measured: docs/distributed.md, "DataLoader workers").
+WORKERS_REFUSED = (
+    "as_torch(view) runs under DataLoader(num_workers=0) only: the engine already decodes on its own thread pool "
+    "(threads=) and hands batches over without a copy, while a worker process would need an engine of its own (its "
+    "threads do not survive the fork), hold its own residency budget and send every batch through a queue; measured, "
+    "workers were no faster (docs/distributed.md). Use num_workers=0, and threads= for more decode parallelism"
+)
+
+
 def as_torch(view: Any, *, device: Any = None, pin_budget_bytes: int | None = None) -> Any:
     """A ``torch.utils.data.IterableDataset`` over ``view`` yielding dicts of tensors.
 
     Use with ``DataLoader(as_torch(ds.train), batch_size=None, num_workers=0)``: batching
-    and parallelism already happen in the engine. ``device`` moves each batch there
+    and parallelism already happen in the engine (its thread pool: ``threads=``). Under
+    ``num_workers > 0`` iterating raises, saying why (:data:`WORKERS_REFUSED`).
+    ``device`` moves each batch there
     (:func:`to_torch`); for a CUDA device, ``pin_budget_bytes`` caps the page-locked
     staging pool (:func:`pin_host_buffers`; default an eighth of RAM). For any other device
     it is checked and has nothing to cap, as in the anchor.
@@ -334,6 +346,10 @@ def as_torch(view: Any, *, device: Any = None, pin_budget_bytes: int | None = No
             self.view = view
 
         def __iter__(self) -> Iterator[dict[str, Any]]:
+            from torch.utils.data import get_worker_info
+
+            if get_worker_info() is not None:
+                raise RuntimeError(WORKERS_REFUSED)
             for batch in self.view:
                 yield to_torch(batch, device=device)
 

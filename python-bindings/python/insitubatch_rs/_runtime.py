@@ -92,7 +92,9 @@ class PassStats:
 
     The anchor's fields first (``split`` ... ``depths``), then ours: samples and bytes
     delivered, chunks re-read within the pass or revived from the disk tier, storage reads,
-    time to first batch and the consumer wait attributed to each stage (``blocked_s``).
+    time to first batch, the consumer wait attributed to each stage (``blocked_s``), and the
+    rank's side: ``rank``, ``world_size``, ``dropped_samples`` (the epoch's samples no rank
+    draws so all draw as many) and ``resumed_at`` (samples consumed before a resumed pass).
     """
 
     split: str
@@ -112,6 +114,10 @@ class PassStats:
     decoded_bytes: int = 0
     ttfb_s: float | None = None  # time to the first batch; None when there was none
     blocked_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    rank: int = 0
+    world_size: int = 1
+    dropped_samples: int = 0  # samples of the epoch no rank draws, so all draw as many (job-wide)
+    resumed_at: int = 0  # samples this rank had consumed before a resumed pass started
     # The engine's (stage, advice, consumer_idle) for stats from a pass. Not an init field, so
     # `dataclasses.replace` drops it and a changed copy is judged afresh by `rule`.
     _engine_verdict: tuple[str, str, bool] | None = dataclasses.field(
@@ -190,6 +196,10 @@ class PassStats:
             decoded_bytes=raw["decoded_bytes"],
             ttfb_s=raw["ttfb_s"] if raw["batches"] else None,
             blocked_s={name: secs for name, secs in raw["blocked_s"]},
+            rank=raw["rank"],
+            world_size=raw["world_size"],
+            dropped_samples=raw["dropped_samples"],
+            resumed_at=raw["resumed_at"],
         )
         verdict = (raw["limiting_stage"], raw["advice"], raw["consumer_idle"])
         object.__setattr__(stats, "_engine_verdict", verdict)
