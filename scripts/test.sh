@@ -3,7 +3,8 @@
 # Then every test: Rust unit, simulation and property tests; the core built for wasm32 with its
 # dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
 # server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
-# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX.
+# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX;
+# the book in docs/ built, link-checked, and every code block in it run (scripts/test-docs.sh).
 # Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,9 @@ t bash scripts/test-www.sh   # the dashboard in headless Chromium (Playwright)
 echo "== Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
 t bash scripts/test-python.sh
 ib_stop_servers
+
+echo "== the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
+t bash scripts/test-docs.sh
 
 # One closing line over every runner above.
 awk '/^test result:/ { p += $4; f += $6; next }
