@@ -147,7 +147,7 @@ fn json_type(ty: &syn::Type, defs: &BTreeMap<String, Def>) -> String {
         let parts: Vec<String> = t.elems.iter().map(|e| json_type(e, defs)).collect();
         return format!("[{}]", parts.join(", "));
     }
-    let (name, args) = segment(ty).unwrap_or_else(|| panic!("reference.rs: unsupported field type {ty:?}"));
+    let (name, args) = segment(ty).unwrap_or_else(|| panic!("reference.rs: a field type that is neither a path nor a tuple"));
     match (name.as_str(), args.as_slice()) {
         ("u64" | "u32" | "usize" | "i64" | "i32", _) => "integer".into(),
         ("f64" | "f32", _) => "number".into(),
