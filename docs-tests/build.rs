@@ -25,7 +25,11 @@ fn main() {
     let mut code = String::new();
     for page in found {
         let rel = page.strip_prefix(&docs).expect("under docs/").display().to_string();
-        let name: String = rel.trim_end_matches(".md").chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+        let name: String = rel
+            .trim_end_matches(".md")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+            .collect();
         let _ = writeln!(code, "#[doc = include_str!({:?})]\npub mod page_{name} {{}}", page.display().to_string());
     }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("pages.rs");

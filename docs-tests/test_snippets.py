@@ -10,7 +10,7 @@
 - ```toml and ```json: parsed; ```text: not code; ```rust: doc-tests (docs-tests/lib.rs).
 
 Lines starting with `~` in python and js blocks are hidden in the book (book.toml) and run here
-without the `~`. A block whose info string has `no-run` is skipped, and the skip is printed with
+without the `~`. A block whose info string has `untested` is skipped, and the skip is printed with
 its reason; every other language, and a block with none, fails (rustdoc would run an unlabelled
 block as Rust). A missing prerequisite (the package, the CLI, the demo store) skips the page's
 test saying why, and fails under CI (`CI` set), as everywhere in this repository.
@@ -104,12 +104,12 @@ def missing(why: str) -> None:
 
 
 def runnable(page: Page, lang: str) -> list[Block]:
-    """The page's blocks of `lang` that run, printing each `no-run` skip and its reason."""
+    """The page's blocks of `lang` that run, printing each `untested` skip and its reason."""
     out = []
     for b in page.blocks:
         if b.lang != lang:
             continue
-        if b.attrs.startswith("no-run"):
+        if b.attrs.startswith("untested"):
             print(f"skipping {b.page}:{b.line} ({lang} {b.attrs})", file=sys.stderr)
             continue
         out.append(b)
@@ -142,10 +142,10 @@ def test_every_block_has_a_known_language() -> None:
     known = RUNNABLE | CHECKED | NOT_CODE
     bad = [f"{b.page}:{b.line}: ```{b.lang or '(none)'}" for p in PAGES for b in p.blocks if b.lang not in known]
     assert not bad, "blocks with no language or one no runner knows (label them; see docs/testing-docs.md):\n" + "\n".join(bad)
-    no_run = [b for p in PAGES for b in p.blocks if b.attrs.startswith("no-run")]
+    no_run = [b for p in PAGES for b in p.blocks if b.attrs.startswith("untested")]
     for b in no_run:
-        assert re.match(r"^no-run \(.+\)$", b.attrs), f"{b.page}:{b.line}: say why a block cannot run: no-run (reason)"
-    assert len(no_run) <= 5, f"{len(no_run)} no-run blocks: keep them rare, every block should run in CI"
+        assert re.match(r"^untested \(.+\)$", b.attrs), f"{b.page}:{b.line}: say why a block cannot run: untested (reason)"
+    assert len(no_run) <= 5, f"{len(no_run)} untested blocks: keep them rare, every block should run in CI"
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.lang in CHECKED for b in p.blocks)], ids=lambda p: p.name)

@@ -147,7 +147,8 @@ fn json_type(ty: &syn::Type, defs: &BTreeMap<String, Def>) -> String {
         let parts: Vec<String> = t.elems.iter().map(|e| json_type(e, defs)).collect();
         return format!("[{}]", parts.join(", "));
     }
-    let (name, args) = segment(ty).unwrap_or_else(|| panic!("reference.rs: a field type that is neither a path nor a tuple"));
+    let (name, args) =
+        segment(ty).unwrap_or_else(|| panic!("reference.rs: a field type that is neither a path nor a tuple"));
     match (name.as_str(), args.as_slice()) {
         ("u64" | "u32" | "usize" | "i64" | "i32", _) => "integer".into(),
         ("f64" | "f32", _) => "number".into(),
@@ -257,8 +258,10 @@ impl<'ast> Visit<'ast> for NoteCodes {
             let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
             if segs.ends_with(&["Note".to_string(), "new".to_string()]) {
                 let mut args = call.args.iter();
-                if let (Some(syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(code), .. })), Some(syn::Expr::Path(sev))) =
-                    (args.next(), args.next())
+                if let (
+                    Some(syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(code), .. })),
+                    Some(syn::Expr::Path(sev)),
+                ) = (args.next(), args.next())
                 {
                     let sev = sev.path.segments.last().map(|s| s.ident.to_string().to_lowercase()).unwrap_or_default();
                     self.found.insert(code.value(), (sev, self.file.clone()));
