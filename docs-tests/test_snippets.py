@@ -7,7 +7,7 @@
   `http://localhost:8000/` is replaced by a loopback server over the demo store's folder;
 - ```bash: the blocks of a page, in order, as one `bash -euo pipefail` script with the
   `insitubatch` CLI ($IB_DOCS_CLI) first on PATH;
-- ```toml and ```json: parsed; ```text: not code; ```rust: doc-tests (docs-tests/lib.rs).
+- ```toml and ```json: parsed; ```text: not code; ```rust: doc-tests (examples/docs.rs).
 
 Lines starting with `~` in python and js blocks are hidden in the book (book.toml) and run here
 without the `~`. A block whose info string has `untested` is skipped, and the skip is printed with

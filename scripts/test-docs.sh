@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The book (docs/, mdBook; docs/testing-docs.md says how it is tested): build it with a pinned
 # mdbook, check every relative link and anchor of the built HTML, then run every code block:
-# Rust blocks and the generated reference pages (cargo test -p insitubatch-docs), Python, JS
+# Rust blocks and the generated reference pages (cargo test -p insitubatch-examples: examples/docs.rs, examples/tests/reference.rs), Python, JS
 # and bash blocks (pytest over extracted snippets, docs-tests/test_snippets.py). Needs what
 # scripts/test.sh builds before it: the Python package in the test venv (scripts/test-python.sh)
 # and the Node wasm build (scripts/test-wasm.sh); missing ones skip loudly, and fail under CI.
@@ -42,7 +42,8 @@ DEMO="$INSITUBATCH_CACHE/demo/era5_demo.zarr"
 [ -f "$DEMO/.complete" ] || "$IB_DOCS_CLI" demo --var t2m >/dev/null
 
 echo "== docs: Rust blocks (doc-tests) and the reference pages against the report types"
-cargo test -q -p insitubatch-docs
+cargo test -q -p insitubatch-examples --doc
+cargo test -q -p insitubatch-examples --test reference
 
 echo "== docs: Python, JS and bash blocks (pytest over extracted snippets)"
 source scripts/pyenv.sh
