@@ -4,7 +4,8 @@
 # dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
 # server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
 # Chromium with native/wasm parity; the Python package under pytest with real torch and JAX
-# (and real TensorFlow in a venv of its own).
+# (and real TensorFlow in a venv of its own); the packages installed outside the repo; the
+# book in docs/ built, link-checked, and every code block in it run (scripts/test-docs.sh).
 # Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +52,9 @@ ib_stop_servers
 
 echo "== packages as users install them, outside the repo (crates, wheel, sdist)"
 t bash scripts/test-packages.sh
+
+echo "== the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
+t bash scripts/test-docs.sh
 
 # One closing line over every runner above.
 awk '/^test result:/ { p += $4; f += $6; next }

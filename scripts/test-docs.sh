@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The book (docs/, mdBook; docs/testing-docs.md says how it is tested): build it with a pinned
+# mdbook, check every relative link and anchor of the built HTML, then run every code block:
+# Rust blocks and the generated reference pages (cargo test -p insitubatch-examples: examples/docs.rs, examples/tests/reference.rs), Python, JS
+# and bash blocks (pytest over extracted snippets, docs-tests/test_snippets.py). Needs what
+# scripts/test.sh builds before it: the Python package in the test venv (scripts/test-python.sh)
+# and the Node wasm build (scripts/test-wasm.sh); missing ones skip loudly, and fail under CI.
+# Starts its own loopback server. Idempotent.
+#   scripts/test-docs.sh            # everything
+#   scripts/test-docs.sh --build    # the book and its links only; prints where it is
+set -euo pipefail
+cd "$(dirname "$0")/.."
+START=$SECONDS
+source scripts/env.sh
+
+echo "== docs: mdbook (pinned, in the cache)"
+MDBOOK_VERSION=0.5.4
+TOOLS="$INSITUBATCH_CACHE/tools"
+MDBOOK="$TOOLS/bin/mdbook"
+if [ "$("$MDBOOK" --version 2>/dev/null || true)" != "mdbook v$MDBOOK_VERSION" ]; then
+    echo "installing mdbook $MDBOOK_VERSION into $TOOLS (a few minutes on 2 cores)"
+    # Its own temporary target dir: the tool's build has nothing to share with the workspace's.
+    env -u CARGO_TARGET_DIR cargo install -q mdbook --version "$MDBOOK_VERSION" --locked \
+        --no-default-features --features search --root "$TOOLS"
+fi
+
+echo "== docs: build the book and check its links"
+BOOK="$INSITUBATCH_CACHE/book"
+rm -rf "$BOOK"
+"$MDBOOK" build docs --dest-dir "$BOOK"
+python3 docs-tests/linkcheck.py "$BOOK"
+if [ "${1:-}" = "--build" ]; then
+    echo "the book: $BOOK/index.html"
+    exit 0
+fi
+
+echo "== docs: the CLI and the demo store the examples read"
+cargo build -q -p insitubatch-native --bin insitubatch
+export IB_DOCS_CLI="$CARGO_TARGET_DIR/debug/insitubatch"
+DEMO="$INSITUBATCH_CACHE/demo/era5_demo.zarr"
+# Written once, here, before the tests that read it run in parallel.
+[ -f "$DEMO/.complete" ] || "$IB_DOCS_CLI" demo --var t2m >/dev/null
+
+echo "== docs: Rust blocks (doc-tests) and the reference pages against the report types"
+cargo test -q -p insitubatch-examples --doc
+cargo test -q -p insitubatch-examples --test reference
+
+echo "== docs: Python, JS and bash blocks (pytest over extracted snippets)"
+source scripts/pyenv.sh
+ib_test_venv
+"$IB_PY" -m pytest -q -p no:cacheprovider -rs docs-tests/test_snippets.py
+echo "== scripts/test-docs.sh took $((SECONDS - START)) s"
