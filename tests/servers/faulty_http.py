@@ -24,7 +24,6 @@ needs no clock: a stall ends when the client closes the connection, never after 
 
     faulty_http.py --root DIR [--port 0] [--port-file F]
 """
-import argparse
 import io
 import os
 import re
@@ -123,25 +122,5 @@ class FaultyHandler(http_server.Handler):
         self.wfile.write(chunk)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--root", required=True)
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port-file")
-    args = ap.parse_args(argv)
-    FaultyHandler.root = os.path.abspath(args.root)
-    srv = http_server.Server((args.host, args.port), FaultyHandler)
-    port = srv.server_address[1]
-    http_server.announce(str(port), args.port_file)
-    print("serving faults over %s on http://%s:%d" % (FaultyHandler.root, args.host, port), file=sys.stderr)
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
-
-
 if __name__ == "__main__":
-    main()
+    http_server.main(handler=FaultyHandler, description=__doc__)

@@ -177,8 +177,9 @@ def announce(text, port_file):
         os.replace(tmp, port_file)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__)
+def main(argv=None, handler=Handler, description=__doc__):
+    """Serve `--root` with `handler` (faulty_http.py passes its misbehaving one)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--root", required=True)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--host", default="127.0.0.1")
@@ -186,12 +187,12 @@ def main(argv=None):
     ap.add_argument("--port-file")
     args = ap.parse_args(argv)
 
-    Handler.root = os.path.abspath(args.root)
-    Handler.coop_coep = args.coop_coep
-    srv = Server((args.host, args.port), Handler)
+    handler.root = os.path.abspath(args.root)
+    handler.coop_coep = args.coop_coep
+    srv = Server((args.host, args.port), handler)
     port = srv.server_address[1]
     announce(str(port), args.port_file)
-    print("serving %s on http://%s:%d" % (Handler.root, args.host, port), file=sys.stderr)
+    print("serving %s on http://%s:%d" % (handler.root, args.host, port), file=sys.stderr)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

@@ -29,6 +29,20 @@ _ib_start() {
     [ -n "$_IB_LINE" ]
 }
 
+# Start the server NAME with _ib_start; if it does not come up, print its log, stop it and
+# the ones already started, and fail.
+#   _ib_server NAME CMD...
+_ib_server() {
+    local name="$1"
+    shift
+    _ib_start "$_IB_SRV_TMP/$name.log" "$@" && return 0
+    kill "$_IB_PID" 2>/dev/null || true
+    echo "$name server did not start:" >&2
+    cat "$_IB_SRV_TMP/$name.log" >&2
+    ib_stop_servers
+    return 1
+}
+
 ib_start_servers() {
     local root="${1:?usage: ib_start_servers FIXTURES_DIR}"
     local py="${IB_PY:-python3}"
@@ -38,38 +52,19 @@ ib_start_servers() {
     export AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1
     export AWS_ALLOW_HTTP=true AWS_EC2_METADATA_DISABLED=true
     trap ib_stop_servers EXIT
-    local ok=1
-    _ib_start "$_IB_SRV_TMP/http.log" "$py" "$_IB_SERVERS_DIR/http_server.py" --root "$root" --port 0 \
-        --port-file - || ok=0
+    local srv="$_IB_SERVERS_DIR"
+    _ib_server http "$py" "$srv/http_server.py" --root "$root" --port 0 --port-file - || return 1
     _IB_HTTP_PID=$_IB_PID
-    if [ "$ok" = 0 ]; then
-        echo "http server did not start:" >&2; cat "$_IB_SRV_TMP/http.log" >&2
-        ib_stop_servers; return 1
-    fi
     export INSITUBATCH_HTTP_URL="http://127.0.0.1:$_IB_LINE"
-    _ib_start "$_IB_SRV_TMP/s3.log" "$py" "$_IB_SERVERS_DIR/s3_server.py" --root "$root" --bucket fixtures \
-        --port-file - || ok=0
+    _ib_server s3 "$py" "$srv/s3_server.py" --root "$root" --bucket fixtures --port-file - || return 1
     _IB_S3_PID=$_IB_PID
-    if [ "$ok" = 0 ]; then
-        echo "s3 server did not start:" >&2; cat "$_IB_SRV_TMP/s3.log" >&2
-        ib_stop_servers; return 1
-    fi
     export INSITUBATCH_S3_ENDPOINT="$_IB_LINE"
-    _ib_start "$_IB_SRV_TMP/faulty.log" "$py" "$_IB_SERVERS_DIR/faulty_http.py" --root "$root" --port 0 \
-        --port-file - || ok=0
+    _ib_server faulty-http "$py" "$srv/faulty_http.py" --root "$root" --port 0 --port-file - || return 1
     _IB_FAULTY_PID=$_IB_PID
-    if [ "$ok" = 0 ]; then
-        echo "faulty http server did not start:" >&2; cat "$_IB_SRV_TMP/faulty.log" >&2
-        ib_stop_servers; return 1
-    fi
     export INSITUBATCH_FAULTY_HTTP_URL="http://127.0.0.1:$_IB_LINE"
-    _ib_start "$_IB_SRV_TMP/s3-auth.log" "$py" "$_IB_SERVERS_DIR/s3_server.py" --root "$root" --bucket signed \
-        --auth --only v3_zstd --port-file - || ok=0
+    _ib_server s3-auth "$py" "$srv/s3_server.py" --root "$root" --bucket signed --auth --only v3_zstd \
+        --port-file - || return 1
     _IB_S3_AUTH_PID=$_IB_PID
-    if [ "$ok" = 0 ]; then
-        echo "signature-checking s3 server did not start:" >&2; cat "$_IB_SRV_TMP/s3-auth.log" >&2
-        ib_stop_servers; return 1
-    fi
     read -r INSITUBATCH_S3_AUTH_ENDPOINT INSITUBATCH_S3_AUTH_KEY_ID INSITUBATCH_S3_AUTH_SECRET <<<"$_IB_LINE"
     export INSITUBATCH_S3_AUTH_ENDPOINT INSITUBATCH_S3_AUTH_KEY_ID INSITUBATCH_S3_AUTH_SECRET
     export INSITUBATCH_S3_BUCKET=fixtures
