@@ -66,7 +66,22 @@ fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_co
             )));
         }
     }
-    Err(JsError::new(&format!("unsupported store URL; use http://, https:// or s3://: {url}")))
+    if url.starts_with("file://") || !has_scheme(url) {
+        // The Node entry (js/src/index.js) reads local stores itself, with node:fs, and hands
+        // them over as a storage object; anything that reaches here is in a browser.
+        return Err(JsError::new(&format!(
+            "a local path cannot be read in a browser; serve the store over http(s):// (with CORS), or pass a \
+             storage object {{ get(key, range) }} to open(); in Node, open() reads file:// URLs and plain paths: {url}"
+        )));
+    }
+    Err(JsError::new(&format!("unsupported store URL; use http://, https://, s3://, or in Node file:// or a path: {url}")))
+}
+
+/// Whether `url` starts with a URL scheme (`name://`); anything else is a plain path.
+fn has_scheme(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
 }
 
 /// Where decode and gather run: rayon's Web Worker pool in the threaded build (started by
@@ -83,35 +98,80 @@ fn cpu_pool() -> Arc<dyn insitubatch_core::runtime::ThreadPool> {
 }
 
 /// Open the Zarr store at `url` (`http(s)://…`, read with `fetch`; or `s3://bucket/prefix`,
-/// signed, with `storageOptions`) and build a dataset.
-/// `options`: `{ variables?, sampleAxis?, fractions?, shuffleSplits?, batchSize?,
-/// blockChunks?, maxInflight?, seed?, shuffle?, prefetchDepth?, cacheBudgetBytes?,
-/// storageOptions? }`.
+/// signed, with `storageOptions`) and build a dataset. `options`: the fields of
+/// [`JsOpenOptions`] (`index.d.ts`'s `OpenOptions`).
 #[wasm_bindgen]
 pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
-    let opts: JsOpenOptions = if options.is_undefined() || options.is_null() {
-        JsOpenOptions::default()
-    } else {
-        if !options.is_object() {
-            return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
-        }
-        // serde-wasm-bindgen only looks up the declared fields, so catch typos here.
-        for k in Object::keys(options.unchecked_ref::<Object>()).iter() {
-            let k = k.as_string().unwrap_or_default();
-            if !crate::OPTION_NAMES.contains(&k.as_str()) {
-                return Err(JsError::new(&format!(
-                    "invalid options: unknown option {k:?}; known: {}",
-                    crate::OPTION_NAMES.join(", ")
-                )));
-            }
-        }
-        serde_wasm_bindgen::from_value(options).map_err(|e| JsError::new(&format!("invalid options: {e}")))?
-    };
+    let opts = parse_options(options)?;
     let storage = storage_for(&url, &opts)?;
+    open_on(storage, url, &opts).await
+}
+
+/// Open the Zarr store a JS storage object reads (`{ get(key, range), list?(prefix),
+/// location? }`, see [`JsStorage`](crate::JsStorage)): the Node package's `file://` store, or
+/// the caller's own. `url` names it where the object has no `location`.
+#[wasm_bindgen(js_name = openWithStorage)]
+pub async fn open_with_storage(storage: JsValue, url: String, options: JsValue) -> Result<Dataset, JsError> {
+    let opts = parse_options(options)?;
+    if let Some(o) = &opts.storage_options {
+        let keys: Vec<&String> = o.keys().collect();
+        return Err(JsError::new(&format!(
+            "storageOptions {keys:?} apply only to a store opened by s3:// URL; configure the storage object itself \
+             instead: {url}"
+        )));
+    }
+    let storage = crate::JsStorage::new(&storage, &url).map_err(|e| JsError::new(&e))?;
+    open_on(Arc::new(storage), url, &opts).await
+}
+
+/// Read the metadata of the arrays `opts` names (or discover them), then build the dataset
+/// with core's builder: labelled by path unless the options ask for labels or a window.
+async fn open_on(storage: Arc<dyn insitubatch_core::Storage>, url: String, opts: &JsOpenOptions) -> Result<Dataset, JsError> {
+    let (split, options) = opts.to_core().map_err(err)?;
     let runtime =
         Runtime::new(Arc::new(LocalExecutor::new()), cpu_pool()).with_memory_available(crate::memory_available());
-    let inner = insitubatch_core::open(storage, runtime, opts.to_core()).await.map_err(err)?;
+    let arrays = insitubatch_core::zarr::open_arrays(storage.as_ref(), opts.paths().as_deref()).await.map_err(err)?;
+    let mut builder = insitubatch_core::Dataset::builder(Arc::clone(&storage), runtime)
+        .sample_axis(opts.sample_axis.unwrap_or_default())
+        .split(split)
+        .options(options);
+    if opts.windowed() {
+        let variables = opts.variables_over(&arrays, &arrays, opts.shift.unwrap_or(0)).map_err(err)?;
+        builder = builder.variables(variables);
+    }
+    let inner = builder.opened(arrays).build().map_err(err)?;
     Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url })
+}
+
+/// The options object of `open()` and the explorer: unknown keys are refused (serde only
+/// looks up the declared fields), `undefined` values are absent options (a form field left
+/// empty).
+pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(JsOpenOptions::default());
+    }
+    if !v.is_object() {
+        return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
+    }
+    for k in Object::keys(v.unchecked_ref::<Object>()).iter() {
+        let k = k.as_string().unwrap_or_default();
+        if Reflect::get(&v, &JsValue::from_str(&k)).is_ok_and(|x| x.is_undefined()) {
+            continue;
+        }
+        if !crate::OPTION_NAMES.contains(&k.as_str()) {
+            return Err(JsError::new(&format!(
+                "invalid options: unknown option {k:?}; known: {}",
+                crate::OPTION_NAMES.join(", ")
+            )));
+        }
+    }
+    serde_wasm_bindgen::from_value(v).map_err(|e| JsError::new(&format!("invalid options: {e}")))
+}
+
+/// The option names `open()` accepts, for the types check (`js/test/types.test.js`).
+#[wasm_bindgen(js_name = optionNames)]
+pub fn option_names() -> Vec<String> {
+    crate::OPTION_NAMES.iter().map(|s| (*s).to_string()).collect()
 }
 
 /// A reference to an opened dataset's engine. In the threaded build its release waits until
@@ -186,6 +246,12 @@ impl Dataset {
         let split = parse_split(split).map_err(|e| JsError::new(&e))?;
         let stream = self.inner.iter(split).map_err(err)?;
         Ok(BatchStream { cursor: PassCursor::new(stream), keep: KeepAlive(Some(self.inner.clone())) })
+    }
+
+    /// Chunks filled under `onBadChunk: "nan"` so far: `{ array, chunk_index, tile, error }`.
+    #[wasm_bindgen(js_name = badChunks)]
+    pub fn bad_chunks(&self) -> Result<JsValue, JsError> {
+        to_js(&self.inner.bad_chunks())
     }
 
     /// Stats of the last pass that ended, or `undefined`.
