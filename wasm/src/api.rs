@@ -143,9 +143,9 @@ async fn open_on(storage: Arc<dyn insitubatch_core::Storage>, url: String, opts:
     Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url })
 }
 
-/// The options object of `open()` and the explorer: unknown keys are refused (serde only
-/// looks up the declared fields), `undefined` values are absent options (a form field left
-/// empty).
+/// The options object of `open()` and the explorer: unknown keys are refused (serde-wasm-bindgen
+/// only looks up a struct's declared fields, so `deny_unknown_fields` does not reach it),
+/// `undefined` values are absent options (a form field left empty).
 pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
     if v.is_undefined() || v.is_null() {
         return Ok(JsOpenOptions::default());
@@ -153,19 +153,27 @@ pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
     if !v.is_object() {
         return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
     }
+    check_keys(&v, crate::OPTION_NAMES, "option")?;
+    let policy = Reflect::get(&v, &JsValue::from_str("readPolicy")).unwrap_or(JsValue::UNDEFINED);
+    if policy.is_object() {
+        check_keys(&policy, crate::READ_POLICY_NAMES, "readPolicy field")?;
+    }
+    serde_wasm_bindgen::from_value(v)
+        .map_err(|e| JsError::new(&format!("invalid options: {}", crate::storage::js_message(&JsValue::from(e)))))
+}
+
+/// Every key of `v` whose value is not `undefined` is one of `known`.
+fn check_keys(v: &JsValue, known: &[&str], what: &str) -> Result<(), JsError> {
     for k in Object::keys(v.unchecked_ref::<Object>()).iter() {
         let k = k.as_string().unwrap_or_default();
-        if Reflect::get(&v, &JsValue::from_str(&k)).is_ok_and(|x| x.is_undefined()) {
+        if Reflect::get(v, &JsValue::from_str(&k)).is_ok_and(|x| x.is_undefined()) {
             continue;
         }
-        if !crate::OPTION_NAMES.contains(&k.as_str()) {
-            return Err(JsError::new(&format!(
-                "invalid options: unknown option {k:?}; known: {}",
-                crate::OPTION_NAMES.join(", ")
-            )));
+        if !known.contains(&k.as_str()) {
+            return Err(JsError::new(&format!("invalid options: unknown {what} {k:?}; known: {}", known.join(", "))));
         }
     }
-    serde_wasm_bindgen::from_value(v).map_err(|e| JsError::new(&format!("invalid options: {e}")))
+    Ok(())
 }
 
 /// The option names `open()` accepts, for the types check (`js/test/types.test.js`).

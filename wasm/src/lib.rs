@@ -73,6 +73,9 @@ pub const OPTION_NAMES: &[&str] = &[
     "storageOptions",
 ];
 
+/// The fields of `readPolicy` (of [`JsReadPolicy`]).
+pub const READ_POLICY_NAMES: &[&str] = &["retries", "backoffMs", "requestTimeoutMs"];
+
 /// The options `open()` accepts, in their JavaScript (camelCase) spelling. Parsed on every
 /// target so the option set can be unit-tested on the host.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -401,6 +404,10 @@ mod tests {
         let e = bad.to_core().unwrap_err().to_string();
         assert!(e.contains("readPolicy.backoffMs") && e.contains("-1"), "{e}");
         assert!(serde_json::from_str::<JsOpenOptions>(r#"{"readPolicy":{"retry":1}}"#).is_err());
+        for name in READ_POLICY_NAMES {
+            let json = format!("{{\"readPolicy\": {{\"{name}\": null}}}}");
+            assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}");
+        }
     }
 
     #[test]
