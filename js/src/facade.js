@@ -135,9 +135,12 @@ export class Dataset extends SplitViews {
   }
 }
 
-/** Whether `source` is a storage object (`{ get(key, range), list?, location? }`) rather than a URL. */
+/**
+ * Whether `source` is meant as a storage object (`{ get(key, range), list?, location? }`)
+ * rather than a URL: any object but a `URL` (the engine says what a storage needs).
+ */
 export function isStorage(source) {
-  return typeof source === 'object' && source !== null && !(source instanceof URL) && typeof source.get === 'function';
+  return typeof source === 'object' && source !== null && !(source instanceof URL);
 }
 
 /**
@@ -150,8 +153,7 @@ export function makeOpen(getWasm, local) {
   return async function open(source, options = {}) {
     const wasm = await getWasm();
     if (isStorage(source)) {
-      const name = typeof source.location === 'string' && source.location ? source.location : '(a JS storage object)';
-      return new Dataset(await wasm.openWithStorage(source, name, options));
+      return new Dataset(await wasm.openWithStorage(source, undefined, options));
     }
     const url = String(source);
     if (local?.isLocal(url)) {

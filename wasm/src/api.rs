@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 #[cfg(not(feature = "threads"))]
 use insitubatch_core::runtime::InlinePool;
-use insitubatch_core::{Batch, DType, NdArray, Runtime};
+use insitubatch_core::{Batch, DType, NdArray, Runtime, Storage};
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
@@ -109,10 +109,14 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
 
 /// Open the Zarr store a JS storage object reads (`{ get(key, range), list?(prefix),
 /// location? }`, see [`JsStorage`](crate::JsStorage)): the Node package's `file://` store, or
-/// the caller's own. `url` names it where the object has no `location`.
+/// the caller's own. `url`: the URL or path as the caller gave it (the dataset's `url`);
+/// absent, the object's `location`.
 #[wasm_bindgen(js_name = openWithStorage)]
-pub async fn open_with_storage(storage: JsValue, url: String, options: JsValue) -> Result<Dataset, JsError> {
+pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: JsValue) -> Result<Dataset, JsError> {
     let opts = parse_options(options)?;
+    let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
+        .map_err(|e| JsError::new(&e))?;
+    let url = url.unwrap_or_else(|| storage.location());
     if let Some(o) = &opts.storage_options {
         let keys: Vec<&String> = o.keys().collect();
         return Err(JsError::new(&format!(
@@ -120,7 +124,6 @@ pub async fn open_with_storage(storage: JsValue, url: String, options: JsValue) 
              instead: {url}"
         )));
     }
-    let storage = crate::JsStorage::new(&storage, &url).map_err(|e| JsError::new(&e))?;
     open_on(Arc::new(storage), url, &opts).await
 }
 
