@@ -26,7 +26,7 @@ async function recording(name, change = {}) {
       if (change.get) return change.get(key, range, () => inner.get(key, range));
       return inner.get(key, range);
     },
-    list: change.list ?? ((prefix) => inner.list(prefix)),
+    list: 'list' in change ? change.list : (prefix) => inner.list(prefix),
   };
 }
 

@@ -179,10 +179,18 @@ fn check_keys(v: &JsValue, known: &[&str], what: &str) -> Result<(), JsError> {
     Ok(())
 }
 
-/// The option names `open()` accepts, for the types check (`js/test/types.test.js`).
+/// The option names `open()` accepts, for the types check (`js/test/types.test.js`):
+/// `{ open, readPolicy, variable }`, the fields of the options, of `readPolicy` and of a
+/// labelled variable's object.
 #[wasm_bindgen(js_name = optionNames)]
-pub fn option_names() -> Vec<String> {
-    crate::OPTION_NAMES.iter().map(|s| (*s).to_string()).collect()
+pub fn option_names() -> Result<JsValue, JsError> {
+    let names: std::collections::BTreeMap<&str, &[&str]> = [
+        ("open", crate::OPTION_NAMES),
+        ("readPolicy", crate::READ_POLICY_NAMES),
+        ("variable", crate::VARIABLE_NAMES),
+    ]
+    .into();
+    to_js(&names)
 }
 
 /// A reference to an opened dataset's engine. In the threaded build its release waits until

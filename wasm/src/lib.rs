@@ -73,6 +73,9 @@ pub const OPTION_NAMES: &[&str] = &[
     "storageOptions",
 ];
 
+/// The fields of a labelled variable's object (of [`JsVariable`]).
+pub const VARIABLE_NAMES: &[&str] = &["path", "shift", "sampleAxis"];
+
 /// The fields of `readPolicy` (of [`JsReadPolicy`]).
 pub const READ_POLICY_NAMES: &[&str] = &["retries", "backoffMs", "requestTimeoutMs"];
 
@@ -151,8 +154,7 @@ pub struct JsVariable {
     /// The array path.
     pub path: String,
     /// The window offset (default 0).
-    #[serde(default)]
-    pub shift: i64,
+    pub shift: Option<i64>,
     /// The sample axis (default: the `sampleAxis` option).
     pub sample_axis: Option<usize>,
 }
@@ -195,7 +197,7 @@ impl<'de> serde::Deserialize<'de> for JsVariableSpec {
                 f.write_str("an array path, or { path, shift?, sampleAxis? }")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<JsVariableSpec, E> {
-                Ok(JsVariableSpec(JsVariable { path: s.to_string(), shift: 0, sample_axis: None }))
+                Ok(JsVariableSpec(JsVariable::at(s)))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<JsVariableSpec, A::Error> {
                 let v = <JsVariable as serde::Deserialize>::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
@@ -309,7 +311,7 @@ impl JsOpenOptions {
         }
         let mut variables = Vec::with_capacity(specs.len() * 2);
         for (label, v) in specs {
-            let geometry = find(&v.path)?.geometry(v.sample_axis.unwrap_or(axis))?.shift(v.shift);
+            let geometry = find(&v.path)?.geometry(v.sample_axis.unwrap_or(axis))?.shift(v.shift.unwrap_or(0));
             let label = if matches!(self.variables, Some(JsVariables::Labelled(_))) {
                 label
             } else {
@@ -333,7 +335,7 @@ impl JsOpenOptions {
 
 impl JsVariable {
     fn at(path: &str) -> Self {
-        Self { path: path.to_string(), shift: 0, sample_axis: None }
+        Self { path: path.to_string(), shift: None, sample_axis: None }
     }
 }
 
@@ -404,6 +406,11 @@ mod tests {
         let e = bad.to_core().unwrap_err().to_string();
         assert!(e.contains("readPolicy.backoffMs") && e.contains("-1"), "{e}");
         assert!(serde_json::from_str::<JsOpenOptions>(r#"{"readPolicy":{"retry":1}}"#).is_err());
+        for name in VARIABLE_NAMES {
+            let json = format!("{{\"variables\": {{\"v\": {{\"path\": \"t2m\", \"{name}\": null}}}}}}");
+            let json = json.replace("\"path\": \"t2m\", \"path\": null", "\"path\": \"t2m\"");
+            assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}: {json}");
+        }
         for name in READ_POLICY_NAMES {
             let json = format!("{{\"readPolicy\": {{\"{name}\": null}}}}");
             assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}");
@@ -422,7 +429,7 @@ mod tests {
         let Some(JsVariables::Labelled(l)) = &o.variables else { panic!("{o:?}") };
         let labels: Vec<&str> = l.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(labels, ["y", "x", "w"], "the object's order is kept");
-        assert_eq!(l[0].1, JsVariable { path: "t2m".into(), shift: 6, sample_axis: None });
+        assert_eq!(l[0].1, JsVariable { path: "t2m".into(), shift: Some(6), sample_axis: None });
         assert_eq!(l[2].1.sample_axis, Some(1));
         assert_eq!(o.paths(), Some(vec!["t2m".to_string(), "u10".to_string()]));
         assert!(o.windowed());
