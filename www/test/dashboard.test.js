@@ -268,6 +268,21 @@ describe('dashboard', () => {
     await shot('07-live');
   });
 
+  it('runs a live epoch of the windowed view in the worker', async () => {
+    await openDemo();
+    await setControl('batchSize', 4);
+    await setControl('shift', 2);
+    await page.fill('#step-ms', '0');
+    await page.click('#run');
+    await page.waitForSelector('#live-state[data-state=done], #live-state[data-state=error]', { timeout: 60_000 });
+    const live = await page.evaluate(() => ({ done: window.__ib.live.done, error: window.__ib.live.error, labels: window.__ib.live.labels }));
+    assert.equal(live.error, null);
+    assert.deepEqual(live.labels, ['t2m', 't2m@+2', 'u10', 'u10@+2'], 'the worker reads the window the preview shows');
+    const report = await page.evaluate(() => window.__ib.report);
+    assert.equal(report.config.windowed, true);
+    assert.equal(live.done.stats.samples, Object.fromEntries(report.config.drawable_samples).train, 'anchors past the window are not drawn');
+  });
+
   it('opens an s3:// URL path-style through an endpoint (anonymous GETs)', async () => {
     await page.goto(base);
     await page.click('#open-section summary');
