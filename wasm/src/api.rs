@@ -74,7 +74,9 @@ fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_co
              storage object {{ get(key, range) }} to open(); in Node, open() reads file:// URLs and plain paths: {url}"
         )));
     }
-    Err(JsError::new(&format!("unsupported store URL; use http://, https://, s3://, or in Node file:// or a path: {url}")))
+    Err(JsError::new(&format!(
+        "unsupported store URL; use http://, https://, s3://, or in Node file:// or a path: {url}"
+    )))
 }
 
 /// Whether `url` starts with a URL scheme (`name://`); anything else is a plain path.
@@ -129,7 +131,11 @@ pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: J
 
 /// Read the metadata of the arrays `opts` names (or discover them), then build the dataset
 /// with core's builder: labelled by path unless the options ask for labels or a window.
-async fn open_on(storage: Arc<dyn insitubatch_core::Storage>, url: String, opts: &JsOpenOptions) -> Result<Dataset, JsError> {
+async fn open_on(
+    storage: Arc<dyn insitubatch_core::Storage>,
+    url: String,
+    opts: &JsOpenOptions,
+) -> Result<Dataset, JsError> {
     let (split, options) = opts.to_core().map_err(err)?;
     let runtime =
         Runtime::new(Arc::new(LocalExecutor::new()), cpu_pool()).with_memory_available(crate::memory_available());
@@ -184,12 +190,9 @@ fn check_keys(v: &JsValue, known: &[&str], what: &str) -> Result<(), JsError> {
 /// labelled variable's object.
 #[wasm_bindgen(js_name = optionNames)]
 pub fn option_names() -> Result<JsValue, JsError> {
-    let names: std::collections::BTreeMap<&str, &[&str]> = [
-        ("open", crate::OPTION_NAMES),
-        ("readPolicy", crate::READ_POLICY_NAMES),
-        ("variable", crate::VARIABLE_NAMES),
-    ]
-    .into();
+    let names: std::collections::BTreeMap<&str, &[&str]> =
+        [("open", crate::OPTION_NAMES), ("readPolicy", crate::READ_POLICY_NAMES), ("variable", crate::VARIABLE_NAMES)]
+            .into();
     to_js(&names)
 }
 

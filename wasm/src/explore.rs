@@ -559,7 +559,8 @@ mod tests {
             assert_eq!(d.quality, ours["config"]["shuffle_quality"].as_f64().unwrap());
         }
         // A variable that is not in the store is a clear error, not a panic.
-        let bad = JsOpenOptions { variables: Some(crate::JsVariables::Paths(vec!["nope".into()])), ..Default::default() };
+        let bad =
+            JsOpenOptions { variables: Some(crate::JsVariables::Paths(vec!["nope".into()])), ..Default::default() };
         let e = m
             .dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, WhatIf { threads: 1, epoch: 0, shift: 0 })
             .unwrap_err()

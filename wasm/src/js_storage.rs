@@ -172,8 +172,8 @@ fn set(o: &Object, k: &str, v: u64) -> Result<(), StorageError> {
 /// What the JS side threw or rejected with: transient when it says so (`transient: true`).
 fn thrown(method: &str, e: &JsValue) -> StorageError {
     let message = format!("storage.{method} failed: {}", js_message(e));
-    let transient = e.is_object()
-        && Reflect::get(e, &JsValue::from_str("transient")).is_ok_and(|t| t.as_bool() == Some(true));
+    let transient =
+        e.is_object() && Reflect::get(e, &JsValue::from_str("transient")).is_ok_and(|t| t.as_bool() == Some(true));
     if transient { StorageError::transient(message) } else { StorageError::permanent(message) }
 }
 

@@ -12,9 +12,9 @@
 
 #[cfg(target_arch = "wasm32")]
 mod api;
+pub mod explore;
 #[cfg(target_arch = "wasm32")]
 mod js_storage;
-pub mod explore;
 #[cfg(all(target_arch = "wasm32", feature = "s3"))]
 mod object;
 #[cfg(target_arch = "wasm32")]
@@ -29,9 +29,9 @@ use insitubatch_core::zarr::ZarrArray;
 #[cfg(target_arch = "wasm32")]
 pub use api::*;
 #[cfg(target_arch = "wasm32")]
-pub use runtime::LocalExecutor;
-#[cfg(target_arch = "wasm32")]
 pub use js_storage::JsStorage;
+#[cfg(target_arch = "wasm32")]
+pub use runtime::LocalExecutor;
 #[cfg(target_arch = "wasm32")]
 pub use storage::FetchStorage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
@@ -200,7 +200,8 @@ impl<'de> serde::Deserialize<'de> for JsVariableSpec {
                 Ok(JsVariableSpec(JsVariable::at(s)))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<JsVariableSpec, A::Error> {
-                let v = <JsVariable as serde::Deserialize>::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                let v =
+                    <JsVariable as serde::Deserialize>::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
                 Ok(JsVariableSpec(v))
             }
         }
@@ -219,7 +220,9 @@ impl JsOpenOptions {
     /// # Errors
     /// [`Error::Config`](insitubatch_core::Error::Config) for an `onBadChunk` word core does
     /// not know, or a read-policy duration that is negative or not finite.
-    pub fn to_core(&self) -> Result<(insitubatch_core::SplitOptions, insitubatch_core::DatasetOptions), insitubatch_core::Error> {
+    pub fn to_core(
+        &self,
+    ) -> Result<(insitubatch_core::SplitOptions, insitubatch_core::DatasetOptions), insitubatch_core::Error> {
         let d = insitubatch_core::DatasetOptions::default();
         let mut read_policy = d.read_policy.clone();
         if let Some(word) = &self.on_bad_chunk {
@@ -435,7 +438,9 @@ mod tests {
         assert!(o.windowed());
         let shifted: JsOpenOptions = serde_json::from_str(r#"{"shift":-2}"#).unwrap();
         assert!(shifted.windowed());
-        for bad in [r#"{"variables":{"y":{"path":"t2m","offset":6}}}"#, r#"{"variables":{"y":3}}"#, r#"{"variables":7}"#] {
+        for bad in
+            [r#"{"variables":{"y":{"path":"t2m","offset":6}}}"#, r#"{"variables":{"y":3}}"#, r#"{"variables":7}"#]
+        {
             assert!(serde_json::from_str::<JsOpenOptions>(bad).is_err(), "{bad}");
         }
     }

@@ -79,7 +79,12 @@ fn native_digests_for_the_parity_check() {
                 shuffle_splits: true,
                 split_seed: Some(SPLIT_SEED),
                 sample_range: Some((1, n - 1)),
-                dataset: DatasetOptions { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..Default::default() },
+                dataset: DatasetOptions {
+                    batch_size: BATCH,
+                    block_chunks: BLOCK_CHUNKS,
+                    seed: SEED,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         )

@@ -51,7 +51,8 @@ async fn node_file_storage_conforms() {
     let m = JsFuture::from(import_module(module).unwrap()).await.unwrap();
     let make: js_sys::Function = js_sys::Reflect::get(&m, &"nodeFileStorage".into()).unwrap().into();
     let root = format!("{fixtures}/storage-conformance");
-    let object = JsFuture::from(js_sys::Promise::from(make.call1(&JsValue::NULL, &root.into()).unwrap())).await.unwrap();
+    let object =
+        JsFuture::from(js_sys::Promise::from(make.call1(&JsValue::NULL, &root.into()).unwrap())).await.unwrap();
     let storage = insitubatch_wasm::JsStorage::new(&object, "unused").unwrap();
     assert!(storage.location().starts_with("file://"), "{}", storage.location());
     check_storage(&storage, &Expectations::listable()).await.assert_ok();
