@@ -153,6 +153,9 @@ export function makeOpen(getWasm, local) {
   return async function open(source, options = {}) {
     const wasm = await getWasm();
     if (isStorage(source)) {
+      if (!wasm.openWithStorage) {
+        throw new Error('this build (the threaded one, inside openInWorker) opens URLs only; open a storage object with open() from the main entry');
+      }
       return new Dataset(await wasm.openWithStorage(source, undefined, options));
     }
     const url = String(source);

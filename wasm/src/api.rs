@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 #[cfg(not(feature = "threads"))]
 use insitubatch_core::runtime::InlinePool;
-use insitubatch_core::{Batch, DType, NdArray, Runtime, Storage};
+use insitubatch_core::{Batch, DType, NdArray, Runtime};
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
@@ -113,12 +113,13 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
 /// location? }`, see [`JsStorage`](crate::JsStorage)): the Node package's `file://` store, or
 /// the caller's own. `url`: the URL or path as the caller gave it (the dataset's `url`);
 /// absent, the object's `location`.
+#[cfg(not(feature = "threads"))]
 #[wasm_bindgen(js_name = openWithStorage)]
 pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: JsValue) -> Result<Dataset, JsError> {
     let opts = parse_options(options)?;
     let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
         .map_err(|e| JsError::new(&e))?;
-    let url = url.unwrap_or_else(|| storage.location());
+    let url = url.unwrap_or_else(|| insitubatch_core::Storage::location(&storage));
     if let Some(o) = &opts.storage_options {
         let keys: Vec<&String> = o.keys().collect();
         return Err(JsError::new(&format!(

@@ -13,7 +13,9 @@
 #[cfg(target_arch = "wasm32")]
 mod api;
 pub mod explore;
-#[cfg(target_arch = "wasm32")]
+// Not in the threaded build: it runs only inside `openInWorker`'s worker, which opens URLs
+// (a storage object's functions cannot be posted to it), and a JS object is not `Send`.
+#[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
 mod js_storage;
 #[cfg(all(target_arch = "wasm32", feature = "s3"))]
 mod object;
@@ -28,7 +30,7 @@ use insitubatch_core::zarr::ZarrArray;
 
 #[cfg(target_arch = "wasm32")]
 pub use api::*;
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
 pub use js_storage::JsStorage;
 #[cfg(target_arch = "wasm32")]
 pub use runtime::LocalExecutor;
