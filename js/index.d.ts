@@ -1,14 +1,32 @@
 // Types of the `insitubatch` package (hand-written over the wasm-bindgen output).
 
+/**
+ * The options of `open()` and `openInWorker()` (wasm/src/lib.rs `JsOpenOptions`; the engine
+ * refuses unknown keys). js/test/types.test.js checks these keys against the engine's.
+ */
 export interface OpenOptions {
-  /** Array paths to read (labels = paths); absent: discover them (needs consolidated metadata over HTTP). */
-  variables?: string[];
+  /**
+   * Array paths to read (labels = paths), or labelled variables in order (the first is the
+   * split's reference), e.g. `{ x: 't2m', y: { path: 't2m', shift: 6 } }`: several labels
+   * may read one array at different offsets (windows; decoded once). Absent: discover them
+   * (needs consolidated metadata over HTTP, or a storage that lists).
+   */
+  variables?: string[] | Record<string, string | VariableSpec>;
   /** The sample axis of every variable. Default 0. */
   sampleAxis?: number;
+  /**
+   * A windowed view: every variable again, `shift` samples on, labelled `label@+shift`
+   * (`t2m@+6`; negative: `t2m@-6`). Anchors whose window leaves the array are not drawn. Default 0 (none).
+   */
+  shift?: number;
   /** Train/val/test fractions of sample-axis chunks. Default [0.8, 0.1, 0.1]. */
   fractions?: [number, number, number];
   /** Shuffle chunks between splits (default false: contiguous runs, safe for time series). */
   shuffleSplits?: boolean;
+  /** The seed of `shuffleSplits`. Default: `seed`. */
+  splitSeed?: number | bigint;
+  /** Split only the chunks overlapping samples `[start, stop)` (snapped outward to chunks). */
+  sampleRange?: [number, number];
   /** Rows per batch. Default 32. */
   batchSize?: number;
   /** Chunks per shuffle block (raised so a block always holds a batch). Default 16. */
@@ -24,11 +42,71 @@ export interface OpenOptions {
   /** Byte budget of the chunk pool. Default: automatic. */
   cacheBudgetBytes?: number | bigint;
   /**
+   * A chunk that cannot be fetched or decoded: "raise" (default) fails the pass naming it;
+   * "nan" fills it with NaN (floats) or the fill value, records it (`badChunks()`) and goes on.
+   */
+  onBadChunk?: 'raise' | 'nan';
+  /** Retries, backoff and request timeout of storage reads. */
+  readPolicy?: ReadPolicyOptions;
+  /**
    * For `s3://bucket/prefix` URLs (Node package only): object_store's S3 options as strings,
    * e.g. `{ aws_endpoint, aws_region, aws_access_key_id, aws_secret_access_key,
    * aws_allow_http: 'true' }`. wasm cannot read the environment, so pass them here.
    */
   storageOptions?: Record<string, string>;
+}
+
+/** One labelled variable of `OpenOptions.variables`. */
+export interface VariableSpec {
+  /** The array path. */
+  path: string;
+  /** Read `shift` samples on from the anchor (a window offset). Default 0. */
+  shift?: number;
+  /** This variable's sample axis. Default: `OpenOptions.sampleAxis`. */
+  sampleAxis?: number;
+}
+
+/** `OpenOptions.readPolicy` (core's ReadPolicy; its defaults where absent). */
+export interface ReadPolicyOptions {
+  /** Attempts after the first for a transient failure. Default 4. */
+  retries?: number;
+  /** First backoff, milliseconds; doubles per attempt. Default 100. */
+  backoffMs?: number;
+  /** A request with no answer after this many milliseconds is a transient failure. Default 120000. */
+  requestTimeoutMs?: number;
+}
+
+/** What `Storage.get` is asked for: half-open byte offsets, or the last `suffix` bytes. */
+export type ByteRange = { start: number; end: number } | { suffix: number };
+
+/**
+ * A store `open()` reads through your own code (wasm/src/js_storage.rs): keys are relative
+ * to the store's root (`t2m/zarr.json`, `t2m/c/0/0/0`).
+ */
+export interface Storage {
+  /**
+   * The object at `key`, or null/undefined when there is none. `range` undefined: the whole
+   * object; `{ start, end }`: exactly those bytes (a range past the end must throw, not
+   * read short); `{ suffix }`: the last `suffix` bytes (the whole object if shorter). Throw
+   * an error with `transient: true` for a failure worth retrying under `readPolicy`.
+   */
+  get(key: string, range?: ByteRange): Promise<Uint8Array | ArrayBuffer | null | undefined> | Uint8Array | ArrayBuffer | null | undefined;
+  /** Every key under `prefix` ("" or ending in "/"), recursively; null or absent: the store cannot list. */
+  list?(prefix: string): Promise<string[] | null> | string[] | null;
+  /** Where the store is, for error messages and `Dataset.url`. */
+  location?: string;
+}
+
+/** A chunk filled under `onBadChunk: "nan"` (core's BadChunk; snake_case keys). */
+export interface BadChunk {
+  /** Array path. */
+  array: string;
+  /** Sample-axis chunk index. */
+  chunk_index: number;
+  /** Physical tile coordinate. */
+  tile: number[];
+  /** Why it could not be read. */
+  error: string;
 }
 
 export type DTypeName =
@@ -275,11 +353,20 @@ export declare class Dataset {
   test(): Pass;
   all(): Pass;
   lastPass(): PassStats | undefined;
+  /** Chunks filled under `onBadChunk: "nan"` so far. */
+  badChunks(): BadChunk[];
   close(): void;
 }
 
-/** Open the Zarr store at `url` (http:// or https://; s3:// in Node, with `storageOptions`) and build a dataset. */
-export declare function open(url: string | URL, options?: OpenOptions): Promise<Dataset>;
+/**
+ * Open a Zarr store and build a dataset: `http://` or `https://` (fetch, with Range
+ * requests); in Node also `s3://` (with `storageOptions`), `file://` URLs and plain paths
+ * (node:fs, ranged reads); or a `Storage` object of your own. A browser refuses local paths,
+ * saying what to use instead.
+ */
+export declare function open(source: string | URL | Storage, options?: OpenOptions): Promise<Dataset>;
+/** Node entry only: the `Storage` `open()` uses for a `file://` URL or a path (node:fs, ranged reads). */
+export declare function nodeFileStorage(url: string | URL): Promise<Storage & { location: string; list(prefix: string): Promise<string[]> }>;
 /** Browser entry only: load the .wasm now (optional; `open` does it). */
 export declare function initialize(input?: string | URL | Response | BufferSource): Promise<unknown>;
 
@@ -339,12 +426,17 @@ export declare class WorkerDataset {
   test(): WorkerPass;
   all(): WorkerPass;
   lastPass(): Promise<PassStats | undefined>;
+  /** Chunks filled under `onBadChunk: "nan"` so far. */
+  badChunks(): Promise<BadChunk[]>;
   transferReport(): Promise<TransferReport>;
   /** Free the dataset and stop the worker. */
   close(): Promise<void>;
 }
 
-/** Open the store at `url` in a new dedicated Web Worker (browsers) or worker_threads Worker (Node). */
+/**
+ * Open the store at `url` in a new dedicated Web Worker (browsers) or worker_threads Worker
+ * (Node), with every option of `open()`. A URL only: a `Storage` object cannot be posted.
+ */
 export declare function openInWorker(url: string | URL, options?: OpenOptions, how?: WorkerOptions): Promise<WorkerDataset>;
 
 // ---- The dashboard's questions (src/explore.js; wasm/src/explore.rs) ----
@@ -395,7 +487,7 @@ export interface QualityPoint {
 
 export interface WhatIf {
   epoch?: number;
-  /** A windowed view: each variable also as its target `label@+shift` (0: none). */
+  /** A windowed view: each variable also as its target `label@+shift` (0: the options' own `shift`). */
   shift?: number;
   /** Concurrent passes the memory model assumes. Default 1. */
   iterations?: number;

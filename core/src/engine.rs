@@ -356,6 +356,10 @@ pub(crate) fn load_chunk(
             return Ok(chunk);
         }
         let (data, mut times, bad) = load_tiles(&engine, key, &rec, priority).await?;
+        if bad {
+            // PassStats.bad_chunks: chunks of this pass with a tile filled under "nan".
+            rec.with(|r| r.bad_chunks += 1);
+        }
         let data = transform_chunk(&engine, key, &rec, priority, data).await?;
         let data = if bad { ChunkData::Heap(data) } else { spill(&engine, key, priority, data).await? };
         times.ready = engine.now();

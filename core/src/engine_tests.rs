@@ -338,6 +338,7 @@ fn a_consumer_that_stops_does_not_hang_and_errors_name_the_key() {
         b.iter().map(|b| rows(&b.arrays["t2m"]).iter().filter(|r| r.iter().all(|x| x.is_nan())).count()).sum();
     assert_eq!(nan_rows, 5);
     assert_eq!(ds.bad_chunks().len(), 1);
+    assert_eq!(ds.last_pass().unwrap().bad_chunks, 1, "the pass stats count the filled chunk");
 }
 
 #[test]

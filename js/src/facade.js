@@ -122,6 +122,10 @@ export class Dataset extends SplitViews {
   lastPass() {
     return this.#ds.lastPass();
   }
+  /** Chunks filled under `onBadChunk: "nan"` so far. */
+  badChunks() {
+    return this.#ds.badChunks();
+  }
   /** Free the dataset's memory now (optional; it is also freed when collected). */
   close() {
     if (this.#ds) {
@@ -131,10 +135,33 @@ export class Dataset extends SplitViews {
   }
 }
 
-/** `open(url, options)` bound to a loaded wasm-bindgen module. */
-export function makeOpen(getWasm) {
-  return async function open(url, options = {}) {
+/**
+ * Whether `source` is meant as a storage object (`{ get(key, range), list?, location? }`)
+ * rather than a URL: any object but a `URL` (the engine says what a storage needs).
+ */
+export function isStorage(source) {
+  return typeof source === 'object' && source !== null && !(source instanceof URL);
+}
+
+/**
+ * `open(source, options)` bound to a loaded wasm-bindgen module. `source`: a URL, or a
+ * storage object (wasm/src/js_storage.rs). `local`, in Node only: `{ isLocal(url),
+ * nodeFileStorage(url) }` (src/node-storage.js), which turns `file://` URLs and plain paths
+ * into a storage object; elsewhere the engine refuses them with what to use instead.
+ */
+export function makeOpen(getWasm, local) {
+  return async function open(source, options = {}) {
     const wasm = await getWasm();
-    return new Dataset(await wasm.open(String(url), options));
+    if (isStorage(source)) {
+      if (!wasm.openWithStorage) {
+        throw new Error('this build (the threaded one, inside openInWorker) opens URLs only; open a storage object with open() from the main entry');
+      }
+      return new Dataset(await wasm.openWithStorage(source, undefined, options));
+    }
+    const url = String(source);
+    if (local?.isLocal(url)) {
+      return new Dataset(await wasm.openWithStorage(await local.nodeFileStorage(url), url, options));
+    }
+    return new Dataset(await wasm.open(url, options));
   };
 }

@@ -2,6 +2,7 @@
 import { createRequire } from 'node:module';
 import { makeOpen, Dataset, Pass } from './facade.js';
 import { makeOpenExplorer, Explorer } from './explore.js';
+import { isLocal, nodeFileStorage } from './node-storage.js';
 
 const require = createRequire(import.meta.url);
 let wasm;
@@ -11,8 +12,12 @@ function load() {
   return wasm;
 }
 
-/** Open the Zarr store at `url` (http:// or https://) and build a dataset. */
-export const open = makeOpen(async () => load());
+/**
+ * Open the Zarr store at `url` (http://, https://, s3://, file:// or a plain path, read with
+ * node:fs) or a storage object, and build a dataset.
+ */
+export const open = makeOpen(async () => load(), { isLocal, nodeFileStorage });
+export { nodeFileStorage };
 export { Dataset, Pass };
 /** Open a store's metadata once for many what-if questions (the dashboard; src/explore.js). */
 export const openExplorer = makeOpenExplorer(async () => load());

@@ -10,7 +10,7 @@ export function initialize(input) {
   return ready;
 }
 
-/** Open the Zarr store at `url` (http:// or https://, CORS on every response) and build a dataset. */
+/** Open the Zarr store at `url` (http:// or https://, CORS on every response) or a storage object, and build a dataset. */
 export const open = makeOpen(() => initialize());
 export { Dataset, Pass };
 /** Open a store's metadata once for many what-if questions (the dashboard; src/explore.js). */

@@ -4,7 +4,7 @@
 // promises (`describe`, `lastPass`, `setEpoch`, `stats`). Batches arrive with their buffers
 // transferred (moved, not copied) from the worker.
 
-import { AsyncBatches, SplitViews, checkSplit } from './facade.js';
+import { AsyncBatches, SplitViews, checkSplit, isStorage } from './facade.js';
 
 const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof window === 'undefined' && typeof self === 'undefined';
 
@@ -155,6 +155,10 @@ export class WorkerDataset extends SplitViews {
   lastPass() {
     return this.#ch.call('lastPass');
   }
+  /** Chunks filled under `onBadChunk: "nan"` so far. */
+  badChunks() {
+    return this.#ch.call('badChunks');
+  }
   /** Diagnostics: batches and buffers posted so far, and how many were detached in the worker afterwards. */
   transferReport() {
     return this.#ch.call('transferReport');
@@ -167,12 +171,16 @@ export class WorkerDataset extends SplitViews {
 }
 
 /**
- * Open the store at `url` in a new worker. `how.threads`: "auto" (default: the threaded
+ * Open the store at `url` in a new worker, with the options of `open()` (windows,
+ * `onBadChunk`, `sampleRange`, `splitSeed`, `readPolicy`: plain data, posted as is). `how.threads`: "auto" (default: the threaded
  * build when the page is cross-origin isolated), true (require it) or false;
  * `how.nThreads`: decode threads (default `navigator.hardwareConcurrency`);
  * `how.workerUrl`: where src/worker.js is served, if a bundler moved it.
  */
 export async function openInWorker(url, options = {}, how = {}) {
+  if (isStorage(url)) {
+    throw new Error('openInWorker takes a URL: a storage object cannot be sent to a worker (its functions do not survive postMessage); open it with open() on this thread, or give the worker a URL');
+  }
   const ch = new Channel(await spawn(how.workerUrl));
   try {
     const info = await ch.call('open', { url: String(url), options, threads: how.threads ?? 'auto', nThreads: how.nThreads });

@@ -85,6 +85,7 @@ const ops = {
     return dataset.epoch;
   },
   lastPass: () => dataset.lastPass(),
+  badChunks: () => dataset.badChunks(),
   iter({ split }) {
     const pass = dataset.iter(split);
     const id = nextPass++;

@@ -81,3 +81,56 @@ export async function workerError({ url, options, threads }) {
     return { ok: false, isError: e instanceof Error, message: e.message };
   }
 }
+
+/** `open(url)` on the page, as the page sees its failure. */
+export async function openError({ url, options }) {
+  try {
+    await open(url, options);
+    return { ok: true };
+  } catch (e) {
+    return { ok: false, isError: e instanceof Error, message: e.message };
+  }
+}
+
+/** A storage object over `fetch` with Range requests: the caller's own storage on the page. */
+function fetchStorage(base) {
+  return {
+    location: base,
+    async get(key, range) {
+      const headers = {};
+      if (range?.suffix !== undefined) headers.Range = `bytes=-${range.suffix}`;
+      else if (range !== undefined) headers.Range = `bytes=${range.start}-${range.end - 1}`;
+      const r = await fetch(`${base}/${key}`, { headers });
+      if (r.status === 404) return null;
+      if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      return new Uint8Array(await r.arrayBuffer());
+    },
+  };
+}
+
+/**
+ * The knobs case of wasm/tests/native_digest.rs (a labelled window, shuffled splits with
+ * their own seed, a sample range) for each store: the train digest in a worker (threads:
+ * `threads`), and on the page through a storage object over fetch.
+ */
+export async function knobsDigests({ http, stores, epoch, options, threads, nThreads }) {
+  const out = {};
+  for (const s of stores) {
+    const v = s.vars[0];
+    const opts = {
+      ...options,
+      variables: { x: { path: v, sampleAxis: s.sampleAxis }, y: { path: v, shift: 3, sampleAxis: s.sampleAxis } },
+      shuffleSplits: true, splitSeed: 5, sampleRange: [1, s.n - 1],
+    };
+    const wds = await openInWorker(`${http}/${s.path}`, opts, { threads, nThreads });
+    await wds.setEpoch(epoch);
+    const worker = await digest(await collect(wds.train()));
+    const build = wds.build;
+    await wds.close();
+    const main = await open(fetchStorage(`${http}/${s.path}`), opts);
+    main.setEpoch(epoch);
+    out[s.name] = { build, worker, storage: await digest(await collect(main.train())) };
+    main.close();
+  }
+  return out;
+}

@@ -55,6 +55,13 @@ function checkNamed(cx, name, value, path, owner) {
   checkMembers(cx, name, membersOf(cx, decl), value, path);
 }
 
+/** The property names an interface declares (its bases' included), e.g. to compare an input type with the engine's field list. */
+export function declaredKeys(d, name) {
+  const decl = d.decls.get(name);
+  if (!decl || !d.ts.isInterfaceDeclaration(decl)) throw new Error(`${name} is not an interface in index.d.ts`);
+  return membersOf({ d }, decl).map((m) => m.name.getText().replace(/^['"]|['"]$/g, ''));
+}
+
 /** Property signatures of an interface, its `extends` bases' included. */
 function membersOf(cx, decl) {
   const { ts } = cx.d;

@@ -35,7 +35,8 @@ function stores() {
   return STORES.map((name) => {
     const s = m.find((x) => x.name === name);
     assert.ok(s, `fixture ${name}`);
-    return { name, path: s.path, vars: dataVars(s), sampleAxis: s.sample_axis };
+    const vars = dataVars(s);
+    return { name, path: s.path, vars, sampleAxis: s.sample_axis, n: s.arrays[vars[0]].shape[s.sample_axis] };
   });
 }
 
@@ -82,6 +83,31 @@ test('Chromium: a dedicated worker, one thread, equals the page and native', { s
   console.log(`chromium worker (one thread): ${STORES.length} stores equal to the page${compared ? ` and ${compared} native digests` : ''}`);
 });
 
+/** The knobs digests (windows, split seed, sample range) equal native's, in the worker and through a storage object. */
+function checkKnobs(res, build) {
+  const native = DIGESTS ? JSON.parse(readFileSync(DIGESTS, 'utf8')) : undefined;
+  for (const [name, r] of Object.entries(res)) {
+    assert.equal(r.build, build, `${name}: build`);
+    assert.equal(r.storage, r.worker, `${name}: the page's storage object differs from the worker`);
+    if (native) assert.equal(r.worker, native[`${name}/knobs/train`], `${name}/knobs: differs from native`);
+  }
+}
+
+test('Chromium: windows and split knobs in a worker and through a storage object equal native', { skip: off }, async () => {
+  const res = await run(plain, 'knobsDigests', { http: HTTP, stores: stores(), epoch: PARITY.epoch, options: PARITY.options, threads: 'auto' });
+  checkKnobs(res, 'web');
+});
+
+test('Chromium: a local path is refused on the page, saying what to use', { skip: off }, async () => {
+  for (const url of ['/data/era5.zarr', 'file:///data/era5.zarr', 'era5.zarr']) {
+    const r = await run(plain, 'openError', { url });
+    assert.equal(r.ok, false, url);
+    assert.ok(r.isError);
+    assert.match(r.message, /a local path cannot be read in a browser; serve the store over http\(s\):\/\//);
+    assert.ok(r.message.endsWith(url), r.message);
+  }
+});
+
 test('Chromium: worker errors are Error with the engine message', { skip: off }, async () => {
   const r = await run(plain, 'workerError', { url: `${HTTP}/no_such_store`, options: { variables: ['t2m'] } });
   assert.equal(r.ok, false);
@@ -96,5 +122,6 @@ test('Chromium, cross-origin isolated: the worker picks the threaded build, same
   const res = await run(isolated, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', nThreads: 2, mainThread: true, churn: 3 });
   assert.equal(res.isolated, true, 'the COOP/COEP page is cross-origin isolated');
   const compared = checkDigests(res, { build: 'web-threads', threads: 2 });
+  checkKnobs(await run(isolated, 'knobsDigests', { http: HTTP, stores: stores(), epoch: PARITY.epoch, options: PARITY.options, threads: 'auto', nThreads: 2 }), 'web-threads');
   console.log(`chromium worker (threads build, 2 threads): ${STORES.length} stores equal${compared ? ` and ${compared} native digests` : ''}`);
 });

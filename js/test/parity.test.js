@@ -1,32 +1,59 @@
 // Cross-target parity: the same (seed, epoch) gives bit-identical batches on native and
 // wasm. The native digests come from wasm/tests/native_digest.rs (file://, tokio + rayon),
 // written to $INSITUBATCH_NATIVE_DIGESTS by scripts/test-wasm.sh; these are wasm in Node
-// over HTTP (fetch + spawn_local + one thread). Parameters must match that test.
+// over HTTP (fetch), over file:// and over a plain path (node:fs, ranged reads), on one
+// thread. Parameters must match that test.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { open } from '../src/index.js';
-import { HTTP, skip, manifest, dataVars, collect, digest } from '../test-support/helpers.js';
+import { FIXTURES, HTTP, skip, manifest, dataVars, collect, digest } from '../test-support/helpers.js';
 
 const DIGESTS = process.env.INSITUBATCH_NATIVE_DIGESTS;
 const SEED = 3, EPOCH = 2, BATCH = 7, BLOCK_CHUNKS = 2;
+/** The knobs case of native_digest.rs: a labelled window, shuffled splits with their own seed, a sample range. */
+const SHIFT = 3, SPLIT_SEED = 5;
+const noDigests = skip || (!DIGESTS && 'INSITUBATCH_NATIVE_DIGESTS unset');
 
-test('wasm batches are bit-identical to native ones', { skip: skip || (!DIGESTS && 'INSITUBATCH_NATIVE_DIGESTS unset') }, async () => {
-  const native = JSON.parse(readFileSync(DIGESTS, 'utf8'));
-  let compared = 0;
-  for (const store of manifest().stores) {
-    const ds = await open(`${HTTP}/${store.path}`, {
-      variables: dataVars(store), sampleAxis: store.sample_axis, seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS,
-    });
-    ds.setEpoch(EPOCH);
-    for (const split of ['train', 'all']) {
-      const key = `${store.name}/${split}`;
-      const got = digest(await collect(ds.iter(split)));
-      assert.equal(got, native[key], `${key}: wasm differs from native`);
-      console.log(`parity ${key} ${got}`);
+/** Where each store is read from: the HTTP server, a file:// URL, a plain path. */
+const SOURCES = {
+  http: (store) => `${HTTP}/${store.path}`,
+  file: (store) => pathToFileURL(join(FIXTURES, store.path)).href,
+  path: (store) => join(FIXTURES, store.path),
+};
+
+for (const [source, urlOf] of Object.entries(SOURCES)) {
+  test(`wasm batches are bit-identical to native ones (${source})`, { skip: noDigests }, async () => {
+    const native = JSON.parse(readFileSync(DIGESTS, 'utf8'));
+    let compared = 0;
+    for (const store of manifest().stores) {
+      const vars = dataVars(store);
+      const ds = await open(urlOf(store), {
+        variables: vars, sampleAxis: store.sample_axis, seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS,
+      });
+      ds.setEpoch(EPOCH);
+      for (const split of ['train', 'all']) {
+        const key = `${store.name}/${split}`;
+        const got = digest(await collect(ds.iter(split)));
+        assert.equal(got, native[key], `${key} (${source}): wasm differs from native`);
+        compared++;
+      }
+      ds.close();
+      const n = store.arrays[vars[0]].shape[store.sample_axis];
+      const knobs = await open(urlOf(store), {
+        variables: { x: { path: vars[0], sampleAxis: store.sample_axis }, y: { path: vars[0], shift: SHIFT, sampleAxis: store.sample_axis } },
+        shuffleSplits: true, splitSeed: SPLIT_SEED, sampleRange: [1, n - 1],
+        seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS,
+      });
+      knobs.setEpoch(EPOCH);
+      const key = `${store.name}/knobs/train`;
+      assert.equal(digest(await collect(knobs.train())), native[key], `${key} (${source}): wasm differs from native`);
       compared++;
+      knobs.close();
     }
-    ds.close();
-  }
-  assert.equal(compared, Object.keys(native).length);
-});
+    assert.equal(compared, Object.keys(native).length);
+    console.log(`parity (${source}): ${compared} passes equal to native`);
+  });
+}

@@ -6,9 +6,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
-import { HTTP, skip as noServer } from '../test-support/helpers.js';
+import { FIXTURES, HTTP, skip as noServer } from '../test-support/helpers.js';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import {
   checkValue,
+  declaredKeys,
   declarationsFromText,
   indexDtsPath,
   loadDeclarations,
@@ -22,7 +25,31 @@ const ts = TS_PATH ? createRequire(import.meta.url)(TS_PATH) : undefined;
 const noTs = ts ? false : 'IB_TYPESCRIPT is unset: run scripts/test-wasm.sh, which installs npm typescript';
 
 /** The declared types of the engine's values, and where each comes from below. */
-const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint'];
+const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange'];
+
+/**
+ * Every option `open()` takes, set (storageOptions aside: s3:// only), typed by index.d.ts:
+ * checked against the declaration below and then opened, so the engine accepts each
+ * declared field with its declared type.
+ */
+const EVERY_OPTION = {
+  variables: { x: 't2m', y: { path: 't2m', shift: 2, sampleAxis: 0 } },
+  sampleAxis: 0,
+  shift: 1,
+  fractions: [0.5, 0.25, 0.25],
+  shuffleSplits: true,
+  splitSeed: 4,
+  sampleRange: [0, 64],
+  batchSize: 8,
+  blockChunks: 2,
+  maxInflight: 4,
+  seed: 3,
+  shuffle: true,
+  prefetchDepth: 2,
+  cacheBudgetBytes: 1 << 24,
+  onBadChunk: 'nan',
+  readPolicy: { retries: 1, backoffMs: 10, requestTimeoutMs: 5000 },
+};
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
 const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];
 
@@ -60,6 +87,20 @@ test('the checker finds missing, extra, mistyped and unchecked fields', { skip: 
   assert.deepEqual([...reachableInterfaces(d, ['Outer'])].filter((n) => !visited.has(n)), ['Item']);
 });
 
+test('the option types of index.d.ts are the fields the engine parses', { skip: noTs }, () => {
+  const d = loadDeclarations(ts, indexDtsPath());
+  const names = createRequire(import.meta.url)('../pkg/node/insitubatch_wasm.js').optionNames();
+  const sorted = (a) => [...a].sort();
+  assert.deepEqual(sorted(declaredKeys(d, 'OpenOptions')), sorted(names.open), 'OpenOptions vs JsOpenOptions');
+  assert.deepEqual(sorted(declaredKeys(d, 'ReadPolicyOptions')), sorted(names.readPolicy), 'ReadPolicyOptions vs JsReadPolicy');
+  assert.deepEqual(sorted(declaredKeys(d, 'VariableSpec')), sorted(names.variable), 'VariableSpec vs JsVariable');
+  const sample = { ...EVERY_OPTION, storageOptions: { aws_region: 'x' } };
+  assert.deepEqual(sorted(Object.keys(sample)), sorted(names.open), 'the sample sets every option');
+  const r = checkValue(d, 'OpenOptions', sample);
+  assert.deepEqual(r.errors, []);
+  for (const n of ['VariableSpec', 'ReadPolicyOptions']) assert.ok(r.visited.has(n), `${n} checked`);
+});
+
 /** The engine's values for a sharded store (shard set) and a plain one (shard null). */
 async function engineValues() {
   const { open, openExplorer } = await import('../src/index.js');
@@ -87,6 +128,25 @@ async function engineValues() {
     preview.close();
     ex.close();
   }
+  // Every option at once, on a storage object whose chunk reads of t2m chunk 1 fail: the
+  // engine accepts the declared options, and the ranges and bad chunks it reports fit.
+  const { nodeFileStorage } = await import('../src/index.js');
+  const inner = await nodeFileStorage(pathToFileURL(join(FIXTURES, 'v3_sharded')));
+  const ranges = [];
+  const storage = {
+    get(key, range) {
+      if (range !== undefined) ranges.push(range);
+      return key.startsWith('t2m/c/1/') && range?.end !== undefined ? Promise.reject(new Error('bad')) : inner.get(key, range);
+    },
+  };
+  const ds = await open(storage, EVERY_OPTION);
+  for await (const _ of ds.all());
+  const bad = ds.badChunks();
+  assert.ok(bad.length > 0, 'a chunk was filled');
+  bad.forEach((b, i) => values.push([`badChunks()[${i}]`, 'BadChunk', b]));
+  assert.ok(ranges.some((r) => 'suffix' in r) && ranges.some((r) => 'end' in r), 'both kinds of range were asked for');
+  ranges.forEach((r, i) => values.push([`storage.get range ${i}`, 'ByteRange', r]));
+  ds.close();
   return values;
 }
 

@@ -66,7 +66,24 @@ fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_co
             )));
         }
     }
-    Err(JsError::new(&format!("unsupported store URL; use http://, https:// or s3://: {url}")))
+    if url.starts_with("file://") || !has_scheme(url) {
+        // The Node entry (js/src/index.js) reads local stores itself, with node:fs, and hands
+        // them over as a storage object; anything that reaches here is in a browser.
+        return Err(JsError::new(&format!(
+            "a local path cannot be read in a browser; serve the store over http(s):// (with CORS), or pass a \
+             storage object {{ get(key, range) }} to open(); in Node, open() reads file:// URLs and plain paths: {url}"
+        )));
+    }
+    Err(JsError::new(&format!(
+        "unsupported store URL; use http://, https://, s3://, or in Node file:// or a path: {url}"
+    )))
+}
+
+/// Whether `url` starts with a URL scheme (`name://`); anything else is a plain path.
+fn has_scheme(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
 }
 
 /// Where decode and gather run: rayon's Web Worker pool in the threaded build (started by
@@ -83,35 +100,101 @@ fn cpu_pool() -> Arc<dyn insitubatch_core::runtime::ThreadPool> {
 }
 
 /// Open the Zarr store at `url` (`http(s)://…`, read with `fetch`; or `s3://bucket/prefix`,
-/// signed, with `storageOptions`) and build a dataset.
-/// `options`: `{ variables?, sampleAxis?, fractions?, shuffleSplits?, batchSize?,
-/// blockChunks?, maxInflight?, seed?, shuffle?, prefetchDepth?, cacheBudgetBytes?,
-/// storageOptions? }`.
+/// signed, with `storageOptions`) and build a dataset. `options`: the fields of
+/// [`JsOpenOptions`] (`index.d.ts`'s `OpenOptions`).
 #[wasm_bindgen]
 pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
-    let opts: JsOpenOptions = if options.is_undefined() || options.is_null() {
-        JsOpenOptions::default()
-    } else {
-        if !options.is_object() {
-            return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
-        }
-        // serde-wasm-bindgen only looks up the declared fields, so catch typos here.
-        for k in Object::keys(options.unchecked_ref::<Object>()).iter() {
-            let k = k.as_string().unwrap_or_default();
-            if !crate::OPTION_NAMES.contains(&k.as_str()) {
-                return Err(JsError::new(&format!(
-                    "invalid options: unknown option {k:?}; known: {}",
-                    crate::OPTION_NAMES.join(", ")
-                )));
-            }
-        }
-        serde_wasm_bindgen::from_value(options).map_err(|e| JsError::new(&format!("invalid options: {e}")))?
-    };
+    let opts = parse_options(options)?;
     let storage = storage_for(&url, &opts)?;
+    open_on(storage, url, &opts).await
+}
+
+/// Open the Zarr store a JS storage object reads (`{ get(key, range), list?(prefix),
+/// location? }`, see [`JsStorage`](crate::JsStorage)): the Node package's `file://` store, or
+/// the caller's own. `url`: the URL or path as the caller gave it (the dataset's `url`);
+/// absent, the object's `location`.
+#[cfg(not(feature = "threads"))]
+#[wasm_bindgen(js_name = openWithStorage)]
+pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: JsValue) -> Result<Dataset, JsError> {
+    let opts = parse_options(options)?;
+    let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
+        .map_err(|e| JsError::new(&e))?;
+    let url = url.unwrap_or_else(|| insitubatch_core::Storage::location(&storage));
+    if let Some(o) = &opts.storage_options {
+        let keys: Vec<&String> = o.keys().collect();
+        return Err(JsError::new(&format!(
+            "storageOptions {keys:?} apply only to a store opened by s3:// URL; configure the storage object itself \
+             instead: {url}"
+        )));
+    }
+    open_on(Arc::new(storage), url, &opts).await
+}
+
+/// Read the metadata of the arrays `opts` names (or discover them), then build the dataset
+/// with core's builder: labelled by path unless the options ask for labels or a window.
+async fn open_on(
+    storage: Arc<dyn insitubatch_core::Storage>,
+    url: String,
+    opts: &JsOpenOptions,
+) -> Result<Dataset, JsError> {
+    let (split, options) = opts.to_core().map_err(err)?;
     let runtime =
         Runtime::new(Arc::new(LocalExecutor::new()), cpu_pool()).with_memory_available(crate::memory_available());
-    let inner = insitubatch_core::open(storage, runtime, opts.to_core()).await.map_err(err)?;
+    let arrays = insitubatch_core::zarr::open_arrays(storage.as_ref(), opts.paths().as_deref()).await.map_err(err)?;
+    let mut builder = insitubatch_core::Dataset::builder(Arc::clone(&storage), runtime)
+        .sample_axis(opts.sample_axis.unwrap_or_default())
+        .split(split)
+        .options(options);
+    if opts.windowed() {
+        let variables = opts.variables_over(&arrays, &arrays, opts.shift.unwrap_or(0)).map_err(err)?;
+        builder = builder.variables(variables);
+    }
+    let inner = builder.opened(arrays).build().map_err(err)?;
     Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url })
+}
+
+/// The options object of `open()` and the explorer: unknown keys are refused (serde-wasm-bindgen
+/// only looks up a struct's declared fields, so `deny_unknown_fields` does not reach it),
+/// `undefined` values are absent options (a form field left empty).
+pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(JsOpenOptions::default());
+    }
+    if !v.is_object() {
+        return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
+    }
+    check_keys(&v, crate::OPTION_NAMES, "option")?;
+    let policy = Reflect::get(&v, &JsValue::from_str("readPolicy")).unwrap_or(JsValue::UNDEFINED);
+    if policy.is_object() {
+        check_keys(&policy, crate::READ_POLICY_NAMES, "readPolicy field")?;
+    }
+    serde_wasm_bindgen::from_value(v)
+        .map_err(|e| JsError::new(&format!("invalid options: {}", crate::storage::js_message(&JsValue::from(e)))))
+}
+
+/// Every key of `v` whose value is not `undefined` is one of `known`.
+fn check_keys(v: &JsValue, known: &[&str], what: &str) -> Result<(), JsError> {
+    for k in Object::keys(v.unchecked_ref::<Object>()).iter() {
+        let k = k.as_string().unwrap_or_default();
+        if Reflect::get(v, &JsValue::from_str(&k)).is_ok_and(|x| x.is_undefined()) {
+            continue;
+        }
+        if !known.contains(&k.as_str()) {
+            return Err(JsError::new(&format!("invalid options: unknown {what} {k:?}; known: {}", known.join(", "))));
+        }
+    }
+    Ok(())
+}
+
+/// The option names `open()` accepts, for the types check (`js/test/types.test.js`):
+/// `{ open, readPolicy, variable }`, the fields of the options, of `readPolicy` and of a
+/// labelled variable's object.
+#[wasm_bindgen(js_name = optionNames)]
+pub fn option_names() -> Result<JsValue, JsError> {
+    let names: std::collections::BTreeMap<&str, &[&str]> =
+        [("open", crate::OPTION_NAMES), ("readPolicy", crate::READ_POLICY_NAMES), ("variable", crate::VARIABLE_NAMES)]
+            .into();
+    to_js(&names)
 }
 
 /// A reference to an opened dataset's engine. In the threaded build its release waits until
@@ -186,6 +269,12 @@ impl Dataset {
         let split = parse_split(split).map_err(|e| JsError::new(&e))?;
         let stream = self.inner.iter(split).map_err(err)?;
         Ok(BatchStream { cursor: PassCursor::new(stream), keep: KeepAlive(Some(self.inner.clone())) })
+    }
+
+    /// Chunks filled under `onBadChunk: "nan"` so far: `{ array, chunk_index, tile, error }`.
+    #[wasm_bindgen(js_name = badChunks)]
+    pub fn bad_chunks(&self) -> Result<JsValue, JsError> {
+        to_js(&self.inner.bad_chunks())
     }
 
     /// Stats of the last pass that ended, or `undefined`.

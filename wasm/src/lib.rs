@@ -13,6 +13,10 @@
 #[cfg(target_arch = "wasm32")]
 mod api;
 pub mod explore;
+// Not in the threaded build: it runs only inside `openInWorker`'s worker, which opens URLs
+// (a storage object's functions cannot be posted to it), and a JS object is not `Send`.
+#[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
+mod js_storage;
 #[cfg(all(target_arch = "wasm32", feature = "s3"))]
 mod object;
 #[cfg(target_arch = "wasm32")]
@@ -22,8 +26,12 @@ mod storage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 mod threads;
 
+use insitubatch_core::zarr::ZarrArray;
+
 #[cfg(target_arch = "wasm32")]
 pub use api::*;
+#[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
+pub use js_storage::JsStorage;
 #[cfg(target_arch = "wasm32")]
 pub use runtime::LocalExecutor;
 #[cfg(target_arch = "wasm32")]
@@ -50,8 +58,11 @@ pub fn memory_available() -> Option<u64> {
 pub const OPTION_NAMES: &[&str] = &[
     "variables",
     "sampleAxis",
+    "shift",
     "fractions",
     "shuffleSplits",
+    "splitSeed",
+    "sampleRange",
     "batchSize",
     "blockChunks",
     "maxInflight",
@@ -59,22 +70,38 @@ pub const OPTION_NAMES: &[&str] = &[
     "shuffle",
     "prefetchDepth",
     "cacheBudgetBytes",
+    "onBadChunk",
+    "readPolicy",
     "storageOptions",
 ];
+
+/// The fields of a labelled variable's object (of [`JsVariable`]).
+pub const VARIABLE_NAMES: &[&str] = &["path", "shift", "sampleAxis"];
+
+/// The fields of `readPolicy` (of [`JsReadPolicy`]).
+pub const READ_POLICY_NAMES: &[&str] = &["retries", "backoffMs", "requestTimeoutMs"];
 
 /// The options `open()` accepts, in their JavaScript (camelCase) spelling. Parsed on every
 /// target so the option set can be unit-tested on the host.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JsOpenOptions {
-    /// Array paths to read; absent: discover them (needs consolidated metadata over HTTP).
-    pub variables: Option<Vec<String>>,
+    /// Array paths to read (labels = paths), or labelled variables (windows); absent:
+    /// discover them (needs consolidated metadata over HTTP, or a listable store).
+    pub variables: Option<JsVariables>,
     /// The sample axis of every variable (default 0).
     pub sample_axis: Option<usize>,
+    /// A windowed view: every variable again, `shift` samples on, labelled `label@+shift`
+    /// (as the dashboard's explorer names it; 0 or absent: none).
+    pub shift: Option<i64>,
     /// Train/val/test fractions of sample-axis chunks (default [0.8, 0.1, 0.1]).
     pub fractions: Option<(f64, f64, f64)>,
     /// Shuffle chunks between splits (default false: contiguous runs).
     pub shuffle_splits: Option<bool>,
+    /// The seed of `shuffleSplits` (default: `seed`).
+    pub split_seed: Option<u64>,
+    /// Split only the chunks overlapping samples `[start, stop)`.
+    pub sample_range: Option<(u64, u64)>,
     /// Rows per batch (default 32).
     pub batch_size: Option<usize>,
     /// Chunks per shuffle block (default 16).
@@ -89,16 +116,126 @@ pub struct JsOpenOptions {
     pub prefetch_depth: Option<usize>,
     /// Byte budget of the chunk pool (default: automatic).
     pub cache_budget_bytes: Option<u64>,
+    /// `"raise"` (default) or `"nan"`, parsed by core's `OnBadChunk: FromStr`.
+    pub on_bad_chunk: Option<String>,
+    /// Retries, backoff and request timeout (default: core's `ReadPolicy::default()`).
+    pub read_policy: Option<JsReadPolicy>,
     /// object_store options for `s3://` URLs (`aws_endpoint`, `aws_region`, credentials, …).
     pub storage_options: Option<std::collections::BTreeMap<String, String>>,
 }
 
+/// `readPolicy`: core's [`ReadPolicy`](insitubatch_core::ReadPolicy) in JS units
+/// (milliseconds); `onBadChunk` is its own option, as in Python.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JsReadPolicy {
+    /// Attempts after the first for a transient failure.
+    pub retries: Option<u32>,
+    /// First backoff in milliseconds; doubles per attempt.
+    pub backoff_ms: Option<f64>,
+    /// A request with no answer after this many milliseconds is a transient failure.
+    pub request_timeout_ms: Option<f64>,
+}
+
+/// `variables`: a list of array paths (labels = paths), or an object of labelled variables
+/// in the order given (the first one is the split's reference), as Python's
+/// `{label: geometry.shift(k)}`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JsVariables {
+    /// `["t2m", "u10"]`.
+    Paths(Vec<String>),
+    /// `{ x: "t2m", y: { path: "t2m", shift: 6 } }`, in insertion order.
+    Labelled(Vec<(String, JsVariable)>),
+}
+
+/// One labelled variable: an array path, read `shift` samples on (a window), on its own
+/// sample axis if given.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JsVariable {
+    /// The array path.
+    pub path: String,
+    /// The window offset (default 0).
+    pub shift: Option<i64>,
+    /// The sample axis (default: the `sampleAxis` option).
+    pub sample_axis: Option<usize>,
+}
+
+/// Hand-written because a derived `untagged` enum neither keeps an object's key order (the
+/// first label is the split's reference) nor says which field was wrong.
+impl<'de> serde::Deserialize<'de> for JsVariables {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = JsVariables;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of array paths, or an object { label: path or { path, shift, sampleAxis } }")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<JsVariables, A::Error> {
+                let mut out = Vec::new();
+                while let Some(p) = seq.next_element::<String>()? {
+                    out.push(p);
+                }
+                Ok(JsVariables::Paths(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JsVariables, A::Error> {
+                let mut out: Vec<(String, JsVariable)> = Vec::new();
+                while let Some((label, v)) = map.next_entry::<String, JsVariableSpec>()? {
+                    out.push((label, v.0));
+                }
+                Ok(JsVariables::Labelled(out))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for JsVariableSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = JsVariableSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array path, or { path, shift?, sampleAxis? }")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<JsVariableSpec, E> {
+                Ok(JsVariableSpec(JsVariable::at(s)))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<JsVariableSpec, A::Error> {
+                let v =
+                    <JsVariable as serde::Deserialize>::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(JsVariableSpec(v))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// A labelled variable as JS may write it: a path string or a [`JsVariable`] object.
+struct JsVariableSpec(JsVariable);
+
 impl JsOpenOptions {
-    /// The core options these stand for; the defaults and the split seed are the native
-    /// backend's (`insitubatch_native::OpenOptions`), so the same options give the same
-    /// batches on every target.
-    pub fn to_core(&self) -> insitubatch_core::OpenOptions {
+    /// The core split and dataset options these stand for; the defaults and the split seed
+    /// are the native backend's (`insitubatch_native::OpenOptions`), so the same options give
+    /// the same batches on every target.
+    ///
+    /// # Errors
+    /// [`Error::Config`](insitubatch_core::Error::Config) for an `onBadChunk` word core does
+    /// not know, or a read-policy duration that is negative or not finite.
+    pub fn to_core(
+        &self,
+    ) -> Result<(insitubatch_core::SplitOptions, insitubatch_core::DatasetOptions), insitubatch_core::Error> {
         let d = insitubatch_core::DatasetOptions::default();
+        let mut read_policy = d.read_policy.clone();
+        if let Some(word) = &self.on_bad_chunk {
+            read_policy.on_bad_chunk = word.parse()?;
+        }
+        if let Some(p) = &self.read_policy {
+            read_policy.retries = p.retries.unwrap_or(read_policy.retries);
+            read_policy.backoff = millis("readPolicy.backoffMs", p.backoff_ms)?.unwrap_or(read_policy.backoff);
+            read_policy.request_timeout =
+                millis("readPolicy.requestTimeoutMs", p.request_timeout_ms)?.unwrap_or(read_policy.request_timeout);
+        }
         let dataset = insitubatch_core::DatasetOptions {
             batch_size: self.batch_size.unwrap_or(d.batch_size),
             block_chunks: self.block_chunks.unwrap_or(d.block_chunks),
@@ -107,23 +244,114 @@ impl JsOpenOptions {
             shuffle: self.shuffle.unwrap_or(d.shuffle),
             prefetch_depth: self.prefetch_depth.unwrap_or(d.prefetch_depth),
             cache_budget_bytes: self.cache_budget_bytes.or(d.cache_budget_bytes),
-            // Options JS cannot set yet (read policy, tiers) keep the native defaults.
+            read_policy,
+            // The disk tier (cache_dir) is native only.
             ..d
         };
         let split = insitubatch_core::SplitOptions::default();
-        insitubatch_core::OpenOptions {
-            variables: self.variables.clone(),
-            sample_axis: self.sample_axis.unwrap_or_default(),
-            split: insitubatch_core::SplitOptions {
-                fractions: self.fractions.unwrap_or(split.fractions),
-                seed: dataset.seed,
-                contiguous: self.shuffle_splits.map_or(split.contiguous, |s| !s),
-                ..split
-            },
-            dataset,
-            ..Default::default()
+        let split = insitubatch_core::SplitOptions {
+            fractions: self.fractions.unwrap_or(split.fractions),
+            seed: self.split_seed.unwrap_or(dataset.seed),
+            contiguous: self.shuffle_splits.map_or(split.contiguous, |s| !s),
+            sample_range: self.sample_range.or(split.sample_range),
+        };
+        Ok((split, dataset))
+    }
+
+    /// The array paths whose metadata `open()` reads; `None`: discover the store's arrays.
+    pub fn paths(&self) -> Option<Vec<String>> {
+        match &self.variables {
+            None => None,
+            Some(JsVariables::Paths(p)) => Some(p.clone()),
+            Some(JsVariables::Labelled(l)) => {
+                let mut out: Vec<String> = Vec::new();
+                for (_, v) in l {
+                    let p = v.path.trim_matches('/').to_string();
+                    if !out.contains(&p) {
+                        out.push(p);
+                    }
+                }
+                Some(out)
+            }
         }
     }
+
+    /// Whether these options name labelled variables or a window, which the core builder
+    /// cannot derive from array paths alone (else `open()` lets the builder label by path).
+    pub fn windowed(&self) -> bool {
+        matches!(self.variables, Some(JsVariables::Labelled(_))) || self.shift.unwrap_or(0) != 0
+    }
+
+    /// The labelled variables over `opened` (arrays whose metadata was read): the labelled
+    /// ones as given, or one per path (labels = paths; `defaults` when no path is named),
+    /// then, for `shift` ≠ 0, each again `shift` samples on as `label@+shift`.
+    ///
+    /// # Errors
+    /// [`Error::Config`](insitubatch_core::Error::Config) for an empty selection or a path
+    /// that was not opened; [`Error::Geometry`](insitubatch_core::Error::Geometry) for a
+    /// sample axis the array does not have.
+    pub fn variables_over(
+        &self,
+        opened: &[ZarrArray],
+        defaults: &[ZarrArray],
+        shift: i64,
+    ) -> Result<Vec<insitubatch_core::Variable>, insitubatch_core::Error> {
+        let axis = self.sample_axis.unwrap_or_default();
+        let find = |name: &str| -> Result<&ZarrArray, insitubatch_core::Error> {
+            let name = name.trim_matches('/');
+            opened.iter().find(|a| a.path() == name).ok_or_else(|| {
+                insitubatch_core::Error::Config(format!(
+                    "variable {name:?} is not an array of this store; known: {:?}",
+                    opened.iter().map(ZarrArray::path).collect::<Vec<_>>()
+                ))
+            })
+        };
+        let specs: Vec<(String, JsVariable)> = match &self.variables {
+            Some(JsVariables::Labelled(l)) => l.clone(),
+            Some(JsVariables::Paths(p)) => p.iter().map(|p| (p.clone(), JsVariable::at(p))).collect(),
+            None => defaults.iter().map(|a| (a.path().to_string(), JsVariable::at(a.path()))).collect(),
+        };
+        if specs.is_empty() {
+            return Err(insitubatch_core::Error::Config("choose at least one variable".into()));
+        }
+        let mut variables = Vec::with_capacity(specs.len() * 2);
+        for (label, v) in specs {
+            let geometry = find(&v.path)?.geometry(v.sample_axis.unwrap_or(axis))?.shift(v.shift.unwrap_or(0));
+            let label = if matches!(self.variables, Some(JsVariables::Labelled(_))) {
+                label
+            } else {
+                label.trim_matches('/').to_string()
+            };
+            variables.push(insitubatch_core::Variable { label, geometry });
+        }
+        if shift != 0 {
+            let targets: Vec<insitubatch_core::Variable> = variables
+                .iter()
+                .map(|v| insitubatch_core::Variable {
+                    label: explore::target_label(&v.label, shift),
+                    geometry: v.geometry.shift(shift),
+                })
+                .collect();
+            variables.extend(targets);
+        }
+        Ok(variables)
+    }
+}
+
+impl JsVariable {
+    fn at(path: &str) -> Self {
+        Self { path: path.to_string(), shift: None, sample_axis: None }
+    }
+}
+
+/// `Some(duration)` from a count of milliseconds, if given.
+fn millis(name: &str, ms: Option<f64>) -> Result<Option<std::time::Duration>, insitubatch_core::Error> {
+    ms.map(|ms| {
+        std::time::Duration::try_from_secs_f64(ms / 1e3).map_err(|_| {
+            insitubatch_core::Error::Config(format!("{name} must be a non-negative number of milliseconds, got {ms}"))
+        })
+    })
+    .transpose()
 }
 
 /// Parse a split name (`train`, `val`, `test`, `all`).
@@ -141,20 +369,81 @@ mod tests {
     #[test]
     fn options_default_like_native() {
         let o: JsOpenOptions = serde_json::from_str("{}").unwrap();
-        let c = o.to_core();
-        assert_eq!(c.dataset.batch_size, 32);
-        assert!(c.split.contiguous);
-        assert_eq!(c.split.fractions, (0.8, 0.1, 0.1));
+        let (split, dataset) = o.to_core().unwrap();
+        assert_eq!(dataset.batch_size, 32);
+        assert!(split.contiguous);
+        assert_eq!(split.fractions, (0.8, 0.1, 0.1));
+        assert_eq!(split.sample_range, None);
+        assert_eq!(dataset.read_policy.on_bad_chunk, insitubatch_core::OnBadChunk::Raise);
         let o: JsOpenOptions =
             serde_json::from_str(r#"{"batchSize":7,"blockChunks":2,"seed":3,"fractions":[0.5,0.25,0.25]}"#).unwrap();
-        let c = o.to_core();
-        assert_eq!((c.dataset.batch_size, c.dataset.block_chunks, c.split.seed), (7, 2, 3));
+        let (split, dataset) = o.to_core().unwrap();
+        assert_eq!((dataset.batch_size, dataset.block_chunks, split.seed), (7, 2, 3), "the split seed is the seed");
         assert!(serde_json::from_str::<JsOpenOptions>(r#"{"batch_size":7}"#).is_err(), "unknown keys are refused");
         assert!(parse_split("bogus").unwrap_err().contains("train"));
         // OPTION_NAMES lists exactly the fields serde accepts.
         for name in OPTION_NAMES {
             let json = format!("{{\"{name}\": null}}");
             assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_knobs_reach_core_through_its_parsers() {
+        let o: JsOpenOptions = serde_json::from_str(
+            r#"{"seed":3,"splitSeed":9,"shuffleSplits":true,"sampleRange":[10,40],"onBadChunk":"nan",
+                "readPolicy":{"retries":1,"backoffMs":5,"requestTimeoutMs":2500}}"#,
+        )
+        .unwrap();
+        let (split, dataset) = o.to_core().unwrap();
+        assert_eq!((split.seed, dataset.seed, split.contiguous), (9, 3, false));
+        assert_eq!(split.sample_range, Some((10, 40)));
+        let p = &dataset.read_policy;
+        assert_eq!(p.on_bad_chunk, insitubatch_core::OnBadChunk::Nan);
+        assert_eq!(p.retries, 1);
+        assert_eq!(p.backoff, std::time::Duration::from_millis(5));
+        assert_eq!(p.request_timeout, std::time::Duration::from_millis(2500));
+        // Words and durations core refuses are errors that say what to write.
+        let bad: JsOpenOptions = serde_json::from_str(r#"{"onBadChunk":"skip"}"#).unwrap();
+        let e = bad.to_core().unwrap_err().to_string();
+        assert!(e.contains("\"raise\" or \"nan\"") && e.contains("skip"), "{e}");
+        let bad: JsOpenOptions = serde_json::from_str(r#"{"readPolicy":{"backoffMs":-1}}"#).unwrap();
+        let e = bad.to_core().unwrap_err().to_string();
+        assert!(e.contains("readPolicy.backoffMs") && e.contains("-1"), "{e}");
+        assert!(serde_json::from_str::<JsOpenOptions>(r#"{"readPolicy":{"retry":1}}"#).is_err());
+        for name in VARIABLE_NAMES {
+            let json = format!("{{\"variables\": {{\"v\": {{\"path\": \"t2m\", \"{name}\": null}}}}}}");
+            let json = json.replace("\"path\": \"t2m\", \"path\": null", "\"path\": \"t2m\"");
+            assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}: {json}");
+        }
+        for name in READ_POLICY_NAMES {
+            let json = format!("{{\"readPolicy\": {{\"{name}\": null}}}}");
+            assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn variables_are_paths_or_labelled_windows_in_order() {
+        let o: JsOpenOptions = serde_json::from_str(r#"{"variables":["t2m","u10"]}"#).unwrap();
+        assert_eq!(o.variables, Some(JsVariables::Paths(vec!["t2m".into(), "u10".into()])));
+        assert!(!o.windowed());
+        let o: JsOpenOptions = serde_json::from_str(
+            r#"{"variables":{"y":{"path":"t2m","shift":6},"x":"t2m","w":{"path":"/u10","sampleAxis":1}}}"#,
+        )
+        .unwrap();
+        let Some(JsVariables::Labelled(l)) = &o.variables else { panic!("{o:?}") };
+        let labels: Vec<&str> = l.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(labels, ["y", "x", "w"], "the object's order is kept");
+        assert_eq!(l[0].1, JsVariable { path: "t2m".into(), shift: Some(6), sample_axis: None });
+        assert_eq!(l[2].1.sample_axis, Some(1));
+        assert_eq!(o.paths(), Some(vec!["t2m".to_string(), "u10".to_string()]));
+        assert!(o.windowed());
+        let shifted: JsOpenOptions = serde_json::from_str(r#"{"shift":-2}"#).unwrap();
+        assert!(shifted.windowed());
+        for bad in
+            [r#"{"variables":{"y":{"path":"t2m","offset":6}}}"#, r#"{"variables":{"y":3}}"#, r#"{"variables":7}"#]
+        {
+            assert!(serde_json::from_str::<JsOpenOptions>(bad).is_err(), "{bad}");
         }
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use insitubatch_native::core::{Batch, DatasetOptions, Split};
-use insitubatch_native::{OpenOptions, open};
+use insitubatch_native::{OpenOptions, Variable, open};
 use insitubatch_tests::{digest, skip};
 
 /// The parameters both sides use; keep in sync with `js/test/parity.test.js`.
@@ -17,6 +17,8 @@ const SEED: u64 = 3;
 const EPOCH: u64 = 2;
 const BATCH: usize = 7;
 const BLOCK_CHUNKS: usize = 2;
+const SHIFT: i64 = 3;
+const SPLIT_SEED: u64 = 5;
 
 #[test]
 fn native_digests_for_the_parity_check() {
@@ -63,11 +65,39 @@ fn native_digests_for_the_parity_check() {
                 ds.iter(split).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{name}: {e}"));
             out.insert(format!("{name}/{}", split.name()), digest(&batches));
         }
+        // The knobs JS passes through `open()`: a labelled window, shuffled splits with their
+        // own seed, a sample range. JS: `KNOBS` in js/test/parity.test.js.
+        let geometry = ds.dataset().variables()[0].geometry.clone();
+        let n = geometry.n_samples();
+        let knobs = open(
+            &format!("file://{}", dir.join(path).display()),
+            OpenOptions {
+                labelled: Some(vec![
+                    Variable { label: "x".into(), geometry: geometry.clone() },
+                    Variable { label: "y".into(), geometry: geometry.shift(SHIFT) },
+                ]),
+                shuffle_splits: true,
+                split_seed: Some(SPLIT_SEED),
+                sample_range: Some((1, n - 1)),
+                dataset: DatasetOptions {
+                    batch_size: BATCH,
+                    block_chunks: BLOCK_CHUNKS,
+                    seed: SEED,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{name} (knobs): {e}"));
+        knobs.set_epoch(EPOCH);
+        let batches: Vec<Batch> =
+            knobs.iter(Split::Train).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{name}: {e}"));
+        out.insert(format!("{name}/knobs/train"), digest(&batches));
     }
     let json = serde_json::to_string_pretty(&out).unwrap();
     println!("{json}");
     if let Ok(p) = std::env::var("INSITUBATCH_NATIVE_DIGESTS") {
         std::fs::write(&p, json).unwrap_or_else(|e| panic!("cannot write {p}: {e}"));
     }
-    assert!(out.len() >= 20, "expected every fixture store");
+    assert!(out.len() >= 30, "expected every fixture store");
 }

@@ -1,10 +1,14 @@
 //! Under Node (wasm-bindgen-test's default): the same fixture over HTTP with Node's global
-//! `fetch`, and core's storage conformance suite against `FetchStorage`.
+//! `fetch`, and core's storage conformance suite against `FetchStorage` and against
+//! `JsStorage` over the Node package's `file://` store.
 #![cfg(target_arch = "wasm32")]
 
 mod common;
 
+use insitubatch_core::Storage;
 use insitubatch_core::conformance::{Expectations, check_storage};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 #[wasm_bindgen_test]
@@ -26,4 +30,30 @@ async fn fetch_storage_conforms_in_node() {
     };
     let storage = insitubatch_wasm::FetchStorage::new(&format!("{base}/storage-conformance"));
     check_storage(&storage, &Expectations::unlistable()).await.assert_ok();
+}
+
+#[wasm_bindgen(inline_js = "export function importModule(url) { return import(url); }")]
+extern "C" {
+    /// `import(url)`: the Node package's own module, as its users load it.
+    #[wasm_bindgen(js_name = importModule, catch)]
+    fn import_module(url: &str) -> Result<js_sys::Promise, JsValue>;
+}
+
+/// The Node package's `file://` store (`js/src/node-storage.js`: node:fs, ranged reads),
+/// through [`insitubatch_wasm::JsStorage`], against the same fixture on disk; it lists.
+#[wasm_bindgen_test]
+async fn node_file_storage_conforms() {
+    let Some(fixtures) = option_env!("INSITUBATCH_FIXTURES") else {
+        wasm_bindgen_test::console_log!("INSITUBATCH_FIXTURES was unset at build time; skipping");
+        return;
+    };
+    let module = concat!("file://", env!("CARGO_MANIFEST_DIR"), "/../js/src/node-storage.js");
+    let m = JsFuture::from(import_module(module).unwrap()).await.unwrap();
+    let make: js_sys::Function = js_sys::Reflect::get(&m, &"nodeFileStorage".into()).unwrap().into();
+    let root = format!("{fixtures}/storage-conformance");
+    let object =
+        JsFuture::from(js_sys::Promise::from(make.call1(&JsValue::NULL, &root.into()).unwrap())).await.unwrap();
+    let storage = insitubatch_wasm::JsStorage::new(&object, "unused").unwrap();
+    assert!(storage.location().starts_with("file://"), "{}", storage.location());
+    check_storage(&storage, &Expectations::listable()).await.assert_ok();
 }

@@ -536,13 +536,15 @@ async function runLive() {
   const split = $('live-split').value;
   let ds;
   try {
-    ds = await openInWorker(state.url, currentOptions(), { threads: 'auto', workerUrl });
+    // The what-if's window too: the worker reads the same view the preview shows.
+    ds = await openInWorker(state.url, { ...currentOptions(), shift: whatIf().shift || undefined }, { threads: 'auto', workerUrl });
     L.ds = ds;
     await ds.setEpoch(whatIf().epoch);
     const pass = ds.iter(split);
     const total = await pass.size();
     L.build = { build: ds.build, threads: ds.threads };
-    st.textContent = `streaming ${total} batches of ${split} (${ds.build} build, ${ds.threads} decode thread${ds.threads === 1 ? '' : 's'})${whatIf().shift ? '; openInWorker has no windows, so this is the plain view' : ''}`;
+    L.labels = ds.labels;
+    st.textContent = `streaming ${total} batches of ${split} (${ds.build} build, ${ds.threads} decode thread${ds.threads === 1 ? '' : 's'})${whatIf().shift ? `; windowed: ${ds.labels.length} labels, targets ${whatIf().shift} samples on` : ''}`;
     const t0 = performance.now();
     let last = { t: t0, bytes: 0, asks: 0, empty: 0 };
     let bytes = 0;
