@@ -54,6 +54,14 @@ export interface OpenOptions {
    * aws_allow_http: 'true' }`. wasm cannot read the environment, so pass them here.
    */
   storageOptions?: Record<string, string>;
+  /**
+   * This process's rank among `worldSize` (default 0): each epoch's chunks are dealt to the
+   * ranks, and this one reads and yields only its share; every rank yields the same number of
+   * batches (the few samples that cannot be spread evenly are counted as `dropped_samples`).
+   */
+  rank?: number;
+  /** How many ranks share each epoch (default 1). */
+  worldSize?: number;
 }
 
 /** One labelled variable of `OpenOptions.variables`. */
@@ -210,7 +218,17 @@ export interface ConfigReport {
   split_chunks: [string, number][];
   /** [split, drawable anchors] pairs. */
   drawable_samples: [string, number][];
-  /** [split, batches per epoch] pairs. */
+  /** This process's rank (`rank`). */
+  rank: number;
+  /** Ranks sharing each epoch (`worldSize`). */
+  world_size: number;
+  /** Reference chunks per rank-assignment unit (1 unless a variable is chunked more coarsely). */
+  unit_chunks: number;
+  /** [split, samples this rank draws this epoch] pairs. */
+  rank_samples: [string, number][];
+  /** [split, samples no rank draws this epoch, so that every rank draws as many] pairs. */
+  dropped_samples: [string, number][];
+  /** [split, batches per epoch] pairs (this rank's). */
   batches_per_epoch: [string, number][];
   /** Mixing score of this epoch's train order (0..1). */
   shuffle_quality: number;
@@ -302,6 +320,14 @@ export interface Depths {
 export interface PassStats {
   split: SplitName;
   epoch: number;
+  /** This process's rank. */
+  rank: number;
+  /** Ranks sharing the epoch. */
+  world_size: number;
+  /** Samples of the epoch no rank draws, so that every rank draws as many (0 with one rank). */
+  dropped_samples: number;
+  /** Samples this rank had consumed before a resumed pass started (0 for a fresh pass). */
+  resumed_at: number;
   batches: number;
   samples: number;
   batch_bytes: number;

@@ -49,6 +49,8 @@ const EVERY_OPTION = {
   cacheBudgetBytes: 1 << 24,
   onBadChunk: 'nan',
   readPolicy: { retries: 1, backoffMs: 10, requestTimeoutMs: 5000 },
+  rank: 0,
+  worldSize: 1,
 };
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
 const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];

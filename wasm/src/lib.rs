@@ -73,6 +73,8 @@ pub const OPTION_NAMES: &[&str] = &[
     "onBadChunk",
     "readPolicy",
     "storageOptions",
+    "rank",
+    "worldSize",
 ];
 
 /// The fields of a labelled variable's object (of [`JsVariable`]).
@@ -122,6 +124,11 @@ pub struct JsOpenOptions {
     pub read_policy: Option<JsReadPolicy>,
     /// object_store options for `s3://` URLs (`aws_endpoint`, `aws_region`, credentials, …).
     pub storage_options: Option<std::collections::BTreeMap<String, String>>,
+    /// This process's rank among `worldSize` (default 0): it reads and yields only its share
+    /// of each epoch (core/src/shard.rs).
+    pub rank: Option<usize>,
+    /// How many ranks share each epoch (default 1).
+    pub world_size: Option<usize>,
 }
 
 /// `readPolicy`: core's [`ReadPolicy`](insitubatch_core::ReadPolicy) in JS units
@@ -245,6 +252,8 @@ impl JsOpenOptions {
             prefetch_depth: self.prefetch_depth.unwrap_or(d.prefetch_depth),
             cache_budget_bytes: self.cache_budget_bytes.or(d.cache_budget_bytes),
             read_policy,
+            rank: self.rank.unwrap_or(d.rank),
+            world_size: self.world_size.unwrap_or(d.world_size),
             // The disk tier (cache_dir) is native only.
             ..d
         };
