@@ -3,7 +3,8 @@
 # Then every test: Rust unit, simulation and property tests; the core built for wasm32 with its
 # dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
 # server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
-# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX.
+# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX;
+# the notebook widget in a real JupyterLab in headless Chromium.
 # Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,7 @@ t bash scripts/test-www.sh   # the dashboard in headless Chromium (Playwright)
 
 echo "== Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
 t bash scripts/test-python.sh
+t bash scripts/test-widget.sh   # the notebook widget in JupyterLab (Playwright)
 ib_stop_servers
 
 # One closing line over every runner above.
