@@ -47,7 +47,9 @@ WHEELS="$VENV/wheels"
 if [ "$(cat "$VENV/.ib-build" 2>/dev/null || true)" != "$build_hash" ]; then
     rm -rf "$WHEELS"
     MATURIN="$(dirname "$IB_PY")/maturin"
-    (cd python-bindings && "$MATURIN" build -q --strip -i "$VENV/bin/python" -o "$WHEELS")
+    # The test venv's interpreter, as scripts/test-python.sh builds with: the same cargo
+    # fingerprints, so this reuses that build instead of recompiling pyo3 and what follows.
+    (cd python-bindings && "$MATURIN" build -q --strip -i "$IB_PY" -o "$WHEELS")
     "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEELS"/insitubatch_rs-*.whl
     echo "$build_hash" >"$VENV/.ib-build"
 fi
