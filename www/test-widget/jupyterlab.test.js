@@ -142,8 +142,11 @@ np.ascontiguousarray(a.get_orthogonal_selection((list(map(int, sys.argv[3].split
   return new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4);
 }
 
-/** Every batch image's pixel is viridis of its source value on the colour bar's range. */
-async function checkPixels(widget) {
+/**
+ * Every batch image's pixel is viridis of its source value on the colour bar's range; a
+ * target image (`t2m@+k`, a windowed view) shows sample + k. Returns the input samples.
+ */
+async function checkPixels(widget, { shift = 0, rows = 4 } = {}) {
   const shown = await widget.evaluate((root) => {
     const box = root.querySelector('.ib-batch');
     return {
@@ -151,6 +154,7 @@ async function checkPixels(widget) {
       vmax: Number(box.dataset.vmax),
       label: box.dataset.label,
       canvases: [...box.querySelectorAll('.ib-grid canvas')].map((c) => ({
+        label: c.dataset.label,
         sample: Number(c.dataset.sample),
         w: c.width,
         h: c.height,
@@ -159,8 +163,11 @@ async function checkPixels(widget) {
     };
   });
   assert.equal(shown.label, 't2m');
-  assert.equal(shown.canvases.length, 4, 'batch_size=4: four images');
-  const samples = shown.canvases.map((c) => c.sample);
+  const labels = shift ? ['t2m', `t2m@+${shift}`] : ['t2m'];
+  assert.equal(shown.canvases.length, rows * labels.length, `batch_size=${rows}: ${rows} samples × ${labels.join(' | ')}`);
+  assert.deepEqual(shown.canvases.slice(0, labels.length).map((c) => c.label), labels);
+  // The source sample each image shows: the input's, or the target's `shift` later.
+  const samples = shown.canvases.map((c) => c.sample + (c.label === 't2m' ? 0 : shift));
   const n = 91 * 180;
   const src = sourceValues(samples);
   let [lo, hi] = [Infinity, -Infinity];
@@ -173,11 +180,11 @@ async function checkPixels(widget) {
       const want = [VIRIDIS[j * 3], VIRIDIS[j * 3 + 1], VIRIDIS[j * 3 + 2], 255];
       const got = c.px.slice(i * 4, i * 4 + 4);
       if (got.some((g, q) => g !== want[q])) {
-        assert.fail(`sample ${c.sample} pixel (${i % 180}, ${Math.floor(i / 180)}): ${got} is not viridis[${j}] = ${want} of ${src[k * n + i]}`);
+        assert.fail(`${c.label} of sample ${c.sample} pixel (${i % 180}, ${Math.floor(i / 180)}): ${got} is not viridis[${j}] = ${want} of ${src[k * n + i]}`);
       }
     }
   }
-  return samples;
+  return shown.canvases.filter((c) => c.label === 't2m').map((c) => c.sample);
 }
 
 describe('notebook widget in JupyterLab', () => {
@@ -203,6 +210,15 @@ describe('notebook widget in JupyterLab', () => {
     const samples = await checkPixels(widget);
     if (localSamples) assert.deepEqual(samples, localSamples, 'same knobs, same store: the same first batch');
     await widget.screenshot({ path: path.join(ARTIFACTS, 'widget-http.png') });
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  it('a windowed view (shift=2) through the kernel: input | target pairs, the target 2 samples on', async () => {
+    notebook('window.ipynb', `from insitubatch_rs.widgets import Preview\nPreview(${JSON.stringify(STORE)}, ${KNOBS}, shift=2)`);
+    const { page, widget, errors } = await runNotebook('window.ipynb');
+    await checkPixels(widget, { shift: 2 });
+    await widget.screenshot({ path: path.join(ARTIFACTS, 'widget-window.png') });
     assert.deepEqual(errors, []);
     await page.close();
   });
