@@ -312,7 +312,12 @@ mod js {
         let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
             .map_err(|e| JsError::new(&e))?;
         let url = url.unwrap_or_else(|| storage.location());
-        explorer_on(Arc::new(storage), url, variables).await
+        // On wasm32 core asks no Send/Sync of a storage (MaybeSend/MaybeSync are empty there): the
+        // engine reads on the LocalExecutor of the thread that opened it, its decode pool gets bytes,
+        // and a JS object cannot leave its thread anyway.
+        #[allow(clippy::arc_with_non_send_sync, reason = "JS storage stays on its thread; see above")]
+        let storage: Arc<dyn Storage> = Arc::new(storage);
+        explorer_on(storage, url, variables).await
     }
 
     /// The arrays `variables` names (or all, discovered) and the coordinates their

@@ -11,7 +11,7 @@
 // comes from the kernel as the `_wasm` bytes trait, so the bundle needs no URL of its own.
 import { initialize, openExplorer } from 'insitubatch';
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
-import { batchFigures, drawOrderPlot, memoryRows, splitRows } from './components.js';
+import { batchFigures, drawOrderPlot, human, memoryRows, row, splitRows } from './components.js';
 
 const CSS = `
 .ib-widget { font: 13px system-ui, sans-serif; color: #222; }
@@ -115,6 +115,44 @@ function showBatch(root, box, b, { label, shift, units }) {
   root.dataset.state = 'drawn';
 }
 
+/**
+ * The live run: one epoch of `split` on this tab's engine (one thread; reads through the
+ * kernel when the store is), a progress line per batch, then the pass report's verdict.
+ * `root.dataset.run` is `running`, then `done` (or `error`) for anyone waiting on it.
+ */
+async function liveRun(root, box, explorer, options, split, w) {
+  root.dataset.run = 'running';
+  const pass = explorer.iter(options, split, w);
+  const line = el('div', { textContent: `0 of ${pass.length} batches` });
+  box.replaceChildren(line);
+  const t0 = performance.now();
+  let [batches, bytes] = [0, 0];
+  let stats;
+  try {
+    for (;;) {
+      const b = await pass.next();
+      if (b === undefined) break;
+      batches += 1;
+      for (const a of Object.values(b.arrays)) bytes += a.data.byteLength;
+      const s = (performance.now() - t0) / 1000;
+      line.textContent = `${batches} of ${pass.length} batches, ${human(bytes)} in ${s.toFixed(2)} s (${(bytes / 1e6 / Math.max(s, 1e-9)).toFixed(1)} MB/s)`;
+      // The pass closes itself after its last batch: its report is read before that.
+      if (batches === pass.length) stats = pass.stats();
+    }
+  } finally {
+    pass.close();
+  }
+  const s = (performance.now() - t0) / 1000;
+  box.append(
+    table([
+      row('batches', String(batches), { key: 'batches', value: String(batches) }),
+      row('delivered', `${human(bytes)} in ${s.toFixed(2)} s = ${(bytes / 1e6 / Math.max(s, 1e-9)).toFixed(1)} MB/s`, { key: 'mbps' }),
+      ...(stats ? [row('limiting stage', stats.limiting_stage, { key: 'limiting_stage' }), row('advice', stats.advice ?? '', { key: 'advice' })] : []),
+    ]),
+  );
+  root.dataset.run = 'done';
+}
+
 async function render({ model, el: host }) {
   const root = el('div', { className: 'ib-widget' });
   root.dataset.state = 'loading';
@@ -124,6 +162,8 @@ async function render({ model, el: host }) {
   const orderCaption = el('div', { className: 'ib-caption' });
   const batchBox = el('div', { className: 'ib-batch' });
   const next = el('button', { textContent: 'next batch', disabled: true });
+  const run = el('button', { textContent: 'run the epoch', disabled: true, className: 'ib-run' });
+  const runBox = el('div', { className: 'ib-live' });
   root.append(
     el('style', { textContent: CSS }),
     status,
@@ -134,6 +174,8 @@ async function render({ model, el: host }) {
     orderCaption,
     el('h4', { textContent: 'batch preview ' }, next),
     batchBox,
+    el('h4', { textContent: 'live run ' }, run),
+    runBox,
   );
   host.append(root);
   const fail = (e) => {
@@ -175,7 +217,19 @@ async function render({ model, el: host }) {
       next.disabled = false;
     };
     next.onclick = () => step().catch(fail);
+    run.onclick = () => {
+      run.disabled = true;
+      liveRun(root, runBox, explorer, options, split, w)
+        .catch((e) => {
+          root.dataset.run = 'error';
+          fail(e);
+        })
+        .finally(() => {
+          run.disabled = false;
+        });
+    };
     await step();
+    run.disabled = false;
   } catch (e) {
     fail(e);
   }

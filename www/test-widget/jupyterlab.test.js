@@ -197,6 +197,14 @@ describe('notebook widget in JupyterLab', () => {
     assert.equal(await widget.evaluate((r) => r.querySelectorAll('tr[data-key="estimated_peak_bytes"]').length), 1, 'the describe memory table');
     assert.match(await widget.evaluate((r) => r.querySelector('.ib-caption').textContent), /samples of train, epoch 0/);
     localSamples = await checkPixels(widget);
+    // The live run: the whole train epoch, every batch the describe report counts.
+    const want = await widget.evaluate((r) => r.querySelector('tr[data-split="train"] td').textContent);
+    await (await widget.$('button.ib-run')).click();
+    await page.waitForSelector('.ib-widget[data-run="done"], .ib-widget[data-run="error"]');
+    assert.equal(await widget.getAttribute('data-run'), 'done', await widget.getAttribute('data-error'));
+    const got = await widget.evaluate((r) => r.querySelector('.ib-live tr[data-key="batches"]').dataset.value);
+    assert.match(want, new RegExp(`, ${got} batches$`), `the live run's batch count against the describe report's: ${want}`);
+    assert.ok(await widget.$('.ib-live tr[data-key="limiting_stage"]'), 'the pass report names the limiting stage');
     await widget.screenshot({ path: path.join(ARTIFACTS, 'widget-local.png') });
     assert.deepEqual(errors, []);
     await page.close();
