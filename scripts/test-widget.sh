@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The notebook widget (insitubatch_rs.widgets.Preview) in a real JupyterLab, driven by
-# playwright-core in Debian's headless Chromium (node --test www/test-widget/).
+# The notebook widget (insitubatch_rs.widgets.Preview) in a real JupyterLab and in marimo
+# (`marimo run`), driven by playwright-core in Debian's headless Chromium (node --test www/test-widget/).
 #   1. the widget's front end: www/src/widget.js bundled by esbuild (Vite's, from
 #      www/node_modules) with the one-thread web engine (js/pkg/web) into
 #      python-bindings/python/insitubatch_rs/_widget/, which the wheel ships;
-#   2. a venv with JupyterLab + anywidget (python-bindings/requirements-widget.txt, cached
+#   2. a venv with JupyterLab, anywidget and marimo (python-bindings/requirements-widget.txt, cached
 #      by its hash) and the wheel built from this tree (rebuilt when an input changes);
-#   3. the test: a notebook per store (a local path read through the kernel; the same store
-#      served by tests/servers/http_server.py, fetched by the browser), each batch image's
+#   3. the test: in each of JupyterLab and marimo, a notebook per store (a local path read
+#      through the kernel; the same store served by tests/servers/http_server.py, fetched by
+#      the browser), each batch image's
 #      pixels checked against the source values (zarr-python) through the colour map.
 # Screenshots go to $INSITUBATCH_CACHE/widget-artifacts/ (docs/img/ takes them from there).
 #   scripts/test-widget.sh --build-only   # steps 1 and 2 only
@@ -61,7 +62,7 @@ if [ "${1:-}" = "--build-only" ]; then
     exit 0
 fi
 
-echo "== widget: demo store, JupyterLab + headless Chromium (node --test www/test-widget/)"
+echo "== widget: demo store, JupyterLab and marimo + headless Chromium (node --test www/test-widget/)"
 if ! command -v chromium >/dev/null; then
     apt_get=(apt-get)
     [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)

@@ -1,10 +1,11 @@
-// The notebook widget (insitubatch_rs.widgets.Preview) in a real JupyterLab, driven by
-// playwright-core in Debian's headless Chromium: a notebook per store runs its one cell,
+// The notebook widget (insitubatch_rs.widgets.Preview) in a real JupyterLab and in marimo
+// (`marimo run`), driven by playwright-core in Debian's headless Chromium: a notebook per
+// store runs its one cell,
 // and each batch image's pixels must be the source values (read by zarr-python, not by the
 // engine) through the colour map. One store is a local path, read through the kernel (the
 // browser cannot reach it); the same store served over loopback HTTP is fetched by the
-// browser. Every wait is on an explicit signal: the server's "is running at" line, the
-// notebook's kernel promise, the widget's data-state attribute.
+// browser. Every wait is on an explicit signal: the servers' "is running at" / "URL:" lines,
+// the notebook's kernel promise, the widget's data-state and data-run attributes.
 // Needs (scripts/test-widget.sh sets them): IB_WIDGET_STORE, IB_WIDGET_PY (a venv with
 // JupyterLab and the wheel), IB_SOURCE_PY (a python with zarr), IB_HTTP_SERVER, IB_ARTIFACTS.
 import { after, before, describe, it } from 'node:test';
@@ -103,6 +104,21 @@ before(async () => {
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
 });
 
+/** `marimo run` of `file` (an app of one widget per cell); resolves with its base URL once it serves. */
+async function marimoRun(file) {
+  const port = await freePort();
+  const mo = spawn(PY, ['-m', 'marimo', 'run', file, '--headless', '--host', '127.0.0.1', `--port=${port}`, '--no-token'], {
+    cwd: dir,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, HOME: path.join(dir, '.marimo-home') },
+  });
+  children.push(mo);
+  mo.stderr.resume();
+  await waitForLine(mo, 'stdout', /URL: http/, 'marimo');
+  mo.stdout.resume();
+  return `http://127.0.0.1:${port}`;
+}
+
 after(async () => {
   await browser?.close();
   for (const c of children) c.kill('SIGTERM');
@@ -186,6 +202,35 @@ async function checkPixels(widget, { shift = 0, rows = 4 } = {}) {
   }
   return shown.canvases.filter((c) => c.label === 't2m').map((c) => c.sample);
 }
+
+describe('notebook widget in marimo (marimo run)', () => {
+  it('a local store through the kernel and the HTTP store from the browser: pixels equal the source through the colour map', async () => {
+    const cell = (store) => `@app.cell
+def _():
+    import marimo as mo
+    from insitubatch_rs.widgets import Preview
+    w = mo.ui.anywidget(Preview(${JSON.stringify(store)}, ${KNOBS}))
+    w
+    return
+`;
+    fs.writeFileSync(path.join(dir, 'local_app.py'), `import marimo\n\napp = marimo.App()\n\n\n${cell(STORE)}`);
+    fs.writeFileSync(path.join(dir, 'http_app.py'), `import marimo\n\napp = marimo.App()\n\n\n${cell(storeUrl)}`);
+    for (const [file, source] of [['local_app.py', 'kernel'], ['http_app.py', 'browser']]) {
+      const base = await marimoRun(file);
+      const page = await browser.newPage({ viewport: { width: 1280, height: 1100 } });
+      const errors = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      await page.goto(base);
+      const w = await page.waitForSelector('.ib-widget[data-state="drawn"], .ib-widget[data-state="error"]', { timeout: 180_000 });
+      assert.equal(await w.getAttribute('data-state'), 'drawn', `the widget failed: ${await w.getAttribute('data-error')}`);
+      assert.equal(await w.getAttribute('data-source'), source);
+      await checkPixels(w);
+      await w.screenshot({ path: path.join(ARTIFACTS, `marimo-${source}.png`) });
+      assert.deepEqual(errors, []);
+      await page.close();
+    }
+  });
+});
 
 describe('notebook widget in JupyterLab', () => {
   let localSamples;
