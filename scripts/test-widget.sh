@@ -8,8 +8,8 @@
 #      by its hash) and the wheel built from this tree (rebuilt when an input changes);
 #   3. the test: in each of JupyterLab and marimo, a notebook per store (a local path read
 #      through the kernel; the same store served by tests/servers/http_server.py, fetched by
-#      the browser), each batch image's
-#      pixels checked against the source values (zarr-python) through the colour map.
+#      the browser), each batch image's pixels checked against the source values
+#      (zarr-python) through the colour map.
 # Screenshots go to $INSITUBATCH_CACHE/widget-artifacts/ (docs/img/ takes them from there).
 #   scripts/test-widget.sh --build-only   # steps 1 and 2 only
 set -euo pipefail

@@ -1,13 +1,12 @@
 // The notebook widget (insitubatch_rs.widgets.Preview) in a real JupyterLab and in marimo
 // (`marimo run`), driven by playwright-core in Debian's headless Chromium: a notebook per
-// store runs its one cell,
-// and each batch image's pixels must be the source values (read by zarr-python, not by the
-// engine) through the colour map. One store is a local path, read through the kernel (the
+// store runs its one cell, and each batch image's pixels must be the source values (read by
+// zarr-python, not by the engine) through the colour map. One store is a local path, read through the kernel (the
 // browser cannot reach it); the same store served over loopback HTTP is fetched by the
 // browser. Every wait is on an explicit signal: the servers' "is running at" / "URL:" lines,
 // the notebook's kernel promise, the widget's data-state and data-run attributes.
 // Needs (scripts/test-widget.sh sets them): IB_WIDGET_STORE, IB_WIDGET_PY (a venv with
-// JupyterLab and the wheel), IB_SOURCE_PY (a python with zarr), IB_HTTP_SERVER, IB_ARTIFACTS.
+// JupyterLab, marimo and the wheel), IB_SOURCE_PY (a python with zarr), IB_HTTP_SERVER, IB_ARTIFACTS.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
