@@ -92,6 +92,9 @@ export function makeOpenExplorer(getWasm) {
   return async function openExplorer(source, { variables, url } = {}) {
     const wasm = await getWasm();
     if (source !== null && typeof source === 'object' && !(source instanceof URL)) {
+      if (!wasm.openExplorerWithStorage) {
+        throw new Error('this build (the threaded one, inside openInWorker) opens URLs only; open a storage object with openExplorer() from the main entry');
+      }
       return new Explorer(await wasm.openExplorerWithStorage(source, url ?? source.location, variables));
     }
     return new Explorer(await wasm.openExplorer(String(source), variables));

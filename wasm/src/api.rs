@@ -127,12 +127,7 @@ pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: J
              instead: {url}"
         )));
     }
-    // On wasm32 core asks no Send/Sync of a storage (MaybeSend/MaybeSync are empty there): the
-    // engine reads on the LocalExecutor of the thread that opened it, its decode pool gets bytes,
-    // and a JS object cannot leave its thread anyway.
-    #[allow(clippy::arc_with_non_send_sync, reason = "JS storage stays on its thread; see above")]
-    let storage: Arc<dyn insitubatch_core::Storage> = Arc::new(storage);
-    open_on(storage, url, &opts).await
+    open_on(Arc::new(storage), url, &opts).await
 }
 
 /// Read the metadata of the arrays `opts` names (or discover them), then build the dataset

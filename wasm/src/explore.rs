@@ -302,7 +302,8 @@ mod js {
     /// [`open_explorer`] over a JS storage object (`{ get(key, range), list?(prefix),
     /// location? }`, see [`JsStorage`](crate::JsStorage)): the notebook widget's store read
     /// through the kernel. `url`: the store as the caller names it; absent, the object's
-    /// `location`.
+    /// `location`. Not in the threaded build, as `openWithStorage` (`wasm/src/lib.rs`).
+    #[cfg(not(feature = "threads"))]
     #[wasm_bindgen(js_name = openExplorerWithStorage)]
     pub async fn open_explorer_with_storage(
         storage: JsValue,
@@ -312,12 +313,7 @@ mod js {
         let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
             .map_err(|e| JsError::new(&e))?;
         let url = url.unwrap_or_else(|| storage.location());
-        // On wasm32 core asks no Send/Sync of a storage (MaybeSend/MaybeSync are empty there): the
-        // engine reads on the LocalExecutor of the thread that opened it, its decode pool gets bytes,
-        // and a JS object cannot leave its thread anyway.
-        #[allow(clippy::arc_with_non_send_sync, reason = "JS storage stays on its thread; see above")]
-        let storage: Arc<dyn Storage> = Arc::new(storage);
-        explorer_on(storage, url, variables).await
+        explorer_on(Arc::new(storage), url, variables).await
     }
 
     /// The arrays `variables` names (or all, discovered) and the coordinates their
