@@ -543,5 +543,5 @@ export declare class ExplorePass implements AsyncIterable<Batch> {
   [Symbol.asyncIterator](): AsyncIterator<Batch>;
 }
 
-/** Open the metadata of the store at `url` once, for many what-if questions (the dashboard). */
-export declare function openExplorer(url: string | URL, options?: { variables?: string[] }): Promise<Explorer>;
+/** Open a store's metadata once, for many what-if questions (the dashboard): an http(s) URL, or a `Storage` object (the notebook widget reads through the kernel with one). */
+export declare function openExplorer(source: string | URL | Storage, options?: { variables?: string[]; url?: string }): Promise<Explorer>;

@@ -4,8 +4,9 @@
 # dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
 # server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
 # Chromium with native/wasm parity; the Python package under pytest with real torch and JAX
-# (and real TensorFlow in a venv of its own); the packages installed outside the repo; the
-# book in docs/ built, link-checked, and every code block in it run (scripts/test-docs.sh).
+# (and real TensorFlow in a venv of its own); the notebook widget in a real JupyterLab and
+# marimo in headless Chromium; the packages installed outside the repo; the book in docs/
+# built, link-checked, and every code block in it run (scripts/test-docs.sh).
 # Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,7 @@ t bash scripts/test-www.sh   # the dashboard in headless Chromium (Playwright)
 
 echo "== Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
 t bash scripts/test-python.sh
+t bash scripts/test-widget.sh   # the notebook widget in JupyterLab (Playwright)
 ib_stop_servers
 
 echo "== packages as users install them, outside the repo (crates, wheel, sdist)"

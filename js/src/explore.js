@@ -83,10 +83,20 @@ export class Explorer {
   }
 }
 
-/** `openExplorer(url, { variables })` bound to a loaded wasm-bindgen module. */
+/**
+ * `openExplorer(source, { variables })` bound to a loaded wasm-bindgen module. `source`: an
+ * http(s) URL, or a storage object (`{ get(key, range), list?(prefix), location? }`, as
+ * `open()` takes; the notebook widget's store read through the kernel).
+ */
 export function makeOpenExplorer(getWasm) {
-  return async function openExplorer(url, { variables } = {}) {
+  return async function openExplorer(source, { variables, url } = {}) {
     const wasm = await getWasm();
-    return new Explorer(await wasm.openExplorer(String(url), variables));
+    if (source !== null && typeof source === 'object' && !(source instanceof URL)) {
+      if (!wasm.openExplorerWithStorage) {
+        throw new Error('this build (the threaded one, inside openInWorker) opens URLs only; open a storage object with openExplorer() from the main entry');
+      }
+      return new Explorer(await wasm.openExplorerWithStorage(source, url ?? source.location, variables));
+    }
+    return new Explorer(await wasm.openExplorer(String(source), variables));
   };
 }

@@ -33,6 +33,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 mod pystore;
+mod reader;
 mod transforms;
 use pystore::StoreArg;
 use transforms::ErrSlot;
@@ -57,7 +58,7 @@ pub(crate) fn core_err(e: CoreError) -> PyErr {
     }
 }
 
-fn native_err(e: NativeError) -> PyErr {
+pub(crate) fn native_err(e: NativeError) -> PyErr {
     match e {
         NativeError::Core(e) => core_err(e),
         NativeError::Url { .. } => PyValueError::new_err(e.to_string()),
@@ -779,6 +780,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeDataset>()?;
     m.add_class::<NativeStream>()?;
     m.add_class::<transforms::PyStandardScaler>()?;
+    m.add_class::<reader::StoreReader>()?;
     m.add_function(wrap_pyfunction!(open_geometries, m)?)?;
     m.add_function(wrap_pyfunction!(split_by_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(valid_anchor_range, m)?)?;

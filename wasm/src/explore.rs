@@ -296,7 +296,33 @@ mod js {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(JsError::new(&format!("unsupported store URL; use http:// or https://: {url}")));
         }
-        let storage: Arc<dyn Storage> = Arc::new(FetchStorage::new(&url));
+        explorer_on(Arc::new(FetchStorage::new(&url)), url, variables).await
+    }
+
+    /// [`open_explorer`] over a JS storage object (`{ get(key, range), list?(prefix),
+    /// location? }`, see [`JsStorage`](crate::JsStorage)): the notebook widget's store read
+    /// through the kernel. `url`: the store as the caller names it; absent, the object's
+    /// `location`. Not in the threaded build, as `openWithStorage` (`wasm/src/lib.rs`).
+    #[cfg(not(feature = "threads"))]
+    #[wasm_bindgen(js_name = openExplorerWithStorage)]
+    pub async fn open_explorer_with_storage(
+        storage: JsValue,
+        url: Option<String>,
+        variables: Option<Vec<String>>,
+    ) -> Result<Explorer, JsError> {
+        let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
+            .map_err(|e| JsError::new(&e))?;
+        let url = url.unwrap_or_else(|| storage.location());
+        explorer_on(Arc::new(storage), url, variables).await
+    }
+
+    /// The arrays `variables` names (or all, discovered) and the coordinates their
+    /// dimensions name, read once from `storage`.
+    async fn explorer_on(
+        storage: Arc<dyn Storage>,
+        url: String,
+        variables: Option<Vec<String>>,
+    ) -> Result<Explorer, JsError> {
         let arrays = insitubatch_core::zarr::open_arrays(storage.as_ref(), variables.as_deref()).await.map_err(err)?;
         let mut coordinates = Vec::new();
         for name in coordinate_names(&arrays) {

@@ -3,27 +3,17 @@
 import { openExplorer, openInWorker } from 'insitubatch';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import { VIRIDIS } from './colormap.js';
 // The package's worker runs unbundled (it picks the threaded or one-thread build at run time,
 // and a bundler cannot follow that choice): vite.config.js serves js/src and js/pkg at
 // /insitubatch-js/ and copies them into the build, and `openInWorker` is told where.
 const workerUrl = new URL('/insitubatch-js/src/worker.js', location.href);
-import { drawColorbar, drawSlice, sliceLayout, sliceRange, toFloat } from './render.js';
+import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
+import { batchFigures, drawOrderPlot, human, memoryRows, row, splitRows } from './components.js';
 
 const $ = (id) => document.getElementById(id);
 const MiB = 1024 * 1024;
 
-/** `1.5 GiB`-style sizes, as the engine's `human_bytes`. */
-export function human(b) {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = b;
-  let u = 0;
-  while (v >= 1024 && u < units.length - 1) {
-    v /= 1024;
-    u += 1;
-  }
-  return u === 0 ? `${b} B` : `${v.toFixed(1)} ${units[u]}`;
-}
+export { human };
 
 /** Everything the page knows; `window.__ib` so tests can read what is shown. */
 const state = {
@@ -205,52 +195,12 @@ function update() {
   document.body.dataset.describeGen = String(Number(document.body.dataset.describeGen ?? 0) + 1);
 }
 
-const MEMORY_ROWS = [
-  ['residency_bytes', 'residency (pool budget)'],
-  ['floor_bytes', '  floor per iteration (two blocks)'],
-  ['read_once_bytes', '  read-once residency'],
-  ['inflight_bytes', 'in flight'],
-  ['queue_bytes', 'batch queue'],
-  ['scratch_bytes', 'transform scratch'],
-  ['recycled_bytes', 'recycled buffers'],
-  ['accounted_bytes', 'accounted'],
-  ['estimated_peak_bytes', 'estimated peak (×1.25 + 64 MiB)'],
-];
-
-function row(label, value, attrs = {}) {
-  const tr = document.createElement('tr');
-  const th = document.createElement('th');
-  th.textContent = label;
-  const td = document.createElement('td');
-  td.textContent = value;
-  for (const [k, v] of Object.entries(attrs)) tr.dataset[k] = v;
-  tr.append(th, td);
-  return tr;
-}
-
 function showReport(r) {
   const m = r.memory;
-  $('memory').querySelector('tbody').replaceChildren(
-    ...MEMORY_ROWS.map(([k, label]) =>
-      row(label, `${human(m[k])}${k === 'residency_bytes' && m.budget_is_automatic ? ' (automatic)' : ''}`, {
-        key: k,
-        bytes: String(m[k]),
-      }),
-    ),
-  );
+  $('memory').querySelector('tbody').replaceChildren(...memoryRows(m));
   $('mem-peak-big').textContent = `estimated peak ${human(m.estimated_peak_bytes)}`;
   const c = r.config;
-  const splits = c.split_chunks.map(([name, chunks], i) =>
-    row(name, `${chunks} chunks, ${c.drawable_samples[i][1]} samples, ${c.batches_per_epoch[i][1]} batches`, { split: name }),
-  );
-  splits.push(
-    row(
-      'blocks',
-      `${c.block_chunks} chunks per block${c.block_chunks !== c.block_chunks_requested ? ` (asked ${c.block_chunks_requested}, widened so a block holds a batch)` : ''}, ${c.samples_per_chunk} samples per chunk`,
-      { key: 'block_chunks', value: String(c.block_chunks) },
-    ),
-  );
-  $('splits').querySelector('tbody').replaceChildren(...splits);
+  $('splits').querySelector('tbody').replaceChildren(...splitRows(c));
   $('quality').textContent = c.shuffle_quality.toFixed(3);
   $('quality').dataset.value = String(c.shuffle_quality);
   $('var-report').querySelector('tbody').replaceChildren(
@@ -317,36 +267,7 @@ function showOrder(opts, w) {
   const split = $('order-split').value;
   const o = state.explorer.drawOrder(opts, split, { epoch: w.epoch, shift: w.shift });
   state.order = o;
-  const cv = $('order');
-  const ctx = cv.getContext('2d');
-  const W = cv.width;
-  const H = cv.height;
-  ctx.fillStyle = '#fff';
-  ctx.fillRect(0, 0, W, H);
-  const n = o.anchors.length;
-  if (n === 0) {
-    $('order-caption').textContent = `${split} draws nothing`;
-    return;
-  }
-  const nBlocks = o.bounds.length - 1;
-  const nb = Math.ceil(n / o.batch_size);
-  if (nb <= 200) {
-    ctx.fillStyle = '#eee';
-    for (let b = 1; b < nb; b++) ctx.fillRect(Math.floor(((b * o.batch_size) / n) * W), 0, 1, H);
-  }
-  const chunkH = H / Math.max(1, o.n_chunks);
-  for (let b = 0; b < nBlocks; b++) {
-    const k = Math.floor(((b * 0.618034) % 1) * 200) + 28; // distinct neighbouring blocks
-    ctx.fillStyle = `rgb(${VIRIDIS[k * 3]},${VIRIDIS[k * 3 + 1]},${VIRIDIS[k * 3 + 2]})`;
-    for (let i = o.bounds[b]; i < o.bounds[b + 1]; i++) {
-      const x = (i / n) * W;
-      const y = H - (o.chunks[i] + 1) * chunkH;
-      ctx.fillRect(x, y + chunkH * 0.15, Math.max(1.5, W / n), Math.max(1.5, chunkH * 0.7));
-    }
-  }
-  $('order-caption').textContent =
-    `${n} samples of ${split}, epoch ${o.epoch}: x = draw position (grey lines: batches of ${o.batch_size}), ` +
-    `y = source chunk (0..${o.n_chunks - 1}), colour = shuffle block (${nBlocks} of ${o.block_chunks_widened} chunks); quality ${o.quality.toFixed(3)}`;
+  $('order-caption').textContent = drawOrderPlot($('order'), o, split);
 }
 
 // ---------- 3. preview ----------
@@ -454,28 +375,7 @@ function showBatch() {
   const units = state.arrays.find((a) => a.path === label)?.attributes?.units;
   $('cb-units').textContent = units ? String(units) : '';
   const scale = Math.max(1, Math.floor(180 / layout.width));
-  const figs = [];
-  for (let r = 0; r < rows; r++) {
-    const fig = document.createElement('figure');
-    fig.className = 'sample';
-    const pics = document.createElement('div');
-    pics.className = 'pics';
-    labels.forEach((l, k) => {
-      const cv = document.createElement('canvas');
-      cv.dataset.row = String(r);
-      cv.dataset.sample = String(b.sampleIndices[r]);
-      cv.dataset.label = l;
-      cv.title = k === 0 ? `${l} at sample ${b.sampleIndices[r]}` : `${l}: target, sample ${Number(b.sampleIndices[r]) + p.shift}`;
-      drawSlice(cv, values[k], layout, r, extra, vmin, vmax);
-      cv.style.width = `${layout.width * scale}px`;
-      cv.style.height = `${layout.height * scale}px`;
-      pics.append(cv);
-    });
-    const cap = document.createElement('figcaption');
-    cap.textContent = p.shift ? `sample ${b.sampleIndices[r]} → target ${Number(b.sampleIndices[r]) + p.shift}` : `sample ${b.sampleIndices[r]}`;
-    fig.append(pics, cap);
-    figs.push(fig);
-  }
+  const figs = batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift: p.shift, scale });
   const box = $('batch');
   box.replaceChildren(...figs);
   box.dataset.label = label;

@@ -1,0 +1,120 @@
+"""Notebook widgets (anywidget: JupyterLab, Jupyter Notebook, VS Code, Colab, marimo).
+
+``Preview(store_or_url, **knobs)`` shows what the loader would feed a model: the describe
+report, the draw order of an epoch and real shuffled batches as images with a colour bar.
+The wasm engine runs in the notebook's browser tab (the dashboard's engine and drawing
+code, ``www/src``); a public ``http(s)://`` store is fetched by the browser, any other
+store (a local path, a private bucket, a store object) is read through the kernel: the
+front end asks for each key or byte range over the widget's messages and this side reads
+it with the engine's own storage (``_native.StoreReader``). Needs ``pip install
+'insitubatch-rs[widgets]'`` (anywidget).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+try:
+    import anywidget
+    import traitlets
+except ImportError as e:  # pragma: no cover - the message is the point
+    raise ImportError(f"insitubatch_rs.widgets needs anywidget: pip install 'insitubatch-rs[widgets]' ({e})") from e
+
+from . import _native
+from ._store import engine_store
+from ._store import storage_options as _storage_opts
+
+_STATIC = Path(__file__).parent / "_widget"
+
+# Knobs that pick what the preview shows rather than configure the dataset.
+_WHAT_IF = ("epoch", "shift", "iterations", "threads")
+
+
+@cache
+def _engine_bytes() -> bytes:
+    """The engine built for the browser (js/pkg/web), shipped in the package."""
+    path = _STATIC / "insitubatch_wasm_bg.wasm"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"the widget's engine is missing from this install (build it with scripts/test-widget.sh --build-only): {path}"
+        )
+    return path.read_bytes()
+
+
+def _camel(name: str) -> str:
+    """``batch_size`` → ``batchSize``: the JS package's spelling of the same knob."""
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+class Preview(anywidget.AnyWidget):
+    """Describe, draw order and batch images of ``store`` under ``knobs``.
+
+    ``store``: a URL (``http(s)://``, ``s3://``, ``gs://``, ``file://``), a local path or a
+    store object, as ``InSituDataset`` takes. ``knobs``: ``open()``'s options in Python
+    spelling (``variables``, ``batch_size``, ``block_chunks``, ``seed``, ``fractions``,
+    ``cache_budget_bytes``, ...; the engine checks them and the widget shows its error),
+    plus ``epoch``, ``shift`` (a windowed view: input | target pairs), ``iterations`` and
+    ``threads`` for the what-if, ``split`` (default ``"train"``) and ``variable`` (the one
+    drawn; default the first). ``via_kernel``: force reads through the kernel (default: only
+    for stores that are not ``http(s)://``). ``storage_options``: object_store settings for
+    a URL read by the kernel.
+    """
+
+    _esm = _STATIC / "widget.js"
+    _wasm = traitlets.Bytes().tag(sync=True)
+    url = traitlets.Unicode("").tag(sync=True)
+    location = traitlets.Unicode("").tag(sync=True)
+    via_kernel = traitlets.Bool(False).tag(sync=True)
+    options = traitlets.Dict().tag(sync=True)
+    what_if = traitlets.Dict().tag(sync=True)
+    split = traitlets.Unicode("train").tag(sync=True)
+    variable = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        split: str = "train",
+        variable: str | None = None,
+        via_kernel: bool | None = None,
+        storage_options: dict[str, Any] | None = None,
+        **knobs: Any,
+    ) -> None:
+        target = engine_store(store)
+        is_http = isinstance(target, str) and re.match(r"https?://", target) is not None
+        kernel = not is_http if via_kernel is None else via_kernel
+        self._reader = _native.StoreReader(target, _storage_opts(storage_options)) if kernel else None
+        location = self._reader.location if self._reader else str(target)
+        what_if = {k: knobs.pop(k) for k in _WHAT_IF if k in knobs}
+        super().__init__(
+            _wasm=_engine_bytes(),
+            url=str(target) if is_http else "",
+            location=location,
+            via_kernel=kernel,
+            options={_camel(k): list(v) if isinstance(v, tuple) else v for k, v in knobs.items()},
+            what_if=what_if,
+            split=split,
+            variable=variable or "",
+        )
+        self.on_msg(self._on_read)
+
+    def _on_read(self, _widget: Any, msg: dict[str, Any], _buffers: list[Any]) -> None:
+        """Answer one read of the front end's storage (``www/src/widget.js`` kernelStorage)."""
+        if not isinstance(msg, dict) or msg.get("type") != "read" or self._reader is None:
+            return
+        reply: dict[str, Any] = {"type": "read-reply", "id": msg.get("id"), "op": msg.get("op")}
+        buffers: list[bytes] = []
+        try:
+            if msg.get("op") == "list":
+                reply["keys"] = self._reader.list(str(msg.get("prefix", "")))
+            else:
+                r = msg.get("range") or {}
+                data = self._reader.get(str(msg["key"]), start=r.get("start"), end=r.get("end"), suffix=r.get("suffix"))
+                reply["missing"] = data is None
+                buffers = [] if data is None else [data]
+        except Exception as e:  # noqa: BLE001 - every failure goes back to the engine as its read error
+            reply["error"] = str(e)
+        self.send(reply, buffers)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The notebook widget (insitubatch_rs.widgets.Preview) in a real JupyterLab and in marimo
+# (`marimo run`), driven by playwright-core in Debian's headless Chromium (node --test www/test-widget/).
+#   1. the widget's front end: www/src/widget.js bundled by esbuild (Vite's, from
+#      www/node_modules) with the one-thread web engine (js/pkg/web) into
+#      python-bindings/python/insitubatch_rs/_widget/, which the wheel ships;
+#   2. a venv with JupyterLab, anywidget and marimo (python-bindings/requirements-widget.txt, cached
+#      by its hash) and the wheel built from this tree (rebuilt when an input changes);
+#   3. the test: in each of JupyterLab and marimo, a notebook per store (a local path read
+#      through the kernel; the same store served by tests/servers/http_server.py, fetched by
+#      the browser), each batch image's pixels checked against the source values
+#      (zarr-python) through the colour map.
+# Screenshots go to $INSITUBATCH_CACHE/widget-artifacts/ (docs/img/ takes them from there).
+#   scripts/test-widget.sh --build-only   # steps 1 and 2 only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+START=$SECONDS
+source scripts/www.sh
+source scripts/pyenv.sh
+ib_prereqs
+
+echo "== widget: wasm package, npm packages, front-end bundle"
+ib_www_pkg
+ib_www_npm
+ASSETS=python-bindings/python/insitubatch_rs/_widget
+mkdir -p "$ASSETS"
+www/node_modules/.bin/esbuild www/src/widget.js --bundle --format=esm --platform=browser --minify \
+    --external:'node:*' --log-level=warning --outfile="$ASSETS/widget.js"
+cp js/pkg/web/insitubatch_wasm_bg.wasm "$ASSETS/"
+echo "widget assets: $(du -cb "$ASSETS"/* | tail -1 | cut -f1) bytes ($(ls "$ASSETS" | tr '\n' ' '))"
+
+echo "== widget: JupyterLab venv and the insitubatch_rs wheel"
+ib_test_venv   # the shared test venv: its python and maturin build the wheel
+VENV="$INSITUBATCH_CACHE/venv-widget"
+REQ=python-bindings/requirements-widget.txt
+want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+if [ "$(cat "$VENV/.req-hash" 2>/dev/null || true)" != "$want" ] || [ ! -x "$VENV/bin/python" ]; then
+    rm -rf "$VENV"
+    "$IB_PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q -r "$REQ"
+    echo "$want" >"$VENV/.req-hash"
+fi
+build_hash="$( { cat Cargo.toml Cargo.lock; \
+    find core native python-bindings/src python-bindings/python python-bindings/Cargo.toml python-bindings/pyproject.toml \
+        -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
+WHEELS="$VENV/wheels"
+if [ "$(cat "$VENV/.ib-build" 2>/dev/null || true)" != "$build_hash" ]; then
+    rm -rf "$WHEELS"
+    MATURIN="$(dirname "$IB_PY")/maturin"
+    # The test venv's interpreter, as scripts/test-python.sh builds with: the same cargo
+    # fingerprints, so this reuses that build instead of recompiling pyo3 and what follows.
+    (cd python-bindings && "$MATURIN" build -q --strip -i "$IB_PY" -o "$WHEELS")
+    "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEELS"/insitubatch_rs-*.whl
+    echo "$build_hash" >"$VENV/.ib-build"
+fi
+whl=("$WHEELS"/insitubatch_rs-*.whl)
+echo "wheel: $(basename "${whl[0]}") $(stat -c %s "${whl[0]}") bytes; widget files in it:"
+"$VENV/bin/python" -m zipfile -l "${whl[0]}" | grep _widget/
+if [ "${1:-}" = "--build-only" ]; then
+    echo "built the widget in $((SECONDS - START)) s"
+    exit 0
+fi
+
+echo "== widget: demo store, JupyterLab and marimo + headless Chromium (node --test www/test-widget/)"
+if ! command -v chromium >/dev/null; then
+    apt_get=(apt-get)
+    [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
+    "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium >/dev/null
+fi
+cargo build -q -p insitubatch-native --bin insitubatch
+FULL="$(ib_www_demo_store "$CARGO_TARGET_DIR/debug/insitubatch")"
+SMALL="$INSITUBATCH_CACHE/www-demo-48.zarr"
+node www/test-support/crop-store.mjs "$FULL" "$SMALL" 48
+ART="$INSITUBATCH_CACHE/widget-artifacts"
+rm -rf "$ART"
+rc=0
+IB_WIDGET_STORE="$SMALL" IB_WIDGET_PY="$VENV/bin/python" IB_SOURCE_PY="$IB_PY" IB_ARTIFACTS="$ART" \
+    IB_HTTP_SERVER="$ROOT/tests/servers/http_server.py" \
+    node --test --test-reporter=spec www/test-widget/ || rc=$?
+echo "== widget: screenshots in $ART: $(cd "$ART" 2>/dev/null && ls | tr '\n' ' ')"
+echo "== scripts/test-widget.sh took $((SECONDS - START)) s"
+exit $rc

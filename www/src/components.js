@@ -1,0 +1,133 @@
+// The rendering pieces the dashboard (main.js) and the notebook widget (widget.js) share:
+// sizes as text, the memory and split tables of a describe report, the draw-order plot and
+// a batch as a grid of pictures on one colour scale. Each builds DOM nodes from the
+// engine's reports and leaves page layout (ids, sections, controls) to its caller.
+import { VIRIDIS } from './colormap.js';
+import { drawSlice } from './render.js';
+
+/** `1.5 GiB`-style sizes, as the engine's `human_bytes`. */
+export function human(b) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = b;
+  let u = 0;
+  while (v >= 1024 && u < units.length - 1) {
+    v /= 1024;
+    u += 1;
+  }
+  return u === 0 ? `${b} B` : `${v.toFixed(1)} ${units[u]}`;
+}
+
+/** A `<tr>` of a label and a value; `attrs` become `data-*` attributes (tests read them). */
+export function row(label, value, attrs = {}) {
+  const tr = document.createElement('tr');
+  const th = document.createElement('th');
+  th.textContent = label;
+  const td = document.createElement('td');
+  td.textContent = value;
+  for (const [k, v] of Object.entries(attrs)) tr.dataset[k] = v;
+  tr.append(th, td);
+  return tr;
+}
+
+const MEMORY_ROWS = [
+  ['residency_bytes', 'residency (pool budget)'],
+  ['floor_bytes', '  floor per iteration (two blocks)'],
+  ['read_once_bytes', '  read-once residency'],
+  ['inflight_bytes', 'in flight'],
+  ['queue_bytes', 'batch queue'],
+  ['scratch_bytes', 'transform scratch'],
+  ['recycled_bytes', 'recycled buffers'],
+  ['accounted_bytes', 'accounted'],
+  ['estimated_peak_bytes', 'estimated peak (×1.25 + 64 MiB)'],
+];
+
+/** The memory rows of a describe report (`report.memory`). */
+export function memoryRows(m) {
+  return MEMORY_ROWS.map(([k, label]) =>
+    row(label, `${human(m[k])}${k === 'residency_bytes' && m.budget_is_automatic ? ' (automatic)' : ''}`, {
+      key: k,
+      bytes: String(m[k]),
+    }),
+  );
+}
+
+/** The split rows of a describe report (`report.config`): chunks, samples, batches, blocks. */
+export function splitRows(c) {
+  const rows = c.split_chunks.map(([name, chunks], i) =>
+    row(name, `${chunks} chunks, ${c.drawable_samples[i][1]} samples, ${c.batches_per_epoch[i][1]} batches`, { split: name }),
+  );
+  rows.push(
+    row(
+      'blocks',
+      `${c.block_chunks} chunks per block${c.block_chunks !== c.block_chunks_requested ? ` (asked ${c.block_chunks_requested}, widened so a block holds a batch)` : ''}, ${c.samples_per_chunk} samples per chunk`,
+      { key: 'block_chunks', value: String(c.block_chunks) },
+    ),
+  );
+  return rows;
+}
+
+/**
+ * Paint a draw order (`Explorer.drawOrder`) into `canvas`: x = draw position, y = source
+ * chunk, colour = shuffle block, grey lines between batches. Returns its caption.
+ */
+export function drawOrderPlot(canvas, o, split) {
+  const ctx = canvas.getContext('2d');
+  const W = canvas.width;
+  const H = canvas.height;
+  ctx.fillStyle = '#fff';
+  ctx.fillRect(0, 0, W, H);
+  const n = o.anchors.length;
+  if (n === 0) return `${split} draws nothing`;
+  const nBlocks = o.bounds.length - 1;
+  const nb = Math.ceil(n / o.batch_size);
+  if (nb <= 200) {
+    ctx.fillStyle = '#eee';
+    for (let b = 1; b < nb; b++) ctx.fillRect(Math.floor(((b * o.batch_size) / n) * W), 0, 1, H);
+  }
+  const chunkH = H / Math.max(1, o.n_chunks);
+  for (let b = 0; b < nBlocks; b++) {
+    const k = Math.floor(((b * 0.618034) % 1) * 200) + 28; // distinct neighbouring blocks
+    ctx.fillStyle = `rgb(${VIRIDIS[k * 3]},${VIRIDIS[k * 3 + 1]},${VIRIDIS[k * 3 + 2]})`;
+    for (let i = o.bounds[b]; i < o.bounds[b + 1]; i++) {
+      const x = (i / n) * W;
+      const y = H - (o.chunks[i] + 1) * chunkH;
+      ctx.fillRect(x, y + chunkH * 0.15, Math.max(1.5, W / n), Math.max(1.5, chunkH * 0.7));
+    }
+  }
+  return (
+    `${n} samples of ${split}, epoch ${o.epoch}: x = draw position (grey lines: batches of ${o.batch_size}), ` +
+    `y = source chunk (0..${o.n_chunks - 1}), colour = shuffle block (${nBlocks} of ${o.block_chunks_widened} chunks); quality ${o.quality.toFixed(3)}`
+  );
+}
+
+/**
+ * One `<figure>` per sample of batch `b`: the slice at `extra` of each of `labels` (input,
+ * then its windowed target when `shift` ≠ 0), painted from `values` (one float array per
+ * label) on `[vmin, vmax]`, each value `scale` CSS pixels wide.
+ */
+export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift, scale }) {
+  const rows = b.arrays[labels[0]].shape[0];
+  const figs = [];
+  for (let r = 0; r < rows; r++) {
+    const fig = document.createElement('figure');
+    fig.className = 'sample';
+    const pics = document.createElement('div');
+    pics.className = 'pics';
+    labels.forEach((l, k) => {
+      const cv = document.createElement('canvas');
+      cv.dataset.row = String(r);
+      cv.dataset.sample = String(b.sampleIndices[r]);
+      cv.dataset.label = l;
+      cv.title = k === 0 ? `${l} at sample ${b.sampleIndices[r]}` : `${l}: target, sample ${Number(b.sampleIndices[r]) + shift}`;
+      drawSlice(cv, values[k], layout, r, extra, vmin, vmax);
+      cv.style.width = `${layout.width * scale}px`;
+      cv.style.height = `${layout.height * scale}px`;
+      pics.append(cv);
+    });
+    const cap = document.createElement('figcaption');
+    cap.textContent = shift ? `sample ${b.sampleIndices[r]} → target ${Number(b.sampleIndices[r]) + shift}` : `sample ${b.sampleIndices[r]}`;
+    fig.append(pics, cap);
+    figs.push(fig);
+  }
+  return figs;
+}
