@@ -144,7 +144,7 @@ fn join(path: &str, name: &str) -> String {
 /// Read a JSON array of positive-or-zero integers.
 fn u64_list(v: Option<&Value>, what: &str, key: &str) -> Result<Vec<u64>> {
     let Some(Value::Array(items)) = v else {
-        return Err(malformed(format!("`{what}` must be a list of integers"), key));
+        return Err(malformed(format!("`{what}` must be a list of integers, got {}", short(v)), key));
     };
     if items.len() > MAX_RANK {
         return Err(meta_err(
@@ -154,7 +154,9 @@ fn u64_list(v: Option<&Value>, what: &str, key: &str) -> Result<Vec<u64>> {
     }
     items
         .iter()
-        .map(|x| x.as_u64().ok_or_else(|| malformed(format!("`{what}` entry {x} is not a non-negative integer"), key)))
+        .map(|x| {
+            x.as_u64().ok_or_else(|| malformed(format!("`{what}` entry {} is not a non-negative integer", short(Some(x))), key))
+        })
         .collect()
 }
 
@@ -173,6 +175,45 @@ fn check_extents(shape: &[u64], chunk: &[u64], what: &str, key: &str) -> Result<
     match chunk.iter().try_fold(16u64, |acc, &d| acc.checked_mul(d)) {
         Some(_) => Ok(()),
         None => Err(meta_err(format!("{what} {chunk:?} overflows 64-bit byte counts"), key)),
+    }
+}
+
+/// What to say about an element type we cannot read.
+const DTYPE_HINT: &str = "only fixed-size bool, integer and float types of at most 8 bytes are supported";
+
+/// Refuse a v3 `data_type` we cannot read before zarrs sees it: zarrs would size a raw-bits
+/// type of 2^40 bytes (`r8796093022208`) or an extension type's fill value first.
+fn check_v3_dtype(dtype: Option<&Value>, key: &str) -> Result<()> {
+    let name = match dtype {
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(Value::Object(o)) => o.get("name").and_then(Value::as_str),
+        _ => None,
+    };
+    match name {
+        Some(n) if DType::from_zarr_name(n).is_some() => Ok(()),
+        Some(n) => Err(meta_err(format!("data_type {n:?} is not supported; {DTYPE_HINT}"), key)),
+        None => Err(malformed(format!("`data_type` must be a data type name, got {}", short(dtype)), key)),
+    }
+}
+
+/// Refuse a v2 `dtype` we cannot read before zarrs sees it (`|S1099511627776`, a 2^40-byte
+/// void, a structured dtype): only numpy's `[<>|=]` + `b1`, `i1`-`i8`, `u1`-`u8`, `f2`-`f8`.
+fn check_v2_dtype(dtype: Option<&Value>, key: &str) -> Result<()> {
+    const OK: [&str; 12] = ["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"];
+    match dtype {
+        Some(Value::String(s)) if OK.contains(&s.trim_start_matches(['<', '>', '|', '='])) => Ok(()),
+        Some(Value::String(s)) => Err(meta_err(format!("dtype {s:?} is not supported; {DTYPE_HINT}"), key)),
+        Some(Value::Array(_)) => Err(meta_err(format!("a structured dtype is not supported; {DTYPE_HINT}"), key)),
+        other => Err(malformed(format!("`dtype` must be a numpy type string, got {}", short(other)), key)),
+    }
+}
+
+/// A JSON value for an error message, cut short (hostile metadata can be megabytes).
+fn short(v: Option<&Value>) -> String {
+    let text = v.map_or_else(|| "nothing".to_string(), Value::to_string);
+    match text.char_indices().nth(60) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text,
     }
 }
 
@@ -277,6 +318,15 @@ impl ZarrArray {
         }
         let chunk = u64_list(grid.get("configuration").and_then(|c| c.get("chunk_shape")), "chunk_shape", key)?;
         check_extents(&shape, &chunk, "chunk shape", key)?;
+        check_v3_dtype(obj.get("data_type"), key)?;
+        if let Some(Value::Array(names)) = obj.get("dimension_names")
+            && names.len() != shape.len()
+        {
+            return Err(meta_err(
+                format!("dimension_names has {} entries but shape {shape:?} has {}", names.len(), shape.len()),
+                key,
+            ));
+        }
         if let Some(Value::Array(t)) = obj.get("storage_transformers")
             && !t.is_empty()
         {
@@ -315,6 +365,7 @@ impl ZarrArray {
         let shape = u64_list(obj.get("shape"), "shape", key)?;
         let chunk = u64_list(obj.get("chunks"), "chunks", key)?;
         check_extents(&shape, &chunk, "chunks", key)?;
+        check_v2_dtype(obj.get("dtype"), key)?;
         let attrs = match attrs {
             None | Some(Value::Null) => serde_json::Map::new(),
             Some(Value::Object(m)) => m,

@@ -466,6 +466,64 @@ fn bad_metadata_is_an_error_not_a_panic() {
     }
 }
 
+/// Hostile or absurd metadata (issue 16): refused at open, before zarrs sees it or anything
+/// is allocated, with an `Error::Metadata` whose key names the array's metadata object and
+/// whose message names the field. Each case would otherwise overflow, abort on a huge
+/// allocation, or read garbage.
+#[test]
+fn hostile_metadata_is_refused_naming_the_array_and_the_field() {
+    let storage = MemoryStorage::new();
+    let v2 = |shape: Value, chunks: Value, dtype: &str| {
+        json!({"zarr_format": 2, "shape": shape, "chunks": chunks, "dtype": dtype, "compressor": null,
+               "fill_value": 0, "order": "C", "filters": null})
+    };
+    let with = |mut m: Value, field: &str, v: Value| {
+        m[field] = v;
+        m
+    };
+    let f32v3 = |shape: Value, chunk: Value| {
+        let mut m = v3(&[4, 4], &[2, 2], zstd_codecs(), None);
+        m["shape"] = shape;
+        m["chunk_grid"]["configuration"]["chunk_shape"] = chunk;
+        m
+    };
+    let cases: Vec<(&str, u8, Value, &str)> = vec![
+        // The shape's byte count overflows u64 (2^40 * 2^40 elements).
+        ("shape_overflow", 3, f32v3(json!([1u64 << 40, 1u64 << 40]), json!([1, 1])), "shape"),
+        ("shape_overflow_v2", 2, v2(json!([1u64 << 40, 1u64 << 40]), json!([1, 1]), "<f4"), "shape"),
+        ("chunk_zero", 3, f32v3(json!([4, 4]), json!([0, 4])), "chunk shape"),
+        ("chunk_zero_v2", 2, v2(json!([4, 4]), json!([4, 0]), "<f4"), "chunks"),
+        ("chunk_negative", 3, f32v3(json!([4, 4]), json!([-2, 4])), "chunk_shape"),
+        ("chunk_negative_v2", 2, v2(json!([4, 4]), json!([-1, 4]), "<f4"), "chunks"),
+        ("shape_negative", 3, f32v3(json!([-4, 4]), json!([2, 4])), "shape"),
+        ("shape_fraction", 3, f32v3(json!([4.5, 4]), json!([2, 4])), "shape"),
+        ("shape_beyond_u64", 3, f32v3(json!([1e30, 4]), json!([2, 4])), "shape"),
+        ("shape_not_a_list", 3, f32v3(json!("4,4"), json!([2, 4])), "shape"),
+        // One chunk of 2^20 x 2^20 float32 (4 TiB): beyond any memory.
+        ("chunk_huge", 3, f32v3(json!([1 << 20, 1 << 20]), json!([1 << 20, 1 << 20])), "chunk"),
+        ("chunk_huge_v2", 2, v2(json!([1u64 << 40]), json!([1u64 << 40]), "<f8"), "chunk"),
+        // Ranks that disagree.
+        ("rank_mismatch", 3, f32v3(json!([4, 4]), json!([4])), "differ in rank"),
+        ("rank_mismatch_v2", 2, v2(json!([4, 4, 4]), json!([4, 4]), "<f4"), "differ in rank"),
+        ("rank_absurd", 3, f32v3(json!(vec![1; 40]), json!(vec![1; 40])), "dimensions"),
+        ("dim_names_mismatch", 3, v3(&[4, 4], &[2, 2], zstd_codecs(), Some(vec!["time"])), "dimension_names"),
+        // Element types of 2^40 bytes (raw bits, fixed-length bytes, unicode, void).
+        ("dtype_huge", 3, with(v3(&[4], &[2], json!([{"name": "bytes"}]), None), "data_type", json!("r8796093022208")), "data_type"),
+        ("dtype_huge_s", 2, v2(json!([4]), json!([2]), "|S1099511627776"), "dtype"),
+        ("dtype_huge_u", 2, v2(json!([4]), json!([2]), "<U274877906944"), "dtype"),
+        ("dtype_huge_v", 2, v2(json!([4]), json!([2]), "|V1099511627776"), "dtype"),
+        ("dtype_structured", 2, with(v2(json!([4]), json!([2]), "<f4"), "dtype", json!([["a", "<f4"], ["b", "|V1099511627776"]])), "dtype"),
+        ("dtype_object", 3, with(v3(&[4], &[2], zstd_codecs(), None), "data_type", json!({"name": "r16", "configuration": {}})), "data_type"),
+    ];
+    for (name, format, meta, field) in cases {
+        let file = if format == 3 { "zarr.json" } else { ".zarray" };
+        put_json(&storage, &format!("{name}/{file}"), &meta);
+        let (m, k) = metadata_error(&storage, name);
+        assert_eq!(k, format!("memory://{name}/{file}"), "{name}: the key names the array");
+        assert!(m.contains(field), "{name}: the message must name `{field}`: {m}");
+    }
+}
+
 #[test]
 fn corrupt_tiles_are_decode_errors() {
     let store = Arc::new(MemoryStore::new());
