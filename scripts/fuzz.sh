@@ -91,8 +91,8 @@ for t in "${TARGETS[@]}"; do
     rc=0
     "$(bin "$t")" "$corpus" -max_total_time="$SECONDS_EACH" -rss_limit_mb=512 -timeout=10 \
         -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
-    execs=$(awk -F: '/stat::number_of_executed_units/ { gsub(/ /, "", $2); print $2 }' "$log" | tail -n 1)
-    rss=$(awk -F: '/stat::peak_rss_mb/ { gsub(/ /, "", $2); print $2 }' "$log" | tail -n 1)
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+    rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -n 1)
     line=$(printf 'fuzz %-18s %12s execs in %4ss, peak RSS %4s MB, corpus %5s' "$t" "${execs:-?}" \
         "$SECONDS_EACH" "${rss:-?}" "$(ls "$corpus" | wc -l)")
     if [ "$rc" -ne 0 ]; then

@@ -3,7 +3,8 @@
 # Then every test: Rust unit, simulation and property tests; the core built for wasm32 with its
 # dependency guard; end-to-end tests over zarr-python fixtures on file://, a real HTTP
 # server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
-# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX.
+# Chromium with native/wasm parity; the Python package under pytest with real torch and JAX;
+# libFuzzer on every parser of untrusted bytes (scripts/fuzz.sh; IB_FUZZ_SECONDS per target).
 # Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,9 @@ source scripts/pyenv.sh
 ib_test_venv
 export INSITUBATCH_FIXTURES="$INSITUBATCH_CACHE/fixtures"
 "$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES"
+
+echo "== fuzzing: every parser of untrusted bytes, ${IB_FUZZ_SECONDS:-30} s per target (scripts/fuzz.sh)"
+t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"
 source tests/servers/start_all.sh
 ib_start_servers "$INSITUBATCH_FIXTURES"
 

@@ -100,6 +100,9 @@ struct Sharding {
     index_size: u64,
     index_location: ShardingIndexLocation,
     inner_names: Vec<String>,
+    /// Most bytes one encoded inner chunk can have (the inner chain's bound), when the chain
+    /// has one: a larger index entry is corrupt, and is refused before it is fetched.
+    max_inner_bytes: Option<u64>,
 }
 
 /// One Zarr array's metadata and codecs; never touches storage.
@@ -507,6 +510,14 @@ impl ZarrArray {
         };
         let codec = ShardingCodec::new_with_configuration(&config)
             .map_err(|e| meta_err(format!("sharding_indexed: {e}"), key))?;
+        let max_inner_bytes = match inner_chain.encoded_representation(
+            &nz(&inner),
+            array.data_type(),
+            array.fill_value(),
+        ) {
+            Ok(BytesRepresentation::FixedSize(n) | BytesRepresentation::BoundedSize(n)) => Some(n),
+            _ => None,
+        };
         Ok(Some(Sharding {
             shard_shape: shard.to_vec(),
             chunks_per_shard: cps,
@@ -515,6 +526,7 @@ impl ZarrArray {
             inner: Arc::new(inner_chain),
             index_size,
             index_location: v1.index_location,
+            max_inner_bytes,
         }))
     }
 
@@ -667,6 +679,10 @@ impl ZarrArray {
             .enumerate()
             .map(|(i, w)| match (w[0], w[1]) {
                 (u64::MAX, u64::MAX) => Ok(None),
+                (_, l) if s.max_inner_bytes.is_some_and(|max| l > max) => Err(bad(format!(
+                    "entry {i} has length {l}, more than the {} bytes an encoded inner chunk can have",
+                    s.max_inner_bytes.unwrap_or_default()
+                ))),
                 (o, l) if o != u64::MAX && l != u64::MAX && o.checked_add(l).is_some() => Ok(Some((o, l))),
                 (o, l) => Err(bad(format!("entry {i} has offset {o} and length {l}"))),
             })

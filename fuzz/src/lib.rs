@@ -12,14 +12,14 @@ use std::task::{Context, Poll, Waker};
 
 use insitubatch_core::zarr::{TileLocation, ZarrArray};
 use serde_json::{Value, json};
-use zarrs::array::Array;
+use zarrs::array::{Array, ArrayBytes};
 use zarrs::storage::ReadableStorageTraits;
 use zarrs::storage::store::MemoryStore;
 
 /// Largest tile the targets decode as fill value: libFuzzer's `-rss_limit_mb=512` also caps
 /// one allocation at 512 MiB, and parsing must never allocate a tile, so only small ones are
 /// materialized here.
-const MAX_FILL_DECODE: usize = 1 << 20;
+const MAX_FILL_DECODE: usize = 1 << 16;
 
 /// Poll a future that never waits (`MemoryStorage` without latency answers at once).
 ///
@@ -151,8 +151,8 @@ fn encode_chunk(format: u8, meta: &Value) -> Vec<u8> {
     let size = array.data_type().fixed_size().expect("fixed size");
     let bool_type = meta["data_type"] == "bool";
     let bytes: Vec<u8> = (0..n as usize * size).map(|i| if bool_type { (i % 2) as u8 } else { (i * 37 % 251) as u8 }).collect();
-    array.store_chunk(&vec![0; shape.len()], bytes).expect("store chunk");
-    store.get(&array.chunk_key(&vec![0; shape.len()])).expect("get").expect("stored")
+    array.store_chunk(&vec![0; shape.len()], ArrayBytes::new_flen(bytes)).expect("store chunk");
+    store.get(&array.chunk_key(&vec![0; shape.len()])).expect("get").expect("stored").to_vec()
 }
 
 /// Seeds for the decode target: selector byte, then a valid encoded tile of that array.

@@ -466,6 +466,27 @@ fn bad_metadata_is_an_error_not_a_panic() {
     }
 }
 
+/// A shard index entry longer than any encoded inner chunk can be (a 2^40-byte inner chunk of
+/// a 2x2 float32 tile) is refused before anything is fetched, naming the shard key.
+#[test]
+fn a_shard_index_entry_beyond_the_inner_chains_bound_is_refused() {
+    let mut m = sharded_meta(&[4, 4], &[4, 4], &[2, 2], "end");
+    m["codecs"][0]["configuration"]["index_codecs"] = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    let a = ZarrArray::from_v3("s", &serde_json::to_vec(&m).unwrap()).unwrap();
+    let index = |len: u64| -> Vec<u8> {
+        [[0u64, 16], [16, 16], [32, len], [u64::MAX, u64::MAX]].iter().flatten().flat_map(|w| w.to_le_bytes()).collect()
+    };
+    let ok = a.decode_shard_index(&index(16), "s/c/0/0").unwrap();
+    assert_eq!(ok.range(2), Some(ByteRange::Bounded { start: 32, end: 48 }));
+    match a.decode_shard_index(&index(1 << 40), "s/c/0/0") {
+        Err(Error::Decode { message, key }) => {
+            assert!(message.contains("entry 2 has length 1099511627776"), "{message}");
+            assert_eq!(key, "s/c/0/0");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Hostile or absurd metadata (issue 16): refused at open, before zarrs sees it or anything
 /// is allocated, with an `Error::Metadata` whose key names the array's metadata object and
 /// whose message names the field. Each case would otherwise overflow, abort on a huge
