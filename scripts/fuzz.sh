@@ -72,7 +72,7 @@ seed() {
             local store sel
             for store in v3_zstd:0 v3_gzip:2 v3_blosc:5 v2_zlib:11 v2_blosc:12; do
                 sel="${store#*:}"
-                find "$fx/${store%%:*}" -type f -path '*/c/*' -size -64k 2>/dev/null | head -n 3 | while read -r f; do
+                find "$fx/${store%%:*}" -type f ! -name '.z*' ! -name zarr.json -size -64k 2>/dev/null | head -n 3 | while read -r f; do
                     { printf "\\x$(printf %02x "$sel")"; cat "$f"; } >"$dir/fx-${store%%:*}-$((i++))"
                 done
             done ;;
