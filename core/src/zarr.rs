@@ -211,6 +211,47 @@ fn check_v2_dtype(dtype: Option<&Value>, key: &str) -> Result<()> {
     }
 }
 
+/// Names zarrs gives the bz2 codec (v3 and v2).
+const BZ2_NAMES: [&str; 3] = ["bz2", "numcodecs.bz2", "https://codec.zarrs.dev/bytes_to_bytes/bz2"];
+
+/// Refuse codec parameters that zarrs accepts but its codec libraries panic on, before
+/// zarrs builds the codecs: a bz2 level of 0 (zarrs takes 0..=9, the bzip2 crate asserts
+/// 1..=9; found by the `zarr_v2_metadata` fuzzer). Walks nested chains (sharding).
+fn check_codec_params(codecs: Option<&Value>, key: &str) -> Result<()> {
+    let Some(v) = codecs else { return Ok(()) };
+    match v {
+        Value::Array(items) => items.iter().try_for_each(|c| check_codec_params(Some(c), key)),
+        Value::Object(o) => {
+            let name = o.get("name").or_else(|| o.get("id")).and_then(Value::as_str).unwrap_or("");
+            if BZ2_NAMES.contains(&name) {
+                let level = o.get("configuration").and_then(|c| c.get("level")).or_else(|| o.get("level"));
+                if let Some(l) = level.and_then(Value::as_u64)
+                    && !(1..=9).contains(&l)
+                {
+                    return Err(meta_err(format!("codec {name} has level {l}; bz2 levels are 1 to 9"), key));
+                }
+            }
+            o.values().try_for_each(|c| check_codec_params(Some(c), key))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Run a zarrs constructor, turning a panic into an error on native (a safety net under
+/// the checks above: a panic would take the caller's process, or a wasm instance, down).
+fn no_panic<T>(what: &str, key: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .unwrap_or_else(|_| Err(meta_err(format!("{what} panicked on this metadata (a bug to report)"), key)))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (what, key);
+        f()
+    }
+}
+
 /// A JSON value for an error message, cut short (hostile metadata can be megabytes).
 fn short(v: Option<&Value>) -> String {
     let text = v.map_or_else(|| "nothing".to_string(), Value::to_string);
@@ -322,6 +363,7 @@ impl ZarrArray {
         let chunk = u64_list(grid.get("configuration").and_then(|c| c.get("chunk_shape")), "chunk_shape", key)?;
         check_extents(&shape, &chunk, "chunk shape", key)?;
         check_v3_dtype(obj.get("data_type"), key)?;
+        check_codec_params(obj.get("codecs"), key)?;
         if let Some(Value::Array(names)) = obj.get("dimension_names")
             && names.len() != shape.len()
         {
@@ -337,8 +379,10 @@ impl ZarrArray {
         }
         let metadata: ArrayMetadataV3 = serde_json::from_value(value).map_err(|e| malformed(e, key))?;
         let dimension_names = metadata.dimension_names.clone();
-        let array = Array::new_with_metadata(Arc::new(()), &format!("/{path}"), ArrayMetadata::V3(metadata))
-            .map_err(|e| zarrs_create_err(&e, key))?;
+        let array = no_panic("zarrs", key, || {
+            Array::new_with_metadata(Arc::new(()), &format!("/{path}"), ArrayMetadata::V3(metadata))
+                .map_err(|e| zarrs_create_err(&e, key))
+        })?;
         Self::build(path, key, 3, array, shape, chunk, dimension_names)
     }
 
@@ -369,6 +413,8 @@ impl ZarrArray {
         let chunk = u64_list(obj.get("chunks"), "chunks", key)?;
         check_extents(&shape, &chunk, "chunks", key)?;
         check_v2_dtype(obj.get("dtype"), key)?;
+        check_codec_params(obj.get("compressor"), key)?;
+        check_codec_params(obj.get("filters"), key)?;
         let attrs = match attrs {
             None | Some(Value::Null) => serde_json::Map::new(),
             Some(Value::Object(m)) => m,
@@ -382,8 +428,10 @@ impl ZarrArray {
         };
         obj.insert("attributes".into(), Value::Object(attrs));
         let metadata: ArrayMetadataV2 = serde_json::from_value(value).map_err(|e| malformed(e, key))?;
-        let array = Array::new_with_metadata(Arc::new(()), &format!("/{path}"), ArrayMetadata::V2(metadata))
-            .map_err(|e| zarrs_create_err(&e, key))?;
+        let array = no_panic("zarrs", key, || {
+            Array::new_with_metadata(Arc::new(()), &format!("/{path}"), ArrayMetadata::V2(metadata))
+                .map_err(|e| zarrs_create_err(&e, key))
+        })?;
         Self::build(path, key, 2, array, shape, chunk, dimension_names)
     }
 

@@ -487,6 +487,34 @@ fn a_shard_index_entry_beyond_the_inner_chains_bound_is_refused() {
     }
 }
 
+/// Crash inputs the fuzzers found, kept as regression tests (fuzz/, docs/reliability.md).
+#[test]
+fn fuzzer_findings_are_errors() {
+    let storage = MemoryStorage::new();
+    // zarr_v2_metadata: a bz2 level of 0 passed zarrs' check and panicked in the bzip2 crate.
+    let v2 = json!({"zarr_format": 2, "shape": [4, 4], "chunks": [4, 4], "dtype": "<u2",
+        "compressor": {"id": "bz2", "level": 0}, "fill_value": 0, "order": "C", "filters": null,
+        "dimension_separator": "/"});
+    put_json(&storage, "bz2v2/.zarray", &v2);
+    let (m, k) = metadata_error(&storage, "bz2v2");
+    assert!(m.contains("level 0"), "{m}");
+    assert_eq!(k, "memory://bz2v2/.zarray");
+    // The same as a v2 filter, as a v3 codec, and inside a shard.
+    let mut filt = v2.clone();
+    filt["compressor"] = Value::Null;
+    filt["filters"] = json!([{"id": "bz2", "level": 0}]);
+    put_json(&storage, "bz2f/.zarray", &filt);
+    assert!(metadata_error(&storage, "bz2f").0.contains("level 0"));
+    let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let bz2 = json!({"name": "numcodecs.bz2", "configuration": {"level": 0}});
+    put_json(&storage, "bz2v3/zarr.json", &v3(&[4], &[2], json!([le, bz2]), None));
+    assert!(metadata_error(&storage, "bz2v3").0.contains("level 0"));
+    let mut sh = sharded_meta(&[4, 4], &[4, 4], &[2, 2], "end");
+    sh["codecs"][0]["configuration"]["codecs"] = json!([le, bz2]);
+    put_json(&storage, "bz2s/zarr.json", &sh);
+    assert!(metadata_error(&storage, "bz2s").0.contains("level 0"));
+}
+
 /// Hostile or absurd metadata (issue 16): refused at open, before zarrs sees it or anything
 /// is allocated, with an `Error::Metadata` whose key names the array's metadata object and
 /// whose message names the field. Each case would otherwise overflow, abort on a huge
