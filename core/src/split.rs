@@ -225,7 +225,10 @@ mod tests {
         assert_eq!(SplitManifest::from_json(&m.to_json()).unwrap(), m);
         assert!(SplitManifest::from_json("{").is_err());
         let json = |n: u64, spc: u64, train: &str| {
-            format!(r#"{{"n_chunks":{},"sample_chunk_size":{spc},"n_samples":{n},"chunks":{{"train":{train}}},"seed":0}}"#, n.div_ceil(spc))
+            format!(
+                r#"{{"n_chunks":{},"sample_chunk_size":{spc},"n_samples":{n},"chunks":{{"train":{train}}},"seed":0}}"#,
+                n.div_ceil(spc)
+            )
         };
         for (bad, needle) in [
             (json(10, 2, "[1,3,1]"), "train chunk 1 twice"),

@@ -158,7 +158,9 @@ fn u64_list(v: Option<&Value>, what: &str, key: &str) -> Result<Vec<u64>> {
     items
         .iter()
         .map(|x| {
-            x.as_u64().ok_or_else(|| malformed(format!("`{what}` entry {} is not a non-negative integer", short(Some(x))), key))
+            x.as_u64().ok_or_else(|| {
+                malformed(format!("`{what}` entry {} is not a non-negative integer", short(Some(x))), key)
+            })
         })
         .collect()
 }
@@ -558,14 +560,11 @@ impl ZarrArray {
         };
         let codec = ShardingCodec::new_with_configuration(&config)
             .map_err(|e| meta_err(format!("sharding_indexed: {e}"), key))?;
-        let max_inner_bytes = match inner_chain.encoded_representation(
-            &nz(&inner),
-            array.data_type(),
-            array.fill_value(),
-        ) {
-            Ok(BytesRepresentation::FixedSize(n) | BytesRepresentation::BoundedSize(n)) => Some(n),
-            _ => None,
-        };
+        let max_inner_bytes =
+            match inner_chain.encoded_representation(&nz(&inner), array.data_type(), array.fill_value()) {
+                Ok(BytesRepresentation::FixedSize(n) | BytesRepresentation::BoundedSize(n)) => Some(n),
+                _ => None,
+            };
         Ok(Some(Sharding {
             shard_shape: shard.to_vec(),
             chunks_per_shard: cps,

@@ -152,10 +152,15 @@ fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
         ("overflow", v3(serde_json::json!([1u64 << 40, 1u64 << 40]), serde_json::json!([1, 1]), "float32"), "shape"),
         ("negative", v3(serde_json::json!([8, 4]), serde_json::json!([-2, 4]), "float32"), "chunk_shape"),
         ("dtype", v3(serde_json::json!([8, 4]), serde_json::json!([2, 4]), "r8796093022208"), "data_type"),
-        ("huge_chunk", v3(serde_json::json!([1 << 20, 1 << 20]), serde_json::json!([1 << 20, 1 << 20]), "float64"), "chunk"),
+        (
+            "huge_chunk",
+            v3(serde_json::json!([1 << 20, 1 << 20]), serde_json::json!([1 << 20, 1 << 20]), "float64"),
+            "chunk",
+        ),
         ("rank", v3(serde_json::json!([8, 4]), serde_json::json!([2]), "float32"), "rank"),
     ];
-    let cli = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch")).args(args).output().unwrap();
+    let cli =
+        |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch")).args(args).output().unwrap();
     for (name, meta, field) in cases {
         let dir = root.join(format!("{name}.zarr"));
         std::fs::create_dir_all(dir.join("a")).unwrap();

@@ -557,12 +557,27 @@ fn hostile_metadata_is_refused_naming_the_array_and_the_field() {
         ("rank_absurd", 3, f32v3(json!(vec![1; 40]), json!(vec![1; 40])), "dimensions"),
         ("dim_names_mismatch", 3, v3(&[4, 4], &[2, 2], zstd_codecs(), Some(vec!["time"])), "dimension_names"),
         // Element types of 2^40 bytes (raw bits, fixed-length bytes, unicode, void).
-        ("dtype_huge", 3, with(v3(&[4], &[2], json!([{"name": "bytes"}]), None), "data_type", json!("r8796093022208")), "data_type"),
+        (
+            "dtype_huge",
+            3,
+            with(v3(&[4], &[2], json!([{"name": "bytes"}]), None), "data_type", json!("r8796093022208")),
+            "data_type",
+        ),
         ("dtype_huge_s", 2, v2(json!([4]), json!([2]), "|S1099511627776"), "dtype"),
         ("dtype_huge_u", 2, v2(json!([4]), json!([2]), "<U274877906944"), "dtype"),
         ("dtype_huge_v", 2, v2(json!([4]), json!([2]), "|V1099511627776"), "dtype"),
-        ("dtype_structured", 2, with(v2(json!([4]), json!([2]), "<f4"), "dtype", json!([["a", "<f4"], ["b", "|V1099511627776"]])), "dtype"),
-        ("dtype_object", 3, with(v3(&[4], &[2], zstd_codecs(), None), "data_type", json!({"name": "r16", "configuration": {}})), "data_type"),
+        (
+            "dtype_structured",
+            2,
+            with(v2(json!([4]), json!([2]), "<f4"), "dtype", json!([["a", "<f4"], ["b", "|V1099511627776"]])),
+            "dtype",
+        ),
+        (
+            "dtype_object",
+            3,
+            with(v3(&[4], &[2], zstd_codecs(), None), "data_type", json!({"name": "r16", "configuration": {}})),
+            "data_type",
+        ),
     ];
     for (name, format, meta, field) in cases {
         let file = if format == 3 { "zarr.json" } else { ".zarray" };
