@@ -125,6 +125,8 @@ pub struct ZarrArray {
     tile_bytes: usize,
     /// `[bytes(little), zstd]` on a little-endian host: decode straight into our buffer.
     fast_zstd: bool,
+    /// Most bytes a blosc frame at the start of a tile may declare (see [`blosc_bound`]).
+    blosc_bound: Option<u64>,
     codec_names: Vec<String>,
 }
 
@@ -323,6 +325,42 @@ fn is_le_zstd(chain: &CodecChain, dtype: DType) -> bool {
     }
 }
 
+/// When a tile's stored bytes start with a blosc frame (blosc is the last compressor, with
+/// at most crc32c checksums appended after it), the most bytes that frame may decode to: the
+/// size of what the codecs before it encode the tile to. zarrs sizes its output buffer from
+/// the frame's own header (`nbytes`), so a 49-byte chunk declaring 700 MB made it allocate
+/// 700 MB (found by the `decode_tile` fuzzer); [`ZarrArray::decode_tile`] checks the header
+/// against this bound first. Hand-written because zarrs exposes no limit to pass.
+fn blosc_bound(chain: &CodecChain, tile_shape: &[u64], array: &Array<()>) -> Option<u64> {
+    let name = |c: &Arc<dyn zarrs::array::BytesToBytesCodecTraits>| c.name_v3().or_else(|| c.name_v2());
+    let b2b = chain.bytes_to_bytes_codecs();
+    let i = b2b.iter().rposition(|c| name(c).as_deref() == Some("blosc"))?;
+    if !b2b[i + 1..].iter().all(|c| name(c).as_deref() == Some("crc32c")) {
+        return None;
+    }
+    let mut repr = chain
+        .array_to_bytes_codec()
+        .encoded_representation(&nz(tile_shape), array.data_type(), array.fill_value())
+        .ok()?;
+    for c in &b2b[..i] {
+        repr = c.encoded_representation(&repr);
+    }
+    repr.size()
+}
+
+/// `Err` when `encoded` starts with a blosc header declaring more than `bound` bytes.
+fn check_blosc_header(encoded: &[u8], bound: u64) -> std::result::Result<(), String> {
+    // blosc 1 header: version, versionlz, flags, typesize, then nbytes as a little-endian u32.
+    let Some(nbytes) = encoded.get(4..8).and_then(|b| <[u8; 4]>::try_from(b).ok()) else { return Ok(()) };
+    let nbytes = u64::from(u32::from_le_bytes(nbytes));
+    if nbytes > bound {
+        return Err(format!(
+            "the blosc header declares {nbytes} decoded bytes, more than the {bound} this tile can hold"
+        ));
+    }
+    Ok(())
+}
+
 fn nz(v: &[u64]) -> Vec<NonZeroU64> {
     v.iter().map(|&d| NonZeroU64::new(d).unwrap_or(NonZeroU64::MIN)).collect()
 }
@@ -483,6 +521,7 @@ impl ZarrArray {
         };
         Ok(Self {
             fast_zstd: is_le_zstd(&tile_chain, dtype),
+            blosc_bound: blosc_bound(&tile_chain, &tile_shape, &array),
             tile_shape_nz: nz(&tile_shape),
             array: Arc::new(array),
             path: path.to_string(),
@@ -772,6 +811,9 @@ impl ZarrArray {
 
     /// zarrs' generic codec chain, then one copy into an aligned buffer.
     fn decode_generic(&self, encoded: &[u8]) -> std::result::Result<AlignedBytes, String> {
+        if let Some(bound) = self.blosc_bound {
+            check_blosc_header(encoded, bound)?;
+        }
         let opts = CodecOptions::default().with_concurrent_target(1);
         let run = || -> std::result::Result<AlignedBytes, String> {
             let decoded = self

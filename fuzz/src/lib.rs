@@ -112,7 +112,16 @@ pub fn chain_metadata() -> Vec<(u8, Value)> {
         (3, sharded("float32", &[4, 4], &[2, 2], json!([le, zstd]), json!([le, crc]), "end")),
         (3, sharded("uint16", &[4, 6], &[2, 3], json!([transpose, le, gzip]), json!([le]), "start")),
         (2, v2("<f4", &[6, 4], &[4, 4], json!({"id": "zlib", "level": 1}), Value::Null)),
-        (2, v2("<i4", &[8], &[8], json!({"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 1, "blocksize": 0}), Value::Null)),
+        (
+            2,
+            v2(
+                "<i4",
+                &[8],
+                &[8],
+                json!({"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 1, "blocksize": 0}),
+                Value::Null,
+            ),
+        ),
         (2, v2(">f8", &[5], &[5], Value::Null, Value::Null)),
         (2, v2("<u2", &[4, 4], &[4, 4], json!({"id": "bz2", "level": 1}), Value::Null)),
         (2, v2("|u1", &[7], &[7], json!({"id": "zstd", "level": 1}), Value::Null)),
@@ -146,11 +155,13 @@ fn encode_chunk(format: u8, meta: &Value) -> Vec<u8> {
     }
     let metadata = serde_json::from_value(m).expect("metadata");
     let array = Array::new_with_metadata(store.clone(), "/a", metadata).expect("array");
-    let shape: Vec<u64> = array.chunk_shape(&vec![0; array.dimensionality()]).expect("shape").iter().map(|d| d.get()).collect();
+    let shape: Vec<u64> =
+        array.chunk_shape(&vec![0; array.dimensionality()]).expect("shape").iter().map(|d| d.get()).collect();
     let n: u64 = shape.iter().product();
     let size = array.data_type().fixed_size().expect("fixed size");
     let bool_type = meta["data_type"] == "bool";
-    let bytes: Vec<u8> = (0..n as usize * size).map(|i| if bool_type { (i % 2) as u8 } else { (i * 37 % 251) as u8 }).collect();
+    let bytes: Vec<u8> =
+        (0..n as usize * size).map(|i| if bool_type { (i % 2) as u8 } else { (i * 37 % 251) as u8 }).collect();
     array.store_chunk(&vec![0; shape.len()], ArrayBytes::new_flen(bytes)).expect("store chunk");
     store.get(&array.chunk_key(&vec![0; shape.len()])).expect("get").expect("stored").to_vec()
 }

@@ -515,6 +515,29 @@ fn fuzzer_findings_are_errors() {
     assert!(metadata_error(&storage, "bz2s").0.contains("level 0"));
 }
 
+/// decode_tile: a 48-byte blosc chunk whose header declares 704651264 decoded bytes made
+/// zarrs allocate that much for an 8-element tile. Now refused from the header, naming the key.
+#[cfg(feature = "c-codecs")]
+#[test]
+fn a_blosc_header_declaring_more_than_the_tile_is_a_decode_error() {
+    let meta = json!({"zarr_format": 2, "shape": [8], "chunks": [8], "dtype": "<i4", "fill_value": 0,
+        "compressor": {"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 1, "blocksize": 0},
+        "order": "C", "filters": null, "dimension_separator": "/"});
+    let a = ZarrArray::from_v2("b", &serde_json::to_vec(&meta).unwrap(), None).unwrap();
+    let input: &[u8] = &[
+        0x02, 0x01, 0x93, 0x00, 0x00, 0x20, 0x00, 0x2a, 0x00, 0x00, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00, 0x00, 0x25,
+        0x4a, 0x6f, 0x94, 0xb9, 0xde, 0x08, 0x2d, 0x52, 0x77, 0x9c, 0xc1, 0xe6, 0x02, 0x10, 0x10, 0x10, 0x10, 0x10,
+        0x80, 0x80, 0x80, 0x80, 0x84, 0x04, 0x04, 0x04, 0x00, 0x20, 0x20, 0x20,
+    ];
+    match a.decode_tile(Some(Bytes::copy_from_slice(input)), "b/0") {
+        Err(Error::Decode { message, key }) => {
+            assert!(message.contains("blosc header declares 704651264"), "{message}");
+            assert_eq!(key, "b/0");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Hostile or absurd metadata (issue 16): refused at open, before zarrs sees it or anything
 /// is allocated, with an `Error::Metadata` whose key names the array's metadata object and
 /// whose message names the field. Each case would otherwise overflow, abort on a huge
