@@ -23,13 +23,19 @@ CARGO_FUZZ_ROOT="$INSITUBATCH_CACHE/cargo-fuzz-$IB_CARGO_FUZZ_VERSION"
 TRIPLE=x86_64-unknown-linux-gnu
 ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest)
 
+ib_prereqs
+# libfuzzer-sys compiles libFuzzer (C++) with the cc crate.
+if ! command -v c++ >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
+    "${SUDO[@]}" apt-get update -qq && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
+fi
 NIGHTLY=$(ib_nightly)
 if [ ! -x "$CARGO_FUZZ_ROOT/bin/cargo-fuzz" ]; then
     echo "fuzz: installing cargo-fuzz $IB_CARGO_FUZZ_VERSION into $CARGO_FUZZ_ROOT" >&2
     cargo install cargo-fuzz --version "$IB_CARGO_FUZZ_VERSION" --locked --root "$CARGO_FUZZ_ROOT" >&2
 fi
 export PATH="$CARGO_FUZZ_ROOT/bin:$PATH"
-# rustup component for the sanitizer runtime is part of the toolchain; nothing else to add.
+# The AddressSanitizer runtime ships with the nightly's x86_64 Linux std: nothing else to add.
 
 build() {
     local start=$SECONDS
