@@ -6,7 +6,8 @@
 # Chromium with native/wasm parity; the Python package under pytest with real torch and JAX
 # (and real TensorFlow in a venv of its own); the notebook widget in a real JupyterLab and
 # marimo in headless Chromium; the packages installed outside the repo; the book in docs/
-# built, link-checked, and every code block in it run (scripts/test-docs.sh).
+# built, link-checked, and every code block in it run (scripts/test-docs.sh); libFuzzer on
+# every parser of untrusted bytes (scripts/fuzz.sh; IB_FUZZ_SECONDS per target).
 # Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,9 @@ source scripts/pyenv.sh
 ib_test_venv
 export INSITUBATCH_FIXTURES="$INSITUBATCH_CACHE/fixtures"
 "$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES"
+
+echo "== fuzzing: every parser of untrusted bytes, ${IB_FUZZ_SECONDS:-30} s per target (scripts/fuzz.sh)"
+t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"
 source tests/servers/start_all.sh
 ib_start_servers "$INSITUBATCH_FIXTURES"
 

@@ -117,7 +117,11 @@ impl SplitManifest {
     pub fn sample_indices(&self, split: Split) -> Vec<u64> {
         self.chunks_of(split)
             .into_iter()
-            .flat_map(|c| c * self.sample_chunk_size..((c + 1) * self.sample_chunk_size).min(self.n_samples))
+            .flat_map(|c| {
+                // Saturating: a manifest read from JSON may have `n_samples` near u64::MAX.
+                let start = c.saturating_mul(self.sample_chunk_size);
+                start..start.saturating_add(self.sample_chunk_size).min(self.n_samples)
+            })
             .collect()
     }
 
@@ -144,6 +148,18 @@ impl SplitManifest {
                 "split manifest names chunk {bad}, but there are {} chunks",
                 m.n_chunks
             )));
+        }
+        // A repeated id would draw its samples twice an epoch. (Order is left as given: a
+        // manifest built by hand in Python may list its chunks in any order.)
+        for (split, ids) in &m.chunks {
+            let mut sorted = ids.clone();
+            sorted.sort_unstable();
+            if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                return Err(Error::Config(format!(
+                    "split manifest lists {split} chunk {} twice; each chunk id may appear once per split",
+                    w[0]
+                )));
+            }
         }
         Ok(m)
     }
@@ -208,6 +224,20 @@ mod tests {
         let m = split_by_chunk(&geom(77, 8), &SplitOptions::default()).unwrap();
         assert_eq!(SplitManifest::from_json(&m.to_json()).unwrap(), m);
         assert!(SplitManifest::from_json("{").is_err());
+        let json = |n: u64, spc: u64, train: &str| {
+            format!(
+                r#"{{"n_chunks":{},"sample_chunk_size":{spc},"n_samples":{n},"chunks":{{"train":{train}}},"seed":0}}"#,
+                n.div_ceil(spc)
+            )
+        };
+        for (bad, needle) in [
+            (json(10, 2, "[1,3,1]"), "train chunk 1 twice"),
+            (json(10, 2, "[5]"), "names chunk 5"),
+            (r#"{"n_chunks":1,"sample_chunk_size":0,"n_samples":10,"chunks":{},"seed":0}"#.into(), "inconsistent"),
+        ] {
+            let e = SplitManifest::from_json(&bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
     }
 
     #[test]

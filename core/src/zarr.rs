@@ -100,6 +100,9 @@ struct Sharding {
     index_size: u64,
     index_location: ShardingIndexLocation,
     inner_names: Vec<String>,
+    /// Most bytes one encoded inner chunk can have (the inner chain's bound), when the chain
+    /// has one: a larger index entry is corrupt, and is refused before it is fetched.
+    max_inner_bytes: Option<u64>,
 }
 
 /// One Zarr array's metadata and codecs; never touches storage.
@@ -122,6 +125,8 @@ pub struct ZarrArray {
     tile_bytes: usize,
     /// `[bytes(little), zstd]` on a little-endian host: decode straight into our buffer.
     fast_zstd: bool,
+    /// Most bytes a blosc frame at the start of a tile may declare (see [`blosc_bound`]).
+    blosc_bound: Option<u64>,
     codec_names: Vec<String>,
 }
 
@@ -144,7 +149,7 @@ fn join(path: &str, name: &str) -> String {
 /// Read a JSON array of positive-or-zero integers.
 fn u64_list(v: Option<&Value>, what: &str, key: &str) -> Result<Vec<u64>> {
     let Some(Value::Array(items)) = v else {
-        return Err(malformed(format!("`{what}` must be a list of integers"), key));
+        return Err(malformed(format!("`{what}` must be a list of integers, got {}", short(v)), key));
     };
     if items.len() > MAX_RANK {
         return Err(meta_err(
@@ -154,7 +159,11 @@ fn u64_list(v: Option<&Value>, what: &str, key: &str) -> Result<Vec<u64>> {
     }
     items
         .iter()
-        .map(|x| x.as_u64().ok_or_else(|| malformed(format!("`{what}` entry {x} is not a non-negative integer"), key)))
+        .map(|x| {
+            x.as_u64().ok_or_else(|| {
+                malformed(format!("`{what}` entry {} is not a non-negative integer", short(Some(x))), key)
+            })
+        })
         .collect()
 }
 
@@ -173,6 +182,86 @@ fn check_extents(shape: &[u64], chunk: &[u64], what: &str, key: &str) -> Result<
     match chunk.iter().try_fold(16u64, |acc, &d| acc.checked_mul(d)) {
         Some(_) => Ok(()),
         None => Err(meta_err(format!("{what} {chunk:?} overflows 64-bit byte counts"), key)),
+    }
+}
+
+/// What to say about an element type we cannot read.
+const DTYPE_HINT: &str = "only fixed-size bool, integer and float types of at most 8 bytes are supported";
+
+/// Refuse a v3 `data_type` we cannot read before zarrs sees it: zarrs would size a raw-bits
+/// type of 2^40 bytes (`r8796093022208`) or an extension type's fill value first.
+fn check_v3_dtype(dtype: Option<&Value>, key: &str) -> Result<()> {
+    let name = match dtype {
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(Value::Object(o)) => o.get("name").and_then(Value::as_str),
+        _ => None,
+    };
+    match name {
+        Some(n) if DType::from_zarr_name(n).is_some() => Ok(()),
+        Some(n) => Err(meta_err(format!("data_type {n:?} is not supported; {DTYPE_HINT}"), key)),
+        None => Err(malformed(format!("`data_type` must be a data type name, got {}", short(dtype)), key)),
+    }
+}
+
+/// Refuse a v2 `dtype` we cannot read before zarrs sees it (`|S1099511627776`, a 2^40-byte
+/// void, a structured dtype): only numpy's `[<>|=]` + `b1`, `i1`-`i8`, `u1`-`u8`, `f2`-`f8`.
+fn check_v2_dtype(dtype: Option<&Value>, key: &str) -> Result<()> {
+    const OK: [&str; 12] = ["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"];
+    match dtype {
+        Some(Value::String(s)) if OK.contains(&s.trim_start_matches(['<', '>', '|', '='])) => Ok(()),
+        Some(Value::String(s)) => Err(meta_err(format!("dtype {s:?} is not supported; {DTYPE_HINT}"), key)),
+        Some(Value::Array(_)) => Err(meta_err(format!("a structured dtype is not supported; {DTYPE_HINT}"), key)),
+        other => Err(malformed(format!("`dtype` must be a numpy type string, got {}", short(other)), key)),
+    }
+}
+
+/// Names zarrs gives the bz2 codec (v3 and v2).
+const BZ2_NAMES: [&str; 3] = ["bz2", "numcodecs.bz2", "https://codec.zarrs.dev/bytes_to_bytes/bz2"];
+
+/// Refuse codec parameters that zarrs accepts but its codec libraries panic on, before
+/// zarrs builds the codecs: a bz2 level of 0 (zarrs takes 0..=9, the bzip2 crate asserts
+/// 1..=9; found by the `zarr_v2_metadata` fuzzer). Walks nested chains (sharding).
+fn check_codec_params(codecs: Option<&Value>, key: &str) -> Result<()> {
+    let Some(v) = codecs else { return Ok(()) };
+    match v {
+        Value::Array(items) => items.iter().try_for_each(|c| check_codec_params(Some(c), key)),
+        Value::Object(o) => {
+            let name = o.get("name").or_else(|| o.get("id")).and_then(Value::as_str).unwrap_or("");
+            if BZ2_NAMES.contains(&name) {
+                let level = o.get("configuration").and_then(|c| c.get("level")).or_else(|| o.get("level"));
+                if let Some(l) = level.and_then(Value::as_u64)
+                    && !(1..=9).contains(&l)
+                {
+                    return Err(meta_err(format!("codec {name} has level {l}; bz2 levels are 1 to 9"), key));
+                }
+            }
+            o.values().try_for_each(|c| check_codec_params(Some(c), key))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Run a zarrs constructor, turning a panic into an error on native (a safety net under
+/// the checks above: a panic would take the caller's process, or a wasm instance, down).
+fn no_panic<T>(what: &str, key: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .unwrap_or_else(|_| Err(meta_err(format!("{what} panicked on this metadata (a bug to report)"), key)))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (what, key);
+        f()
+    }
+}
+
+/// A JSON value for an error message, cut short (hostile metadata can be megabytes).
+fn short(v: Option<&Value>) -> String {
+    let text = v.map_or_else(|| "nothing".to_string(), Value::to_string);
+    match text.char_indices().nth(60) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text,
     }
 }
 
@@ -236,6 +325,42 @@ fn is_le_zstd(chain: &CodecChain, dtype: DType) -> bool {
     }
 }
 
+/// When a tile's stored bytes start with a blosc frame (blosc is the last compressor, with
+/// at most crc32c checksums appended after it), the most bytes that frame may decode to: the
+/// size of what the codecs before it encode the tile to. zarrs sizes its output buffer from
+/// the frame's own header (`nbytes`), so a 49-byte chunk declaring 700 MB made it allocate
+/// 700 MB (found by the `decode_tile` fuzzer); [`ZarrArray::decode_tile`] checks the header
+/// against this bound first. Hand-written because zarrs exposes no limit to pass.
+fn blosc_bound(chain: &CodecChain, tile_shape: &[u64], array: &Array<()>) -> Option<u64> {
+    let name = |c: &Arc<dyn zarrs::array::BytesToBytesCodecTraits>| c.name_v3().or_else(|| c.name_v2());
+    let b2b = chain.bytes_to_bytes_codecs();
+    let i = b2b.iter().rposition(|c| name(c).as_deref() == Some("blosc"))?;
+    if !b2b[i + 1..].iter().all(|c| name(c).as_deref() == Some("crc32c")) {
+        return None;
+    }
+    let mut repr = chain
+        .array_to_bytes_codec()
+        .encoded_representation(&nz(tile_shape), array.data_type(), array.fill_value())
+        .ok()?;
+    for c in &b2b[..i] {
+        repr = c.encoded_representation(&repr);
+    }
+    repr.size()
+}
+
+/// `Err` when `encoded` starts with a blosc header declaring more than `bound` bytes.
+fn check_blosc_header(encoded: &[u8], bound: u64) -> std::result::Result<(), String> {
+    // blosc 1 header: version, versionlz, flags, typesize, then nbytes as a little-endian u32.
+    let Some(nbytes) = encoded.get(4..8).and_then(|b| <[u8; 4]>::try_from(b).ok()) else { return Ok(()) };
+    let nbytes = u64::from(u32::from_le_bytes(nbytes));
+    if nbytes > bound {
+        return Err(format!(
+            "the blosc header declares {nbytes} decoded bytes, more than the {bound} this tile can hold"
+        ));
+    }
+    Ok(())
+}
+
 fn nz(v: &[u64]) -> Vec<NonZeroU64> {
     v.iter().map(|&d| NonZeroU64::new(d).unwrap_or(NonZeroU64::MIN)).collect()
 }
@@ -277,6 +402,16 @@ impl ZarrArray {
         }
         let chunk = u64_list(grid.get("configuration").and_then(|c| c.get("chunk_shape")), "chunk_shape", key)?;
         check_extents(&shape, &chunk, "chunk shape", key)?;
+        check_v3_dtype(obj.get("data_type"), key)?;
+        check_codec_params(obj.get("codecs"), key)?;
+        if let Some(Value::Array(names)) = obj.get("dimension_names")
+            && names.len() != shape.len()
+        {
+            return Err(meta_err(
+                format!("dimension_names has {} entries but shape {shape:?} has {}", names.len(), shape.len()),
+                key,
+            ));
+        }
         if let Some(Value::Array(t)) = obj.get("storage_transformers")
             && !t.is_empty()
         {
@@ -284,8 +419,10 @@ impl ZarrArray {
         }
         let metadata: ArrayMetadataV3 = serde_json::from_value(value).map_err(|e| malformed(e, key))?;
         let dimension_names = metadata.dimension_names.clone();
-        let array = Array::new_with_metadata(Arc::new(()), &format!("/{path}"), ArrayMetadata::V3(metadata))
-            .map_err(|e| zarrs_create_err(&e, key))?;
+        let array = no_panic("zarrs", key, || {
+            Array::new_with_metadata(Arc::new(()), &format!("/{path}"), ArrayMetadata::V3(metadata))
+                .map_err(|e| zarrs_create_err(&e, key))
+        })?;
         Self::build(path, key, 3, array, shape, chunk, dimension_names)
     }
 
@@ -315,6 +452,9 @@ impl ZarrArray {
         let shape = u64_list(obj.get("shape"), "shape", key)?;
         let chunk = u64_list(obj.get("chunks"), "chunks", key)?;
         check_extents(&shape, &chunk, "chunks", key)?;
+        check_v2_dtype(obj.get("dtype"), key)?;
+        check_codec_params(obj.get("compressor"), key)?;
+        check_codec_params(obj.get("filters"), key)?;
         let attrs = match attrs {
             None | Some(Value::Null) => serde_json::Map::new(),
             Some(Value::Object(m)) => m,
@@ -328,8 +468,10 @@ impl ZarrArray {
         };
         obj.insert("attributes".into(), Value::Object(attrs));
         let metadata: ArrayMetadataV2 = serde_json::from_value(value).map_err(|e| malformed(e, key))?;
-        let array = Array::new_with_metadata(Arc::new(()), &format!("/{path}"), ArrayMetadata::V2(metadata))
-            .map_err(|e| zarrs_create_err(&e, key))?;
+        let array = no_panic("zarrs", key, || {
+            Array::new_with_metadata(Arc::new(()), &format!("/{path}"), ArrayMetadata::V2(metadata))
+                .map_err(|e| zarrs_create_err(&e, key))
+        })?;
         Self::build(path, key, 2, array, shape, chunk, dimension_names)
     }
 
@@ -379,6 +521,7 @@ impl ZarrArray {
         };
         Ok(Self {
             fast_zstd: is_le_zstd(&tile_chain, dtype),
+            blosc_bound: blosc_bound(&tile_chain, &tile_shape, &array),
             tile_shape_nz: nz(&tile_shape),
             array: Arc::new(array),
             path: path.to_string(),
@@ -456,6 +599,11 @@ impl ZarrArray {
         };
         let codec = ShardingCodec::new_with_configuration(&config)
             .map_err(|e| meta_err(format!("sharding_indexed: {e}"), key))?;
+        let max_inner_bytes =
+            match inner_chain.encoded_representation(&nz(&inner), array.data_type(), array.fill_value()) {
+                Ok(BytesRepresentation::FixedSize(n) | BytesRepresentation::BoundedSize(n)) => Some(n),
+                _ => None,
+            };
         Ok(Some(Sharding {
             shard_shape: shard.to_vec(),
             chunks_per_shard: cps,
@@ -464,6 +612,7 @@ impl ZarrArray {
             inner: Arc::new(inner_chain),
             index_size,
             index_location: v1.index_location,
+            max_inner_bytes,
         }))
     }
 
@@ -616,6 +765,10 @@ impl ZarrArray {
             .enumerate()
             .map(|(i, w)| match (w[0], w[1]) {
                 (u64::MAX, u64::MAX) => Ok(None),
+                (_, l) if s.max_inner_bytes.is_some_and(|max| l > max) => Err(bad(format!(
+                    "entry {i} has length {l}, more than the {} bytes an encoded inner chunk can have",
+                    s.max_inner_bytes.unwrap_or_default()
+                ))),
                 (o, l) if o != u64::MAX && l != u64::MAX && o.checked_add(l).is_some() => Ok(Some((o, l))),
                 (o, l) => Err(bad(format!("entry {i} has offset {o} and length {l}"))),
             })
@@ -658,6 +811,9 @@ impl ZarrArray {
 
     /// zarrs' generic codec chain, then one copy into an aligned buffer.
     fn decode_generic(&self, encoded: &[u8]) -> std::result::Result<AlignedBytes, String> {
+        if let Some(bound) = self.blosc_bound {
+            check_blosc_header(encoded, bound)?;
+        }
         let opts = CodecOptions::default().with_concurrent_target(1);
         let run = || -> std::result::Result<AlignedBytes, String> {
             let decoded = self

@@ -135,6 +135,57 @@ fn cli_describe_json_parses() {
     assert!(err.starts_with("error: ") && err.trim_end().ends_with("/no/such/store.zarr"), "{err}");
 }
 
+/// Hostile metadata through the CLI (issue 16): each store is refused at open, the process
+/// exits 1 with one `error:` line naming the field and ending with the metadata key, and
+/// nothing panics or aborts on an allocation. A chunk whose stored size disagrees with the
+/// geometry is a decode error naming the chunk key, not a short batch.
+#[test]
+fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
+    let root = std::env::temp_dir().join(format!("insitubatch-hostile-{}", std::process::id()));
+    let v3 = |shape: serde_json::Value, chunk: serde_json::Value, dtype: &str| {
+        serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": dtype,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunk}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]})
+    };
+    let cases = [
+        ("overflow", v3(serde_json::json!([1u64 << 40, 1u64 << 40]), serde_json::json!([1, 1]), "float32"), "shape"),
+        ("negative", v3(serde_json::json!([8, 4]), serde_json::json!([-2, 4]), "float32"), "chunk_shape"),
+        ("dtype", v3(serde_json::json!([8, 4]), serde_json::json!([2, 4]), "r8796093022208"), "data_type"),
+        (
+            "huge_chunk",
+            v3(serde_json::json!([1 << 20, 1 << 20]), serde_json::json!([1 << 20, 1 << 20]), "float64"),
+            "chunk",
+        ),
+        ("rank", v3(serde_json::json!([8, 4]), serde_json::json!([2]), "float32"), "rank"),
+    ];
+    let cli =
+        |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch")).args(args).output().unwrap();
+    for (name, meta, field) in cases {
+        let dir = root.join(format!("{name}.zarr"));
+        std::fs::create_dir_all(dir.join("a")).unwrap();
+        std::fs::write(dir.join("a/zarr.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
+        let out = cli(&["describe", dir.to_str().unwrap(), "--var", "a"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(err.starts_with("error: ") && err.contains(field), "{name}: must name `{field}`: {err}");
+        assert!(err.trim_end().ends_with("a/zarr.json"), "{name}: must end with the metadata key: {err}");
+    }
+    // A stored chunk of 5 elements where the geometry says 8: an error naming the chunk.
+    let dir = root.join("short.zarr");
+    std::fs::create_dir_all(dir.join("a/c/1")).unwrap();
+    std::fs::create_dir_all(dir.join("a/c/0")).unwrap();
+    let meta = v3(serde_json::json!([4, 4]), serde_json::json!([2, 4]), "float32");
+    std::fs::write(dir.join("a/zarr.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
+    std::fs::write(dir.join("a/c/0/0"), [0u8; 32]).unwrap();
+    std::fs::write(dir.join("a/c/1/0"), [0u8; 20]).unwrap();
+    let out = cli(&["bench", dir.to_str().unwrap(), "--var", "a", "--epochs", "1", "--batch-size", "2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("on_bad_chunk") && err.trim_end().ends_with("a/c/1/0"), "{err}");
+    std::fs::remove_dir_all(&root).ok();
+}
+
 /// A tokio application awaits batches: the same bytes as the blocking iterator, and
 /// windows (labelled geometries) through `OpenOptions` alone.
 #[test]

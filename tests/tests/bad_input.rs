@@ -34,6 +34,10 @@ fn metadata_problems_name_the_key() {
         ("unsupported_codec", "no_such_codec", key("unsupported_codec")),
         ("hostile_shape", "zero", key("hostile_shape")),
         ("hostile_huge", "overflow", key("hostile_huge")),
+        // Refused before zarrs sees them (issue 16): each message names the field.
+        ("hostile_dtype", "data_type \"r8796093022208\" is not supported", key("hostile_dtype")),
+        ("hostile_negative", "`chunk_shape` entry -8", key("hostile_negative")),
+        ("hostile_rank", "differ in rank", key("hostile_rank")),
         // No key exists to name: the message names both candidates, and the store comes last.
         ("absent", "neither absent/zarr.json nor absent/.zarray exists", store.clone()),
     ] {
@@ -45,7 +49,8 @@ fn metadata_problems_name_the_key() {
 
 #[test]
 fn corrupt_and_truncated_chunks_raise_or_fill() {
-    for var in ["corrupt_chunk", "truncated_chunk"] {
+    // wrong_size_chunk: valid zstd whose decoded size is not the chunk's: never a short batch.
+    for var in ["corrupt_chunk", "truncated_chunk", "wrong_size_chunk"] {
         let ds = open_var(var, OnBadChunk::Raise).unwrap();
         let err = ds.iter(Split::All).unwrap().collect::<Result<Vec<Batch>, _>>().unwrap_err().to_string();
         assert!(err.ends_with(&format!("{var}/c/1/0/0")), "{var}: {err}");

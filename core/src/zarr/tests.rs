@@ -466,6 +466,151 @@ fn bad_metadata_is_an_error_not_a_panic() {
     }
 }
 
+/// A shard index entry longer than any encoded inner chunk can be (a 2^40-byte inner chunk of
+/// a 2x2 float32 tile) is refused before anything is fetched, naming the shard key.
+#[test]
+fn a_shard_index_entry_beyond_the_inner_chains_bound_is_refused() {
+    let mut m = sharded_meta(&[4, 4], &[4, 4], &[2, 2], "end");
+    m["codecs"][0]["configuration"]["index_codecs"] = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    let a = ZarrArray::from_v3("s", &serde_json::to_vec(&m).unwrap()).unwrap();
+    let index = |len: u64| -> Vec<u8> {
+        [[0u64, 16], [16, 16], [32, len], [u64::MAX, u64::MAX]].iter().flatten().flat_map(|w| w.to_le_bytes()).collect()
+    };
+    let ok = a.decode_shard_index(&index(16), "s/c/0/0").unwrap();
+    assert_eq!(ok.range(2), Some(ByteRange::Bounded { start: 32, end: 48 }));
+    match a.decode_shard_index(&index(1 << 40), "s/c/0/0") {
+        Err(Error::Decode { message, key }) => {
+            assert!(message.contains("entry 2 has length 1099511627776"), "{message}");
+            assert_eq!(key, "s/c/0/0");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Crash inputs the fuzzers found, kept as regression tests (fuzz/, docs/reliability.md).
+#[test]
+fn fuzzer_findings_are_errors() {
+    let storage = MemoryStorage::new();
+    // zarr_v2_metadata: a bz2 level of 0 passed zarrs' check and panicked in the bzip2 crate.
+    let v2 = json!({"zarr_format": 2, "shape": [4, 4], "chunks": [4, 4], "dtype": "<u2",
+        "compressor": {"id": "bz2", "level": 0}, "fill_value": 0, "order": "C", "filters": null,
+        "dimension_separator": "/"});
+    put_json(&storage, "bz2v2/.zarray", &v2);
+    let (m, k) = metadata_error(&storage, "bz2v2");
+    assert!(m.contains("level 0"), "{m}");
+    assert_eq!(k, "memory://bz2v2/.zarray");
+    // The same as a v2 filter, as a v3 codec, and inside a shard.
+    let mut filt = v2.clone();
+    filt["compressor"] = Value::Null;
+    filt["filters"] = json!([{"id": "bz2", "level": 0}]);
+    put_json(&storage, "bz2f/.zarray", &filt);
+    assert!(metadata_error(&storage, "bz2f").0.contains("level 0"));
+    let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let bz2 = json!({"name": "numcodecs.bz2", "configuration": {"level": 0}});
+    put_json(&storage, "bz2v3/zarr.json", &v3(&[4], &[2], json!([le, bz2]), None));
+    assert!(metadata_error(&storage, "bz2v3").0.contains("level 0"));
+    let mut sh = sharded_meta(&[4, 4], &[4, 4], &[2, 2], "end");
+    sh["codecs"][0]["configuration"]["codecs"] = json!([le, bz2]);
+    put_json(&storage, "bz2s/zarr.json", &sh);
+    assert!(metadata_error(&storage, "bz2s").0.contains("level 0"));
+}
+
+/// decode_tile: a 48-byte blosc chunk whose header declares 704651264 decoded bytes made
+/// zarrs allocate that much for an 8-element tile. Now refused from the header, naming the key.
+#[cfg(feature = "c-codecs")]
+#[test]
+fn a_blosc_header_declaring_more_than_the_tile_is_a_decode_error() {
+    let meta = json!({"zarr_format": 2, "shape": [8], "chunks": [8], "dtype": "<i4", "fill_value": 0,
+        "compressor": {"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 1, "blocksize": 0},
+        "order": "C", "filters": null, "dimension_separator": "/"});
+    let a = ZarrArray::from_v2("b", &serde_json::to_vec(&meta).unwrap(), None).unwrap();
+    let input: &[u8] = &[
+        0x02, 0x01, 0x93, 0x00, 0x00, 0x20, 0x00, 0x2a, 0x00, 0x00, 0x00, 0x00, 0x30, 0x00, 0x00, 0x00, 0x00, 0x25,
+        0x4a, 0x6f, 0x94, 0xb9, 0xde, 0x08, 0x2d, 0x52, 0x77, 0x9c, 0xc1, 0xe6, 0x02, 0x10, 0x10, 0x10, 0x10, 0x10,
+        0x80, 0x80, 0x80, 0x80, 0x84, 0x04, 0x04, 0x04, 0x00, 0x20, 0x20, 0x20,
+    ];
+    match a.decode_tile(Some(Bytes::copy_from_slice(input)), "b/0") {
+        Err(Error::Decode { message, key }) => {
+            assert!(message.contains("blosc header declares 704651264"), "{message}");
+            assert_eq!(key, "b/0");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Hostile or absurd metadata (issue 16): refused at open, before zarrs sees it or anything
+/// is allocated, with an `Error::Metadata` whose key names the array's metadata object and
+/// whose message names the field. Each case would otherwise overflow, abort on a huge
+/// allocation, or read garbage.
+#[test]
+fn hostile_metadata_is_refused_naming_the_array_and_the_field() {
+    let storage = MemoryStorage::new();
+    let v2 = |shape: Value, chunks: Value, dtype: &str| {
+        json!({"zarr_format": 2, "shape": shape, "chunks": chunks, "dtype": dtype, "compressor": null,
+               "fill_value": 0, "order": "C", "filters": null})
+    };
+    let with = |mut m: Value, field: &str, v: Value| {
+        m[field] = v;
+        m
+    };
+    let f32v3 = |shape: Value, chunk: Value| {
+        let mut m = v3(&[4, 4], &[2, 2], zstd_codecs(), None);
+        m["shape"] = shape;
+        m["chunk_grid"]["configuration"]["chunk_shape"] = chunk;
+        m
+    };
+    let cases: Vec<(&str, u8, Value, &str)> = vec![
+        // The shape's byte count overflows u64 (2^40 * 2^40 elements).
+        ("shape_overflow", 3, f32v3(json!([1u64 << 40, 1u64 << 40]), json!([1, 1])), "shape"),
+        ("shape_overflow_v2", 2, v2(json!([1u64 << 40, 1u64 << 40]), json!([1, 1]), "<f4"), "shape"),
+        ("chunk_zero", 3, f32v3(json!([4, 4]), json!([0, 4])), "chunk shape"),
+        ("chunk_zero_v2", 2, v2(json!([4, 4]), json!([4, 0]), "<f4"), "chunks"),
+        ("chunk_negative", 3, f32v3(json!([4, 4]), json!([-2, 4])), "chunk_shape"),
+        ("chunk_negative_v2", 2, v2(json!([4, 4]), json!([-1, 4]), "<f4"), "chunks"),
+        ("shape_negative", 3, f32v3(json!([-4, 4]), json!([2, 4])), "shape"),
+        ("shape_fraction", 3, f32v3(json!([4.5, 4]), json!([2, 4])), "shape"),
+        ("shape_beyond_u64", 3, f32v3(json!([1e30, 4]), json!([2, 4])), "shape"),
+        ("shape_not_a_list", 3, f32v3(json!("4,4"), json!([2, 4])), "shape"),
+        // One chunk of 2^20 x 2^20 float32 (4 TiB): beyond any memory.
+        ("chunk_huge", 3, f32v3(json!([1 << 20, 1 << 20]), json!([1 << 20, 1 << 20])), "chunk"),
+        ("chunk_huge_v2", 2, v2(json!([1u64 << 40]), json!([1u64 << 40]), "<f8"), "chunk"),
+        // Ranks that disagree.
+        ("rank_mismatch", 3, f32v3(json!([4, 4]), json!([4])), "differ in rank"),
+        ("rank_mismatch_v2", 2, v2(json!([4, 4, 4]), json!([4, 4]), "<f4"), "differ in rank"),
+        ("rank_absurd", 3, f32v3(json!(vec![1; 40]), json!(vec![1; 40])), "dimensions"),
+        ("dim_names_mismatch", 3, v3(&[4, 4], &[2, 2], zstd_codecs(), Some(vec!["time"])), "dimension_names"),
+        // Element types of 2^40 bytes (raw bits, fixed-length bytes, unicode, void).
+        (
+            "dtype_huge",
+            3,
+            with(v3(&[4], &[2], json!([{"name": "bytes"}]), None), "data_type", json!("r8796093022208")),
+            "data_type",
+        ),
+        ("dtype_huge_s", 2, v2(json!([4]), json!([2]), "|S1099511627776"), "dtype"),
+        ("dtype_huge_u", 2, v2(json!([4]), json!([2]), "<U274877906944"), "dtype"),
+        ("dtype_huge_v", 2, v2(json!([4]), json!([2]), "|V1099511627776"), "dtype"),
+        (
+            "dtype_structured",
+            2,
+            with(v2(json!([4]), json!([2]), "<f4"), "dtype", json!([["a", "<f4"], ["b", "|V1099511627776"]])),
+            "dtype",
+        ),
+        (
+            "dtype_object",
+            3,
+            with(v3(&[4], &[2], zstd_codecs(), None), "data_type", json!({"name": "r16", "configuration": {}})),
+            "data_type",
+        ),
+    ];
+    for (name, format, meta, field) in cases {
+        let file = if format == 3 { "zarr.json" } else { ".zarray" };
+        put_json(&storage, &format!("{name}/{file}"), &meta);
+        let (m, k) = metadata_error(&storage, name);
+        assert_eq!(k, format!("memory://{name}/{file}"), "{name}: the key names the array");
+        assert!(m.contains(field), "{name}: the message must name `{field}`: {m}");
+    }
+}
+
 #[test]
 fn corrupt_tiles_are_decode_errors() {
     let store = Arc::new(MemoryStore::new());

@@ -74,7 +74,16 @@ pub fn load(path: &Path) -> Result<Loaded, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
         Err(e) => return Err(corrupt(format!("cannot read the cache log ({e})"), path)),
     };
-    let text = String::from_utf8_lossy(&bytes);
+    parse(&bytes, path)
+}
+
+/// Check the log's bytes, as read from `path` (named in errors). Pure, so the fuzzer
+/// (`fuzz/fuzz_targets/cache_log.rs`) can feed it any bytes without touching the disk.
+///
+/// # Errors
+/// As [`load`].
+pub fn parse(bytes: &[u8], path: &Path) -> Result<Loaded, Error> {
+    let text = String::from_utf8_lossy(bytes);
     let ends_with_newline = text.ends_with('\n');
     let lines: Vec<&str> = text.split_terminator('\n').collect();
     let mut out = Loaded::default();

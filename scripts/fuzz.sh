@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Fuzz every parser of untrusted bytes (fuzz/fuzz_targets: Zarr v2/v3 metadata, shard
+# indexes, every codec chain, the cache log, split manifests) for SECONDS each (default 30),
+# under libFuzzer with AddressSanitizer, -rss_limit_mb=512 (which also fails any single
+# allocation over 512 MiB) and a 10 s per-input timeout. Prints one line per target with its
+# executions and exits non-zero on any crash, panic, leak, timeout or over-limit allocation;
+# the input that did it is kept under $INSITUBATCH_CACHE/fuzz/artifacts/TARGET/ (reproduce
+# with `scripts/fuzz.sh --repro FILE TARGET`).
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+# Toolchain: the repo's pinned nightly (ib_nightly, scripts/env.sh) and cargo-fuzz
+# $IB_CARGO_FUZZ_VERSION installed once into $INSITUBATCH_CACHE. Corpora live in
+# $INSITUBATCH_CACHE/fuzz/corpus/TARGET, so every run (CI's too) starts from what earlier
+# runs found; they are seeded from each target's built-in seeds and, when
+# $INSITUBATCH_FIXTURES holds the zarr-python fixtures, from their metadata and chunks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+IB_CARGO_FUZZ_VERSION=0.13.2
+FUZZ_HOME="$INSITUBATCH_CACHE/fuzz"
+FUZZ_TARGET_DIR="$INSITUBATCH_CACHE/target-fuzz"
+CARGO_FUZZ_ROOT="$INSITUBATCH_CACHE/cargo-fuzz-$IB_CARGO_FUZZ_VERSION"
+TRIPLE=x86_64-unknown-linux-gnu
+ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest)
+
+ib_prereqs
+# libfuzzer-sys compiles libFuzzer (C++) with the cc crate.
+if ! command -v c++ >/dev/null; then
+    if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
+    "${SUDO[@]}" apt-get update -qq && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
+fi
+NIGHTLY=$(ib_nightly)
+if [ ! -x "$CARGO_FUZZ_ROOT/bin/cargo-fuzz" ]; then
+    echo "fuzz: installing cargo-fuzz $IB_CARGO_FUZZ_VERSION into $CARGO_FUZZ_ROOT" >&2
+    cargo install cargo-fuzz --version "$IB_CARGO_FUZZ_VERSION" --locked --root "$CARGO_FUZZ_ROOT" >&2
+fi
+export PATH="$CARGO_FUZZ_ROOT/bin:$PATH"
+# The AddressSanitizer runtime ships with the nightly's x86_64 Linux std: nothing else to add.
+
+build() {
+    local start=$SECONDS
+    (cd fuzz && cargo "+$NIGHTLY" fuzz build --target-dir "$FUZZ_TARGET_DIR" "$@")
+    echo "fuzz: build took $((SECONDS - start)) s" >&2
+}
+bin() { echo "$FUZZ_TARGET_DIR/$TRIPLE/release/$1"; }
+
+if [ "${1:-}" = "--repro" ]; then
+    build "$3"
+    exec "$(bin "$3")" -rss_limit_mb=512 "$2"
+fi
+
+SECONDS_EACH="${1:-30}"
+shift || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL_TARGETS[@]}")
+build
+
+# seed TARGET DIR: the target's built-in seeds, then fixture files that fit it.
+seed() {
+    local t="$1" dir="$2" fx="${INSITUBATCH_FIXTURES:-}"
+    IB_FUZZ_SEEDS="$dir" "$(bin "$t")" >/dev/null 2>&1
+    [ -n "$fx" ] && [ -d "$fx" ] || return 0
+    local f i=0
+    case "$t" in
+        zarr_v3_metadata)
+            find "$fx" -name zarr.json -size -64k | while read -r f; do cp "$f" "$dir/fx-$((i++))"; done ;;
+        zarr_v2_metadata)
+            find "$fx" \( -name .zarray -o -name .zmetadata \) -size -64k | while read -r f; do
+                if [ -f "$(dirname "$f")/.zattrs" ] && [ "$(basename "$f")" = .zarray ]; then
+                    { cat "$f"; printf '\0'; cat "$(dirname "$f")/.zattrs"; } >"$dir/fx-$((i++))"
+                else
+                    cp "$f" "$dir/fx-$((i++))"
+                fi
+            done ;;
+        decode_tile)
+            # A selector byte for an array with the same compressor, then a real chunk of
+            # another shape: reaches the decoders and the size check (see chain_metadata).
+            local store sel
+            for store in v3_zstd:0 v3_gzip:2 v3_blosc:5 v2_zlib:11 v2_blosc:12; do
+                sel="${store#*:}"
+                find "$fx/${store%%:*}" -type f ! -name '.z*' ! -name zarr.json -size -64k 2>/dev/null | head -n 3 | while read -r f; do
+                    { printf "\\x$(printf %02x "$sel")"; cat "$f"; } >"$dir/fx-${store%%:*}-$((i++))"
+                done
+            done ;;
+    esac
+}
+
+failed=()
+summary=()
+for t in "${TARGETS[@]}"; do
+    corpus="$FUZZ_HOME/corpus/$t"
+    artifacts="$FUZZ_HOME/artifacts/$t"
+    mkdir -p "$corpus" "$artifacts"
+    [ -n "$(ls -A "$corpus")" ] || seed "$t" "$corpus"
+    log="$FUZZ_HOME/$t.log"
+    echo "fuzz: $t for ${SECONDS_EACH}s (corpus $(ls "$corpus" | wc -l) inputs)" >&2
+    rc=0
+    "$(bin "$t")" "$corpus" -max_total_time="$SECONDS_EACH" -rss_limit_mb=512 -timeout=10 \
+        -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+    rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -n 1)
+    line=$(printf 'fuzz %-18s %12s execs in %4ss, peak RSS %4s MB, corpus %5s' "$t" "${execs:-?}" \
+        "$SECONDS_EACH" "${rss:-?}" "$(ls "$corpus" | wc -l)")
+    if [ "$rc" -ne 0 ]; then
+        line="$line  FAILED (rc $rc; see $log, input in $artifacts)"
+        failed+=("$t")
+        grep -E "ERROR|panicked|SUMMARY|^Test unit written" "$log" | head -n 20 | sed 's/^/    /' >&2
+    fi
+    summary+=("$line")
+done
+printf '%s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz: ${#failed[@]} of ${#TARGETS[@]} targets failed: ${failed[*]}" >&2
+    exit 1
+fi
+echo "fuzz: all ${#TARGETS[@]} targets ran clean (0 crashes)"
