@@ -71,7 +71,11 @@ fi
 # 5. Tests (run from outside the source tree so the installed package is the one imported).
 cd "$PB/tests"
 rc=0
-"$IB_PY" -m pytest -q -rs -p no:cacheprovider "$@" . || rc=$?
+# IB_FRAMEWORKS=1: torch and JAX are installed here, so a test missing them fails under CI
+# (the other Pythons' venvs below have neither, and their tests skip).
+fw=1
+[ "${IB_PYTHON_TORCH:-1}" = 0 ] || [ "${IB_PYTHON_JAX:-1}" = 0 ] && fw=0
+IB_FRAMEWORKS=$fw "$IB_PY" -m pytest -q -rs -p no:cacheprovider "$@" . || rc=$?
 
 # 6. The same abi3 wheel on the other supported Pythons, each in its own cached venv from
 #    tests/requirements-py<v>.txt (no torch/JAX: those tests skip). Where that venv has

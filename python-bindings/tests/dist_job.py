@@ -104,7 +104,10 @@ def main() -> None:
             os.replace(tmp, state_path)
         dist.barrier()  # the state is on disk before anyone says so
         # torchrun starts each worker in a session of its own, so the test kills them by pid.
-        print(f"CHECKPOINTED {rank} {os.getpid()}", flush=True)
+        # One write(2) of a short line: ranks share the pipe, and print() may split a line
+        # into two writes that another rank's line can land between.
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), f"CHECKPOINTED {rank} {os.getpid()}\n".encode())
         threading.Event().wait()  # block until the test kills the job
     elif mode == "resume":
         ds.load_state_dict(json.loads(Path(sys.argv[4]).read_text()))

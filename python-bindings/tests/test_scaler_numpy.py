@@ -61,10 +61,12 @@ def write_store(path: Path, dtype: np.dtype, arrays: dict[str, np.ndarray], samp
         phys = np.moveaxis(logical, 0, sample_axis)
         chunks = list(phys.shape)
         chunks[sample_axis] = 12  # six sample chunks, the last short
-        stored = phys.view(np.uint16) if dtype == BF16 else phys
+        # `is not None` first: numpy reads `dtype == None` as a comparison with float64.
+        bf16 = BF16 is not None and dtype == BF16
+        stored = phys.view(np.uint16) if bf16 else phys
         a = g.create_array(name, shape=phys.shape, chunks=tuple(chunks), dtype=stored.dtype)
         a[:] = stored
-        if dtype == BF16:
+        if bf16:
             meta_path = path / name / "zarr.json"
             meta = json.loads(meta_path.read_text())
             meta["data_type"] = "bfloat16"
