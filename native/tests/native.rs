@@ -227,8 +227,8 @@ fn an_async_stream_and_a_windowed_view_through_open_options() {
 /// A store of metadata only (describe reads no chunks): two arrays of 10^6 samples of 1024×1024
 /// float32 whose sample-axis chunkings (1 and 3) differ, so read-once means holding about
 /// the whole split (terabytes).
-fn huge_two_chunkings_store() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("insitubatch-native-huge-{}", std::process::id())).join("huge.zarr");
+fn huge_two_chunkings_store(tmp: &tempfile::TempDir) -> PathBuf {
+    let dir = tmp.path().join("huge.zarr");
     let array = |spc: u64| {
         serde_json::json!({
             "zarr_format": 3, "node_type": "array", "shape": [1_000_000, 1024, 1024], "data_type": "float32",
@@ -255,7 +255,9 @@ fn cli_describe(store: &Path, extra: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_automatic_budget_never_plans_past_the_machine() {
-    let store = huge_two_chunkings_store();
+    // Removed when the test ends (the other stores here are shared by the whole process).
+    let tmp = tempfile::tempdir().unwrap();
+    let store = huge_two_chunkings_store(&tmp);
     let out = cli_describe(&store, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
