@@ -393,8 +393,12 @@ export declare class Dataset {
 export declare function open(source: string | URL | Storage, options?: OpenOptions): Promise<Dataset>;
 /** Node entry only: the `Storage` `open()` uses for a `file://` URL or a path (node:fs, ranged reads). */
 export declare function nodeFileStorage(url: string | URL): Promise<Storage & { location: string; list(prefix: string): Promise<string[]> }>;
-/** Browser entry only: load the .wasm now (optional; `open` does it). */
-export declare function initialize(input?: string | URL | Response | BufferSource): Promise<unknown>;
+/**
+ * Browser entry only: load the .wasm now (optional; `open` does it). Bytes are
+ * `ArrayBuffer | ArrayBufferView` (the DOM's `BufferSource`, spelled so that Node projects,
+ * which have `@types/node` but not the DOM library, type-check too).
+ */
+export declare function initialize(input?: string | URL | Response | ArrayBuffer | ArrayBufferView): Promise<unknown>;
 
 /** Where `openInWorker` runs the engine. */
 export interface WorkerOptions {

@@ -6,6 +6,14 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$INSITUBATCH_CACHE/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 mkdir -p "$INSITUBATCH_CACHE"
 
+# Whether CI is set (as in .ci/run): there a missing prerequisite fails instead of skipping.
+# The same rule as tests/src/lib.rs `under_ci` and js/test-support/helpers.js `UNDER_CI`.
+ib_under_ci() {
+    local ci
+    ci="$(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]')"
+    [ -n "$ci" ] && [ "$ci" != 0 ] && [ "$ci" != false ]
+}
+
 # Install what the build needs, skipping what is already present.
 ib_prereqs() {
     if ! command -v cargo >/dev/null; then

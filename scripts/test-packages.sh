@@ -5,9 +5,18 @@
 #   2. Python: the wheel scripts/test-python.sh built, and the sdist maturin builds, each
 #      installed with its dependencies (from PyPI) into a clean venv in a temp dir and used
 #      from a script run there (tests/packages/use_wheel.py). The sdist compiles the extension
-#      (minutes), so it is rebuilt only when its inputs changed since it last passed.
+#      (minutes), so it is rebuilt only when its inputs changed since it last passed;
+#   3. npm: `npm pack` of js/ (with the js/pkg wasm builds) installed into a clean folder with
+#      pinned typescript, vite and playwright-core (tests/packages/js/): a Node script there
+#      imports it by name and checks one epoch row by row against the fixture's values (path,
+#      file:// and loopback HTTP); tsc --noEmit (strict) type-checks an example against the
+#      installed index.d.ts as a Node and as a bundler project, and must reject a wrong knob
+#      type; a Vite app bundles the browser entry and headless Chromium reads the same batches
+#      over loopback HTTP. Needs js/pkg built (scripts/test-wasm.sh --build-only).
 # Needs the fixtures (INSITUBATCH_FIXTURES) and the test venv's wheel: run after
 # scripts/test-python.sh, as scripts/test.sh does.
+#   scripts/test-packages.sh                  # every section
+#   scripts/test-packages.sh npm              # some of them: crates, python, npm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -16,20 +25,79 @@ source scripts/pyenv.sh
 ib_test_venv
 FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures}"
 STORE="$FIXTURES/v3_zstd"
+SECTIONS=" ${*:-crates python npm} "
+for s in $SECTIONS; do
+    case "$s" in crates | python | npm) ;; *) echo "unknown section $s (crates, python, npm)" >&2; exit 2 ;; esac
+done
+want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 passed=0
 
-echo "== crates: cargo package (insitubatch-core, -object, -native)"
-cargo package -q --no-verify --allow-dirty -p insitubatch-core -p insitubatch-object -p insitubatch-native
-for c in insitubatch-core insitubatch-object insitubatch-native; do
-    crate="$CARGO_TARGET_DIR/package/$c-0.1.0.crate"
-    listing="$(tar tzf "$crate")"
-    for f in Cargo.toml README.md LICENSE src/lib.rs; do
-        grep -qx "$c-0.1.0/$f" <<<"$listing" || { echo "FAIL: $crate lacks $f" >&2; exit 1; }
+# `npm pack` of js/ installed in a clean folder as a user installs it, then
+# tests/packages/js/ run there: Node, tsc (two projects and a must-fail file), Vite + Chromium.
+# npm's cache is $INSITUBATCH_CACHE/npm-cache, so a warm run downloads nothing.
+NPM_APP_PKGS=(typescript@6.0.3 vite@7.3.8 playwright-core@1.65.1 @types/node@20.19.43)
+ib_npm_package_checks() {
+    local missing=""
+    node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' 2>/dev/null \
+        || missing="Node >= 20.19 (Vite 7)"
+    command -v npm >/dev/null || missing="npm"
+    [ -f js/pkg/node/insitubatch_wasm_bg.wasm ] && [ -f js/pkg/web/insitubatch_wasm_bg.wasm ] \
+        || missing="js/pkg (run scripts/test-wasm.sh --build-only)"
+    if [ -z "$missing" ] && ! command -v chromium >/dev/null; then
+        echo "installing chromium (Debian)"
+        local apt_get=(apt-get)
+        [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
+        "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium >/dev/null \
+            || missing="chromium"
+    fi
+    if [ -n "$missing" ]; then
+        if ib_under_ci; then echo "FAIL: npm package checks need $missing (CI is set)" >&2; exit 1; fi
+        echo "npm: SKIPPED, $missing is missing"
+        return
+    fi
+    export npm_config_cache="$INSITUBATCH_CACHE/npm-cache"
+    local app="$WORK/npm-app" tgz
+    mkdir -p "$app"
+    tgz="$WORK/$(cd js && npm pack --silent --pack-destination "$WORK")"
+    echo "npm pack: $(basename "$tgz"), $(du -k "$tgz" | cut -f1) KiB, $(tar tzf "$tgz" | wc -l) files"
+    echo '{ "private": true, "type": "module" }' >"$app/package.json"
+    (cd "$app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error --save-exact "$tgz" "${NPM_APP_PKGS[@]}")
+    cp -r tests/packages/js/use-package.mjs tests/packages/js/*.ts tests/packages/js/tsconfig*.json tests/packages/js/web/. "$app/"
+    (
+        cd "$app"
+        echo "tsc --noEmit (strict): example.ts as a Node project (@types/node) and a bundler project (DOM)"
+        npx tsc -p tsconfig.json
+        npx tsc -p tsconfig.web.json
+        # The must-fail file: exactly its one marked error, so a broken setup cannot pass for it.
+        local out
+        if out="$(npx tsc -p tsconfig.type-error.json)"; then
+            echo "FAIL: tsc accepted type-error.ts (batchSize: '32')" >&2; exit 1
+        fi
+        [ "$out" = "type-error.ts(6,3): error TS2322: Type 'string' is not assignable to type 'number'." ] \
+            || { echo "FAIL: tsc on type-error.ts, want one TS2322 at (6,3), got:" >&2; echo "$out" >&2; exit 1; }
+        echo "tsc: type-error.ts refused as expected (TS2322, batchSize: '32')"
+        npx vite build --logLevel error
+        echo "vite build: $(cd dist && find . -type f | sort | tr '\n' ' ')"
+    )
+    passed=$((passed + 3))
+    IB_PY="$IB_PY" node tests/packages/js/check.mjs "$app" "$FIXTURES"
+    passed=$((passed + 2))
+}
+
+if want crates; then
+    echo "== crates: cargo package (insitubatch-core, -object, -native)"
+    cargo package -q --no-verify --allow-dirty -p insitubatch-core -p insitubatch-object -p insitubatch-native
+    for c in insitubatch-core insitubatch-object insitubatch-native; do
+        crate="$CARGO_TARGET_DIR/package/$c-0.1.0.crate"
+        listing="$(tar tzf "$crate")"
+        for f in Cargo.toml README.md LICENSE src/lib.rs; do
+            grep -qx "$c-0.1.0/$f" <<<"$listing" || { echo "FAIL: $crate lacks $f" >&2; exit 1; }
+        done
+        passed=$((passed + 1))
     done
-    passed=$((passed + 1))
-done
+fi
 
 # A clean venv in the temp dir, the package installed from $1 with its dependencies, and the
 # user script run from there (not from the repo, so only the install can be imported).
@@ -41,24 +109,30 @@ use_python_package() {
     passed=$((passed + 1))
 }
 
-echo "== Python: the wheel in a clean venv"
-wheel="$(ls "$INSITUBATCH_CACHE"/python-wheels/insitubatch_rs-*.whl | head -n1)"
-use_python_package "$wheel" wheel
+if want python; then
+    echo "== Python: the wheel in a clean venv"
+    wheel="$(ls "$INSITUBATCH_CACHE"/python-wheels/insitubatch_rs-*.whl | head -n1)"
+    use_python_package "$wheel" wheel
 
-echo "== Python: the sdist in a clean venv (compiles the extension)"
-sdist_dir="$INSITUBATCH_CACHE/python-sdist"
-sdist_hash="$( { find core native object python-bindings/src python-bindings/python -type f -print0 | sort -z | xargs -0 sha256sum; \
-    cat Cargo.toml Cargo.lock python-bindings/Cargo.toml python-bindings/pyproject.toml; } | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$sdist_dir/.passed" 2>/dev/null || true)" = "$sdist_hash" ]; then
-    echo "sdist: unchanged since it last passed (skipped: $sdist_dir/.passed)"
-else
-    rm -rf "$sdist_dir" && mkdir -p "$sdist_dir"
-    (cd python-bindings && "$(dirname "$IB_PY")/maturin" sdist -o "$sdist_dir")
-    sdist="$(ls "$sdist_dir"/insitubatch_rs-*.tar.gz)"
-    # pip builds it through maturin's PEP 517 backend, as for a user, but in the dev profile:
-    # the dependencies are then the ones CARGO_TARGET_DIR (scripts/env.sh) already holds, and
-    # only our three crates compile (a release build from scratch takes 15 minutes here).
-    MATURIN_PEP517_ARGS="--profile dev" use_python_package "$sdist" sdist
-    echo "$sdist_hash" >"$sdist_dir/.passed"
+    echo "== Python: the sdist in a clean venv (compiles the extension)"
+    sdist_dir="$INSITUBATCH_CACHE/python-sdist"
+    sdist_hash="$( { find core native object python-bindings/src python-bindings/python -type f -print0 | sort -z | xargs -0 sha256sum; \
+        cat Cargo.toml Cargo.lock python-bindings/Cargo.toml python-bindings/pyproject.toml; } | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$sdist_dir/.passed" 2>/dev/null || true)" = "$sdist_hash" ]; then
+        echo "sdist: unchanged since it last passed (skipped: $sdist_dir/.passed)"
+    else
+        rm -rf "$sdist_dir" && mkdir -p "$sdist_dir"
+        (cd python-bindings && "$(dirname "$IB_PY")/maturin" sdist -o "$sdist_dir")
+        sdist="$(ls "$sdist_dir"/insitubatch_rs-*.tar.gz)"
+        # pip builds it through maturin's PEP 517 backend, as for a user, but in the dev profile:
+        # the dependencies are then the ones CARGO_TARGET_DIR (scripts/env.sh) already holds, and
+        # only our three crates compile (a release build from scratch takes 15 minutes here).
+        MATURIN_PEP517_ARGS="--profile dev" use_python_package "$sdist" sdist
+        echo "$sdist_hash" >"$sdist_dir/.passed"
+    fi
+fi
+if want npm; then
+    echo "== npm: the packed js/ package installed in a clean folder (Node, tsc, Vite + Chromium)"
+    ib_npm_package_checks
 fi
 echo "test result: ok. $passed passed; 0 failed (packages)"

@@ -1,0 +1,7 @@
+// Must NOT type-check: proves the check above can fail. tsc must report exactly one error,
+// TS2322 on the line marked below (a knob of the wrong type).
+import { open } from 'insitubatch';
+
+export const ds = await open('https://example.org/era5.zarr', {
+  batchSize: '32', // expected error: batchSize is a number
+});
