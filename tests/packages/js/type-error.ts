@@ -1,5 +1,5 @@
-// Must NOT type-check: proves the check above can fail. tsc must report exactly one error,
-// TS2322 on the line marked below (a knob of the wrong type).
+// Must NOT type-check: proves the type check can fail. tsc (tsconfig.json) must report exactly
+// one error in the project, TS2322 on the line marked below (a knob of the wrong type).
 import { open } from 'insitubatch';
 
 export const ds = await open('https://example.org/era5.zarr', {
