@@ -56,7 +56,7 @@ t bash scripts/test-python.sh
 t bash scripts/test-widget.sh   # the notebook widget in JupyterLab (Playwright)
 ib_stop_servers
 
-echo "== packages as users install them, outside the repo (crates, wheel, sdist)"
+echo "== packages as users install them, outside the repo (crates, wheel, sdist, npm tarball)"
 t bash scripts/test-packages.sh
 
 echo "== the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
