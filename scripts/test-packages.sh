@@ -61,7 +61,14 @@ ib_npm_package_checks() {
     local app="$WORK/npm-app" tgz
     mkdir -p "$app"
     tgz="$WORK/$(cd js && npm pack --silent --pack-destination "$WORK")"
-    echo "npm pack: $(basename "$tgz"), $(du -k "$tgz" | cut -f1) KiB, $(tar tzf "$tgz" | wc -l) files"
+    local listing f
+    listing="$(tar tzf "$tgz")"
+    echo "npm pack: $(basename "$tgz"), $(du -k "$tgz" | cut -f1) KiB, $(wc -l <<<"$listing") files"
+    # What the checks below do not load: the license and the threaded build (workers only).
+    for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/worker.js src/web-threads.js \
+        pkg/node/package.json pkg/web/insitubatch_wasm_bg.wasm pkg/web-threads/insitubatch_wasm_bg.wasm; do
+        grep -qx "package/$f" <<<"$listing" || { echo "FAIL: $tgz lacks $f" >&2; exit 1; }
+    done
     echo '{ "private": true, "type": "module" }' >"$app/package.json"
     (cd "$app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error --save-exact "$tgz" "${NPM_APP_PKGS[@]}")
     cp -r tests/packages/js/use-package.mjs tests/packages/js/*.ts tests/packages/js/tsconfig*.json tests/packages/js/web/. "$app/"
