@@ -38,56 +38,70 @@ passed=0
 # tests/packages/js/ run there: Node, tsc (two projects and a must-fail file), Vite + Chromium.
 # npm's cache is $INSITUBATCH_CACHE/npm-cache, so a warm run downloads nothing.
 NPM_APP_PKGS=(typescript@6.0.3 vite@7.3.8 playwright-core@1.65.1 @types/node@20.19.43)
-ib_npm_package_checks() {
-    local missing=""
+
+# Prints what the npm checks lack (nothing when all is there); installs Debian's chromium.
+npm_missing_prereq() {
     node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' 2>/dev/null \
-        || missing="Node >= 20.19 (Vite 7)"
-    command -v npm >/dev/null || missing="npm"
+        || { echo "Node >= 20.19 (Vite 7)"; return; }
+    command -v npm >/dev/null || { echo "npm"; return; }
     [ -f js/pkg/node/insitubatch_wasm_bg.wasm ] && [ -f js/pkg/web/insitubatch_wasm_bg.wasm ] \
-        || missing="js/pkg (run scripts/test-wasm.sh --build-only)"
-    if [ -z "$missing" ] && ! command -v chromium >/dev/null; then
-        echo "installing chromium (Debian)"
+        || { echo "js/pkg (run scripts/test-wasm.sh --build-only)"; return; }
+    [ -f "$FIXTURES/manifest.json" ] || { echo "the fixtures in $FIXTURES (tests/fixtures/make_fixtures.py)"; return; }
+    if ! command -v chromium >/dev/null; then
+        echo "installing chromium (Debian)" >&2
         local apt_get=(apt-get)
         [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
-        "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium >/dev/null \
-            || missing="chromium"
+        "${apt_get[@]}" update -qq >&2 && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium >/dev/null \
+            || echo "chromium"
     fi
+}
+
+# `npm pack` of js/ into $WORK; fails unless the tarball lists what users need. Prints its path.
+npm_pack_checked() {
+    local tgz listing f
+    tgz="$WORK/$(cd js && npm pack --silent --pack-destination "$WORK")"
+    listing="$(tar tzf "$tgz")"
+    echo "npm pack: $(basename "$tgz"), $(du -k "$tgz" | cut -f1) KiB, $(wc -l <<<"$listing") files" >&2
+    # Among them what the checks below do not load: the license and the threaded build.
+    for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/worker.js src/web-threads.js \
+        pkg/node/package.json pkg/web/insitubatch_wasm_bg.wasm pkg/web-threads/insitubatch_wasm_bg.wasm; do
+        grep -qx "package/$f" <<<"$listing" || { echo "FAIL: $tgz lacks $f" >&2; return 1; }
+    done
+    echo "$tgz"
+}
+
+# In the app folder (the cwd): tsc on the Node project (example.ts clean, type-error.ts
+# exactly its one marked error, so a broken setup cannot pass) and the bundler project,
+# then the Vite build. The local bins, never `npx NAME` (which would fetch a package so named).
+npm_app_types_and_build() {
+    local out want="type-error.ts(6,3): error TS2322: Type 'string' is not assignable to type 'number'."
+    echo "tsc --noEmit (strict): example.ts and type-error.ts as a Node project (@types/node)"
+    if out="$(node_modules/.bin/tsc -p tsconfig.json)"; then
+        echo "FAIL: tsc accepted type-error.ts (batchSize: '32')" >&2; return 1
+    fi
+    [ "$out" = "$want" ] || { echo "FAIL: tsc, want only: $want; got:" >&2; echo "$out" >&2; return 1; }
+    echo "tsc: example.ts clean; type-error.ts refused as expected (TS2322, batchSize: '32')"
+    echo "tsc --noEmit (strict): example.ts as a bundler project (DOM)"
+    node_modules/.bin/tsc -p tsconfig.web.json
+    node_modules/.bin/vite build --logLevel error
+    echo "vite build: $(cd dist && find . -type f | sort | tr '\n' ' ')"
+}
+
+ib_npm_package_checks() {
+    local missing app="$WORK/npm-app" tgz
+    missing="$(npm_missing_prereq)"
     if [ -n "$missing" ]; then
         if ib_under_ci; then echo "FAIL: npm package checks need $missing (CI is set)" >&2; exit 1; fi
         echo "npm: SKIPPED, $missing is missing"
         return
     fi
     export npm_config_cache="$INSITUBATCH_CACHE/npm-cache"
-    local app="$WORK/npm-app" tgz
+    tgz="$(npm_pack_checked)"
     mkdir -p "$app"
-    tgz="$WORK/$(cd js && npm pack --silent --pack-destination "$WORK")"
-    local listing f
-    listing="$(tar tzf "$tgz")"
-    echo "npm pack: $(basename "$tgz"), $(du -k "$tgz" | cut -f1) KiB, $(wc -l <<<"$listing") files"
-    # What the checks below do not load: the license and the threaded build (workers only).
-    for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/worker.js src/web-threads.js \
-        pkg/node/package.json pkg/web/insitubatch_wasm_bg.wasm pkg/web-threads/insitubatch_wasm_bg.wasm; do
-        grep -qx "package/$f" <<<"$listing" || { echo "FAIL: $tgz lacks $f" >&2; exit 1; }
-    done
     echo '{ "private": true, "type": "module" }' >"$app/package.json"
     (cd "$app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error --save-exact "$tgz" "${NPM_APP_PKGS[@]}")
     cp -r tests/packages/js/use-package.mjs tests/packages/js/*.ts tests/packages/js/tsconfig*.json tests/packages/js/web/. "$app/"
-    (
-        cd "$app"
-        # The Node project holds example.ts and the must-fail type-error.ts: exactly that
-        # file's one marked error, so example.ts is clean and a broken setup cannot pass.
-        echo "tsc --noEmit (strict): example.ts and type-error.ts as a Node project (@types/node)"
-        local out want="type-error.ts(6,3): error TS2322: Type 'string' is not assignable to type 'number'."
-        if out="$(npx tsc -p tsconfig.json)"; then
-            echo "FAIL: tsc accepted type-error.ts (batchSize: '32')" >&2; exit 1
-        fi
-        [ "$out" = "$want" ] || { echo "FAIL: tsc, want only: $want; got:" >&2; echo "$out" >&2; exit 1; }
-        echo "tsc: example.ts clean; type-error.ts refused as expected (TS2322, batchSize: '32')"
-        echo "tsc --noEmit (strict): example.ts as a bundler project (DOM)"
-        npx tsc -p tsconfig.web.json
-        npx vite build --logLevel error
-        echo "vite build: $(cd dist && find . -type f | sort | tr '\n' ' ')"
-    )
+    (cd "$app" && npm_app_types_and_build)
     passed=$((passed + 3))
     IB_PY="$IB_PY" node tests/packages/js/check.mjs "$app" "$FIXTURES"
     passed=$((passed + 2))
