@@ -131,9 +131,12 @@ export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shi
       if (onHover) {
         const base = sliceOffset(layout, r, extra);
         cv.addEventListener('mousemove', (e) => {
+          // The picture is the canvas's content box (inside its border).
           const rect = cv.getBoundingClientRect();
-          const x = Math.min(layout.width - 1, Math.max(0, Math.floor(((e.clientX - rect.left) / rect.width) * layout.width)));
-          const y = Math.min(layout.height - 1, Math.max(0, Math.floor(((e.clientY - rect.top) / rect.height) * layout.height)));
+          const fx = (e.clientX - rect.left - cv.clientLeft) / Math.max(1, cv.clientWidth);
+          const fy = (e.clientY - rect.top - cv.clientTop) / Math.max(1, cv.clientHeight);
+          const x = Math.min(layout.width - 1, Math.max(0, Math.floor(fx * layout.width)));
+          const y = Math.min(layout.height - 1, Math.max(0, Math.floor(fy * layout.height)));
           onHover({ label: l, sample, x, y, value: values[k][base + y * layout.width + x] });
         });
         cv.addEventListener('mouseleave', () => onHover(null));
