@@ -1,10 +1,31 @@
 // The rendering pieces the dashboard (main.js) and the notebook widget (widget.js) share:
-// sizes as text, the memory and split tables of a describe report, the draw-order plot and
-// a batch as a grid of pictures on one colour scale with the value under the cursor, the
-// memory model as a stacked bar, and a progress line for slow reads. Each builds DOM nodes from the
-// engine's reports and leaves page layout (ids, sections, controls) to its caller.
+// sizes as text, the memory and split tables of a describe report, the memory model as a
+// stacked bar, the draw-order plot, a batch as a grid of pictures on one colour scale with
+// the value under the cursor, and a progress line for slow reads. Each builds DOM nodes
+// from the engine's reports and leaves page layout (ids, sections, controls) to its caller;
+// their few style rules are COMPONENTS_CSS (class names prefixed `ib-`, safe in a notebook).
 import { VIRIDIS } from './colormap.js';
 import { drawSlice, sliceOffset } from './render.js';
+
+/**
+ * The rules of the components below that need styling (memory bar, progress line, hover
+ * readout); the dashboard puts them into its page, the widget into its own style element.
+ */
+export const COMPONENTS_CSS = `
+.ib-membar-track { display: flex; height: 28px; border: 1px solid #bbb; border-radius: 4px; overflow: hidden; background: #fff; }
+.ib-membar-seg { display: block; height: 100%; min-width: 0; }
+.ib-membar-seg + .ib-membar-seg { box-shadow: inset 1px 0 0 #fff; }
+.ib-membar-legend { list-style: none; display: flex; flex-wrap: wrap; gap: 4px 16px; padding: 0; margin: 6px 0; font-size: 13px; }
+.ib-membar-legend li { display: flex; align-items: center; gap: 6px; }
+.ib-swatch { display: inline-block; width: 12px; height: 12px; border: 1px solid #999; }
+.ib-membar-avail { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: center; font-size: 13px; }
+.ib-membar-machine { width: min(240px, 100%); height: 14px; }
+
+.ib-progress { display: flex; gap: 8px; align-items: center; margin: 6px 0; font-size: 13px; }
+.ib-progress[hidden] { display: none; }
+.ib-progress progress { width: min(240px, 40%); }
+.ib-hover { display: block; min-height: 1.4em; font-variant-numeric: tabular-nums; font-size: 13px; color: #333; margin-bottom: 6px; }
+`;
 
 /** `1.5 GiB`-style sizes, as the engine's `human_bytes`. */
 export function human(b) {
@@ -186,29 +207,29 @@ export function memoryBar(m) {
     { key: 'overhead_bytes', label: 'allocator + baseline', colour: 'repeating-linear-gradient(45deg,#ddd 0 4px,#f4f4f4 4px 8px)', bytes: m.estimated_peak_bytes - m.accounted_bytes },
   ];
   const describe = (p) => `${p.label} ${human(p.bytes)} (${((100 * p.bytes) / peak).toFixed(1)}%)${p.key === 'residency_bytes' ? (m.budget_is_automatic ? ', the automatic budget' : ', the budget given') : ''}`;
-  const track = el('div', { className: 'membar-track' });
-  const legend = el('ul', { className: 'membar-legend' });
+  const track = el('div', { className: 'ib-membar-track' });
+  const legend = el('ul', { className: 'ib-membar-legend' });
   for (const p of parts) {
-    const seg = el('span', { className: 'membar-seg', title: describe(p) });
+    const seg = el('span', { className: 'ib-membar-seg', title: describe(p) });
     Object.assign(seg.dataset, { key: p.key, bytes: String(p.bytes) });
     seg.style.width = `${(100 * p.bytes) / peak}%`;
     seg.style.background = p.colour;
     track.append(seg);
-    const sw = el('span', { className: 'swatch' });
+    const sw = el('span', { className: 'ib-swatch' });
     sw.style.background = p.colour;
     legend.append(el('li', {}, sw, el('span', { textContent: describe(p) })));
   }
-  const box = el('div', { className: 'membar' });
+  const box = el('div', { className: 'ib-membar' });
   box.setAttribute('role', 'group');
   box.setAttribute('aria-label', `estimated peak ${human(m.estimated_peak_bytes)}: ${parts.map(describe).join('; ')}`);
   box.append(track, legend);
   const avail = m.memory_available_bytes;
   if (avail) {
     const share = m.estimated_peak_bytes / avail;
-    const meter = el('meter', { className: 'membar-machine', min: 0, max: 1, low: 0.5, high: 0.8, optimum: 0, value: Math.min(1, share) });
+    const meter = el('meter', { className: 'ib-membar-machine', min: 0, max: 1, low: 0.5, high: 0.8, optimum: 0, value: Math.min(1, share) });
     meter.setAttribute('aria-label', 'estimated peak against the memory available');
     box.append(
-      el('div', { className: 'membar-avail' }, el('span', { textContent: `estimated peak ${human(m.estimated_peak_bytes)} of ${human(avail)} available (${(100 * share).toFixed(1)}%)` }), meter),
+      el('div', { className: 'ib-membar-avail' }, el('span', { textContent: `estimated peak ${human(m.estimated_peak_bytes)} of ${human(avail)} available (${(100 * share).toFixed(1)}%)` }), meter),
     );
   }
   return box;
@@ -220,7 +241,7 @@ export function memoryBar(m) {
  */
 export function progressLine(box) {
   const bar = el('progress');
-  const text = el('span', { className: 'progress-text' });
+  const text = el('span', { className: 'ib-progress-text' });
   box.replaceChildren(bar, text);
   box.hidden = true;
   return {

@@ -11,7 +11,7 @@ import 'uplot/dist/uPlot.min.css';
 // /insitubatch-js/ and copies them into the build, and `openInWorker` is told where.
 const workerUrl = new URL('/insitubatch-js/src/worker.js', location.href);
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
-import { batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, progressLine, row, splitRows } from './components.js';
+import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, progressLine, row, splitRows } from './components.js';
 
 const $ = (id) => document.getElementById(id);
 const MiB = 1024 * 1024;
@@ -637,6 +637,7 @@ function showPassReport(s, m) {
 
 // ---------- wiring ----------
 
+document.head.append(Object.assign(document.createElement('style'), { textContent: COMPONENTS_CSS }));
 $('build').textContent = `page ${crossOriginIsolated ? 'is' : 'is not'} cross-origin isolated; describe and preview: one-thread wasm on this page; live run: a worker (threaded build when isolated and available)`;
 document.body.dataset.isolated = String(crossOriginIsolated);
 $('banner-close').addEventListener('click', clearError);

@@ -49,12 +49,19 @@ after(async () => {
 
 const SIZES = { desktop: { width: 1280, height: 800 }, phone: { width: 390, height: 844 } };
 
-/** Screenshots of what a user sees at both sizes (`NAME-1280x800.png`, `NAME-390x844.png`). */
-async function shotsAtSizes(p, name) {
+/**
+ * Screenshots of what a user sees at both sizes (`NAME-1280x800.png`, `NAME-390x844.png`),
+ * scrolled to `selector` (the page's top without one).
+ */
+async function shotsAtSizes(p, name, selector) {
   const was = p.viewportSize();
   for (const { width, height } of Object.values(SIZES)) {
     await p.setViewportSize({ width, height });
-    await p.evaluate(() => window.scrollTo(0, 0));
+    await p.evaluate(async (sel) => {
+      if (sel) document.querySelector(sel).scrollIntoView({ block: 'start' });
+      else window.scrollTo(0, 0);
+      await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+    }, selector);
     await p.screenshot({ path: path.join(ARTIFACTS, `${name}-${width}x${height}.png`) });
   }
   await p.setViewportSize(was);
@@ -409,8 +416,8 @@ describe('dashboard', () => {
     await openDemo();
     for (const [id, v] of Object.entries({ batchSize: 8, blockChunks: 2, prefetchDepth: 3, threads: 1, budgetMiB: 40 })) await setControl(id, v);
     const cli = cliDescribe(['--batch-size', '8', '--block-chunks', '2', '--prefetch-depth', '3', '--threads', '1', '--cache-budget-bytes', String(40 * 1024 * 1024)]);
-    const segs = await page.$$eval('#memory-bar .membar-seg', (ss) => ss.map((s) => ({ key: s.dataset.key, bytes: Number(s.dataset.bytes), width: s.getBoundingClientRect().width })));
-    const track = await page.$eval('#memory-bar .membar-track', (t) => t.clientWidth);
+    const segs = await page.$$eval('#memory-bar .ib-membar-seg', (ss) => ss.map((s) => ({ key: s.dataset.key, bytes: Number(s.dataset.bytes), width: s.getBoundingClientRect().width })));
+    const track = await page.$eval('#memory-bar .ib-membar-track', (t) => t.clientWidth);
     assert.deepEqual(segs.map((s) => s.key), [...MEMORY_PARTS.map(([k]) => k), 'overhead_bytes']);
     for (const [k] of MEMORY_PARTS) assert.equal(segs.find((s) => s.key === k).bytes, cli.memory[k], k);
     const parts = segs.filter((s) => s.key !== 'overhead_bytes').reduce((a, s) => a + s.bytes, 0);
@@ -419,9 +426,9 @@ describe('dashboard', () => {
     const widths = segs.reduce((a, s) => a + s.width, 0);
     assert.ok(Math.abs(widths - track) <= 1, `the segments fill the bar: ${widths} of ${track}`);
     // Each segment's label carries its size, as the engine's human_bytes writes it.
-    const legend = await page.$$eval('#memory-bar .membar-legend li', (ls) => ls.map((l) => l.textContent));
+    const legend = await page.$$eval('#memory-bar .ib-membar-legend li', (ls) => ls.map((l) => l.textContent));
     assert.match(legend[0], /^residency 40\.0 MiB \(/);
-    assert.match(await page.textContent('#memory-bar .membar-avail'), /estimated peak .* of .* available/);
+    assert.match(await page.textContent('#memory-bar .ib-membar-avail'), /estimated peak .* of .* available/);
     await page.locator('#tune-section').screenshot({ path: path.join(ARTIFACTS, '11-memory.png') });
   });
 
@@ -519,7 +526,7 @@ describe('dashboard on an ERA5-sized store (721 × 1440 float32, 33 MB chunks)',
       assert.ok(Math.abs(Number(h.x) - 0.61 * LON) <= cssX + 1 && Math.abs(Number(h.y) - 0.37 * LAT) <= cssY + 1, `(${h.x}, ${h.y})`);
       assert.equal(Number(h.value), era5Value(b.sample, Number(h.y), Number(h.x)), `hover at (${h.x}, ${h.y})`);
     }
-    await shotsAtSizes(p, '20-era5-preview');
+    await shotsAtSizes(p, '20-era5-preview', '#preview-section');
   });
 
   it('streams a live epoch in the worker, with progress, to its pass report', async () => {
@@ -539,7 +546,7 @@ describe('dashboard on an ERA5-sized store (721 × 1440 float32, 33 MB chunks)',
     assert.match(await p.textContent('#pass-table'), /limiting stage/);
     await p.click('#pass-details summary');
     assert.equal(await p.isVisible('#pass-table'), true, 'the pass report is one click away');
-    await shotsAtSizes(p, '21-era5-live');
+    await shotsAtSizes(p, '21-era5-live', '#live-section');
     assert.deepEqual(pageErrors, []);
   });
 });
