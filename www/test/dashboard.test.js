@@ -455,6 +455,19 @@ describe('dashboard', () => {
     await page.setViewportSize({ width: 1300, height: 1000 });
   });
 
+  it('shows a live run that fails in its worker in the error banner', async () => {
+    await openDemo();
+    // The worker opens the store on its own: point it at one that is not there.
+    const gone = await page.evaluate(() => (window.__ib.url = `${location.origin}/no-such-store.zarr`));
+    await page.click('#run');
+    await page.waitForSelector('#live-state[data-state=error]', { timeout: 60_000 });
+    await page.waitForSelector('#banner:not([hidden])');
+    const msg = await page.textContent('#banner-text');
+    assert.ok(msg.startsWith('the live run failed: ') && msg.includes(gone), msg);
+    assert.equal(await page.isEnabled('#run'), true, 'the run button is back');
+    assert.equal(await page.isHidden('#live-progress'), true, 'no progress line left behind');
+  });
+
   it('shows an unhandled failure of the page in the error banner', async () => {
     await openDemo();
     assert.equal(await page.isHidden('#banner'), true);
