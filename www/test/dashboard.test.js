@@ -321,6 +321,11 @@ describe('dashboard', () => {
     assert.ok(['consumer', 'store', 'decode', 'residency', 'gather', 'batch_transform', 'unknown'].includes(live.done.stats.limiting_stage));
     assert.equal(await page.getAttribute('#pass-report', 'data-batches'), String(train));
     assert.match(await page.textContent('#pass-table'), /limiting stage/);
+    // The charts' legends name their series; none shows uPlot's `--` for "no value here".
+    for (const chart of ['#live-chart', '#quality-chart']) {
+      const legend = await page.textContent(`${chart} .u-legend`);
+      assert.ok(legend.trim() && !legend.includes('--'), `${chart} legend: ${legend}`);
+    }
     await shot('07-live');
   });
 
