@@ -3,7 +3,8 @@
 // gzip level 1), consolidated metadata. The values follow `era5Value` (exact in float32),
 // so a test checks pixels and hover readouts without a decoder of its own. Written once
 // into $INSITUBATCH_CACHE/www-era5-<key>.zarr, keyed by its parameters and this file's
-// hash; a `.complete` marker makes an interrupted write start again.
+// hash (older versions' stores are removed); a `.complete` marker makes an interrupted write
+// start again.
 //   node test-support/era5-store.mjs [TIME] [CHUNK]    # prints the store's path
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -15,9 +16,13 @@ import { fileURLToPath } from 'node:url';
 export const LAT = 721;
 export const LON = 1440;
 
-/** The value at time `t`, latitude row `y`, longitude column `x`: multiples of 1/8 below 512. */
+/**
+ * The value at time `t`, latitude row `y`, longitude column `x`: a gradient north to south
+ * plus one east to west that moves 60 columns a step; multiples of 1/16 below 512, so exact
+ * in float32.
+ */
 export function era5Value(t, y, x) {
-  return 220 + y / 8 + ((x * 7 + t * 13) % 64) / 4;
+  return 220 + y / 8 + ((x + 60 * t) % LON) / 16;
 }
 
 function arrayMeta(time, chunk) {
@@ -47,7 +52,11 @@ export function era5Store({ time = 24, chunk = 8, cache = process.env.INSITUBATC
   const key = crypto.createHash('sha256').update(self).update(`${time}/${chunk}`).digest('hex').slice(0, 12);
   const dir = path.join(cache, `www-era5-t${time}-c${chunk}-${key}.zarr`);
   if (fs.existsSync(path.join(dir, '.complete'))) return dir;
-  fs.rmSync(dir, { recursive: true, force: true });
+  // Stores written by an older version of this file are not read again: remove them.
+  const prefix = `www-era5-t${time}-c${chunk}-`;
+  for (const old of fs.existsSync(cache) ? fs.readdirSync(cache) : []) {
+    if (old.startsWith(prefix)) fs.rmSync(path.join(cache, old), { recursive: true, force: true });
+  }
   const meta = arrayMeta(time, chunk);
   fs.mkdirSync(path.join(dir, 't2m', 'c'), { recursive: true });
   fs.writeFileSync(path.join(dir, 't2m', 'zarr.json'), JSON.stringify(meta, null, 2));

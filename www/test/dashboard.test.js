@@ -457,6 +457,7 @@ describe('dashboard', () => {
       assert.ok(Math.abs(Number(h.value) - want) < 1e-3, `${h.value} vs ${want}`);
       assert.match(h.text, new RegExp(`^t2m, sample ${b.sample}, column ${h.x}, row ${h.y}: [0-9.]+ K$`));
     }
+    await shotsAtSizes(page, '12-preview', '#preview-section');
     await page.setViewportSize({ width: 1300, height: 1000 });
   });
 
