@@ -67,14 +67,14 @@ async function shotsAtSizes(p, name, selector) {
   await p.setViewportSize(was);
 }
 
-/** Where the side panel and the views are, and whether the page scrolls sideways. */
+/** Where the side panel and the views are (page coordinates), and whether the page scrolls sideways. */
 async function layoutOf(p) {
   // The charts follow their boxes on the next frame (ResizeObserver): wait for two.
   await p.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
   return p.evaluate(() => {
     const box = (sel) => {
       const r = document.querySelector(sel).getBoundingClientRect();
-      return { left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width };
+      return { left: r.left, right: r.right, top: r.top + scrollY, bottom: r.bottom + scrollY, width: r.width };
     };
     const doc = document.documentElement;
     return { side: box('aside.side'), views: box('main.views'), scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth };
@@ -388,6 +388,11 @@ describe('dashboard', () => {
     const narrow = await layoutOf(page);
     assert.ok(narrow.views.top >= narrow.side.bottom, `stacked on a phone: ${JSON.stringify(narrow)}`);
     assert.ok(narrow.scrollWidth <= narrow.clientWidth, `no horizontal overflow at 390: ${narrow.scrollWidth} > ${narrow.clientWidth}`);
+    // The configuration folds away, and the views come up under the store.
+    await page.click('#controls-details > summary');
+    const folded = await layoutOf(page);
+    assert.ok(folded.side.bottom < narrow.side.bottom - 400, `folded: ${folded.side.bottom} vs ${narrow.side.bottom}`);
+    await page.click('#controls-details > summary');
     // The batch pictures fit the phone's width.
     const widest = await page.$$eval('#batch canvas', (cs) => Math.max(...cs.map((c) => c.getBoundingClientRect().right)));
     assert.ok(widest <= 390, `preview pictures end at ${widest}`);
