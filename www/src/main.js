@@ -29,14 +29,20 @@ const state = {
   error: null,
   preview: { key: null, opts: null, shift: 0, pass: null, history: [], pos: -1, epoch: 0, ended: false, shown: null },
   live: { ds: null, ticks: [], done: null, error: null, stop: false, build: null },
-  /** Every error the banner showed, oldest first. */
+  /** The errors the banner showed, oldest first (the last 100: the page stays open for long). */
   errors: [],
-  /** Every progress text shown when a slow step started (`preview` or `live`), oldest first. */
+  /** The progress texts shown when a slow step started (`preview` or `live`), oldest first (the last 100). */
   progress: [],
 };
 window.__ib = state;
 
 // ---------- errors and progress ----------
+
+/** Append `x` to `log`, keeping its last 100 entries. */
+function keepLast(log, x) {
+  log.push(x);
+  if (log.length > 100) log.splice(0, log.length - 100);
+}
 
 /**
  * Show `e` in the banner at the top, `context` first (what the page was doing). Every
@@ -44,7 +50,7 @@ window.__ib = state;
  */
 function showError(context, e) {
   const msg = `${context}: ${e?.message ?? String(e)}`;
-  state.errors.push(msg);
+  keepLast(state.errors, msg);
   $('banner-text').textContent = msg;
   $('banner').dataset.error = msg;
   $('banner').hidden = false;
@@ -70,7 +76,7 @@ function timedProgress(box, kind) {
     start(t) {
       text = t;
       t0 = performance.now();
-      state.progress.push({ kind, text: t });
+      keepLast(state.progress, { kind, text: t });
       line.start(`${t} …`);
       clearInterval(timer);
       timer = setInterval(refresh, 500);
