@@ -2,7 +2,9 @@
 # The dashboard (www/): build js/pkg if it lacks the dashboard's exports, install the pinned
 # npm packages (Vite, playwright-core, ...), write the demo store with the CLI and crop it to
 # 48 samples (5 MB) so a cold run stays fast, build the page, then drive it in Debian's
-# headless Chromium (node --test www/test/). Screenshots go to
+# headless Chromium (node --test www/test/). The tests also write an ERA5-sized store once
+# (www/test-support/era5-store.mjs: 721 × 1440 float32, 33 MB chunks, 9 MB on disk) into
+# $INSITUBATCH_CACHE. Screenshots, each view at 1280×800 and 390×844 among them, go to
 # $INSITUBATCH_CACHE/www-artifacts/. Idempotent; needs no servers from scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,9 +1,31 @@
 // The rendering pieces the dashboard (main.js) and the notebook widget (widget.js) share:
-// sizes as text, the memory and split tables of a describe report, the draw-order plot and
-// a batch as a grid of pictures on one colour scale. Each builds DOM nodes from the
-// engine's reports and leaves page layout (ids, sections, controls) to its caller.
+// sizes as text, the memory and split tables of a describe report, the memory model as a
+// stacked bar, the draw-order plot, a batch as a grid of pictures on one colour scale with
+// the value under the cursor, and a progress line for slow reads. Each builds DOM nodes
+// from the engine's reports and leaves page layout (ids, sections, controls) to its caller;
+// their few style rules are COMPONENTS_CSS (class names prefixed `ib-`, safe in a notebook).
 import { VIRIDIS } from './colormap.js';
-import { drawSlice } from './render.js';
+import { drawSlice, sliceOffset } from './render.js';
+
+/**
+ * The rules of the components below that need styling (memory bar, progress line, hover
+ * readout); the dashboard puts them into its page, the widget into its own style element.
+ */
+export const COMPONENTS_CSS = `
+.ib-membar-track { display: flex; height: 28px; border: 1px solid #bbb; border-radius: 4px; overflow: hidden; background: #fff; }
+.ib-membar-seg { display: block; height: 100%; min-width: 0; }
+.ib-membar-seg + .ib-membar-seg { box-shadow: inset 1px 0 0 #fff; }
+.ib-membar-legend { list-style: none; display: flex; flex-wrap: wrap; gap: 4px 16px; padding: 0; margin: 6px 0; font-size: 13px; }
+.ib-membar-legend li { display: flex; align-items: center; gap: 6px; }
+.ib-swatch { display: inline-block; width: 12px; height: 12px; border: 1px solid #999; }
+.ib-membar-avail { display: flex; flex-wrap: wrap; gap: 4px 12px; align-items: center; font-size: 13px; }
+.ib-membar-machine { width: min(240px, 100%); height: 14px; }
+
+.ib-progress { display: flex; gap: 8px; align-items: center; margin: 6px 0; font-size: 13px; }
+.ib-progress[hidden] { display: none; }
+.ib-progress progress { width: min(240px, 40%); }
+.ib-hover { display: block; min-height: 1.4em; font-variant-numeric: tabular-nums; font-size: 13px; color: #333; margin-bottom: 6px; }
+`;
 
 /** `1.5 GiB`-style sizes, as the engine's `human_bytes`. */
 export function human(b) {
@@ -103,9 +125,11 @@ export function drawOrderPlot(canvas, o, split) {
 /**
  * One `<figure>` per sample of batch `b`: the slice at `extra` of each of `labels` (input,
  * then its windowed target when `shift` ≠ 0), painted from `values` (one float array per
- * label) on `[vmin, vmax]`, each value `scale` CSS pixels wide.
+ * label) on `[vmin, vmax]`. Each value is `scale` CSS pixels wide when `scale` is given;
+ * without it the canvas fills its grid cell (CSS). `onHover` gets `{ label, sample, x, y,
+ * value }` for the value under the cursor, and `null` when the cursor leaves.
  */
-export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift, scale }) {
+export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift, scale, onHover }) {
   const rows = b.arrays[labels[0]].shape[0];
   const figs = [];
   for (let r = 0; r < rows; r++) {
@@ -118,10 +142,26 @@ export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shi
       cv.dataset.row = String(r);
       cv.dataset.sample = String(b.sampleIndices[r]);
       cv.dataset.label = l;
-      cv.title = k === 0 ? `${l} at sample ${b.sampleIndices[r]}` : `${l}: target, sample ${Number(b.sampleIndices[r]) + shift}`;
+      const sample = k === 0 ? Number(b.sampleIndices[r]) : Number(b.sampleIndices[r]) + shift;
+      cv.title = k === 0 ? `${l} at sample ${sample}` : `${l}: target, sample ${sample}`;
       drawSlice(cv, values[k], layout, r, extra, vmin, vmax);
-      cv.style.width = `${layout.width * scale}px`;
-      cv.style.height = `${layout.height * scale}px`;
+      if (scale) {
+        cv.style.width = `${layout.width * scale}px`;
+        cv.style.height = `${layout.height * scale}px`;
+      }
+      if (onHover) {
+        const base = sliceOffset(layout, r, extra);
+        cv.addEventListener('mousemove', (e) => {
+          // The picture is the canvas's content box (inside its border).
+          const rect = cv.getBoundingClientRect();
+          const fx = (e.clientX - rect.left - cv.clientLeft) / Math.max(1, cv.clientWidth);
+          const fy = (e.clientY - rect.top - cv.clientTop) / Math.max(1, cv.clientHeight);
+          const x = Math.min(layout.width - 1, Math.max(0, Math.floor(fx * layout.width)));
+          const y = Math.min(layout.height - 1, Math.max(0, Math.floor(fy * layout.height)));
+          onHover({ label: l, sample, x, y, value: values[k][base + y * layout.width + x] });
+        });
+        cv.addEventListener('mouseleave', () => onHover(null));
+      }
       pics.append(cv);
     });
     const cap = document.createElement('figcaption');
@@ -130,4 +170,97 @@ export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shi
     figs.push(fig);
   }
   return figs;
+}
+
+/** The text for a hovered value (`batchFigures`' `onHover`), `units` after the number. */
+export function hoverText(h, units) {
+  if (!h) return 'hover over a picture to read its values';
+  const v = Number.isFinite(h.value) ? Number(h.value.toPrecision(7)) : h.value;
+  return `${h.label}, sample ${h.sample}, column ${h.x}, row ${h.y}: ${v}${units ? ` ${units}` : ''}`;
+}
+
+/** The stacked bar's parts, in the order the engine adds them up to `accounted_bytes`. */
+export const MEMORY_PARTS = [
+  ['residency_bytes', 'residency', '#3b528b'],
+  ['inflight_bytes', 'in flight', '#21918c'],
+  ['queue_bytes', 'batch queue', '#5ec962'],
+  ['scratch_bytes', 'transform scratch', '#e0b000'],
+  ['recycled_bytes', 'recycled buffers', '#9a9a9a'],
+];
+
+const el = (tag, props = {}, ...children) => {
+  const e = Object.assign(document.createElement(tag), props);
+  e.append(...children);
+  return e;
+};
+
+/**
+ * The memory model (`report.memory`) as a stacked bar: the accounted parts, then the
+ * allocator and process overhead up to the estimated peak, each labelled with its size;
+ * under it, the peak against the memory the runtime reports. Every segment carries
+ * `data-key` and `data-bytes` (tests add them up).
+ */
+export function memoryBar(m) {
+  const peak = Math.max(1, m.estimated_peak_bytes);
+  const parts = [
+    ...MEMORY_PARTS.map(([key, label, colour]) => ({ key, label, colour, bytes: m[key] })),
+    { key: 'overhead_bytes', label: 'allocator + baseline', colour: 'repeating-linear-gradient(45deg,#ddd 0 4px,#f4f4f4 4px 8px)', bytes: m.estimated_peak_bytes - m.accounted_bytes },
+  ];
+  const describe = (p) => `${p.label} ${human(p.bytes)} (${((100 * p.bytes) / peak).toFixed(1)}%)${p.key === 'residency_bytes' ? (m.budget_is_automatic ? ', the automatic budget' : ', the budget given') : ''}`;
+  const track = el('div', { className: 'ib-membar-track' });
+  const legend = el('ul', { className: 'ib-membar-legend' });
+  for (const p of parts) {
+    const seg = el('span', { className: 'ib-membar-seg', title: describe(p) });
+    Object.assign(seg.dataset, { key: p.key, bytes: String(p.bytes) });
+    seg.style.width = `${(100 * p.bytes) / peak}%`;
+    seg.style.background = p.colour;
+    track.append(seg);
+    const sw = el('span', { className: 'ib-swatch' });
+    sw.style.background = p.colour;
+    legend.append(el('li', {}, sw, el('span', { textContent: describe(p) })));
+  }
+  const box = el('div', { className: 'ib-membar' });
+  box.setAttribute('role', 'group');
+  box.setAttribute('aria-label', `estimated peak ${human(m.estimated_peak_bytes)}: ${parts.map(describe).join('; ')}`);
+  box.append(track, legend);
+  const avail = m.memory_available_bytes;
+  if (avail) {
+    const share = m.estimated_peak_bytes / avail;
+    const meter = el('meter', { className: 'ib-membar-machine', min: 0, max: 1, low: 0.5, high: 0.8, optimum: 0, value: Math.min(1, share) });
+    meter.setAttribute('aria-label', 'estimated peak against the memory available');
+    box.append(
+      el('div', { className: 'ib-membar-avail' }, el('span', { textContent: `estimated peak ${human(m.estimated_peak_bytes)} of ${human(avail)} available (${(100 * share).toFixed(1)}%)` }), meter),
+    );
+  }
+  return box;
+}
+
+/**
+ * A progress line for a slow step: a `<progress>` (indeterminate until `set` gets a total)
+ * and its text. `start(text)` shows it, `set(text, value, max)` updates it, `stop()` hides it.
+ */
+export function progressLine(box) {
+  const bar = el('progress');
+  const text = el('span', { className: 'ib-progress-text' });
+  box.replaceChildren(bar, text);
+  box.hidden = true;
+  return {
+    start(t) {
+      bar.removeAttribute('value');
+      text.textContent = t;
+      box.hidden = false;
+      box.dataset.active = 'true';
+    },
+    set(t, value, max) {
+      if (max) {
+        bar.max = max;
+        bar.value = value;
+      }
+      text.textContent = t;
+    },
+    stop() {
+      box.hidden = true;
+      box.dataset.active = 'false';
+    },
+  };
 }

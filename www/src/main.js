@@ -1,5 +1,8 @@
 // The dashboard: open a store, describe and tune a configuration live (no reads), preview
-// real shuffled batches as images, and stream an epoch in a worker with a live chart.
+// real shuffled batches as images, and stream an epoch in a worker with a live chart. The
+// controls sit in a side panel (index.html), the views beside them; a slow read shows a
+// progress line, and any error (the engine's, a dead worker's, an unhandled rejection) the
+// banner at the top.
 import { openExplorer, openInWorker } from 'insitubatch';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
@@ -8,7 +11,7 @@ import 'uplot/dist/uPlot.min.css';
 // /insitubatch-js/ and copies them into the build, and `openInWorker` is told where.
 const workerUrl = new URL('/insitubatch-js/src/worker.js', location.href);
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
-import { batchFigures, drawOrderPlot, human, memoryRows, row, splitRows } from './components.js';
+import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, progressLine, row, splitRows } from './components.js';
 
 const $ = (id) => document.getElementById(id);
 const MiB = 1024 * 1024;
@@ -26,8 +29,69 @@ const state = {
   error: null,
   preview: { key: null, opts: null, shift: 0, pass: null, history: [], pos: -1, epoch: 0, ended: false, shown: null },
   live: { ds: null, ticks: [], done: null, error: null, stop: false, build: null },
+  /** The errors the banner showed, oldest first (the last 100: the page stays open for long). */
+  errors: [],
+  /** The progress texts shown when a slow step started (`preview` or `live`), oldest first (the last 100). */
+  progress: [],
 };
 window.__ib = state;
+
+// ---------- errors and progress ----------
+
+/** Append `x` to `log`, keeping its last 100 entries. */
+function keepLast(log, x) {
+  log.push(x);
+  if (log.length > 100) log.splice(0, log.length - 100);
+}
+
+/**
+ * Show `e` in the banner at the top, `context` first (what the page was doing). Every
+ * failure the page does not handle itself ends here, and the console gets it too.
+ */
+function showError(context, e) {
+  const msg = `${context}: ${e?.message ?? String(e)}`;
+  keepLast(state.errors, msg);
+  $('banner-text').textContent = msg;
+  $('banner').dataset.error = msg;
+  $('banner').hidden = false;
+  console.error(msg);
+}
+
+function clearError() {
+  $('banner').hidden = true;
+  delete $('banner').dataset.error;
+}
+
+/**
+ * A progress line that shows how long a slow step has run (the engine reports no chunk
+ * counts while it reads a batch), refreshed twice a second; the timer only changes text.
+ */
+function timedProgress(box, kind) {
+  const line = progressLine(box);
+  let timer = null;
+  let t0 = 0;
+  let text = '';
+  const refresh = () => line.set(`${text} … ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  return {
+    start(t) {
+      text = t;
+      t0 = performance.now();
+      keepLast(state.progress, { kind, text: t });
+      line.start(`${t} …`);
+      clearInterval(timer);
+      timer = setInterval(refresh, 500);
+    },
+    set(t, value, max) {
+      text = t;
+      line.set(t, value, max);
+    },
+    stop() {
+      clearInterval(timer);
+      timer = null;
+      line.stop();
+    },
+  };
+}
 
 // ---------- 1. open ----------
 
@@ -72,13 +136,15 @@ async function openStore(text) {
     state.explorer = null;
     status.textContent = e.message;
     status.className = 'error';
+    showError('opening the store failed', e);
     return;
   }
+  clearError();
   status.textContent = `opened ${url}`;
   status.dataset.url = url;
   showArrays();
   buildVariableChoices();
-  for (const id of ['tune-section', 'preview-section', 'live-section']) $(id).hidden = false;
+  for (const id of ['store-section', 'controls-section', 'tune-section', 'preview-section', 'live-section']) $(id).hidden = false;
   update();
 }
 
@@ -198,6 +264,7 @@ function update() {
 function showReport(r) {
   const m = r.memory;
   $('memory').querySelector('tbody').replaceChildren(...memoryRows(m));
+  $('memory-bar').replaceChildren(memoryBar(m));
   $('mem-peak-big').textContent = `estimated peak ${human(m.estimated_peak_bytes)}`;
   const c = r.config;
   $('splits').querySelector('tbody').replaceChildren(...splitRows(c));
@@ -233,6 +300,19 @@ function showReport(r) {
   );
 }
 
+/** A chart's size: its box's width, `height` tall (uPlot draws at a fixed size). */
+function chartSize(box, height) {
+  return { width: Math.max(240, Math.floor(box.clientWidth || 480)), height };
+}
+
+// Charts follow their boxes' widths (the side panel folds away on narrow screens).
+const resizer = new ResizeObserver(() => {
+  if (qualityPlot) qualityPlot.setSize(chartSize($('quality-chart'), 260));
+  if (livePlot) livePlot.setSize(chartSize($('live-chart'), 260));
+});
+resizer.observe($('quality-chart'));
+resizer.observe($('live-chart'));
+
 let qualityPlot;
 function showQualityCurve(opts, w) {
   const trainChunks = state.report.config.split_chunks.find(([n]) => n === 'train')?.[1] ?? 1;
@@ -245,8 +325,8 @@ function showQualityCurve(opts, w) {
   if (!qualityPlot) {
     qualityPlot = new uPlot(
       {
-        width: 460,
-        height: 220,
+        ...chartSize($('quality-chart'), 260),
+        legend: { live: false },
         scales: { x: { distr: 3, time: false }, q: { range: [0, 1] }, mb: {} },
         series: [
           { label: 'block chunks' },
@@ -300,12 +380,21 @@ function startEpoch() {
   p.ended = false;
 }
 
+const previewProgress = timedProgress($('preview-progress'), 'preview');
+
 async function nextBatch() {
   const p = await previewDataset();
   if (p.pos < p.history.length - 1) {
     p.pos += 1;
   } else {
-    const b = await p.pass.next();
+    const n = (p.history.at(-1)?.index ?? -1) + 2;
+    previewProgress.start(`reading batch ${n} of ${p.pass.length ?? '?'} (epoch ${p.epoch})`);
+    let b;
+    try {
+      b = await p.pass.next();
+    } finally {
+      previewProgress.stop();
+    }
     if (b === undefined) {
       p.ended = true;
       $('preview-pos').textContent = `end of epoch ${p.epoch} (${p.history.length} batches): press “next epoch”`;
@@ -374,8 +463,13 @@ function showBatch() {
   $('cb-max').textContent = vmax.toPrecision(5);
   const units = state.arrays.find((a) => a.path === label)?.attributes?.units;
   $('cb-units').textContent = units ? String(units) : '';
-  const scale = Math.max(1, Math.floor(180 / layout.width));
-  const figs = batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift: p.shift, scale });
+  const hover = $('hover-value');
+  const onHover = (h) => {
+    hover.textContent = hoverText(h, units);
+    if (h) Object.assign(hover.dataset, { label: h.label, sample: String(h.sample), x: String(h.x), y: String(h.y), value: String(h.value) });
+  };
+  onHover(null);
+  const figs = batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift: p.shift, onHover });
   const box = $('batch');
   box.replaceChildren(...figs);
   box.dataset.label = label;
@@ -389,6 +483,7 @@ function showBatch() {
 // ---------- 4. live run ----------
 
 let livePlot;
+const liveProgress = timedProgress($('live-progress'), 'live');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function liveChart() {
@@ -396,8 +491,8 @@ function liveChart() {
   if (!livePlot) {
     livePlot = new uPlot(
       {
-        width: 720,
-        height: 240,
+        ...chartSize($('live-chart'), 260),
+        legend: { live: false },
         scales: { x: { time: false }, mbs: {}, q: { range: (u, lo, hi) => [0, Math.max(1, hi)] } },
         series: [
           { label: 's' },
@@ -431,6 +526,8 @@ async function runLive() {
   st.textContent = 'starting the worker …';
   st.dataset.state = 'running';
   $('pass-report').replaceChildren();
+  for (const id of ['live-mbps', 'live-queue', 'live-stage', 'live-batches']) $(id).textContent = '–';
+  liveProgress.start('starting the worker');
   const data = liveChart();
   const stepMs = num('step-ms') ?? 0;
   const split = $('live-split').value;
@@ -442,6 +539,7 @@ async function runLive() {
     await ds.setEpoch(whatIf().epoch);
     const pass = ds.iter(split);
     const total = await pass.size();
+    liveProgress.set(`0 of ${total} batches`, 0, total);
     L.build = { build: ds.build, threads: ds.threads };
     L.labels = ds.labels;
     st.textContent = `streaming ${total} batches of ${split} (${ds.build} build, ${ds.threads} decode thread${ds.threads === 1 ? '' : 's'})${whatIf().shift ? `; windowed: ${ds.labels.length} labels, targets ${whatIf().shift} samples on` : ''}`;
@@ -474,6 +572,10 @@ async function runLive() {
       data[3].push(m.readyShare);
       livePlot.setData(data);
       $('live-stage').textContent = m.stage;
+      $('live-mbps').textContent = `${m.mbps.toFixed(1)} MB/s`;
+      $('live-queue').textContent = `${m.queueNow} of ${m.queueCap}`;
+      $('live-batches').textContent = `${batches} of ${total}`;
+      liveProgress.set(`${batches} of ${total} batches`, batches, total);
       st.textContent = `${batches} of ${total} batches (${ds.build} build, ${ds.threads} thread${ds.threads === 1 ? '' : 's'})`;
     };
     for (;;) {
@@ -492,6 +594,8 @@ async function runLive() {
     const stats = await ds.lastPass();
     L.done = { stats, batches, bytes, wall: (performance.now() - t0) / 1000, stopped: L.stop };
     $('live-stage').textContent = stats.limiting_stage;
+    $('live-mbps').textContent = `${(stats.batch_bytes / 1e6 / Math.max(stats.wall_s, 1e-9)).toFixed(1)} MB/s`;
+    $('live-batches').textContent = `${batches} of ${total}`;
     st.textContent = `${L.stop ? 'stopped' : 'done'}: ${batches} batches (${ds.build} build, ${ds.threads} thread${ds.threads === 1 ? '' : 's'})`;
     st.dataset.state = 'done';
     showPassReport(stats, L.done);
@@ -499,8 +603,11 @@ async function runLive() {
     L.error = e.message;
     st.textContent = e.message;
     st.dataset.state = 'error';
+    showError('the live run failed', e);
   } finally {
-    await ds?.close();
+    liveProgress.stop();
+    // A dead worker cannot answer a close: its failure is already on screen.
+    await ds?.close().catch(() => {});
     L.ds = null;
     $('run').disabled = false;
     $('stop').disabled = true;
@@ -536,8 +643,12 @@ function showPassReport(s, m) {
 
 // ---------- wiring ----------
 
+document.head.append(Object.assign(document.createElement('style'), { textContent: COMPONENTS_CSS }));
 $('build').textContent = `page ${crossOriginIsolated ? 'is' : 'is not'} cross-origin isolated; describe and preview: one-thread wasm on this page; live run: a worker (threaded build when isolated and available)`;
 document.body.dataset.isolated = String(crossOriginIsolated);
+$('banner-close').addEventListener('click', clearError);
+window.addEventListener('error', (e) => showError('the page failed', e.error ?? e.message));
+window.addEventListener('unhandledrejection', (e) => showError('a task failed', e.reason));
 drawColorbar($('colorbar'));
 $('open-form').addEventListener('submit', (e) => {
   e.preventDefault();
@@ -557,6 +668,7 @@ const guard = (f) => async () => {
   } catch (e) {
     $('preview-pos').textContent = e.message;
     $('preview-pos').dataset.error = e.message;
+    showError('reading a preview batch failed', e);
   }
 };
 $('next-batch').addEventListener('click', guard(nextBatch));

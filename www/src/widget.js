@@ -11,7 +11,7 @@
 // comes from the kernel as the `_wasm` bytes trait, so the bundle needs no URL of its own.
 import { initialize, openExplorer } from 'insitubatch';
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
-import { batchFigures, drawOrderPlot, human, memoryRows, row, splitRows } from './components.js';
+import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, progressLine, row, splitRows } from './components.js';
 
 const CSS = `
 .ib-widget { font: 13px system-ui, sans-serif; color: #222; }
@@ -27,7 +27,7 @@ const CSS = `
 .ib-widget canvas.ib-sample, .ib-widget .pics canvas { image-rendering: pixelated; }
 .ib-widget .ib-error { color: #b00020; white-space: pre-wrap; }
 .ib-widget .ib-cb { display: flex; align-items: center; gap: 6px; }
-`;
+${COMPONENTS_CSS}`;
 
 /**
  * A storage object (`{ get, list, location }`, as `openExplorer` takes) whose reads are
@@ -103,10 +103,15 @@ function showBatch(root, box, b, { label, shift, units }) {
   cb.style.width = '256px';
   cb.style.height = '12px';
   const scale = Math.max(1, Math.floor(160 / layout.width));
-  const grid = el('div', { className: 'ib-grid' }, ...batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift, scale }));
+  const hover = el('output', { className: 'ib-hover', textContent: hoverText(null) });
+  const onHover = (h) => {
+    hover.textContent = hoverText(h, units);
+  };
+  const grid = el('div', { className: 'ib-grid' }, ...batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift, scale, onHover }));
   box.replaceChildren(
     el('div', { className: 'ib-cb' }, el('span', { textContent: vmin.toPrecision(5) }), cb, el('span', { textContent: `${vmax.toPrecision(5)} ${units ?? ''}` })),
     el('div', { textContent: `epoch ${b.epoch}, batch ${b.index + 1}: ${labels.join(' | ')}, ${arr.shape[0]} samples [${arr.shape.slice(1).join(', ')}]` }),
+    hover,
     grid,
   );
   Object.assign(box.dataset, { label, batch: String(b.index), epoch: String(b.epoch), vmin: String(vmin), vmax: String(vmax) });
@@ -161,6 +166,8 @@ async function render({ model, el: host }) {
   const orderCanvas = el('canvas', { width: 640, height: 160 });
   const orderCaption = el('div', { className: 'ib-caption' });
   const batchBox = el('div', { className: 'ib-batch' });
+  const progressBox = el('div', { className: 'ib-progress' });
+  const progress = progressLine(progressBox);
   const next = el('button', { textContent: 'next batch', disabled: true });
   const run = el('button', { textContent: 'run the epoch', disabled: true, className: 'ib-run' });
   const runBox = el('div', { className: 'ib-live' });
@@ -173,6 +180,7 @@ async function render({ model, el: host }) {
     orderCanvas,
     orderCaption,
     el('h4', { textContent: 'batch preview ' }, next),
+    progressBox,
     batchBox,
     el('h4', { textContent: 'live run ' }, run),
     runBox,
@@ -197,6 +205,7 @@ async function render({ model, el: host }) {
     const arrays = explorer.arrays();
     const report = explorer.describe(options, w);
     describeBox.replaceChildren(
+      memoryBar(report.memory),
       el('div', { className: 'ib-cols' }, table(memoryRows(report.memory)), table(splitRows(report.config))),
       el('details', {}, el('summary', { textContent: 'describe report (text)' }), el('pre', { textContent: explorer.describeText(options, w) })),
     );
@@ -207,7 +216,13 @@ async function render({ model, el: host }) {
     pass = explorer.iter(options, split, w);
     const step = async () => {
       next.disabled = true;
-      const b = await pass.next();
+      progress.start(`reading batch ${Number(batchBox.dataset.batch ?? -1) + 2} of ${pass.length} …`);
+      let b;
+      try {
+        b = await pass.next();
+      } finally {
+        progress.stop();
+      }
       if (b === undefined) {
         status.textContent = `end of the epoch (${pass.length ?? ''} batches)`;
         return;

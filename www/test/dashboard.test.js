@@ -1,7 +1,9 @@
 // The dashboard end to end: the production build on Vite's preview server (COOP/COEP, the
 // store served same-origin), driven in Debian's headless Chromium by playwright-core.
 // Needs (scripts/test-www.sh sets them): IB_WWW_STORE, a .zarr directory cropped from the
-// CLI's demo store; IB_CLI, the `insitubatch` binary; IB_ARTIFACTS, where screenshots go.
+// CLI's demo store; IB_CLI, the `insitubatch` binary; IB_ARTIFACTS, where screenshots go
+// (each run writes the page at 1280×800 and at a phone's 390×844 there). The ERA5-sized
+// store (721 × 1440, 33 MB chunks) is written once by test-support/era5-store.mjs.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -11,6 +13,8 @@ import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
 import { preview } from 'vite';
 import { VIRIDIS, lutIndex } from '../src/colormap.js';
+import { MEMORY_PARTS } from '../src/components.js';
+import { LAT, LON, era5Store, era5Value } from '../test-support/era5-store.mjs';
 
 const ROOT = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 const STORE = process.env.IB_WWW_STORE;
@@ -40,7 +44,52 @@ before(async () => {
 after(async () => {
   await browser?.close();
   await server?.close();
+  console.log(`screenshots (1280×800 and 390×844 among them): ${ARTIFACTS}`);
 });
+
+const SIZES = { desktop: { width: 1280, height: 800 }, phone: { width: 390, height: 844 } };
+
+/**
+ * Screenshots of what a user sees at both sizes (`NAME-1280x800.png`, `NAME-390x844.png`),
+ * scrolled to `selector` (the page's top without one).
+ */
+async function shotsAtSizes(p, name, selector) {
+  const was = p.viewportSize();
+  for (const { width, height } of Object.values(SIZES)) {
+    await p.setViewportSize({ width, height });
+    await p.evaluate(async (sel) => {
+      if (sel) document.querySelector(sel).scrollIntoView({ block: 'start' });
+      else window.scrollTo(0, 0);
+      await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+    }, selector);
+    await p.screenshot({ path: path.join(ARTIFACTS, `${name}-${width}x${height}.png`) });
+  }
+  await p.setViewportSize(was);
+}
+
+/** Where the side panel and the views are (page coordinates), and whether the page scrolls sideways. */
+async function layoutOf(p) {
+  // The charts follow their boxes on the next frame (ResizeObserver): wait for two.
+  await p.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  return p.evaluate(() => {
+    const box = (sel) => {
+      const r = document.querySelector(sel).getBoundingClientRect();
+      return { left: r.left, right: r.right, top: r.top + scrollY, bottom: r.bottom + scrollY, width: r.width };
+    };
+    const doc = document.documentElement;
+    return { side: box('aside.side'), views: box('main.views'), scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth };
+  });
+}
+
+/** The content box of the `k`-th preview canvas, in page coordinates. */
+function canvasBox(p, k) {
+  return p.evaluate((i) => {
+    const c = document.querySelectorAll('#batch canvas')[i];
+    c.scrollIntoView({ block: 'center', inline: 'center' });
+    const r = c.getBoundingClientRect();
+    return { x: r.left + c.clientLeft, y: r.top + c.clientTop, w: c.clientWidth, h: c.clientHeight, sample: Number(c.dataset.sample), dw: c.width, dh: c.height };
+  }, k);
+}
 
 const shot = (name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
 
@@ -272,6 +321,11 @@ describe('dashboard', () => {
     assert.ok(['consumer', 'store', 'decode', 'residency', 'gather', 'batch_transform', 'unknown'].includes(live.done.stats.limiting_stage));
     assert.equal(await page.getAttribute('#pass-report', 'data-batches'), String(train));
     assert.match(await page.textContent('#pass-table'), /limiting stage/);
+    // The charts' legends name their series; none shows uPlot's `--` for "no value here".
+    for (const chart of ['#live-chart', '#quality-chart']) {
+      const legend = await page.textContent(`${chart} .u-legend`);
+      assert.ok(legend.trim() && !legend.includes('--'), `${chart} legend: ${legend}`);
+    }
     await shot('07-live');
   });
 
@@ -310,6 +364,213 @@ describe('dashboard', () => {
     const msg = await page.textContent('#status');
     assert.match(msg, /no-such-store\.zarr\/?$/, msg);
     assert.deepEqual(pageErrors, []);
+    // The banner says it too, and goes away from the keyboard.
+    await page.waitForSelector('#banner:not([hidden])');
+    assert.match(await page.textContent('#banner-text'), /^opening the store failed: .*no-such-store\.zarr\/?$/);
     await shot('08-missing');
+    await page.focus('#banner-close');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#banner[hidden]', { state: 'attached' });
+  });
+
+  it('lays out the side panel beside the views at 1280×800 and above them at 390×844, without sideways scrolling', async () => {
+    await openDemo();
+    await setControl('batchSize', 8);
+    await page.click('#next-batch');
+    await page.waitForSelector('#batch canvas');
+    await page.setViewportSize(SIZES.desktop);
+    const wide = await layoutOf(page);
+    assert.ok(wide.side.right <= wide.views.left, `side panel left of the views: ${JSON.stringify(wide)}`);
+    assert.ok(wide.side.top < wide.views.bottom && wide.views.top < wide.side.bottom, 'side by side, not stacked');
+    assert.ok(wide.views.width >= 800, `the views get most of the width: ${wide.views.width}`);
+    assert.ok(wide.scrollWidth <= wide.clientWidth, `no horizontal overflow at 1280: ${wide.scrollWidth} > ${wide.clientWidth}`);
+    await page.setViewportSize(SIZES.phone);
+    const narrow = await layoutOf(page);
+    assert.ok(narrow.views.top >= narrow.side.bottom, `stacked on a phone: ${JSON.stringify(narrow)}`);
+    assert.ok(narrow.scrollWidth <= narrow.clientWidth, `no horizontal overflow at 390: ${narrow.scrollWidth} > ${narrow.clientWidth}`);
+    // The configuration folds away, and the views come up under the store.
+    await page.click('#controls-details > summary');
+    const folded = await layoutOf(page);
+    assert.ok(folded.side.bottom < narrow.side.bottom - 400, `folded: ${folded.side.bottom} vs ${narrow.side.bottom}`);
+    await page.click('#controls-details > summary');
+    // The batch pictures fit the phone's width.
+    const widest = await page.$$eval('#batch canvas', (cs) => Math.max(...cs.map((c) => c.getBoundingClientRect().right)));
+    assert.ok(widest <= 390, `preview pictures end at ${widest}`);
+    await page.setViewportSize({ width: 1300, height: 1000 });
+    await shotsAtSizes(page, '10-layout');
+  });
+
+  it('is keyboard friendly: every control has a label, Tab reaches the controls, focus is visible', async () => {
+    await openDemo();
+    const unlabelled = await page.$$eval('input, select, button', (els) =>
+      els.filter((e) => !(e.labels?.length || e.getAttribute('aria-label') || (e.tagName === 'BUTTON' && e.textContent.trim()))).map((e) => e.id || e.outerHTML),
+    );
+    assert.deepEqual(unlabelled, [], 'controls without a label');
+    await page.focus('#url');
+    const reached = [];
+    for (let i = 0; i < 60 && !reached.includes('batchSize'); i++) {
+      await page.keyboard.press('Tab');
+      reached.push(await page.evaluate(() => document.activeElement?.id ?? ''));
+    }
+    assert.ok(reached.includes('open') && reached.includes('batchSize'), `Tab order from the URL: ${reached.join(' ')}`);
+    const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+    assert.notEqual(outline, 'none', 'the focused control shows a focus ring');
+    // A control changed from the keyboard updates the report.
+    const gen = await page.evaluate(() => Number(document.body.dataset.describeGen));
+    await page.keyboard.press('ArrowUp');
+    await page.waitForFunction((g) => Number(document.body.dataset.describeGen) > g, gen);
+    assert.equal(await page.evaluate(() => window.__ib.report.config.batch_size), 33);
+  });
+
+  it('draws memory as a stacked bar whose segments are the describe numbers of the CLI', async () => {
+    await openDemo();
+    for (const [id, v] of Object.entries({ batchSize: 8, blockChunks: 2, prefetchDepth: 3, threads: 1, budgetMiB: 40 })) await setControl(id, v);
+    const cli = cliDescribe(['--batch-size', '8', '--block-chunks', '2', '--prefetch-depth', '3', '--threads', '1', '--cache-budget-bytes', String(40 * 1024 * 1024)]);
+    const segs = await page.$$eval('#memory-bar .ib-membar-seg', (ss) => ss.map((s) => ({ key: s.dataset.key, bytes: Number(s.dataset.bytes), width: s.getBoundingClientRect().width })));
+    const track = await page.$eval('#memory-bar .ib-membar-track', (t) => t.clientWidth);
+    assert.deepEqual(segs.map((s) => s.key), [...MEMORY_PARTS.map(([k]) => k), 'overhead_bytes']);
+    for (const [k] of MEMORY_PARTS) assert.equal(segs.find((s) => s.key === k).bytes, cli.memory[k], k);
+    const parts = segs.filter((s) => s.key !== 'overhead_bytes').reduce((a, s) => a + s.bytes, 0);
+    assert.equal(parts, cli.memory.accounted_bytes, 'the parts add up to the accounted bytes');
+    assert.equal(parts + segs.at(-1).bytes, cli.memory.estimated_peak_bytes, 'with the overhead, to the estimated peak');
+    const widths = segs.reduce((a, s) => a + s.width, 0);
+    assert.ok(Math.abs(widths - track) <= 1, `the segments fill the bar: ${widths} of ${track}`);
+    // Each segment's label carries its size, as the engine's human_bytes writes it.
+    const legend = await page.$$eval('#memory-bar .ib-membar-legend li', (ls) => ls.map((l) => l.textContent));
+    assert.match(legend[0], /^residency 40\.0 MiB \(/);
+    assert.match(await page.textContent('#memory-bar .ib-membar-avail'), /estimated peak .* of .* available/);
+    await page.locator('#tune-section').screenshot({ path: path.join(ARTIFACTS, '11-memory.png') });
+  });
+
+  it('shows the source value under the cursor when hovering a preview pixel', async () => {
+    await openDemo();
+    await page.setViewportSize(SIZES.desktop);
+    await setControl('batchSize', 8);
+    await page.click('#next-batch');
+    await page.waitForSelector('#batch canvas');
+    const shown = await page.evaluate(() => window.__ib.preview.shown);
+    for (const [k, x, y] of [[0, 37, 20], [3, 179, 90], [7, 0, 0], [5, 120, 64]]) {
+      const b = await canvasBox(page, k);
+      assert.deepEqual([b.dw, b.dh], [180, 91]);
+      await page.mouse.move(b.x + ((x + 0.5) * b.w) / 180, b.y + ((y + 0.5) * b.h) / 91);
+      const h = await page.$eval('#hover-value', (o) => ({ ...o.dataset, text: o.textContent }));
+      assert.equal(b.sample, shown.sampleIndices[k]);
+      assert.deepEqual([Number(h.sample), h.label], [b.sample, 't2m'], h.text);
+      // The pointer lands on whole CSS pixels, so the value may be a neighbour's.
+      assert.ok(Math.abs(Number(h.x) - x) <= 1 && Math.abs(Number(h.y) - y) <= 1, `pointed at (${x}, ${y}): ${h.text}`);
+      const want = t2m(b.sample, Number(h.y), Number(h.x));
+      assert.ok(Math.abs(Number(h.value) - want) < 1e-3, `${h.value} vs ${want}`);
+      assert.match(h.text, new RegExp(`^t2m, sample ${b.sample}, column ${h.x}, row ${h.y}: [0-9.]+ K$`));
+    }
+    await shotsAtSizes(page, '12-preview', '#preview-section');
+    await page.setViewportSize({ width: 1300, height: 1000 });
+  });
+
+  it('shows a live run that fails in its worker in the error banner', async () => {
+    await openDemo();
+    // The worker opens the store on its own: point it at one that is not there.
+    const gone = await page.evaluate(() => (window.__ib.url = `${location.origin}/no-such-store.zarr`));
+    await page.click('#run');
+    await page.waitForSelector('#live-state[data-state=error]', { timeout: 60_000 });
+    await page.waitForSelector('#banner:not([hidden])');
+    const msg = await page.textContent('#banner-text');
+    assert.ok(msg.startsWith('the live run failed: ') && msg.includes(gone), msg);
+    assert.equal(await page.isEnabled('#run'), true, 'the run button is back');
+    assert.equal(await page.isHidden('#live-progress'), true, 'no progress line left behind');
+  });
+
+  it('shows an unhandled failure of the page in the error banner', async () => {
+    await openDemo();
+    assert.equal(await page.isHidden('#banner'), true);
+    const errors = pageErrors.length;
+    await page.evaluate(() => {
+      setTimeout(() => Promise.reject(new Error('the engine trapped (a test)')));
+    });
+    await page.waitForSelector('#banner:not([hidden])');
+    assert.equal(await page.textContent('#banner-text'), 'a task failed: the engine trapped (a test)');
+    pageErrors.splice(errors); // the rejection was on purpose
+  });
+});
+
+describe('dashboard on an ERA5-sized store (721 × 1440 float32, 33 MB chunks)', () => {
+  let era5;
+  let server2;
+  let p;
+  before(async () => {
+    era5 = era5Store({ time: 24, chunk: 8 });
+    // A second preview server: the store plugin serves IB_STORE_DIR as it is at start.
+    process.env.IB_STORE_DIR = era5;
+    server2 = await preview({ root: ROOT, logLevel: 'warn', preview: { host: '127.0.0.1', port: 0, strictPort: false } });
+    process.env.IB_STORE_DIR = STORE;
+    p = await browser.newPage({ viewport: SIZES.desktop });
+    p.on('pageerror', (e) => pageErrors.push(e.message));
+  });
+  after(async () => {
+    await p?.close();
+    await server2?.close();
+  });
+
+  async function set(id, value) {
+    const gen = await p.evaluate(() => Number(document.body.dataset.describeGen ?? 0));
+    await p.fill(`#${id}`, String(value));
+    await p.waitForFunction((g) => Number(document.body.dataset.describeGen ?? 0) > g, gen);
+  }
+
+  it('previews a batch with a progress line while it loads, the pixels and hover values the source values', async () => {
+    await p.goto(`${server2.resolvedUrls.local[0]}?demo`);
+    await p.waitForFunction(() => window.__ib.report);
+    const arrays = await p.evaluate(() => window.__ib.arrays.map((a) => [a.path, a.shape, a.chunks]));
+    assert.deepEqual(arrays, [['t2m', [24, LAT, LON], [8, LAT, LON]]]);
+    for (const [id, v] of Object.entries({ fracTrain: 1, fracVal: 0, fracTest: 0, batchSize: 4, blockChunks: 1 })) await set(id, v);
+    assert.equal(await p.textContent('#config-error'), '');
+    await p.click('#next-batch');
+    await p.waitForFunction(() => window.__ib.preview.shown?.batch === 0, null, { timeout: 120_000 });
+    const progress = await p.evaluate(() => window.__ib.progress);
+    assert.deepEqual(progress.filter((e) => e.kind === 'preview').map((e) => e.text), ['reading batch 1 of 6 (epoch 0)'], 'a progress line while the batch loaded');
+    assert.equal(await p.isHidden('#preview-progress'), true, 'and it goes when the batch is on screen');
+    const shown = await p.evaluate(() => window.__ib.preview.shown);
+    assert.equal(shown.sampleIndices.length, 4);
+    // A few pixels of each picture through the colour map, then hover values.
+    for (let k = 0; k < 4; k++) {
+      const px = await p.evaluate((i) => {
+        const c = document.querySelectorAll('#batch canvas')[i];
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        return [[0, 0], [720, 360], [1439, 720], [333, 111]].map(([x, y]) => [x, y, Array.from(d.slice((y * c.width + x) * 4, (y * c.width + x) * 4 + 4))]);
+      }, k);
+      for (const [x, y, got] of px) {
+        const j = lutIndex(era5Value(shown.sampleIndices[k], y, x), shown.vmin, shown.vmax);
+        assert.deepEqual(got, [VIRIDIS[j * 3], VIRIDIS[j * 3 + 1], VIRIDIS[j * 3 + 2], 255], `sample ${shown.sampleIndices[k]} (${x}, ${y})`);
+      }
+      const b = await canvasBox(p, k);
+      assert.deepEqual([b.dw, b.dh], [LON, LAT]);
+      await p.mouse.move(b.x + b.w * 0.61, b.y + b.h * 0.37);
+      const h = await p.$eval('#hover-value', (o) => ({ ...o.dataset }));
+      assert.equal(Number(h.sample), b.sample);
+      const [cssX, cssY] = [LON / b.w, LAT / b.h]; // data pixels per CSS pixel
+      assert.ok(Math.abs(Number(h.x) - 0.61 * LON) <= cssX + 1 && Math.abs(Number(h.y) - 0.37 * LAT) <= cssY + 1, `(${h.x}, ${h.y})`);
+      assert.equal(Number(h.value), era5Value(b.sample, Number(h.y), Number(h.x)), `hover at (${h.x}, ${h.y})`);
+    }
+    await shotsAtSizes(p, '20-era5-preview', '#preview-section');
+  });
+
+  it('streams a live epoch in the worker, with progress, to its pass report', async () => {
+    await p.fill('#step-ms', '0');
+    await p.click('#run');
+    await p.waitForSelector('#live-state[data-state=done], #live-state[data-state=error]', { timeout: 300_000 });
+    const live = await p.evaluate(() => ({ done: window.__ib.live.done, error: window.__ib.live.error }));
+    assert.equal(live.error, null);
+    assert.equal(live.done.batches, 6);
+    assert.equal(live.done.stats.samples, 24);
+    assert.equal(live.done.bytes, 24 * LAT * LON * 4);
+    const progress = await p.evaluate(() => window.__ib.progress.filter((e) => e.kind === 'live').map((e) => e.text));
+    assert.deepEqual(progress, ['starting the worker']);
+    assert.deepEqual(await p.$eval('#live-progress progress', (e) => [e.value, e.max]), [6, 6], 'the bar ended full');
+    assert.equal(await p.textContent('#live-batches'), '6 of 6');
+    assert.match(await p.textContent('#live-mbps'), /^[0-9.]+ MB\/s$/);
+    assert.match(await p.textContent('#pass-table'), /limiting stage/);
+    await p.click('#pass-details summary');
+    assert.equal(await p.isVisible('#pass-table'), true, 'the pass report is one click away');
+    await shotsAtSizes(p, '21-era5-live', '#live-section');
+    assert.deepEqual(pageErrors, []);
   });
 });
