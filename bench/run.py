@@ -145,6 +145,12 @@ def engine_cmds(args, url, cli, apy):
     return cmds
 
 
+def shown_path(path):
+    """A path inside the repo relative to its root, any other one absolute."""
+    p = os.path.abspath(path)
+    return os.path.relpath(p, REPO) if p.startswith(REPO + os.sep) else p
+
+
 def rotated(items, k):
     k %= max(1, len(items))
     return items[k:] + items[:k]
@@ -286,7 +292,7 @@ def main(argv=None):
                   f"stores under {args.stores}",
         "memory": memory_lines(args, rows, ", ".join(warmed) or "none"),
         "notes": notes,
-        "results": os.path.relpath(os.path.abspath(args.results), REPO),
+        "results": shown_path(args.results),
         "plot": os.path.abspath(args.out).startswith(os.path.join(REPO, "docs") + os.sep),
     }
     write_markdown(args.out, markdown(meta, rows))
