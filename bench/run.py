@@ -207,7 +207,7 @@ def memory_lines(args, rows, warmed):
     mem = meminfo()
     fill_txt = ("no page-cache fill" if args.page_cache_fill is None else
                 f"before each round, files under {', '.join(args.ballast)} read until Cached ≥ "
-                f"{args.page_cache_fill:g} GiB")
+                f"{args.page_cache_fill:g} GiB, then the store's files read again")
     starts = [r["mem_at_start"] for r in rows if r.get("mem_at_start")]
 
     def gib(key):
@@ -268,6 +268,8 @@ def main(argv=None):
                 short = fill(args)
                 if short and short not in notes:
                     notes.append(short)
+                if args.page_cache_fill is not None:
+                    warm_files(path)  # the fill may have pushed the store's pages out
                 for slot, eng in enumerate(rotated(order, rnd)):
                     row = measure(name, eng, rnd, slot, url, cmds[eng], args.timeout)
                     rows.append(row)
