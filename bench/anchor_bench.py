@@ -3,7 +3,7 @@
 `insitubatch bench URL ... --json` of insitubatch-rs.
 
     anchor_bench.py --url file:///abs/store.zarr [--var t2m] --batch-size 32 \
-        --block-chunks 16 --max-inflight 32 --epochs 2 --json
+        --block-chunks 16 --max-inflight 32 --epochs 2 [--cache-budget-bytes B] --json
 
 One cold epoch, then warm epochs over the same dataset object (its in-memory pool).
 The whole array is the train split (split_by_chunk(fractions=(1.0, 0.0, 0.0))).
@@ -41,6 +41,8 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print one JSON object (always on)")
     ap.add_argument("--cache-dir", default=None, help="the anchor's cache_dir (mmap tier)")
     ap.add_argument("--persist", action="store_true", help="persist=True (needs --cache-dir)")
+    ap.add_argument("--cache-budget-bytes", type=int, default=None,
+                    help="the residency budget (default: the anchor's automatic floor)")
     args = ap.parse_args(argv)
 
     t_import = time.perf_counter()
@@ -53,7 +55,7 @@ def main(argv=None):
     manifest = ib.split_by_chunk(first, fractions=(1.0, 0.0, 0.0))
     ds = ib.InSituDataset(store, manifest, geoms, batch_size=args.batch_size,
                           block_chunks=args.block_chunks, max_inflight=args.max_inflight,
-                          seed=args.seed, shuffle=True,
+                          seed=args.seed, shuffle=True, cache_budget_bytes=args.cache_budget_bytes,
                           **({"cache_dir": args.cache_dir, "persist": args.persist} if args.cache_dir else {}))
     open_s = time.perf_counter() - t_open
     try:
@@ -101,6 +103,7 @@ def main(argv=None):
             "block_chunks": int(getattr(ds, "block_chunks", args.block_chunks)),
             "block_chunks_requested": args.block_chunks,
             "max_inflight": args.max_inflight,
+            "cache_budget_bytes": args.cache_budget_bytes,
             "epochs": args.epochs,
             "shuffle": True,
             "seed": args.seed,

@@ -6,7 +6,8 @@
 
 Writes docs/img/benchmarks-python.png (decoded MB/s of every engine of bench/run_python.py,
 cold and warm, per store, with the stall % of the 20 ms-step run) and docs/img/benchmarks.png
-(ours vs the anchor from bench/run.py, with each store's decode limit). It only reads the
+(ours, rs-python and the anchor from bench/run.py: medians over the rounds with min–max
+bars, cold and warm epochs, with each store's decode limit). It only reads the
 JSONL rows: it never runs a benchmark. Needs matplotlib (bench/requirements-plot.txt).
 """
 
@@ -21,6 +22,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import decode_limits, group, warm_labels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_PNG_BYTES = 200_000
@@ -53,7 +57,8 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def epoch_mb_s(row: dict, kind: str) -> float | None:
-    """MB/s of the row's first epoch of `kind` (cold/warm), or None for a failed run."""
+    """MB/s of the row's first epoch of `kind` (cold/warm), or None for a failed run
+    (bench/run_python.py's rows)."""
     if row.get("rc") not in (0, None) or not row.get("result"):
         return None
     for e in row["result"].get("epochs", []):
@@ -127,36 +132,48 @@ def plot_python(rows: list[dict], out: Path) -> None:
     save(fig, out)
 
 
+ENGINE_COLOURS = {"ours": ("insitubatch-rs CLI", "#2171b5"), "rs-python": ("insitubatch_rs (Python)", "#6baed6"),
+                  "anchor": ("insitubatch 0.2.0", "#e6550d")}
+
+
 def plot_engine(rows: list[dict], out: Path) -> None:
-    by = latest(rows)
-    stores = [s for s in stores_in(by) if (s, "ours") in by or (s, "anchor") in by]
+    """bench/run.py's rows: per store and engine the median MB/s of each epoch kind over the
+    rounds, with min–max bars, and the median decode limit on the cold panel."""
+    agg, dec = group(rows), decode_limits(rows)
+    stores = [s for s, engines in agg.items() if any(e in engines for e in ENGINE_COLOURS)]
     if not stores:
-        raise SystemExit("plot.py: no ours/anchor rows in the engine benchmark results")
-    fig, (cold_ax, warm_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
-    w = 0.38
+        raise SystemExit("plot.py: no ours/rs-python/anchor rows in the engine benchmark results")
+    kinds = ["cold"] + warm_labels(agg)[:2]
+    engines = [e for e in ENGINE_COLOURS if any(e in agg[s] for s in stores)]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.6 * len(kinds) + 1, 4.2), squeeze=False)
+    w = 0.8 / len(engines)
     xs = range(len(stores))
-    for ax, kind in ((cold_ax, "cold"), (warm_ax, "warm")):
-        for off, eng, colour, label in ((-w / 2, "ours", "#2171b5", "insitubatch-rs"),
-                                        (w / 2, "anchor", "#e6550d", "insitubatch 0.2.0")):
-            vals = [epoch_mb_s(by[(s, eng)], kind) if (s, eng) in by else None for s in stores]
-            ax.bar([x + off for x in xs], [v or 0 for v in vals], w, color=colour, label=label)
+    for ax, kind in zip(axes[0], kinds):
+        for i, eng in enumerate(engines):
+            label, colour = ENGINE_COLOURS[eng]
+            sts = [(agg[s].get(eng) or {}).get(f"{kind}_mbs") for s in stores]
+            pos = [x - 0.4 + w * (i + 0.5) for x in xs]
+            meds = [st["median"] if st else 0 for st in sts]
+            err = [[st["median"] - st["min"] if st else 0 for st in sts],
+                   [st["max"] - st["median"] if st else 0 for st in sts]]
+            ax.bar(pos, meds, w, color=colour, label=label, yerr=err, capsize=2,
+                   error_kw={"elinewidth": 0.8, "ecolor": "#333333"})
         if kind == "cold":
-            limits = [by.get((s, "decode_limit"), {}).get("result") or {} for s in stores]
-            for x, lim in zip(xs, limits):
-                if "decode_limit_mb_per_s" in lim:
-                    ax.hlines(lim["decode_limit_mb_per_s"], x - w, x + w, colors="black", linestyles="--", lw=1)
+            for x, s in zip(xs, stores):
+                st = (dec.get(s) or {}).get("stat")
+                if st:
+                    ax.hlines(st["median"], x - 0.45, x + 0.45, colors="black", linestyles="--", lw=1)
             ax.plot([], [], "k--", lw=1, label="decode limit (zstd, all cores)")
         else:
             ax.set_yscale("log")
         ax.set_xticks(list(xs), stores)
-        ax.set_ylabel("decoded MB/s" + (" (log)" if kind == "warm" else ""), fontsize=9)
-        ax.set_title(f"{kind} epoch", fontsize=10)
+        ax.set_ylabel("decoded MB/s" + (" (log)" if kind != "cold" else ""), fontsize=9)
+        ax.set_title(f"{kind} epoch (median, min–max bars)", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
         lo, hi = ax.get_ylim()
-        ax.set_ylim(lo, hi * 4 if kind == "warm" else hi * 1.22)  # room for the legend
-        ax.legend(fontsize=8, loc="upper center", ncol=3, frameon=False)
-    fig.suptitle("insitubatch-rs vs insitubatch 0.2.0 (batch 32, block_chunks 16, max_inflight 32; 2 cores)",
-                 fontsize=11)
+        ax.set_ylim(lo, hi * 4 if kind != "cold" else hi * 1.3)  # room for the legend
+        ax.legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
+    fig.suptitle("insitubatch-rs vs insitubatch 0.2.0 (batch 32, block_chunks 16, max_inflight 32)", fontsize=11)
     fig.tight_layout()
     save(fig, out)
 

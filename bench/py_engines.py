@@ -4,6 +4,7 @@ bench/anchor_bench.py (and of `insitubatch bench URL --json`).
 
     py_engines.py ENGINE --url file:///abs/store.zarr [--var t2m] [--batch-size 32]
                   [--epochs 2] [--compute-ms 0] [--max-batches 0] [--seed 0]
+                  [--block-chunks 16] [--max-inflight 32] [--cache-budget-bytes B]
 
 Engines (each also importable: ``ENGINES[name](url, var, batch_size, epochs, compute_ms,
 max_batches) -> dict``):
@@ -29,7 +30,9 @@ max_batches) -> dict``):
 
 One cold epoch, then warm epochs (same objects; for the peers "warm" only means the page
 cache and the open handles are warm). ``--max-batches N`` stops each epoch after N batches
-(MB/s is over those). ``--compute-ms M`` sleeps M ms after each batch (a GPU step that frees
+(MB/s is over those). ``--block-chunks``, ``--max-inflight`` and ``--cache-budget-bytes``
+(``rs-python`` and ``anchor-py`` only) set those knobs (default 16, 32, the automatic budget).
+``--compute-ms M`` sleeps M ms after each batch (a GPU step that frees
 the CPU) and reports ``stall_pct`` = time spent waiting for the loader ÷ epoch wall time.
 """
 import argparse
@@ -142,15 +145,23 @@ def _row(url, var, engine, version, batch_size, epochs, compute_ms, max_batches,
 
 
 # ------------------------------------------------------------------ our engine
-def _rs_dataset(url, var, batch_size, seed=0, store=None):
+def _rs_dataset(url, var, batch_size, seed=0, store=None, knobs=None):
     import insitubatch_rs as ibr
 
     store = url if store is None else store
     geoms = ibr.open_geometries(store, [var])
     manifest = ibr.split_by_chunk(next(iter(geoms.values())), fractions=(1.0, 0.0, 0.0))
-    ds = ibr.InSituDataset(store, manifest, geoms, batch_size=batch_size, block_chunks=16,
-                           max_inflight=32, seed=seed, shuffle=True)
+    ds = ibr.InSituDataset(store, manifest, geoms, batch_size=batch_size, seed=seed,
+                           shuffle=True, **_knobs(knobs))
     return ibr, ds
+
+
+def _knobs(knobs):
+    """block_chunks / max_inflight (16 / 32 unless given) and cache_budget_bytes (only when
+    given: None leaves the engine's automatic budget)."""
+    k = {"block_chunks": 16, "max_inflight": 32}
+    k.update({n: v for n, v in (knobs or {}).items() if v is not None})
+    return k
 
 
 def _store_object(kind, url):
@@ -183,8 +194,8 @@ def _stage_of(ds):
 
 
 def run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed=0, store=None,
-                  engine="rs-python"):
-    ibr, ds = _rs_dataset(url, var, batch_size, seed, store)
+                  engine="rs-python", knobs=None):
+    ibr, ds = _rs_dataset(url, var, batch_size, seed, store, knobs)
 
     def count(b):
         return len(b), sum(int(a.nbytes) for a in b.values())
@@ -197,7 +208,7 @@ def run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed=0,
         est = 0
     ds.close()
     return _row(url, var, engine, _rs_version(), batch_size, epochs,
-                compute_ms, max_batches, ep, {"block_chunks": 16, "max_inflight": 32}, est)
+                compute_ms, max_batches, ep, _knobs(knobs), est)
 
 
 def run_rs_obstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
@@ -230,14 +241,14 @@ def run_rs_torch(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
 
 
 def run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0, store=None,
-                  engine="anchor-py"):
+                  engine="anchor-py", knobs=None):
     import insitubatch as ib
 
     store = ib.obstore_store(url) if store is None else store
     geoms = ib.open_geometries(store, [var])
     manifest = ib.split_by_chunk(next(iter(geoms.values())), fractions=(1.0, 0.0, 0.0))
-    ds = ib.InSituDataset(store, manifest, geoms, batch_size=batch_size, block_chunks=16,
-                          max_inflight=32, seed=seed, shuffle=True)
+    ds = ib.InSituDataset(store, manifest, geoms, batch_size=batch_size, seed=seed, shuffle=True,
+                          **_knobs(knobs))
 
     def count(b):
         return len(b), sum(int(a.nbytes) for a in b.arrays.values())
@@ -246,7 +257,7 @@ def run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0,
                      set_epoch=ds.set_epoch)
     ds.close()
     return _row(url, var, engine, getattr(ib, "__version__", "?"), batch_size, epochs,
-                compute_ms, max_batches, ep, {"block_chunks": 16, "max_inflight": 32})
+                compute_ms, max_batches, ep, _knobs(knobs))
 
 
 def run_anchor_zarrstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
@@ -414,6 +425,10 @@ ENGINES = {
 }
 
 
+# Engines that take --block-chunks, --max-inflight and --cache-budget-bytes.
+KNOBBED = {"rs-python", "anchor-py"}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -425,10 +440,22 @@ def main(argv=None):
     ap.add_argument("--compute-ms", type=float, default=0.0)
     ap.add_argument("--max-batches", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--block-chunks", type=int, default=None, help=f"{', '.join(sorted(KNOBBED))} only (default 16)")
+    ap.add_argument("--max-inflight", type=int, default=None, help="as --block-chunks (default 32)")
+    ap.add_argument("--cache-budget-bytes", type=int, default=None,
+                    help="as --block-chunks (default: the engine's automatic budget)")
     args = ap.parse_args(argv)
+    knobs = {"block_chunks": args.block_chunks, "max_inflight": args.max_inflight,
+             "cache_budget_bytes": args.cache_budget_bytes}
+    extra = {}
+    if any(v is not None for v in knobs.values()):
+        if args.engine not in KNOBBED:
+            ap.error(f"--block-chunks/--max-inflight/--cache-budget-bytes apply to "
+                     f"{', '.join(sorted(KNOBBED))} only, not {args.engine}")
+        extra["knobs"] = knobs
     try:
         out = ENGINES[args.engine](args.url, args.var, args.batch_size, args.epochs,
-                                   args.compute_ms, args.max_batches, seed=args.seed)
+                                   args.compute_ms, args.max_batches, seed=args.seed, **extra)
     except ImportError as e:
         out = {"url": args.url, "skipped": f"{args.engine}: {e}"}
         sys.stdout.write(json.dumps(out) + "\n")

@@ -1,17 +1,29 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark: insitubatch-rs CLI vs the Python anchor (insitubatch 0.2.0).
+"""Side-by-side benchmark: insitubatch-rs (the CLI and its Python binding) vs the Python
+anchor (insitubatch 0.2.0), in one run, as medians of interleaved repetitions.
 
-    bench/run.py --stores DIR [--samples N] [--only c1,c8] [--out docs/benchmarks.md]
-                 [--cli PATH] [--anchor-python PY]
+    bench/run.py --stores DIR [--only c1,c8] [--reps 3] [--epochs 3] [--engines ours,rs-python,anchor]
+                 [--budget-bytes B] [--page-cache-fill GIB --ballast DIR] [--samples N]
+                 [--cli PATH] [--python PY] [--anchor-python PY] [--out docs/benchmarks.md]
+    bench/run.py --quick        # 2-minute smoke: 48-sample c8 store, 3 rounds, 2 epochs
 
-For each store DIR/<name>.zarr: the decode limit once (`CLI bench URL --decode-limit
---json`, falling back to bench/decode_limit.py), then each engine in a fresh subprocess
-(our CLI: `CLI bench URL --batch-size .. --block-chunks .. --max-inflight .. --epochs ..
---json`; the anchor: bench/anchor_bench.py in the anchor venv). Peak RSS is the max of
-the process tree's summed VmRSS (polled from /proc every 50 ms) and the engine's own
-report. When the CLI is missing or fails, its row says n/a and the anchor still runs.
---samples N first makes missing stores with bench/make_stores.py (N samples).
-Writes a markdown table to --out and raw rows to bench/results/latest.jsonl.
+For each store DIR/<name>.zarr: its files are read once (into the page cache), then --reps
+rounds; in each round the decode limit (`CLI bench URL --decode-limit --json`, falling back
+to bench/decode_limit.py) and every engine run once, each in a fresh subprocess, in an order
+rotated by one per round so drift on a shared machine spreads over all of them. Engines:
+`ours` (`CLI bench URL ... --json`), `rs-python` (bench/py_engines.py rs-python under
+--python, skipped with the reason when insitubatch_rs does not import there), `anchor`
+(bench/anchor_bench.py under the anchor venv). Each run is --epochs epochs of one process:
+cold, warm1, warm2, ...; --budget-bytes gives every engine the same residency budget (so
+the warm epochs are served from the pool).
+
+Per run: each epoch's MB/s and TTFB, wall time, user and system CPU seconds of the child,
+peak RSS = max(process-tree VmRSS polled every 50 ms, the engine's VmHWM), and MemFree /
+MemAvailable / Cached at its start. --page-cache-fill GIB reads files under --ballast before
+each round until the kernel's Cached is at least GIB (the page cache holding most of RAM, a
+training machine's normal state). The markdown (--out) has per store and engine the median
+of each metric with its spread and the ratios of medians (bench/report.py); raw rows go to
+bench/results/latest.jsonl (--quick: bench/results/quick.md and quick.jsonl).
 """
 import argparse
 import datetime
@@ -22,302 +34,270 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+# Re-exported: bench/run_python.py and bench/cache_bench.py import these from here.
+from measure import fill_page_cache, last_json, meminfo, run_measured, warm_files  # noqa: E402,F401
+from report import (DECODE, epoch_of, fmt, gb, markdown, ratio, run_metrics, stat,  # noqa: E402,F401
+                    write_markdown)
+
 ALL_STORES = ["c1", "c8", "c8s", "c40", "shard"]
+ALL_ENGINES = ["ours", "rs-python", "anchor"]
+CACHE = os.environ.get("INSITUBATCH_CACHE", os.path.expanduser("~/.cache/insitubatch"))
+GIB = 2 ** 30
+LOW_MEM_BYTES = 2 * GIB  # warn when a run starts with less memory available than this
+QUICK = {"stores": os.path.join(CACHE, "bench-stores-48"), "samples": 48, "only": "c8",
+         "reps": 3, "epochs": 2, "out": os.path.join(HERE, "results", "quick.md"),
+         "results": os.path.join(HERE, "results", "quick.jsonl")}
+DEFAULTS = {"reps": 3, "epochs": 3, "out": os.path.join(REPO, "docs", "benchmarks.md"),
+            "results": os.path.join(HERE, "results", "latest.jsonl")}
 
 
-# ------------------------------------------------------------ process-tree RSS
-def _children(pid):
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    out += [int(x) for x in f.read().split()]
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return out
-
-
-def _rss(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def tree_rss(root):
-    seen, stack, total = set(), [root], 0
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _rss(p)
-        stack += _children(p)
-    return total
-
-
-def run_measured(cmd, timeout, env=None):
-    """Run cmd, polling its process tree RSS every 50 ms. Returns dict."""
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                             text=True)
-    except OSError as e:
-        return {"rc": None, "error": f"cannot start: {e}", "stdout": "", "stderr": "",
-                "tree_peak_rss_bytes": 0, "wall_s": 0.0}
-    peak = [0]
-    done = threading.Event()
-
-    def poll():
-        while not done.is_set():
-            peak[0] = max(peak[0], tree_rss(p.pid))
-            done.wait(0.05)
-
-    th = threading.Thread(target=poll, daemon=True)
-    th.start()
-    try:
-        out, err = p.communicate(timeout=timeout)
-        rc, error = p.returncode, None
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
-        rc, error = None, f"timeout after {timeout}s"
-    done.set()
-    th.join()
-    if rc not in (0, None) and error is None:
-        error = f"exit {rc}: " + (err or "").strip().splitlines()[-1:][0] if (err or "").strip() \
-            else f"exit {rc}"
-    return {"rc": rc, "error": error, "stdout": out, "stderr": err,
-            "tree_peak_rss_bytes": peak[0], "wall_s": time.perf_counter() - t0}
-
-
-def last_json(text):
-    for line in reversed((text or "").strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return None
-
-
-# ------------------------------------------------------------ formatting
-def fmt(v, spec="{:.0f}", na="n/a"):
-    return na if v is None else spec.format(v)
-
-
-def gb(b):
-    return None if not b else b / 1e9
-
-
-def ratio(a, b):
-    return None if a is None or b in (None, 0) else a / b
-
-
-def epoch_of(res, kind):
-    if not res:
-        return None
-    for e in res.get("epochs", []):
-        if e.get("kind") == kind:
-            return e
-    return None
-
-
-def summarize(row):
-    res = row.get("result")
-    cold, warm = epoch_of(res, "cold"), epoch_of(res, "warm")
-    own = (res or {}).get("peak_rss_bytes") or 0
-    rss = max(own, row.get("tree_peak_rss_bytes") or 0) if res else None
-    return {
-        "cold_mbs": cold and cold["mb_per_s"], "warm_mbs": warm and warm["mb_per_s"],
-        "sps": cold and cold["samples_per_s"], "ttfb": cold and cold["ttfb_s"],
-        "rss": rss, "stage": cold and cold.get("limiting_stage"),
-        "warm_stage": warm and warm.get("limiting_stage"),
-        "est": (res or {}).get("describe_estimated_peak_bytes"),
-    }
-
-
-def markdown(args, cmdline, rows, decode):
-    mem = 0
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-    L = ["# Benchmarks: insitubatch-rs vs insitubatch 0.2.0 (Python anchor)", "",
-         f"- command: `{cmdline}`",
-         f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-         f"- machine: {platform.node()}, nproc {os.cpu_count()}, RAM {mem / 2**30:.1f} GiB, "
-         f"{platform.platform()}",
-         f"- config: batch {args.batch_size}, block_chunks {args.block_chunks}, max_inflight "
-         f"{args.max_inflight}, epochs {args.epochs} (1 cold + warm), var `{args.var}`, local file:// "
-         "stores (page-cached after generation)",
-         "- MB = 1e6 decoded bytes; samples/s, TTFB and limiting stage are of the cold epoch; peak "
-         "RSS = max(process-tree VmRSS polled every 50 ms, engine's own VmHWM); ratios are ours ÷ "
-         "anchor (TTFB and RSS: lower is better); est/RSS = describe() estimate ÷ measured peak.",
-         "",
-         "| store | engine | cold MB/s | warm MB/s | samples/s | TTFB s | peak RSS GB | limiting stage "
-         "(cold/warm) | ×anchor cold | ×anchor warm | ×anchor TTFB | ×anchor RSS | % decode limit "
-         "| est/RSS |",
-         "|---|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|"]
-    by_store = {}
-    for r in rows:
-        by_store.setdefault(r["store"], {})[r["engine"]] = r
-    for store, engines in by_store.items():
-        anc = summarize(engines["anchor"]) if "anchor" in engines else None
-        dl = (decode.get(store) or {}).get("decode_limit_mb_per_s")
-        for name in ("ours", "anchor"):
-            if name not in engines:
-                continue
-            r = engines[name]
-            s = summarize(r)
-            ok = r.get("result") is not None
-            if not ok:
-                L.append(f"| {store} | {name} | n/a | n/a | n/a | n/a | n/a | "
-                         f"n/a ({(r.get('error') or 'failed')[:60]}) | n/a | n/a | n/a | n/a | "
-                         "n/a | n/a |")
-                continue
-            mine = name == "ours" and anc and anc["cold_mbs"] is not None
-            L.append("| " + " | ".join([
-                store, name, fmt(s["cold_mbs"]), fmt(s["warm_mbs"]), fmt(s["sps"], "{:.1f}"),
-                fmt(s["ttfb"], "{:.2f}"), fmt(gb(s["rss"]), "{:.2f}"),
-                f"{s['stage'] or '?'} / {s['warm_stage'] or '?'}",
-                fmt(ratio(s["cold_mbs"], anc["cold_mbs"]) if mine else None, "{:.2f}", "—"),
-                fmt(ratio(s["warm_mbs"], anc["warm_mbs"]) if mine else None, "{:.2f}", "—"),
-                fmt(ratio(s["ttfb"], anc["ttfb"]) if mine else None, "{:.2f}", "—"),
-                fmt(ratio(s["rss"], anc["rss"]) if mine else None, "{:.2f}", "—"),
-                fmt(100 * ratio(s["cold_mbs"], dl) if dl and s["cold_mbs"] else None, "{:.0f}%"),
-                fmt(ratio(s["est"], s["rss"]) if s["est"] else None, "{:.2f}"),
-            ]) + " |")
-    L += ["", "Decode limit per store (MB/s of decoded output, all cores):", ""]
-    for store, d in decode.items():
-        if d:
-            L.append(f"- {store}: {d['decode_limit_mb_per_s']:.0f} MB/s, {d.get('threads')} "
-                     f"threads ({d.get('source', 'insitubatch-rs CLI')})")
-        else:
-            L.append(f"- {store}: n/a")
-    L += ["", "![Decoded MB/s, insitubatch-rs vs insitubatch 0.2.0, cold and warm, with the decode limit]"
-          "(img/benchmarks.png)", "(`bench/plot.py` redraws it from the raw rows.)", "",
-          "Raw rows: `bench/results/latest.jsonl`.", ""]
-    return "\n".join(L)
-
-
-def write_markdown(path, md):
-    """Write the report (creating its folder) and echo it."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(md)
-    print(md)
-
-
-def main(argv=None):
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stores", required=True, help="dir holding <name>.zarr stores")
+    ap.add_argument("--stores", help="dir holding <name>.zarr stores (required unless --quick)")
+    ap.add_argument("--quick", action="store_true",
+                    help="2-minute smoke: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()))
     ap.add_argument("--samples", type=int, default=None,
-                    help="make missing stores with this many samples first")
+                    help="make missing stores with this many samples first (bench/make_stores.py)")
     ap.add_argument("--only", default=None, help="comma list, default " + ",".join(ALL_STORES))
-    ap.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks.md"))
-    ap.add_argument("--results", default=os.path.join(HERE, "results", "latest.jsonl"))
-    ap.add_argument("--cli", default="insitubatch")
+    ap.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma list of "
+                    + ",".join(ALL_ENGINES))
+    ap.add_argument("--reps", type=int, default=None, help="rounds per store (default 3)")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="epochs per run: cold, warm1, warm2, ... (default 3)")
+    ap.add_argument("--budget-bytes", type=int, default=None,
+                    help="residency budget for every engine (default: each one's automatic budget)")
+    ap.add_argument("--page-cache-fill", type=float, default=None, metavar="GIB",
+                    help="before each round, read --ballast files until Cached ≥ GIB")
+    ap.add_argument("--ballast", action="append", default=[], metavar="DIR",
+                    help="files to read for --page-cache-fill (repeatable)")
+    ap.add_argument("--out", default=None, help="markdown report (default docs/benchmarks.md)")
+    ap.add_argument("--results", default=None, help="raw rows (default bench/results/latest.jsonl)")
+    tgt = os.environ.get("CARGO_TARGET_DIR", os.path.join(CACHE, "target"))
+    ap.add_argument("--cli", default=shutil.which("insitubatch")
+                    or os.path.join(tgt, "release", "insitubatch"))
+    ap.add_argument("--python", default=os.path.join(CACHE, "venv-test", "bin", "python"),
+                    help="python with insitubatch_rs for the rs-python engine")
     ap.add_argument("--anchor-python", default=None,
                     help="default: the venv made by bench/setup_anchor.sh")
     ap.add_argument("--var", default="t2m")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--block-chunks", type=int, default=16)
     ap.add_argument("--max-inflight", type=int, default=32)
-    ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1800)
-    ap.add_argument("--skip-anchor", action="store_true")
     args = ap.parse_args(argv)
-    cmdline = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
+    base = QUICK if args.quick else DEFAULTS
+    for k in ("reps", "epochs", "out", "results") + (("stores", "samples", "only") if args.quick else ()):
+        if getattr(args, k) is None:
+            setattr(args, k, base[k])
+    if not args.stores:
+        ap.error("--stores DIR is required (or --quick)")
+    if args.reps < 1 or args.epochs < 1:
+        ap.error("--reps and --epochs must be at least 1")
+    if args.page_cache_fill is not None and not args.ballast:
+        ap.error("--page-cache-fill needs --ballast DIR (files to read into the page cache)")
+    bad = set(args.engines.split(",")) - set(ALL_ENGINES)
+    if bad:
+        ap.error(f"unknown engine(s) {', '.join(sorted(bad))}; choose from {','.join(ALL_ENGINES)}")
+    return args
 
-    names = args.only.split(",") if args.only else ALL_STORES
-    apy = args.anchor_python
-    if apy is None:
-        cache = os.environ.get("INSITUBATCH_CACHE", os.path.expanduser("~/.cache/insitubatch"))
-        apy = os.path.join(cache, "venv-anchor", "bin", "python")
-        if not os.path.exists(apy):
-            apy = subprocess.run([os.path.join(HERE, "setup_anchor.sh")], check=True,
-                                 stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
-    if args.samples:
-        subprocess.run([apy, os.path.join(HERE, "make_stores.py"), args.stores,
-                        "--samples", str(args.samples), "--only", ",".join(names)], check=True)
-    cli = shutil.which(args.cli) or (args.cli if os.path.exists(args.cli) else None)
-    if cli:
-        cli = os.path.abspath(cli)
 
-    rows, decode = [], {}
-    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    jl = open(args.results, "w")
+def anchor_python(given):
+    if given:
+        return given
+    apy = os.path.join(CACHE, "venv-anchor", "bin", "python")
+    if os.path.exists(apy):
+        return apy
+    return subprocess.run([os.path.join(HERE, "setup_anchor.sh")], check=True,
+                          stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
 
-    def emit(row):
-        rec = {k: v for k, v in row.items() if k not in ("stdout", "stderr")}
-        rec["stderr_tail"] = (row.get("stderr") or "")[-2000:]
-        jl.write(json.dumps(rec) + "\n")
-        jl.flush()
 
+def why_not_rs_python(python):
+    """None when insitubatch_rs imports under `python`, else the reason."""
+    if not os.path.exists(python):
+        return f"{python} not found (--python)"
+    r = subprocess.run([python, "-c", "import insitubatch_rs"], capture_output=True, text=True)
+    if r.returncode:
+        tail = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return f"insitubatch_rs does not import under {python}: {tail}"
+    return None
+
+
+def engine_cmds(args, url, cli, apy):
+    """{engine: argv} for one store: the decode limit and every engine that can run."""
     common = ["--batch-size", str(args.batch_size), "--block-chunks", str(args.block_chunks),
               "--max-inflight", str(args.max_inflight), "--epochs", str(args.epochs)]
-    for name in names:
-        path = os.path.abspath(os.path.join(args.stores, name + ".zarr"))
-        if not os.path.isdir(path):
-            print(f"[run] {name}: {path} missing, skipped (use --samples N to make it)",
+    budget = ["--cache-budget-bytes", str(args.budget_bytes)] if args.budget_bytes else []
+    cmds = {DECODE: [cli, "bench", url, "--decode-limit", "--json"] if cli else
+            [apy, os.path.join(HERE, "decode_limit.py"), "--url", url, "--var", args.var]}
+    if "ours" in args.engine_list:
+        cmds["ours"] = [cli, "bench", url, "--var", args.var] + common + budget + ["--json"]
+    if "rs-python" in args.engine_list:
+        cmds["rs-python"] = [args.python, os.path.join(HERE, "py_engines.py"), "rs-python", "--url",
+                             url, "--var", args.var] + common + budget
+    if "anchor" in args.engine_list:
+        cmds["anchor"] = [apy, os.path.join(HERE, "anchor_bench.py"), "--url", url, "--var",
+                          args.var] + common + budget + ["--json"]
+    return cmds
+
+
+def shown_path(path):
+    """A path inside the repo relative to its root, any other one absolute."""
+    p = os.path.abspath(path)
+    return os.path.relpath(p, REPO) if p.startswith(REPO + os.sep) else p
+
+
+def rotated(items, k):
+    k %= max(1, len(items))
+    return items[k:] + items[:k]
+
+
+def measure(store, engine, rnd, slot, url, cmd, timeout):
+    """One run in a fresh subprocess: its row, with the memory state at its start."""
+    mem = meminfo()
+    if mem.get("available", 0) < LOW_MEM_BYTES:
+        print(f"[run] warning: {mem['available'] / GIB:.1f} GiB available before {store} {engine} "
+              f"round {rnd}", file=sys.stderr)
+    r = run_measured(cmd, timeout)
+    res = last_json(r["stdout"])
+    if res is not None and engine == DECODE:
+        res.setdefault("source", "insitubatch-rs CLI" if "--decode-limit" in cmd
+                       else "bench/decode_limit.py")
+    if res is not None and "skipped" in res:
+        r["error"], res = res["skipped"], None
+    if res is None and not r["error"]:
+        r["error"] = "no JSON on stdout"
+    return dict(r, store=store, engine=engine, round=rnd, slot=slot, url=url, cmd=cmd,
+                result=res, mem_at_start=mem)
+
+
+def say(row):
+    if row["engine"] == DECODE:
+        d = row["result"] or {}
+        txt = f"decode limit {fmt(d.get('decode_limit_mb_per_s'))} MB/s"
+    else:
+        m = run_metrics(row) or {}
+        eps = " ".join(f"{k[:-4]} {fmt(v)}" for k, v in m.items() if k.endswith("_mbs"))
+        txt = (f"MB/s {eps}, ttfb {fmt(m.get('ttfb'), '{:.2f}')} s, rss "
+               f"{fmt(gb(m.get('rss')), '{:.2f}')} GB, user {fmt(m.get('user_s'), '{:.1f}')} s "
+               f"sys {fmt(m.get('sys_s'), '{:.1f}')} s") if m else ""
+    print(f"[run] {row['store']} round {row['round']} {row['engine']}: {txt} "
+          f"({row['wall_s']:.1f} s) {row.get('error') or ''}", file=sys.stderr, flush=True)
+
+
+def fill(args):
+    """--page-cache-fill before a round; returns a note when the ballast ran out."""
+    if args.page_cache_fill is None:
+        return None
+    target = int(args.page_cache_fill * GIB)
+    cached, read = fill_page_cache(args.ballast, target)
+    print(f"[run] page cache: Cached {cached / GIB:.1f} GiB after reading {read / GIB:.1f} GiB "
+          "of ballast", file=sys.stderr)
+    if cached < target:
+        return (f"the ballast ran out: Cached reached {cached / GIB:.1f} GiB, not "
+                f"{args.page_cache_fill:g}")
+    return None
+
+
+def memory_lines(args, rows, warmed):
+    mem = meminfo()
+    fill_txt = ("no page-cache fill" if args.page_cache_fill is None else
+                f"before each round, files under {', '.join(args.ballast)} read until Cached ≥ "
+                f"{args.page_cache_fill:g} GiB, then the store's files read again")
+    starts = [r["mem_at_start"] for r in rows if r.get("mem_at_start")]
+
+    def gib(key):
+        st = stat([m.get(key) for m in starts])
+        return "n/a" if st is None else (f"{st['median'] / GIB:.1f} GiB "
+                                         f"[{st['min'] / GIB:.1f}–{st['max'] / GIB:.1f}]")
+
+    return [f"MemTotal {mem['total'] / GIB:.1f} GiB; {fill_txt}; each store's files read once "
+            f"into the page cache before its first round ({warmed})",
+            f"at the start of the runs (median [min–max]): MemFree {gib('free')}, MemAvailable "
+            f"{gib('available')}, Cached {gib('cached')}"]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cmdline = " ".join(shlex.quote(a) for a in
+                       ["python3", os.path.relpath(os.path.abspath(sys.argv[0]), REPO)]
+                       + (sys.argv[1:] if argv is None else list(argv)))
+    names = args.only.split(",") if args.only else ALL_STORES
+    args.engine_list = [e for e in args.engines.split(",") if e]
+    apy = anchor_python(args.anchor_python)
+    if args.samples:
+        os.makedirs(args.stores, exist_ok=True)
+        subprocess.run([apy, os.path.join(HERE, "make_stores.py"), args.stores,
+                        "--samples", str(args.samples), "--only", ",".join(names)], check=True)
+    cli = os.path.abspath(args.cli) if args.cli and os.path.exists(args.cli) else None
+    notes = []
+    if not cli and "ours" in args.engine_list:
+        notes.append(f"CLI {args.cli} not found: `ours` skipped, decode limit from "
+                     "bench/decode_limit.py")
+        args.engine_list.remove("ours")
+    if "rs-python" in args.engine_list:
+        why = why_not_rs_python(args.python)
+        if why:
+            notes.append(f"rs-python skipped: {why}")
+            args.engine_list.remove("rs-python")
+    for n in notes:
+        print(f"[run] {n}", file=sys.stderr)
+
+    rows, warmed = [], []
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+    with open(args.results, "w") as jl:
+        for name in names:
+            path = os.path.abspath(os.path.join(args.stores, name + ".zarr"))
+            if not os.path.isdir(path):
+                print(f"[run] {name}: {path} missing, skipped (use --samples N to make it)",
+                      file=sys.stderr)
+                notes.append(f"store {name} missing at {path}")
+                continue
+            url = "file://" + path
+            nbytes = warm_files(path)
+            warmed.append(f"{name} {nbytes / 1e6:.0f} MB")
+            print(f"[run] {name}: read {nbytes / 1e6:.0f} MB of store files into the page cache",
                   file=sys.stderr)
-            continue
-        url = "file://" + path
-        # decode limit
-        d = None
-        if cli:
-            r = run_measured([cli, "bench", url, "--decode-limit", "--json"], args.timeout)
-            d = last_json(r["stdout"])
-            if d:
-                d.setdefault("source", "insitubatch-rs CLI")
-        if d is None:
-            r = run_measured([apy, os.path.join(HERE, "decode_limit.py"), "--url", url,
-                              "--var", args.var], args.timeout)
-            d = last_json(r["stdout"])
-        decode[name] = d
-        emit({"store": name, "engine": "decode_limit", "url": url, "result": d,
-              "rc": r["rc"], "error": r["error"], "stderr": r["stderr"]})
-        print(f"[run] {name}: decode limit {d and round(d['decode_limit_mb_per_s'])} MB/s",
-              file=sys.stderr)
-        engines = [("ours", [cli, "bench", url] + common + ["--json"] if cli else None)]
-        if not args.skip_anchor:
-            engines.append(("anchor", [apy, os.path.join(HERE, "anchor_bench.py"), "--url", url,
-                                       "--var", args.var] + common + ["--json"]))
-        for eng, cmd in engines:
-            if cmd is None:
-                row = {"store": name, "engine": eng, "url": url, "cmd": None, "result": None,
-                       "rc": None, "error": f"CLI {args.cli!r} not found",
-                       "tree_peak_rss_bytes": 0, "wall_s": 0.0}
-            else:
-                r = run_measured(cmd, args.timeout)
-                res = last_json(r["stdout"])
-                if res is None and not r["error"]:
-                    r["error"] = "no JSON on stdout"
-                row = dict(r, store=name, engine=eng, url=url, cmd=cmd, result=res)
-            rows.append(row)
-            emit(row)
-            s = summarize(row)
-            print(f"[run] {name} {eng}: cold {fmt(s['cold_mbs'])} MB/s, warm "
-                  f"{fmt(s['warm_mbs'])} MB/s, ttfb {fmt(s['ttfb'], '{:.2f}')} s, rss "
-                  f"{fmt(gb(s['rss']), '{:.2f}')} GB {row.get('error') or ''}", file=sys.stderr)
-    jl.close()
-    md = markdown(args, cmdline, rows, decode)
-    write_markdown(args.out, md)
+            cmds = engine_cmds(args, url, cli, apy)
+            order = list(cmds)
+            for rnd in range(args.reps):
+                short = fill(args)
+                if short and short not in notes:
+                    notes.append(short)
+                if args.page_cache_fill is not None:
+                    warm_files(path)  # the fill may have pushed the store's pages out
+                for slot, eng in enumerate(rotated(order, rnd)):
+                    row = measure(name, eng, rnd, slot, url, cmds[eng], args.timeout)
+                    rows.append(row)
+                    rec = {k: v for k, v in row.items() if k not in ("stdout", "stderr")}
+                    rec["stderr_tail"] = (row.get("stderr") or "")[-2000:]
+                    jl.write(json.dumps(rec) + "\n")
+                    jl.flush()
+                    say(row)
+
+    meta = {
+        "command": cmdline,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node()}, nproc {os.cpu_count()}, RAM "
+                   f"{meminfo()['total'] / GIB:.1f} GiB, {platform.platform()}",
+        "config": f"{args.reps} rounds per store, engines in a rotated order each round "
+                  f"({', '.join([DECODE] + args.engine_list)}), each run a fresh process; batch "
+                  f"{args.batch_size}, block_chunks {args.block_chunks}, max_inflight "
+                  f"{args.max_inflight}, epochs {args.epochs} (cold + {args.epochs - 1} warm), "
+                  f"residency budget "
+                  f"{'automatic (each engine its own)' if not args.budget_bytes else f'{args.budget_bytes} bytes (all engines)'}"
+                  f", var `{args.var}`, shuffle on, whole array as train split, local file:// "
+                  f"stores under {args.stores}",
+        "memory": memory_lines(args, rows, ", ".join(warmed) or "none"),
+        "notes": notes,
+        "results": shown_path(args.results),
+        "plot": os.path.abspath(args.out).startswith(os.path.join(REPO, "docs") + os.sep),
+    }
+    write_markdown(args.out, markdown(meta, rows))
     return 0
 
 
