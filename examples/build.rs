@@ -18,7 +18,10 @@ fn pages(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn main() {
-    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs").canonicalize().expect("docs/ exists");
+    // Read at run time, not with `env!`: a build script compiled for another checkout of the
+    // same sources (a shared target dir) would otherwise read that checkout's docs/.
+    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let docs = manifest_dir.join("../docs").canonicalize().expect("docs/ exists");
     println!("cargo::rerun-if-changed={}", docs.display());
     let mut found = Vec::new();
     pages(&docs, &mut found);

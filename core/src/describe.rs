@@ -132,9 +132,10 @@ pub struct MemoryReport {
     /// Below read-once: an upper bound on the chunk bytes a train epoch fetches again
     /// (0 when every chunk is read once).
     pub reread_bytes_max: u64,
-    /// Storage reads in flight: encoded bytes (and a decoded tile while it is placed).
+    /// What reads hold beyond their chunks' residency charge: the encoded input of each
+    /// running decode (and, for chunks assembled from tiles, scratch and waiting tiles).
     pub inflight_bytes: u64,
-    /// Batches queued, being gathered, and held by the caller.
+    /// Batches queued, being gathered, and the two the caller holds while asking for the next.
     pub queue_bytes: u64,
     /// Transform scratch on the thread pool.
     pub scratch_bytes: u64,
@@ -142,7 +143,7 @@ pub struct MemoryReport {
     pub recycled_bytes: u64,
     /// Sum of the above.
     pub accounted_bytes: u64,
-    /// Accounted × 1.25 (allocator retention) + 64 MiB process baseline.
+    /// Accounted + 64 MiB process baseline: an upper bound for a caller slower than the loader.
     pub estimated_peak_bytes: u64,
 }
 

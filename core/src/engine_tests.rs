@@ -738,6 +738,63 @@ fn queued_counts_the_batches_waiting_for_the_caller_up_to_prefetch_depth() {
     assert!(after_take <= 3);
 }
 
+/// Counts the batches gathered (a batch transform runs once per gathered batch).
+#[derive(Debug, Default)]
+struct CountGathers(std::sync::atomic::AtomicUsize);
+
+impl BatchTransform for CountGathers {
+    fn name(&self) -> String {
+        "count".into()
+    }
+    fn apply(&self, b: Batch) -> crate::Result<Batch> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(b)
+    }
+}
+
+#[test]
+fn a_stalled_caller_leaves_at_most_the_described_batches_in_memory() {
+    let f = Fixture::new(Some(Duration::from_millis(1)));
+    f.array("t2m", &[64, 2, 2], &[4, 2, 2], None);
+    let storage: Arc<dyn crate::Storage> = Arc::new(f.storage.clone());
+    let st = storage.clone();
+    let a = f.sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
+    let g = a.geometry(0).unwrap();
+    let manifest = split_by_chunk(&g, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
+    let count = Arc::new(CountGathers::default());
+    let ds = Dataset::builder(storage, f.runtime.clone())
+        .opened(vec![a])
+        .variables(vec![Variable { label: "t2m".into(), geometry: g }])
+        .manifest(manifest)
+        .options(DatasetOptions { batch_size: 4, block_chunks: 2, prefetch_depth: 3, ..Default::default() })
+        .batch_transforms(vec![Arc::clone(&count) as Arc<dyn BatchTransform>])
+        .build()
+        .unwrap();
+    let exec = Arc::clone(&f.runtime.executor);
+    let stalled = ds.clone();
+    let gathered = f
+        .sim
+        .run(
+            async move {
+                let s = stalled.iter(Split::Train)?;
+                exec.sleep(Duration::from_secs(5)).await;
+                drop(s);
+                Ok::<_, Error>(count.0.load(std::sync::atomic::Ordering::SeqCst))
+            },
+            LIMIT,
+        )
+        .unwrap()
+        .unwrap();
+    // The queue (3) and one waiting to enter it; the caller holds none yet.
+    assert_eq!(gathered, 4, "batches gathered ahead of a caller that takes none");
+    let batch_bytes = (4 * 2 * 2 * 4) as u64;
+    assert_eq!(
+        ds.describe(1).unwrap().memory.queue_bytes,
+        (gathered as u64 + 2) * batch_bytes,
+        "describe counts them and the caller's two"
+    );
+}
+
 /// The verdict of one epoch whose loop body does nothing, on the virtual clock, over store
 /// reads of `latency`. (A CPU-bound batch transform needs pool threads that really run side
 /// by side, which the inline simulation does not model: native/tests/verdict.rs has it.)

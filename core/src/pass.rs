@@ -57,6 +57,8 @@ pub(crate) struct PassSpec {
     pub recorder: Arc<PassRecorder>,
     /// Gathers in flight or done but unsent, at most.
     pub max_gathers: usize,
+    /// Batches gathering, gathered, being sent or queued for the caller, at most.
+    pub max_ahead: usize,
 }
 
 type SendFuture = BoxFuture<'static, std::result::Result<(), async_channel::SendError<Result<Delivered>>>>;
@@ -188,6 +190,7 @@ impl Driver {
         let mut progressed = false;
         while self.next_gather < n_batches
             && self.gathers.len() + self.unsent.len() < self.spec.max_gathers
+            && self.batches_ahead() < self.spec.max_ahead
             && self.batch_ready(self.next_gather)
         {
             let j = self.next_gather;
@@ -196,6 +199,11 @@ impl Driver {
             progressed = true;
         }
         progressed
+    }
+
+    /// Batches this pass holds that the caller has not taken: each one is a batch buffer.
+    fn batches_ahead(&self) -> usize {
+        self.gathers.len() + self.unsent.len() + usize::from(self.sending.is_some()) + self.tx.len()
     }
 
     /// 4. Finished gathers: release their last uses, queue them for sending.

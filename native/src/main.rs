@@ -8,12 +8,15 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// between threads (read on tokio, decoded and gathered on rayon, dropped by the caller), so
 /// this makes every steady-state allocation reuse already-faulted memory. Peak memory is
 /// still bounded by the pool budget; it is just not handed back to the OS between epochs.
-/// `thp:always` asks for transparent huge pages, so a fresh 100 MiB buffer costs 50 faults,
-/// not 25,000.
+/// Huge pages are left to the system (`thp:default`): asking for them (`thp:always`) made
+/// the cold epoch's system time bimodal (0.1 s to 5 s on the same run, see
+/// docs/benchmarks.md "Where the cold spread came from"): a 2 MiB fault costs little when
+/// the memory behind it is already backed, and seconds per GiB when a VM's free page
+/// reporting has handed it back to the host or the kernel must reclaim page cache for it.
 #[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]
 #[allow(non_upper_case_globals, reason = "jemalloc reads this exact symbol name")]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,narenas:1,thp:always\0";
+pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,narenas:1,thp:default\0";
 
 use std::borrow::Cow;
 use std::io::Write;

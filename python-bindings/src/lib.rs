@@ -11,11 +11,12 @@
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// Same settings as the CLI (see native/src/main.rs): reuse freed pages, one arena, huge pages.
+/// Same settings as the CLI (see native/src/main.rs): reuse freed pages, one arena, huge pages
+/// left to the system.
 #[cfg(all(target_os = "linux", not(target_env = "musl")))]
 #[allow(non_upper_case_globals, reason = "jemalloc reads this exact symbol name")]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,narenas:1,thp:always\0";
+pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,narenas:1,thp:default\0";
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

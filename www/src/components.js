@@ -60,7 +60,7 @@ const MEMORY_ROWS = [
   ['scratch_bytes', 'transform scratch'],
   ['recycled_bytes', 'recycled buffers'],
   ['accounted_bytes', 'accounted'],
-  ['estimated_peak_bytes', 'estimated peak (×1.25 + 64 MiB)'],
+  ['estimated_peak_bytes', 'estimated peak (+ 64 MiB)'],
 ];
 
 /** The memory rows of a describe report (`report.memory`). */

@@ -32,6 +32,14 @@ fn max_gathers(parallelism: usize) -> usize {
     parallelism.clamp(1, MAX_GATHERS)
 }
 
+/// Batches a pass holds at once, gathered or being gathered (the pass and `describe` agree):
+/// the queue (`prefetch_depth`), one waiting to enter it (its pending send is what wakes the
+/// pass when the caller takes one), and at least `max_gathers` so that a fast caller keeps
+/// every gather busy. A slow caller leaves gathered batches waiting, never more than this.
+fn max_batches_ahead(prefetch_depth: usize, parallelism: usize) -> usize {
+    (prefetch_depth + 1).max(max_gathers(parallelism))
+}
+
 /// Knobs of a dataset.
 #[derive(Debug, Clone)]
 pub struct DatasetOptions {
@@ -326,6 +334,7 @@ impl Dataset {
             first_index: usize::try_from(rank.start.batches).unwrap_or(usize::MAX),
             recorder: Arc::clone(&recorder),
             max_gathers: max_gathers(i.engine.cpu.parallelism()),
+            max_ahead: max_batches_ahead(i.options.prefetch_depth, i.engine.cpu.parallelism()),
         };
         let (task, abort) = futures::future::abortable(drive(spec, tx));
         i.engine.runtime.executor.spawn(Box::pin(async move {
