@@ -135,6 +135,7 @@ pub fn filled_bytes(len_elements: usize, element: &[u8]) -> AlignedBytes {
 pub struct Recycler {
     free: Mutex<Vec<AlignedBytes>>,
     cap_bytes: usize,
+    prefault: Option<crate::runtime::Prefault>,
 }
 
 /// Buffers smaller than this are not worth recycling.
@@ -143,7 +144,12 @@ const RECYCLE_MIN: usize = 1 << 16;
 impl Recycler {
     /// A recycler holding at most `cap_bytes` of free buffers.
     pub fn new(cap_bytes: usize) -> Arc<Self> {
-        Arc::new(Self { free: Mutex::new(Vec::new()), cap_bytes })
+        Arc::new(Self { free: Mutex::new(Vec::new()), cap_bytes, prefault: None })
+    }
+
+    /// A recycler that hands each fresh buffer to `prefault` (see [`crate::Runtime::prefault`]).
+    pub fn with_prefault(cap_bytes: usize, prefault: Option<crate::runtime::Prefault>) -> Arc<Self> {
+        Arc::new(Self { free: Mutex::new(Vec::new()), cap_bytes, prefault })
     }
 
     /// An empty buffer with capacity for `len` bytes: a recycled one when one fits
@@ -180,7 +186,11 @@ impl Recycler {
                 return free.swap_remove(i);
             }
         }
-        AVec::with_capacity(BUFFER_ALIGN, len)
+        let mut fresh = AVec::with_capacity(BUFFER_ALIGN, len);
+        if let Some(prefault) = self.prefault.filter(|_| len >= RECYCLE_MIN) {
+            prefault(&mut fresh);
+        }
+        fresh
     }
 
     /// Hand a buffer back; dropped instead when the recycler is full.

@@ -654,6 +654,29 @@ fn recycled_chunk_buffers_are_fully_overwritten() {
     assert!(ds.pool_counters().evictions > 10, "{:?}", ds.pool_counters());
 }
 
+static PREFAULTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn count_prefault(buf: &mut crate::array::AlignedBytes) {
+    assert!(buf.is_empty() && buf.capacity() >= 1 << 16, "a fresh large buffer");
+    PREFAULTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[test]
+fn fresh_large_buffers_go_through_the_runtimes_prefault_and_batches_stay_exact() {
+    let mut f = Fixture::new(None);
+    f.runtime = f.runtime.clone().with_prefault(count_prefault);
+    let shape = [40u64, 64, 128];
+    f.array("t", &shape, &[4, 64, 128], None);
+    let opts = DatasetOptions { batch_size: 4, block_chunks: 1, ..Default::default() };
+    let ds = f.dataset(&[("t", "t", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    for epoch in 0..2 {
+        ds.set_epoch(epoch);
+        let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
+        check_epoch(&b, &shape, 0, &[("t", 0)], &(0..40).collect::<Vec<_>>(), 4);
+    }
+    assert!(PREFAULTED.load(std::sync::atomic::Ordering::SeqCst) > 0, "chunk slots and batches are fresh at first");
+}
+
 #[test]
 fn a_persisting_tier_serves_later_epochs_with_no_reads_and_the_same_batches() {
     let f = Fixture::new(Some(Duration::from_millis(2)));

@@ -207,12 +207,27 @@ pub struct Runtime {
     /// never assumes more memory than the machine has. Reading it is the target's job:
     /// core reads no system state.
     pub memory_available: Option<u64>,
+    /// Faults in the pages of each fresh large buffer the engine allocates (chunk slots,
+    /// batches) in one call, before they are written: cheaper and steadier than a fault per
+    /// page on the first write (bench/fault_cost.py). `None` where the target has no such call.
+    pub prefault: Option<Prefault>,
 }
+
+/// See [`Runtime::prefault`]: called with a fresh, empty buffer whose capacity is about to
+/// be written. It may do nothing; it must not change the buffer's length or contents.
+pub type Prefault = fn(&mut crate::array::AlignedBytes);
 
 impl Runtime {
     /// A runtime over `executor` and `pool`, with no memory limit known.
     pub fn new(executor: std::sync::Arc<dyn Executor>, pool: std::sync::Arc<dyn ThreadPool>) -> Self {
-        Self { executor, pool, memory_available: None }
+        Self { executor, pool, memory_available: None, prefault: None }
+    }
+
+    /// The same runtime, faulting fresh buffers in with `prefault`.
+    #[must_use]
+    pub fn with_prefault(mut self, prefault: Prefault) -> Self {
+        self.prefault = Some(prefault);
+        self
     }
 
     /// The same runtime, planning within `bytes` of memory.

@@ -318,6 +318,8 @@ impl Assembly {
         let auto_residency_bytes = self.auto_residency(read_once_bytes, residency.floor_max);
         let unit_chunks = unit_chunks(self.manifest.sample_chunk_size, plan_vars.iter().map(|v| (v.spc, v.offset)));
         let recycle_cap = recycle_cap_bytes(&residency.floor_arrays, &gather_vars, &self.options);
+        let recycler =
+            Recycler::with_prefault(usize::try_from(recycle_cap).unwrap_or(usize::MAX), self.runtime.prefault);
         let o = &self.options;
         let engine = Arc::new(Engine {
             storage: self.storage,
@@ -330,7 +332,7 @@ impl Assembly {
             max_inflight: o.max_inflight,
             policy: o.read_policy.clone(),
             bad_chunks: Mutex::new(Vec::new()),
-            recycler: Recycler::new(usize::try_from(recycle_cap).unwrap_or(usize::MAX)),
+            recycler,
             admissions: AtomicU64::new(0),
             tier,
         });
