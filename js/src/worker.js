@@ -5,7 +5,8 @@
 // `sampleIndices`), so transferring them leaves nothing shared with the wasm heap.
 //
 // Protocol (one request → one reply, in order): { id, op, ...args } → { id, ok, value } or
-// { id, ok: false, error: { message } }. Ops run one at a time so every reply refers to the
+// { id, ok: false, error: { message, trap } } (`trap`: the engine trapped; the page then
+// terminates this worker and rejects every request still pending). Ops run one at a time so every reply refers to the
 // state the page last asked for (setEpoch before iter, etc.).
 
 const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof self === 'undefined';
@@ -107,6 +108,9 @@ const ops = {
     passes.delete(pass);
   },
   transferReport: () => ({ ...transfer }),
+  // Tests and diagnostics (src/facade.js makeEngineHooks): a forced trap, the memory figure.
+  debugTrap: ({ kind, after }) => api.__debugTrap(kind, after),
+  memoryBytes: () => api.memoryBytes(),
   close() {
     for (const p of passes.values()) p.close();
     passes.clear();
@@ -122,7 +126,8 @@ port.listen((msg) => {
     try {
       const fn = ops[op];
       if (!fn) throw new Error(`unknown worker op ${JSON.stringify(op)}`);
-      if (op !== 'open' && op !== 'transferReport' && !dataset) throw new Error('the dataset is not open (open failed or was closed)');
+      if (['debugTrap', 'memoryBytes'].includes(op) && !api) throw new Error('the engine is not loaded yet; open a dataset first');
+      if (!['open', 'transferReport', 'debugTrap', 'memoryBytes'].includes(op) && !dataset) throw new Error('the dataset is not open (open failed or was closed)');
       const r = await fn(msg);
       if (op === 'next') {
         const bytes = (r.transfer ?? []).reduce((n, b) => n + b.byteLength, 0);
@@ -138,7 +143,8 @@ port.listen((msg) => {
         port.post({ id, ok: true, value: r });
       }
     } catch (e) {
-      port.post({ id, ok: false, error: { message: e?.message ?? String(e) } });
+      // A trap (src/engine.js) ends this worker: the page terminates it and rejects the rest.
+      port.post({ id, ok: false, error: { message: e?.message ?? String(e), trap: e?.name === 'EngineTrapError' } });
     }
   });
 });

@@ -125,3 +125,33 @@ test('Chromium, cross-origin isolated: the worker picks the threaded build, same
   checkKnobs(await run(isolated, 'knobsDigests', { http: HTTP, stores: stores(), epoch: PARITY.epoch, options: PARITY.options, threads: 'auto', nThreads: 2 }), 'web-threads');
   console.log(`chromium worker (threads build, 2 threads): ${STORES.length} stores equal${compared ? ` and ${compared} native digests` : ''}`);
 });
+
+/** What trapCases reports for a pass that trapped at its second next(). */
+function checkTrapped(r, where) {
+  assert.equal(r.batches, 1, `${where}: one batch before the trap`);
+  assert.equal(r.rejected, true, `${where}: the pass rejects`);
+  assert.equal(r.name, 'EngineTrapError', `${where}: ${r.message}`);
+  assert.match(r.message, /wasm engine trapped \(a panic: .*forced by __debugTrap/, where);
+}
+
+test('Chromium: a trap rejects the pass (page and worker) and a fresh instance or worker serves the next', { skip: off }, async () => {
+  const options = { variables: ['t2m'], batchSize: 8, blockChunks: 2 };
+  const r = await run(plain, 'trapCases', { url: `${HTTP}/v3_zstd`, options, threads: 'auto' });
+  checkTrapped(r.page, 'page');
+  assert.equal(r.page.isTrap, true);
+  assert.match(r.page.cause, /RuntimeError/, 'the original trap is the cause');
+  assert.equal(r.page.fresh, true, 'the next open() instantiated a fresh module');
+  assert.equal(r.page.samplesAfter, 80);
+  assert.equal(r.worker.build, 'web');
+  checkTrapped(r.worker, 'worker');
+  assert.match(r.worker.later, /^EngineTrapError/, 'the trapped worker answers nothing more');
+  assert.equal(r.worker.samplesAfter, 80);
+});
+
+test('Chromium, cross-origin isolated: a trap in the threaded worker rejects the pass, a new worker serves the next', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
+  const options = { variables: ['t2m'], batchSize: 8, blockChunks: 2 };
+  const r = await run(isolated, 'trapCases', { url: `${HTTP}/v3_zstd`, options, threads: 'auto', nThreads: 2, pageToo: false });
+  assert.equal(r.worker.build, 'web-threads');
+  checkTrapped(r.worker, 'threaded worker');
+  assert.equal(r.worker.samplesAfter, 80);
+});

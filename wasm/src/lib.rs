@@ -25,6 +25,8 @@ mod runtime;
 mod storage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 mod threads;
+#[cfg(target_arch = "wasm32")]
+mod trap;
 
 use insitubatch_core::zarr::ZarrArray;
 
@@ -38,6 +40,8 @@ pub use runtime::LocalExecutor;
 pub use storage::FetchStorage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub use threads::{RayonPool, init_thread_pool};
+#[cfg(target_arch = "wasm32")]
+pub use trap::{debug_trap, last_panic, memory_bytes};
 
 /// wasm32's whole address space: the most any instance can grow to.
 const WASM32_MAX_MEMORY: u64 = 4 << 30;
