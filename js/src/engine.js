@@ -29,15 +29,18 @@ const GIB = 2 ** 30;
 function trapError(e, wasm) {
   let panic;
   let memory;
+  let max;
   try {
     panic = wasm.lastPanic?.(); // small and read-only; the instance is not used after this
     memory = wasm.memoryBytes?.();
+    max = wasm.memoryMaxBytes?.();
   } catch {
     // a second trap here only loses the details
   }
+  const gib = (n) => `${((n ?? 0) / GIB).toFixed(2)} GiB`;
   const what = panic
     ? `a panic: ${panic}`
-    : `${e?.message ?? e}, no panic message: most likely it ran out of memory (its memory had grown to ${((memory ?? 0) / GIB).toFixed(2)} GiB); lower cacheBudgetBytes, prefetchDepth or batchSize, and see describe()'s peak estimate`;
+    : `${e?.message ?? e}, an abort without a panic message: most likely an allocation failed (its memory had grown to ${gib(memory)}${max ? ` of at most ${gib(max)}` : ''}); lower cacheBudgetBytes, prefetchDepth or batchSize, and see describe()'s peak estimate`;
   return new EngineTrapError(
     `the insitubatch wasm engine trapped (${what}). The engine instance is discarded: this pass and every dataset opened on it are closed, and the next open() starts a fresh instance; open the store again to continue`,
     { cause: e },

@@ -1,5 +1,8 @@
 // The idiomatic API over the wasm-bindgen module, shared by the Node and browser entries.
-// `wasm` is the wasm-bindgen module (its `open`, `Dataset` and `BatchStream`).
+// `wasm` is the wasm-bindgen module (its `open`, `Dataset` and `BatchStream`), reached
+// through an `Instance` of src/engine.js, which turns a trap into an `EngineTrapError`.
+
+import { EngineTrapError } from './engine.js';
 
 const SPLITS = ['train', 'val', 'test', 'all'];
 
@@ -76,7 +79,13 @@ export class Pass extends AsyncBatches {
   async next() {
     if (!this.#stream) return undefined;
     const stream = this.#stream;
-    const b = await this.#inst.wait(this.#inst.call(() => stream.next()));
+    let b;
+    try {
+      b = await this.#inst.wait(this.#inst.call(() => stream.next()));
+    } catch (e) {
+      if (e instanceof EngineTrapError) this.close(); // the pass died with its instance
+      throw e;
+    }
     if (b === undefined) this.close();
     return b;
   }
@@ -168,7 +177,8 @@ export class Dataset extends SplitViews {
  * Test and diagnostics hooks of an engine (src/engine.js), exported doc-hidden by each entry:
  * `__debugTrap(kind, after)` forces a trap (wasm/src/trap.rs: "panic", "oom" or
  * "unreachable"; now, or inside the `after`-th pass `next()` from now), `memoryBytes()` is
- * the live instance's linear memory, `engineGeneration()` how many instances were started.
+ * the live instance's linear memory (it only grows), `heapBytes()` the bytes its allocator
+ * has handed out and not had back, `engineGeneration()` how many instances were started.
  */
 export function makeEngineHooks(engine) {
   return {
@@ -178,6 +188,9 @@ export function makeEngineHooks(engine) {
     },
     async memoryBytes() {
       return (await engine.instance()).call((w) => w.memoryBytes());
+    },
+    async heapBytes() {
+      return (await engine.instance()).call((w) => w.heapBytes());
     },
     engineGeneration: () => engine.generation,
   };

@@ -37,5 +37,9 @@ export const open = makeOpen({
   },
 });
 export { Dataset, Pass, EngineTrapError };
-/** Test and diagnostics hooks: `__debugTrap(kind, after)`, `memoryBytes()`, `engineGeneration()`. */
-export const { __debugTrap, memoryBytes, engineGeneration } = makeEngineHooks(engine);
+/** Where a trap on a decode thread is reported: a `BroadcastChannel` name (wasm/src/trap.rs, src/worker.js). */
+export function setTrapChannel(name) {
+  wasm.setTrapChannel(name);
+}
+/** Test and diagnostics hooks (src/facade.js makeEngineHooks). */
+export const { __debugTrap, memoryBytes, heapBytes, engineGeneration } = makeEngineHooks(engine);

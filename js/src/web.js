@@ -36,5 +36,5 @@ export { Dataset, Pass, EngineTrapError };
 export const openExplorer = makeOpenExplorer(engine);
 export { Explorer };
 export { openInWorker, WorkerDataset, WorkerPass } from './worker-client.js';
-/** Test and diagnostics hooks: `__debugTrap(kind, after)`, `memoryBytes()`, `engineGeneration()`. */
-export const { __debugTrap, memoryBytes, engineGeneration } = makeEngineHooks(engine);
+/** Test and diagnostics hooks (src/facade.js makeEngineHooks). */
+export const { __debugTrap, memoryBytes, heapBytes, engineGeneration } = makeEngineHooks(engine);

@@ -50,6 +50,7 @@ class Channel {
     this.#port = port;
     port.listen(
       (m) => {
+        if (m.fatal) return this.#die(new EngineTrapError(m.fatal.message));
         const p = this.#pending.get(m.id);
         if (!p) return;
         this.#pending.delete(m.id);
@@ -185,6 +186,10 @@ export class WorkerDataset extends SplitViews {
   /** Bytes of the worker engine's wasm memory (wasm only grows: flat means nothing leaked). */
   memoryBytes() {
     return this.#ch.call('memoryBytes');
+  }
+  /** Bytes the worker engine's allocator has handed out and not had back. */
+  heapBytes() {
+    return this.#ch.call('heapBytes');
   }
   /** Free the dataset and stop the worker. */
   async close() {

@@ -329,7 +329,7 @@ impl PassCursor {
             let Some(mut stream) = inner.borrow_mut().take() else {
                 return Ok(JsValue::UNDEFINED);
             };
-            crate::trap::on_next();
+            crate::trap::on_next().await;
             busy.set(true);
             let item = stream.next_batch().await;
             busy.set(false);
