@@ -2,9 +2,8 @@
 // nothing else: one float32 array `x` of shape [samples, rows, cols], uncompressed (`bytes`
 // codec), chunked `chunkSamples` samples at a time, where every element of sample t is t (so
 // a batch checks itself). As a storage object (`open()`'s `{ get(key, range) }`), or written
-// to a directory (for `openInWorker`, which takes URLs: a file:// URL in Node).
-import { mkdir, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+// to a directory (for `openInWorker`, which takes URLs: a file:// URL in Node). Loads in
+// browsers too (test-support/browser-cases.js); only `writeTo` needs Node.
 
 export function syntheticStore({ samples, rows, cols, chunkSamples }) {
   const array = {
@@ -53,6 +52,8 @@ export function syntheticStore({ samples, rows, cols, chunkSamples }) {
     },
     /** Write the store under `dir` (created). */
     async writeTo(dir) {
+      const { mkdir, writeFile } = await import('node:fs/promises');
+      const { join } = await import('node:path');
       await mkdir(join(dir, 'x'), { recursive: true });
       await writeFile(join(dir, 'zarr.json'), objects.get('zarr.json'));
       await writeFile(join(dir, 'x', 'zarr.json'), objects.get('x/zarr.json'));
