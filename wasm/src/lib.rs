@@ -44,10 +44,10 @@ pub use runtime::LocalExecutor;
 pub use storage::FetchStorage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub use threads::{RayonPool, init_thread_pool};
-#[cfg(target_arch = "wasm32")]
-pub use trap::{debug_trap, heap_bytes, last_panic, memory_bytes, memory_max_bytes};
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub use trap::set_trap_channel;
+#[cfg(target_arch = "wasm32")]
+pub use trap::{debug_trap, heap_bytes, last_panic, memory_bytes, memory_max_bytes};
 
 /// wasm32's whole address space: the most any instance can grow to.
 const WASM32_MAX_MEMORY: u64 = 4 << 30;

@@ -77,7 +77,8 @@ mod pool {
             return;
         };
         if let Ok(ch) = BroadcastChannel::new(&name) {
-            let _ = ch.post_message(&format!("{what}, in decode thread {}", rayon::current_thread_index().unwrap_or(0)));
+            let _ =
+                ch.post_message(&format!("{what}, in decode thread {}", rayon::current_thread_index().unwrap_or(0)));
             ch.close();
         }
     }
