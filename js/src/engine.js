@@ -84,15 +84,15 @@ export class Instance {
       this.#waiters.delete(reject);
     }
   }
+  /** Whether a promise of this instance is being waited on. */
+  get waiting() {
+    return this.#waiters.size > 0;
+  }
   /**
    * Remember a wasm-bindgen object of this instance, so that a trap detaches it (no later
    * `free()`, not even by its FinalizationRegistry, runs in the dead instance). Returns a
    * token for `forget` (weak: an object dropped without close() is still collected).
    */
-  /** Whether a promise of this instance is being waited on. */
-  get waiting() {
-    return this.#waiters.size > 0;
-  }
   track(obj) {
     const ref = new WeakRef(obj);
     this.#objects.add(ref);
