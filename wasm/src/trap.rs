@@ -214,6 +214,10 @@ impl TrapKind {
     }
 
     /// Fire inside a pass: a pool trap leaves the pass waiting for its job, forever.
+    #[cfg_attr(
+        not(feature = "threads"),
+        expect(clippy::unused_async, reason = "only the threaded build's pool trap awaits")
+    )]
     async fn fire_in_pass(self) {
         #[cfg(feature = "threads")]
         if self == Self::Pool {
