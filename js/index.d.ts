@@ -356,6 +356,16 @@ export interface PassStats {
 
 export type SplitName = 'train' | 'val' | 'test' | 'all';
 
+/**
+ * The wasm engine trapped (a panic, or out of memory): the pass rejects with this, the
+ * instance is discarded with every dataset opened on it, and the next `open()` (or
+ * `openInWorker()`, whose worker is terminated) starts a fresh one. `cause`: the original
+ * `WebAssembly.RuntimeError` (main thread).
+ */
+export declare class EngineTrapError extends Error {
+  readonly name: 'EngineTrapError';
+}
+
 /** One pass over a split. `break` in `for await` ends it and frees its memory. */
 export declare class Pass implements AsyncIterable<Batch> {
   /** Batches this pass yields in all. */

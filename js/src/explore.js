@@ -3,49 +3,33 @@
 // order of an epoch (which chunk each sample comes from), and shuffle quality against memory
 // across block sizes. Every answer comes from the engine's own code (wasm/src/explore.rs).
 
-import { AsyncBatches, checkSplit } from './facade.js';
+import { Pass, checkSplit } from './facade.js';
 
-/** A pass of `Explorer.iter`: an async iterable of batches. */
-export class ExplorePass extends AsyncBatches {
-  #s;
-  constructor(s) {
-    super();
-    this.#s = s;
-    this.length = s.length;
-  }
-  /** The next batch, or `undefined` after the last one. */
-  async next() {
-    if (!this.#s) return undefined;
-    const b = await this.#s.next();
-    if (b === undefined) this.close();
-    return b;
-  }
-  /** Stats of this pass so far. */
-  stats() {
-    return this.#s ? this.#s.stats() : undefined;
-  }
-  /** End the pass now and free its memory. */
-  close() {
-    if (this.#s) {
-      this.#s.close();
-      this.#s.free();
-      this.#s = undefined;
-    }
-  }
-}
+/** A pass of `Explorer.iter`: an async iterable of batches (a `Pass` of the explorer's stream). */
+export class ExplorePass extends Pass {}
 
 /** A store's metadata, opened once. Options are `open()`'s; nothing here reads the store. */
 export class Explorer {
+  #inst;
   #ex;
-  constructor(ex) {
+  #ref;
+  constructor(inst, ex) {
+    this.#inst = inst;
     this.#ex = ex;
+    this.#ref = inst.track(ex);
+  }
+  /** `fn(ex)` on the open explorer: an Error once closed, the EngineTrapError once its engine trapped. */
+  #with(fn) {
+    const ex = this.#ex;
+    if (!ex) throw new Error('the explorer is closed; open it again');
+    return this.#inst.call(() => fn(ex));
   }
   get url() {
-    return this.#ex.url;
+    return this.#with((ex) => ex.url);
   }
   /** Every array, data arrays first, then coordinates (`coordinate: true`). */
   arrays() {
-    return this.#ex.arrays();
+    return this.#with((ex) => ex.arrays());
   }
   /**
    * The describe report for `options` at `epoch`, for `iterations` passes at once and
@@ -53,50 +37,54 @@ export class Explorer {
    * a target `label@+shift`).
    */
   describe(options = {}, { epoch = 0, iterations = 1, threads = 1, shift = 0 } = {}) {
-    return this.#ex.describe(options, epoch, iterations, threads, shift);
+    return this.#with((ex) => ex.describe(options, epoch, iterations, threads, shift));
   }
   /** The same report as text. */
   describeText(options = {}, { epoch = 0, iterations = 1, threads = 1, shift = 0 } = {}) {
-    return this.#ex.describeText(options, epoch, iterations, threads, shift);
+    return this.#with((ex) => ex.describeText(options, epoch, iterations, threads, shift));
   }
   /** The draw order of one epoch of `split`: anchors, their chunks, shuffle blocks and quality. */
   drawOrder(options = {}, split = 'train', { epoch = 0, shift = 0 } = {}) {
-    return this.#ex.drawOrder(options, checkSplit(split), epoch, shift);
+    checkSplit(split);
+    return this.#with((ex) => ex.drawOrder(options, split, epoch, shift));
   }
   /** Shuffle quality and memory of the train order for each `block_chunks` in `values`. */
   qualityCurve(options = {}, values = [1, 2, 4, 8, 16, 32], { epoch = 0, threads = 1, shift = 0 } = {}) {
-    return this.#ex.qualityCurve(options, epoch, threads, shift, Float64Array.from(values));
+    return this.#with((ex) => ex.qualityCurve(options, epoch, threads, shift, Float64Array.from(values)));
   }
   /**
    * One epoch of `split`, read from the store on this thread, for previews: batches as
    * `open()` gives them; with `shift` ≠ 0 each variable also comes as its target `label@+shift`.
    */
   iter(options = {}, split = 'train', { epoch = 0, shift = 0 } = {}) {
-    return new ExplorePass(this.#ex.iter(options, checkSplit(split), epoch, shift));
+    checkSplit(split);
+    return new ExplorePass(this.#inst, this.#with((ex) => ex.iter(options, split, epoch, shift)));
   }
   /** Free the explorer's memory now (optional). */
   close() {
-    if (this.#ex) {
-      this.#ex.free();
-      this.#ex = undefined;
-    }
+    const ex = this.#ex;
+    if (!ex) return;
+    this.#ex = undefined;
+    if (this.#inst.trapped) return this.#inst.forget(this.#ref);
+    this.#inst.free(ex, this.#ref);
   }
 }
 
 /**
- * `openExplorer(source, { variables })` bound to a loaded wasm-bindgen module. `source`: an
+ * `openExplorer(source, { variables })` over an engine (src/engine.js). `source`: an
  * http(s) URL, or a storage object (`{ get(key, range), list?(prefix), location? }`, as
  * `open()` takes; the notebook widget's store read through the kernel).
  */
-export function makeOpenExplorer(getWasm) {
+export function makeOpenExplorer(engine) {
   return async function openExplorer(source, { variables, url } = {}) {
-    const wasm = await getWasm();
+    const inst = await engine.instance();
+    const opened = (f) => inst.wait(inst.call(f)).then((ex) => new Explorer(inst, ex));
     if (source !== null && typeof source === 'object' && !(source instanceof URL)) {
-      if (!wasm.openExplorerWithStorage) {
+      if (!inst.wasm.openExplorerWithStorage) {
         throw new Error('this build (the threaded one, inside openInWorker) opens URLs only; open a storage object with openExplorer() from the main entry');
       }
-      return new Explorer(await wasm.openExplorerWithStorage(source, url ?? source.location, variables));
+      return opened((w) => w.openExplorerWithStorage(source, url ?? source.location, variables));
     }
-    return new Explorer(await wasm.openExplorer(String(source), variables));
+    return opened((w) => w.openExplorer(String(source), variables));
   };
 }

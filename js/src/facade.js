@@ -1,5 +1,8 @@
 // The idiomatic API over the wasm-bindgen module, shared by the Node and browser entries.
-// `wasm` is the wasm-bindgen module (its `open`, `Dataset` and `BatchStream`).
+// `wasm` is the wasm-bindgen module (its `open`, `Dataset` and `BatchStream`), reached
+// through an `Instance` of src/engine.js, which turns a trap into an `EngineTrapError`.
+
+import { EngineTrapError } from './engine.js';
 
 const SPLITS = ['train', 'val', 'test', 'all'];
 
@@ -55,84 +58,142 @@ export class SplitViews {
   }
 }
 
-/** One pass over a split: an async iterable of batches (`for await (const b of ds.train())`). */
+/**
+ * One pass over a split: an async iterable of batches (`for await (const b of ds.train())`).
+ * `inst`: the engine instance (src/engine.js) whose `stream` this is; a trap in it rejects
+ * `next()` with an `EngineTrapError` instead of leaving it pending.
+ */
 export class Pass extends AsyncBatches {
+  #inst;
   #stream;
-  constructor(stream) {
+  #ref;
+  constructor(inst, stream) {
     super();
+    this.#inst = inst;
     this.#stream = stream;
+    this.#ref = inst.track(stream);
     /** Batches this pass yields in all. */
     this.length = stream.length;
   }
   /** The next batch, or `undefined` after the last one. */
   async next() {
     if (!this.#stream) return undefined;
-    const b = await this.#stream.next();
+    const stream = this.#stream;
+    let b;
+    try {
+      b = await this.#inst.wait(this.#inst.call(() => stream.next()));
+    } catch (e) {
+      if (e instanceof EngineTrapError) this.close(); // the pass died with its instance
+      throw e;
+    }
     if (b === undefined) this.close();
     return b;
   }
   /** Stats of this pass so far. */
   stats() {
-    return this.#stream ? this.#stream.stats() : undefined;
+    const stream = this.#stream;
+    return stream ? this.#inst.call(() => stream.stats()) : undefined;
   }
-  /** End the pass now and free its memory (done for you by `break` in `for await`). */
+  /**
+   * End the pass now and free its memory (done for you by `break` in `for await`). After a
+   * trap there is nothing to free: the memory went with the instance.
+   */
   close() {
-    if (this.#stream) {
-      this.#stream.close();
-      this.#stream.free();
-      this.#stream = undefined;
-    }
+    const stream = this.#stream;
+    if (!stream) return;
+    this.#stream = undefined;
+    if (this.#inst.trapped) return this.#inst.forget(this.#ref);
+    this.#inst.call(() => stream.close());
+    this.#inst.free(stream, this.#ref);
   }
 }
 
 /** An opened store. */
 export class Dataset extends SplitViews {
+  #inst;
   #ds;
-  constructor(ds) {
+  #ref;
+  constructor(inst, ds) {
     super();
+    this.#inst = inst;
     this.#ds = ds;
+    this.#ref = inst.track(ds);
+  }
+  /** `fn(ds)` on the open dataset: an Error once closed, the EngineTrapError once its engine trapped. */
+  #with(fn) {
+    const ds = this.#ds;
+    if (!ds) throw new Error('the dataset is closed; open the store again');
+    return this.#inst.call(() => fn(ds));
   }
   /** The static report (memory model, variables, notes); nothing is read. */
   describe(iterations = 1) {
-    return this.#ds.describe(iterations);
+    return this.#with((ds) => ds.describe(iterations));
   }
   /** The same report as text. */
   describeText(iterations = 1) {
-    return this.#ds.describeText(iterations);
+    return this.#with((ds) => ds.describeText(iterations));
   }
   /** Reshuffle deterministically for `epoch`. */
   setEpoch(epoch) {
-    this.#ds.setEpoch(epoch);
+    this.#with((ds) => ds.setEpoch(epoch));
   }
   get epoch() {
-    return this.#ds.epoch;
+    return this.#with((ds) => ds.epoch);
   }
   /** Variable labels, in batch order. */
   get labels() {
-    return this.#ds.labels;
+    return this.#with((ds) => ds.labels);
   }
   get url() {
-    return this.#ds.url;
+    return this.#with((ds) => ds.url);
   }
   /** One epoch of `split` ("train" | "val" | "test" | "all"); starts reading now. */
   iter(split) {
-    return new Pass(this.#ds.iter(checkSplit(split)));
+    checkSplit(split);
+    return new Pass(this.#inst, this.#with((ds) => ds.iter(split)));
   }
   /** Stats of the last pass that ended, or `undefined`. */
   lastPass() {
-    return this.#ds.lastPass();
+    return this.#with((ds) => ds.lastPass());
   }
   /** Chunks filled under `onBadChunk: "nan"` so far. */
   badChunks() {
-    return this.#ds.badChunks();
+    return this.#with((ds) => ds.badChunks());
   }
-  /** Free the dataset's memory now (optional; it is also freed when collected). */
+  /**
+   * Free the dataset's memory now (optional; it is also freed when collected). Its passes
+   * end: a pass in progress holds the engine until it is closed or collected.
+   */
   close() {
-    if (this.#ds) {
-      this.#ds.free();
-      this.#ds = undefined;
-    }
+    const ds = this.#ds;
+    if (!ds) return;
+    this.#ds = undefined;
+    if (this.#inst.trapped) return this.#inst.forget(this.#ref);
+    this.#inst.free(ds, this.#ref);
   }
+}
+
+/**
+ * Test and diagnostics hooks of an engine (src/engine.js), exported doc-hidden by each entry:
+ * `__debugTrap(kind, after)` forces a trap (wasm/src/trap.rs: "panic", "oom" or
+ * "unreachable"; now, or inside the `after`-th pass `next()` from now), `memoryBytes()` is
+ * the live instance's linear memory (it only grows), `heapBytes()` the bytes its allocator
+ * has handed out and not had back, `engineGeneration()` how many instances were started.
+ */
+export function makeEngineHooks(engine) {
+  return {
+    async __debugTrap(kind, after) {
+      const inst = await engine.instance();
+      inst.call((w) => w.__debugTrap(kind, after));
+    },
+    async memoryBytes() {
+      return (await engine.instance()).call((w) => w.memoryBytes());
+    },
+    async heapBytes() {
+      return (await engine.instance()).call((w) => w.heapBytes());
+    },
+    engineGeneration: () => engine.generation,
+  };
 }
 
 /**
@@ -144,24 +205,27 @@ export function isStorage(source) {
 }
 
 /**
- * `open(source, options)` bound to a loaded wasm-bindgen module. `source`: a URL, or a
- * storage object (wasm/src/js_storage.rs). `local`, in Node only: `{ isLocal(url),
- * nodeFileStorage(url) }` (src/node-storage.js), which turns `file://` URLs and plain paths
- * into a storage object; elsewhere the engine refuses them with what to use instead.
+ * `open(source, options)` over an engine (src/engine.js: a fresh wasm instance after a
+ * trap). `source`: a URL, or a storage object (wasm/src/js_storage.rs). `local`, in Node
+ * only: `{ isLocal(url), nodeFileStorage(url) }` (src/node-storage.js), which turns `file://`
+ * URLs and plain paths into a storage object; elsewhere the engine refuses them with what to
+ * use instead.
  */
-export function makeOpen(getWasm, local) {
+export function makeOpen(engine, local) {
   return async function open(source, options = {}) {
-    const wasm = await getWasm();
+    const inst = await engine.instance();
+    const opened = (f) => inst.wait(inst.call(f)).then((ds) => new Dataset(inst, ds));
     if (isStorage(source)) {
-      if (!wasm.openWithStorage) {
+      if (!inst.wasm.openWithStorage) {
         throw new Error('this build (the threaded one, inside openInWorker) opens URLs only; open a storage object with open() from the main entry');
       }
-      return new Dataset(await wasm.openWithStorage(source, undefined, options));
+      return opened((w) => w.openWithStorage(source, undefined, options));
     }
     const url = String(source);
     if (local?.isLocal(url)) {
-      return new Dataset(await wasm.openWithStorage(await local.nodeFileStorage(url), url, options));
+      const storage = await local.nodeFileStorage(url);
+      return opened((w) => w.openWithStorage(storage, url, options));
     }
-    return new Dataset(await wasm.open(url, options));
+    return opened((w) => w.open(url, options));
   };
 }

@@ -1,30 +1,58 @@
 // Node entry (ESM). Loads the `wasm-bindgen --target nodejs` build from ../pkg/node.
-import { createRequire } from 'node:module';
-import { makeOpen, Dataset, Pass } from './facade.js';
+import Module from 'node:module';
+import { readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { makeOpen, makeEngineHooks, Dataset, Pass } from './facade.js';
+import { Engine, EngineTrapError, isTrap } from './engine.js';
 import { makeOpenExplorer, Explorer } from './explore.js';
 import { isLocal, nodeFileStorage } from './node-storage.js';
 
-const require = createRequire(import.meta.url);
-let wasm;
-function load() {
-  // CommonJS glue; it reads the .wasm synchronously next to itself.
-  wasm ??= require('../pkg/node/insitubatch_wasm.js');
-  return wasm;
+const GLUE = fileURLToPath(new URL('../pkg/node/insitubatch_wasm.js', import.meta.url));
+
+/**
+ * A fresh instance of the CommonJS glue (and so of the wasm module) for each generation:
+ * `require` would hand back the cached, trapped one. Each copy gets its own
+ * `queueMicrotask`, through which every task of the engine runs (wasm-bindgen-futures
+ * schedules its queue with it), so a trap in an engine task is attributed to exactly this
+ * instance instead of becoming an uncaught exception that ends the process.
+ */
+function loadNode(generation, onTrap) {
+  const m = new Module(GLUE, null);
+  m.filename = GLUE;
+  m.paths = Module._nodeModulePaths(dirname(GLUE));
+  m.ibQueueMicrotask = (task) =>
+    queueMicrotask(() => {
+      try {
+        task();
+      } catch (e) {
+        if (!isTrap(e)) throw e;
+        onTrap(e);
+      }
+    });
+  // Shadows the global for the glue only (same line: the glue's line numbers stay right).
+  const source = `const queueMicrotask = module.ibQueueMicrotask; ${readFileSync(GLUE, 'utf8')}`;
+  m._compile(source, `${GLUE}#instance-${generation}`);
+  return m.exports;
 }
+
+const engine = new Engine(loadNode);
 
 /**
  * Open the Zarr store at `url` (http://, https://, s3://, file:// or a plain path, read with
  * node:fs) or a storage object, and build a dataset.
  */
-export const open = makeOpen(async () => load(), { isLocal, nodeFileStorage });
+export const open = makeOpen(engine, { isLocal, nodeFileStorage });
 export { nodeFileStorage };
-export { Dataset, Pass };
+export { Dataset, Pass, EngineTrapError };
 /** Open a store's metadata once for many what-if questions (the dashboard; src/explore.js). */
-export const openExplorer = makeOpenExplorer(async () => load());
+export const openExplorer = makeOpenExplorer(engine);
 export { Explorer };
 export { openInWorker, WorkerDataset, WorkerPass } from './worker-client.js';
+/** Test and diagnostics hooks (src/facade.js makeEngineHooks). */
+export const { __debugTrap, memoryBytes, heapBytes, engineGeneration } = makeEngineHooks(engine);
 
 /** Load the module now (optional: `open` does it). For symmetry with the browser entry. */
 export async function initialize() {
-  return load();
+  return (await engine.instance()).wasm;
 }

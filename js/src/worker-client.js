@@ -5,6 +5,7 @@
 // transferred (moved, not copied) from the worker.
 
 import { AsyncBatches, SplitViews, checkSplit, isStorage } from './facade.js';
+import { EngineTrapError } from './engine.js';
 
 const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof window === 'undefined' && typeof self === 'undefined';
 
@@ -35,7 +36,11 @@ async function spawn(workerUrl) {
   };
 }
 
-/** The page side of the worker protocol (see src/worker.js): numbered requests, one reply each. */
+/**
+ * The page side of the worker protocol (see src/worker.js): numbered requests, one reply
+ * each. A worker whose engine trapped, or that died (an error event, an exit, a trap in its
+ * decode pool), is terminated and every pending request rejects: nothing waits forever.
+ */
 class Channel {
   #port;
   #pending = new Map();
@@ -45,19 +50,31 @@ class Channel {
     this.#port = port;
     port.listen(
       (m) => {
+        if (m.fatal) return this.#die(new EngineTrapError(m.fatal.message));
         const p = this.#pending.get(m.id);
         if (!p) return;
         this.#pending.delete(m.id);
-        if (m.ok) p.resolve(m.value);
-        else p.reject(new Error(m.error.message));
+        if (m.ok) return p.resolve(m.value);
+        const e = m.error.trap ? new EngineTrapError(m.error.message) : new Error(m.error.message);
+        p.reject(e);
+        if (m.error.trap) this.#die(e);
       },
-      (e) => this.#fail(e),
+      (e) =>
+        this.#die(
+          new EngineTrapError(`the loader worker died (${e.message}); it is terminated and the next openInWorker() starts a fresh one`, { cause: e }),
+        ),
     );
   }
   #fail(e) {
     this.#dead ??= e;
     for (const p of this.#pending.values()) p.reject(e);
     this.#pending.clear();
+  }
+  /** Reject everything with `e` and stop the worker (once; later calls change nothing). */
+  #die(e) {
+    if (this.#dead) return;
+    this.#fail(e);
+    this.#port.terminate();
   }
   call(op, args = {}) {
     if (this.#dead) return Promise.reject(this.#dead);
@@ -68,8 +85,7 @@ class Channel {
     });
   }
   terminate() {
-    this.#fail(new Error('the worker dataset is closed'));
-    this.#port.terminate();
+    this.#die(new Error('the worker dataset is closed'));
   }
 }
 
@@ -162,6 +178,18 @@ export class WorkerDataset extends SplitViews {
   /** Diagnostics: batches and buffers posted so far, and how many were detached in the worker afterwards. */
   transferReport() {
     return this.#ch.call('transferReport');
+  }
+  /** Tests only: force a trap in the worker's engine (src/facade.js `__debugTrap`). */
+  __debugTrap(kind, after) {
+    return this.#ch.call('debugTrap', { kind, after });
+  }
+  /** Bytes of the worker engine's wasm memory (wasm only grows: flat means nothing leaked). */
+  memoryBytes() {
+    return this.#ch.call('memoryBytes');
+  }
+  /** Bytes the worker engine's allocator has handed out and not had back. */
+  heapBytes() {
+    return this.#ch.call('heapBytes');
   }
   /** Free the dataset and stop the worker. */
   async close() {

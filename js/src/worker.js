@@ -5,7 +5,9 @@
 // `sampleIndices`), so transferring them leaves nothing shared with the wasm heap.
 //
 // Protocol (one request → one reply, in order): { id, op, ...args } → { id, ok, value } or
-// { id, ok: false, error: { message } }. Ops run one at a time so every reply refers to the
+// { id, ok: false, error: { message, trap } } (`trap`: the engine trapped; the page then
+// terminates this worker and rejects every request still pending); unasked, { fatal:
+// { message } } when a decode thread trapped (the same end). Ops run one at a time so every reply refers to the
 // state the page last asked for (setEpoch before iter, etc.).
 
 const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof self === 'undefined';
@@ -59,6 +61,24 @@ async function load(want, nThreads) {
   threads = 1;
 }
 
+/**
+ * The threaded build's decode threads are workers of their own, whose traps nothing hears;
+ * the engine posts them on a BroadcastChannel (wasm/src/trap.rs) and this worker passes
+ * them on as `{ fatal }`: the page terminates it and rejects every pending request.
+ */
+function watchDecodeThreads() {
+  if (!api.setTrapChannel) return;
+  const name = `insitubatch-trap-${crypto.randomUUID()}`;
+  const channel = new BroadcastChannel(name);
+  channel.onmessage = (e) =>
+    port.post({
+      fatal: {
+        message: `the insitubatch wasm engine trapped (${e.data}). The worker is terminated with every pass and request in it; the next openInWorker() starts a fresh one`,
+      },
+    });
+  api.setTrapChannel(name);
+}
+
 function buffersOf(batch) {
   const out = [batch.sampleIndices.buffer];
   for (const a of Object.values(batch.arrays)) out.push(a.data.buffer);
@@ -75,6 +95,7 @@ const ops = {
   async open({ url, options, threads: want = 'auto', nThreads }) {
     if (dataset) throw new Error('this worker already holds a dataset; open another with a new openInWorker()');
     await load(want, nThreads);
+    watchDecodeThreads();
     dataset = await api.open(url, options);
     return { build, threads, labels: dataset.labels, epoch: dataset.epoch, url: dataset.url };
   },
@@ -107,6 +128,10 @@ const ops = {
     passes.delete(pass);
   },
   transferReport: () => ({ ...transfer }),
+  // Tests and diagnostics (src/facade.js makeEngineHooks): a forced trap, the memory figure.
+  debugTrap: ({ kind, after }) => api.__debugTrap(kind, after),
+  memoryBytes: () => api.memoryBytes(),
+  heapBytes: () => api.heapBytes(),
   close() {
     for (const p of passes.values()) p.close();
     passes.clear();
@@ -122,7 +147,8 @@ port.listen((msg) => {
     try {
       const fn = ops[op];
       if (!fn) throw new Error(`unknown worker op ${JSON.stringify(op)}`);
-      if (op !== 'open' && op !== 'transferReport' && !dataset) throw new Error('the dataset is not open (open failed or was closed)');
+      if (['debugTrap', 'memoryBytes', 'heapBytes'].includes(op) && !api) throw new Error('the engine is not loaded yet; open a dataset first');
+      if (!['open', 'transferReport', 'debugTrap', 'memoryBytes', 'heapBytes'].includes(op) && !dataset) throw new Error('the dataset is not open (open failed or was closed)');
       const r = await fn(msg);
       if (op === 'next') {
         const bytes = (r.transfer ?? []).reduce((n, b) => n + b.byteLength, 0);
@@ -138,7 +164,8 @@ port.listen((msg) => {
         port.post({ id, ok: true, value: r });
       }
     } catch (e) {
-      port.post({ id, ok: false, error: { message: e?.message ?? String(e) } });
+      // A trap (src/engine.js) ends this worker: the page terminates it and rejects the rest.
+      port.post({ id, ok: false, error: { message: e?.message ?? String(e), trap: e?.name === 'EngineTrapError' } });
     }
   });
 });

@@ -1,7 +1,8 @@
 // Page-side halves of js/test/browser.test.js, imported into test-support/page/ on the js/ origin
 // (outside js/test/, so node --test does not run it as a test file).
 // Each returns plain JSON for the Node side to assert on.
-import { open, openInWorker } from '../src/web.js';
+import { open, openInWorker, EngineTrapError, __debugTrap, engineGeneration, memoryBytes, heapBytes } from '../src/web.js';
+import { syntheticStore } from './synthetic-store.js';
 
 /** SHA-256 hex of a pass, as test-support/helpers.js `digest` (and the Rust tests) compute it. */
 export async function digest(batches) {
@@ -80,6 +81,74 @@ export async function workerError({ url, options, threads }) {
   } catch (e) {
     return { ok: false, isError: e instanceof Error, message: e.message };
   }
+}
+
+/** How a pass that traps at its `after`-th next() ends: the batches before, then the error. */
+async function trappedPass(pass) {
+  let batches = 0;
+  try {
+    for await (const b of pass) batches += b ? 1 : 0;
+    return { batches, rejected: false };
+  } catch (e) {
+    return { batches, rejected: true, isTrap: e instanceof EngineTrapError, name: e.name, message: e.message, cause: String(e.cause) };
+  }
+}
+
+async function samples(pass) {
+  let n = 0;
+  for await (const b of pass) n += b.sampleIndices.length;
+  return n;
+}
+
+/**
+ * A forced panic (`__debugTrap`, wasm/src/trap.rs) inside the second `next()` of a pass: on
+ * the page (unless `pageToo` is false), then in a worker (the build `threads` picks); each
+ * time, how the pass ended, and the samples of the next open on a fresh instance / worker.
+ */
+export async function trapCases({ url, options, threads, nThreads, pageToo = true, workerKind = 'panic' }) {
+  const out = {};
+  if (pageToo) {
+    const ds = await open(url, options);
+    const generation = engineGeneration();
+    await __debugTrap('panic', 2);
+    out.page = await trappedPass(ds.all());
+    const again = await open(url, options);
+    out.page.fresh = engineGeneration() === generation + 1;
+    out.page.samplesAfter = await samples(again.all());
+    again.close();
+  }
+  const wds = await openInWorker(url, options, { threads, nThreads });
+  out.worker = { build: wds.build };
+  await wds.__debugTrap(workerKind, 2);
+  Object.assign(out.worker, await trappedPass(wds.all()));
+  out.worker.later = await wds.describe().then(() => 'resolved', (e) => `${e.name}: ${e.message}`);
+  await wds.close();
+  const fresh = await openInWorker(url, options, { threads, nThreads });
+  out.worker.samplesAfter = await samples(fresh.all());
+  await fresh.close();
+  return out;
+}
+
+/**
+ * `cycles` open/iterate/close cycles on the page over a made-up store (test-support/
+ * synthetic-store.js: `store` gives its size), each a whole train pass and an early break;
+ * wasm memory and the allocator's bytes in use after each.
+ */
+export async function closeLoop({ cycles, store, seed }) {
+  const s = syntheticStore(store);
+  const out = { memory: [], heap: [], bad: [] };
+  for (let i = 0; i < cycles; i++) {
+    const ds = await open(s.storage, { ...s.options, batchSize: 8, blockChunks: 2, seed });
+    for await (const b of ds.train()) {
+      const why = s.check(b);
+      if (why) out.bad.push(why);
+    }
+    for await (const b of ds.all()) break;
+    ds.close();
+    out.memory.push(await memoryBytes());
+    out.heap.push(await heapBytes());
+  }
+  return out;
 }
 
 /** `open(url)` on the page, as the page sees its failure. */

@@ -16,7 +16,7 @@ use crate::{JsOpenOptions, LocalExecutor, parse_split};
 
 #[wasm_bindgen(start)]
 fn start() {
-    console_error_panic_hook::set_once();
+    crate::trap::install_panic_hook();
 }
 
 pub(crate) fn err(e: impl std::fmt::Display) -> JsError {
@@ -329,6 +329,7 @@ impl PassCursor {
             let Some(mut stream) = inner.borrow_mut().take() else {
                 return Ok(JsValue::UNDEFINED);
             };
+            crate::trap::on_next().await;
             busy.set(true);
             let item = stream.next_batch().await;
             busy.set(false);

@@ -10,6 +10,10 @@
 //! Everything here is wasm32-only; on the host the crate is empty (it exists there only
 //! for the native side of the cross-target parity test, `tests/native_digest.rs`).
 
+// The threaded build reports allocation failures on decode threads (src/trap.rs); it is
+// built with the pinned nightly already.
+#![cfg_attr(all(target_arch = "wasm32", feature = "threads"), feature(alloc_error_hook))]
+
 #[cfg(target_arch = "wasm32")]
 mod api;
 pub mod explore;
@@ -25,6 +29,8 @@ mod runtime;
 mod storage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 mod threads;
+#[cfg(target_arch = "wasm32")]
+mod trap;
 
 use insitubatch_core::zarr::ZarrArray;
 
@@ -38,6 +44,10 @@ pub use runtime::LocalExecutor;
 pub use storage::FetchStorage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub use threads::{RayonPool, init_thread_pool};
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+pub use trap::set_trap_channel;
+#[cfg(target_arch = "wasm32")]
+pub use trap::{debug_trap, heap_bytes, last_panic, memory_bytes, memory_max_bytes};
 
 /// wasm32's whole address space: the most any instance can grow to.
 const WASM32_MAX_MEMORY: u64 = 4 << 30;
