@@ -24,7 +24,12 @@ async function spawn(workerUrl) {
       terminate: () => w.terminate(),
     };
   }
-  const w = new Worker(url, { type: 'module', name: 'insitubatch' });
+  // Written as one `new Worker(new URL(..., import.meta.url), { type: 'module' })` expression
+  // when no URL is given: bundlers (Vite, webpack 5) recognise only that form, and then
+  // bundle worker.js with its imports instead of copying it alone.
+  const w = workerUrl
+    ? new Worker(workerUrl, { type: 'module', name: 'insitubatch' })
+    : new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'insitubatch' });
   return {
     post: (m) => w.postMessage(m),
     listen: (onMsg, onErr) => {
