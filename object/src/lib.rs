@@ -108,6 +108,12 @@ fn map_err(e: object_store::Error) -> StorageError {
     let msg = e.to_string();
     match e {
         E::Generic { .. } | E::JoinError { .. } => StorageError::transient(msg),
+        // A wrong secret, an expired token or a policy that forbids the read: say what to
+        // check, since the server's own words (`SignatureDoesNotMatch`, `AccessDenied`) don't.
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => StorageError::permanent(format!(
+            "{msg}. The store refused the credentials: check the access key id and secret (or token) passed \
+             in the store options or the environment, and that they may read this bucket"
+        )),
         _ => StorageError::permanent(msg),
     }
 }

@@ -103,5 +103,6 @@ fn signed_s3_reads_with_the_right_secret_and_refuses_a_wrong_one_clearly() {
         err.contains("SignatureDoesNotMatch") || err.contains("403"),
         "the error says the signature was refused: {err}"
     );
+    assert!(err.contains("check the access key id and secret"), "the error says what to check: {err}");
     assert!(!err.contains(&wrong) && !err.contains(&secret), "no secret in the error: {err}");
 }
