@@ -53,6 +53,7 @@ def train_loop(config: dict[str, Any]) -> None:
         samples, steps, loss = [], 0, torch.tensor(0.0)
         for batch in ds.train:
             x = torch.from_numpy(np.ascontiguousarray(batch[label])).reshape(len(batch), -1)
+            x = (x - x.mean()) / (x.std() + 1e-6)  # raw values (kelvin, ...) would blow SGD up
             y = x.mean(1, keepdim=True)  # a target the model can learn: the sample's mean
             opt.zero_grad()
             loss = ((model(x) - y) ** 2).mean()
@@ -62,7 +63,7 @@ def train_loop(config: dict[str, Any]) -> None:
             steps += 1
         dropped = ds.last_pass.dropped_samples if ds.last_pass else 0
         epochs.append({"samples": samples, "steps": steps, "dropped": dropped})
-        ray.train.report({"epoch": epoch, "steps": steps, "loss": float(loss)})
+        ray.train.report({"epoch": epoch, "steps": steps, "loss": loss.item()})
     if config.get("out"):
         record = {"rank": ds.rank, "world_size": ds.world_size, "epochs": epochs}
         Path(config["out"], f"rank{ds.rank}.json").write_text(json.dumps(record))
@@ -76,9 +77,10 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=5)
     p.add_argument("--out", help="each worker writes OUT/rank<r>.json (what it drew)")
+    p.add_argument("--tmp", default="/tmp", help="where Ray's session directory goes (keep it short: "
+                   "Ray's unix socket paths under it are limited to 107 bytes)")
     args = p.parse_args()
-    # Short path: Ray's unix sockets live under it, and their paths are limited to 107 bytes.
-    scratch = tempfile.mkdtemp(prefix="ibray")
+    scratch = tempfile.mkdtemp(prefix="ibray", dir=args.tmp)
     ray.init(
         num_cpus=args.workers,
         include_dashboard=False,
@@ -97,7 +99,9 @@ def main() -> None:
             run_config=ray.train.RunConfig(name="insitubatch", storage_path=os.path.join(scratch, "results")),
         )
         result = trainer.fit()
-        print("ray_train: done;", {k: result.metrics[k] for k in ("epoch", "steps", "loss") if k in result.metrics})
+        if result.error is not None:
+            raise result.error
+        print(f"ray_train: done, {args.workers} workers, {args.epochs} epochs")
     finally:
         ray.shutdown()  # stops the processes ray.init started
         shutil.rmtree(scratch, ignore_errors=True)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,15 +56,20 @@ def test_torch_trainer_ranks_share_every_epoch(ray_installed, fixtures, manifest
     u = url(fixtures, s["path"])
     out = tmp_path / "out"
     out.mkdir()
-    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
-    cmd = [sys.executable, str(EXAMPLE), u, "--workers", str(WORKERS), "--epochs", str(EPOCHS),
-           "--batch-size", str(BATCH), "--out", str(out)]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert run.returncode == 0, f"ray_train.py failed:\n{run.stdout[-4000:]}\n{run.stderr[-8000:]}"
-    assert "ray_train: done" in run.stdout
-    # ray.shutdown() ended every process ray.init started (their command lines name its dir,
-    # which lies under TMPDIR).
-    assert ray_processes(str(tmp_path)) == [], "Ray left processes running"
+    # Ray's session dir: short (its unix socket paths are limited to 107 bytes), and named in
+    # the command line of every process Ray starts, which is how leftovers are found.
+    ray_tmp = tempfile.mkdtemp(prefix="ib-ray-test", dir="/tmp")
+    try:
+        cmd = [sys.executable, str(EXAMPLE), u, "--workers", str(WORKERS), "--epochs", str(EPOCHS),
+               "--batch-size", str(BATCH), "--out", str(out), "--tmp", ray_tmp]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+        assert run.returncode == 0, f"ray_train.py failed:\n{run.stdout[-4000:]}\n{run.stderr[-8000:]}"
+        assert "ray_train: done" in run.stdout
+        # ray.shutdown() ended every process ray.init started.
+        assert ray_processes(ray_tmp) == [], "Ray left processes running"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
     records = {r["rank"]: r for r in (json.loads(p.read_text()) for p in out.glob("rank*.json"))}
     assert sorted(records) == list(range(WORKERS)), "every worker reported"
