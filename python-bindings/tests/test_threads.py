@@ -7,6 +7,7 @@ in parallel, and importing the extension must leave the GIL off."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import sysconfig
 import threading
@@ -28,14 +29,19 @@ def free_threaded() -> bool:
 
 def test_gil_stays_disabled_after_import():
     """Importing a module that does not declare ``gil_used = false`` turns the GIL back on
-    (with a RuntimeWarning), so this is the check that the extension says it is thread-safe."""
+    (with a RuntimeWarning), so this is the check that the extension says it is thread-safe.
+    In a fresh interpreter without ``PYTHON_GIL``: ``PYTHON_GIL=0`` (how the suite runs) would
+    keep the GIL off whatever the module declares."""
     if not free_threaded():
         if os.environ.get("IB_EXPECT_FREE_THREADED") == "1":
             pytest.fail(f"IB_EXPECT_FREE_THREADED=1 but {sys.version} is not free-threaded")
         pytest.skip(f"not a free-threaded interpreter ({sys.version.split()[0]}): the GIL is always on")
-    import insitubatch_rs._native  # noqa: F401 - the import under test
-
-    assert not sys._is_gil_enabled(), "importing insitubatch_rs re-enabled the GIL"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    probe = "import sys, insitubatch_rs._native; print(sys._is_gil_enabled())"
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False", f"importing insitubatch_rs re-enabled the GIL: {run.stderr}"
+    assert not sys._is_gil_enabled()  # and in this process (PYTHON_GIL=0 under test-python.sh)
 
 
 def open_ds(fixtures, manifest) -> ib.InSituDataset:
