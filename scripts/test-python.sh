@@ -8,6 +8,9 @@
 #   IB_PYTHON_TF=0      skip the TensorFlow venv (scripts/tf-venv.sh) and its tests
 #   IB_PYTHON_VERSIONS="3.10 3.12 3.13" the other Pythons the same abi3 wheel is tested on
 #                       (numpy + zarr-python + pytest venvs; "" skips them)
+#   IB_PYTHON_RAY=0     skip the Ray Train venv (scripts/ray-venv.sh) and its example's test
+#   IB_PYTHON_FREE_THREADED=0 skip free-threaded CPython 3.14t (scripts/py314t.sh builds it
+#                       from source once, ~10-30 min on 2 cores; cached after that)
 #   extra args go to every pytest run
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -134,6 +137,66 @@ tf_tests() {
 }
 if [ "${IB_PYTHON_TF:-1}" != 0 ]; then
     tf_tests "$@" || rc=1
+fi
+
+# 8. Ray Train in a venv of its own (scripts/ray-venv.sh: ray[train] + torch on Python 3.12,
+#    cached and keyed by tests/requirements-ray.txt), with the same abi3 wheel: runs
+#    examples/ray_train.py (a TorchTrainer, 2 CPU workers as local processes) through
+#    test_ray_train.py. IB_EXPECT_RAY=1 there: a Ray that fails to import is a failure.
+ray_tests() {
+    local py venv code=0
+    py="$(bash "$ROOT/scripts/ray-venv.sh")" || return 1
+    venv="$(dirname "$(dirname "$py")")"
+    if [ "$(cat "$venv/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
+        || ! "$py" -c 'import insitubatch_rs._native' 2>/dev/null; then
+        "$py" -m pip install -q --no-deps --force-reinstall "$wheels"/insitubatch_rs-*.whl || return 1
+        echo "$build_hash" >"$venv/.ib-python-build"
+    fi
+    echo "== test-python: Ray $("$py" -c 'import ray; print(ray.__version__)') on $("$py" -V)"
+    IB_EXPECT_RAY=1 "$py" -m pytest -q -rs -p no:cacheprovider "$@" test_ray_train.py || code=$?
+    [ "$code" = 0 ] || [ "$code" = 5 ]
+}
+if [ "${IB_PYTHON_RAY:-1}" != 0 ]; then
+    ray_tests "$@" || rc=1
+fi
+
+# 9. Free-threaded CPython 3.14t (scripts/py314t.sh: built from source once, then cached), which
+#    cannot load the abi3 wheel: a cp314t wheel of its own (maturin picks a version-specific
+#    build for it from the same abi3 features), rebuilt when the build inputs change, in a venv
+#    keyed by tests/requirements-py3.14t.txt. The suite runs with PYTHON_GIL=0 and
+#    IB_EXPECT_FREE_THREADED=1, so an extension that turned the GIL back on fails
+#    test_threads.py; torch/JAX/zarr-python are not there (those tests skip).
+free_threaded_tests() {
+    local py venv want ft_wheels rel=()
+    [ "$profile" = release ] && rel=(--release)
+    py="$(bash "$ROOT/scripts/py314t.sh")" || return 1
+    venv="$INSITUBATCH_CACHE/venv-py3.14t"
+    want="$( { "$py" -VV; cat "$PB/tests/requirements-py3.14t.txt"; } | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$venv/.ib-python-req" 2>/dev/null || true)" != "$want" ] || [ ! -x "$venv/bin/python" ]; then
+        echo "test-python: creating $venv"
+        rm -rf "$venv"
+        "$py" -m venv "$venv" || return 1
+        "$venv/bin/python" -m pip install -q -r "$PB/tests/requirements-py3.14t.txt" || { rm -rf "$venv"; return 1; }
+        echo "$want" >"$venv/.ib-python-req"
+    fi
+    ft_wheels="$wheels-ft"
+    if [ "$(cat "$venv/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
+        || ! PYTHON_GIL=0 "$venv/bin/python" -c 'import insitubatch_rs._native' 2>/dev/null; then
+        echo "test-python: building insitubatch_rs ($profile) for $("$venv/bin/python" -V) (free-threaded)"
+        rm -rf "$ft_wheels.new"
+        (cd "$PB" && "$venv/bin/maturin" build -q "${rel[@]}" --strip -i "$venv/bin/python" -o "$ft_wheels.new") \
+            || return 1
+        rm -rf "$ft_wheels"
+        mv "$ft_wheels.new" "$ft_wheels"
+        "$venv/bin/python" -m pip install -q --no-deps --force-reinstall "$ft_wheels"/insitubatch_rs-*cp314t*.whl \
+            || return 1
+        echo "$build_hash" >"$venv/.ib-python-build"
+    fi
+    echo "== test-python: $("$venv/bin/python" -VV | head -n1), GIL off (PYTHON_GIL=0)"
+    PYTHON_GIL=0 IB_EXPECT_FREE_THREADED=1 "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$@" .
+}
+if [ "${IB_PYTHON_FREE_THREADED:-1}" != 0 ]; then
+    free_threaded_tests "$@" || rc=1
 fi
 
 python_zarr() { "$IB_PY" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/manifest.json"))["zarr_python"])' "$1"; }

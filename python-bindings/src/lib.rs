@@ -31,6 +31,7 @@ use insitubatch_native::{CacheOptions, NativeError, NativeRuntime, OpenOptions};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 mod pystore;
@@ -393,8 +394,9 @@ impl Open {
     }
 }
 
-/// The engine's dataset with its own tokio runtime and decode pool.
-#[pyclass(module = "insitubatch_rs._native")]
+/// The engine's dataset with its own tokio runtime and decode pool. `frozen`: shared by
+/// threads through `&self` (the engine's `Dataset` is `Sync`; `close` swaps under a mutex).
+#[pyclass(frozen, module = "insitubatch_rs._native")]
 pub struct NativeDataset {
     open: Mutex<Option<Arc<Open>>>,
     url: String,
@@ -625,7 +627,9 @@ impl NativeDataset {
 }
 
 /// One pass; `next()` blocks with the GIL released and wakes every 100 ms for Ctrl-C.
-#[pyclass(module = "insitubatch_rs._native")]
+/// `frozen`: every method takes `&self` and the state is behind mutexes, so threads share it
+/// (free-threaded Python included) without pyo3's runtime borrow flag.
+#[pyclass(frozen, module = "insitubatch_rs._native")]
 pub struct NativeStream {
     stream: Mutex<Option<BatchStream>>,
     runtime: NativeRuntime,
@@ -639,28 +643,48 @@ pub struct NativeStream {
 impl NativeStream {
     /// The next batch as `(arrays, sample_indices, offsets, index, epoch)`, or `None` at the
     /// end of the pass. An interrupt (Ctrl-C) or an error ends the pass.
+    ///
+    /// Threads may share one pass: each `next()` holds the stream until its batch is out, so
+    /// a second caller waits (detached from Python, so neither the GIL nor a free-threaded
+    /// stop-the-world can deadlock with it) and gets the following batch; every batch goes to
+    /// exactly one caller.
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let taken = self.stream.lock().unwrap_or_else(PoisonError::into_inner).take();
-        let Some(mut stream) = taken else { return Ok(None) };
+        let mut slot = self.stream.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
+        let Some(stream) = slot.as_mut() else { return Ok(None) };
         let handle = self.runtime.handle();
-        // The future owns the stream and lives across timeouts, so no wake-up is lost.
-        let mut fut = Box::pin(async move {
-            let r = stream.next_batch().await;
-            (stream, r)
-        });
-        let (stream, item) = loop {
-            let polled = py
-                .detach(|| handle.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await }));
-            match polled {
-                Ok(done) => break done,
-                // Dropping `fut` on an interrupt drops the stream, which ends the pass.
-                Err(_) => py.check_signals()?,
+        let item = {
+            // The future lives across timeouts, so no wake-up is lost.
+            let mut fut = std::pin::pin!(stream.next_batch());
+            loop {
+                let polled = py.detach(|| {
+                    handle.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await })
+                });
+                match polled {
+                    Ok(item) => break Ok(item),
+                    Err(_) => {
+                        if let Err(interrupt) = py.check_signals() {
+                            break Err(interrupt);
+                        }
+                    }
+                }
             }
         };
+        // Dropping the stream (on an interrupt, an error or the end) ends the pass.
+        let item = match item {
+            Ok(item) => item,
+            Err(interrupt) => {
+                *slot = None;
+                return Err(interrupt);
+            }
+        };
+        let stream = slot.as_ref().expect("the stream is only taken out above");
         *self.checkpoint.lock().unwrap_or_else(PoisonError::into_inner) = stream.checkpoint();
+        if !matches!(item, Some(Ok(_))) {
+            *slot = None;
+        }
+        drop(slot);
         match item {
             Some(Ok(batch)) => {
-                *self.stream.lock().unwrap_or_else(PoisonError::into_inner) = Some(stream);
                 let arrays = PyDict::new(py);
                 for (label, a) in batch.arrays {
                     arrays.set_item(label, Buffer::from_nd(a)?.into_numpy(py)?)?;
@@ -699,8 +723,8 @@ impl NativeStream {
     }
 
     /// Stats of this pass so far, as JSON (`None` once it ended: see `last_pass`).
-    fn stats_json(&self) -> PyResult<Option<String>> {
-        let g = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
+    fn stats_json(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        let g = self.stream.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner);
         g.as_ref().map(|s| stats_to_json(&s.stats())).transpose()
     }
 
@@ -709,9 +733,10 @@ impl NativeStream {
         self.checkpoint.lock().unwrap_or_else(PoisonError::into_inner).to_json()
     }
 
-    /// End the pass now (what dropping the iterator does too).
-    fn close(&self) {
-        self.stream.lock().unwrap_or_else(PoisonError::into_inner).take();
+    /// End the pass now (what dropping the iterator does too); waits for a `next()` that
+    /// another thread is in.
+    fn close(&self, py: Python<'_>) {
+        self.stream.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner).take();
     }
 }
 
@@ -772,7 +797,11 @@ fn buffer_address(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(obj.cast::<Buffer>()?.get().ptr())
 }
 
-#[pymodule]
+/// `gil_used = false` (pyo3's default since 0.28, stated because it was checked): every
+/// class is `Sync` (pyo3 requires it of a non-`unsendable` pyclass), the mutable ones keep
+/// their state behind mutexes, statics are atomics or `PyOnceLock`s, and Python callbacks
+/// run attached from engine threads; so free-threaded CPython keeps its GIL off on import.
+#[pymodule(gil_used = false)]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InsitubatchIOError", m.py().get_type::<InsitubatchIOError>())?;
     m.add_class::<Buffer>()?;

@@ -94,7 +94,9 @@ pub fn numpy_to_nd(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<NdArray> 
     if nbytes > 0 {
         let (ptr, _readonly): (usize, bool) = arr.getattr("__array_interface__")?.get_item("data")?.extract()?;
         // SAFETY: `arr` is a live C-contiguous array of `nbytes` bytes at `ptr`, and we hold
-        // a reference to it (and the GIL) for the duration of the copy.
+        // a reference to it for the duration of the copy, so numpy cannot free or resize its
+        // buffer (resize refuses a referenced array). A thread writing into it meanwhile (only
+        // possible if the transform shared its output) can tear values, as with numpy itself.
         unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, data.as_mut_ptr(), nbytes) };
     }
     NdArray::new(dtype, shape, data).map_err(PyValueError::new_err)

@@ -8,6 +8,7 @@ import logging
 import operator
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
@@ -131,7 +132,8 @@ class _Knobs:
 class BatchIterator(Iterator[Batch]):
     """One pass over a view. ``next()`` blocks with the GIL released; Ctrl-C interrupts it
     (and ends the pass). Closing or dropping it ends the pass, which logs its summary line
-    at INFO on the ``insitubatch`` logger and updates ``ds.last_pass``."""
+    at INFO on the ``insitubatch`` logger and updates ``ds.last_pass``. Threads may share
+    one: each batch goes to exactly one ``next()``, and the pass ends once."""
 
     def __init__(self, dataset: InSituDataset, split: str, stream: _native.NativeStream) -> None:
         self._dataset = dataset
@@ -140,6 +142,7 @@ class BatchIterator(Iterator[Batch]):
         self._stream = stream
         self._reuse = dataset._reuse
         self._done = False
+        self._finish_lock = threading.Lock()  # several threads may see the end at once
 
     def __iter__(self) -> BatchIterator:
         return self
@@ -181,9 +184,10 @@ class BatchIterator(Iterator[Batch]):
         self._finish()
 
     def _finish(self) -> None:
-        if self._done:
-            return
-        self._done = True
+        with self._finish_lock:
+            if self._done:
+                return
+            self._done = True
         self._stream.close()
         self._dataset._pass_ended(self._split, self._epoch)
 
