@@ -184,11 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=Path, default=ROOT / "bench/results/latest.jsonl")
     p.add_argument("--out-dir", type=Path, default=ROOT / "docs/img")
     a = p.parse_args(argv)
-    for path in (a.python_rows, a.rows):
-        if not path.exists():
-            raise SystemExit(f"plot.py: no benchmark rows at {path}; run the benchmark that writes them first")
-    plot_python(read_rows(a.python_rows), a.out_dir / "benchmarks-python.png")
-    plot_engine(read_rows(a.rows), a.out_dir / "benchmarks.png")
+    plots = [(a.python_rows, plot_python, "benchmarks-python.png"), (a.rows, plot_engine, "benchmarks.png")]
+    found = [(path, plot, name) for path, plot, name in plots if path.exists()]
+    if not found:
+        raise SystemExit(f"plot.py: no benchmark rows at {a.rows} or {a.python_rows}; run a benchmark first")
+    for path, plot, name in found:
+        plot(read_rows(path), a.out_dir / name)
+        print(f"plot.py: {a.out_dir / name} from {path}")
     return 0
 
 
