@@ -5,10 +5,10 @@
 #   IB_PYTHON_JAX=0     skip installing jax (jax tests are skipped)
 #   IB_PYTHON_RELEASE=1 build the extension in release mode
 #   IB_ANCHOR=0         skip building the anchor's venv (the parity tests then skip)
-#   IB_PYTHON_TF=0      skip the TensorFlow venv (scripts/tf-venv.sh) and its tests
+#   IB_PYTHON_TF=0      skip the TensorFlow venv (scripts/framework-venv.sh tf) and its tests
 #   IB_PYTHON_VERSIONS="3.10 3.12 3.13" the other Pythons the same abi3 wheel is tested on
 #                       (numpy + zarr-python + pytest venvs; "" skips them)
-#   IB_PYTHON_RAY=0     skip the Ray Train venv (scripts/ray-venv.sh) and its example's test
+#   IB_PYTHON_RAY=0     skip the Ray Train venv (scripts/framework-venv.sh ray) and its example's test
 #   IB_PYTHON_FREE_THREADED=0 skip free-threaded CPython 3.14t (scripts/py314t.sh builds it
 #                       from source once, ~10-30 min on 2 cores; cached after that)
 #   extra args go to every pytest run
@@ -116,19 +116,25 @@ other_python() {
     echo "== test-python: $("$venv/bin/python" -V), stores written by zarr-python $(python_zarr "$fix")"
     INSITUBATCH_FIXTURES="$fix" "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$@" .
 }
-# 7. TensorFlow in a venv of its own (scripts/tf-venv.sh: tensorflow-cpu on Python 3.12, cached
+# 7. TensorFlow in a venv of its own (scripts/framework-venv.sh tf: tensorflow-cpu on Python 3.12, cached
 #    and keyed by tests/requirements-tf.txt), with the same wheel, running the TF tests only.
 #    IB_EXPECT_TF=1 there: a TensorFlow that fails to import is a failure, not a skip. Extra
 #    args that select none of them (pytest's exit 5) are not a failure.
-tf_tests() {
+# The python of framework NAME's venv (scripts/framework-venv.sh), with this run's wheel in it.
+framework_python() {
     local py venv
-    py="$(bash "$ROOT/scripts/tf-venv.sh")" || return 1
+    py="$(bash "$ROOT/scripts/framework-venv.sh" "$1")" || return 1
     venv="$(dirname "$(dirname "$py")")"
     if [ "$(cat "$venv/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
         || ! "$py" -c 'import insitubatch_rs._native' 2>/dev/null; then
-        "$py" -m pip install -q --no-deps --force-reinstall "$wheels"/insitubatch_rs-*.whl || return 1
+        "$py" -m pip install -q --no-deps --force-reinstall "$wheels"/insitubatch_rs-*.whl >&2 || return 1
         echo "$build_hash" >"$venv/.ib-python-build"
     fi
+    echo "$py"
+}
+tf_tests() {
+    local py
+    py="$(framework_python tf)" || return 1
     echo "== test-python: TensorFlow $("$py" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))') on $("$py" -V)"
     local code=0
     IB_EXPECT_TF=1 TF_CPP_MIN_LOG_LEVEL=2 "$py" -m pytest -q -rs -p no:cacheprovider "$@" \
@@ -139,19 +145,13 @@ if [ "${IB_PYTHON_TF:-1}" != 0 ]; then
     tf_tests "$@" || rc=1
 fi
 
-# 8. Ray Train in a venv of its own (scripts/ray-venv.sh: ray[train] + torch on Python 3.12,
+# 8. Ray Train in a venv of its own (scripts/framework-venv.sh ray: ray[train] + torch on Python 3.12,
 #    cached and keyed by tests/requirements-ray.txt), with the same abi3 wheel: runs
 #    examples/ray_train.py (a TorchTrainer, 2 CPU workers as local processes) through
 #    test_ray_train.py. IB_EXPECT_RAY=1 there: a Ray that fails to import is a failure.
 ray_tests() {
-    local py venv code=0
-    py="$(bash "$ROOT/scripts/ray-venv.sh")" || return 1
-    venv="$(dirname "$(dirname "$py")")"
-    if [ "$(cat "$venv/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
-        || ! "$py" -c 'import insitubatch_rs._native' 2>/dev/null; then
-        "$py" -m pip install -q --no-deps --force-reinstall "$wheels"/insitubatch_rs-*.whl || return 1
-        echo "$build_hash" >"$venv/.ib-python-build"
-    fi
+    local py code=0
+    py="$(framework_python ray)" || return 1
     echo "== test-python: Ray $("$py" -c 'import ray; print(ray.__version__)') on $("$py" -V)"
     IB_EXPECT_RAY=1 "$py" -m pytest -q -rs -p no:cacheprovider "$@" test_ray_train.py || code=$?
     [ "$code" = 0 ] || [ "$code" = 5 ]

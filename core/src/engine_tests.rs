@@ -88,6 +88,26 @@ impl Fixture {
             .build()
     }
 
+    /// A dataset over array `t2m` (sample axis 0, all of it train), shaped further by `more`
+    /// (transforms, ...) before it is built.
+    fn custom(
+        &self,
+        opts: DatasetOptions,
+        more: impl FnOnce(crate::dataset::DatasetBuilder) -> crate::dataset::DatasetBuilder,
+    ) -> Dataset {
+        let storage: Arc<dyn crate::Storage> = Arc::new(self.storage.clone());
+        let st = storage.clone();
+        let a = self.sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
+        let g = a.geometry(0).unwrap();
+        let manifest = split_by_chunk(&g, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
+        let builder = Dataset::builder(storage, self.runtime.clone())
+            .opened(vec![a])
+            .variables(vec![Variable { label: "t2m".into(), geometry: g }])
+            .manifest(manifest)
+            .options(opts);
+        more(builder).build().unwrap()
+    }
+
     /// Collect one pass, or the first error.
     fn epoch(&self, ds: &Dataset, split: Split) -> Result<crate::Result<Vec<Batch>>, SimError> {
         let ds = ds.clone();
@@ -392,20 +412,10 @@ impl BatchTransform for Slow {
 fn chunk_and_batch_transforms_run_and_describe_names_them() {
     let f = Fixture::new(None);
     f.array("t2m", &[16, 4, 4], &[4, 4, 4], None);
-    let storage: Arc<dyn crate::Storage> = Arc::new(f.storage.clone());
-    let st = storage.clone();
-    let a = f.sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
-    let g = a.geometry(0).unwrap();
-    let manifest = split_by_chunk(&g, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
-    let ds = Dataset::builder(storage, f.runtime.clone())
-        .opened(vec![a])
-        .variables(vec![Variable { label: "t2m".into(), geometry: g }])
-        .manifest(manifest)
-        .options(DatasetOptions { batch_size: 4, shuffle: false, ..Default::default() })
-        .chunk_transforms(vec![everywhere(Arc::new(crate::transform::Coarsen { factor: 2 }))])
-        .batch_transforms(vec![Arc::new(Slow)])
-        .build()
-        .unwrap();
+    let ds = f.custom(DatasetOptions { batch_size: 4, shuffle: false, ..Default::default() }, |b| {
+        b.chunk_transforms(vec![everywhere(Arc::new(crate::transform::Coarsen { factor: 2 }))])
+            .batch_transforms(vec![Arc::new(Slow)])
+    });
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
     assert_eq!(b[0].arrays["t2m"].shape, vec![4, 2, 2]);
     let row = expected_row(&[16, 4, 4], 0, 0);
@@ -779,20 +789,9 @@ impl BatchTransform for CountGathers {
 fn a_stalled_caller_leaves_at_most_the_described_batches_in_memory() {
     let f = Fixture::new(Some(Duration::from_millis(1)));
     f.array("t2m", &[64, 2, 2], &[4, 2, 2], None);
-    let storage: Arc<dyn crate::Storage> = Arc::new(f.storage.clone());
-    let st = storage.clone();
-    let a = f.sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
-    let g = a.geometry(0).unwrap();
-    let manifest = split_by_chunk(&g, &SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() }).unwrap();
     let count = Arc::new(CountGathers::default());
-    let ds = Dataset::builder(storage, f.runtime.clone())
-        .opened(vec![a])
-        .variables(vec![Variable { label: "t2m".into(), geometry: g }])
-        .manifest(manifest)
-        .options(DatasetOptions { batch_size: 4, block_chunks: 2, prefetch_depth: 3, ..Default::default() })
-        .batch_transforms(vec![Arc::clone(&count) as Arc<dyn BatchTransform>])
-        .build()
-        .unwrap();
+    let opts = DatasetOptions { batch_size: 4, block_chunks: 2, prefetch_depth: 3, ..Default::default() };
+    let ds = f.custom(opts, |b| b.batch_transforms(vec![Arc::clone(&count) as Arc<dyn BatchTransform>]));
     let exec = Arc::clone(&f.runtime.executor);
     let stalled = ds.clone();
     let gathered = f
