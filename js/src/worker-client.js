@@ -24,12 +24,10 @@ async function spawn(workerUrl) {
       terminate: () => w.terminate(),
     };
   }
-  // Written as one `new Worker(new URL(..., import.meta.url), { type: 'module' })` expression
-  // when no URL is given: bundlers (Vite, webpack 5) recognise only that form, and then
-  // bundle worker.js with its imports instead of copying it alone.
-  const w = workerUrl
-    ? new Worker(workerUrl, { type: 'module', name: 'insitubatch' })
-    : new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'insitubatch' });
+  // Not the `new Worker(new URL(...))` form bundlers rewrite: they would bundle worker.js,
+  // which imports the Node entry too (node:fs, node:path), and fail. Bundled apps pass
+  // `workerUrl`, served as plain files (docs/quickstart/javascript.md).
+  const w = new Worker(url, { type: 'module', name: 'insitubatch' });
   return {
     post: (m) => w.postMessage(m),
     listen: (onMsg, onErr) => {
