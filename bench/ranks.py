@@ -4,7 +4,8 @@
     bench/ranks.py --url file:///.../c8.zarr [--cli PATH] [--world-sizes 1,2] [--reps 3]
 
 For each round and world size (the sizes in a rotated order per round), N processes of
-`insitubatch bench URL --fractions 1,0,0 --rank r --world-size N --epochs 1 --json` start
+`insitubatch bench URL --fractions 1,0,0 --rank r --world-size N --threads T --epochs 1 --json`
+(T = cores / N decode threads each) start
 together; the job's cold-epoch rate is the decoded bytes of all ranks over the slowest
 rank's epoch seconds. Also summed over ranks: chunk reads (read-once across the job means
 the same count as one process) and samples served; and the samples the job drops to keep
@@ -24,11 +25,17 @@ REPO = os.path.dirname(HERE)
 KNOBS = ["--batch-size", "32", "--block-chunks", "16", "--max-inflight", "32", "--fractions", "1,0,0"]
 
 
+def threads_per_rank(world):
+    """The machine's cores shared out among the ranks (what a launcher on one node should do)."""
+    return max(1, (os.cpu_count() or 1) // world)
+
+
 def run_job(cli, url, world):
     """One cold epoch on `world` ranks at once: the job's MB/s and the sums over ranks."""
     procs = [
-        subprocess.Popen([cli, "bench", url, *KNOBS, "--rank", str(r), "--world-size", str(world),
-                          "--epochs", "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([cli, "bench", url, *KNOBS, "--rank", str(r), "--world-size", str(world), "--threads",
+                          str(threads_per_rank(world)), "--epochs", "1", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r in range(world)
     ]
     epochs = []
@@ -67,7 +74,8 @@ def main():
             seen[w].append(run_job(args.cli, args.url, w))
     base = statistics.median(j["mb_per_s"] for j in seen[sizes[0]])
     print(f"- command: `{' '.join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])}`")
-    print(f"- {args.reps} rounds, world sizes in a rotated order; each rank a fresh process, all ranks at once")
+    print(f"- {args.reps} rounds, world sizes in a rotated order; each rank a fresh process, all ranks at once, "
+          f"with {os.cpu_count()} cores / ranks decode threads each")
     print()
     print("| ranks | job cold MB/s (median [min–max]) | × one process | chunk reads, all ranks | samples served + dropped |")
     print("|--:|--:|--:|--:|--:|")
