@@ -11,8 +11,10 @@
 // object that counts the reads in flight: an early break leaves reads in flight, and before
 // each measurement the test waits until none is (an explicit point, not a clock), so the
 // active handles are decided by the engine alone (an HTTP connection pool keeps a number of
-// idle sockets that depends on timing). Resident memory is taken after a full garbage
-// collection, so that it counts what is kept, not what V8 has not collected yet.
+// idle sockets that depends on timing). Memory is taken after a full garbage collection, so
+// that it counts what is kept, not what V8 has not collected yet; resident memory is compared
+// less V8's heap reservation (heapTotal), which V8 grows over thousands of epochs (9.5 -> 16.5
+// MiB in 2000) while the live heap, compared on its own, stays flat.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
@@ -125,6 +127,9 @@ async function footprint(storage) {
     heap: await heapBytes(),
     rss: process.memoryUsage().rss,
     jsHeap: process.memoryUsage().heapUsed,
+    /** What V8 has reserved for its heap (taken out of rss), and memory outside it (printed). */
+    v8Heap: process.memoryUsage().heapTotal,
+    external: process.memoryUsage().external,
     handles: process.getActiveResourcesInfo().length,
     kinds: process.getActiveResourcesInfo().join(','),
   };
@@ -159,14 +164,20 @@ test(`soak: ${EPOCHS} epochs of train and val in turn with seeded early breaks a
     console.log(
       `soak: ${EPOCHS} epochs (${full} full), wasm memory ${mib(before.memory)} -> ${mib(after.memory)} MiB, ` +
         `in use ${before.heap} -> ${after.heap} bytes, rss ${mib(before.rss)} -> ${mib(after.rss)} MiB, ` +
-        `live JS heap ${mib(before.jsHeap)} -> ${mib(after.jsHeap)} MiB, ` +
+        `live JS heap ${mib(before.jsHeap)} -> ${mib(after.jsHeap)} MiB (reserved ${mib(before.v8Heap)} -> ${mib(after.v8Heap)}, ` +
+        `external ${mib(before.external)} -> ${mib(after.external)}), ` +
         `handles ${before.handles} -> ${after.handles} (${before.kinds} -> ${after.kinds})`,
     );
     assert.ok(full > 0 && full < EPOCHS, `both full and abandoned epochs ran (${full} of ${EPOCHS} full)`);
     assert.ok(after.memory <= before.memory * (1 + RSS_GROWTH), `wasm memory grew from ${before.memory} to ${after.memory} bytes`);
-    assert.ok(after.heap <= before.heap * (1 + RSS_GROWTH), `the engine's bytes in use grew from ${before.heap} to ${after.heap}`);
+    // The bytes in use differ by a few KiB with what the last epoch left (a break or a full
+    // pass: 128 to 134 KiB here); a leak grows with the epochs.
+    assert.ok(after.heap <= before.heap * (1 + RSS_GROWTH) + 16 * 1024, `the engine's bytes in use grew from ${before.heap} to ${after.heap}`);
     assert.ok(after.jsHeap <= before.jsHeap * (1 + RSS_GROWTH), `the live JS heap grew from ${before.jsHeap} to ${after.jsHeap} bytes`);
-    assert.ok(after.rss <= before.rss * (1 + RSS_GROWTH), `resident memory grew ${((after.rss / before.rss - 1) * 100).toFixed(1)}% after ${WARMUP} epochs`);
+    // V8 keeps growing its heap reservation (heapTotal) over thousands of epochs while the live
+    // heap stays flat (checked above), so resident memory is compared without it.
+    const [rss0, rss1] = [before.rss - before.v8Heap, after.rss - after.v8Heap];
+    assert.ok(rss1 <= rss0 * (1 + RSS_GROWTH), `resident memory outside V8's heap grew ${((rss1 / rss0 - 1) * 100).toFixed(1)}% after ${WARMUP} epochs`);
     assert.ok(after.handles <= before.handles, `active handles grew from ${before.handles} to ${after.handles}`);
   } finally {
     ds.close();
