@@ -1,5 +1,6 @@
 // Shared helpers: the zarr-python fixtures ($INSITUBATCH_FIXTURES, written by
-// tests/fixtures/make_fixtures.py) served by tests/servers/http_server.py ($INSITUBATCH_HTTP_URL).
+// tests/fixtures/make_fixtures.py) served by tests/servers/http_server.py ($INSITUBATCH_HTTP_URL)
+// and by the misbehaving tests/servers/faulty_http.py ($INSITUBATCH_FAULTY_HTTP_URL).
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
@@ -10,6 +11,10 @@ export const skip = !FIXTURES || !HTTP ? 'INSITUBATCH_FIXTURES / INSITUBATCH_HTT
 /** CI (`CI` set, as in .ci/run) provides every prerequisite: there a skip is a failure. */
 export const UNDER_CI = !!process.env.CI && !['', '0', 'false'].includes(process.env.CI.trim().toLowerCase());
 if (skip && UNDER_CI) throw new Error(`${skip}; CI is set, where this is a failure, not a skip`);
+/** tests/servers/faulty_http.py, started by start_all.sh with the plain HTTP server. */
+export const FAULTY_HTTP = process.env.INSITUBATCH_FAULTY_HTTP_URL;
+export const faultySkip = skip || (!FAULTY_HTTP ? 'INSITUBATCH_FAULTY_HTTP_URL unset: run scripts/test-wasm.sh' : false);
+if (faultySkip && UNDER_CI) throw new Error(`${faultySkip}; CI is set, where this is a failure, not a skip`);
 
 export function manifest() {
   return JSON.parse(readFileSync(join(FIXTURES, 'manifest.json'), 'utf8'));
