@@ -40,6 +40,10 @@ impl FetchStorage {
             Reflect::set(o, &JsValue::from_str(k), v).map_err(|e| StorageError::permanent(js_message(&e)))
         };
         set(&init, "method", &JsValue::from_str("GET"))?;
+        let abort = AbortOnDrop::new();
+        if let Some(signal) = abort.signal() {
+            set(&init, "signal", &signal)?;
+        }
         if let Some(r) = &range {
             let headers = Object::new();
             set(&headers, "Range", &JsValue::from_str(r))?;
@@ -65,6 +69,7 @@ impl FetchStorage {
         let buf = JsFuture::from(buf)
             .await
             .map_err(|e| StorageError::transient(format!("reading the body failed: {}", js_message(&e))))?;
+        drop(abort); // the body is read: aborting now is a no-op
         Ok(Some((Bytes::from(Uint8Array::new(&buf).to_vec()), status == 206)))
     }
 
@@ -163,5 +168,31 @@ impl Storage for FetchStorage {
 
     fn location(&self) -> String {
         self.base.clone()
+    }
+}
+
+/// Aborts its `fetch` when dropped. The engine drops a read it has timed out
+/// (`ReadPolicy::request_timeout`) or that belongs to a pass that ended; without an abort the
+/// connection stays open until the JS runtime gives up on it (Node: 300 s), holding a socket
+/// and keeping Node's event loop alive. Dropped once the body has been read, it does nothing.
+struct AbortOnDrop(Option<web_sys::AbortController>);
+
+impl AbortOnDrop {
+    /// Holds no controller where `AbortController` is missing (very old runtimes): reads then
+    /// cannot be cancelled, as before.
+    fn new() -> Self {
+        Self(web_sys::AbortController::new().ok())
+    }
+
+    fn signal(&self) -> Option<web_sys::AbortSignal> {
+        self.0.as_ref().map(web_sys::AbortController::signal)
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            c.abort();
+        }
     }
 }
