@@ -65,8 +65,7 @@ export class Explorer {
     const ex = this.#ex;
     if (!ex) return;
     this.#ex = undefined;
-    if (this.#inst.trapped) return this.#inst.forget(this.#ref);
-    this.#inst.free(ex, this.#ref);
+    this.#inst.free(ex, this.#ref); // a no-op on a trapped instance, beyond forgetting it
   }
 }
 

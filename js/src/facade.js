@@ -168,8 +168,7 @@ export class Dataset extends SplitViews {
     const ds = this.#ds;
     if (!ds) return;
     this.#ds = undefined;
-    if (this.#inst.trapped) return this.#inst.forget(this.#ref);
-    this.#inst.free(ds, this.#ref);
+    this.#inst.free(ds, this.#ref); // a no-op on a trapped instance, beyond forgetting it
   }
 }
 

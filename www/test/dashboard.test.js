@@ -30,6 +30,9 @@ let base;
 let browser;
 let page;
 const pageErrors = [];
+/** Playwright waits on page states; this bound only turns a hang into an error, so it is far
+ * above any wait here even on a loaded machine (Playwright's own default is 30 s). */
+const HANG_GUARD_MS = 300_000;
 
 before(async () => {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
@@ -38,6 +41,7 @@ before(async () => {
   base = server.resolvedUrls.local[0];
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
   page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
+  page.setDefaultTimeout(HANG_GUARD_MS);
   page.on('pageerror', (e) => pageErrors.push(e.message));
 });
 
@@ -503,6 +507,7 @@ describe('dashboard on an ERA5-sized store (721 × 1440 float32, 33 MB chunks)',
     server2 = await preview({ root: ROOT, logLevel: 'warn', preview: { host: '127.0.0.1', port: 0, strictPort: false } });
     process.env.IB_STORE_DIR = STORE;
     p = await browser.newPage({ viewport: SIZES.desktop });
+    p.setDefaultTimeout(HANG_GUARD_MS);
     p.on('pageerror', (e) => pageErrors.push(e.message));
   });
   after(async () => {
