@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_lock::Semaphore;
 use bytes::Bytes;
 use futures::FutureExt;
-use futures::future::{Either, Shared};
+use futures::future::Shared;
 use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::array::{AlignedBytes, DType, NdArray, Recycler, filled_bytes};
@@ -22,7 +22,8 @@ use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::plan::ChunkKey;
 use crate::pool::{Chunk, ChunkData, LoadResult, LoadTimes, Pool};
-use crate::runtime::{BoxFuture, ByteRange, Cancelled, Job, MaybeSend, Runtime, Storage, StorageErrorKind, ThreadPool};
+use crate::retry::with_policy;
+use crate::runtime::{BoxFuture, ByteRange, Cancelled, Job, MaybeSend, Runtime, Storage, ThreadPool};
 use crate::stats::PassRecorder;
 use crate::tier::ChunkTier;
 use crate::transform::{ChunkTransform, DecodedChunk};
@@ -270,43 +271,22 @@ impl Engine {
         if loc.ends_with('/') { format!("{loc}{key}") } else { format!("{loc}/{key}") }
     }
 
-    /// One storage request with a timeout and retries for transient failures.
+    /// One storage request under the read policy ([`crate::retry::with_policy`]).
     pub async fn fetch(&self, key: &str, range: Option<ByteRange>) -> Result<Option<Bytes>> {
-        let mut attempt = 0u32;
-        loop {
-            let request = match range {
-                None => self.storage.get(key),
-                Some(r) => self.storage.get_range(key, r),
-            };
-            let timeout = self.runtime.executor.sleep(self.policy.request_timeout);
-            let outcome = match futures::future::select(request, timeout).await {
-                Either::Left((r, _)) => r,
-                Either::Right(_) => Err(crate::runtime::StorageError::transient(format!(
-                    "no answer within {:?}",
-                    self.policy.request_timeout
-                ))),
-            };
-            match outcome {
-                Ok(v) => return Ok(v),
-                Err(e) if e.kind == StorageErrorKind::Transient && attempt < self.policy.retries => {
-                    let wait = self.policy.backoff * 2u32.saturating_pow(attempt);
-                    tracing::debug!(key, attempt, ?wait, error = %e, "retrying a transient storage failure");
-                    self.runtime.executor.sleep(wait).await;
-                    attempt += 1;
-                }
-                Err(e) => {
-                    return Err(Error::Storage {
-                        message: format!(
-                            "storage read failed after {} attempt(s): {} (check credentials, endpoint and network; \
-                             on_bad_chunk=\"nan\" skips unreadable chunks)",
-                            attempt + 1,
-                            e.message
-                        ),
-                        key: self.url(key),
-                    });
-                }
+        let request = || match range {
+            None => self.storage.get(key),
+            Some(r) => self.storage.get_range(key, r),
+        };
+        with_policy(self.runtime.executor.as_ref(), &self.policy, key, request).await.map_err(|gave_up| {
+            Error::Storage {
+                message: format!(
+                    "storage read failed after {} attempt(s): {} (check credentials, endpoint and network; \
+                     on_bad_chunk=\"nan\" skips unreadable chunks)",
+                    gave_up.attempts, gave_up.error.message
+                ),
+                key: self.url(key),
             }
-        }
+        })
     }
 
     async fn shard_index(self: &Arc<Self>, path: u32, shard_key: &str) -> Result<Option<Arc<ShardIndex>>> {

@@ -382,6 +382,37 @@ fn transient_failures_are_retried_and_permanent_ones_reported() {
     assert!(err.to_string().contains("access denied") && err.to_string().ends_with("t2m/c/2/0/0"), "{err}");
 }
 
+/// The metadata reads at open follow the read policy like chunk reads (`PolicyStorage`):
+/// transient failures are retried, too many of them or a permanent one fail the open naming
+/// the key, with the number of attempts.
+#[test]
+fn metadata_reads_at_open_are_retried_under_the_read_policy() {
+    let f = Fixture::new(None);
+    f.array("t2m", &[16, 2, 2], &[4, 2, 2], None);
+    let open = |retries: u32| {
+        let storage: Arc<dyn crate::Storage> = Arc::new(f.storage.clone());
+        let read_policy = crate::ReadPolicy { retries, ..Default::default() };
+        let builder = Dataset::builder(storage, f.runtime.clone())
+            .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
+            .options(DatasetOptions { batch_size: 4, read_policy, ..Default::default() });
+        f.sim.run(builder.open(), LIMIT).expect("open finishes")
+    };
+    f.storage.set_fault("t2m/zarr.json", Fault::TransientFailures(2));
+    let ds = open(2).expect("two transient failures are within two retries");
+    assert_eq!(f.storage.reads_of("t2m/zarr.json"), 3);
+    check_epoch(&f.epoch(&ds, Split::Train).unwrap().unwrap(), &[16, 2, 2], 0, &[("t2m", 0)], &(0..16).collect::<Vec<_>>(), 4);
+
+    f.storage.set_fault("t2m/zarr.json", Fault::TransientFailures(3));
+    let err = open(1).expect_err("three transient failures are past one retry").to_string();
+    assert!(err.contains("gave up after 2 attempts") && err.ends_with("t2m/zarr.json"), "{err}");
+
+    f.storage.set_fault("t2m/zarr.json", Fault::Permanent("access denied".into()));
+    let before = f.storage.reads_of("t2m/zarr.json");
+    let err = open(4).expect_err("a permanent failure fails the open").to_string();
+    assert!(err.contains("access denied") && err.ends_with("t2m/zarr.json"), "{err}");
+    assert_eq!(f.storage.reads_of("t2m/zarr.json"), before + 1, "a permanent failure is not retried");
+}
+
 #[test]
 fn warm_epoch_reads_nothing_when_the_budget_holds_the_split() {
     let f = Fixture::new(None);

@@ -32,6 +32,7 @@ pub mod geometry;
 pub mod pass;
 pub mod plan;
 pub mod pool;
+pub mod retry;
 pub mod runtime;
 pub mod scaler;
 pub mod shard;

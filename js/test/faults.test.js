@@ -116,10 +116,7 @@ test('a permanent fault (403) rejects naming the chunk\'s key, or under onBadChu
   ds.close();
 });
 
-test('transient faults on the metadata reads at open are retried', {
-  skip,
-  todo: 'known gap: core/src/zarr.rs reads metadata once, outside ReadPolicy; natively object_store retries it, in wasm nothing does',
-}, async () => {
+test('transient faults on the metadata reads at open are retried', { skip }, async () => {
   const want = await clean('v3_zstd');
   for (const fault of ['503-2', '429-2', 'reset-1', 'cut-1']) {
     const got = await epoch(faulty('metadata', fault, 'v3_zstd'));

@@ -140,16 +140,20 @@ async fn open_on(
     let (split, options) = opts.to_core().map_err(err)?;
     let runtime =
         Runtime::new(Arc::new(LocalExecutor::new()), cpu_pool()).with_memory_available(crate::memory_available());
-    let arrays = insitubatch_core::zarr::open_arrays(storage.as_ref(), opts.paths().as_deref()).await.map_err(err)?;
     let mut builder = insitubatch_core::Dataset::builder(Arc::clone(&storage), runtime)
         .sample_axis(opts.sample_axis.unwrap_or_default())
         .split(split)
         .options(options);
+    if let Some(paths) = opts.paths() {
+        builder = builder.arrays(paths);
+    }
+    builder = builder.read_metadata().await.map_err(err)?;
     if opts.windowed() {
-        let variables = opts.variables_over(&arrays, &arrays, opts.shift.unwrap_or(0)).map_err(err)?;
+        let arrays = builder.opened_arrays();
+        let variables = opts.variables_over(arrays, arrays, opts.shift.unwrap_or(0)).map_err(err)?;
         builder = builder.variables(variables);
     }
-    let inner = builder.opened(arrays).build().map_err(err)?;
+    let inner = builder.build().map_err(err)?;
     Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url })
 }
 

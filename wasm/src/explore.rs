@@ -277,6 +277,7 @@ pub fn target_label(label: &str, shift: i64) -> String {
 mod js {
     use super::*;
     use crate::LocalExecutor;
+    use insitubatch_core::retry::PolicyStorage;
     use crate::api::{PassCursor, batch_to_js, err, parse_options, to_js, whole};
     use crate::storage::FetchStorage;
     use wasm_bindgen::prelude::*;
@@ -323,11 +324,14 @@ mod js {
         url: String,
         variables: Option<Vec<String>>,
     ) -> Result<Explorer, JsError> {
-        let arrays = insitubatch_core::zarr::open_arrays(storage.as_ref(), variables.as_deref()).await.map_err(err)?;
+        // The metadata reads are retried as a dataset's would be (core's default ReadPolicy).
+        let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
+        let reads = PolicyStorage::new(Arc::clone(&storage), executor, insitubatch_core::ReadPolicy::default());
+        let arrays = insitubatch_core::zarr::open_arrays(&reads, variables.as_deref()).await.map_err(err)?;
         let mut coordinates = Vec::new();
         for name in coordinate_names(&arrays) {
             // A dimension without an array of its name is common (no coordinate stored).
-            match insitubatch_core::zarr::open_array(storage.as_ref(), &name).await {
+            match insitubatch_core::zarr::open_array(&reads, &name).await {
                 Ok(a) if a.is_coordinate() => coordinates.push(a),
                 Ok(_) | Err(Error::NotFound { .. }) => {}
                 Err(e) => return Err(err(e)),

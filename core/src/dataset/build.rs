@@ -22,6 +22,7 @@ use crate::geometry::ArrayGeometry;
 use crate::pass::GatherVar;
 use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks};
 use crate::pool::Pool;
+use crate::retry::PolicyStorage;
 use crate::runtime::{Runtime, Storage};
 use crate::shard::unit_chunks;
 use crate::shuffle::Split;
@@ -176,25 +177,47 @@ impl DatasetBuilder {
     /// # Errors
     /// Whatever opening an array reports ([`Error::NotFound`], [`Error::Metadata`]), and
     /// whatever [`Self::build`] refuses.
-    pub async fn open(mut self) -> Result<Dataset> {
+    pub async fn open(self) -> Result<Dataset> {
+        self.read_metadata().await?.build()
+    }
+
+    /// Read the metadata of the selected arrays not yet [`Self::opened`] (all data arrays,
+    /// discovered, when none is selected), under the options' read policy: a 503 on
+    /// `zarr.json` is retried like a 503 on a chunk. For a caller that labels variables
+    /// from the arrays' metadata ([`Self::opened_arrays`]) before [`Self::build`].
+    ///
+    /// # Errors
+    /// Whatever opening an array reports ([`Error::NotFound`], [`Error::Metadata`],
+    /// [`Error::Storage`] once the retries are spent).
+    pub async fn read_metadata(mut self) -> Result<Self> {
         let missing: Option<Vec<String>> = match &self.selection {
             Selection::Discover if self.opened.is_empty() => None,
             Selection::Discover => Some(Vec::new()),
             Selection::Paths(paths) => Some(paths.clone()),
             Selection::Variables(vars) => Some(distinct(vars.iter().map(|v| v.geometry.path.clone()))),
         };
+        let storage = PolicyStorage::new(
+            Arc::clone(&self.storage),
+            Arc::clone(&self.runtime.executor),
+            self.options.read_policy.clone(),
+        );
         match missing {
-            None => self.opened = open_arrays(self.storage.as_ref(), None).await?,
+            None => self.opened = open_arrays(&storage, None).await?,
             Some(paths) => {
                 for path in paths {
                     if !self.opened.iter().any(|a| a.path() == path) {
-                        let array = open_array(self.storage.as_ref(), &path).await?;
+                        let array = open_array(&storage, &path).await?;
                         self.opened.push(array);
                     }
                 }
             }
         }
-        self.build()
+        Ok(self)
+    }
+
+    /// The arrays whose metadata has been read ([`Self::opened`], [`Self::read_metadata`]).
+    pub fn opened_arrays(&self) -> &[ZarrArray] {
+        &self.opened
     }
 
     /// Build the dataset from arrays already [`Self::opened`]; no I/O.
