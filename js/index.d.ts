@@ -240,6 +240,8 @@ export interface MemoryReport {
   floor_bytes: number;
   read_once_bytes: number;
   residency_bytes: number;
+  /** The most the pool can hold: the budget, or every chunk of the arrays when that is less; the estimate counts this. */
+  resident_max_bytes: number;
   budget_is_automatic: boolean;
   /** What an automatic budget holds for one iteration (read-once, within half the memory). */
   automatic_budget_bytes: number;

@@ -121,6 +121,10 @@ pub struct MemoryReport {
     pub read_once_bytes: u64,
     /// The pool budget that will be in force.
     pub residency_bytes: u64,
+    /// The most the pool can hold: the budget, or every chunk of the selected arrays when
+    /// that is less (a budget beyond the store is room the run cannot use). The estimate
+    /// counts this, not the budget.
+    pub resident_max_bytes: u64,
     /// True when no budget was given.
     pub budget_is_automatic: bool,
     /// What an automatic budget holds for one iteration: read-once, capped at half the
@@ -141,7 +145,7 @@ pub struct MemoryReport {
     pub scratch_bytes: u64,
     /// Slack for freed chunk buffers kept for reuse (idle batch buffers are within `queue_bytes`).
     pub recycled_bytes: u64,
-    /// Sum of the above.
+    /// `resident_max_bytes` + in flight + queue + scratch + recycled.
     pub accounted_bytes: u64,
     /// Accounted + 64 MiB process baseline: an upper bound for a caller slower than the loader.
     pub estimated_peak_bytes: u64,
@@ -304,11 +308,16 @@ impl DatasetReport {
         let m = &self.memory;
         let _ = writeln!(
             s,
-            "  memory ({} iteration{}): residency {}{} (floor {} per iteration, read-once {}) + in flight {} + queue {} + scratch {} + recycled {} = {}; estimated peak {}{}",
+            "  memory ({} iteration{}): residency {}{}{} (floor {} per iteration, read-once {}) + in flight {} + queue {} + scratch {} + recycled {} = {}; estimated peak {}{}",
             m.iterations,
             if m.iterations == 1 { "" } else { "s" },
             human_bytes(m.residency_bytes),
             if m.budget_is_automatic { " (automatic)" } else { "" },
+            if m.resident_max_bytes < m.residency_bytes {
+                format!(", of which the store fills {}", human_bytes(m.resident_max_bytes))
+            } else {
+                String::new()
+            },
             human_bytes(m.floor_bytes),
             human_bytes(m.read_once_bytes),
             human_bytes(m.inflight_bytes),

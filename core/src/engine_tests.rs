@@ -400,7 +400,14 @@ fn metadata_reads_at_open_are_retried_under_the_read_policy() {
     f.storage.set_fault("t2m/zarr.json", Fault::TransientFailures(2));
     let ds = open(2).expect("two transient failures are within two retries");
     assert_eq!(f.storage.reads_of("t2m/zarr.json"), 3);
-    check_epoch(&f.epoch(&ds, Split::Train).unwrap().unwrap(), &[16, 2, 2], 0, &[("t2m", 0)], &(0..16).collect::<Vec<_>>(), 4);
+    check_epoch(
+        &f.epoch(&ds, Split::Train).unwrap().unwrap(),
+        &[16, 2, 2],
+        0,
+        &[("t2m", 0)],
+        &(0..16).collect::<Vec<_>>(),
+        4,
+    );
 
     f.storage.set_fault("t2m/zarr.json", Fault::TransientFailures(3));
     let err = open(1).expect_err("three transient failures are past one retry").to_string();

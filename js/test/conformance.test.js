@@ -77,7 +77,8 @@ test('describe() returns the memory report without reading data', { skip }, asyn
   for (const k of ['floor_bytes', 'residency_bytes', 'inflight_bytes', 'queue_bytes', 'estimated_peak_bytes']) {
     assert.equal(typeof r.memory[k], 'number', k);
   }
-  assert.ok(r.memory.floor_bytes > 0 && r.memory.estimated_peak_bytes >= r.memory.residency_bytes);
+  assert.ok(r.memory.floor_bytes > 0 && r.memory.estimated_peak_bytes >= r.memory.resident_max_bytes);
+  assert.ok(r.memory.resident_max_bytes <= r.memory.residency_bytes);
   assert.equal(r.memory.iterations, 1);
   assert.equal(ds.describe(2).memory.iterations, 2);
   assert.ok(Array.isArray(r.variables) && Array.isArray(r.notes));

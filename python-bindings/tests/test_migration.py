@@ -269,7 +269,7 @@ def test_describe_and_print_summary(era5):
     mem = report["memory"]
     assert mem["budget_is_automatic"] is True and mem["iterations"] == 1
     assert mem["residency_bytes"] == mem["working_set_bytes"] == cfg["cache_budget_bytes"] == ds.cache_budget_bytes
-    parts = ("residency_bytes", "inflight_bytes", "queue_bytes", "scratch_bytes", "recycled_bytes")
+    parts = ("resident_max_bytes", "inflight_bytes", "queue_bytes", "scratch_bytes", "recycled_bytes")
     assert mem["accounted_bytes"] == sum(mem[k] for k in parts)
     assert mem["estimated_peak_bytes"] > mem["accounted_bytes"]
     assert ds.describe(iterations=2)["memory"]["residency_bytes"] >= 2 * mem["working_set_bytes"] - 1

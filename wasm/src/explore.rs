@@ -277,9 +277,9 @@ pub fn target_label(label: &str, shift: i64) -> String {
 mod js {
     use super::*;
     use crate::LocalExecutor;
-    use insitubatch_core::retry::PolicyStorage;
     use crate::api::{PassCursor, batch_to_js, err, parse_options, to_js, whole};
     use crate::storage::FetchStorage;
+    use insitubatch_core::retry::PolicyStorage;
     use wasm_bindgen::prelude::*;
 
     fn signed(name: &str, v: f64) -> Result<i64, JsError> {

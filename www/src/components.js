@@ -55,6 +55,7 @@ const MEMORY_ROWS = [
   ['residency_bytes', 'residency (pool budget)'],
   ['floor_bytes', '  floor per iteration (two blocks)'],
   ['read_once_bytes', '  read-once residency'],
+  ['resident_max_bytes', '  the most the pool can hold (the store, when less)'],
   ['inflight_bytes', 'in flight'],
   ['queue_bytes', 'batch queue'],
   ['scratch_bytes', 'transform scratch'],
@@ -181,7 +182,7 @@ export function hoverText(h, units) {
 
 /** The stacked bar's parts, in the order the engine adds them up to `accounted_bytes`. */
 export const MEMORY_PARTS = [
-  ['residency_bytes', 'residency', '#3b528b'],
+  ['resident_max_bytes', 'residency', '#3b528b'],
   ['inflight_bytes', 'in flight', '#21918c'],
   ['queue_bytes', 'batch queue', '#5ec962'],
   ['scratch_bytes', 'transform scratch', '#e0b000'],
@@ -206,7 +207,12 @@ export function memoryBar(m) {
     ...MEMORY_PARTS.map(([key, label, colour]) => ({ key, label, colour, bytes: m[key] })),
     { key: 'overhead_bytes', label: 'allocator + baseline', colour: 'repeating-linear-gradient(45deg,#ddd 0 4px,#f4f4f4 4px 8px)', bytes: m.estimated_peak_bytes - m.accounted_bytes },
   ];
-  const describe = (p) => `${p.label} ${human(p.bytes)} (${((100 * p.bytes) / peak).toFixed(1)}%)${p.key === 'residency_bytes' ? (m.budget_is_automatic ? ', the automatic budget' : ', the budget given') : ''}`;
+  const budget = () => {
+    const which = m.budget_is_automatic ? 'the automatic budget' : 'the budget given';
+    // A budget beyond the store: the pool holds at most the store, and that is what is counted.
+    return m.resident_max_bytes < m.residency_bytes ? `, all of the store (${which} is ${human(m.residency_bytes)})` : `, ${which}`;
+  };
+  const describe = (p) => `${p.label} ${human(p.bytes)} (${((100 * p.bytes) / peak).toFixed(1)}%)${p.key === 'resident_max_bytes' ? budget() : ''}`;
   const track = el('div', { className: 'ib-membar-track' });
   const legend = el('ul', { className: 'ib-membar-legend' });
   for (const p of parts) {

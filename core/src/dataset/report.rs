@@ -7,7 +7,7 @@ use super::{Dataset, max_batches_ahead};
 use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport, human_bytes};
 use crate::engine::ArrayReader;
 use crate::error::{Error, Result};
-use crate::plan::PassPlan;
+use crate::plan::{PassPlan, block_bytes};
 use crate::shuffle::{Split, chunk_anchors, shuffle_quality};
 
 /// Process baseline (interpreter, allocator arenas, code) added to the accounted bytes. No
@@ -219,7 +219,11 @@ impl Dataset {
         // is allocated only when none is idle); idle chunk buffers can outlast a size change,
         // so count two chunks of slack.
         let recycled_bytes = 2 * i.floor_arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
-        let accounted = residency + inflight_bytes + queue_bytes + scratch_bytes + recycled_bytes;
+        // The pool never holds more than every chunk of the selected arrays, whatever the
+        // budget: a budget beyond the store is room the run cannot use.
+        let store_bytes = block_bytes(&i.floor_arrays, i.manifest.n_chunks, i.manifest.sample_chunk_size);
+        let resident_max_bytes = residency.min(store_bytes.max(needed));
+        let accounted = resident_max_bytes + inflight_bytes + queue_bytes + scratch_bytes + recycled_bytes;
         let estimated_peak_bytes = accounted + PROCESS_BASELINE_BYTES;
         notes.extend(peak_note(estimated_peak_bytes, memory_available));
         MemoryReport {
@@ -227,6 +231,7 @@ impl Dataset {
             floor_bytes: floor,
             read_once_bytes: i.read_once_bytes,
             residency_bytes: residency,
+            resident_max_bytes,
             budget_is_automatic: o.cache_budget_bytes.is_none(),
             automatic_budget_bytes: i.auto_residency_bytes,
             memory_available_bytes: memory_available,

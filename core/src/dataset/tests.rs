@@ -191,6 +191,47 @@ fn the_automatic_budget_stays_within_the_memory_the_runtime_has() {
     assert_eq!(drawn, ds.manifest().sample_indices(Split::Train));
 }
 
+/// A budget beyond the store is room the pool cannot fill: the estimate counts the store
+/// (every chunk of the selected arrays), not the budget, and a warm epoch under it really
+/// does hold no more than that.
+#[test]
+fn a_budget_beyond_the_store_is_counted_as_the_store() {
+    let (sim, _, runtime) = store();
+    let storage = MemoryStorage::new();
+    write_f32_array(&storage, "t2m", &[64, 2], &[4, 2], None, None, |i| i as f32);
+    let open = |budget: Option<u64>| {
+        let b = Dataset::builder(shared(&storage), runtime.clone())
+            .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
+            .options(DatasetOptions {
+                batch_size: 4,
+                block_chunks: 1,
+                cache_budget_bytes: budget,
+                ..Default::default()
+            });
+        sim.run(b.open(), LIMIT).unwrap().unwrap()
+    };
+    let store_bytes = 64 * 2 * 4;
+    let ds = open(Some(1 << 30));
+    let m = ds.describe(1).unwrap().memory;
+    assert_eq!(m.residency_bytes, 1 << 30, "the budget in force is the budget given");
+    assert_eq!(m.resident_max_bytes, store_bytes, "{m:?}");
+    assert_eq!(
+        m.accounted_bytes,
+        m.resident_max_bytes + m.inflight_bytes + m.queue_bytes + m.scratch_bytes + m.recycled_bytes
+    );
+    assert!(
+        ds.describe(1).unwrap().render().contains("of which the store fills 512 B"),
+        "{}",
+        ds.describe(1).unwrap().render()
+    );
+    train_epoch(&sim, &ds);
+    assert!(ds.pool_counters().resident_peak_bytes <= m.resident_max_bytes, "{:?}", ds.pool_counters());
+
+    // A budget within the store is counted whole.
+    let m = open(Some(256)).describe(1).unwrap().memory;
+    assert_eq!((m.residency_bytes, m.resident_max_bytes), (256, 256));
+}
+
 #[test]
 fn an_explicit_budget_beyond_the_memory_available_is_refused_with_the_most_that_fits() {
     let (sim, storage, runtime) = store();

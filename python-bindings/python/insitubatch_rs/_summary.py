@@ -79,6 +79,7 @@ class MemoryReport(TypedDict, total=False):
 
     iterations: int
     residency_bytes: int
+    resident_max_bytes: int  # the most the pool can hold: the budget, or the whole store when less
     inflight_bytes: int
     queue_bytes: int
     scratch_bytes: int
