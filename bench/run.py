@@ -88,6 +88,8 @@ def parse_args(argv):
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--block-chunks", type=int, default=16)
     ap.add_argument("--max-inflight", type=int, default=32)
+    ap.add_argument("--first-block-chunks", type=int, default=None, metavar="N",
+                    help="also run the CLI with --first-block-chunks N (engine ours-fbN), in the same rounds")
     ap.add_argument("--timeout", type=float, default=1800)
     args = ap.parse_args(argv)
     base = QUICK if args.quick else DEFAULTS
@@ -136,6 +138,9 @@ def engine_cmds(args, url, cli, apy):
             [apy, os.path.join(HERE, "decode_limit.py"), "--url", url, "--var", args.var]}
     if "ours" in args.engine_list:
         cmds["ours"] = [cli, "bench", url, "--var", args.var] + common + budget + ["--json"]
+        if args.first_block_chunks:
+            cmds[f"ours-fb{args.first_block_chunks}"] = cmds["ours"] + [
+                "--first-block-chunks", str(args.first_block_chunks)]
     if "rs-python" in args.engine_list:
         cmds["rs-python"] = [args.python, os.path.join(HERE, "py_engines.py"), "rs-python", "--url",
                              url, "--var", args.var] + common + budget

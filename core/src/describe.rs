@@ -60,6 +60,9 @@ pub struct ConfigReport {
     pub block_chunks: usize,
     /// As requested.
     pub block_chunks_requested: usize,
+    /// Chunks in each epoch's first block (widened; `block_chunks` unless a smaller first
+    /// block was asked for).
+    pub first_block_chunks: usize,
     /// Storage reads in flight at most.
     pub max_inflight: usize,
     /// Batches queued ahead.
@@ -267,10 +270,11 @@ impl DatasetReport {
             "  batch {} | block_chunks {}{} | max_inflight {} | prefetch {} | seed {} epoch {} | shuffle quality {:.2}",
             c.batch_size,
             c.block_chunks,
-            if c.block_chunks != c.block_chunks_requested {
-                format!(" (asked {})", c.block_chunks_requested)
-            } else {
-                String::new()
+            match (c.block_chunks != c.block_chunks_requested, c.first_block_chunks < c.block_chunks) {
+                (false, false) => String::new(),
+                (true, false) => format!(" (asked {})", c.block_chunks_requested),
+                (false, true) => format!(" (first block {})", c.first_block_chunks),
+                (true, true) => format!(" (asked {}; first block {})", c.block_chunks_requested, c.first_block_chunks),
             },
             c.max_inflight,
             c.prefetch_depth,

@@ -279,6 +279,7 @@ mod tests {
             n_samples: 24,
             anchor_range: (0, 23),
             block_chunks: 2,
+            first_block_chunks: 2,
             shuffle: true,
             seed: 1,
             epoch: 0,

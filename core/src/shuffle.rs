@@ -9,9 +9,11 @@
 //! 2. `below(n)`: Lemire's multiply-shift with rejection over `next_u64`.
 //! 3. Shuffle: Fisher–Yates from the back: `for i in (1..len).rev() { swap(i, below(i + 1)) }`.
 //! 4. Draw order: the split's chunk ids (ascending) minus chunks with no drawable anchor,
-//!    permuted with purpose 1 / index 0 (train only); cut into blocks of `block_chunks`
-//!    consecutive chunks; each block's anchors (chunk order, then sample order) shuffled with
-//!    purpose 2 / index = block number. Sequential views skip both shuffles.
+//!    permuted with purpose 1 / index 0 (train only); cut into blocks of consecutive chunks,
+//!    the first of `first_block_chunks` (equal to `block_chunks` unless the caller asked for a
+//!    smaller first block) and the rest of `block_chunks`; each block's anchors (chunk order,
+//!    then sample order) shuffled with purpose 2 / index = block number. Sequential views skip
+//!    both shuffles.
 
 use rand_core::Rng;
 use rand_pcg::Pcg64;
@@ -167,6 +169,9 @@ pub struct OrderSpec<'a> {
     pub anchor_range: (u64, u64),
     /// Chunks per shuffle block (already widened).
     pub block_chunks: usize,
+    /// Chunks in the first block (already widened; `block_chunks` for the specified order):
+    /// the first batch waits for these chunks only, at a cost in mixing `describe()` reports.
+    pub first_block_chunks: usize,
     /// Shuffle (train) or walk in order.
     pub shuffle: bool,
     /// The dataset seed.
@@ -203,12 +208,15 @@ pub fn permuted_chunks(spec: &OrderSpec<'_>) -> Vec<u64> {
     chunks
 }
 
-/// Steps 3–4: `chunks` cut into blocks of `block_chunks`, each block's anchors shuffled (for
-/// shuffled views) with (purpose 2, index = `block_index(block number)`).
+/// Steps 3–4: `chunks` cut into blocks (the first of `first_block_chunks`, the rest of
+/// `block_chunks`), each block's anchors shuffled (for shuffled views) with (purpose 2,
+/// index = `block_index(block number)`).
 pub fn blocked_order(spec: &OrderSpec<'_>, chunks: &[u64], block_index: impl Fn(usize) -> u64) -> DrawOrder {
     let per_block = spec.block_chunks.max(1);
+    let (first, rest) = chunks.split_at(spec.first_block_chunks.clamp(1, per_block).min(chunks.len()));
+    let blocks = std::iter::once(first).filter(|b| !b.is_empty()).chain(rest.chunks(per_block));
     let mut order = DrawOrder { anchors: Vec::new(), bounds: vec![0], block_chunks: Vec::new() };
-    for (b, block) in chunks.chunks(per_block).enumerate() {
+    for (b, block) in blocks.enumerate() {
         let start = order.anchors.len();
         for &c in block {
             order.anchors.extend(chunk_anchors(c, spec.ref_spc, spec.n_samples, spec.anchor_range));
@@ -262,6 +270,7 @@ mod tests {
             n_samples: 77,
             anchor_range: (0, 77),
             block_chunks: 3,
+            first_block_chunks: 3,
             shuffle,
             seed: 7,
             epoch,
@@ -284,6 +293,27 @@ mod tests {
                 assert!(a.block_chunks[b].contains(&(t / 8)));
             }
         }
+    }
+
+    /// A smaller first block takes the first chunks of the permuted list; the rest are cut
+    /// from there in blocks of `block_chunks`, and every anchor is still drawn once. Asking for
+    /// a first block of `block_chunks` (or more) is the specified order, unchanged.
+    #[test]
+    fn a_smaller_first_block_draws_its_chunks_first() {
+        let chunks: Vec<u64> = (0..10).collect();
+        let plain = draw_order(&spec(&chunks, true, 0));
+        for asked in [3, 4, 100] {
+            assert_eq!(draw_order(&OrderSpec { first_block_chunks: asked, ..spec(&chunks, true, 0) }), plain);
+        }
+        let permuted = permuted_chunks(&spec(&chunks, true, 0));
+        let o = draw_order(&OrderSpec { first_block_chunks: 1, ..spec(&chunks, true, 0) });
+        assert_eq!(o.n_blocks(), 4, "1 + 3 + 3 + 2 chunks");
+        assert_eq!(o.block_chunks[0], permuted[..1]);
+        assert_eq!(o.block_chunks[1], permuted[1..4]);
+        assert!(o.block(0).iter().all(|&t| t / 8 == permuted[0]), "the first block is one chunk's anchors");
+        let mut sorted = o.anchors.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..77).collect::<Vec<_>>());
     }
 
     #[test]

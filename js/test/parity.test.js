@@ -13,7 +13,7 @@ import { FIXTURES, HTTP, skip, manifest, dataVars, collect, digest } from '../te
 
 const DIGESTS = process.env.INSITUBATCH_NATIVE_DIGESTS;
 const SEED = 3, EPOCH = 2, BATCH = 7, BLOCK_CHUNKS = 2;
-/** The knobs case of native_digest.rs: a labelled window, shuffled splits with their own seed, a sample range. */
+/** The knobs case of native_digest.rs: a labelled window, shuffled splits with their own seed, a sample range, a first block of one chunk. */
 const SHIFT = 3, SPLIT_SEED = 5;
 const noDigests = skip || (!DIGESTS && 'INSITUBATCH_NATIVE_DIGESTS unset');
 
@@ -45,7 +45,7 @@ for (const [source, urlOf] of Object.entries(SOURCES)) {
       const knobs = await open(urlOf(store), {
         variables: { x: { path: vars[0], sampleAxis: store.sample_axis }, y: { path: vars[0], shift: SHIFT, sampleAxis: store.sample_axis } },
         shuffleSplits: true, splitSeed: SPLIT_SEED, sampleRange: [1, n - 1],
-        seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS,
+        seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS, firstBlockChunks: 1,
       });
       knobs.setEpoch(EPOCH);
       const key = `${store.name}/knobs/train`;

@@ -42,6 +42,7 @@ const EVERY_OPTION = {
   sampleRange: [0, 64],
   batchSize: 8,
   blockChunks: 2,
+  firstBlockChunks: 1,
   maxInflight: 4,
   seed: 3,
   shuffle: true,

@@ -446,7 +446,7 @@ impl NativeDataset {
                         prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
                         persist = false, readonly_cache = false, reset_stale_cache = false, rank = 0,
-                        world_size = 1))]
+                        world_size = 1, first_block_chunks = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -470,6 +470,7 @@ impl NativeDataset {
         reset_stale_cache: bool,
         rank: usize,
         world_size: usize,
+        first_block_chunks: Option<usize>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
         let errors: ErrSlot = Arc::default();
@@ -490,6 +491,7 @@ impl NativeDataset {
             dataset: DatasetOptions {
                 batch_size,
                 block_chunks,
+                first_block_chunks,
                 max_inflight,
                 seed,
                 shuffle,

@@ -262,3 +262,28 @@ def test_parity_with_rust_pinned_order(fixtures, manifest):
         assert sorted(block.tolist()) == list(range(8 * c, 8 * c + 8))
     assert [len(b) for b in ds.train] == [5] * 16
     assert len(ds.train) == 16
+
+
+def test_a_smaller_first_block_is_an_option_whose_cost_describe_reports(zstd):
+    """``first_block_chunks``: the first batch of each epoch is drawn from that many chunks
+    (widened to hold a batch), every sample is still drawn once, the cost is a ``describe()``
+    note, and 0 is a ValueError naming it. Unset, the specified order."""
+    u, src = zstd
+    specified = ib.InSituDataset(u, batch_size=8, block_chunks=8, seed=1)
+    fast = ib.InSituDataset(u, batch_size=8, block_chunks=8, seed=1, first_block_chunks=1)
+    first_specified = list(specified.train)[0].sample_indices
+    batches = list(fast.train)
+    assert len({int(t) // 8 for t in batches[0].sample_indices}) == 1, "the first batch is one chunk's samples"
+    assert len({int(t) // 8 for t in first_specified}) > 1, "the specified order mixes the first batch"
+    drawn = sorted(int(t) for b in batches for t in b.sample_indices)
+    assert drawn == sorted(int(t) for b in specified.train for t in b.sample_indices), "every sample once"
+    for b in batches:
+        np.testing.assert_array_equal(b["t2m"], src["t2m"][np.asarray(b.sample_indices)])
+    report = fast.describe()
+    assert report["config"]["first_block_chunks"] == 1
+    assert specified.describe()["config"]["first_block_chunks"] == specified.block_chunks
+    note = next(n for n in report["notes"] if n["code"] == "first-block-smaller")
+    assert "drawn from 1 chunk(s)" in note["message"], note
+    assert not any(n["code"] == "first-block-smaller" for n in specified.describe()["notes"])
+    with pytest.raises(ValueError, match="first_block_chunks"):
+        ib.InSituDataset(u, first_block_chunks=0)

@@ -194,6 +194,7 @@ impl Model {
             n_samples: m.n_samples,
             anchor_range: valid_anchor_range(&offsets, m.n_samples),
             block_chunks: ds.block_chunks(),
+            first_block_chunks: ds.first_block_chunks(),
             shuffle: o.shuffle && split == Split::Train,
             seed: o.seed,
             epoch,

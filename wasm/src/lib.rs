@@ -75,6 +75,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "sampleRange",
     "batchSize",
     "blockChunks",
+    "firstBlockChunks",
     "maxInflight",
     "seed",
     "shuffle",
@@ -118,6 +119,8 @@ pub struct JsOpenOptions {
     pub batch_size: Option<usize>,
     /// Chunks per shuffle block (default 16).
     pub block_chunks: Option<usize>,
+    /// Chunks in each epoch's first shuffle block (default: `block_chunks`).
+    pub first_block_chunks: Option<usize>,
     /// Fetches in flight (default 32).
     pub max_inflight: Option<usize>,
     /// Shuffle seed (default 0).
@@ -256,6 +259,7 @@ impl JsOpenOptions {
         let dataset = insitubatch_core::DatasetOptions {
             batch_size: self.batch_size.unwrap_or(d.batch_size),
             block_chunks: self.block_chunks.unwrap_or(d.block_chunks),
+            first_block_chunks: self.first_block_chunks.or(d.first_block_chunks),
             max_inflight: self.max_inflight.unwrap_or(d.max_inflight),
             seed: self.seed.unwrap_or(d.seed),
             shuffle: self.shuffle.unwrap_or(d.shuffle),

@@ -52,6 +52,7 @@ fn native_digests_for_the_parity_check() {
                 dataset: DatasetOptions {
                     batch_size: BATCH,
                     block_chunks: BLOCK_CHUNKS,
+                    first_block_chunks: Some(1),
                     seed: SEED,
                     ..Default::default()
                 },
@@ -66,7 +67,8 @@ fn native_digests_for_the_parity_check() {
             out.insert(format!("{name}/{}", split.name()), digest(&batches));
         }
         // The knobs JS passes through `open()`: a labelled window, shuffled splits with their
-        // own seed, a sample range. JS: `KNOBS` in js/test/parity.test.js.
+        // own seed, a sample range, a smaller first block. JS: the knobs case in
+        // js/test/parity.test.js.
         let geometry = ds.dataset().variables()[0].geometry.clone();
         let n = geometry.n_samples();
         let knobs = open(

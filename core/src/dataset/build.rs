@@ -319,6 +319,7 @@ struct Readers {
 /// The residency arithmetic fixed at construction.
 struct Residency {
     block_chunks: usize,
+    first_block_chunks: usize,
     floor_arrays: Vec<FloorArray>,
     floor_max: u64,
     shares_chunks: bool,
@@ -370,6 +371,7 @@ impl Assembly {
                 manifest: self.manifest,
                 options: self.options,
                 block_chunks: residency.block_chunks,
+                first_block_chunks: residency.first_block_chunks,
                 anchor_range,
                 unit_chunks,
                 epoch: AtomicU64::new(0),
@@ -504,6 +506,11 @@ impl Assembly {
         if block_chunks > o.block_chunks {
             tracing::info!(requested = o.block_chunks, block_chunks, "block_chunks widened so a block holds a batch");
         }
+        // A smaller first block must hold a batch too, or the first batch would reach into
+        // the second block and wait for its chunks after all.
+        let first_block_chunks = o.first_block_chunks.map_or(block_chunks, |asked| {
+            widen_block_chunks(asked, o.batch_size, &all_chunks, ref_spc, m.n_samples, anchor_range).min(block_chunks)
+        });
         let floor_arrays: Vec<FloorArray> = (0u32..)
             .zip(readers)
             .map(|(i, r)| FloorArray {
@@ -518,7 +525,7 @@ impl Assembly {
             .max()
             .unwrap_or(0);
         let shares_chunks = plan_vars.iter().any(|v| v.shares_chunks(ref_spc));
-        Residency { block_chunks, floor_arrays, floor_max, shares_chunks }
+        Residency { block_chunks, first_block_chunks, floor_arrays, floor_max, shares_chunks }
     }
 
     /// The disk tier, opened with each array's identity (so a changed pipeline is stale).
@@ -612,6 +619,11 @@ fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
             "rank must be in 0..world_size (world_size >= 1), got rank={} world_size={}",
             o.rank, o.world_size
         )));
+    }
+    if o.first_block_chunks == Some(0) {
+        return Err(Error::Config(
+            "first_block_chunks must be at least 1; leave it unset for a first block of block_chunks".into(),
+        ));
     }
     o.prefetch_depth = o.prefetch_depth.max(1);
     o.block_chunks = o.block_chunks.max(1);

@@ -17,7 +17,7 @@ use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
 use crate::pool::PoolCounters;
 use crate::runtime::{Runtime, Storage};
 use crate::shard::{Checkpoint, RankPass, Sharding, rank_pass};
-use crate::shuffle::{OrderSpec, Split};
+use crate::shuffle::{OrderSpec, Split, draw_order, shuffle_quality};
 use crate::split::SplitManifest;
 use crate::stats::{PassRecorder, PassStats};
 use crate::tier::TierOpener;
@@ -47,6 +47,11 @@ pub struct DatasetOptions {
     pub batch_size: usize,
     /// Chunks per shuffle block (raised so a block always holds a batch).
     pub block_chunks: usize,
+    /// Chunks in each epoch's first shuffle block (raised so it holds a batch, at most
+    /// `block_chunks`). A smaller first block lets the first batch wait for fewer chunks'
+    /// reads and decodes, and mixes the epoch's first samples less; `describe()` reports the
+    /// shuffle-quality cost. `None`: `block_chunks`, the specified order.
+    pub first_block_chunks: Option<usize>,
     /// Storage reads in flight, across every view.
     pub max_inflight: usize,
     /// Shuffle seed.
@@ -73,6 +78,7 @@ impl Default for DatasetOptions {
         Self {
             batch_size: 32,
             block_chunks: 16,
+            first_block_chunks: None,
             max_inflight: 32,
             seed: 0,
             shuffle: true,
@@ -84,6 +90,21 @@ impl Default for DatasetOptions {
             world_size: 1,
         }
     }
+}
+
+/// What a smaller first block costs: its samples are drawn from fewer chunks (neighbours in
+/// the source, for time series) than the specified order's first block mixes.
+struct FirstBlockCost {
+    /// Samples in the first block.
+    samples: usize,
+    /// Chunks they come from.
+    chunks: usize,
+    /// Chunks the specified order's first block mixes.
+    specified_chunks: usize,
+    /// Shuffle quality of the epoch's order.
+    quality: f64,
+    /// The same for the specified order.
+    specified_quality: f64,
 }
 
 /// A labelled variable: a label and the geometry (path, sample axis, offset) it reads.
@@ -104,6 +125,7 @@ struct Inner {
     manifest: SplitManifest,
     options: DatasetOptions,
     block_chunks: usize,
+    first_block_chunks: usize,
     anchor_range: (u64, u64),
     unit_chunks: u64,
     epoch: AtomicU64,
@@ -172,6 +194,12 @@ impl Dataset {
         self.inner.block_chunks
     }
 
+    /// Chunks in each epoch's first shuffle block, as resolved (widened, at most
+    /// [`Self::block_chunks`]).
+    pub fn first_block_chunks(&self) -> usize {
+        self.inner.first_block_chunks
+    }
+
     /// The stats of the last pass that ended (finished, failed or dropped).
     pub fn last_pass(&self) -> Option<PassStats> {
         self.inner.last_pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
@@ -197,6 +225,23 @@ impl Dataset {
         self.inner.engine.pool.live_passes()
     }
 
+    /// What `epoch`'s train order with this dataset's first block costs in mixing, against
+    /// the specified order (a first block of `block_chunks`).
+    fn first_block_cost(&self, epoch: u64) -> FirstBlockCost {
+        let chunks = self.inner.manifest.chunks_of(Split::Train);
+        let spec = self.order_spec(Split::Train, epoch, &chunks);
+        let ours = draw_order(&spec);
+        let specified = draw_order(&OrderSpec { first_block_chunks: spec.block_chunks, ..spec.clone() });
+        let first_chunks = |o: &crate::shuffle::DrawOrder| o.block_chunks.first().map_or(0, Vec::len);
+        FirstBlockCost {
+            samples: ours.bounds.get(1).copied().unwrap_or(0),
+            chunks: first_chunks(&ours),
+            specified_chunks: first_chunks(&specified),
+            quality: shuffle_quality(&ours.anchors),
+            specified_quality: shuffle_quality(&specified.anchors),
+        }
+    }
+
     fn order_spec<'a>(&self, split: Split, epoch: u64, chunks: &'a [u64]) -> OrderSpec<'a> {
         let i = &self.inner;
         OrderSpec {
@@ -205,6 +250,7 @@ impl Dataset {
             n_samples: i.manifest.n_samples,
             anchor_range: i.anchor_range,
             block_chunks: i.block_chunks,
+            first_block_chunks: i.first_block_chunks,
             shuffle: i.options.shuffle && split == Split::Train,
             seed: i.options.seed,
             epoch,

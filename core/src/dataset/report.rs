@@ -138,6 +138,20 @@ impl Dataset {
                 ),
             ));
         }
+        if i.first_block_chunks < i.block_chunks {
+            let c = self.first_block_cost(self.epoch());
+            notes.push(Note::new(
+                "first-block-smaller",
+                Severity::Note,
+                "train",
+                format!(
+                    "first_block_chunks={}: the first batch waits for fewer chunks, but the epoch's first {} samples \
+                     are drawn from {} chunk(s) instead of {} (shuffle quality of the whole epoch {:.3}, specified \
+                     order {:.3}); unset it for the specified order",
+                    i.first_block_chunks, c.samples, c.chunks, c.specified_chunks, c.quality, c.specified_quality
+                ),
+            ));
+        }
         notes
     }
 
@@ -261,6 +275,7 @@ impl Dataset {
             batch_size: o.batch_size,
             block_chunks: i.block_chunks,
             block_chunks_requested: o.block_chunks,
+            first_block_chunks: i.first_block_chunks,
             max_inflight: o.max_inflight,
             prefetch_depth: o.prefetch_depth,
             shuffle: o.shuffle,

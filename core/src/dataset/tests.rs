@@ -232,6 +232,52 @@ fn a_budget_beyond_the_store_is_counted_as_the_store() {
     assert_eq!((m.residency_bytes, m.resident_max_bytes), (256, 256));
 }
 
+/// Fat chunks (40 samples each, 8 in one block): the specified order mixes the whole block,
+/// so the first batch needs every chunk; a first block of one chunk (widened to hold a
+/// batch) serves the first batch from one chunk, still draws every sample once, and
+/// `describe()` says what it costs in mixing.
+#[test]
+fn a_smaller_first_block_serves_the_first_batch_from_fewer_chunks() {
+    let (sim, _, runtime) = store();
+    let storage = MemoryStorage::new();
+    write_f32_array(&storage, "t2m", &[320, 2], &[40, 2], None, None, |i| i as f32);
+    let open = |first_block_chunks: Option<usize>| {
+        let b = Dataset::builder(shared(&storage), runtime.clone())
+            .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
+            .options(DatasetOptions { batch_size: 32, block_chunks: 16, first_block_chunks, ..Default::default() });
+        sim.run(b.open(), LIMIT).unwrap()
+    };
+    let chunks_of_first_batch = |ds: &Dataset| {
+        let first: std::collections::BTreeSet<u64> = train_epoch(&sim, ds)[..32].iter().map(|s| s / 40).collect();
+        first.len()
+    };
+    let specified = open(None).unwrap();
+    assert!(chunks_of_first_batch(&specified) > 4, "the specified order mixes the first batch across the block");
+    assert!(!specified.describe(1).unwrap().notes.iter().any(|n| n.code == "first-block-smaller"));
+
+    let fast = open(Some(1)).unwrap();
+    assert_eq!(fast.first_block_chunks(), 1);
+    assert_eq!(chunks_of_first_batch(&fast), 1);
+    let mut drawn = train_epoch(&sim, &fast);
+    drawn.sort_unstable();
+    assert_eq!(drawn, (0..320).collect::<Vec<_>>(), "every sample once");
+    let report = fast.describe(1).unwrap();
+    assert_eq!(report.config.first_block_chunks, 1);
+    let note = report.notes.iter().find(|n| n.code == "first-block-smaller").expect("the cost is reported");
+    assert!(note.message.contains("first 40 samples are drawn from 1 chunk(s) instead of 8"), "{}", note.message);
+
+    // Asked for fewer chunks than a batch needs, the first block is widened to hold one.
+    let storage_small = MemoryStorage::new();
+    write_f32_array(&storage_small, "t2m", &[64, 2], &[4, 2], None, None, |i| i as f32);
+    let b = Dataset::builder(shared(&storage_small), runtime.clone())
+        .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
+        .options(DatasetOptions { batch_size: 8, block_chunks: 8, first_block_chunks: Some(1), ..Default::default() });
+    assert_eq!(sim.run(b.open(), LIMIT).unwrap().unwrap().first_block_chunks(), 2);
+
+    let err = open(Some(0)).unwrap_err().to_string();
+    assert!(err.contains("first_block_chunks must be at least 1"), "{err}");
+}
+
 #[test]
 fn an_explicit_budget_beyond_the_memory_available_is_refused_with_the_most_that_fits() {
     let (sim, storage, runtime) = store();

@@ -35,6 +35,7 @@ impl Geo {
             n_samples: self.n_samples,
             anchor_range: self.anchor_range,
             block_chunks: self.block_chunks,
+            first_block_chunks: self.block_chunks,
             shuffle: self.shuffle,
             seed: self.seed,
             epoch: self.epoch,

@@ -91,6 +91,7 @@ class _Knobs:
 
     batch_size: int
     block_chunks: int  # as requested; the engine may widen it
+    first_block_chunks: int | None  # None: block_chunks (the specified order)
     max_inflight: int
     seed: int
     shuffle: bool
@@ -111,12 +112,14 @@ class _Knobs:
         cache_budget_bytes: Any,
         threads: Any,
         on_bad_chunk: Any,
+        first_block_chunks: Any = None,
     ) -> _Knobs:
         if on_bad_chunk not in ("raise", "nan"):
             raise ValueError(f"on_bad_chunk must be 'raise' or 'nan', got {on_bad_chunk!r}")
         return cls(
             batch_size=_count("batch_size", batch_size, 1),
             block_chunks=_count("block_chunks", block_chunks, 1),
+            first_block_chunks=None if first_block_chunks is None else _count("first_block_chunks", first_block_chunks, 1),
             max_inflight=DEFAULT_MAX_INFLIGHT if max_inflight is None else _count("max_inflight", max_inflight, 1),
             seed=_count("seed", seed, 0),
             shuffle=bool(shuffle),
@@ -260,7 +263,10 @@ class InSituDataset:
     URL; a store object carries its own), ``threads`` (the engine's thread-pool size; ``None`` = one per core),
     and ``rank``/``world_size``: this process's share of every epoch (each rank reads its own
     chunks and draws as many samples as every other; ``None`` takes them from an initialized
-    ``torch.distributed``, else 0 and 1). ``state_dict()``/``load_state_dict()`` save and resume
+    ``torch.distributed``, else 0 and 1), and ``first_block_chunks``: a smaller first shuffle
+    block for each epoch, so the first batch waits for fewer chunks (fat chunks: a faster
+    first batch), at a cost in mixing the epoch's first samples that ``describe()`` reports
+    (``None``: ``block_chunks``, the specified order). ``state_dict()``/``load_state_dict()`` save and resume
     a pass mid-epoch, with the same or another world size (docs/distributed.md).
     """
 
@@ -288,13 +294,14 @@ class InSituDataset:
         threads: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        first_block_chunks: int | None = None,
     ) -> None:
         self.store = store
         self._store = engine_store(store)
         self._url = self._store if isinstance(self._store, str) else str(self._store)
         k = _Knobs.checked(
             batch_size, block_chunks, max_inflight, seed, shuffle, prefetch_depth, cache_budget_bytes, threads,
-            on_bad_chunk,
+            on_bad_chunk, first_block_chunks,
         )  # fmt: skip
         self._knobs = k
         self._rank, self._world_size = _ranks(rank, world_size)
@@ -347,6 +354,7 @@ class InSituDataset:
                 variables,
                 batch_size=k.batch_size,
                 block_chunks=k.block_chunks,
+                first_block_chunks=k.first_block_chunks,
                 max_inflight=k.max_inflight,
                 seed=k.seed,
                 shuffle=k.shuffle,

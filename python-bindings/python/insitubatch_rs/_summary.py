@@ -49,6 +49,7 @@ class ConfigReport(TypedDict, total=False):
     batch_size: int
     block_chunks: int
     block_chunks_requested: int
+    first_block_chunks: int  # block_chunks unless a smaller first block was asked for
     max_inflight: int
     prefetch_depth: int
     shuffle: bool
