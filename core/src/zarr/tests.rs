@@ -739,6 +739,49 @@ fn a_decompression_bomb_is_an_error_and_allocates_only_its_tile() {
     }
 }
 
+/// Chains of more than one bytes-to-bytes codec, and with array-to-array codecs, decode
+/// exactly through the bounded chain (zarr/bounded.rs runs the bytes-to-bytes codecs itself,
+/// zarrs the rest). A codec further out is bounded by what the codecs before it encode the
+/// tile to: zstd around gzip by gzip's bound for a 1 KiB tile (1191 bytes), so a zstd frame of
+/// a whole gzip bomb is refused at the zstd stage.
+#[cfg(feature = "c-codecs")]
+#[test]
+fn chains_of_several_codecs_read_back_exactly_and_bound_each_stage() {
+    let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let be = json!({"name": "bytes", "configuration": {"endian": "big"}});
+    let gzip = json!({"name": "gzip", "configuration": {"level": 1}});
+    let zstd = json!({"name": "zstd", "configuration": {"level": 1, "checksum": true}});
+    let bz2 = json!({"name": "numcodecs.bz2", "configuration": {"level": 1}});
+    let crc = json!({"name": "crc32c"});
+    let transpose = json!({"name": "transpose", "configuration": {"order": [1, 0]}});
+    let chains = [
+        ("gzip_zstd", json!([le, gzip, zstd])),
+        ("zstd_crc", json!([le, zstd, crc])),
+        ("t_be_gzip_crc", json!([transpose, be, gzip, crc])),
+        ("bz2_gzip", json!([le, bz2, gzip])),
+    ];
+    let store = Arc::new(MemoryStore::new());
+    for (name, codecs) in &chains {
+        write(&store, name, v3(&[32, 24], &[16, 16], codecs.clone(), None), &ramp(&[32, 24]));
+    }
+    let storage = to_storage(&store);
+    for (name, _) in &chains {
+        let a = block_on(open_array(&storage, name)).unwrap();
+        assert!(!a.has_fast_path(), "{name}");
+        assert_eq!(read_all(&storage, &a), ramp(&[32, 24]), "{name}");
+    }
+    let a = block_on(open_array(&storage, "gzip_zstd")).unwrap();
+    let gzip_bomb = compressed_zeros("gzip", 16 << 20);
+    let bomb = Bytes::from(zstd::bulk::compress(&gzip_bomb, 1).unwrap());
+    match a.decode_tile(Some(bomb), "gzip_zstd/c/0/0") {
+        Err(Error::Decode { message, key }) => {
+            assert!(message.contains("zstd decodes to more than the 1191 bytes this tile can hold"), "{message}");
+            assert_eq!(key, "gzip_zstd/c/0/0");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// The most bytes live at once on the calling thread while a closure runs: a global allocator
 /// that counts, on the threads that ask it to, every allocation, reallocation and free (a
 /// reallocation counts its new size before it frees the old one, as a moving `realloc` does).
