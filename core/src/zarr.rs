@@ -23,6 +23,7 @@ use crate::array::{AlignedBytes, BUFFER_ALIGN, DType, NdArray, filled_bytes};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::runtime::{ByteRange, Storage};
+use bounded::BoundedChain;
 
 /// Largest rank we accept from metadata.
 const MAX_RANK: usize = 32;
@@ -119,14 +120,13 @@ pub struct ZarrArray {
     fill_value: Vec<u8>,
     dimension_names: Option<Vec<Option<String>>>,
     sharding: Option<Sharding>,
-    /// The chain that decodes one tile (outer chain, or the inner chain of a shard).
-    tile_chain: Arc<CodecChain>,
+    /// The chain that decodes one tile (outer chain, or the inner chain of a shard), each of
+    /// its bytes-to-bytes codecs bounded by what it may decode to.
+    tile_chain: BoundedChain,
     tile_shape_nz: Vec<NonZeroU64>,
     tile_bytes: usize,
     /// `[bytes(little), zstd]` on a little-endian host: decode straight into our buffer.
     fast_zstd: bool,
-    /// Most bytes a blosc frame at the start of a tile may declare (see [`blosc_bound`]).
-    blosc_bound: Option<u64>,
     codec_names: Vec<String>,
 }
 
@@ -325,42 +325,6 @@ fn is_le_zstd(chain: &CodecChain, dtype: DType) -> bool {
     }
 }
 
-/// When a tile's stored bytes start with a blosc frame (blosc is the last compressor, with
-/// at most crc32c checksums appended after it), the most bytes that frame may decode to: the
-/// size of what the codecs before it encode the tile to. zarrs sizes its output buffer from
-/// the frame's own header (`nbytes`), so a 49-byte chunk declaring 700 MB made it allocate
-/// 700 MB (found by the `decode_tile` fuzzer); [`ZarrArray::decode_tile`] checks the header
-/// against this bound first. Hand-written because zarrs exposes no limit to pass.
-fn blosc_bound(chain: &CodecChain, tile_shape: &[u64], array: &Array<()>) -> Option<u64> {
-    let name = |c: &Arc<dyn zarrs::array::BytesToBytesCodecTraits>| c.name_v3().or_else(|| c.name_v2());
-    let b2b = chain.bytes_to_bytes_codecs();
-    let i = b2b.iter().rposition(|c| name(c).as_deref() == Some("blosc"))?;
-    if !b2b[i + 1..].iter().all(|c| name(c).as_deref() == Some("crc32c")) {
-        return None;
-    }
-    let mut repr = chain
-        .array_to_bytes_codec()
-        .encoded_representation(&nz(tile_shape), array.data_type(), array.fill_value())
-        .ok()?;
-    for c in &b2b[..i] {
-        repr = c.encoded_representation(&repr);
-    }
-    repr.size()
-}
-
-/// `Err` when `encoded` starts with a blosc header declaring more than `bound` bytes.
-fn check_blosc_header(encoded: &[u8], bound: u64) -> std::result::Result<(), String> {
-    // blosc 1 header: version, versionlz, flags, typesize, then nbytes as a little-endian u32.
-    let Some(nbytes) = encoded.get(4..8).and_then(|b| <[u8; 4]>::try_from(b).ok()) else { return Ok(()) };
-    let nbytes = u64::from(u32::from_le_bytes(nbytes));
-    if nbytes > bound {
-        return Err(format!(
-            "the blosc header declares {nbytes} decoded bytes, more than the {bound} this tile can hold"
-        ));
-    }
-    Ok(())
-}
-
 fn nz(v: &[u64]) -> Vec<NonZeroU64> {
     v.iter().map(|&d| NonZeroU64::new(d).unwrap_or(NonZeroU64::MIN)).collect()
 }
@@ -519,9 +483,15 @@ impl ZarrArray {
             Some(s) => vec![format!("sharding_indexed({})", s.inner_names.join(","))],
             None => chain_names(&chain),
         };
+        let fast_zstd = is_le_zstd(&tile_chain, dtype);
+        let tile_chain = BoundedChain::new(&tile_chain, &tile_shape, &array).map_err(|e| {
+            meta_err(
+                format!("codec chain {codec_names:?} is unsupported: {e}, so one chunk could take any memory"),
+                key,
+            )
+        })?;
         Ok(Self {
-            fast_zstd: is_le_zstd(&tile_chain, dtype),
-            blosc_bound: blosc_bound(&tile_chain, &tile_shape, &array),
+            fast_zstd,
             tile_shape_nz: nz(&tile_shape),
             array: Arc::new(array),
             path: path.to_string(),
@@ -809,24 +779,11 @@ impl ZarrArray {
         NdArray::new(self.dtype, shape, data).map_err(|e| self.decode_err(e, key))
     }
 
-    /// zarrs' generic codec chain, then one copy into an aligned buffer.
+    /// The codec chain (bounded: [`BoundedChain`]), then one copy into an aligned buffer.
     fn decode_generic(&self, encoded: &[u8]) -> std::result::Result<AlignedBytes, String> {
-        if let Some(bound) = self.blosc_bound {
-            check_blosc_header(encoded, bound)?;
-        }
         let opts = CodecOptions::default().with_concurrent_target(1);
         let run = || -> std::result::Result<AlignedBytes, String> {
-            let decoded = self
-                .tile_chain
-                .decode(
-                    Cow::Borrowed(encoded),
-                    &self.tile_shape_nz,
-                    self.array.data_type(),
-                    self.array.fill_value(),
-                    &opts,
-                )
-                .map_err(|e| e.to_string())?;
-            let raw = decoded.into_fixed().map_err(|e| e.to_string())?;
+            let raw = self.tile_chain.decode(encoded, &self.tile_shape_nz, &self.array, &opts)?;
             if raw.len() != self.tile_bytes {
                 return Err(format!("decoded {} bytes, expected {}", raw.len(), self.tile_bytes));
             }
@@ -868,8 +825,7 @@ fn zstd_into_aligned(
     expected: usize,
     buffer: Option<AlignedBytes>,
 ) -> std::result::Result<AlignedBytes, String> {
-    use std::cell::RefCell;
-    use zstd::zstd_safe::{DCtx, WriteBuf, get_error_name};
+    use zstd::zstd_safe::{WriteBuf, get_error_name};
 
     /// The spare capacity of an aligned vec as a zstd output buffer.
     struct Spare<'a>(&'a mut AlignedBytes);
@@ -891,10 +847,6 @@ fn zstd_into_aligned(
         }
     }
 
-    thread_local! {
-        static DCTX: RefCell<Option<DCtx<'static>>> = const { RefCell::new(None) };
-    }
-
     let mut out = match buffer {
         Some(mut b) => {
             b.clear();
@@ -903,12 +855,7 @@ fn zstd_into_aligned(
         }
         None => AlignedBytes::with_capacity(BUFFER_ALIGN, expected),
     };
-    let written = DCTX.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = DCtx::try_create();
-        }
-        let dctx = slot.as_mut().ok_or_else(|| "cannot allocate a zstd decompression context".to_string())?;
+    let written = bounded::with_dctx(|dctx| {
         dctx.decompress(&mut Spare(&mut out), src).map_err(|code| format!("zstd: {}", get_error_name(code)))
     })?;
     if written != expected || out.len() != expected {
@@ -1110,5 +1057,6 @@ async fn from_listing(storage: &dyn Storage, has_root_json: bool) -> Result<Vec<
     Ok(out)
 }
 
+mod bounded;
 #[cfg(test)]
 mod tests;

@@ -130,25 +130,60 @@ export async function trapCases({ url, options, threads, nThreads, pageToo = tru
 }
 
 /**
- * `cycles` open/iterate/close cycles on the page over a made-up store (test-support/
- * synthetic-store.js: `store` gives its size), each a whole train pass and an early break;
- * wasm memory and the allocator's bytes in use after each.
+ * `cycles` open/iterate/close cycles over a made-up store (test-support/synthetic-store.js:
+ * `store` gives its size), each a whole train pass and an early break; wasm memory and the
+ * allocator's bytes in use after each, also passed to `onCycle` as each cycle ends. `web`:
+ * the package whose engine runs them (this realm's `src/web.js`: the page's, or in
+ * test-support/close-loop-worker.js the worker's own).
  */
-export async function closeLoop({ cycles, store, seed }) {
+export async function closeLoop({ cycles, store, seed }, onCycle = () => {}, web = { open, memoryBytes, heapBytes }) {
   const s = syntheticStore(store);
   const out = { memory: [], heap: [], bad: [] };
   for (let i = 0; i < cycles; i++) {
-    const ds = await open(s.storage, { ...s.options, batchSize: 8, blockChunks: 2, seed });
+    const bad = [];
+    const ds = await web.open(s.storage, { ...s.options, batchSize: 8, blockChunks: 2, seed });
     for await (const b of ds.train()) {
       const why = s.check(b);
-      if (why) out.bad.push(why);
+      if (why) bad.push(why);
     }
     for await (const b of ds.all()) break;
     ds.close();
-    out.memory.push(await memoryBytes());
-    out.heap.push(await heapBytes());
+    const cycle = { cycle: i, memory: await web.memoryBytes(), heap: await web.heapBytes(), bad };
+    out.memory.push(cycle.memory);
+    out.heap.push(cycle.heap);
+    out.bad.push(...bad);
+    onCycle(cycle);
   }
   return out;
+}
+
+/**
+ * `closeLoop` inside the page's own dedicated module worker (test-support/
+ * close-loop-worker.js imports the web package there, as an app running inference in a
+ * worker would), not `openInWorker`'s: the worker posts each cycle's figures as it ends, the
+ * page gathers them. `inWorker`: the worker said it ran in a `DedicatedWorkerGlobalScope`.
+ */
+export async function closeLoopInWorker(arg) {
+  const worker = new Worker(new URL('./close-loop-worker.js', import.meta.url), { type: 'module' });
+  const out = { memory: [], heap: [], bad: [], cycles: [] };
+  try {
+    await new Promise((resolve, reject) => {
+      worker.addEventListener('message', ({ data }) => {
+        if (data.error) return reject(new Error(`the close loop failed in the worker: ${data.error}`));
+        if (data.done) return resolve(Object.assign(out, { inWorker: data.inWorker }));
+        out.cycles.push(data.cycle);
+        out.memory.push(data.memory);
+        out.heap.push(data.heap);
+        out.bad.push(...data.bad);
+      });
+      worker.addEventListener('error', (e) => reject(new Error(`the worker failed: ${e.message ?? 'script error'}`)));
+      worker.addEventListener('messageerror', () => reject(new Error('a message from the worker could not be read')));
+      worker.postMessage(arg);
+    });
+    return out;
+  } finally {
+    worker.terminate();
+  }
 }
 
 /** `open(url)` on the page, as the page sees its failure. */

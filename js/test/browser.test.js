@@ -148,13 +148,29 @@ test('Chromium: a trap rejects the pass (page and worker) and a fresh instance o
   assert.equal(r.worker.samplesAfter, 80);
 });
 
-test('Chromium: close() gives all memory back: 20 open/iterate/close cycles on the page, wasm memory flat after the first', { skip: off }, async () => {
-  // 6 chunks of 8 × 1024 × 1024 float32 (32 MiB each), made up on the page.
-  const r = await run(plain, 'closeLoop', { cycles: 20, seed: 7, store: { samples: 48, rows: 1024, cols: 1024, chunkSamples: 8 } });
+/** The close loop's arguments: 6 chunks of 8 × 1024 × 1024 float32 (32 MiB each), made up where the loop runs. */
+const CLOSE_LOOP = { cycles: 20, seed: 7, store: { samples: 48, rows: 1024, cols: 1024, chunkSamples: 8 } };
+
+/** Every batch right, and wasm memory and bytes in use after each cycle the same as after the first. */
+function checkFlat(r) {
   assert.deepEqual(r.bad, []);
+  assert.equal(r.memory.length, CLOSE_LOOP.cycles);
   assert.ok(r.memory[0] > 128 * 2 ** 20, `big enough to matter (${r.memory[0]} bytes)`);
   assert.deepEqual(r.memory, r.memory.map(() => r.memory[0]), `wasm memory after each cycle: ${r.memory.join(', ')}`);
   assert.deepEqual(r.heap, r.heap.map(() => r.heap[0]), `bytes in use after each cycle: ${r.heap.join(', ')}`);
+}
+
+test('Chromium: close() gives all memory back: 20 open/iterate/close cycles on the page, wasm memory flat after the first', { skip: off }, async () => {
+  checkFlat(await run(plain, 'closeLoop', CLOSE_LOOP));
+});
+
+test("Chromium: close() gives all memory back in the page's own dedicated worker: 20 cycles, wasm memory flat after the first", { skip: off }, async () => {
+  // A module worker that imports the web package itself (not openInWorker's worker, which
+  // holds one dataset and takes its memory with it when closed), reporting every cycle.
+  const r = await run(plain, 'closeLoopInWorker', CLOSE_LOOP);
+  assert.equal(r.inWorker, true, 'the loop ran in a DedicatedWorkerGlobalScope');
+  assert.deepEqual(r.cycles, [...Array(CLOSE_LOOP.cycles).keys()], 'one report per cycle, in order');
+  checkFlat(r);
 });
 
 test('Chromium, cross-origin isolated: a trap in the threaded worker rejects the pass, a new worker serves the next', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {

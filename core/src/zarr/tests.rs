@@ -645,6 +645,225 @@ fn corrupt_tiles_are_decode_errors() {
     }
 }
 
+/// The v2 compressors whose decoders zarrs lets inflate without a limit, each on an array of
+/// one 256-element float32 tile (1 KiB): `(name, .zarray)`. zstd is on a big-endian array,
+/// so that it takes the bounded chain rather than the direct `[bytes, zstd]` path.
+fn one_tile_compressed_arrays() -> Vec<(&'static str, Value)> {
+    let v2 = |dtype: &str, compressor: Value| {
+        json!({"zarr_format": 2, "shape": [256], "chunks": [256], "dtype": dtype, "compressor": compressor,
+               "fill_value": 0.0, "order": "C", "filters": null, "dimension_separator": "/"})
+    };
+    let mut out = vec![
+        ("gzip", v2("<f4", json!({"id": "gzip", "level": 1}))),
+        ("zlib", v2("<f4", json!({"id": "zlib", "level": 1}))),
+        ("bz2", v2("<f4", json!({"id": "bz2", "level": 1}))),
+    ];
+    if cfg!(feature = "c-codecs") {
+        out.push(("zstd", v2(">f4", json!({"id": "zstd", "level": 1}))));
+    }
+    out
+}
+
+/// `zeros` zero bytes compressed by `codec` (a stream far smaller than what it inflates to).
+fn compressed_zeros(codec: &str, zeros: usize) -> Bytes {
+    use std::io::Write;
+    fn feed<W: Write>(mut w: W, zeros: usize) -> W {
+        let block = vec![0u8; 1 << 16];
+        let mut left = zeros;
+        while left > 0 {
+            let n = left.min(block.len());
+            w.write_all(&block[..n]).unwrap();
+            left -= n;
+        }
+        w
+    }
+    let best = flate2::Compression::best();
+    let out = match codec {
+        "gzip" => feed(flate2::write::GzEncoder::new(Vec::new(), best), zeros).finish().unwrap(),
+        "zlib" => feed(flate2::write::ZlibEncoder::new(Vec::new(), best), zeros).finish().unwrap(),
+        "bz2" => feed(bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast()), zeros).finish().unwrap(),
+        #[cfg(feature = "c-codecs")]
+        "zstd" => zstd::bulk::compress(&vec![0u8; zeros], 1).unwrap(),
+        other => panic!("no encoder for {other}"),
+    };
+    Bytes::from(out)
+}
+
+/// A decompression bomb (issue 16): a small chunk that inflates far beyond its tile, for every
+/// compressor whose zarrs decoder inflates without a limit. Each is an `Error::Decode` naming
+/// the key, and decoding it allocates about its tile (plus the decoder's state), never what the
+/// stream inflates to: each bytes-to-bytes codec decodes into at most the bytes it may decode
+/// to (zarr/bounded.rs). A chunk that decodes short of its tile is an error too, and a good
+/// chunk still reads back exactly.
+#[test]
+fn a_decompression_bomb_is_an_error_and_allocates_only_its_tile() {
+    // 16 MiB of zeros, 16384 times the 1 KiB tile: at most 32 KiB stored.
+    const INFLATED: usize = 16 << 20;
+    let store = Arc::new(MemoryStore::new());
+    for (name, meta) in one_tile_compressed_arrays() {
+        write(&store, name, meta, &ramp(&[256]));
+    }
+    let storage = to_storage(&store);
+    for (name, _) in one_tile_compressed_arrays() {
+        let a = block_on(open_array(&storage, name)).unwrap();
+        assert!(!a.has_fast_path(), "{name}");
+        assert_eq!(read_all(&storage, &a), ramp(&[256]), "{name}: a good chunk reads back exactly");
+        let key = format!("{name}/0");
+        let bomb = compressed_zeros(name, INFLATED);
+        assert!(bomb.len() < INFLATED / 500, "{name}: {} bytes stored", bomb.len());
+        let (result, peak) = peak::measure(|| a.decode_tile(Some(bomb), &key));
+        match result {
+            Err(Error::Decode { message, key: k }) => {
+                assert!(
+                    message.contains(&format!("{name} decodes to more than the 1024 bytes this tile can hold")),
+                    "{message}"
+                );
+                assert!(message.contains("on_bad_chunk=\"nan\""), "{message}");
+                assert_eq!(k, key);
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        // The tile, the decoder's state (bz2's is the largest, under 1 MiB at level 1), and
+        // nothing in proportion to the 16 MiB the stream inflates to.
+        if let Some(peak) = peak {
+            assert!(peak < 2 << 20, "{name}: decoding the bomb allocated up to {peak} bytes at once");
+        }
+        // Short of the tile: 1000 of its 1024 bytes.
+        match a.decode_tile(Some(compressed_zeros(name, 1000)), &key) {
+            Err(Error::Decode { message, key: k }) => {
+                assert!(message.contains(&format!("{name} decoded 1000 bytes, expected 1024")), "{message}");
+                assert_eq!(k, key);
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+/// Chains of more than one bytes-to-bytes codec, and with array-to-array codecs, decode
+/// exactly through the bounded chain (zarr/bounded.rs runs the bytes-to-bytes codecs itself,
+/// zarrs the rest). A codec further out is bounded by what the codecs before it encode the
+/// tile to: zstd around gzip by gzip's bound for a 1 KiB tile (1191 bytes), so a zstd frame of
+/// a whole gzip bomb is refused at the zstd stage.
+#[cfg(feature = "c-codecs")]
+#[test]
+fn chains_of_several_codecs_read_back_exactly_and_bound_each_stage() {
+    let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let be = json!({"name": "bytes", "configuration": {"endian": "big"}});
+    let gzip = json!({"name": "gzip", "configuration": {"level": 1}});
+    let zstd = json!({"name": "zstd", "configuration": {"level": 1, "checksum": true}});
+    let bz2 = json!({"name": "numcodecs.bz2", "configuration": {"level": 1}});
+    let crc = json!({"name": "crc32c"});
+    let transpose = json!({"name": "transpose", "configuration": {"order": [1, 0]}});
+    let chains = [
+        ("gzip_zstd", json!([le, gzip, zstd])),
+        ("zstd_crc", json!([le, zstd, crc])),
+        ("t_be_gzip_crc", json!([transpose, be, gzip, crc])),
+        ("bz2_gzip", json!([le, bz2, gzip])),
+    ];
+    let store = Arc::new(MemoryStore::new());
+    for (name, codecs) in &chains {
+        write(&store, name, v3(&[32, 24], &[16, 16], codecs.clone(), None), &ramp(&[32, 24]));
+    }
+    let storage = to_storage(&store);
+    for (name, _) in &chains {
+        let a = block_on(open_array(&storage, name)).unwrap();
+        assert!(!a.has_fast_path(), "{name}");
+        assert_eq!(read_all(&storage, &a), ramp(&[32, 24]), "{name}");
+    }
+    let a = block_on(open_array(&storage, "gzip_zstd")).unwrap();
+    let gzip_bomb = compressed_zeros("gzip", 16 << 20);
+    let bomb = Bytes::from(zstd::bulk::compress(&gzip_bomb, 1).unwrap());
+    match a.decode_tile(Some(bomb), "gzip_zstd/c/0/0") {
+        Err(Error::Decode { message, key }) => {
+            assert!(message.contains("zstd decodes to more than the 1191 bytes this tile can hold"), "{message}");
+            assert_eq!(key, "gzip_zstd/c/0/0");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The most bytes live at once on the calling thread while a closure runs: a global allocator
+/// that counts, on the threads that ask it to, every allocation, reallocation and free (a
+/// reallocation counts its new size before it frees the old one, as a moving `realloc` does).
+/// `None` on wasm32, where the tests run without it.
+mod peak {
+    #[cfg(not(target_arch = "wasm32"))]
+    mod counting {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+
+        pub(super) struct Counting;
+
+        thread_local! {
+            // `const` thread-locals without destructors: reading them never allocates.
+            pub(super) static ARMED: Cell<bool> = const { Cell::new(false) };
+            pub(super) static LIVE: Cell<isize> = const { Cell::new(0) };
+            pub(super) static PEAK: Cell<isize> = const { Cell::new(0) };
+        }
+
+        fn note(delta: isize) {
+            let _ = ARMED.try_with(|armed| {
+                if armed.get() {
+                    let live = LIVE.get() + delta;
+                    LIVE.set(live);
+                    PEAK.set(PEAK.get().max(live));
+                }
+            });
+        }
+
+        fn size(n: usize) -> isize {
+            isize::try_from(n).unwrap_or(isize::MAX)
+        }
+
+        // SAFETY: every call is forwarded unchanged to the system allocator; the counting
+        // touches only this thread's cells.
+        unsafe impl GlobalAlloc for Counting {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                note(size(layout.size()));
+                // SAFETY: the caller's contract for `alloc`, passed on.
+                unsafe { System.alloc(layout) }
+            }
+            unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+                note(size(layout.size()));
+                // SAFETY: as `alloc`.
+                unsafe { System.alloc_zeroed(layout) }
+            }
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                note(-size(layout.size()));
+                // SAFETY: `ptr` came from `System` with `layout` (every allocation goes there).
+                unsafe { System.dealloc(ptr, layout) }
+            }
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+                note(size(new_size));
+                note(-size(layout.size()));
+                // SAFETY: as `dealloc`, and the caller's contract for `realloc`.
+                unsafe { System.realloc(ptr, layout, new_size) }
+            }
+        }
+
+        #[global_allocator]
+        static COUNTING: Counting = Counting;
+    }
+
+    /// `f()`, and the most bytes it had live at once (on this thread) beyond what was live before.
+    pub(super) fn measure<T>(f: impl FnOnce() -> T) -> (T, Option<usize>) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use counting::{ARMED, LIVE, PEAK};
+            LIVE.set(0);
+            PEAK.set(0);
+            ARMED.set(true);
+            let out = f();
+            ARMED.set(false);
+            (out, Some(usize::try_from(PEAK.get()).unwrap_or(0)))
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            (f(), None)
+        }
+    }
+}
+
 #[cfg(feature = "c-codecs")]
 /// A zstd frame encoded by zarrs' own zstd codec (through a one-tile array).
 fn zstd_frame(raw: &[u8]) -> Bytes {
