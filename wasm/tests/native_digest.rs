@@ -52,7 +52,6 @@ fn native_digests_for_the_parity_check() {
                 dataset: DatasetOptions {
                     batch_size: BATCH,
                     block_chunks: BLOCK_CHUNKS,
-                    first_block_chunks: Some(1),
                     seed: SEED,
                     ..Default::default()
                 },
@@ -84,6 +83,7 @@ fn native_digests_for_the_parity_check() {
                 dataset: DatasetOptions {
                     batch_size: BATCH,
                     block_chunks: BLOCK_CHUNKS,
+                    first_block_chunks: Some(1),
                     seed: SEED,
                     ..Default::default()
                 },
