@@ -6,12 +6,13 @@
 // ended (a copy does not change with later batches). A view read after wasm memory grew
 // (which detaches a non-shared memory's old ArrayBuffer) still gives its batch; read after
 // the next step or close() it throws instead of showing whatever the engine wrote there
-// since. openInWorker refuses the option (its batches are transferred, so already owned).
+// since, and after a trap it throws the EngineTrapError. openInWorker refuses the option
+// (its batches are transferred, so already owned).
 // In headless Chromium the same on the page's thread (test-support/views-cases.js).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { open, openInWorker, memoryBytes } from '../src/index.js';
+import { open, openInWorker, memoryBytes, heapBytes, __debugTrap, EngineTrapError } from '../src/index.js';
 import { HTTP, skip, manifest, dataVars, collect, digest, bytesOf } from '../test-support/helpers.js';
 import { syntheticStore } from '../test-support/synthetic-store.js';
 import { browserSkip, serveJs, launch } from '../test-support/browser.js';
@@ -118,7 +119,8 @@ test('batchViews: a view read after wasm memory grew (its old ArrayBuffer detach
   ds.close();
 });
 
-test('batchViews: a view read after the next step or close() throws; copies stay; passes go on', async () => {
+test('batchViews: a view read after the next step or close() throws; copies stay; passes go on; close() frees every byte', async () => {
+  const heap = await heapBytes();
   const ds = await open(SMALL.storage, OPTS);
   const pass = ds.train();
   const first = await pass.next();
@@ -149,6 +151,22 @@ test('batchViews: a view read after the next step or close() throws; copies stay
   }
   assert.throws(() => prev.arrays.x.data, STALE, 'after the pass ended');
   ds.close();
+  assert.equal(await heapBytes(), heap, 'the held batches were given back');
+});
+
+test('batchViews: after a trap a view read throws the EngineTrapError; a fresh instance serves views again', async () => {
+  const ds = await open(SMALL.storage, OPTS);
+  const pass = ds.all();
+  await __debugTrap('panic', 2);
+  const b = await pass.next();
+  assert.equal(SMALL.check(b), undefined);
+  await assert.rejects(pass.next(), EngineTrapError);
+  assert.throws(() => b.arrays.x.data, EngineTrapError);
+  assert.throws(() => b.copy(), EngineTrapError);
+  ds.close();
+  const again = await open(SMALL.storage, OPTS);
+  for await (const x of again.all()) assert.equal(SMALL.check(x), undefined);
+  again.close();
 });
 
 test('batchViews: openInWorker refuses the option, saying why', async () => {
