@@ -407,7 +407,11 @@ impl BatchStream {
     /// The next batch, or `undefined` after the last one. Under `batchViews` its arrays are
     /// views ([`batch_view_to_js`]) and this call ends the previous batch's.
     pub fn next(&self) -> js_sys::Promise {
-        if self.views { self.cursor.next_view(self.keep.clone()) } else { self.cursor.next(batch_to_js, self.keep.clone()) }
+        if self.views {
+            self.cursor.next_view(self.keep.clone())
+        } else {
+            self.cursor.next(batch_to_js, self.keep.clone())
+        }
     }
 
     /// Whether batches are views into wasm memory (the `batchViews` option): the facade
