@@ -57,7 +57,7 @@ function nativeRun() {
   if (r.status !== 0) throw new Error(`insitubatch bench failed: ${r.stderr}`);
   const j = JSON.parse(r.stdout);
   const e = (j.epochs ?? j.rows ?? [j])[0];
-  return { mb_per_s: e.mb_per_s, seconds: e.seconds, limiting_stage: e.limiting_stage };
+  return { mb_per_s: e.mb_per_s, seconds: e.seconds, limiting_stage: e.limiting_stage, times: e.times };
 }
 
 /** One cold epoch in Node on this thread; `batchViews`: read the batches in place. */
@@ -67,9 +67,9 @@ async function nodeRun(batchViews) {
   let bytes = 0;
   for await (const b of ds.train()) for (const x of Object.values(b.arrays)) bytes += x.data.byteLength;
   const seconds = (performance.now() - t0) / 1e3;
-  const limiting_stage = ds.lastPass()?.limiting_stage;
+  const { limiting_stage, times } = ds.lastPass() ?? {};
   ds.close();
-  return { mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage };
+  return { mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage, times };
 }
 
 const wantNode = a.only !== 'chromium';
@@ -110,12 +110,17 @@ const median = (xs) => {
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
-/** `{ mb_per_s (median), min, max, runs, limiting_stage (of the median run or the most common) }`. */
+/**
+ * `{ mb_per_s (median), min, max, runs, limiting_stage (the most common), times (the pass's
+ * stage times in the run nearest the median: where an epoch's time went) }`.
+ */
 function summary(runs) {
   const mbs = runs.map((r) => r.mb_per_s);
   const stages = runs.map((r) => r.limiting_stage);
-  const common = stages.sort((x, y) => stages.filter((s) => s === y).length - stages.filter((s) => s === x).length)[0];
-  return { mb_per_s: median(mbs), min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common };
+  const common = [...stages].sort((x, y) => stages.filter((s) => s === y).length - stages.filter((s) => s === x).length)[0];
+  const mid = median(mbs);
+  const nearest = runs.reduce((m, r) => (Math.abs(r.mb_per_s - mid) < Math.abs(m.mb_per_s - mid) ? r : m));
+  return { mb_per_s: mid, min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common, times: nearest.times ?? nearest.pass?.times };
 }
 const rows = Object.fromEntries(Object.entries(series).map(([k, runs]) => [k, summary(runs)]));
 /** Ratio of medians, with the range of the per-round ratios (rounds are interleaved). */
