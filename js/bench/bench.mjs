@@ -6,12 +6,14 @@
 //   node-views   the same with `batchViews: true` (batches read in place, no copy)
 //   chromium-1 / chromium-N   wasm in a dedicated worker of a cross-origin-isolated page,
 //           the one-thread build vs the threaded build with N decode threads
+//   chromium-page / chromium-page-views   `open()` on the page's own thread (one-thread
+//           build), batches copied vs `batchViews` (with --page-rows)
 // All read the same store over the same loopback HTTP server (tests/servers/http_server.py).
 // The rows are interleaved: each of `--runs` rounds runs every row once, in order, so a
 // load change on a shared machine touches every row alike; each row reports the median
 // and the min–max spread of its runs.
 //
-//   node js/bench/bench.mjs --store DIR/c8.zarr [--cli PATH] [--threads 2] [--runs 3] [--json OUT]
+//   node js/bench/bench.mjs --store DIR/c8.zarr [--cli PATH] [--threads 2] [--runs 3] [--page-rows] [--json OUT]
 // Needs IB_PLAYWRIGHT_CORE (scripts/test-wasm.sh installs it) for the Chromium rows.
 import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -31,10 +33,11 @@ const { values: a } = parseArgs({
     json: { type: 'string' },
     only: { type: 'string' }, // "chromium" or "node": just those rows
     'cache-budget-bytes': { type: 'string' },
+    'page-rows': { type: 'boolean', default: false },
   },
 });
 if (!a.store) {
-  console.error('usage: node js/bench/bench.mjs --store DIR/store.zarr [--cli target/release/insitubatch] [--threads 2] [--runs 3]');
+  console.error('usage: node js/bench/bench.mjs --store DIR/store.zarr [--cli target/release/insitubatch] [--threads 2] [--runs 3] [--page-rows] [--json OUT]');
   process.exit(2);
 }
 const RUNS = +a.runs;
@@ -96,6 +99,13 @@ try {
           throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
         }
       }
+      for (const [key, batchViews] of a['page-rows'] ? [['chromium-page', false], ['chromium-page-views', true]] : []) {
+        try {
+          add(key, await p.evaluate(async (arg) => (await import('/bench/page.js')).coldEpochOnPage(arg), { url, options, batchViews }));
+        } catch (e) {
+          throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
+        }
+      }
     }
     console.error(`round ${round + 1}/${RUNS} done`);
   }
@@ -132,9 +142,10 @@ const ratios = {};
 if (rows.native && rows.node) ratios.node_vs_native_one_thread = ratio('node', 'native');
 if (rows.native && rows['node-views']) ratios.node_views_vs_native_one_thread = ratio('node-views', 'native');
 if (rows.node && rows['node-views']) ratios.node_views_vs_node = ratio('node-views', 'node');
+if (rows['chromium-page'] && rows['chromium-page-views']) ratios.chromium_page_views_vs_copies = ratio('chromium-page-views', 'chromium-page');
 if (rows['chromium-1'] && rows[`chromium-${NTHREADS}`]) ratios[`chromium_threads_${NTHREADS}_vs_one`] = ratio(`chromium-${NTHREADS}`, 'chromium-1');
 for (const [k, r] of Object.entries(rows)) {
-  console.log(`${k.padEnd(12)} ${r.mb_per_s.toFixed(1).padStart(8)} MB/s  [${r.min.toFixed(1)}–${r.max.toFixed(1)}] median of ${r.runs.length} (${r.runs.join(', ')}); limited by ${r.limiting_stage}`);
+  console.log(`${k.padEnd(20)} ${r.mb_per_s.toFixed(1).padStart(8)} MB/s  [${r.min.toFixed(1)}–${r.max.toFixed(1)}] median of ${r.runs.length} (${r.runs.join(', ')}); limited by ${r.limiting_stage}`);
 }
 for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.median.toFixed(2)} [${v.min.toFixed(2)}–${v.max.toFixed(2)} per round]`);
 const os = await import('node:os');
