@@ -66,6 +66,14 @@ export interface OpenOptions {
   rank?: number;
   /** How many ranks share each epoch (default 1). */
   worldSize?: number;
+  /**
+   * Batches as views into the engine's wasm memory instead of copies (default false): each
+   * array's `data` is valid until the pass's next `next()` (the next step of `for await`) or
+   * `close()`, and throws when read after; `batch.copy()` keeps one (`ViewBatch`). Saves a
+   * copy of every batch. `open()` only: `openInWorker` refuses it (its batches are
+   * transferred, so already yours), the explorer ignores it.
+   */
+  batchViews?: boolean;
 }
 
 /** One labelled variable of `OpenOptions.variables`. */
@@ -131,7 +139,10 @@ export type TypedData =
   | Uint8Array | Uint16Array | Uint32Array | BigUint64Array;
 
 export interface BatchArray {
-  /** Row-major `(rows, ...inner)` values (a copy out of wasm memory). */
+  /**
+   * Row-major `(rows, ...inner)` values: a copy out of wasm memory, or under `batchViews` a
+   * view into it (read it before the pass's next step; see `ViewBatch`).
+   */
   data: TypedData;
   shape: number[];
   dtype: DTypeName;
@@ -147,6 +158,19 @@ export interface Batch {
   /** Position of this batch in its epoch. */
   index: number;
   epoch: number;
+}
+
+/**
+ * A batch of `open(url, { batchViews: true })`: each `arrays[label].data` is a typed array
+ * over the engine's wasm memory, re-made on each read if the memory grew (a non-shared
+ * memory's old `ArrayBuffer` is detached when it grows). Valid until the pass's next
+ * `next()` or `close()`: a read of `data` after that throws, and a typed array taken from it
+ * earlier may show later batches' values (the engine reuses the buffer). `sampleIndices` and
+ * `offsets` are the batch's own.
+ */
+export interface ViewBatch extends Batch {
+  /** A batch of the default kind, owned by you (nothing in it refers to wasm memory); throws once the views ended. */
+  copy(): Batch;
 }
 
 // The report types below mirror the engine's serde structs (core/src/describe.rs,
@@ -374,28 +398,32 @@ export declare class EngineTrapError extends Error {
   readonly name: 'EngineTrapError';
 }
 
-/** One pass over a split. `break` in `for await` ends it and frees its memory. */
-export declare class Pass implements AsyncIterable<Batch> {
+/**
+ * One pass over a split. `break` in `for await` ends it and frees its memory. `B`: `ViewBatch`
+ * under `batchViews`, whose views end with the next `next()` or `close()`.
+ */
+export declare class Pass<B extends Batch = Batch> implements AsyncIterable<B> {
   /** Batches this pass yields in all. */
   readonly length: number;
-  next(): Promise<Batch | undefined>;
+  next(): Promise<B | undefined>;
   stats(): PassStats | undefined;
   close(): void;
-  [Symbol.asyncIterator](): AsyncIterator<Batch>;
+  [Symbol.asyncIterator](): AsyncIterator<B>;
 }
 
-export declare class Dataset {
+/** An opened store; `B`: `ViewBatch` when opened with `batchViews: true`. */
+export declare class Dataset<B extends Batch = Batch> {
   describe(iterations?: number): DatasetReport;
   describeText(iterations?: number): string;
   setEpoch(epoch: number): void;
   readonly epoch: number;
   readonly labels: string[];
   readonly url: string;
-  iter(split: SplitName): Pass;
-  train(): Pass;
-  val(): Pass;
-  test(): Pass;
-  all(): Pass;
+  iter(split: SplitName): Pass<B>;
+  train(): Pass<B>;
+  val(): Pass<B>;
+  test(): Pass<B>;
+  all(): Pass<B>;
   lastPass(): PassStats | undefined;
   /** Chunks filled under `onBadChunk: "nan"` so far. */
   badChunks(): BadChunk[];
@@ -406,8 +434,9 @@ export declare class Dataset {
  * Open a Zarr store and build a dataset: `http://` or `https://` (fetch, with Range
  * requests); in Node also `s3://` (with `storageOptions`), `file://` URLs and plain paths
  * (node:fs, ranged reads); or a `Storage` object of your own. A browser refuses local paths,
- * saying what to use instead.
+ * saying what to use instead. With `batchViews: true` its batches are `ViewBatch`es.
  */
+export declare function open(source: string | URL | Storage, options: OpenOptions & { batchViews: true }): Promise<Dataset<ViewBatch>>;
 export declare function open(source: string | URL | Storage, options?: OpenOptions): Promise<Dataset>;
 /** Node entry only: the `Storage` `open()` uses for a `file://` URL or a path (node:fs, ranged reads). */
 export declare function nodeFileStorage(url: string | URL): Promise<Storage & { location: string; list(prefix: string): Promise<string[]> }>;
@@ -483,9 +512,10 @@ export declare class WorkerDataset {
 
 /**
  * Open the store at `url` in a new dedicated Web Worker (browsers) or worker_threads Worker
- * (Node), with every option of `open()`. A URL only: a `Storage` object cannot be posted.
+ * (Node), with every option of `open()` but `batchViews` (refused: these batches are
+ * transferred, so already yours). A URL only: a `Storage` object cannot be posted.
  */
-export declare function openInWorker(url: string | URL, options?: OpenOptions, how?: WorkerOptions): Promise<WorkerDataset>;
+export declare function openInWorker(url: string | URL, options?: Omit<OpenOptions, 'batchViews'>, how?: WorkerOptions): Promise<WorkerDataset>;
 
 // ---- The dashboard's questions (src/explore.js; wasm/src/explore.rs) ----
 

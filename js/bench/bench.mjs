@@ -2,12 +2,18 @@
 // Decoded MB/s of one cold epoch, the CLI bench's measure (batch bytes / wall time of the
 // train view with fractions 1,0,0), for:
 //   native  `insitubatch bench URL --threads 1` (the CLI, one decode thread)
-//   node    wasm in Node, one thread (src/index.js)
+//   node    wasm in Node, one thread (src/index.js), batches copied out of wasm memory
+//   node-views   the same with `batchViews: true` (batches read in place, no copy)
 //   chromium-1 / chromium-N   wasm in a dedicated worker of a cross-origin-isolated page,
 //           the one-thread build vs the threaded build with N decode threads
+//   chromium-page / chromium-page-views   `open()` on the page's own thread (one-thread
+//           build), batches copied vs `batchViews` (with --page-rows)
 // All read the same store over the same loopback HTTP server (tests/servers/http_server.py).
+// The rows are interleaved: each of `--runs` rounds runs every row once, in order, so a
+// load change on a shared machine touches every row alike; each row reports the median
+// and the min–max spread of its runs.
 //
-//   node js/bench/bench.mjs --store DIR/c8.zarr [--cli PATH] [--threads 2] [--runs 3] [--json OUT]
+//   node js/bench/bench.mjs --store DIR/c8.zarr [--cli PATH] [--threads 2] [--runs 3] [--page-rows] [--json OUT]
 // Needs IB_PLAYWRIGHT_CORE (scripts/test-wasm.sh installs it) for the Chromium rows.
 import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -27,82 +33,121 @@ const { values: a } = parseArgs({
     json: { type: 'string' },
     only: { type: 'string' }, // "chromium" or "node": just those rows
     'cache-budget-bytes': { type: 'string' },
+    'page-rows': { type: 'boolean', default: false },
   },
 });
 if (!a.store) {
-  console.error('usage: node js/bench/bench.mjs --store DIR/store.zarr [--cli target/release/insitubatch] [--threads 2] [--runs 3]');
+  console.error('usage: node js/bench/bench.mjs --store DIR/store.zarr [--cli target/release/insitubatch] [--threads 2] [--runs 3] [--page-rows] [--json OUT]');
   process.exit(2);
 }
 const RUNS = +a.runs;
+if (!(RUNS >= 1)) throw new Error(`--runs must be a positive integer, got ${a.runs}`);
+if (RUNS < 3) console.error(`${RUNS} round(s): fewer than 3, so a median and spread say little`);
 const NTHREADS = +a.threads;
 const options = { batchSize: +a['batch-size'], blockChunks: +a['block-chunks'], seed: 0 };
 if (a['cache-budget-bytes']) options.cacheBudgetBytes = +a['cache-budget-bytes'];
 const storeDir = resolve(a.store);
 const data = await serveDir(dirname(storeDir));
 const url = `${data.url}/${basename(storeDir)}`;
-const rows = {};
-const best = (xs) => xs.reduce((m, x) => (x.mb_per_s > m.mb_per_s ? x : m));
+const series = {}; // row -> its runs, in round order
+const add = (key, run) => (series[key] ??= []).push(run);
 
+/** One cold epoch of the native CLI, one decode thread. */
+function nativeRun() {
+  const r = spawnSync(a.cli, ['bench', url, '--threads', '1', '--epochs', '1', '--json',
+    '--batch-size', a['batch-size'], '--block-chunks', a['block-chunks'],
+    ...(a['cache-budget-bytes'] ? ['--cache-budget-bytes', a['cache-budget-bytes']] : [])], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`insitubatch bench failed: ${r.stderr}`);
+  const j = JSON.parse(r.stdout);
+  const e = (j.epochs ?? j.rows ?? [j])[0];
+  return { mb_per_s: e.mb_per_s, seconds: e.seconds, limiting_stage: e.limiting_stage, times: e.times };
+}
+
+/** One cold epoch in Node on this thread; `batchViews`: read the batches in place. */
+async function nodeRun(batchViews) {
+  const ds = await open(url, { ...options, fractions: [1, 0, 0], batchViews });
+  const t0 = performance.now();
+  let bytes = 0;
+  for await (const b of ds.train()) for (const x of Object.values(b.arrays)) bytes += x.data.byteLength;
+  const seconds = (performance.now() - t0) / 1e3;
+  const { limiting_stage, times } = ds.lastPass() ?? {};
+  ds.close();
+  return { mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage, times };
+}
+
+const wantNode = a.only !== 'chromium';
+const wantChromium = a.only !== 'node' && !browserSkip;
+if (a.only !== 'node' && browserSkip) console.error(`skipping Chromium: ${browserSkip}`);
+let chrome, page, p;
 try {
-  if (a.cli && !a.only) {
-    const runs = [];
-    for (let i = 0; i < RUNS; i++) {
-      const r = spawnSync(a.cli, ['bench', url, '--threads', '1', '--epochs', '1', '--json',
-        '--batch-size', a['batch-size'], '--block-chunks', a['block-chunks'],
-        ...(a['cache-budget-bytes'] ? ['--cache-budget-bytes', a['cache-budget-bytes']] : [])], { encoding: 'utf8' });
-      if (r.status !== 0) throw new Error(`insitubatch bench failed: ${r.stderr}`);
-      const j = JSON.parse(r.stdout);
-      const e = (j.epochs ?? j.rows ?? [j])[0];
-      runs.push({ mb_per_s: e.mb_per_s, seconds: e.seconds, limiting_stage: e.limiting_stage });
+  if (wantChromium) {
+    page = await serveJs({ coopCoep: true });
+    chrome = await launch();
+    p = await chrome.page(`${page.url}/test-support/page/`);
+  }
+  for (let round = 0; round < RUNS; round++) {
+    if (a.cli && !a.only) add('native', nativeRun());
+    if (wantNode) {
+      add('node', await nodeRun(false));
+      add('node-views', await nodeRun(true));
     }
-    rows.native = { ...best(runs), runs: runs.map((r) => +r.mb_per_s.toFixed(1)) };
-  }
-
-  const node = [];
-  for (let i = 0; i < (a.only === 'chromium' ? 0 : RUNS); i++) {
-    const ds = await open(url, { ...options, fractions: [1, 0, 0] });
-    const t0 = performance.now();
-    let bytes = 0;
-    for await (const b of ds.train()) for (const x of Object.values(b.arrays)) bytes += x.data.byteLength;
-    const seconds = (performance.now() - t0) / 1e3;
-    node.push({ mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage: ds.lastPass()?.limiting_stage });
-    ds.close();
-  }
-  if (node.length) rows.node = { ...best(node), runs: node.map((r) => +r.mb_per_s.toFixed(1)) };
-
-  if (a.only === 'node') {
-    // no Chromium rows
-  } else if (browserSkip) {
-    console.error(`skipping Chromium: ${browserSkip}`);
-  } else {
-    const page = await serveJs({ coopCoep: true });
-    const chrome = await launch();
-    try {
-      const p = await chrome.page(`${page.url}/test-support/page/`);
+    if (wantChromium) {
       for (const [key, threads, nThreads] of [['chromium-1', false, 1], [`chromium-${NTHREADS}`, true, NTHREADS]]) {
-        const runs = [];
-        for (let i = 0; i < RUNS; i++) {
-          runs.push(await p.evaluate(async (arg) => (await import('/bench/page.js')).coldEpoch(arg), { url, options, threads, nThreads }));
+        try {
+          add(key, await p.evaluate(async (arg) => (await import('/bench/page.js')).coldEpoch(arg), { url, options, threads, nThreads }));
+        } catch (e) {
+          throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
         }
-        rows[key] = { ...best(runs), runs: runs.map((r) => +r.mb_per_s.toFixed(1)) };
       }
-    } catch (e) {
-      throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
-    } finally {
-      await chrome.browser.close();
-      page.stop();
+      for (const [key, batchViews] of a['page-rows'] ? [['chromium-page', false], ['chromium-page-views', true]] : []) {
+        try {
+          add(key, await p.evaluate(async (arg) => (await import('/bench/page.js')).coldEpochOnPage(arg), { url, options, batchViews }));
+        } catch (e) {
+          throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
+        }
+      }
     }
+    console.error(`round ${round + 1}/${RUNS} done`);
   }
 } finally {
+  await chrome?.browser.close();
+  page?.stop();
   data.stop();
 }
 
-const ratios = {};
-if (rows.native && rows.node) ratios.node_vs_native_one_thread = rows.node.mb_per_s / rows.native.mb_per_s;
-if (rows['chromium-1']) ratios[`chromium_threads_${NTHREADS}_vs_one`] = rows[`chromium-${NTHREADS}`].mb_per_s / rows['chromium-1'].mb_per_s;
-for (const [k, r] of Object.entries(rows)) {
-  console.log(`${k.padEnd(12)} ${r.mb_per_s.toFixed(1).padStart(8)} MB/s  (best of ${r.runs.join(', ')}; limited by ${r.limiting_stage})`);
+const median = (xs) => {
+  const s = [...xs].sort((x, y) => x - y);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+/**
+ * `{ mb_per_s (median), min, max, runs, limiting_stage (the most common), times (the pass's
+ * stage times in the run nearest the median: where an epoch's time went) }`.
+ */
+function summary(runs) {
+  const mbs = runs.map((r) => r.mb_per_s);
+  const stages = runs.map((r) => r.limiting_stage);
+  const common = [...stages].sort((x, y) => stages.filter((s) => s === y).length - stages.filter((s) => s === x).length)[0];
+  const mid = median(mbs);
+  const nearest = runs.reduce((m, r) => (Math.abs(r.mb_per_s - mid) < Math.abs(m.mb_per_s - mid) ? r : m));
+  return { mb_per_s: mid, min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common, times: nearest.times ?? nearest.pass?.times };
 }
-for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.toFixed(2)}`);
-const out = { store: storeDir, options, rows, ratios, cpus: (await import('node:os')).availableParallelism() };
+const rows = Object.fromEntries(Object.entries(series).map(([k, runs]) => [k, summary(runs)]));
+/** Ratio of medians, with the range of the per-round ratios (rounds are interleaved). */
+function ratio(num, den) {
+  const each = series[num].map((r, i) => r.mb_per_s / series[den][i].mb_per_s);
+  return { median: rows[num].mb_per_s / rows[den].mb_per_s, min: Math.min(...each), max: Math.max(...each) };
+}
+const ratios = {};
+if (rows.native && rows.node) ratios.node_vs_native_one_thread = ratio('node', 'native');
+if (rows.native && rows['node-views']) ratios.node_views_vs_native_one_thread = ratio('node-views', 'native');
+if (rows.node && rows['node-views']) ratios.node_views_vs_node = ratio('node-views', 'node');
+if (rows['chromium-page'] && rows['chromium-page-views']) ratios.chromium_page_views_vs_copies = ratio('chromium-page-views', 'chromium-page');
+if (rows['chromium-1'] && rows[`chromium-${NTHREADS}`]) ratios[`chromium_threads_${NTHREADS}_vs_one`] = ratio(`chromium-${NTHREADS}`, 'chromium-1');
+for (const [k, r] of Object.entries(rows)) {
+  console.log(`${k.padEnd(20)} ${r.mb_per_s.toFixed(1).padStart(8)} MB/s  [${r.min.toFixed(1)}–${r.max.toFixed(1)}] median of ${r.runs.length} (${r.runs.join(', ')}); limited by ${r.limiting_stage}`);
+}
+for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.median.toFixed(2)} [${v.min.toFixed(2)}–${v.max.toFixed(2)} per round]`);
+const os = await import('node:os');
+const out = { store: storeDir, options, rows, ratios, cpus: os.availableParallelism(), loadavg: os.loadavg() };
 if (a.json) writeFileSync(a.json, JSON.stringify(out, null, 2));

@@ -59,24 +59,78 @@ export class SplitViews {
 }
 
 /**
+ * A batch of views into the wasm memory of `inst` (the `batchViews` option): `raw` is the
+ * engine's (wasm/src/api.rs `batch_view_to_js`: each array's `data`, `byteOffset` and
+ * `length`), `live()` says whether its pass is still at this step. Each read of `data`
+ * checks that, then re-derives the typed array if the memory grew since (a non-shared
+ * memory detaches its old `ArrayBuffer`), so a read never sees a detached buffer or, through
+ * `data`, a later batch. `copy()` gives a batch of the default kind, owned by the caller.
+ */
+function viewBatch(raw, inst, live) {
+  const memory = inst.call((w) => w.wasmMemory());
+  const check = () => {
+    if (inst.trapped) throw inst.trapped;
+    if (!live()) {
+      throw new Error(
+        "this batch's arrays were views into the engine's memory (batchViews), valid until the pass's next step or close(); call batch.copy() before moving on to keep a batch",
+      );
+    }
+  };
+  const arrays = {};
+  for (const [label, a] of Object.entries(raw.arrays)) {
+    let view = a.data;
+    const { byteOffset, length } = a;
+    arrays[label] = {
+      get data() {
+        check();
+        if (view.length !== length) view = new view.constructor(memory.buffer, byteOffset, length);
+        return view;
+      },
+      shape: a.shape,
+      dtype: a.dtype,
+    };
+  }
+  const batch = { ...raw, arrays };
+  Object.defineProperty(batch, 'copy', {
+    value: () => copyBatch(batch),
+    enumerable: false,
+  });
+  return batch;
+}
+
+/** An owned copy of a batch (the default kind: nothing in it refers to wasm memory). */
+function copyBatch(b) {
+  const arrays = {};
+  for (const [label, a] of Object.entries(b.arrays)) {
+    arrays[label] = { data: a.data.slice(), shape: [...a.shape], dtype: a.dtype };
+  }
+  return { arrays, sampleIndices: b.sampleIndices.slice(), offsets: { ...b.offsets }, index: b.index, epoch: b.epoch };
+}
+
+/**
  * One pass over a split: an async iterable of batches (`for await (const b of ds.train())`).
  * `inst`: the engine instance (src/engine.js) whose `stream` this is; a trap in it rejects
- * `next()` with an `EngineTrapError` instead of leaving it pending.
+ * `next()` with an `EngineTrapError` instead of leaving it pending. Under `batchViews` the
+ * engine holds each batch until the next step and this class wraps it (`viewBatch`).
  */
 export class Pass extends AsyncBatches {
   #inst;
   #stream;
   #ref;
+  #views;
+  #step = 0; // advanced by every next() and close(): a view batch is live at its own step only
   constructor(inst, stream) {
     super();
     this.#inst = inst;
     this.#stream = stream;
     this.#ref = inst.track(stream);
+    this.#views = inst.call(() => stream.batchViews);
     /** Batches this pass yields in all. */
     this.length = stream.length;
   }
-  /** The next batch, or `undefined` after the last one. */
+  /** The next batch, or `undefined` after the last one; under `batchViews` the previous batch's views end here. */
   async next() {
+    const step = ++this.#step;
     if (!this.#stream) return undefined;
     const stream = this.#stream;
     let b;
@@ -87,7 +141,8 @@ export class Pass extends AsyncBatches {
       throw e;
     }
     if (b === undefined) this.close();
-    return b;
+    if (b === undefined || !this.#views) return b;
+    return viewBatch(b, this.#inst, () => this.#step === step);
   }
   /** Stats of this pass so far. */
   stats() {
@@ -99,6 +154,7 @@ export class Pass extends AsyncBatches {
    * trap there is nothing to free: the memory went with the instance.
    */
   close() {
+    this.#step++;
     const stream = this.#stream;
     if (!stream) return;
     this.#stream = undefined;

@@ -203,14 +203,19 @@ export class WorkerDataset extends SplitViews {
 
 /**
  * Open the store at `url` in a new worker, with the options of `open()` (windows,
- * `onBadChunk`, `sampleRange`, `splitSeed`, `readPolicy`: plain data, posted as is). `how.threads`: "auto" (default: the threaded
- * build when the page is cross-origin isolated), true (require it) or false;
+ * `onBadChunk`, `sampleRange`, `splitSeed`, `readPolicy`: plain data, posted as is) except
+ * `batchViews`, refused: worker batches are transferred, so already the caller's.
+ * `how.threads`: "auto" (default: the threaded build when the page is cross-origin
+ * isolated), true (require it) or false;
  * `how.nThreads`: decode threads (default `navigator.hardwareConcurrency`);
  * `how.workerUrl`: where src/worker.js is served, if a bundler moved it.
  */
 export async function openInWorker(url, options = {}, how = {}) {
   if (isStorage(url)) {
     throw new Error('openInWorker takes a URL: a storage object cannot be sent to a worker (its functions do not survive postMessage); open it with open() on this thread, or give the worker a URL');
+  }
+  if (options?.batchViews) {
+    throw new Error('batchViews applies to open() on this thread: batches from openInWorker are already yours (their buffers are copied out of wasm memory once in the worker and transferred, not copied, to this thread); drop the option');
   }
   const ch = new Channel(await spawn(how.workerUrl));
   try {

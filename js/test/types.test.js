@@ -52,6 +52,7 @@ const EVERY_OPTION = {
   readPolicy: { retries: 1, backoffMs: 10, requestTimeoutMs: 5000 },
   rank: 0,
   worldSize: 1,
+  batchViews: true,
 };
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
 const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];

@@ -154,7 +154,7 @@ async fn open_on(
         builder = builder.variables(variables);
     }
     let inner = builder.build().map_err(err)?;
-    Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url })
+    Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url, batch_views: opts.batch_views.unwrap_or(false) })
 }
 
 /// The options object of `open()` and the explorer: unknown keys are refused (serde-wasm-bindgen
@@ -222,6 +222,8 @@ impl Drop for KeepAlive {
 pub struct Dataset {
     inner: insitubatch_core::Dataset,
     url: String,
+    /// `batchViews`: its passes yield views into wasm memory ([`batch_view_to_js`]).
+    batch_views: bool,
     _keep: KeepAlive,
 }
 
@@ -272,7 +274,11 @@ impl Dataset {
     pub fn iter(&self, split: &str) -> Result<BatchStream, JsError> {
         let split = parse_split(split).map_err(|e| JsError::new(&e))?;
         let stream = self.inner.iter(split).map_err(err)?;
-        Ok(BatchStream { cursor: PassCursor::new(stream), keep: KeepAlive(Some(self.inner.clone())) })
+        Ok(BatchStream {
+            cursor: PassCursor::new(stream),
+            keep: KeepAlive(Some(self.inner.clone())),
+            views: self.batch_views,
+        })
     }
 
     /// Chunks filled under `onBadChunk: "nan"` so far: `{ array, chunk_index, tile, error }`.
@@ -297,6 +303,7 @@ impl Dataset {
 pub struct BatchStream {
     cursor: PassCursor,
     keep: KeepAlive,
+    views: bool,
 }
 
 /// The JS side of one core pass, shared by [`BatchStream`] and the explorer's stream: one
@@ -306,12 +313,20 @@ pub(crate) struct PassCursor {
     inner: Rc<RefCell<Option<insitubatch_core::BatchStream>>>,
     busy: Rc<Cell<bool>>,
     len: usize,
+    /// The last batch yielded as views ([`Self::next_view`]): its buffers stay allocated, and
+    /// are not recycled into later batches, until the next step or `close()`.
+    held: Rc<RefCell<Option<Batch>>>,
 }
 
 impl PassCursor {
     pub(crate) fn new(stream: insitubatch_core::BatchStream) -> Self {
         let len = stream.len();
-        Self { inner: Rc::new(RefCell::new(Some(stream))), busy: Rc::new(Cell::new(false)), len }
+        Self {
+            inner: Rc::new(RefCell::new(Some(stream))),
+            busy: Rc::new(Cell::new(false)),
+            len,
+            held: Rc::new(RefCell::new(None)),
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -321,6 +336,24 @@ impl PassCursor {
     /// The next batch through `convert`, or `undefined` after the last one. `keep` lives
     /// until the promise settles (the stream may end, and be dropped, inside it).
     pub(crate) fn next<K: 'static>(&self, convert: fn(&Batch) -> Result<JsValue, JsError>, keep: K) -> js_sys::Promise {
+        self.step(convert, None, keep)
+    }
+
+    /// The next batch as views into wasm memory ([`batch_view_to_js`]): the batch is held
+    /// here until the next call or `close()`, which release the one before (its buffers go
+    /// back to the pass's recycler, so a view kept past that may show a later batch).
+    pub(crate) fn next_view<K: 'static>(&self, keep: K) -> js_sys::Promise {
+        self.held.borrow_mut().take();
+        self.step(batch_view_to_js, Some(Rc::clone(&self.held)), keep)
+    }
+
+    /// One step of the pass: the batch through `convert`, then kept in `hold` if given.
+    fn step<K: 'static>(
+        &self,
+        convert: fn(&Batch) -> Result<JsValue, JsError>,
+        hold: Option<Rc<RefCell<Option<Batch>>>>,
+        keep: K,
+    ) -> js_sys::Promise {
         let inner = Rc::clone(&self.inner);
         let busy = Rc::clone(&self.busy);
         wasm_bindgen_futures::future_to_promise(async move {
@@ -340,7 +373,11 @@ impl PassCursor {
             match item {
                 Some(Ok(batch)) => {
                     *inner.borrow_mut() = Some(stream);
-                    convert(&batch).map_err(Into::into)
+                    let js = convert(&batch)?;
+                    if let Some(hold) = hold {
+                        *hold.borrow_mut() = Some(batch);
+                    }
+                    Ok(js)
                 }
                 Some(Err(e)) => Err(JsError::new(&e.to_string()).into()),
                 None => Ok(JsValue::UNDEFINED),
@@ -356,6 +393,7 @@ impl PassCursor {
     }
 
     pub(crate) fn close(&self) {
+        self.held.borrow_mut().take();
         if let Some(s) = self.inner.borrow_mut().take() {
             s.close();
         }
@@ -370,9 +408,21 @@ impl BatchStream {
         self.cursor.len()
     }
 
-    /// The next batch, or `undefined` after the last one.
+    /// The next batch, or `undefined` after the last one. Under `batchViews` its arrays are
+    /// views ([`batch_view_to_js`]) and this call ends the previous batch's.
     pub fn next(&self) -> js_sys::Promise {
-        self.cursor.next(batch_to_js, self.keep.clone())
+        if self.views {
+            self.cursor.next_view(self.keep.clone())
+        } else {
+            self.cursor.next(batch_to_js, self.keep.clone())
+        }
+    }
+
+    /// Whether batches are views into wasm memory (the `batchViews` option): the facade
+    /// (js/src/facade.js) wraps them so that each read re-derives the view.
+    #[wasm_bindgen(getter, js_name = batchViews)]
+    pub fn batch_views(&self) -> bool {
+        self.views
     }
 
     /// Stats of this pass so far (`undefined` once it has ended; see `Dataset.lastPass()`).
@@ -391,21 +441,25 @@ fn typed_array(a: &NdArray) -> JsValue {
     let bytes: &[u8] = &a.data[..];
     let u8a = Uint8Array::new_with_length(bytes.len() as u32);
     u8a.copy_from(bytes);
-    let buf = u8a.buffer();
-    let n = (bytes.len() / a.dtype.size()) as u32;
-    match a.dtype {
-        DType::Bool | DType::Uint8 => u8a.into(),
-        DType::Int8 => js_sys::Int8Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
-        DType::Int16 => js_sys::Int16Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+    typed_over(a.dtype, &u8a.buffer().into(), 0, (bytes.len() / a.dtype.size()) as u32)
+}
+
+/// The typed array of `dtype` over `n` elements of `buf` from `byte_offset` (float16 and
+/// bfloat16 as raw `Uint16Array` bits, bool as `Uint8Array`).
+fn typed_over(dtype: DType, buf: &JsValue, byte_offset: u32, n: u32) -> JsValue {
+    match dtype {
+        DType::Bool | DType::Uint8 => Uint8Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
+        DType::Int8 => js_sys::Int8Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
+        DType::Int16 => js_sys::Int16Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
         DType::Uint16 | DType::Float16 | DType::Bfloat16 => {
-            js_sys::Uint16Array::new_with_byte_offset_and_length(&buf, 0, n).into()
+            js_sys::Uint16Array::new_with_byte_offset_and_length(buf, byte_offset, n).into()
         }
-        DType::Int32 => js_sys::Int32Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
-        DType::Uint32 => js_sys::Uint32Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
-        DType::Int64 => js_sys::BigInt64Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
-        DType::Uint64 => js_sys::BigUint64Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
-        DType::Float32 => js_sys::Float32Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
-        DType::Float64 => js_sys::Float64Array::new_with_byte_offset_and_length(&buf, 0, n).into(),
+        DType::Int32 => js_sys::Int32Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
+        DType::Uint32 => js_sys::Uint32Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
+        DType::Int64 => js_sys::BigInt64Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
+        DType::Uint64 => js_sys::BigUint64Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
+        DType::Float32 => js_sys::Float32Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
+        DType::Float64 => js_sys::Float64Array::new_with_byte_offset_and_length(buf, byte_offset, n).into(),
     }
 }
 
@@ -413,6 +467,30 @@ fn typed_array(a: &NdArray) -> JsValue {
 /// the one batch encoding every JS stream (dataset, explorer, worker) receives.
 pub(crate) fn batch_to_js(b: &Batch) -> Result<JsValue, JsError> {
     batch_object(b, |a, o| set(o, "data", &typed_array(a)))
+}
+
+/// `batchViews`: each array's `data` is a typed array over wasm memory, at `byteOffset` with
+/// `length` elements, instead of a copy. The batch must stay alive (and its buffers out of
+/// the recycler) while JS reads it ([`PassCursor::next_view`] holds it). Non-shared memory
+/// detaches its `ArrayBuffer` when it grows, which any allocation of the engine's background
+/// tasks may do, so `data` is only right at creation: the facade re-derives it from
+/// `byteOffset`, `length` and the current `wasmMemory().buffer` (js/src/facade.js).
+pub(crate) fn batch_view_to_js(b: &Batch) -> Result<JsValue, JsError> {
+    let buf = wasm_memory().unchecked_into::<js_sys::WebAssembly::Memory>().buffer();
+    batch_object(b, |a, o| {
+        // wasm32: pointers are 32-bit offsets into the one linear memory.
+        let byte_offset = a.data.as_ptr() as usize as u32;
+        let n = (a.data.len() / a.dtype.size()) as u32;
+        set(o, "data", &typed_over(a.dtype, &buf, byte_offset, n))?;
+        set(o, "byteOffset", &JsValue::from_f64(f64::from(byte_offset)))?;
+        set(o, "length", &JsValue::from_f64(f64::from(n)))
+    })
+}
+
+/// The instance's `WebAssembly.Memory`, over which `batchViews` batches are views.
+#[wasm_bindgen(js_name = wasmMemory)]
+pub fn wasm_memory() -> JsValue {
+    wasm_bindgen::memory()
 }
 
 /// A batch as a JS object; `array_fields` adds each array's data under its own name.

@@ -86,6 +86,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "storageOptions",
     "rank",
     "worldSize",
+    "batchViews",
 ];
 
 /// The fields of a labelled variable's object (of [`JsVariable`]).
@@ -142,6 +143,9 @@ pub struct JsOpenOptions {
     pub rank: Option<usize>,
     /// How many ranks share each epoch (default 1).
     pub world_size: Option<usize>,
+    /// Batches as views into wasm memory, valid until the pass's next step, instead of copies
+    /// (default false; `open()`'s passes only: the explorer and `openInWorker` copy).
+    pub batch_views: Option<bool>,
 }
 
 /// `readPolicy`: core's [`ReadPolicy`](insitubatch_core::ReadPolicy) in JS units

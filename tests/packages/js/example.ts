@@ -1,6 +1,6 @@
 // The package's public API as a TypeScript user writes it, type-checked (tsc --noEmit,
 // strict) against the installed package's index.d.ts. Never run: only its types matter.
-import { open, openInWorker, type Batch, type DatasetReport, type OpenOptions, type PassStats } from 'insitubatch';
+import { open, openInWorker, type Batch, type DatasetReport, type OpenOptions, type PassStats, type ViewBatch } from 'insitubatch';
 
 const options: OpenOptions = {
   variables: { x: 't2m', y: { path: 't2m', shift: 6 } },
@@ -35,6 +35,18 @@ export async function train(url: string): Promise<number> {
   for (const note of report.notes) sum += note.severity === 'warn' ? 1 : 0;
   ds.close();
   return sum + peak + (drawable.get('train') ?? 0);
+}
+
+/** `batchViews`: views into wasm memory until the next step; `copy()` keeps a batch. */
+export async function views(url: string): Promise<Batch[]> {
+  const ds = await open(url, { batchViews: true, batchSize: 8 });
+  const kept: Batch[] = [];
+  for await (const batch of ds.val()) {
+    const b: ViewBatch = batch;
+    if (b.arrays.x.data[0] !== 0) kept.push(b.copy());
+  }
+  ds.close();
+  return kept;
 }
 
 export async function inWorker(url: string): Promise<string> {
