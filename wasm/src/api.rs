@@ -409,7 +409,7 @@ impl BatchStream {
     }
 
     /// The next batch, or `undefined` after the last one. Under `batchViews` its arrays are
-    /// views ([`batch_view_to_js`]) and this call ends the previous batch's.
+    /// views (`batch_view_to_js`) and this call ends the previous batch's.
     pub fn next(&self) -> js_sys::Promise {
         if self.views {
             self.cursor.next_view(self.keep.clone())
