@@ -1,7 +1,7 @@
 // Must NOT type-check: proves the type check can fail. tsc (tsconfig.json) must report exactly
 // one error in the project, TS2322 on the line marked below (a knob of the wrong type).
-import { open } from 'insitubatch';
+import type { OpenOptions } from 'insitubatch';
 
-export const ds = await open('https://example.org/era5.zarr', {
+export const options: OpenOptions = {
   batchSize: '32', // expected error: batchSize is a number
-});
+};
