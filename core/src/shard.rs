@@ -12,8 +12,9 @@
 //!    chunks, permuted for shuffled views); number the units in order of first appearance;
 //!    unit `i` goes to rank `i mod N`. A rank's chunk list is its units in that order, each
 //!    unit's chunks in their permuted order.
-//! 3. **Blocks.** Each rank cuts its chunk list into blocks of `block_chunks` chunks and
-//!    shuffles block `b`'s anchors with (purpose 2, index `b * N + r`); with one rank this is
+//! 3. **Blocks.** Each rank cuts its chunk list into blocks of `block_chunks` chunks (the
+//!    first of `first_block_chunks`, [`blocked_order`]) and shuffles block `b`'s anchors with
+//!    (purpose 2, index `b * N + r`); with one rank this is
 //!    the draw order. Sequential views (val, test, all) skip the shuffles, so each rank's share
 //!    is ascending.
 //! 4. **Equal shares.** Each rank keeps the first `m` anchors of its order, `m` the smallest
@@ -28,8 +29,10 @@
 //!    `i` goes to rank `i mod M`, and a rank's chunks are its units' chunks, unit by unit, each
 //!    in order of first appearance (ascending for sequential views), each chunk's remaining
 //!    anchors in sequence order. Blocks are cut greedily: a block closes once it holds
-//!    `block_chunks` chunks and a batch of anchors. For shuffled views block `b` is shuffled with
-//!    the words `[seed, epoch, split_tag, 4, segment, b * M + r]`. Step 4 then applies again.
+//!    `block_chunks` chunks (the segment's first block: `first_block_chunks`, so a resumed
+//!    pass starts as fast as a fresh one) and a batch of anchors. For shuffled views block
+//!    `b` is shuffled with the words `[seed, epoch, split_tag, 4, segment, b * M + r]`. Step
+//!    4 then applies again.
 //!
 //! Everything is a pure function of `(seed, epoch, split, world sizes, cut positions)`.
 
@@ -371,7 +374,9 @@ fn repartition(
         if !spec.shuffle {
             list.sort_unstable();
         }
-        let mut o = greedy_blocks(list, &by_chunk, spec.block_chunks.max(1), sh.batch_size.max(1));
+        let per_block = spec.block_chunks.max(1);
+        let sizes = BlockSizes { first: spec.first_block_chunks.clamp(1, per_block), rest: per_block };
+        let mut o = greedy_blocks(list, &by_chunk, sizes, sh.batch_size.max(1));
         if spec.shuffle {
             for b in 0..o.n_blocks() {
                 let words = [spec.seed, spec.epoch, spec.split.tag(), PURPOSE_RESUME, segment, (b * world + r) as u64];
@@ -385,17 +390,25 @@ fn repartition(
     (orders, dropped)
 }
 
-/// Blocks over `chunks`, each closed once it holds `block_chunks` chunks and `batch` anchors
-/// (partly consumed chunks are short, so counting chunks alone could leave a block without a
-/// batch, and a batch could then meet more than two blocks).
-fn greedy_blocks(chunks: &[u64], anchors: &HashMap<u64, Vec<u64>>, block_chunks: usize, batch: usize) -> DrawOrder {
+/// Chunks per block of a re-partitioned segment: its first block, and every later one.
+#[derive(Debug, Clone, Copy)]
+struct BlockSizes {
+    first: usize,
+    rest: usize,
+}
+
+/// Blocks over `chunks`, each closed once it holds its chunk count (`sizes`) and `batch`
+/// anchors (partly consumed chunks are short, so counting chunks alone could leave a block
+/// without a batch, and a batch could then meet more than two blocks).
+fn greedy_blocks(chunks: &[u64], anchors: &HashMap<u64, Vec<u64>>, sizes: BlockSizes, batch: usize) -> DrawOrder {
     let mut o = DrawOrder { anchors: Vec::new(), bounds: vec![0], block_chunks: Vec::new() };
     let mut current: Vec<u64> = Vec::new();
     let mut start = 0usize;
     for &c in chunks {
         o.anchors.extend_from_slice(&anchors[&c]);
         current.push(c);
-        if current.len() >= block_chunks && o.anchors.len() - start >= batch {
+        let want = if o.block_chunks.is_empty() { sizes.first } else { sizes.rest };
+        if current.len() >= want && o.anchors.len() - start >= batch {
             o.bounds.push(o.anchors.len());
             o.block_chunks.push(std::mem::take(&mut current));
             start = o.anchors.len();

@@ -20,6 +20,7 @@ struct Geo {
     n_samples: u64,
     anchor_range: (u64, u64),
     block_chunks: usize,
+    first_block_chunks: usize,
     shuffle: bool,
     seed: u64,
     epoch: u64,
@@ -35,7 +36,7 @@ impl Geo {
             n_samples: self.n_samples,
             anchor_range: self.anchor_range,
             block_chunks: self.block_chunks,
-            first_block_chunks: self.block_chunks,
+            first_block_chunks: self.first_block_chunks,
             shuffle: self.shuffle,
             seed: self.seed,
             epoch: self.epoch,
@@ -59,14 +60,15 @@ fn geometry() -> impl Strategy<Value = Geo> {
         .prop_flat_map(|(n_chunks, spc, short, lo, bc, sh, epoch, unit, batch, seed)| {
             let n_samples = (n_chunks * spc).saturating_sub(short.min(spc - 1)).max(1);
             let subset = proptest::collection::vec(any::<bool>(), n_chunks as usize);
-            (Just((n_chunks, spc, n_samples, lo, bc, sh, epoch, unit, batch, seed)), subset, 0u64..3)
+            (Just((n_chunks, spc, n_samples, lo, bc, sh, epoch, unit, batch, seed)), subset, 0u64..3, 1usize..=bc)
         })
-        .prop_map(|((_, spc, n, lo, bc, sh, epoch, unit, batch, seed), subset, hi_cut)| Geo {
+        .prop_map(|((_, spc, n, lo, bc, sh, epoch, unit, batch, seed), subset, hi_cut, first)| Geo {
             chunks: subset.iter().enumerate().filter(|(_, k)| **k).map(|(c, _)| c as u64).collect(),
             ref_spc: spc,
             n_samples: n,
             anchor_range: (lo.min(n), n.saturating_sub(hi_cut).max(lo.min(n))),
             block_chunks: bc,
+            first_block_chunks: first,
             shuffle: sh,
             seed,
             epoch,
@@ -184,6 +186,7 @@ fn one_rank_is_the_draw_order_and_a_checkpoint_round_trips() {
         n_samples: 77,
         anchor_range: (0, 77),
         block_chunks: 3,
+        first_block_chunks: 3,
         shuffle: true,
         seed: 7,
         epoch: 0,
@@ -204,6 +207,38 @@ fn one_rank_is_the_draw_order_and_a_checkpoint_round_trips() {
 }
 
 #[test]
+fn a_resumed_segment_starts_with_the_smaller_first_block() {
+    let g = Geo {
+        chunks: (0..24).collect(),
+        ref_spc: 4,
+        n_samples: 96,
+        anchor_range: (0, 96),
+        block_chunks: 4,
+        first_block_chunks: 1,
+        shuffle: true,
+        seed: 3,
+        epoch: 1,
+        unit: 1,
+        batch: 4,
+    };
+    let fresh = g.job(2, None);
+    assert!(fresh.iter().all(|p| p.order.block_chunks[0].len() == 1 && p.order.block_chunks[1].len() == 4));
+    // Two ranks cut after 6 samples each, resumed on three: each new rank's first block is as
+    // few chunks as hold a batch (partly drawn chunks are short), the next one 4 chunks.
+    let resumed = g.job(3, Some(&checkpoint(&g, 2, 6, Vec::new())));
+    for p in &resumed {
+        let o = &p.order;
+        let first = &o.block_chunks[0];
+        let without_last = o.block(0).iter().filter(|&&a| a / 4 != *first.last().unwrap()).count();
+        assert!(o.block(0).len() >= 4 && without_last < 4, "{:?}", o.block_chunks);
+        assert!(first.len() < 4 && o.block_chunks[1].len() == 4, "{:?}", o.block_chunks);
+    }
+    let plain = Geo { first_block_chunks: 4, ..g.clone() };
+    let resumed_plain = plain.job(3, Some(&checkpoint(&plain, 2, 6, Vec::new())));
+    assert!(resumed_plain.iter().all(|p| p.order.block_chunks[0].len() >= 4));
+}
+
+#[test]
 fn refusals_name_what_differs() {
     let g = Geo {
         chunks: (0..4).collect(),
@@ -211,6 +246,7 @@ fn refusals_name_what_differs() {
         n_samples: 16,
         anchor_range: (0, 16),
         block_chunks: 1,
+        first_block_chunks: 1,
         shuffle: true,
         seed: 1,
         epoch: 2,
