@@ -402,6 +402,28 @@ def test_shuffle_functions_reproduce_the_engine_order(era5):
     assert insitubatch.sequential_order([], spc, n, block_chunks=2).rows.shape == (0, 2)
 
 
+def test_shuffle_functions_reproduce_a_smaller_first_block(era5):
+    """``first_block_chunks`` (ours) cuts the functions' first block as the dataset's."""
+    u, _ = era5
+    geoms = insitubatch.open_geometries(u)
+    manifest = insitubatch.split_by_chunk(geoms["t2m"])
+    ds = insitubatch.InSituDataset(u, manifest, geoms, batch_size=4, block_chunks=3, seed=7, first_block_chunks=1)
+    config = ds.describe()["config"]
+    spc, n = manifest.sample_chunk_size, manifest.n_samples
+    kw = {"block_chunks": config["block_chunks"], "first_block_chunks": config["first_block_chunks"]}
+    order = insitubatch.block_shuffled_order(manifest.chunks["train"], spc, n, seed=7, epoch=1, **kw)
+    np.testing.assert_array_equal(order.anchors, ds.draw_order("train", 1))
+    assert order.block(0) == (0, 8) and order.n_blocks == 4  # 8 chunks: 1, then 3, 3, 1
+    plain = insitubatch.block_shuffled_order(
+        manifest.chunks["train"], spc, n, seed=7, epoch=1, block_chunks=config["block_chunks"]
+    )
+    assert not np.array_equal(plain.anchors, order.anchors)
+    seq = insitubatch.sequential_order(manifest.chunks["val"], spc, n, **kw)
+    np.testing.assert_array_equal(seq.anchors, ds.draw_order("val"))
+    with pytest.raises(ValueError, match="first_block_chunks must be >= 1"):
+        insitubatch.sequential_order(manifest.chunks["val"], spc, n, block_chunks=2, first_block_chunks=0)
+
+
 def test_windowed_order_with_anchor_range(era5):
     u, _ = era5
     g = insitubatch.open_geometries(u)["t2m"]

@@ -10,8 +10,9 @@ the CLI, wasm and Python all draw the same order for ``(seed, epoch, split)``:
 2. ``below(n)``: Lemire's multiply-shift with rejection over 64-bit draws.
 3. Fisher–Yates from the back: ``for i in (1..len).rev(): swap(i, below(i + 1))``.
 4. Chunks sorted and deduplicated, minus those with no drawable anchor; permuted with purpose 1
-   / index 0 (train only); cut into blocks of ``block_chunks``; each block's anchors shuffled
-   with purpose 2 / index = block number.
+   / index 0 (train only); cut into blocks of ``block_chunks`` (the first of
+   ``first_block_chunks`` where that option is set); each block's anchors shuffled with
+   purpose 2 / index = block number.
 
 The functions here reproduce that bit for bit, so ``block_shuffled_order(...)`` over a
 dataset's train chunks equals ``ds.draw_order("train")`` (the migration tests check it). The
@@ -185,19 +186,22 @@ def _build(
     block_chunks: int,
     key: tuple[int, int, int] | None,
     anchor_range: tuple[int, int] | None,
+    first_block_chunks: int | None = None,
 ) -> DrawOrder:
     if spc < 1 or n_samples < 0:
         raise ValueError(f"samples_per_chunk must be >= 1 and n_samples >= 0, got {spc} and {n_samples}")
     if block_chunks < 1:
         raise ValueError(f"block_chunks must be >= 1, got {block_chunks}")
+    if first_block_chunks is not None and first_block_chunks < 1:
+        raise ValueError(f"first_block_chunks must be >= 1 (or None for block_chunks), got {first_block_chunks}")
     lo, hi = (0, n_samples) if anchor_range is None else (int(anchor_range[0]), int(anchor_range[1]))
     per_chunk = {int(c): _chunk_rows(int(c), spc, n_samples, lo, hi) for c in _chunk_ids(chunk_ids)}
     chunks = np.asarray([c for c, r in per_chunk.items() if len(r)], dtype=np.int64)
     if key is not None:
         chunks = _shuffle(chunks, (*key, _PURPOSE_CHUNKS, 0))
     blocks = []
-    for b, start in enumerate(range(0, len(chunks), block_chunks)):
-        rows = np.concatenate([per_chunk[int(c)] for c in chunks[start : start + block_chunks]])
+    for b, members in enumerate(_cut(chunks, block_chunks, first_block_chunks)):
+        rows = np.concatenate([per_chunk[int(c)] for c in members])
         if key is not None:
             anchors = rows[:, 0] * spc + rows[:, 1]
             anchors = _shuffle(anchors, (*key, _PURPOSE_BLOCK, b))
@@ -207,6 +211,14 @@ def _build(
         return DrawOrder(np.empty((0, 2), dtype=np.int64), np.zeros(1, dtype=np.int64), spc)
     bounds = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).astype(np.int64)
     return DrawOrder(np.concatenate(blocks), bounds, spc)
+
+
+def _cut(chunks: np.ndarray, block_chunks: int, first_block_chunks: int | None) -> list[np.ndarray]:
+    """``chunks`` in blocks of ``block_chunks``, the first of ``first_block_chunks`` (at most
+    ``block_chunks``) when set: ``blocked_order`` in ``core/src/shuffle.rs``."""
+    first = block_chunks if first_block_chunks is None else min(int(first_block_chunks), block_chunks)
+    head = [chunks[:first]] if len(chunks) else []
+    return head + [chunks[s : s + block_chunks] for s in range(first, len(chunks), block_chunks)]
 
 
 def chunk_permutation(
@@ -231,6 +243,7 @@ def block_shuffled_order(
     epoch: int,
     split: str = "train",
     anchor_range: tuple[int, int] | None = None,
+    first_block_chunks: int | None = None,
 ) -> DrawOrder:
     """The shuffled ``[chunk_id, within]`` draw order of one epoch.
 
@@ -239,10 +252,18 @@ def block_shuffled_order(
     (ours: ``valid_anchor_range(offsets, n_samples)`` of a windowed dataset) drops edge
     anchors *before* permuting, as the engine does, so the result equals the dataset's
     ``draw_order``; the anchor instead drops them afterwards with :meth:`DrawOrder.keep`.
+    ``first_block_chunks`` (ours; pass ``describe()["config"]["first_block_chunks"]``) makes
+    the first block that many chunks, as the dataset option of that name does.
     """
     key = (int(seed), int(epoch), _split_tag(split))
     return _build(
-        chunk_ids, int(samples_per_chunk), int(n_samples), block_chunks=block_chunks, key=key, anchor_range=anchor_range
+        chunk_ids,
+        int(samples_per_chunk),
+        int(n_samples),
+        block_chunks=block_chunks,
+        key=key,
+        anchor_range=anchor_range,
+        first_block_chunks=first_block_chunks,
     )
 
 
@@ -253,8 +274,10 @@ def sequential_order(
     *,
     block_chunks: int,
     anchor_range: tuple[int, int] | None = None,
+    first_block_chunks: int | None = None,
 ) -> DrawOrder:
-    """In-order ``[chunk_id, within]`` draws (chunks ascending), grouped into blocks.
+    """In-order ``[chunk_id, within]`` draws (chunks ascending), grouped into blocks (the
+    first of ``first_block_chunks`` when set, as in :func:`block_shuffled_order`).
 
     No chunks is an empty order of the same shape, not an error.
     """
@@ -265,6 +288,7 @@ def sequential_order(
         block_chunks=block_chunks,
         key=None,
         anchor_range=anchor_range,
+        first_block_chunks=first_block_chunks,
     )
 
 
