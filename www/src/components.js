@@ -82,7 +82,7 @@ export function splitRows(c) {
   rows.push(
     row(
       'blocks',
-      `${c.block_chunks} chunks per block${c.block_chunks !== c.block_chunks_requested ? ` (asked ${c.block_chunks_requested}, widened so a block holds a batch)` : ''}, ${c.samples_per_chunk} samples per chunk`,
+      `${c.block_chunks} chunks per block${c.block_chunks !== c.block_chunks_requested ? ` (asked ${c.block_chunks_requested}, widened so a block holds a batch)` : ''}${c.first_block_chunks < c.block_chunks ? `, the first of ${c.first_block_chunks}` : ''}, ${c.samples_per_chunk} samples per chunk`,
       { key: 'block_chunks', value: String(c.block_chunks) },
     ),
   );

@@ -211,6 +211,7 @@ export function currentOptions() {
     variables,
     batchSize: num('batchSize'),
     blockChunks: num('blockChunks'),
+    firstBlockChunks: num('firstBlockChunks'),
     maxInflight: num('maxInflight'),
     prefetchDepth: num('prefetchDepth'),
     fractions: [num('fracTrain') ?? 0, num('fracVal') ?? 0, num('fracTest') ?? 0],

@@ -163,9 +163,9 @@ describe('dashboard', () => {
   it('shows the describe numbers `insitubatch describe --json` gives for the same configuration', async () => {
     await openDemo();
     const configs = [
-      { controls: { batchSize: 8, blockChunks: 2, maxInflight: 4, prefetchDepth: 3, seed: 5, epoch: 2, threads: 2 },
-        args: ['--batch-size', '8', '--block-chunks', '2', '--max-inflight', '4', '--prefetch-depth', '3', '--seed', '5', '--epoch', '2', '--threads', '2'] },
-      { controls: { batchSize: 12, blockChunks: 1, maxInflight: 32, prefetchDepth: 1, seed: 0, epoch: 0, threads: 1, fracTrain: 0.5, fracVal: 0.25, fracTest: 0.25, budgetMiB: 40 },
+      { controls: { batchSize: 8, blockChunks: 2, firstBlockChunks: 1, maxInflight: 4, prefetchDepth: 3, seed: 5, epoch: 2, threads: 2 },
+        args: ['--batch-size', '8', '--block-chunks', '2', '--first-block-chunks', '1', '--max-inflight', '4', '--prefetch-depth', '3', '--seed', '5', '--epoch', '2', '--threads', '2'] },
+      { controls: { batchSize: 12, blockChunks: 1, firstBlockChunks: '', maxInflight: 32, prefetchDepth: 1, seed: 0, epoch: 0, threads: 1, fracTrain: 0.5, fracVal: 0.25, fracTest: 0.25, budgetMiB: 40 },
         args: ['--batch-size', '12', '--block-chunks', '1', '--prefetch-depth', '1', '--threads', '1', '--fractions', '0.5,0.25,0.25', '--cache-budget-bytes', String(40 * 1024 * 1024)] },
     ];
     for (const { controls, args } of configs) {
@@ -184,6 +184,10 @@ describe('dashboard', () => {
       const shown = await page.$$eval('#memory tr', (trs) => Object.fromEntries(trs.map((t) => [t.dataset.key, Number(t.dataset.bytes)])));
       for (const [k, v] of Object.entries(shown)) assert.equal(v, cli.memory[k], k);
       assert.equal(Number(await page.getAttribute('#quality', 'data-value')), cli.config.shuffle_quality);
+      const blocks = await page.textContent('#splits tr[data-key=block_chunks] td');
+      const smaller = cli.config.first_block_chunks < cli.config.block_chunks;
+      assert.equal(smaller, controls.firstBlockChunks === 1, 'the asked first block is the smaller one');
+      assert.equal(blocks.includes(`the first of ${cli.config.first_block_chunks}`), smaller, blocks);
     }
     await shot('02-describe');
   });
