@@ -9,6 +9,11 @@ cache="${INSITUBATCH_CACHE:-$HOME/.cache/insitubatch}"
 venv="$cache/venv-anchor"
 req="$_here/requirements-anchor.txt"
 want="$(sha256sum "$req" | cut -d' ' -f1)"
+# One installer at a time: scripts/warm.sh may be creating it in the background; a second
+# caller waits here, then finds it current.
+mkdir -p "$cache"
+exec 9>"$cache/.lock-venv-anchor"
+flock 9
 have="$(cat "$venv/.req-hash" 2>/dev/null || true)"
 if [ "$want" != "$have" ] || [ ! -x "$venv/bin/python" ]; then
     mkdir -p "$cache"

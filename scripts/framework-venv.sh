@@ -28,6 +28,11 @@ if [ -z "$py" ]; then
     exit 1
 fi
 want="$( { "$py" -VV; cat "$req"; } | sha256sum | cut -d' ' -f1)"
+# One installer per venv at a time: scripts/warm.sh may be creating it in the background; a
+# second caller waits here, then finds it current.
+mkdir -p "$cache"
+exec 9>"$cache/.lock-venv-$name"
+flock 9
 if [ "$(cat "$venv/.ib-python-req" 2>/dev/null || true)" != "$want" ] || [ ! -x "$venv/bin/python" ]; then
     echo "$name-venv: creating $venv ($what)" >&2
     start=$SECONDS

@@ -24,6 +24,12 @@ is_current() {
 print(sys.version.split()[0], sysconfig.get_config_var("Py_GIL_DISABLED"))' 2>/dev/null)" = "$version 1" ]
 }
 
+# One builder at a time: scripts/warm.sh may be building it in the background; a second
+# caller waits here, then finds it current.
+mkdir -p "$cache"
+exec 9>"$cache/.lock-py314t"
+flock 9
+
 if ! is_current; then
     echo "py314t: building free-threaded CPython $version into $prefix (about 10 min on 2 cores)" >&2
     start=$SECONDS

@@ -15,6 +15,13 @@ source scripts/env.sh
 ib_prereqs
 LOG="$INSITUBATCH_CACHE/last-test.log"
 : >"$LOG"
+
+# The Python phase's slow installs (free-threaded CPython, the framework venvs), warmed in the
+# background at nice 19 while the builds run (scripts/warm.sh; nothing to do when warm). Its
+# own process group, so a run that stops early stops it too.
+setsid nice -n 19 bash scripts/warm.sh >"$INSITUBATCH_CACHE/warm.log" 2>&1 &
+WARM_PID=$!
+trap 'kill -- "-$WARM_PID" 2>/dev/null || true' EXIT
 # Run a test command, keep its output for the final count.
 t() { "$@" 2>&1 | tee -a "$LOG"; }
 
@@ -61,6 +68,9 @@ t bash scripts/test-packages.sh
 
 echo "== the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
 t bash scripts/test-docs.sh
+
+wait "$WARM_PID" 2>/dev/null || true
+cat "$INSITUBATCH_CACHE/warm.log"
 
 # One closing line over every runner above.
 awk '/^test result:/ { p += $4; f += $6; next }
