@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz every parser of untrusted bytes (fuzz/fuzz_targets: Zarr v2/v3 metadata, shard
-# indexes, every codec chain, the cache log, split manifests) for SECONDS each (default 30),
+# indexes, every codec chain, the cache log, split manifests) for SECONDS each (default 30;
+# as many targets at once as there are cores, IB_FUZZ_JOBS),
 # under libFuzzer with AddressSanitizer, -rss_limit_mb=512 (which also fails any single
 # allocation over 512 MiB) and a 10 s per-input timeout. Prints one line per target with its
 # executions and exits non-zero on any crash, panic, leak, timeout or over-limit allocation;
@@ -8,18 +9,17 @@
 # with `scripts/fuzz.sh --repro FILE TARGET`).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 # Toolchain: the repo's pinned nightly (ib_nightly, scripts/env.sh) and cargo-fuzz
-# $IB_CARGO_FUZZ_VERSION installed once into $INSITUBATCH_CACHE. Corpora live in
+# (scripts/tools.sh) installed once into $INSITUBATCH_CACHE. Corpora live in
 # $INSITUBATCH_CACHE/fuzz/corpus/TARGET, so every run (CI's too) starts from what earlier
 # runs found; they are seeded from each target's built-in seeds and, when
 # $INSITUBATCH_FIXTURES holds the zarr-python fixtures, from their metadata and chunks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+source scripts/tools.sh
 
-IB_CARGO_FUZZ_VERSION=0.13.2
 FUZZ_HOME="$INSITUBATCH_CACHE/fuzz"
 FUZZ_TARGET_DIR="$INSITUBATCH_CACHE/target-fuzz"
-CARGO_FUZZ_ROOT="$INSITUBATCH_CACHE/cargo-fuzz-$IB_CARGO_FUZZ_VERSION"
 TRIPLE=x86_64-unknown-linux-gnu
 ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest)
 
@@ -30,11 +30,8 @@ if ! command -v c++ >/dev/null; then
     "${SUDO[@]}" apt-get update -qq && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
 fi
 NIGHTLY=$(ib_nightly)
-if [ ! -x "$CARGO_FUZZ_ROOT/bin/cargo-fuzz" ]; then
-    echo "fuzz: installing cargo-fuzz $IB_CARGO_FUZZ_VERSION into $CARGO_FUZZ_ROOT" >&2
-    cargo install cargo-fuzz --version "$IB_CARGO_FUZZ_VERSION" --locked --root "$CARGO_FUZZ_ROOT" >&2
-fi
-export PATH="$CARGO_FUZZ_ROOT/bin:$PATH"
+ib_tool cargo-fuzz
+export PATH="$IB_CARGO_FUZZ_ROOT/bin:$PATH"
 # The AddressSanitizer runtime ships with the nightly's x86_64 Linux std: nothing else to add.
 
 build() {
@@ -85,16 +82,13 @@ seed() {
     esac
 }
 
-failed=()
-summary=()
-for t in "${TARGETS[@]}"; do
-    corpus="$FUZZ_HOME/corpus/$t"
-    artifacts="$FUZZ_HOME/artifacts/$t"
+# fuzz_one TARGET: fuzz it for SECONDS_EACH; its summary line goes to $FUZZ_HOME/TARGET.line.
+fuzz_one() {
+    local t="$1" corpus="$FUZZ_HOME/corpus/$1" artifacts="$FUZZ_HOME/artifacts/$1"
+    local log="$FUZZ_HOME/$1.log" rc=0 execs rss line
     mkdir -p "$corpus" "$artifacts"
     [ -n "$(ls -A "$corpus")" ] || seed "$t" "$corpus"
-    log="$FUZZ_HOME/$t.log"
     echo "fuzz: $t for ${SECONDS_EACH}s (corpus $(ls "$corpus" | wc -l) inputs)" >&2
-    rc=0
     "$(bin "$t")" "$corpus" -max_total_time="$SECONDS_EACH" -rss_limit_mb=512 -timeout=10 \
         -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
@@ -103,12 +97,25 @@ for t in "${TARGETS[@]}"; do
         "$SECONDS_EACH" "${rss:-?}" "$(ls "$corpus" | wc -l)")
     if [ "$rc" -ne 0 ]; then
         line="$line  FAILED (rc $rc; see $log, input in $artifacts)"
-        failed+=("$t")
         grep -E "ERROR|panicked|SUMMARY|^Test unit written" "$log" | head -n 20 | sed 's/^/    /' >&2
     fi
-    summary+=("$line")
+    echo "$line" >"$FUZZ_HOME/$t.line"
+}
+
+# Each fuzzer is one process on one core: run as many at once as there are cores.
+JOBS="${IB_FUZZ_JOBS:-$(nproc)}"
+for t in "${TARGETS[@]}"; do
+    rm -f "$FUZZ_HOME/$t.line"
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    fuzz_one "$t" &
 done
-printf '%s\n' "${summary[@]}"
+wait
+failed=()
+for t in "${TARGETS[@]}"; do
+    line="$(cat "$FUZZ_HOME/$t.line" 2>/dev/null || echo "fuzz $t: no result (the run itself failed)")"
+    echo "$line"
+    [[ "$line" == *FAILED* || "$line" == *"no result"* ]] && failed+=("$t")
+done
 if [ ${#failed[@]} -gt 0 ]; then
     echo "fuzz: ${#failed[@]} of ${#TARGETS[@]} targets failed: ${failed[*]}" >&2
     exit 1

@@ -13,18 +13,37 @@ ib_test_venv() {
         return 0
     fi
     local cache="${INSITUBATCH_CACHE:-$HOME/.cache/insitubatch}"
-    local venv="$cache/venv-test"
-    local req="$_IB_REPO_ROOT/tests/fixtures/requirements.txt"
-    local want have
+    mkdir -p "$cache"
+    # One installer at a time (scripts/warm.sh may be creating it in the background).
+    ( flock 9 && _ib_test_venv_create "$cache/venv-test" ) 9>"$cache/.lock-venv-test" || return 1
+    export IB_PY="$cache/venv-test/bin/python"
+}
+
+_ib_test_venv_create() {
+    local venv="$1" req="$_IB_REPO_ROOT/tests/fixtures/requirements.txt" want
     want="$(sha256sum "$req" | cut -d' ' -f1)" || return 1
-    have="$(cat "$venv/.req-hash" 2>/dev/null || true)"
-    if [ "$want" != "$have" ] || [ ! -x "$venv/bin/python" ]; then
-        mkdir -p "$cache"
-        rm -rf "$venv"
-        python3 -m venv "$venv" || return 1
-        "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-        "$venv/bin/python" -m pip install -q -r "$req" || { rm -rf "$venv"; return 1; }
-        echo "$want" >"$venv/.req-hash"
-    fi
-    export IB_PY="$venv/bin/python"
+    [ "$want" = "$(cat "$venv/.req-hash" 2>/dev/null || true)" ] && [ -x "$venv/bin/python" ] && return 0
+    rm -rf "$venv"
+    python3 -m venv "$venv" || return 1
+    "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+    "$venv/bin/python" -m pip install -q -r "$req" || { rm -rf "$venv"; return 1; }
+    echo "$want" >"$venv/.req-hash"
+}
+
+# After ib_test_venv: the Python package's test requirements in the test venv, with torch and
+# JAX unless IB_PYTHON_TORCH=0 / IB_PYTHON_JAX=0; keyed on the requirement files' hash.
+ib_test_python_reqs() {
+    local venv pb="$_IB_REPO_ROOT/python-bindings" reqs want r args=()
+    venv="$(dirname "$(dirname "$IB_PY")")"
+    reqs=("$pb/requirements-test.txt")
+    [ "${IB_PYTHON_TORCH:-1}" = 0 ] || reqs+=("$pb/requirements-torch.txt")
+    [ "${IB_PYTHON_JAX:-1}" = 0 ] || reqs+=("$pb/requirements-jax.txt")
+    want="$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1)" || return 1
+    for r in "${reqs[@]}"; do args+=(-r "$r"); done
+    (
+        flock 9
+        [ "$(cat "$venv/.ib-python-req" 2>/dev/null || true)" = "$want" ] && exit 0
+        echo "test-python: installing ${reqs[*]##*/}" >&2
+        "$IB_PY" -m pip install -q "${args[@]}" >&2 && echo "$want" >"$venv/.ib-python-req"
+    ) 9>"$venv/.lock-reqs"
 }

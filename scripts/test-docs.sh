@@ -13,16 +13,10 @@ cd "$(dirname "$0")/.."
 START=$SECONDS
 source scripts/env.sh
 
-echo "== docs: mdbook (pinned, in the cache)"
-MDBOOK_VERSION=0.5.4
-TOOLS="$INSITUBATCH_CACHE/tools"
-MDBOOK="$TOOLS/bin/mdbook"
-if [ "$("$MDBOOK" --version 2>/dev/null || true)" != "mdbook v$MDBOOK_VERSION" ]; then
-    echo "installing mdbook $MDBOOK_VERSION into $TOOLS (a few minutes on 2 cores)"
-    # Its own temporary target dir: the tool's build has nothing to share with the workspace's.
-    env -u CARGO_TARGET_DIR cargo install -q mdbook --version "$MDBOOK_VERSION" --locked \
-        --no-default-features --features search --root "$TOOLS"
-fi
+echo "== docs: mdbook (pinned in scripts/tools.sh, in the cache)"
+source scripts/tools.sh
+ib_tool mdbook
+MDBOOK="$IB_MDBOOK"
 
 echo "== docs: build the book and check its links"
 BOOK="$INSITUBATCH_CACHE/book"

@@ -22,6 +22,7 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 source scripts/env.sh
 source scripts/pyenv.sh
+source scripts/tools.sh
 ib_test_venv
 FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures}"
 STORE="$FIXTURES/v3_zstd"
@@ -47,13 +48,7 @@ npm_missing_prereq() {
     [ -f js/pkg/node/insitubatch_wasm_bg.wasm ] && [ -f js/pkg/web/insitubatch_wasm_bg.wasm ] \
         || { echo "js/pkg (run scripts/test-wasm.sh --build-only)"; return; }
     [ -f "$FIXTURES/manifest.json" ] || { echo "the fixtures in $FIXTURES (tests/fixtures/make_fixtures.py)"; return; }
-    if ! command -v chromium >/dev/null; then
-        echo "installing chromium (Debian)" >&2
-        local apt_get=(apt-get)
-        [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
-        "${apt_get[@]}" update -qq >&2 && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium >/dev/null \
-            || echo "chromium"
-    fi
+    ib_tool chromium || echo "chromium"
 }
 
 # `npm pack` of js/ into $WORK; fails unless the tarball lists what users need. Prints its path.

@@ -21,18 +21,9 @@ ib_test_venv
 VENV="$(dirname "$(dirname "$IB_PY")")"
 PB="$ROOT/python-bindings"
 
-# 1. Test requirements (+ torch, + jax), keyed on the requirement files' hash.
-reqs=("$PB/requirements-test.txt")
-[ "${IB_PYTHON_TORCH:-1}" = 0 ] || reqs+=("$PB/requirements-torch.txt")
-[ "${IB_PYTHON_JAX:-1}" = 0 ] || reqs+=("$PB/requirements-jax.txt")
-want="$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$VENV/.ib-python-req" 2>/dev/null || true)" != "$want" ]; then
-    echo "test-python: installing ${reqs[*]##*/}"
-    args=()
-    for r in "${reqs[@]}"; do args+=(-r "$r"); done
-    "$IB_PY" -m pip install -q "${args[@]}"
-    echo "$want" >"$VENV/.ib-python-req"
-fi
+# 1. Test requirements (+ torch, + jax), keyed on the requirement files' hash (scripts/pyenv.sh;
+#    scripts/warm.sh has usually installed them in the background).
+ib_test_python_reqs
 
 # 2. The extension, keyed on every input of the build (Rust sources, manifests, Python package).
 profile=dev

@@ -5,7 +5,7 @@
 # (node --test js/test/) over the zarr-python fixtures on the loopback HTTP server, with the
 # cross-target parity check against native digests and index.d.ts checked against the
 # engine's reports; then wasm-bindgen-test in Chromium and Node (core's storage conformance
-# suite against FetchStorage). Installs wasm-bindgen-cli 0.2.130 if missing. Idempotent.
+# suite against FetchStorage). Installs its tools if missing (scripts/tools.sh). Idempotent.
 #   scripts/test-wasm.sh               # build + test
 #   scripts/test-wasm.sh --build-only  # build js/pkg only
 # The wasm32 build uses its own target dir ($INSITUBATCH_CACHE/target-wasm; override
@@ -24,57 +24,31 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # warm there; the wasm32 build has its own so it never waits on the native build's lock.
 HOST_TARGET_DIR="$CARGO_TARGET_DIR"
 export CARGO_TARGET_DIR="${IB_WASM_TARGET_DIR:-$INSITUBATCH_CACHE/target-wasm}"
-WB_VERSION=0.2.130   # must equal the wasm-bindgen crate pinned in wasm/Cargo.toml
+source scripts/tools.sh
 
 echo "== tools"
-if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WB_VERSION" ]; then
-    echo "installing wasm-bindgen-cli $WB_VERSION (6-11 min on 2 cores; --locked fails for this version)"
-    cargo install -q wasm-bindgen-cli --version "$WB_VERSION"
-fi
+# wasm-bindgen-cli (the glue and the test runner), the npm tools (playwright-core, binaryen's
+# wasm-opt, typescript), and below Debian's chromium: pinned in scripts/tools.sh, which scripts/warm.sh
+# has usually installed in the background by now.
+ib_tool wasm-bindgen
+ib_tool npm
 wasm-bindgen --version
 if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)' 2>/dev/null; then
     echo "Node >= 18 is required (global fetch; node --test)" >&2
     exit 1
 fi
 echo "node $(node --version)"
-# npm tools, pinned, in the cache (never in the clone): playwright-core drives Debian's
-# chromium for js/test/browser.test.js; binaryen's wasm-opt (apt's 108 breaks the glue);
-# typescript's compiler API checks index.d.ts against the engine's values (js/test/types.test.js).
-NPM_PREFIX="$INSITUBATCH_CACHE/npm"
-NPM_PKGS=(playwright-core@1.65.1 binaryen@132.0.0 typescript@6.0.3)
-npm_missing=()
-for p in "${NPM_PKGS[@]}"; do
-    have=$(node -p "require('$NPM_PREFIX/node_modules/${p%@*}/package.json').version" 2>/dev/null || true)
-    [ "$have" = "${p##*@}" ] || npm_missing+=("$p")
-done
-if [ ${#npm_missing[@]} -gt 0 ]; then
-    echo "installing ${npm_missing[*]} into $NPM_PREFIX"
-    mkdir -p "$NPM_PREFIX"
-    [ -f "$NPM_PREFIX/package.json" ] || echo '{ "private": true }' >"$NPM_PREFIX/package.json"
-    npm install -s --no-audit --no-fund --prefix "$NPM_PREFIX" "${NPM_PKGS[@]}"
-fi
-export IB_PLAYWRIGHT_CORE="$NPM_PREFIX/node_modules/playwright-core"
-export IB_TYPESCRIPT="$NPM_PREFIX/node_modules/typescript"
-WASM_OPT="$NPM_PREFIX/node_modules/.bin/wasm-opt"
+export IB_PLAYWRIGHT_CORE="$IB_NPM_PREFIX/node_modules/playwright-core"
+export IB_TYPESCRIPT="$IB_NPM_PREFIX/node_modules/typescript"
+WASM_OPT="$IB_NPM_PREFIX/node_modules/.bin/wasm-opt"
 
-echo "== build (wasm32-unknown-unknown, release, opt-level s + LTO)"
-# Size-oriented release settings for this target dir only (the workspace profile is shared).
+echo "== build (wasm32-unknown-unknown, release, opt-level s + LTO): web, node, and web-threads alongside"
+# Size-oriented release settings for these target dirs only (the workspace profile is shared).
 export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=true \
     CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_DEBUG=false
-# Two builds of the same crate: browsers get it without signed S3 (object_store + reqwest +
-# ring add ~1 MB gzipped, and S3 in a page needs a CORS preflight rule on the bucket
-# anyway); Node gets the default features (`s3`).
-WASM="$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
-nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown --no-default-features
-rm -rf js/pkg/web
-wasm-bindgen --target web --out-dir js/pkg/web --remove-producers-section "$WASM"
-nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown
-rm -rf js/pkg/node
-wasm-bindgen --target nodejs --out-dir js/pkg/node --remove-producers-section "$WASM"
-# The nodejs glue is CommonJS inside an ESM ("type": "module") package.
-echo '{ "type": "commonjs" }' >js/pkg/node/package.json
-
-echo "== build, threads (nightly + build-std + atomics, wasm-bindgen-rayon → js/pkg/web-threads)"
+# The threaded build (nightly + build-std + atomics, wasm-bindgen-rayon → js/pkg/web-threads)
+# runs in the background, in its own target dir, while the other two run one after the other:
+# each build ends in a single-threaded LTO step, so on 2 cores one build leaves a core idle.
 # The exact flags of ../shared/reference/toolchain.md §6: the README's three target features
 # alone give a non-shared memory that cannot be posted to the pool's workers.
 # The nightly is pinned (ib_nightly in scripts/env.sh): a newer one never slips in.
@@ -89,7 +63,22 @@ export IB_WASM_MAX_MEMORY=4294967296
 RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals -C link-arg=--shared-memory -C link-arg=--max-memory=$IB_WASM_MAX_MEMORY -C link-arg=--import-memory -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base" \
     CARGO_TARGET_DIR="$THREADS_TARGET_DIR" \
     nice -n 5 cargo "+$NIGHTLY" build -q --release -p insitubatch-wasm --no-default-features --features threads \
-    --target wasm32-unknown-unknown -Z build-std=panic_abort,std
+    --target wasm32-unknown-unknown -Z build-std=panic_abort,std &
+THREADS_BUILD=$!
+trap 'kill "$THREADS_BUILD" 2>/dev/null || true' EXIT
+# Two builds of the same crate: browsers get it without signed S3 (object_store + reqwest +
+# ring add ~1 MB gzipped, and S3 in a page needs a CORS preflight rule on the bucket
+# anyway); Node gets the default features (`s3`).
+WASM="$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
+nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown --no-default-features
+rm -rf js/pkg/web
+wasm-bindgen --target web --out-dir js/pkg/web --remove-producers-section "$WASM"
+nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown
+rm -rf js/pkg/node
+wasm-bindgen --target nodejs --out-dir js/pkg/node --remove-producers-section "$WASM"
+# The nodejs glue is CommonJS inside an ESM ("type": "module") package.
+echo '{ "type": "commonjs" }' >js/pkg/node/package.json
+wait "$THREADS_BUILD" || { echo "the threaded wasm build (js/pkg/web-threads) failed" >&2; exit 1; }
 rm -rf js/pkg/web-threads
 wasm-bindgen --target web --out-dir js/pkg/web-threads --remove-producers-section \
     "$THREADS_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
@@ -160,12 +149,7 @@ CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo run -q -p insitubatch-tests --example 
     "$INSITUBATCH_FIXTURES/storage-conformance"
 
 # Chromium for js/test/browser.test.js (playwright-core) and wasm/tests/browser.rs (chromedriver).
-if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
-    echo "installing chromium and chromium-driver (Debian)"
-    apt_get=(apt-get)
-    [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
-    "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium chromium-driver >/dev/null
-fi
+ib_tool chromium
 
 rc=0
 echo "== core's unit tests and simulations on wasm32 (wasm-bindgen-test in Node)"

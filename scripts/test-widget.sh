@@ -63,11 +63,8 @@ if [ "${1:-}" = "--build-only" ]; then
 fi
 
 echo "== widget: demo store, JupyterLab and marimo + headless Chromium (node --test www/test-widget/)"
-if ! command -v chromium >/dev/null; then
-    apt_get=(apt-get)
-    [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
-    "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium >/dev/null
-fi
+source scripts/tools.sh
+ib_tool chromium
 cargo build -q -p insitubatch-native --bin insitubatch
 FULL="$(ib_www_demo_store "$CARGO_TARGET_DIR/debug/insitubatch")"
 SMALL="$INSITUBATCH_CACHE/www-demo-48.zarr"

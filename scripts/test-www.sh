@@ -15,12 +15,8 @@ ib_prereqs
 echo "== www: wasm package, npm packages, CLI"
 ib_www_pkg
 ib_www_npm
-if ! command -v chromium >/dev/null; then
-    echo "installing chromium (Debian)"
-    apt_get=(apt-get)
-    [ "$(id -u)" = 0 ] || apt_get=(sudo apt-get)
-    "${apt_get[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq chromium >/dev/null
-fi
+source scripts/tools.sh
+ib_tool chromium
 # The debug CLI is what scripts/test.sh's cargo test has just built; this is a no-op then.
 cargo build -q -p insitubatch-native --bin insitubatch
 CLI="$CARGO_TARGET_DIR/debug/insitubatch"
