@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,25 @@ def fixtures() -> Path:
 @pytest.fixture(scope="session")
 def manifest(fixtures: Path) -> dict:
     return json.loads((fixtures / "manifest.json").read_text())
+
+
+# A hang guard, not a measurement: a wait ends on its condition, and only a condition that
+# never comes (a hang or a leak) runs into this and fails. Nothing here asserts a duration.
+HANG_GUARD_S = 60.0
+
+
+def wait_until(done, what) -> None:
+    """Wait for a condition the engine reaches asynchronously by design (tokio's
+    shutdown_background, its blocking pool finishing a read whose pass was dropped, rayon's
+    pool teardown and pyo3's deferred decrefs all finish on other threads, and neither the
+    kernel nor the bindings give an event to wait on), re-checking it until it holds.
+    ``what`` is the failure message, or a function that writes it when the guard runs out."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not done():
+        if time.monotonic() > deadline:
+            msg = what() if callable(what) else what
+            pytest.fail(f"{msg} (still not so after the {HANG_GUARD_S:.0f} s hang guard)")
+        time.sleep(0.02)
 
 
 def store(manifest: dict, name: str) -> dict:

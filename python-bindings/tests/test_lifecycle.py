@@ -10,14 +10,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from functools import partial
 from pathlib import Path
 
 import pytest
 
 import insitubatch_rs as ib
-from conftest import store, url
+from conftest import HANG_GUARD_S, store, url, wait_until
 
 LINUX = sys.platform.startswith("linux")
 
@@ -55,23 +54,6 @@ def slow_server(fixtures):
     srv.server_close()
 
 
-# A hang guard, not a measurement: a wait ends on its condition, and only a condition that
-# never comes (a hang or a leak) runs into this and fails. Nothing here asserts a duration.
-HANG_GUARD_S = 60.0
-
-
-def _wait_until(done, what: str) -> None:
-    """Wait for a condition the engine reaches asynchronously by design (tokio's
-    shutdown_background, rayon's pool teardown and pyo3's deferred decrefs all finish on other
-    threads, and neither the kernel nor the bindings give an event to wait on), re-checking it
-    until it holds."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} (still not so after the {HANG_GUARD_S:.0f} s hang guard)")
-        time.sleep(0.02)
-
-
 def _main_thread_state(pid: int) -> str:
     # /proc/PID/task/PID/stat: "tid (comm) STATE ..."; comm may contain spaces and parentheses.
     with open(f"/proc/{pid}/task/{pid}/stat") as f:
@@ -106,7 +88,7 @@ def test_ctrl_c_interrupts_a_blocked_iteration(slow_server, manifest):
         # After "ready" the child's main thread only calls next(), and the one place it can
         # sleep is there, with the GIL released, waiting for a batch that cannot come (no
         # chunk request is ever answered). Sleeping ('S') therefore means blocked in next().
-        _wait_until(lambda: child.poll() is not None or _main_thread_state(child.pid) == "S", "next() never blocked")
+        wait_until(lambda: child.poll() is not None or _main_thread_state(child.pid) == "S", "next() never blocked")
         assert child.poll() is None, child.stderr.read()
         child.send_signal(signal.SIGINT)
         try:
@@ -173,7 +155,7 @@ def test_unclosed_datasets_release_threads_and_files(fixtures, manifest):
         del ds
         cycle(abandon=i % 2 == 0)
     assert started, "a live dataset runs its own threads"
-    _wait_until(
+    wait_until(
         lambda: all(now <= was for now, was in zip(_counts(), baseline)),
         f"threads and open files did not fall back to {baseline} (now {_counts()})",
     )
@@ -206,7 +188,7 @@ def test_close_breaks_a_dataset_transform_cycle(fixtures, manifest):
         gc.collect()
         return ref() is None
 
-    _wait_until(collected, "after close() the dataset <-> transform cycle was not collected")
+    wait_until(collected, "after close() the dataset <-> transform cycle was not collected")
 
 
 EXIT_MID_PASS = textwrap.dedent(
