@@ -60,8 +60,15 @@ def _main_thread_state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
+# The child first installs the handler an interactive Python starts with. Python installs it
+# only when SIGINT is at its default on start-up, and a runner started as a background job of a
+# non-interactive shell passes SIGINT down ignored (a shell cannot undo an ignore it inherited):
+# the child would then never see Ctrl-C, whatever the engine does. A stress run launched so failed
+# here on every Python.
 CHILD = textwrap.dedent(
     """
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import sys, insitubatch_rs as ib
     ds = ib.InSituDataset(sys.argv[1], batch_size=4, max_inflight=2)
     it = iter(ds.train)
