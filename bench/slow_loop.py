@@ -10,32 +10,32 @@ process's peak RSS (VmHWM) beside `describe()["memory"]["estimated_peak_bytes"]`
 The loop keeps each batch alive while it asks for the next one, as a training loop does,
 and a loop slower than the loader lets the pass fill its whole batch queue: that is the
 peak describe() has to cover (it is never allowed below a measured peak), so a fast loop
-shows how far above it sits and a slow one how close it comes. Peak RSS depends on what
-is alive, not on speed, so this needs no quiet machine, only a step longer than a batch
-takes to load. Linux only (/proc/self/status).
+shows how far above it sits and a slow one how close it comes. The step must be longer
+than the loader takes for a batch: on a busy machine the loader falls behind and the
+queue never fills, so run it on a quiet one. Linux only (/proc/self/status).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from anchor_bench import vm_hwm_bytes  # noqa: E402
+from py_engines import _rs_dataset  # noqa: E402  (bench/run.py's knobs for insitubatch_rs)
+
 
 def one_epoch(url: str, step_s: float) -> None:
-    import insitubatch_rs as ib
-
-    geoms = ib.open_geometries(url, ["t2m"])
-    manifest = ib.split_by_chunk(next(iter(geoms.values())), fractions=(1.0, 0.0, 0.0))
-    ds = ib.InSituDataset(url, manifest, geoms, batch_size=32, block_chunks=16, max_inflight=32)
+    _, ds = _rs_dataset(url, "t2m", batch_size=32)
     estimate = int(ds.describe()["memory"]["estimated_peak_bytes"])
     batches = 0
     for _batch in ds.train:
         batches += 1
         time.sleep(step_s)
-    hwm_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    peak = vm_hwm_bytes()
     ds.close()
-    peak = hwm_kib * 1024
     print(
         f"{url} step {step_s} s: {batches} batches, peak RSS {peak / 2**20:.1f} MiB, "
         f"describe {estimate / 2**20:.1f} MiB, estimate/peak {estimate / peak:.2f}",
