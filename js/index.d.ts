@@ -341,6 +341,8 @@ export interface Depths {
   decode_queue_peak: number;
   inflight_peak: number;
   max_inflight: number;
+  /** Reads allowed ahead of the decoders when the pass ended (the adaptive read window). */
+  read_window: number;
   decode_threads: number;
   resident_peak_chunks: number;
   resident_peak_bytes: number;

@@ -139,8 +139,10 @@ pub struct MemoryReport {
     /// Below read-once: an upper bound on the chunk bytes a train epoch fetches again
     /// (0 when every chunk is read once).
     pub reread_bytes_max: u64,
-    /// What reads hold beyond their chunks' residency charge: the encoded input of each
-    /// running decode (and, for chunks assembled from tiles, scratch and waiting tiles).
+    /// What reads hold beyond their chunks' residency charge: the encoded bytes of each
+    /// running decode and of each read the read window lets ahead of the decoders (their
+    /// freed slots wait in the recycler meanwhile), and, for chunks assembled from tiles,
+    /// scratch and waiting tiles.
     pub inflight_bytes: u64,
     /// Batches queued, being gathered, and the two the caller holds while asking for the next.
     pub queue_bytes: u64,

@@ -27,6 +27,7 @@ use crate::runtime::{BoxFuture, ByteRange, Cancelled, Job, MaybeSend, Runtime, S
 use crate::stats::PassRecorder;
 use crate::tier::ChunkTier;
 use crate::transform::{ChunkTransform, DecodedChunk};
+use crate::window::ReadWindow;
 use crate::zarr::{ShardIndex, TileLocation, ZarrArray};
 
 /// What to do with a chunk that cannot be fetched or decoded.
@@ -242,6 +243,8 @@ pub(crate) struct Engine {
     pub pool: Arc<Pool>,
     pub arrays: Vec<ArrayReader>,
     pub inflight: Arc<Semaphore>,
+    /// Reads allowed ahead of the decoders ([`ReadWindow`]).
+    pub window: Arc<ReadWindow>,
     pub inflight_now: AtomicUsize,
     pub max_inflight: usize,
     pub policy: ReadPolicy,
@@ -501,12 +504,16 @@ async fn load_tile(
             Err(e) => return bad_or_raise(&engine, key, &coord, slot, e).map(|b| (Duration::ZERO, engine.now(), b)),
         },
     };
+    let window_slot = engine.window.enter(priority).await;
     let _permit = engine.inflight.acquire_arc().await;
     let now_inflight = engine.inflight_now.fetch_add(1, Ordering::SeqCst) + 1;
     let _guard = InflightGuard(&engine.inflight_now);
     let permitted = engine.now();
     let fetched_bytes = if absent { Ok(None) } else { engine.fetch(&object, range).await };
     let fetched = engine.now();
+    if !absent {
+        engine.window.read_took(fetched.saturating_sub(permitted));
+    }
     rec.with(|r| {
         r.times.fetch_wait_s += fetched.saturating_sub(permitted).as_secs_f64();
         r.storage_reads += u64::from(!absent);
@@ -525,6 +532,8 @@ async fn load_tile(
     let decoded = engine
         .cpu
         .run(CLASS_LOAD, priority, move || -> Result<()> {
+            // Decoding has started: this read is no longer ahead of the decoders.
+            drop(window_slot);
             let engine = job_engine;
             let reader = &engine.arrays[key.path as usize];
             let g = &reader.geom;
@@ -534,6 +543,7 @@ async fn load_tile(
             let scratch = reader.zarr.has_fast_path().then(|| engine.recycler.take(reader.zarr.tile_bytes()));
             let tile_arr = reader.zarr.decode_tile_into(encoded, &url, scratch)?;
             let t1 = engine.now();
+            engine.window.decode_took(t1.saturating_sub(t0));
             let mut slot = job_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let whole = g.n_tiles() == 1
                 && g.sample_axis == 0

@@ -183,6 +183,30 @@ fn epoch_covers_values_and_is_deterministic() {
     assert!(st.ttfb_s < st.wall_s);
 }
 
+/// The read window (crate::window) in the engine: batches stay exact whether it is narrow
+/// or wide, and the pass reports it. In memory, reads take no time, so a local store's window
+/// stays at its floor (one read per decode thread plus one); reads with latency and decodes
+/// that take none on the virtual clock open a remote store's window to `max_inflight`, and
+/// its reads overlap. (The window's sizing, priority order and cancellation are unit-tested
+/// in crate::window.)
+#[test]
+fn the_read_window_keeps_batches_exact_narrow_or_wide_and_is_reported() {
+    let shape = [96u64, 6, 7];
+    for (latency, window) in [(None, 2), (Some(Duration::from_millis(5)), 8)] {
+        let f = Fixture::new(latency);
+        f.array("t2m", &shape, &[4, 3, 4], None);
+        let opts = DatasetOptions { batch_size: 8, block_chunks: 4, max_inflight: 8, ..Default::default() };
+        let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+        let e = f.epoch(&ds, Split::Train).unwrap().unwrap();
+        check_epoch(&e, &shape, 0, &[("t2m", 0)], &(0..96).collect::<Vec<_>>(), 8);
+        let d = ds.last_pass().unwrap().depths;
+        assert_eq!((d.decode_threads, d.read_window), (1, window), "{d:?}");
+        if latency.is_some() {
+            assert!(d.inflight_peak > window / 2, "a remote store overlaps its reads: {d:?}");
+        }
+    }
+}
+
 #[test]
 fn cold_epoch_reads_every_chunk_once_whatever_the_batch_size() {
     for bs in [1usize, 3, 8, 16, 64] {

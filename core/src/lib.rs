@@ -43,6 +43,7 @@ pub mod stats;
 pub mod testing;
 pub mod tier;
 pub mod transform;
+mod window;
 pub mod zarr;
 
 pub use array::{DType, Element, NdArray};

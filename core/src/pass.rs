@@ -534,6 +534,7 @@ impl BatchStream {
                 decode_queue_peak: r.decode_queue_peak,
                 inflight_peak: r.inflight_peak,
                 max_inflight: self.engine.max_inflight,
+                read_window: self.engine.window.target(),
                 decode_threads: self.engine.runtime.pool.parallelism().get(),
                 resident_peak_chunks: counters.resident_peak_chunks,
                 resident_peak_bytes: counters.resident_peak_bytes,

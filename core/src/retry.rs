@@ -108,4 +108,8 @@ impl Storage for PolicyStorage {
     fn location(&self) -> String {
         self.inner.location()
     }
+
+    fn reads_are_local(&self) -> bool {
+        self.inner.reads_are_local()
+    }
 }

@@ -84,6 +84,13 @@ pub trait Storage: MaybeSend + MaybeSync + Debug {
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Option<Vec<String>>, StorageError>>;
     /// The store's location, for error messages (`s3://bucket/era5.zarr`).
     fn location(&self) -> String;
+    /// Whether reads are answered from this machine (local files, the page cache): then a
+    /// read's latency is small against a decode, and reading far ahead of the decoders only
+    /// holds memory, so the engine's read window starts narrow. Remote stores (the default)
+    /// start with every `max_inflight` read allowed.
+    fn reads_are_local(&self) -> bool {
+        false
+    }
 }
 
 /// A suffix read for stores that refuse a suffix longer than the object (object_store's

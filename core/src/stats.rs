@@ -140,6 +140,9 @@ pub struct Depths {
     pub inflight_peak: usize,
     /// The `max_inflight` budget.
     pub max_inflight: usize,
+    /// Reads allowed ahead of the decoders when the pass ended: the adaptive read window,
+    /// between `decode_threads + 1` and `max_inflight` (ARCHITECTURE.md "The read window").
+    pub read_window: usize,
     /// Thread-pool parallelism.
     pub decode_threads: usize,
     /// Most chunks resident at once (pool-wide).
@@ -210,7 +213,7 @@ impl PassStats {
         let t = &self.times;
         format!(
             "epoch {} ({}): {} batches in {:.2}s, first after {:.3}s | queue {}/{} (empty {:.0}%, fed {:.0}%) | inflight peak \
-             {}/{} | decode queue peak {} | resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{}{} | consumer \
+             {}/{} (read window {}) | decode queue peak {} | resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{}{} | consumer \
              {:.2}s waited {:.2}s | fetch {:.2}s decode {:.2}s assemble {:.2}s gather {:.2}s transform {:.2}s parked \
              {:.2}s | limited by: {} -- {}",
             self.epoch,
@@ -224,6 +227,7 @@ impl PassStats {
             100.0 * self.depths.queue_full_enough as f64 / self.depths.queue_samples.max(1) as f64,
             self.depths.inflight_peak,
             self.depths.max_inflight,
+            self.depths.read_window,
             self.depths.decode_queue_peak,
             self.depths.resident_peak_chunks,
             crate::describe::human_bytes(self.depths.resident_peak_bytes),

@@ -35,6 +35,7 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
         message: format!("unsupported store URL ({e}); use file://, s3://, gs://, az://, abfs:// or http(s)://"),
         url: url.to_string(),
     })?;
+    let local = scheme == ObjectStoreScheme::Local;
     let (store, can_list): (Arc<dyn ObjectStore>, bool) = match scheme {
         ObjectStoreScheme::Local => {
             if !options.is_empty() {
@@ -80,6 +81,7 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
         }
     };
     let storage = ObjectStoreStorage::new(store, prefix, location_of(&parsed, url));
+    let storage = if local { storage.local() } else { storage };
     Ok(Arc::new(if can_list { storage } else { storage.without_listing() }))
 }
 

@@ -45,12 +45,20 @@ pub struct ObjectStoreStorage {
     prefix: Path,
     location: String,
     can_list: bool,
+    local: bool,
 }
 
 impl ObjectStoreStorage {
     /// Wrap `store`; keys are resolved under `prefix`; `location` is shown in errors.
     pub fn new(store: Arc<dyn ObjectStore>, prefix: Path, location: impl Into<String>) -> Self {
-        Self { store, prefix, location: location.into(), can_list: true }
+        Self { store, prefix, location: location.into(), can_list: true, local: false }
+    }
+
+    /// Mark this store's reads as local (object_store's `LocalFileSystem`).
+    #[must_use]
+    pub fn local(mut self) -> Self {
+        self.local = true;
+        self
     }
 
     /// Mark this store as unable to list (plain HTTP): a failed listing returns `Ok(None)`.
@@ -163,5 +171,9 @@ impl Storage for ObjectStoreStorage {
 
     fn location(&self) -> String {
         self.location.clone()
+    }
+
+    fn reads_are_local(&self) -> bool {
+        self.local
     }
 }

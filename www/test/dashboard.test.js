@@ -6,7 +6,8 @@
 // store (721 × 1440, 33 MB chunks) is written once by test-support/era5-store.mjs.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -97,10 +98,14 @@ function canvasBox(p, k) {
 
 const shot = (name) => page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
 
-/** The CLI's describe report for the same store and knobs. */
-function cliDescribe(args) {
-  const out = execFileSync(CLI, ['describe', `file://${STORE}`, '--json', ...args], { encoding: 'utf8' });
-  return JSON.parse(out);
+/** The CLI's describe report for the same store URL and knobs: the page's own HTTP URL, since
+ * the report depends on where reads come from (a local store's read window starts narrower,
+ * and so does the memory it counts for reads). */
+async function cliDescribe(args) {
+  const url = new URL('/store', base).href;
+  // Not execFileSync: the store is served by this process, whose event loop must run.
+  const { stdout } = await promisify(execFile)(CLI, ['describe', url, '--json', ...args], { encoding: 'utf8' });
+  return JSON.parse(stdout);
 }
 
 /** Set a control the way a user does (typing fires `input`), then wait for the new report. */
@@ -171,7 +176,7 @@ describe('dashboard', () => {
     for (const { controls, args } of configs) {
       for (const [id, v] of Object.entries(controls)) await setControl(id, v);
       const ours = await page.evaluate(() => window.__ib.report);
-      const cli = cliDescribe(args);
+      const cli = await cliDescribe(args);
       // The one figure that differs by design: the page's engine can have the wasm
       // instance's maximum, the CLI the machine's memory (#16.5); the rest is the same report.
       assert.ok(ours.memory.memory_available_bytes > 0 && cli.memory.memory_available_bytes > 0);
@@ -433,7 +438,7 @@ describe('dashboard', () => {
   it('draws memory as a stacked bar whose segments are the describe numbers of the CLI', async () => {
     await openDemo();
     for (const [id, v] of Object.entries({ batchSize: 8, blockChunks: 2, prefetchDepth: 3, threads: 1, budgetMiB: 40 })) await setControl(id, v);
-    const cli = cliDescribe(['--batch-size', '8', '--block-chunks', '2', '--prefetch-depth', '3', '--threads', '1', '--cache-budget-bytes', String(40 * 1024 * 1024)]);
+    const cli = await cliDescribe(['--batch-size', '8', '--block-chunks', '2', '--prefetch-depth', '3', '--threads', '1', '--cache-budget-bytes', String(40 * 1024 * 1024)]);
     const segs = await page.$$eval('#memory-bar .ib-membar-seg', (ss) => ss.map((s) => ({ key: s.dataset.key, bytes: Number(s.dataset.bytes), width: s.getBoundingClientRect().width })));
     const track = await page.$eval('#memory-bar .ib-membar-track', (t) => t.clientWidth);
     assert.deepEqual(segs.map((s) => s.key), [...MEMORY_PARTS.map(([k]) => k), 'overhead_bytes']);

@@ -29,6 +29,7 @@ use crate::shuffle::Split;
 use crate::split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 use crate::tier::{ArrayIdentity, ChunkTier, array_fingerprint};
 use crate::transform::{BatchTransform, Scoped};
+use crate::window::ReadWindow;
 use crate::zarr::{ZarrArray, open_array, open_arrays};
 
 /// Which arrays a dataset reads, before they are opened.
@@ -345,6 +346,8 @@ impl Assembly {
         let recycler =
             Recycler::with_prefault(usize::try_from(recycle_cap).unwrap_or(usize::MAX), self.runtime.prefault);
         let o = &self.options;
+        let window =
+            ReadWindow::new(self.runtime.pool.parallelism().get(), o.max_inflight, self.storage.reads_are_local());
         let engine = Arc::new(Engine {
             storage: self.storage,
             pool: Arc::new(Pool::new(o.cache_budget_bytes, auto_residency_bytes)),
@@ -352,6 +355,7 @@ impl Assembly {
             runtime: self.runtime,
             arrays: readers,
             inflight: Arc::new(Semaphore::new(o.max_inflight)),
+            window,
             inflight_now: AtomicUsize::new(0),
             max_inflight: o.max_inflight,
             policy: o.read_policy.clone(),

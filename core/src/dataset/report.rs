@@ -222,8 +222,15 @@ impl Dataset {
         // until the next is returned.
         let queue_bytes = (max_batches_ahead(o.prefetch_depth, parallelism) + 2) as u64 * batch_bytes;
         let arrays = &i.engine.arrays;
-        let inflight_bytes =
-            arrays.iter().map(|r| inflight_beyond_charge(r, parallelism, o.max_inflight, floor)).max().unwrap_or(0);
+        // The pool never holds more than every chunk of the selected arrays, whatever the
+        // budget: a budget beyond the store is room the run cannot use.
+        let store_bytes = block_bytes(&i.floor_arrays, i.manifest.n_chunks, i.manifest.sample_chunk_size);
+        let resident_max_bytes = residency.min(store_bytes.max(needed));
+        // A slot goes idle in the recycler when a chunk is evicted or a chunk transform
+        // replaces its input; with neither, reads ahead never sit beside an idle slot.
+        let slots_go_idle = resident_max_bytes < store_bytes || !i.chunk_transform_labels.is_empty();
+        let reads = ReadsHeld { decoding: parallelism, ahead: i.engine.window.start(), slots_go_idle, residency };
+        let inflight_bytes = arrays.iter().map(|r| inflight_beyond_charge(r, &reads, floor)).max().unwrap_or(0);
         let scratch_bytes = if i.chunk_transform_labels.is_empty() {
             0
         } else {
@@ -233,10 +240,6 @@ impl Dataset {
         // is allocated only when none is idle); idle chunk buffers can outlast a size change,
         // so count two chunks of slack.
         let recycled_bytes = 2 * i.floor_arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
-        // The pool never holds more than every chunk of the selected arrays, whatever the
-        // budget: a budget beyond the store is room the run cannot use.
-        let store_bytes = block_bytes(&i.floor_arrays, i.manifest.n_chunks, i.manifest.sample_chunk_size);
-        let resident_max_bytes = residency.min(store_bytes.max(needed));
         let accounted = resident_max_bytes + inflight_bytes + queue_bytes + scratch_bytes + recycled_bytes;
         let estimated_peak_bytes = accounted + PROCESS_BASELINE_BYTES;
         notes.extend(peak_note(estimated_peak_bytes, memory_available));
@@ -419,18 +422,36 @@ fn budget_notes(budget: u64, iterations: usize, fit: &BudgetFit) -> Vec<Note> {
     notes
 }
 
-/// Bytes a read holds beyond what the pool already charged for it. A chunk's decoded size is
-/// charged when it is admitted, before its read starts, and its encoded bytes are smaller
-/// than that charge (compression), so a fetched chunk waiting for a decode thread is inside
-/// the residency term. What is extra: the encoded input of each decode that is running (one
-/// per pool thread) while its output, the charged buffer, fills. A chunk assembled from
-/// several tiles (shards, tiled chunks) also holds a decoded scratch tile per running decode,
-/// and the encoded tiles still waiting once its slot exists: at most `max_inflight` reads.
-fn inflight_beyond_charge(r: &ArrayReader, parallelism: usize, max_inflight: usize, floor: u64) -> u64 {
+/// Reads holding their encoded bytes at once: one per running decode, plus those the read
+/// window lets ahead of the decoders (fetching, or fetched and waiting for a thread).
+struct ReadsHeld {
+    decoding: usize,
+    ahead: usize,
+    /// Whether freed slots can wait in the recycler during a pass (see `memory_report`).
+    slots_go_idle: bool,
+    /// The pool's budget: no read starts without its chunk's decoded size charged to it.
+    residency: u64,
+}
+
+/// Bytes reads hold beyond what the pool already charged for them. A chunk's decoded size
+/// is charged when it is admitted, before its read starts, and its encoded bytes are
+/// smaller than that charge (compression), so the charge covers them until the chunk's slot
+/// exists: from its decode on (each running decode holds its encoded input beside its
+/// output), or from the start when an evicted chunk's slot waits in the recycler for the
+/// next decode. Then every read the window lets ahead, no more than the budget's chunks,
+/// can sit beside a slot the residency term already counts. Measured: 32 reads ahead on
+/// 1-sample chunks held 57 MB beyond the model (docs/benchmarks.md). A chunk assembled from
+/// several tiles holds its slot from its first tile's decode, so its tiles still waiting
+/// are always extra, as is a decoded scratch tile per running decode.
+fn inflight_beyond_charge(r: &ArrayReader, reads: &ReadsHeld, floor: u64) -> u64 {
     let tile = r.geom.tile_bytes();
-    let decoding = parallelism as u64 * tile;
+    let decoding = reads.decoding as u64;
     if r.geom.n_tiles() <= 1 {
-        return decoding;
+        if !reads.slots_go_idle {
+            return decoding * tile;
+        }
+        let chunks_in_budget = reads.residency / r.max_charge().max(1);
+        return (decoding + reads.ahead as u64).min(chunks_in_budget.max(decoding)) * tile;
     }
-    (2 * decoding + max_inflight as u64 * tile).min(floor * 2)
+    ((2 * decoding + reads.ahead as u64) * tile).min(floor * 2)
 }

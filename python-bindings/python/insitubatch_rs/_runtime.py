@@ -71,6 +71,7 @@ class Depths:
     resident_peak_bytes: int = 0
     budget_bytes: int | None = None  # the pool's byte budget at the end of the pass
     batch_queue_now: int = 0  # (ours) batches waiting when the stats were taken
+    read_window: int = 0  # (ours) reads allowed ahead of the decoders when the pass ended
 
     @property
     def starved_frac(self) -> float:
@@ -177,6 +178,7 @@ class PassStats:
             resident_peak_bytes=d["resident_peak_bytes"],
             budget_bytes=d["budget_bytes"],
             batch_queue_now=d["queue_now"],
+            read_window=d["read_window"],
         )
         stats = cls(
             split=raw["split"],

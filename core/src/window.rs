@@ -1,0 +1,349 @@
+//! The read window: how many tile reads may be ahead of the decoders.
+//!
+//! A read's buffer lives until its decode starts, and the allocator keeps freed pages for
+//! reuse, so every read started beyond what the decoders can take is memory held for
+//! nothing: on a page-cached disk a read takes a tenth of a decode, and 8 reads of 40-sample
+//! chunks started at once held 0.6 GB beyond the decoded chunks (docs/benchmarks.md "Peak
+//! memory on 40-sample chunks").
+//!
+//! Reads keep `threads` decoders fed when `window / latency >= threads / decode time`, so
+//! the window follows `2 * threads * latency / decode + 1` (twice what is needed, for the
+//! spread of both), from running means of the two, between `threads + 1` and
+//! `max_inflight`. Before any measurement a local store starts at the floor and a remote
+//! one at `max_inflight`, as before the window existed.
+//!
+//! Places are granted in the loads' admission order (their decode priority), not in the
+//! order their tasks happen to reach the window: a narrow window granted at random would let
+//! a later block's reads delay the first batch. Hand-written because no async semaphore in a
+//! well-kept crate both grants by priority and changes its size while held (async-lock's
+//! is FIFO and fixed; tokio's is FIFO and not runtime-agnostic).
+
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::channel::oneshot;
+
+/// Weight of the newest sample in the running means.
+const WINDOW_EWMA: f64 = 0.2;
+
+/// Reads allowed ahead of the decoders; see the module doc.
+pub(crate) struct ReadWindow {
+    state: Mutex<WindowState>,
+    /// The size before any measurement.
+    start: usize,
+    threads: usize,
+    floor: usize,
+    ceiling: usize,
+}
+
+struct WindowState {
+    /// Places in existence (held or free).
+    size: usize,
+    /// Places held by reads.
+    held: usize,
+    /// What `size` moves to: at once when larger, by retiring returned places when smaller.
+    target: usize,
+    /// Running means, in seconds: a read (permit to bytes), a decode.
+    latency: Option<f64>,
+    decode: Option<f64>,
+    waiting: BinaryHeap<Waiter>,
+    seq: u64,
+}
+
+/// A read waiting for a place: the smallest (priority, arrival) is served first.
+struct Waiter {
+    key: (u64, u64),
+    grant: oneshot::Sender<()>,
+}
+
+impl PartialEq for Waiter {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Waiter {}
+impl PartialOrd for Waiter {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Waiter {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key.cmp(&self.key) // BinaryHeap is a max-heap; smallest key first
+    }
+}
+
+impl ReadWindow {
+    /// A window for `threads` decoders and at most `max_inflight` reads; `local` stores
+    /// start narrow (their reads are fast), remote ones wide.
+    pub fn new(threads: usize, max_inflight: usize, local: bool) -> Arc<Self> {
+        let ceiling = max_inflight.max(1);
+        let floor = (threads + 1).min(ceiling);
+        let start = if local { floor } else { ceiling };
+        let state = WindowState {
+            size: start,
+            held: 0,
+            target: start,
+            latency: None,
+            decode: None,
+            waiting: BinaryHeap::new(),
+            seq: 0,
+        };
+        Arc::new(Self { state: Mutex::new(state), start, threads, floor, ceiling })
+    }
+
+    /// A place in the window for a read of decode priority `priority` (smaller first),
+    /// given back when the returned slot is dropped (when its decode starts).
+    pub fn enter(self: &Arc<Self>, priority: u64) -> Entering {
+        let mut st = self.lock();
+        if st.held < st.size && st.waiting.is_empty() {
+            st.take_place();
+            return Entering { window: Arc::clone(self), place: Place::Held };
+        }
+        let (grant, granted) = oneshot::channel();
+        st.seq += 1;
+        let key = (priority, st.seq);
+        st.waiting.push(Waiter { key, grant });
+        // Not needed while every freed place goes to a waiter at once; kept so a missed
+        // hand-off can only reorder reads, never leave one waiting beside a free place.
+        st.grant_waiters();
+        Entering { window: Arc::clone(self), place: Place::Waiting(granted) }
+    }
+
+    /// Reads allowed ahead of the decoders before any measurement: what `describe()`
+    /// counts, since it runs before any read.
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Reads now allowed ahead of the decoders.
+    pub fn target(&self) -> usize {
+        self.lock().target
+    }
+
+    /// A read took `latency` from its permit to its bytes.
+    pub fn read_took(&self, latency: Duration) {
+        let mut st = self.lock();
+        st.latency = Some(ewma(st.latency, latency.as_secs_f64()));
+        self.retarget(&mut st);
+    }
+
+    /// A decode took `took`.
+    pub fn decode_took(&self, took: Duration) {
+        let mut st = self.lock();
+        st.decode = Some(ewma(st.decode, took.as_secs_f64()));
+        self.retarget(&mut st);
+    }
+
+    fn retarget(&self, st: &mut WindowState) {
+        let (Some(latency), Some(decode)) = (st.latency, st.decode) else { return };
+        let wanted = if latency <= 0.0 {
+            0.0 // reads answered at once: the floor keeps every decoder fed
+        } else if decode <= 0.0 {
+            f64::INFINITY // decodes take no time, reads are the limit
+        } else {
+            2.0 * self.threads as f64 * latency / decode + 1.0
+        };
+        st.target = if wanted >= self.ceiling as f64 { self.ceiling } else { (wanted.ceil() as usize).max(self.floor) };
+        if st.target > st.size {
+            st.size = st.target;
+            st.grant_waiters();
+        }
+    }
+
+    /// A place comes back: retired while the window is larger than its target, else
+    /// granted to the most urgent waiting read.
+    fn give_back(&self) {
+        let mut st = self.lock();
+        st.held = st.held.saturating_sub(1);
+        if st.size > st.target {
+            st.size -= 1;
+        }
+        st.grant_waiters();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, WindowState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl WindowState {
+    fn take_place(&mut self) {
+        self.held += 1;
+    }
+
+    fn grant_waiters(&mut self) {
+        while self.held < self.size {
+            let Some(w) = self.waiting.pop() else { return };
+            // A waiter whose read was dropped (the pass ended) has closed its receiver.
+            if w.grant.send(()).is_ok() {
+                self.take_place();
+            }
+        }
+    }
+}
+
+fn ewma(mean: Option<f64>, sample: f64) -> f64 {
+    mean.map_or(sample, |m| m + WINDOW_EWMA * (sample - m))
+}
+
+/// A read on its way into the window; resolves to its [`WindowSlot`].
+pub(crate) struct Entering {
+    window: Arc<ReadWindow>,
+    place: Place,
+}
+
+enum Place {
+    /// Granted and counted as held, not yet handed out as a slot.
+    Held,
+    /// Waiting for a grant.
+    Waiting(oneshot::Receiver<()>),
+    /// Handed out as a [`WindowSlot`], which gives it back.
+    HandedOut,
+}
+
+impl Future for Entering {
+    type Output = WindowSlot;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<WindowSlot> {
+        if let Place::Waiting(rx) = &mut self.place {
+            // The sender lives in the window's heap until it grants, and the window outlives
+            // every read, so the channel is never cancelled while this read exists.
+            if Pin::new(rx).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        self.place = Place::HandedOut;
+        Poll::Ready(WindowSlot { window: Some(Arc::clone(&self.window)) })
+    }
+}
+
+impl Drop for Entering {
+    /// A read dropped before it took its place gives back a place granted to it.
+    fn drop(&mut self) {
+        match std::mem::replace(&mut self.place, Place::HandedOut) {
+            Place::Held => self.window.give_back(),
+            Place::Waiting(mut rx) => {
+                rx.close();
+                if let Ok(Some(())) = rx.try_recv() {
+                    self.window.give_back();
+                }
+            }
+            Place::HandedOut => {}
+        }
+    }
+}
+
+/// One read's place in the [`ReadWindow`], given back when dropped.
+pub(crate) struct WindowSlot {
+    window: Option<Arc<ReadWindow>>,
+}
+
+impl Drop for WindowSlot {
+    fn drop(&mut self) {
+        if let Some(w) = self.window.take() {
+            w.give_back();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use futures::executor::block_on;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::ReadWindow;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_local_window_starts_at_one_read_per_thread_plus_one_and_a_remote_one_at_max_inflight() {
+        assert_eq!(ReadWindow::new(2, 32, true).target(), 3);
+        assert_eq!(ReadWindow::new(2, 32, false).target(), 32);
+        assert_eq!(ReadWindow::new(8, 4, true).target(), 4, "never above max_inflight");
+    }
+
+    #[test]
+    fn slow_reads_widen_the_window_to_what_keeps_the_decoders_fed() {
+        let w = ReadWindow::new(2, 32, true);
+        let held: Vec<_> = (0..3).map(|i| block_on(w.enter(i))).collect();
+        let mut fourth = w.enter(3);
+        assert!((&mut fourth).now_or_never().is_none(), "a fourth read waits");
+        w.decode_took(100 * MS);
+        w.read_took(200 * MS);
+        assert_eq!(w.target(), 9, "2 threads x 2 decodes per read, twice over, plus one");
+        let fourth = fourth.now_or_never().expect("the widening let the waiting read in");
+        let more: Vec<_> = (0..5).map(|i| w.enter(4 + i).now_or_never().expect("room for 9")).collect();
+        assert!(w.enter(9).now_or_never().is_none(), "the tenth waits");
+        w.read_took(100_000 * MS);
+        assert_eq!(w.target(), 32, "never above max_inflight");
+        drop((held, fourth, more));
+    }
+
+    #[test]
+    fn fast_reads_narrow_the_window_as_reads_give_their_places_back() {
+        let w = ReadWindow::new(2, 8, false);
+        let held: Vec<_> = (0..8).map(|i| block_on(w.enter(i))).collect();
+        w.decode_took(300 * MS);
+        w.read_took(30 * MS);
+        assert_eq!(w.target(), 3, "never below one read per thread plus one");
+        drop(held);
+        let now: Vec<_> = (0..9).map_while(|i| w.enter(i).now_or_never()).collect();
+        assert_eq!(now.len(), 3, "the 5 places above the target were retired");
+    }
+
+    #[test]
+    fn instant_decodes_open_the_window_and_instant_reads_keep_it_at_the_floor() {
+        let w = ReadWindow::new(2, 16, true);
+        w.decode_took(Duration::ZERO);
+        w.read_took(MS);
+        assert_eq!(w.target(), 16, "decodes take no time: reads are the limit");
+        let w = ReadWindow::new(2, 16, false);
+        w.decode_took(Duration::ZERO);
+        w.read_took(Duration::ZERO);
+        assert_eq!(w.target(), 3, "reads take no time: the floor feeds every decoder");
+    }
+
+    #[test]
+    fn a_freed_place_goes_to_the_most_urgent_waiting_read_whatever_the_arrival_order() {
+        let w = ReadWindow::new(1, 2, true);
+        let first = block_on(w.enter(10));
+        let second = block_on(w.enter(11));
+        let mut late = w.enter(30);
+        let urgent = w.enter(5);
+        let mut middle = w.enter(20);
+        drop(first);
+        assert!((&mut late).now_or_never().is_none());
+        assert!((&mut middle).now_or_never().is_none());
+        let urgent = urgent.now_or_never().expect("priority 5 is served first");
+        drop(second);
+        assert!((&mut late).now_or_never().is_none(), "20 before 30");
+        let middle = middle.now_or_never().expect("priority 20 next");
+        drop((urgent, middle));
+        assert!(late.now_or_never().is_some());
+    }
+
+    #[test]
+    fn a_read_dropped_while_waiting_loses_no_place() {
+        let w = ReadWindow::new(1, 2, true);
+        let a = block_on(w.enter(0));
+        let b = block_on(w.enter(1));
+        let mut gone = w.enter(2);
+        let waiting_then_granted = w.enter(3);
+        assert!((&mut gone).now_or_never().is_none());
+        drop(a); // granted to `gone`, which is dropped before it polls again
+        drop(gone);
+        let c = waiting_then_granted.now_or_never().expect("the place came back to the window");
+        drop((b, c));
+        let all: Vec<_> = (0..3).map_while(|i| w.enter(i).now_or_never()).collect();
+        assert_eq!(all.len(), 2, "two places, none lost and none made up");
+    }
+}
