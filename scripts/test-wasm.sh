@@ -10,8 +10,9 @@
 #   scripts/test-wasm.sh --build-only  # build js/pkg only
 # The wasm32 builds use target dirs of their own ($INSITUBATCH_CACHE/target-wasm,
 # -wasm-node, -wasm-threads; override IB_WASM_TARGET_DIR, IB_WASM_NODE_TARGET_DIR,
-# IB_WASM_THREADS_TARGET_DIR); the host tests use scripts/test.sh's. Starts the servers itself unless
-# INSITUBATCH_HTTP_URL (and INSITUBATCH_FIXTURES) are already set.
+# IB_WASM_THREADS_TARGET_DIR; wasm-opt's cache: IB_WASM_OPT_CACHE); the host tests use
+# scripts/test.sh's. Starts the servers itself unless INSITUBATCH_HTTP_URL (and
+# INSITUBATCH_FIXTURES) are already set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -43,6 +44,23 @@ export IB_PLAYWRIGHT_CORE="$IB_NPM_PREFIX/node_modules/playwright-core"
 export IB_TYPESCRIPT="$IB_NPM_PREFIX/node_modules/typescript"
 WASM_OPT="$IB_NPM_PREFIX/node_modules/.bin/wasm-opt"
 
+# wasm-opt -Oz, for the browser packages only (what a page downloads; Node loads its module
+# from disk, so it is left as wasm-bindgen wrote it). Cached by the input's hash, so an
+# unchanged build is not re-optimized (about 40 s each, cold).
+OPT_CACHE="${IB_WASM_OPT_CACHE:-$INSITUBATCH_CACHE/wasm-opt}"
+mkdir -p "$OPT_CACHE"
+FEATURES=(--enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int
+    --enable-sign-ext --enable-reference-types --enable-multivalue)
+wasm_opt() {  # FILE [extra wasm-opt flags]: optimize FILE in place
+    local f="$1"; shift
+    local key; key=$(cat "$f" <(printf '%s ' "$@") | sha256sum | cut -c1-32)
+    if [ ! -s "$OPT_CACHE/$key.wasm" ]; then
+        nice -n 5 "$WASM_OPT" -Oz "${FEATURES[@]}" "$@" -o "$OPT_CACHE/$key.tmp" "$f"
+        mv "$OPT_CACHE/$key.tmp" "$OPT_CACHE/$key.wasm"
+    fi
+    cp "$OPT_CACHE/$key.wasm" "$f"
+    touch "$OPT_CACHE/$key.wasm"
+}
 echo "== build (wasm32-unknown-unknown, release, LTO): web, node and web-threads side by side"
 # Release settings for these target dirs only (the workspace profile is shared): size first
 # (opt-level s) for what browsers download; Node loads its module from disk, so its build
@@ -74,51 +92,41 @@ NODE_TARGET_DIR="${IB_WASM_NODE_TARGET_DIR:-$INSITUBATCH_CACHE/target-wasm-node}
 CARGO_TARGET_DIR="$NODE_TARGET_DIR" CARGO_PROFILE_RELEASE_OPT_LEVEL=3 \
     nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown &
 NODE_BUILD=$!
-trap 'kill "$THREADS_BUILD" "$NODE_BUILD" 2>/dev/null || true' EXIT
+WEB_OPT=
+trap 'kill "$THREADS_BUILD" "$NODE_BUILD" $WEB_OPT 2>/dev/null || true' EXIT
 # Browsers get it without signed S3 (object_store + reqwest + ring add ~1 MB gzipped, and S3
 # in a page needs a CORS preflight rule on the bucket anyway).
 nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown --no-default-features
 rm -rf js/pkg/web
 wasm-bindgen --target web --out-dir js/pkg/web --remove-producers-section \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
+# Each package's size as wasm-bindgen wrote it, before wasm-opt.
+declare -A RAW
+bg_wasm() { echo "js/pkg/$1/insitubatch_wasm_bg.wasm"; }
+RAW[web]=$(stat -c %s "$(bg_wasm web)")
+# The web package's wasm-opt runs while the other two builds finish (their LTO steps leave
+# a core idle), not after them.
+wasm_opt "$(bg_wasm web)" &
+WEB_OPT=$!
 wait "$NODE_BUILD" || { echo "the Node wasm build (js/pkg/node) failed" >&2; exit 1; }
 rm -rf js/pkg/node
 wasm-bindgen --target nodejs --out-dir js/pkg/node --remove-producers-section \
     "$NODE_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
 # The nodejs glue is CommonJS inside an ESM ("type": "module") package.
 echo '{ "type": "commonjs" }' >js/pkg/node/package.json
+RAW[node]=$(stat -c %s "$(bg_wasm node)")
 wait "$THREADS_BUILD" || { echo "the threaded wasm build (js/pkg/web-threads) failed" >&2; exit 1; }
 rm -rf js/pkg/web-threads
 wasm-bindgen --target web --out-dir js/pkg/web-threads --remove-producers-section \
     "$THREADS_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
-
-echo "== wasm-opt -Oz (npm binaryen $(${WASM_OPT} --version | awk '{print $3}'))"
-# Cached by the input's hash, so an unchanged build is not re-optimized (about a minute each).
-OPT_CACHE="$INSITUBATCH_CACHE/wasm-opt"
-mkdir -p "$OPT_CACHE"
-FEATURES=(--enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int
-    --enable-sign-ext --enable-reference-types --enable-multivalue)
-wasm_opt() {  # FILE [extra wasm-opt flags]: optimize FILE in place
-    local f="$1"; shift
-    local key; key=$(cat "$f" <(printf '%s ' "$@") | sha256sum | cut -c1-32)
-    if [ ! -s "$OPT_CACHE/$key.wasm" ]; then
-        nice -n 5 "$WASM_OPT" -Oz "${FEATURES[@]}" "$@" -o "$OPT_CACHE/$key.tmp" "$f"
-        mv "$OPT_CACHE/$key.tmp" "$OPT_CACHE/$key.wasm"
-    fi
-    cp "$OPT_CACHE/$key.wasm" "$f"
-    touch "$OPT_CACHE/$key.wasm"
-}
-# The browser packages only: what a page downloads. Node loads from disk, so its module is
-# left as wasm-bindgen wrote it (saves several minutes of wasm-opt on 2 cores).
+RAW[web-threads]=$(stat -c %s "$(bg_wasm web-threads)")
+echo "== wasm-opt -Oz (npm binaryen $(${WASM_OPT} --version | awk '{print $3}')): web (started above), web-threads"
+wasm_opt "$(bg_wasm web-threads)" --enable-threads
+wait "$WEB_OPT" || { echo "wasm-opt of js/pkg/web failed" >&2; exit 1; }
 declare -A SIZES
 for pkg in web web-threads node; do
-    bg="js/pkg/$pkg/insitubatch_wasm_bg.wasm"
-    raw=$(stat -c %s "$bg")
-    case $pkg in
-        web) wasm_opt "$bg" ;;
-        web-threads) wasm_opt "$bg" --enable-threads ;;
-    esac
-    SIZES[$pkg]="$pkg: $raw bytes after wasm-bindgen, $(stat -c %s "$bg") final, $(gzip -9 -c "$bg" | wc -c) gzip -9"
+    bg="$(bg_wasm "$pkg")"
+    SIZES[$pkg]="$pkg: ${RAW[$pkg]} bytes after wasm-bindgen, $(stat -c %s "$bg") final, $(gzip -9 -c "$bg" | wc -c) gzip -9"
     echo "${SIZES[$pkg]}"
 done
 ls -t "$OPT_CACHE"/*.wasm | tail -n +9 | xargs -r rm -f   # keep the newest few
