@@ -115,28 +115,32 @@ pub(crate) struct CpuQueue {
     seq: AtomicU64,
 }
 
-struct Prioritized {
-    /// (class, priority, sequence), smallest first.
-    key: (u8, u64, u64),
-    job: Job,
+/// A heap entry served smallest key first (`BinaryHeap` is a max-heap); the item takes no
+/// part in the order. For the CPU queue and the read window's waiting reads.
+pub(crate) struct SmallestFirst<K, T> {
+    pub key: K,
+    pub item: T,
 }
 
-impl PartialEq for Prioritized {
+impl<K: Ord, T> PartialEq for SmallestFirst<K, T> {
     fn eq(&self, other: &Self) -> bool {
         self.key == other.key
     }
 }
-impl Eq for Prioritized {}
-impl PartialOrd for Prioritized {
+impl<K: Ord, T> Eq for SmallestFirst<K, T> {}
+impl<K: Ord, T> PartialOrd for SmallestFirst<K, T> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Prioritized {
+impl<K: Ord, T> Ord for SmallestFirst<K, T> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.key.cmp(&self.key) // BinaryHeap is a max-heap; smallest key first
+        other.key.cmp(&self.key)
     }
 }
+
+/// A CPU job keyed by (class, priority, sequence).
+type Prioritized = SmallestFirst<(u8, u64, u64), Job>;
 
 /// Gathers: the consumer is waiting on them.
 pub(crate) const CLASS_GATHER: u8 = 0;
@@ -171,12 +175,12 @@ impl CpuQueue {
         self.heap
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Prioritized { key: (class, priority, seq), job });
+            .push(Prioritized { key: (class, priority, seq), item: job });
         let heap = Arc::clone(&self.heap);
         self.pool.execute(Box::new(move || {
             let next = heap.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
             if let Some(p) = next {
-                (p.job)();
+                (p.item)();
             }
         }));
         async move { rx.await.map_err(|_| Cancelled) }

@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use futures::channel::oneshot;
 
+use crate::engine::SmallestFirst;
+
 /// Weight of the newest sample in the running means.
 const WINDOW_EWMA: f64 = 0.2;
 
@@ -55,27 +57,7 @@ struct WindowState {
 }
 
 /// A read waiting for a place: the smallest (priority, arrival) is served first.
-struct Waiter {
-    key: (u64, u64),
-    grant: oneshot::Sender<()>,
-}
-
-impl PartialEq for Waiter {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-impl Eq for Waiter {}
-impl PartialOrd for Waiter {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Waiter {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.key.cmp(&self.key) // BinaryHeap is a max-heap; smallest key first
-    }
-}
+type Waiter = SmallestFirst<(u64, u64), oneshot::Sender<()>>;
 
 impl ReadWindow {
     /// A window for `threads` decoders and at most `max_inflight` reads; `local` stores
@@ -107,7 +89,7 @@ impl ReadWindow {
         let (grant, granted) = oneshot::channel();
         st.seq += 1;
         let key = (priority, st.seq);
-        st.waiting.push(Waiter { key, grant });
+        st.waiting.push(Waiter { key, item: grant });
         // Not needed while every freed place goes to a waiter at once; kept so a missed
         // hand-off can only reorder reads, never leave one waiting beside a free place.
         st.grant_waiters();
@@ -180,7 +162,7 @@ impl WindowState {
         while self.held < self.size {
             let Some(w) = self.waiting.pop() else { return };
             // A waiter whose read was dropped (the pass ended) has closed its receiver.
-            if w.grant.send(()).is_ok() {
+            if w.item.send(()).is_ok() {
                 self.take_place();
             }
         }
