@@ -206,6 +206,11 @@ impl Recycler {
         free.push(buf);
     }
 
+    /// The most bytes it holds for reuse.
+    pub fn cap_bytes(&self) -> usize {
+        self.cap_bytes
+    }
+
     /// Bytes held for reuse.
     pub fn held_bytes(&self) -> usize {
         self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(AVec::capacity).sum()

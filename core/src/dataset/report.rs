@@ -229,7 +229,12 @@ impl Dataset {
         // A slot goes idle in the recycler when a chunk is evicted or a chunk transform
         // replaces its input; with neither, reads ahead never sit beside an idle slot.
         let slots_go_idle = resident_max_bytes < store_bytes || !i.chunk_transform_labels.is_empty();
-        let reads = ReadsHeld { decoding: parallelism, ahead: i.engine.window.start(), slots_go_idle, residency };
+        let reads = ReadsHeld {
+            decoding: parallelism,
+            ahead: i.engine.window.start(),
+            idle_slots_max: if slots_go_idle { i.engine.recycler.cap_bytes() as u64 } else { 0 },
+            residency,
+        };
         let inflight_bytes = arrays.iter().map(|r| inflight_beyond_charge(r, &reads, floor)).max().unwrap_or(0);
         let scratch_bytes = if i.chunk_transform_labels.is_empty() {
             0
@@ -427,8 +432,9 @@ fn budget_notes(budget: u64, iterations: usize, fit: &BudgetFit) -> Vec<Note> {
 struct ReadsHeld {
     decoding: usize,
     ahead: usize,
-    /// Whether freed slots can wait in the recycler during a pass (see `memory_report`).
-    slots_go_idle: bool,
+    /// The most bytes of freed slots that can wait in the recycler during a pass: its cap,
+    /// or 0 when no slot is freed during a pass (see `memory_report`).
+    idle_slots_max: u64,
     /// The pool's budget: no read starts without its chunk's decoded size charged to it.
     residency: u64,
 }
@@ -439,7 +445,8 @@ struct ReadsHeld {
 /// exists: from its decode on (each running decode holds its encoded input beside its
 /// output), or from the start when an evicted chunk's slot waits in the recycler for the
 /// next decode. Then every read the window lets ahead, no more than the budget's chunks,
-/// can sit beside a slot the residency term already counts. Measured: 32 reads ahead on
+/// can sit beside a slot the residency term already counts, as far as the recycler's cap
+/// lets slots wait. Measured: 32 reads ahead on
 /// 1-sample chunks held 57 MB beyond the model (docs/benchmarks.md). A chunk assembled from
 /// several tiles holds its slot from its first tile's decode, so its tiles still waiting
 /// are always extra, as is a decoded scratch tile per running decode.
@@ -447,11 +454,9 @@ fn inflight_beyond_charge(r: &ArrayReader, reads: &ReadsHeld, floor: u64) -> u64
     let tile = r.geom.tile_bytes();
     let decoding = reads.decoding as u64;
     if r.geom.n_tiles() <= 1 {
-        if !reads.slots_go_idle {
-            return decoding * tile;
-        }
         let chunks_in_budget = reads.residency / r.max_charge().max(1);
-        return (decoding + reads.ahead as u64).min(chunks_in_budget.max(decoding)) * tile;
+        let ahead = (reads.ahead as u64).min(chunks_in_budget.saturating_sub(decoding));
+        return decoding * tile + (ahead * tile).min(reads.idle_slots_max);
     }
     ((2 * decoding + reads.ahead as u64) * tile).min(floor * 2)
 }

@@ -232,6 +232,37 @@ fn a_budget_beyond_the_store_is_counted_as_the_store() {
     assert_eq!((m.residency_bytes, m.resident_max_bytes), (256, 256));
 }
 
+/// The memory model's reads (`inflight_bytes`): a running decode holds its encoded input
+/// beside its slot; reads the window lets ahead count only when slots can wait idle in the
+/// recycler (the budget evicts), no more than the budget's chunks and the recycler's cap.
+#[test]
+fn reads_ahead_are_counted_only_beside_slots_that_can_wait_idle() {
+    const TILE: u64 = 4 * 4096 * 4;
+    let (sim, _, runtime) = store();
+    let inflight = |latency: Option<Duration>, budget_chunks: u64, batch_size: usize| {
+        let storage = match latency {
+            Some(d) => MemoryStorage::new().with_latency(Arc::new(sim.clone()), d),
+            None => MemoryStorage::new(),
+        };
+        write_f32_array(&storage, "t2m", &[64, 4096], &[4, 4096], None, None, |i| i as f32);
+        let b = Dataset::builder(shared(&storage), runtime.clone())
+            .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
+            .options(DatasetOptions {
+                batch_size,
+                block_chunks: 1,
+                cache_budget_bytes: Some(budget_chunks * TILE),
+                ..Default::default()
+            });
+        sim.run(b.open(), LIMIT).unwrap().unwrap().describe(1).unwrap().memory.inflight_bytes
+    };
+    // One decode thread (InlinePool); a local window starts at 2, a remote one at 32.
+    assert_eq!(inflight(None, 16, 4), TILE, "the budget holds the store: nothing is evicted");
+    assert_eq!(inflight(None, 8, 4), 3 * TILE, "a local store: the decode and 2 reads ahead");
+    assert_eq!(inflight(Some(Duration::from_millis(5)), 4, 4), 4 * TILE, "no more reads than the budget's chunks");
+    // Recycler cap: 4 chunks and 4 batches of 1 sample (16 KiB): 5 tiles.
+    assert_eq!(inflight(Some(Duration::from_millis(5)), 12, 1), TILE + 5 * TILE, "no more than the recycler holds");
+}
+
 /// Fat chunks (40 samples each, 8 in one block): the specified order mixes the whole block,
 /// so the first batch needs every chunk; a first block of one chunk (widened to hold a
 /// batch) serves the first batch from one chunk, still draws every sample once, and
