@@ -96,8 +96,13 @@ fn obstore_storage(store: &Bound<'_, PyAny>, location: &str) -> PyResult<Arc<dyn
     })?;
     // The store's own prefix is inside the rebuilt store, so keys are resolved at its root.
     let storage = ObjectStoreStorage::new(inner.into_dyn(), object_store::path::Path::default(), location);
-    // A plain HTTP server cannot list (object_store's HTTP store lists with WebDAV).
-    Ok(Arc::new(if class == "HTTPStore" { storage.without_listing() } else { storage }))
+    Ok(Arc::new(match class.as_str() {
+        // A plain HTTP server cannot list (object_store's HTTP store lists with WebDAV).
+        "HTTPStore" => storage.without_listing(),
+        // Files on this machine, as a path string opens them: the read window starts narrow.
+        "LocalStore" => storage.local(),
+        _ => storage,
+    }))
 }
 
 /// The asyncio side of [`PyZarrStorage`]: the event loop, and coroutines that reduce a

@@ -110,6 +110,23 @@ def test_obstore_local_store(fixtures, manifest, name):
     assert_same_as_url(fixtures, manifest, name, st)
 
 
+def test_an_obstore_local_store_is_read_as_local_files_and_an_http_store_as_remote(fixtures):
+    """Where reads come from sets where the read window starts, which describe() counts:
+    obstore's LocalStore as the same path string, its HTTPStore as a remote store."""
+    obs = need("obstore.store")
+
+    def inflight_bytes(store_: Any) -> int:
+        geoms = ib.open_geometries(store_, ["t2m"])
+        m = ib.split_by_chunk(geoms["t2m"])
+        with ib.InSituDataset(store_, m, geoms, batch_size=5, block_chunks=2, threads=2, max_inflight=8) as ds:
+            return ds.describe()["memory"]["inflight_bytes"]
+
+    path = inflight_bytes(url(fixtures, "v3_sharded"))
+    assert inflight_bytes(obs.LocalStore(str(fixtures / "v3_sharded"))) == path
+    http = obs.HTTPStore.from_url(f"{http_url()}/v3_sharded", client_options={"allow_http": True})
+    assert inflight_bytes(http) > path, "a remote store's reads all start at once"
+
+
 @pytest.mark.parametrize("name", STORES)
 def test_obstore_store_helper_is_read_in_rust(fixtures, manifest, name):
     need("obstore")
