@@ -9,8 +9,9 @@
 //! Reads keep `threads` decoders fed when `window / latency >= threads / decode time`, so
 //! the window follows `2 * threads * latency / decode + 1` (twice what is needed, for the
 //! spread of both), from running means of the two, between `threads + 1` and
-//! `max_inflight`. Before any measurement a local store starts at the floor and a remote
-//! one at `max_inflight`, as before the window existed.
+//! `max_inflight`, growing by one place per measurement and shrinking at once. Before any
+//! measurement a local store starts at the floor and a remote one at `max_inflight`, as
+//! before the window existed.
 //!
 //! Places are granted in the loads' admission order (their decode priority), not in the
 //! order their tasks happen to reach the window: a narrow window granted at random would let
@@ -130,7 +131,13 @@ impl ReadWindow {
         } else {
             2.0 * self.threads as f64 * latency / decode + 1.0
         };
-        st.target = if wanted >= self.ceiling as f64 { self.ceiling } else { (wanted.ceil() as usize).max(self.floor) };
+        let wanted =
+            if wanted >= self.ceiling as f64 { self.ceiling } else { (wanted.ceil() as usize).max(self.floor) };
+        // Grow by one place per measurement, shrink at once. A read's latency includes its
+        // wait for an I/O thread, which grows with the window: one slow first read (a
+        // thread starting, a file opening) would otherwise open the window to the ceiling,
+        // and the queue that follows would keep it there.
+        st.target = wanted.min(st.size.max(st.target) + 1);
         if st.target > st.size {
             st.size = st.target;
             st.grant_waiters();
@@ -254,18 +261,27 @@ mod tests {
     }
 
     #[test]
-    fn slow_reads_widen_the_window_to_what_keeps_the_decoders_fed() {
+    fn slow_reads_widen_the_window_one_place_per_measurement_to_what_keeps_the_decoders_fed() {
         let w = ReadWindow::new(2, 32, true);
         let held: Vec<_> = (0..3).map(|i| block_on(w.enter(i))).collect();
         let mut fourth = w.enter(3);
         assert!((&mut fourth).now_or_never().is_none(), "a fourth read waits");
         w.decode_took(100 * MS);
         w.read_took(200 * MS);
-        assert_eq!(w.target(), 9, "2 threads x 2 decodes per read, twice over, plus one");
+        assert_eq!(w.target(), 4, "one place more per measurement, not the 9 wanted at once");
         let fourth = fourth.now_or_never().expect("the widening let the waiting read in");
+        let targets: Vec<usize> = (0..6)
+            .map(|_| {
+                w.read_took(200 * MS);
+                w.target()
+            })
+            .collect();
+        assert_eq!(targets, [5, 6, 7, 8, 9, 9], "2 threads x 2 decodes per read, twice over, plus one");
         let more: Vec<_> = (0..5).map(|i| w.enter(4 + i).now_or_never().expect("room for 9")).collect();
         assert!(w.enter(9).now_or_never().is_none(), "the tenth waits");
-        w.read_took(100_000 * MS);
+        for _ in 0..100 {
+            w.read_took(100_000 * MS);
+        }
         assert_eq!(w.target(), 32, "never above max_inflight");
         drop((held, fourth, more));
     }
@@ -286,7 +302,9 @@ mod tests {
     fn instant_decodes_open_the_window_and_instant_reads_keep_it_at_the_floor() {
         let w = ReadWindow::new(2, 16, true);
         w.decode_took(Duration::ZERO);
-        w.read_took(MS);
+        for _ in 0..13 {
+            w.read_took(MS);
+        }
         assert_eq!(w.target(), 16, "decodes take no time: reads are the limit");
         let w = ReadWindow::new(2, 16, false);
         w.decode_took(Duration::ZERO);
