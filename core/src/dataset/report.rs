@@ -446,10 +446,10 @@ struct ReadsHeld {
 /// output), or from the start when an evicted chunk's slot waits in the recycler for the
 /// next decode. Then every read the window lets ahead, no more than the budget's chunks,
 /// can sit beside a slot the residency term already counts, as far as the recycler's cap
-/// lets slots wait. Measured: 32 reads ahead on
-/// 1-sample chunks held 57 MB beyond the model (docs/benchmarks.md). A chunk assembled from
-/// several tiles holds its slot from its first tile's decode, so its tiles still waiting
-/// are always extra, as is a decoded scratch tile per running decode.
+/// lets slots wait. Measured: 32 reads ahead on 1-sample chunks held 57 MB beyond the
+/// model (docs/benchmarks.md). A chunk assembled from several tiles holds its slot from its
+/// first tile's decode, so its tiles still waiting are always extra, as is a decoded
+/// scratch tile per running decode.
 fn inflight_beyond_charge(r: &ArrayReader, reads: &ReadsHeld, floor: u64) -> u64 {
     let tile = r.geom.tile_bytes();
     let decoding = reads.decoding as u64;
