@@ -12,8 +12,9 @@ first is the cold epoch, the next ones "warm1", "warm2", ... A decode-limit row 
 import os
 import statistics
 
-ENGINE_ORDER = ["ours", "rs-python", "anchor"]
-ENGINE_LABEL = {"ours": "ours (CLI)", "rs-python": "rs-python", "anchor": "anchor"}
+ENGINE_ORDER = ["ours", "ours-b", "rs-python", "anchor"]
+ENGINE_LABEL = {"ours": "ours (CLI)", "ours-b": "ours, build B (CLI)", "rs-python": "rs-python",
+                "anchor": "anchor"}
 DECODE = "decode_limit"
 
 

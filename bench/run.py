@@ -80,6 +80,9 @@ def parse_args(argv):
     tgt = os.environ.get("CARGO_TARGET_DIR", os.path.join(CACHE, "target"))
     ap.add_argument("--cli", default=shutil.which("insitubatch")
                     or os.path.join(tgt, "release", "insitubatch"))
+    ap.add_argument("--cli-b", default=None, metavar="PATH",
+                    help="a second CLI build, run as engine ours-b in the same rounds (an A/B of "
+                    "two builds: the report's ×CLI column is B ÷ --cli)")
     ap.add_argument("--python", default=os.path.join(CACHE, "venv-test", "bin", "python"),
                     help="python with insitubatch_rs for the rs-python engine")
     ap.add_argument("--anchor-python", default=None,
@@ -141,6 +144,8 @@ def engine_cmds(args, url, cli, apy):
         if args.first_block_chunks:
             cmds[f"ours-fb{args.first_block_chunks}"] = cmds["ours"] + [
                 "--first-block-chunks", str(args.first_block_chunks)]
+        if args.cli_b:
+            cmds["ours-b"] = [os.path.abspath(args.cli_b)] + cmds["ours"][1:]
     if "rs-python" in args.engine_list:
         cmds["rs-python"] = [args.python, os.path.join(HERE, "py_engines.py"), "rs-python", "--url",
                              url, "--var", args.var] + common + budget
@@ -249,6 +254,9 @@ def main(argv=None):
         if why:
             notes.append(f"rs-python skipped: {why}")
             args.engine_list.remove("rs-python")
+    if args.cli_b and not os.path.exists(args.cli_b):
+        notes.append(f"--cli-b {args.cli_b} not found: `ours-b` skipped")
+        args.cli_b = None
     for n in notes:
         print(f"[run] {n}", file=sys.stderr)
 
@@ -290,7 +298,8 @@ def main(argv=None):
         "machine": f"{platform.node()}, nproc {os.cpu_count()}, RAM "
                    f"{meminfo()['total'] / GIB:.1f} GiB, {platform.platform()}",
         "config": f"{args.reps} rounds per store, engines in a rotated order each round "
-                  f"({', '.join([DECODE] + args.engine_list)}), each run a fresh process; batch "
+                  f"({', '.join([DECODE] + args.engine_list + (['ours-b'] if args.cli_b else []))}), each "
+                  f"run a fresh process{f'; ours-b is {shown_path(args.cli_b)}' if args.cli_b else ''}; batch "
                   f"{args.batch_size}, block_chunks {args.block_chunks}, max_inflight "
                   f"{args.max_inflight}, epochs {args.epochs} (cold + {args.epochs - 1} warm), "
                   f"residency budget "

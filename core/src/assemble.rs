@@ -1,6 +1,10 @@
 //! Placing a decoded tile (physical axis order, padded) into its chunk's slot
 //! (sample-first, clipped): the one physical→logical permutation in the engine.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::array::{AlignedBytes, Recycler};
 use crate::geometry::ArrayGeometry;
 
 /// Where one tile lands in a slot.
@@ -32,8 +36,17 @@ pub fn slot_shape(g: &ArrayGeometry, c: u64) -> Vec<usize> {
     std::iter::once((r.end - r.start) as usize).chain(g.inner_shape().iter().map(|&d| d as usize)).collect()
 }
 
-/// Copy the in-bounds part of `tile` (full tile shape, physical order) into `slot`.
+/// Copy the in-bounds part of `tile` (full tile shape, physical order) into `slot`: the safe
+/// form of [`TiledSlot::place`], which the tests check it against.
+#[cfg(test)]
 pub fn place_tile(g: &ArrayGeometry, c: u64, inner: &[u64], tile: &[u8], slot: &mut [u8]) {
+    for_each_run(g, c, inner, |src, dst, n| slot[dst..dst + n].copy_from_slice(&tile[src..src + n]));
+}
+
+/// Call `copy(src, dst, bytes)` for each contiguous run of tile `inner` of chunk `c`: `bytes`
+/// at byte offset `src` of the tile land at byte offset `dst` of the slot. The runs of one
+/// tile are disjoint, and so are those of two tiles of one chunk (see [`TiledSlot`]).
+fn for_each_run(g: &ArrayGeometry, c: u64, inner: &[u64], mut copy: impl FnMut(usize, usize, usize)) {
     let item = g.dtype.size();
     let p = placement(g, c, inner);
     let rank = g.shape.len();
@@ -64,11 +77,10 @@ pub fn place_tile(g: &ArrayGeometry, c: u64, inner: &[u64], tile: &[u8], slot: &
         let src: usize = (0..rank).map(|a| idx[a] * tile_stride[a]).sum();
         let dst: usize = (0..rank).map(|a| (idx[a] + p.slot_origin[a]) * slot_stride[a]).sum();
         if contiguous {
-            slot[dst * item..(dst + run) * item].copy_from_slice(&tile[src * item..(src + run) * item]);
+            copy(src * item, dst * item, run * item);
         } else {
             for k in 0..run {
-                let (s, d) = ((src + k) * item, (dst + k * slot_stride[last]) * item);
-                slot[d..d + item].copy_from_slice(&tile[s..s + item]);
+                copy((src + k) * item, (dst + k * slot_stride[last]) * item, item);
             }
         }
         // Advance the multi-index over all axes but the last.
@@ -87,6 +99,142 @@ pub fn place_tile(g: &ArrayGeometry, c: u64, inner: &[u64], tile: &[u8], slot: &
     }
 }
 
+/// A chunk's slot while its tiles are placed into it, from several pool threads at once.
+///
+/// The tiles of one chunk decode on different threads. Behind one `Mutex` their copies into
+/// the slot took turns, and a buffer that safe Rust writes piece by piece must be
+/// initialized first, so every fresh slot was zeroed (a pass over tens of MiB) only to be
+/// overwritten. Here each tile claims its index once and copies its region without a lock,
+/// and the slot is handed out only once every tile has been placed.
+///
+/// Why that is sound: the regions of two tiles of one chunk are disjoint (the tiles differ in
+/// their grid coordinate `k` on some inner axis, and there each covers `[k·t, k·t + e)` with
+/// `e <= t`), so concurrent copies never touch the same byte; and together they cover the
+/// slot (their in-bounds sizes add up to it, which [`TiledSlot::new`] checks), so once all
+/// are placed every byte has been written once.
+pub(crate) struct TiledSlot {
+    /// The slot's length in bytes.
+    len: usize,
+    /// One tile that is the whole chunk (sample axis first, untiled inner axes): its decoded
+    /// buffer becomes the slot, with no copy.
+    whole: bool,
+    /// The tiles' regions add up to the slot. Always, for a valid geometry; if not, the slot
+    /// is zeroed when allocated, so that no byte is left unwritten.
+    covers: bool,
+    claimed: Vec<AtomicBool>,
+    placed: AtomicUsize,
+    /// The buffer: allocated by the first tile placed (a chunk's reads can wait long before
+    /// its first decode), taken by [`TiledSlot::finish`].
+    buf: Mutex<Option<AlignedBytes>>,
+    /// Where `buf`'s allocation starts, set once when it is allocated.
+    base: OnceLock<Base>,
+}
+
+/// The start of a slot's allocation, written through by [`TiledSlot::place`] only.
+struct Base(*mut u8);
+
+// SAFETY: `Base` is only written through, by `TiledSlot::place`, at byte ranges that no other
+// thread writes (the tiles' regions are disjoint, see `TiledSlot`), and the allocation it
+// points into lives in `TiledSlot::buf` for as long as the `TiledSlot` does.
+unsafe impl Send for Base {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Base {}
+
+impl TiledSlot {
+    /// The slot of chunk `c`, empty.
+    pub(crate) fn new(g: &ArrayGeometry, c: u64) -> Self {
+        let shape = slot_shape(g, c);
+        let n_tiles = g.n_tiles();
+        let whole =
+            n_tiles == 1 && g.sample_axis == 0 && g.inner_tile().iter().zip(g.inner_shape()).all(|(t, s)| *t == s);
+        let covered: usize =
+            (0..n_tiles).map(|t| placement(g, c, &g.inner_coord(t)).extent.iter().product::<usize>()).sum();
+        Self {
+            len: shape.iter().product::<usize>() * g.dtype.size(),
+            whole,
+            covers: covered == shape.iter().product::<usize>(),
+            claimed: (0..n_tiles).map(|_| AtomicBool::new(false)).collect(),
+            placed: AtomicUsize::new(0),
+            buf: Mutex::new(None),
+            base: OnceLock::new(),
+        }
+    }
+
+    /// Place tile number `t` (its decoded bytes, full tile shape, physical order); the tile's
+    /// buffer goes back to `recycler` unless it became the slot.
+    ///
+    /// # Errors
+    /// A message when `t` is out of range, was placed before, or `tile` is too short: a bug,
+    /// never bad input (the decoder checked the tile's length).
+    pub(crate) fn place(
+        &self,
+        g: &ArrayGeometry,
+        c: u64,
+        t: u64,
+        mut tile: AlignedBytes,
+        recycler: &Recycler,
+    ) -> Result<(), String> {
+        let claim = usize::try_from(t).ok().and_then(|i| self.claimed.get(i));
+        let Some(claim) = claim else { return Err(format!("tile {t} of chunk {c} is out of range")) };
+        if claim.swap(true, Ordering::AcqRel) {
+            return Err(format!("tile {t} of chunk {c} was placed twice"));
+        }
+        if self.whole {
+            if tile.len() < self.len {
+                return Err(format!("tile {t} of chunk {c} has {} bytes, the slot {}", tile.len(), self.len));
+            }
+            tile.truncate(self.len);
+            *self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tile);
+        } else {
+            let base = self.base.get_or_init(|| self.allocate(recycler)).0;
+            let mut short = false;
+            for_each_run(g, c, &g.inner_coord(t), |src, dst, n| {
+                if src + n > tile.len() || dst + n > self.len {
+                    short = true;
+                    return;
+                }
+                // SAFETY: `src..src + n` is inside `tile` and `dst..dst + n` inside the slot's
+                // allocation (checked just above; its capacity is at least `len`), and no other
+                // thread writes `dst..dst + n`: it is this tile's region, claimed once (above).
+                unsafe { std::ptr::copy_nonoverlapping(tile.as_ptr().add(src), base.add(dst), n) };
+            });
+            recycler.give(tile);
+            if short {
+                return Err(format!("tile {t} of chunk {c} is shorter than its placement"));
+            }
+        }
+        self.placed.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    fn allocate(&self, recycler: &Recycler) -> Base {
+        let mut b = if self.covers { recycler.take(self.len) } else { recycler.take_initialized(self.len) };
+        let base = Base(b.as_mut_ptr());
+        *self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(b);
+        base
+    }
+
+    /// The assembled slot, once every tile has been placed.
+    ///
+    /// # Errors
+    /// A message when a tile is missing or the slot was taken before: a bug, never bad input.
+    pub(crate) fn finish(&self) -> Result<AlignedBytes, String> {
+        let placed = self.placed.load(Ordering::Acquire);
+        if placed != self.claimed.len() {
+            return Err(format!("{placed} of {} tiles placed", self.claimed.len()));
+        }
+        let taken = self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let mut b = taken.ok_or_else(|| "the slot was taken before".to_string())?;
+        if !self.whole && b.len() < self.len {
+            // SAFETY: every tile has been placed, each once, and their writes happened before
+            // the `Acquire` load above; their regions cover `0..len` (`covers`), and where
+            // they might not, the buffer was zeroed to `len` when allocated.
+            unsafe { b.set_len(self.len) };
+        }
+        Ok(b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,37 +245,67 @@ mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
-    /// Build an array whose element value encodes its physical index, tile it, place every
-    /// tile, and check the slot against a direct sample-first read.
+    /// Element values encode their physical index; out-of-bounds padding is `u32::MAX`.
+    fn value(shape: &[u64], p: &[u64]) -> u32 {
+        p.iter().zip(shape).fold(0u64, |acc, (i, n)| acc * n + i) as u32
+    }
+
+    /// The decoded bytes of tile `t` of chunk `c` (full tile shape, physical order).
+    fn tile_bytes(g: &ArrayGeometry, c: u64, t: u64) -> AlignedBytes {
+        let coord = g.physical_tile_coord(c, &g.inner_coord(t));
+        let n: usize = g.tile.iter().product::<u64>() as usize;
+        let mut buf = AlignedBytes::with_capacity(crate::array::BUFFER_ALIGN, n * 4);
+        for e in 0..n {
+            let local = crate::geometry::unravel_index(e as u64, &g.tile);
+            let p: Vec<u64> = local.iter().zip(&coord).zip(&g.tile).map(|((l, c), t)| c * t + l).collect();
+            let inb = p.iter().zip(&g.shape).all(|(i, s)| i < s);
+            buf.extend_from_slice(&(if inb { value(&g.shape, &p) } else { u32::MAX }).to_ne_bytes());
+        }
+        buf
+    }
+
+    /// Check an assembled slot against a direct sample-first read of the array.
+    fn assert_slot(g: &ArrayGeometry, c: u64, slot: &[u8]) {
+        let got: Vec<u32> = slot.chunks(4).map(|b| u32::from_ne_bytes(b.try_into().unwrap())).collect();
+        let n_inner: u64 = g.inner_shape().iter().product();
+        assert_eq!(got.len() as u64, (g.samples_in_chunk(c).end - g.samples_in_chunk(c).start) * n_inner);
+        let mut i = 0;
+        for s in g.samples_in_chunk(c) {
+            for e in 0..n_inner {
+                let flat = crate::geometry::sample_element_index(&g.shape, g.sample_axis, s, e);
+                assert_eq!(u64::from(got[i]), flat, "chunk {c} sample {s} element {e}");
+                i += 1;
+            }
+        }
+    }
+
+    /// A recycler holding one buffer of `len` bytes filled with 0xAB, so that a slot region
+    /// no tile writes shows up as a wrong value rather than as lucky zeros.
+    fn dirty_recycler(len: usize) -> std::sync::Arc<Recycler> {
+        let r = Recycler::new(usize::MAX);
+        let mut b = AlignedBytes::with_capacity(crate::array::BUFFER_ALIGN, len);
+        b.resize(len, 0xAB);
+        r.give(b);
+        r
+    }
+
+    /// Place every tile of every chunk, last tile first, through [`TiledSlot`] and through
+    /// [`place_tile`], and check both.
     fn check(shape: Vec<u64>, tile: Vec<u64>, sample_axis: usize) {
-        let g = ArrayGeometry::new("a", shape.clone(), tile.clone(), DType::Uint32, sample_axis).unwrap();
-        let value = |p: &[u64]| p.iter().zip(&shape).fold(0u64, |acc, (i, n)| acc * n + i) as u32;
+        let g = ArrayGeometry::new("a", shape, tile, DType::Uint32, sample_axis).unwrap();
         for c in 0..g.n_chunks() {
-            let sshape = slot_shape(&g, c);
-            let mut slot = vec![0u8; sshape.iter().product::<usize>() * 4];
+            let len = slot_shape(&g, c).iter().product::<usize>() * 4;
+            let recycler = dirty_recycler(len);
+            let slot = TiledSlot::new(&g, c);
+            for t in (0..g.n_tiles()).rev() {
+                slot.place(&g, c, t, tile_bytes(&g, c, t), &recycler).unwrap();
+            }
+            assert_slot(&g, c, &slot.finish().unwrap());
+            let mut plain = vec![0u8; len];
             for t in 0..g.n_tiles() {
-                let inner = g.inner_coord(t);
-                let coord = g.physical_tile_coord(c, &inner);
-                let n: usize = tile.iter().product::<u64>() as usize;
-                let mut buf = Vec::with_capacity(n * 4);
-                for e in 0..n {
-                    let local = crate::geometry::unravel_index(e as u64, &tile);
-                    let p: Vec<u64> = local.iter().zip(&coord).zip(&tile).map(|((l, c), t)| c * t + l).collect();
-                    let inb = p.iter().zip(&shape).all(|(i, s)| i < s);
-                    buf.extend_from_slice(&(if inb { value(&p) } else { u32::MAX }).to_ne_bytes());
-                }
-                place_tile(&g, c, &inner, &buf, &mut slot);
+                place_tile(&g, c, &g.inner_coord(t), &tile_bytes(&g, c, t), &mut plain);
             }
-            let got: Vec<u32> = slot.chunks(4).map(|b| u32::from_ne_bytes(b.try_into().unwrap())).collect();
-            let n_inner: u64 = g.inner_shape().iter().product();
-            let mut i = 0;
-            for s in g.samples_in_chunk(c) {
-                for e in 0..n_inner {
-                    let flat = crate::geometry::sample_element_index(&shape, sample_axis, s, e);
-                    assert_eq!(u64::from(got[i]), flat, "chunk {c} sample {s} element {e}");
-                    i += 1;
-                }
-            }
+            assert_slot(&g, c, &plain);
         }
     }
 
@@ -137,5 +315,69 @@ mod tests {
         check(vec![37, 13, 17], vec![5, 6, 6], 0);
         check(vec![1, 2, 9, 5, 4], vec![1, 1, 4, 2, 3], 2);
         check(vec![5, 7], vec![2, 3], 1);
+        // Slots past the recycler's minimum, so the dirty buffer is the one written.
+        check(vec![7, 150, 130], vec![3, 64, 50], 0);
+        check(vec![150, 7, 130], vec![64, 3, 50], 1);
+    }
+
+    /// Every tile of a chunk placed from a thread of its own at once, as the pool does.
+    #[cfg(not(target_arch = "wasm32"))] // threads
+    #[test]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the test needs real threads writing into one slot at once, as the pool's threads do"
+    )]
+    fn tiles_placed_from_many_threads_at_once_assemble_the_slot() {
+        let g = ArrayGeometry::new("a", vec![9, 301, 257], vec![4, 64, 50], DType::Uint32, 0).unwrap();
+        for c in 0..g.n_chunks() {
+            let len = slot_shape(&g, c).iter().product::<usize>() * 4;
+            let recycler = dirty_recycler(len);
+            let slot = TiledSlot::new(&g, c);
+            let tiles: Vec<AlignedBytes> = (0..g.n_tiles()).map(|t| tile_bytes(&g, c, t)).collect();
+            let start = std::sync::Barrier::new(tiles.len());
+            std::thread::scope(|s| {
+                for (t, bytes) in tiles.into_iter().enumerate() {
+                    let (g, slot, recycler, start) = (&g, &slot, &recycler, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        slot.place(g, c, t as u64, bytes, recycler).unwrap();
+                    });
+                }
+            });
+            assert_slot(&g, c, &slot.finish().unwrap());
+        }
+    }
+
+    #[test]
+    fn a_tile_placed_twice_or_missing_is_an_error_not_a_slot() {
+        let g = ArrayGeometry::new("a", vec![10, 4, 6], vec![3, 2, 6], DType::Uint32, 0).unwrap();
+        let recycler = Recycler::new(usize::MAX);
+        let slot = TiledSlot::new(&g, 0);
+        slot.place(&g, 0, 0, tile_bytes(&g, 0, 0), &recycler).unwrap();
+        let twice = slot.place(&g, 0, 0, tile_bytes(&g, 0, 0), &recycler).unwrap_err();
+        assert!(twice.contains("placed twice"), "{twice}");
+        let missing = slot.finish().unwrap_err();
+        assert!(missing.contains("1 of 2 tiles placed"), "{missing}");
+        let out = slot.place(&g, 0, 2, tile_bytes(&g, 0, 0), &recycler).unwrap_err();
+        assert!(out.contains("out of range"), "{out}");
+        let short = TiledSlot::new(&g, 0).place(&g, 0, 1, AlignedBytes::new(crate::array::BUFFER_ALIGN), &recycler);
+        assert!(short.unwrap_err().contains("shorter"));
+        slot.place(&g, 0, 1, tile_bytes(&g, 0, 1), &recycler).unwrap();
+        assert_slot(&g, 0, &slot.finish().unwrap());
+        assert!(slot.finish().unwrap_err().contains("taken before"));
+    }
+
+    #[test]
+    fn a_tile_that_is_the_whole_chunk_becomes_the_slot_without_a_copy() {
+        let g = ArrayGeometry::new("a", vec![10, 4, 6], vec![3, 4, 6], DType::Uint32, 0).unwrap();
+        let recycler = Recycler::new(usize::MAX);
+        // The last chunk has 1 row of the tile's 3: the slot is the tile clipped to it.
+        let slot = TiledSlot::new(&g, 3);
+        let tile = tile_bytes(&g, 3, 0);
+        let at = tile.as_ptr();
+        slot.place(&g, 3, 0, tile, &recycler).unwrap();
+        let out = slot.finish().unwrap();
+        assert_eq!(out.as_ptr(), at);
+        assert_slot(&g, 3, &out);
     }
 }

@@ -16,8 +16,8 @@ use futures::FutureExt;
 use futures::future::Shared;
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use crate::array::{AlignedBytes, DType, NdArray, Recycler, filled_bytes};
-use crate::assemble::{place_tile, slot_shape};
+use crate::array::{DType, NdArray, Recycler, filled_bytes};
+use crate::assemble::{TiledSlot, slot_shape};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::plan::ChunkKey;
@@ -394,9 +394,7 @@ async fn load_tiles(
 ) -> Result<(NdArray, LoadTimes, bool)> {
     let reader = &engine.arrays[key.path as usize];
     let g = &reader.geom;
-    let shape = slot_shape(g, key.chunk);
-    let slot_len = shape.iter().product::<usize>() * g.dtype.size();
-    let slot: Arc<Mutex<Option<AlignedBytes>>> = Arc::new(Mutex::new(None));
+    let slot = Arc::new(TiledSlot::new(g, key.chunk));
     let mut tiles: FuturesUnordered<_> = (0..g.n_tiles())
         .map(|t| load_tile(Arc::clone(engine), key, t, Arc::clone(&slot), Arc::clone(rec), priority))
         .collect();
@@ -408,12 +406,8 @@ async fn load_tiles(
         times.fetched = times.fetched.max(fetched);
         bad |= tile_bad;
     }
-    let bytes = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take().unwrap_or_else(|| {
-        let mut b = engine.recycler.take(slot_len);
-        b.resize(slot_len, 0);
-        b
-    });
-    let data = NdArray::new(g.dtype, shape, bytes)
+    let bytes = slot.finish().map_err(assembly_bug(g, key))?;
+    let data = NdArray::new(g.dtype, slot_shape(g, key.chunk), bytes)
         .map_err(|m| Error::Decode { message: m, key: reader.geom.path.clone() })?
         .recycled_by(&engine.recycler);
     Ok((data, times, bad))
@@ -487,7 +481,7 @@ async fn load_tile(
     engine: Arc<Engine>,
     key: ChunkKey,
     tile: u64,
-    slot: Arc<Mutex<Option<AlignedBytes>>>,
+    slot: Arc<TiledSlot>,
     rec: Arc<PassRecorder>,
     priority: u64,
 ) -> Result<(Duration, Duration, bool)> {
@@ -505,7 +499,7 @@ async fn load_tile(
                 None => (shard.clone(), None, true),
             },
             Ok(None) => (shard.clone(), None, true),
-            Err(e) => return bad_or_raise(&engine, key, &coord, slot, e).map(|b| (Duration::ZERO, engine.now(), b)),
+            Err(e) => return bad_or_raise(&engine, key, tile, &slot, e).map(|b| (Duration::ZERO, engine.now(), b)),
         },
     };
     let window_slot = engine.window.enter(priority).await;
@@ -525,7 +519,7 @@ async fn load_tile(
     });
     let encoded = match fetched_bytes {
         Ok(b) => b,
-        Err(e) => return bad_or_raise(&engine, key, &coord, slot, e).map(|b| (permitted, fetched, b)),
+        Err(e) => return bad_or_raise(&engine, key, tile, &slot, e).map(|b| (permitted, fetched, b)),
     };
     let job_engine = Arc::clone(&engine);
     let job_rec = Arc::clone(&rec);
@@ -542,27 +536,11 @@ async fn load_tile(
             let reader = &engine.arrays[key.path as usize];
             let g = &reader.geom;
             let t0 = engine.now();
-            let shape = slot_shape(g, key.chunk);
-            let slot_len = shape.iter().product::<usize>() * g.dtype.size();
             let scratch = reader.zarr.has_fast_path().then(|| engine.recycler.take(reader.zarr.tile_bytes()));
             let tile_arr = reader.zarr.decode_tile_into(encoded, &url, scratch)?;
             let t1 = engine.now();
             engine.window.decode_took(t1.saturating_sub(t0));
-            let mut slot = job_slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let whole = g.n_tiles() == 1
-                && g.sample_axis == 0
-                && g.inner_tile().iter().zip(g.inner_shape()).all(|(t, s)| *t == s);
-            if whole {
-                // The tile is the chunk: adopt its buffer, clipped to the real rows.
-                let mut bytes = tile_arr.into_data();
-                bytes.truncate(slot_len);
-                *slot = Some(bytes);
-            } else {
-                // Every byte gets overwritten: the tiles' in-bounds regions partition the slot.
-                let buf = slot.get_or_insert_with(|| engine.recycler.take_initialized(slot_len));
-                place_tile(g, key.chunk, &inner, &tile_arr.data, buf);
-                engine.recycler.give(tile_arr.into_data());
-            }
+            job_slot.place(g, key.chunk, tile, tile_arr.into_data(), &engine.recycler).map_err(assembly_bug(g, key))?;
             let t2 = engine.now();
             job_rec.with(|r| {
                 r.times.decode_s += t1.saturating_sub(t0).as_secs_f64();
@@ -574,19 +552,19 @@ async fn load_tile(
         .await?;
     match decoded {
         Ok(()) => Ok((permitted, fetched, false)),
-        Err(e) => bad_or_raise(&engine, key, &coord, slot, e).map(|b| (permitted, fetched, b)),
+        Err(e) => bad_or_raise(&engine, key, tile, &slot, e).map(|b| (permitted, fetched, b)),
     }
 }
 
+/// A [`TiledSlot`] refusal as an error: a bug of ours (a tile placed twice or missing), never bad input.
+fn assembly_bug(g: &ArrayGeometry, key: ChunkKey) -> impl Fn(String) -> Error + '_ {
+    move |m| Error::Internal(format!("assembling chunk {} of array {:?}: {m}", key.chunk, g.path))
+}
+
 /// Under `Raise`, the error; under `Nan`, fill the tile's region, record it, and go on.
-fn bad_or_raise(
-    engine: &Arc<Engine>,
-    key: ChunkKey,
-    coord: &[u64],
-    slot: Arc<Mutex<Option<AlignedBytes>>>,
-    error: Error,
-) -> Result<bool> {
-    if engine.policy.on_bad_chunk == OnBadChunk::Raise {
+fn bad_or_raise(engine: &Arc<Engine>, key: ChunkKey, tile: u64, slot: &TiledSlot, error: Error) -> Result<bool> {
+    // An internal error is a bug of ours, not a bad chunk: never filled over.
+    if engine.policy.on_bad_chunk == OnBadChunk::Raise || matches!(error, Error::Internal(_)) {
         return Err(match error {
             Error::Decode { message, key } => Error::Decode {
                 message: format!("{message} (pass on_bad_chunk=\"nan\" to fill bad chunks and go on)"),
@@ -598,18 +576,14 @@ fn bad_or_raise(
     let reader = &engine.arrays[key.path as usize];
     let g = &reader.geom;
     let element = g.dtype.nan_bytes().unwrap_or_else(|| reader.zarr.fill_value().to_vec());
-    let tile = filled_bytes(g.tile.iter().product::<u64>() as usize, &element);
-    let shape = slot_shape(g, key.chunk);
-    let slot_len = shape.iter().product::<usize>() * g.dtype.size();
-    let inner: Vec<u64> = coord.iter().enumerate().filter(|(a, _)| *a != g.sample_axis).map(|(_, c)| *c).collect();
-    let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let buf = slot.get_or_insert_with(|| crate::array::zeroed_bytes(slot_len));
-    place_tile(g, key.chunk, &inner, &tile, buf);
+    let filled = filled_bytes(g.tile.iter().product::<u64>() as usize, &element);
+    slot.place(g, key.chunk, tile, filled, &engine.recycler).map_err(assembly_bug(g, key))?;
+    let coord = g.physical_tile_coord(key.chunk, &g.inner_coord(tile));
     tracing::warn!(array = %g.path, chunk = key.chunk, error = %error, "bad chunk filled (on_bad_chunk=\"nan\")");
     engine.bad_chunks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(BadChunk {
         array: g.path.clone(),
         chunk_index: key.chunk,
-        tile: coord.to_vec(),
+        tile: coord,
         error: error.to_string(),
     });
     Ok(true)
