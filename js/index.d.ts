@@ -70,8 +70,9 @@ export interface OpenOptions {
    * Batches as views into the engine's wasm memory instead of copies (default false): each
    * array's `data` is valid until the pass's next `next()` (the next step of `for await`) or
    * `close()`, and throws when read after; `batch.copy()` keeps one (`ViewBatch`). Saves a
-   * copy of every batch. `open()` only: `openInWorker` refuses it (its batches are
-   * transferred, so already yours), the explorer ignores it.
+   * copy of every batch. `openInWorker` takes it with the threaded build only (a
+   * cross-origin-isolated page: the worker's memory is shared with the page, so the views
+   * are over it) and refuses it elsewhere, saying why; the explorer ignores it.
    */
   batchViews?: boolean;
 }
@@ -459,6 +460,12 @@ export interface WorkerOptions {
   threads?: 'auto' | boolean;
   /** Decode threads of the threaded build. Default `navigator.hardwareConcurrency`. */
   nThreads?: number;
+  /**
+   * The threaded build only: read chunks in a worker of their own (`src/fetch-worker.js`,
+   * served beside `src/worker.js`), which writes each body straight into the engine's shared
+   * memory, so the engine's thread neither drains nor copies it. Default true.
+   */
+  fetchWorker?: boolean;
   /** URL of `src/worker.js`, if a bundler moved it. */
   workerUrl?: string | URL;
 }
@@ -473,6 +480,24 @@ export interface TransferReport {
   detached: number;
   /** Bytes moved. */
   bytes: number;
+  /** Batches posted as views over the shared memory instead (`batchViews`, threaded build): not counted above. */
+  views: number;
+}
+
+/** Chunk reads the threaded build's fetch worker served (diagnostics). */
+export interface FetchReport {
+  /** Reads answered (with a body, or a status that is not 2xx). */
+  reads: number;
+  /** Their bytes. */
+  bytes: number;
+  /** Bodies of ranged reads written straight into the engine's memory. */
+  inPlace: number;
+  /** Bodies sent back to be copied in (whole objects, suffixes, and a range the server answered with the whole object). */
+  bodies: number;
+  /** Reads that failed in the worker (network errors, aborts); the engine retried or dropped them. */
+  errors: number;
+  /** Whether the worker still serves reads (false after it failed: reads went back to the engine's thread). */
+  running: boolean;
 }
 
 /** A pass read in the worker. Batches arrive with their buffers transferred. */
@@ -508,16 +533,19 @@ export declare class WorkerDataset {
   /** Chunks filled under `onBadChunk: "nan"` so far. */
   badChunks(): Promise<BadChunk[]>;
   transferReport(): Promise<TransferReport>;
+  /** `null` where reads run on the engine's thread (one-thread build, Node, `fetchWorker: false`). */
+  fetchReport(): Promise<FetchReport | null>;
   /** Free the dataset and stop the worker. */
   close(): Promise<void>;
 }
 
 /**
  * Open the store at `url` in a new dedicated Web Worker (browsers) or worker_threads Worker
- * (Node), with every option of `open()` but `batchViews` (refused: these batches are
- * transferred, so already yours). A URL only: a `Storage` object cannot be posted.
+ * (Node), with every option of `open()`. Batches arrive transferred or, under `batchViews`
+ * (the threaded build only), as views over the worker's shared memory, valid until the
+ * pass's next step (`copy()` keeps one). A URL only: a `Storage` object cannot be posted.
  */
-export declare function openInWorker(url: string | URL, options?: Omit<OpenOptions, 'batchViews'>, how?: WorkerOptions): Promise<WorkerDataset>;
+export declare function openInWorker(url: string | URL, options?: OpenOptions, how?: WorkerOptions): Promise<WorkerDataset>;
 
 // ---- The dashboard's questions (src/explore.js; wasm/src/explore.rs) ----
 

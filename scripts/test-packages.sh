@@ -58,7 +58,7 @@ npm_pack_checked() {
     listing="$(tar tzf "$tgz")"
     echo "npm pack: $(basename "$tgz"), $(du -k "$tgz" | cut -f1) KiB, $(wc -l <<<"$listing") files" >&2
     # Among them what the checks below do not load: the license and the threaded build.
-    for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/worker.js src/web-threads.js \
+    for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/worker.js src/web-threads.js src/fetch-worker.js \
         pkg/node/package.json pkg/web/insitubatch_wasm_bg.wasm pkg/web-threads/insitubatch_wasm_bg.wasm; do
         grep -qx "package/$f" <<<"$listing" || { echo "FAIL: $tgz lacks $f" >&2; return 1; }
     done

@@ -5,7 +5,10 @@
 //   node    wasm in Node, one thread (src/index.js), batches copied out of wasm memory
 //   node-views   the same with `batchViews: true` (batches read in place, no copy)
 //   chromium-1 / chromium-N   wasm in a dedicated worker of a cross-origin-isolated page,
-//           the one-thread build vs the threaded build with N decode threads
+//           the one-thread build vs the threaded build with N decode threads (chunk reads in
+//           its fetch worker); chromium-N-reads-here the same with `fetchWorker: false`
+//           (reads on the engine's thread, as before 2026-12-02); chromium-N-views the
+//           threaded build with `batchViews` (batches read in place over its shared memory)
 //   chromium-page / chromium-page-views   `open()` on the page's own thread (one-thread
 //           build), batches copied vs `batchViews` (with --page-rows)
 // All read the same store over the same loopback HTTP server (tests/servers/http_server.py).
@@ -13,10 +16,16 @@
 // load change on a shared machine touches every row alike; each row reports the median
 // and the min–max spread of its runs.
 //
-//   node js/bench/bench.mjs --store DIR/c8.zarr [--cli PATH] [--threads 2] [--runs 3] [--page-rows] [--json OUT]
+// `--rows a,b`: only the rows named. `--cpu` (Linux): each run also records the CPU seconds
+// (user + system, from /proc) that every process spent during it, by kind: Chromium's
+// renderer (the page, the engine's worker, its decode threads and fetch worker), its network
+// service, GPU and browser processes, the loopback HTTP server, and this Node process; on a
+// machine with few cores that says how much of an epoch's CPU the engine's threads can have.
+//
+//   node js/bench/bench.mjs --store DIR/c8.zarr [--cli PATH] [--threads 2] [--runs 3] [--page-rows] [--rows R,..] [--cpu] [--json OUT]
 // Needs IB_PLAYWRIGHT_CORE (scripts/test-wasm.sh installs it) for the Chromium rows.
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { open } from '../src/index.js';
@@ -34,6 +43,8 @@ const { values: a } = parseArgs({
     only: { type: 'string' }, // "chromium" or "node": just those rows
     'cache-budget-bytes': { type: 'string' },
     'page-rows': { type: 'boolean', default: false },
+    rows: { type: 'string' },
+    cpu: { type: 'boolean', default: false },
   },
 });
 if (!a.store) {
@@ -50,7 +61,80 @@ const storeDir = resolve(a.store);
 const data = await serveDir(dirname(storeDir));
 const url = `${data.url}/${basename(storeDir)}`;
 const series = {}; // row -> its runs, in round order
-const add = (key, run) => (series[key] ??= []).push(run);
+const wanted = a.rows ? new Set(a.rows.split(',')) : undefined;
+const want = (key) => !wanted || wanted.has(key);
+
+/** What kind of process `argv` is, for `--cpu`, or undefined for the rest of the machine. */
+function processKind(argv) {
+  if (argv[0]?.includes('chrom')) {
+    const type = argv.find((x) => x.startsWith('--type='))?.slice(7);
+    if (!type) return 'chromium-browser';
+    if (type === 'utility') return argv.some((x) => x.includes('NetworkService')) ? 'chromium-network' : 'chromium-utility';
+    return `chromium-${type}`;
+  }
+  if (argv.some((x) => x.endsWith('http_server.py'))) return 'http-server';
+  if (+argv.pid === process.pid) return 'bench-node';
+  return undefined;
+}
+
+/**
+ * CPU seconds of the renderer's threads that are not Web Workers (its main thread, IO and
+ * thread-pool threads: Chromium's own work for the page, fetch and messages included). The
+ * workers (the engine's, its decode threads, the fetch worker) end with each run, so their
+ * time is the renderer's total less this.
+ */
+function rendererOwnCpu(pid) {
+  let ticks = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      if (comm.startsWith('DedicatedWorker')) continue;
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += +f[11] + +f[12];
+    } catch {
+      // the thread ended while we read it
+    }
+  }
+  return ticks / 100;
+}
+
+/** CPU seconds (user + system) of every process now, summed by `processKind` (Linux /proc). */
+function cpuByKind() {
+  const out = {};
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // NUL-separated, but Chromium rewrites its children's titles as one space-separated string.
+      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split(/[\0 ]/);
+      argv.pid = pid;
+      const kind = processKind(argv) ?? 'other';
+      out[kind] = (out[kind] ?? 0) + (+f[11] + +f[12]) / 100; // utime, stime in USER_HZ ticks
+      if (kind === 'chromium-renderer') out['renderer-not-workers'] = (out['renderer-not-workers'] ?? 0) + rendererOwnCpu(pid);
+    } catch {
+      // the process ended while we read it
+    }
+  }
+  return out;
+}
+
+/** `run()` with, under `--cpu`, the CPU each kind of process spent during it. */
+async function measured(run) {
+  const before = a.cpu ? cpuByKind() : undefined;
+  const t0 = performance.now();
+  const r = await run();
+  if (before) {
+    const after = cpuByKind();
+    // Over the whole run, opening included (`seconds` is the epoch alone).
+    r.cpu = Object.fromEntries(Object.keys(after).map((k) => [k, +(after[k] - (before[k] ?? 0)).toFixed(2)]));
+    r.cpu_wall_s = +((performance.now() - t0) / 1e3).toFixed(2);
+  }
+  return r;
+}
+const add = async (key, run) => {
+  if (want(key)) (series[key] ??= []).push(await measured(run));
+};
 
 /** One cold epoch of the native CLI, one decode thread. */
 function nativeRun() {
@@ -86,22 +170,28 @@ try {
     p = await chrome.page(`${page.url}/test-support/page/`);
   }
   for (let round = 0; round < RUNS; round++) {
-    if (a.cli && !a.only) add('native', nativeRun());
+    if (a.cli && !a.only) await add('native', () => nativeRun());
     if (wantNode) {
-      add('node', await nodeRun(false));
-      add('node-views', await nodeRun(true));
+      await add('node', () => nodeRun(false));
+      await add('node-views', () => nodeRun(true));
     }
     if (wantChromium) {
-      for (const [key, threads, nThreads] of [['chromium-1', false, 1], [`chromium-${NTHREADS}`, true, NTHREADS]]) {
+      const workerRows = [
+        ['chromium-1', false, 1, true, false],
+        [`chromium-${NTHREADS}`, true, NTHREADS, true, false],
+        [`chromium-${NTHREADS}-reads-here`, true, NTHREADS, false, false],
+        [`chromium-${NTHREADS}-views`, true, NTHREADS, true, true],
+      ];
+      for (const [key, threads, nThreads, fetchWorker, batchViews] of workerRows) {
         try {
-          add(key, await p.evaluate(async (arg) => (await import('/bench/page.js')).coldEpoch(arg), { url, options, threads, nThreads }));
+          await add(key, () => p.evaluate(async (arg) => (await import('/bench/page.js')).coldEpoch(arg), { url, options, threads, nThreads, fetchWorker, batchViews }));
         } catch (e) {
           throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
         }
       }
       for (const [key, batchViews] of a['page-rows'] ? [['chromium-page', false], ['chromium-page-views', true]] : []) {
         try {
-          add(key, await p.evaluate(async (arg) => (await import('/bench/page.js')).coldEpochOnPage(arg), { url, options, batchViews }));
+          await add(key, () => p.evaluate(async (arg) => (await import('/bench/page.js')).coldEpochOnPage(arg), { url, options, batchViews }));
         } catch (e) {
           throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
         }
@@ -130,7 +220,7 @@ function summary(runs) {
   const common = [...stages].sort((x, y) => stages.filter((s) => s === y).length - stages.filter((s) => s === x).length)[0];
   const mid = median(mbs);
   const nearest = runs.reduce((m, r) => (Math.abs(r.mb_per_s - mid) < Math.abs(m.mb_per_s - mid) ? r : m));
-  return { mb_per_s: mid, min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common, times: nearest.times ?? nearest.pass?.times };
+  return { mb_per_s: mid, min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common, times: nearest.times ?? nearest.pass?.times, cpu: nearest.cpu, cpu_wall_s: nearest.cpu_wall_s, seconds: nearest.seconds };
 }
 const rows = Object.fromEntries(Object.entries(series).map(([k, runs]) => [k, summary(runs)]));
 /** Ratio of medians, with the range of the per-round ratios (rounds are interleaved). */
@@ -144,8 +234,16 @@ if (rows.native && rows['node-views']) ratios.node_views_vs_native_one_thread = 
 if (rows.node && rows['node-views']) ratios.node_views_vs_node = ratio('node-views', 'node');
 if (rows['chromium-page'] && rows['chromium-page-views']) ratios.chromium_page_views_vs_copies = ratio('chromium-page-views', 'chromium-page');
 if (rows['chromium-1'] && rows[`chromium-${NTHREADS}`]) ratios[`chromium_threads_${NTHREADS}_vs_one`] = ratio(`chromium-${NTHREADS}`, 'chromium-1');
+if (rows['chromium-1'] && rows[`chromium-${NTHREADS}-reads-here`]) ratios[`chromium_threads_${NTHREADS}_reads_here_vs_one`] = ratio(`chromium-${NTHREADS}-reads-here`, 'chromium-1');
+if (rows[`chromium-${NTHREADS}-reads-here`] && rows[`chromium-${NTHREADS}`]) ratios.chromium_fetch_worker_vs_reads_here = ratio(`chromium-${NTHREADS}`, `chromium-${NTHREADS}-reads-here`);
+if (rows['chromium-1'] && rows[`chromium-${NTHREADS}-views`]) ratios[`chromium_threads_${NTHREADS}_views_vs_one`] = ratio(`chromium-${NTHREADS}-views`, 'chromium-1');
 for (const [k, r] of Object.entries(rows)) {
   console.log(`${k.padEnd(20)} ${r.mb_per_s.toFixed(1).padStart(8)} MB/s  [${r.min.toFixed(1)}–${r.max.toFixed(1)}] median of ${r.runs.length} (${r.runs.join(', ')}); limited by ${r.limiting_stage}`);
+}
+for (const [k, r] of Object.entries(rows)) {
+  if (!r.cpu) continue;
+  const ours = Object.entries(r.cpu).filter(([p]) => p !== 'other' && p !== 'renderer-not-workers').reduce((n, [, v]) => n + v, 0);
+  console.log(`${k.padEnd(20)} CPU s in its median run (${r.cpu_wall_s} s with the open, ${(ours / r.cpu_wall_s).toFixed(2)} cores busy): ${Object.entries(r.cpu).filter(([, v]) => v > 0).map(([p, v]) => `${p} ${v}`).join(', ')}`);
 }
 for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.median.toFixed(2)} [${v.min.toFixed(2)}–${v.max.toFixed(2)} per round]`);
 const os = await import('node:os');

@@ -2,8 +2,8 @@
 import { open, openInWorker } from '../src/web.js';
 
 /** Decoded MB/s of one cold epoch (`fractions: [1, 0, 0]`, the CLI bench's view), in a fresh worker. */
-export async function coldEpoch({ url, options, threads, nThreads }) {
-  const wds = await openInWorker(url, { ...options, fractions: [1, 0, 0] }, { threads, nThreads });
+export async function coldEpoch({ url, options, threads, nThreads, fetchWorker, batchViews }) {
+  const wds = await openInWorker(url, { ...options, fractions: [1, 0, 0], batchViews }, { threads, nThreads, fetchWorker });
   try {
     const t0 = performance.now();
     let bytes = 0, samples = 0, ttfb;
@@ -13,7 +13,7 @@ export async function coldEpoch({ url, options, threads, nThreads }) {
       for (const a of Object.values(b.arrays)) bytes += a.data.byteLength;
     }
     const seconds = (performance.now() - t0) / 1e3;
-    return { build: wds.build, threads: wds.threads, isolated: globalThis.crossOriginIsolated, seconds, samples, bytes, ttfb, mb_per_s: bytes / 1e6 / seconds, limiting_stage: (await wds.lastPass())?.limiting_stage, pass: await wds.lastPass() };
+    return { build: wds.build, threads: wds.threads, isolated: globalThis.crossOriginIsolated, seconds, samples, bytes, ttfb, mb_per_s: bytes / 1e6 / seconds, limiting_stage: (await wds.lastPass())?.limiting_stage, pass: await wds.lastPass(), fetch: await wds.fetchReport() };
   } finally {
     await wds.close();
   }

@@ -59,23 +59,16 @@ export class SplitViews {
 }
 
 /**
- * A batch of views into the wasm memory of `inst` (the `batchViews` option): `raw` is the
- * engine's (wasm/src/api.rs `batch_view_to_js`: each array's `data`, `byteOffset` and
- * `length`), `live()` says whether its pass is still at this step. Each read of `data`
- * checks that, then re-derives the typed array if the memory grew since (a non-shared
- * memory detaches its old `ArrayBuffer`), so a read never sees a detached buffer or, through
- * `data`, a later batch. `copy()` gives a batch of the default kind, owned by the caller.
+ * A batch of views into wasm `memory` (the `batchViews` option): `raw` is the engine's
+ * (wasm/src/api.rs `batch_view_to_js`: each array's `data`, `byteOffset` and `length`), and
+ * `check()` throws unless the batch may still be read (its pass is still at this step, its
+ * instance alive). Each read of `data` checks that, then re-derives the typed array if the
+ * memory grew since (a non-shared memory detaches its old `ArrayBuffer`; a shared one, the
+ * threaded build's, never does), so a read never sees a detached buffer or, through `data`,
+ * a later batch. `copy()` gives a batch of the default kind, owned by the caller. Used for
+ * `open()`'s passes and, over the worker's shared memory, for `openInWorker`'s.
  */
-function viewBatch(raw, inst, live) {
-  const memory = inst.call((w) => w.wasmMemory());
-  const check = () => {
-    if (inst.trapped) throw inst.trapped;
-    if (!live()) {
-      throw new Error(
-        "this batch's arrays were views into the engine's memory (batchViews), valid until the pass's next step or close(); call batch.copy() before moving on to keep a batch",
-      );
-    }
-  };
+export function viewBatch(raw, memory, check) {
   const arrays = {};
   for (const [label, a] of Object.entries(raw.arrays)) {
     let view = a.data;
@@ -96,6 +89,13 @@ function viewBatch(raw, inst, live) {
     enumerable: false,
   });
   return batch;
+}
+
+/** The error for a view batch read after its pass moved on. */
+export function staleViewError() {
+  return new Error(
+    "this batch's arrays were views into the engine's memory (batchViews), valid until the pass's next step or close(); call batch.copy() before moving on to keep a batch",
+  );
 }
 
 /** An owned copy of a batch (the default kind: nothing in it refers to wasm memory). */
@@ -142,7 +142,11 @@ export class Pass extends AsyncBatches {
     }
     if (b === undefined) this.close();
     if (b === undefined || !this.#views) return b;
-    return viewBatch(b, this.#inst, () => this.#step === step);
+    const inst = this.#inst;
+    return viewBatch(b, inst.call((w) => w.wasmMemory()), () => {
+      if (inst.trapped) throw inst.trapped;
+      if (this.#step !== step) throw staleViewError();
+    });
   }
   /** Stats of this pass so far. */
   stats() {

@@ -17,17 +17,100 @@ async function loadThreads(generation) {
 }
 const engine = new Engine(loadThreads);
 
+let debugFailFetchWorker = () => {
+  throw new Error('no fetch worker is running');
+};
+/** Tests only: make the fetch worker throw (as a failed worker would); reads then go back to this thread. */
+export function __debugFailFetchWorker() {
+  debugFailFetchWorker();
+}
+
+/** Reads the fetch worker answered (`fetchReport()`): bodies written in place or sent back, errors. */
+const served = { reads: 0, bytes: 0, inPlace: 0, bodies: 0, errors: 0, running: false };
+
+/**
+ * Start the fetch worker (src/fetch-worker.js) and send this thread's chunk reads to it
+ * (wasm/src/storage.rs `off_thread`). Each read's promise settles once, with the worker's
+ * reply; if the worker dies, every pending read rejects (the engine retries it, on this
+ * thread: the hook is removed) and nothing waits forever.
+ */
+function startFetchWorker() {
+  const worker = new Worker(new URL('./fetch-worker.js', import.meta.url), { type: 'module', name: 'insitubatch-fetch' });
+  const pending = new Map(); // id -> { resolve, reject }
+  let next = 1;
+  // `lost`: the worker may still be writing as it is terminated, so the engine leaks these
+  // reads' buffers instead of freeing them (wasm/src/storage.rs `worker_lost`).
+  const stop = (why) => {
+    wasm.setFetchHook(undefined);
+    served.running = false;
+    worker.terminate();
+    for (const p of pending.values()) p.reject(Object.assign(new Error(why), { lost: true }));
+    pending.clear();
+  };
+  worker.addEventListener('message', ({ data: r }) => {
+    const p = pending.get(r.id);
+    if (!p) return;
+    pending.delete(r.id);
+    if (r.error !== undefined) {
+      served.errors++;
+      return p.reject(new Error(r.error));
+    }
+    served.reads++;
+    if (r.body) served.bodies++;
+    else if (r.written !== undefined) served.inPlace++;
+    served.bytes += r.written ?? r.body?.byteLength ?? 0;
+    p.resolve(r);
+  });
+  worker.addEventListener('error', (e) => {
+    e.preventDefault();
+    stop(`the fetch worker failed (${e.message ?? 'script error'}); reads go back to the engine's thread`);
+  });
+  debugFailFetchWorker = () => worker.postMessage({ debugFail: true });
+  worker.postMessage({ memory: wasm.wasmMemory() });
+  wasm.setFetchHook((url, range, ptr, len, signal) => {
+    const id = next++;
+    // Resolved here: the worker's own base URL is not this one.
+    const absolute = new URL(url, globalThis.location?.href).href;
+    return new Promise((resolve, reject) => {
+      const onAbort = () => worker.postMessage({ abort: id });
+      const settle = (fn) => (v) => {
+        signal?.removeEventListener('abort', onAbort);
+        fn(v);
+      };
+      pending.set(id, { resolve: settle(resolve), reject: settle(reject) });
+      signal?.addEventListener('abort', onAbort, { once: true });
+      worker.postMessage({ id, url: absolute, range, ptr, len });
+    });
+  });
+  served.running = true;
+}
+
 let ready;
-/** Load the module and start `nThreads` decode threads (default: hardwareConcurrency). Resolves to the thread count. */
-export function initialize(input, nThreads) {
+/**
+ * Load the module and start `nThreads` decode threads (default: hardwareConcurrency) and,
+ * unless `fetchWorker` is false, the fetch worker that serves chunk reads off this thread.
+ * Resolves to the thread count.
+ */
+export function initialize(input, nThreads, { fetchWorker = true } = {}) {
   ready ??= (async () => {
     await init(input === undefined ? undefined : { module_or_path: input });
     const n = Math.max(1, nThreads ?? globalThis.navigator?.hardwareConcurrency ?? 2);
     await wasm.initThreadPool(n);
     await engine.instance();
+    if (fetchWorker) startFetchWorker();
     return n;
   })();
   return ready;
+}
+
+/** This instance's `WebAssembly.Memory` (shared): posted to the page for `openInWorker`'s batch views. */
+export function sharedMemory() {
+  return wasm.wasmMemory();
+}
+
+/** Reads the fetch worker has answered: `{ reads, bytes, inPlace, bodies, errors, running }`. */
+export function fetchReport() {
+  return { ...served };
 }
 
 export const open = makeOpen({

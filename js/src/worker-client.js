@@ -2,9 +2,10 @@
 // worker_threads Worker (Node), so decoding never blocks the page. The returned dataset has
 // the main-thread API, except that methods which need an answer from the worker return
 // promises (`describe`, `lastPass`, `setEpoch`, `stats`). Batches arrive with their buffers
-// transferred (moved, not copied) from the worker.
+// transferred (moved, not copied) from the worker or, under `batchViews` (the threaded
+// build), as views over the worker's shared memory, valid until the pass's next step.
 
-import { AsyncBatches, SplitViews, checkSplit, isStorage } from './facade.js';
+import { AsyncBatches, SplitViews, checkSplit, isStorage, viewBatch, staleViewError } from './facade.js';
 import { EngineTrapError } from './engine.js';
 
 const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof window === 'undefined' && typeof self === 'undefined';
@@ -79,6 +80,10 @@ class Channel {
     this.#fail(e);
     this.#port.terminate();
   }
+  /** Why the worker is gone (an Error), or undefined while it serves. */
+  get dead() {
+    return this.#dead;
+  }
   call(op, args = {}) {
     if (this.#dead) return Promise.reject(this.#dead);
     const id = this.#next++;
@@ -97,9 +102,12 @@ export class WorkerPass extends AsyncBatches {
   #ch;
   #id;
   #done = false;
-  constructor(ch, split) {
+  #memory; // the worker's shared memory, under batchViews
+  #step = 0; // advanced by every next() and close(): a view batch is live at its own step only
+  constructor(ch, split, memory) {
     super();
     this.#ch = ch;
+    this.#memory = memory;
     this.length = undefined;
     // Requests are answered in order, so next() may be called before this resolves.
     this.#id = ch.call('iter', { split }).then((r) => {
@@ -113,13 +121,22 @@ export class WorkerPass extends AsyncBatches {
     await this.#id;
     return this.length;
   }
-  /** The next batch (its buffers transferred from the worker), or `undefined` after the last. */
+  /**
+   * The next batch (its buffers transferred from the worker), or `undefined` after the last.
+   * Under `batchViews` its arrays are views over the worker's memory, and the previous
+   * batch's views end here.
+   */
   async next() {
+    const step = ++this.#step;
     if (this.#done) return undefined;
     const pass = await this.#id;
     const r = await this.#ch.call('next', { pass });
     if (r === undefined) this.#done = true;
-    return r;
+    if (r === undefined || !this.#memory) return r;
+    return viewBatch(r, this.#memory, () => {
+      if (this.#ch.dead) throw this.#ch.dead;
+      if (this.#step !== step) throw staleViewError();
+    });
   }
   /** Stats of this pass so far. */
   async stats() {
@@ -127,6 +144,7 @@ export class WorkerPass extends AsyncBatches {
   }
   /** End the pass now (done for you by `break` in `for await`). */
   async close() {
+    this.#step++;
     if (this.#done) return;
     this.#done = true;
     await this.#ch.call('closePass', { pass: await this.#id }).catch(() => {});
@@ -169,7 +187,7 @@ export class WorkerDataset extends SplitViews {
     return this.#ch.call('setEpoch', { epoch });
   }
   iter(split) {
-    return new WorkerPass(this.#ch, checkSplit(split));
+    return new WorkerPass(this.#ch, checkSplit(split), this.#info.memory);
   }
   lastPass() {
     return this.#ch.call('lastPass');
@@ -178,6 +196,14 @@ export class WorkerDataset extends SplitViews {
   badChunks() {
     return this.#ch.call('badChunks');
   }
+  /**
+   * Diagnostics: chunk reads the threaded build's fetch worker served off the engine's
+   * thread (`{ reads, bytes, inPlace, bodies, errors, running }`), or null where reads run on the
+   * engine's thread (the one-thread build, Node, `fetchWorker: false`).
+   */
+  fetchReport() {
+    return this.#ch.call('fetchReport');
+  }
   /** Diagnostics: batches and buffers posted so far, and how many were detached in the worker afterwards. */
   transferReport() {
     return this.#ch.call('transferReport');
@@ -185,6 +211,10 @@ export class WorkerDataset extends SplitViews {
   /** Tests only: force a trap in the worker's engine (src/facade.js `__debugTrap`). */
   __debugTrap(kind, after) {
     return this.#ch.call('debugTrap', { kind, after });
+  }
+  /** Tests only: make the threaded build's fetch worker fail (its reads go back to the engine's thread). */
+  __debugFailFetchWorker() {
+    return this.#ch.call('debugFailFetchWorker');
   }
   /** Bytes of the worker engine's wasm memory (wasm only grows: flat means nothing leaked). */
   memoryBytes() {
@@ -203,23 +233,25 @@ export class WorkerDataset extends SplitViews {
 
 /**
  * Open the store at `url` in a new worker, with the options of `open()` (windows,
- * `onBadChunk`, `sampleRange`, `splitSeed`, `readPolicy`: plain data, posted as is) except
- * `batchViews`, refused: worker batches are transferred, so already the caller's.
+ * `onBadChunk`, `sampleRange`, `splitSeed`, `readPolicy`: plain data, posted as is).
+ * `batchViews` needs the threaded build (a cross-origin-isolated page): the worker's memory
+ * is shared, so batches are views over it, valid until the pass's next step (`copy()` keeps
+ * one); elsewhere the worker refuses it, saying why. Without it, batches are transferred.
  * `how.threads`: "auto" (default: the threaded build when the page is cross-origin
  * isolated), true (require it) or false;
  * `how.nThreads`: decode threads (default `navigator.hardwareConcurrency`);
+ * `how.fetchWorker`: in the threaded build, read chunks in a worker of their own, which
+ *   writes them into the engine's shared memory (default true; false keeps reads on the
+ *   engine's thread);
  * `how.workerUrl`: where src/worker.js is served, if a bundler moved it.
  */
 export async function openInWorker(url, options = {}, how = {}) {
   if (isStorage(url)) {
     throw new Error('openInWorker takes a URL: a storage object cannot be sent to a worker (its functions do not survive postMessage); open it with open() on this thread, or give the worker a URL');
   }
-  if (options?.batchViews) {
-    throw new Error('batchViews applies to open() on this thread: batches from openInWorker are already yours (their buffers are copied out of wasm memory once in the worker and transferred, not copied, to this thread); drop the option');
-  }
   const ch = new Channel(await spawn(how.workerUrl));
   try {
-    const info = await ch.call('open', { url: String(url), options, threads: how.threads ?? 'auto', nThreads: how.nThreads });
+    const info = await ch.call('open', { url: String(url), options, threads: how.threads ?? 'auto', nThreads: how.nThreads, fetchWorker: how.fetchWorker ?? true });
     return new WorkerDataset(ch, info);
   } catch (e) {
     ch.terminate();

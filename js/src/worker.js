@@ -2,7 +2,10 @@
 // Web Worker (browsers) or a worker_threads Worker (Node) and posts each batch to the page
 // with its buffers in the transfer list, so they move instead of being copied. Batch
 // buffers are fresh ArrayBuffers the engine copied out of wasm memory (one per array plus
-// `sampleIndices`), so transferring them leaves nothing shared with the wasm heap.
+// `sampleIndices`), so transferring them leaves nothing shared with the wasm heap. Under
+// `batchViews` (the threaded build only, whose memory is shared with the page) each array is
+// posted as a typed array over that shared memory instead, with no copy: the page reads it
+// in place until its pass's next step (src/worker-client.js), as `open()`'s views.
 //
 // Protocol (one request → one reply, in order): { id, op, ...args } → { id, ok, value } or
 // { id, ok: false, error: { message, trap } } (`trap`: the engine trapped; the page then
@@ -26,14 +29,15 @@ let build;
 let threads = 1;
 const passes = new Map();
 let nextPass = 1;
-const transfer = { batches: 0, buffers: 0, detached: 0, bytes: 0 };
+const transfer = { batches: 0, buffers: 0, detached: 0, bytes: 0, views: 0 };
+let views = false; // batchViews: batches posted as views over the shared memory
 
 /** Whether this worker may run the threaded build: SharedArrayBuffer needs cross-origin isolation. */
 function isolated() {
   return !IS_NODE && globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function';
 }
 
-async function load(want, nThreads) {
+async function load(want, nThreads, fetchWorker) {
   if (IS_NODE) {
     if (want === true) throw new Error('the threaded build runs in browsers only (wasm-bindgen-rayon needs Web Workers); use threads: "auto" or false in Node');
     api = await import('./index.js');
@@ -46,7 +50,7 @@ async function load(want, nThreads) {
   if (want !== false && isolated()) {
     try {
       api = await import('./web-threads.js');
-      threads = await api.initialize(undefined, nThreads);
+      threads = await api.initialize(undefined, nThreads, { fetchWorker });
       build = 'web-threads';
       return;
     } catch (e) {
@@ -85,6 +89,16 @@ function buffersOf(batch) {
   return out;
 }
 
+/** A view batch as posted: each array's typed array over the shared memory, with its place in it. */
+function viewsOf(batch) {
+  const arrays = {};
+  for (const [label, a] of Object.entries(batch.arrays)) {
+    const data = a.data; // checks that the batch is still this pass's step
+    arrays[label] = { data, byteOffset: data.byteOffset, length: data.length, shape: a.shape, dtype: a.dtype };
+  }
+  return { ...batch, arrays };
+}
+
 function passOf(id) {
   const p = passes.get(id);
   if (!p) throw new Error(`pass ${id} is closed or unknown; start a new one with iter()`);
@@ -92,12 +106,19 @@ function passOf(id) {
 }
 
 const ops = {
-  async open({ url, options, threads: want = 'auto', nThreads }) {
+  async open({ url, options, threads: want = 'auto', nThreads, fetchWorker = true }) {
     if (dataset) throw new Error('this worker already holds a dataset; open another with a new openInWorker()');
-    await load(want, nThreads);
+    await load(want, nThreads, fetchWorker);
+    if (options?.batchViews && build !== 'web-threads') {
+      throw new Error(
+        `batchViews in openInWorker needs the threaded build, whose memory the page can share; this worker runs the ${build} build. Serve the page cross-origin isolated (Cross-Origin-Opener-Policy: same-origin, Cross-Origin-Embedder-Policy: require-corp) with threads "auto" or true, or drop the option: batches are then transferred, already yours`,
+      );
+    }
     watchDecodeThreads();
     dataset = await api.open(url, options);
-    return { build, threads, labels: dataset.labels, epoch: dataset.epoch, url: dataset.url };
+    views = options?.batchViews === true;
+    const memory = views ? api.sharedMemory() : undefined;
+    return { build, threads, labels: dataset.labels, epoch: dataset.epoch, url: dataset.url, memory };
   },
   describe: ({ iterations }) => dataset.describe(iterations),
   describeText: ({ iterations }) => dataset.describeText(iterations),
@@ -120,6 +141,7 @@ const ops = {
       passes.delete(pass);
       return { value: undefined };
     }
+    if (views) return { value: viewsOf(batch), transfer: [batch.sampleIndices.buffer], views: true };
     return { value: batch, transfer: buffersOf(batch) };
   },
   stats: ({ pass }) => passes.get(pass)?.stats(),
@@ -128,8 +150,11 @@ const ops = {
     passes.delete(pass);
   },
   transferReport: () => ({ ...transfer }),
+  // Chunk reads served off this thread (the threaded build's fetch worker), else null.
+  fetchReport: () => api.fetchReport?.() ?? null,
   // Tests and diagnostics (src/facade.js makeEngineHooks): a forced trap, the memory figure.
   debugTrap: ({ kind, after }) => api.__debugTrap(kind, after),
+  debugFailFetchWorker: () => api.__debugFailFetchWorker(),
   memoryBytes: () => api.memoryBytes(),
   heapBytes: () => api.heapBytes(),
   close() {
@@ -147,13 +172,15 @@ port.listen((msg) => {
     try {
       const fn = ops[op];
       if (!fn) throw new Error(`unknown worker op ${JSON.stringify(op)}`);
-      if (['debugTrap', 'memoryBytes', 'heapBytes'].includes(op) && !api) throw new Error('the engine is not loaded yet; open a dataset first');
-      if (!['open', 'transferReport', 'debugTrap', 'memoryBytes', 'heapBytes'].includes(op) && !dataset) throw new Error('the dataset is not open (open failed or was closed)');
+      if (['debugTrap', 'debugFailFetchWorker', 'memoryBytes', 'heapBytes'].includes(op) && !api) throw new Error('the engine is not loaded yet; open a dataset first');
+      if (!['open', 'transferReport', 'fetchReport', 'debugTrap', 'debugFailFetchWorker', 'memoryBytes', 'heapBytes'].includes(op) && !dataset) throw new Error('the dataset is not open (open failed or was closed)');
       const r = await fn(msg);
       if (op === 'next') {
         const bytes = (r.transfer ?? []).reduce((n, b) => n + b.byteLength, 0);
         port.post({ id, ok: true, value: r.value }, r.transfer ?? []);
-        if (r.transfer) {
+        if (r.views) {
+          transfer.views++;
+        } else if (r.transfer) {
           // The buffers now belong to the page: here they are detached (byteLength 0).
           transfer.batches++;
           transfer.buffers += r.transfer.length;

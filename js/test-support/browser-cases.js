@@ -36,12 +36,12 @@ async function collect(pass) {
  * if `mainThread`, on the page too; the worker's build, thread count and transfer report.
  * `churn`: first abandon that many train passes after one batch each.
  */
-export async function workerDigests({ http, stores, epoch, splits, options, threads, mainThread, nThreads, churn = 0 }) {
+export async function workerDigests({ http, stores, epoch, splits, options, threads, mainThread, nThreads, churn = 0, fetchWorker }) {
   const out = { isolated: globalThis.crossOriginIsolated === true, stores: {} };
   for (const s of stores) {
     const opts = { ...options, variables: s.vars, sampleAxis: s.sampleAxis };
     const url = `${http}/${s.path}`;
-    const wds = await openInWorker(url, opts, { threads, nThreads });
+    const wds = await openInWorker(url, opts, { threads, nThreads, fetchWorker });
     // Passes abandoned after one batch, their decode jobs still queued or running: the
     // engine must stay intact for the passes after them.
     const received = (b) => b.sampleIndices.byteLength + Object.values(b.arrays).reduce((m, a) => m + a.data.byteLength, 0);
@@ -65,12 +65,58 @@ export async function workerDigests({ http, stores, epoch, splits, options, thre
       if (main) r.main[split] = await digest(await collect(main.iter(split)));
     }
     r.transfer = await wds.transferReport();
+    r.fetch = await wds.fetchReport();
     r.labels = wds.labels.length;
     await wds.close();
     main?.close();
     out.stores[s.name] = r;
   }
   return out;
+}
+
+/**
+ * The train epoch of each `{ url }` in `reads`, read in a worker of the threaded build (its
+ * chunk reads in the fetch worker): `{ digest }` or `{ error }`, and the fetch report.
+ */
+export async function workerReads({ reads, options, nThreads }) {
+  const out = [];
+  for (const { url } of reads) {
+    const wds = await openInWorker(url, options, { threads: true, nThreads });
+    try {
+      out.push({ url, build: wds.build, digest: await digest(await collect(wds.train())), fetch: await wds.fetchReport() });
+    } catch (e) {
+      out.push({ url, build: wds.build, error: e.message, fetch: await wds.fetchReport() });
+    } finally {
+      await wds.close();
+    }
+  }
+  return out;
+}
+
+/**
+ * A fetch worker that fails in the middle of a pass (`__debugFailFetchWorker` after its
+ * first batch): the digests of that pass and of the next epoch's, beside the same two read
+ * by a worker with `fetchWorker: false`, and the fetch report after.
+ */
+export async function fetchWorkerFails({ url, options, nThreads }) {
+  const plain = await openInWorker(url, options, { threads: true, nThreads, fetchWorker: false });
+  const want = [await digest(await collect(plain.train()))];
+  await plain.setEpoch(1);
+  want.push(await digest(await collect(plain.train())));
+  await plain.close();
+  const wds = await openInWorker(url, options, { threads: true, nThreads });
+  try {
+    const pass = wds.train();
+    const batches = [await pass.next()];
+    await wds.__debugFailFetchWorker();
+    for (let b = await pass.next(); b !== undefined; b = await pass.next()) batches.push(b);
+    const got = [await digest(batches)];
+    await wds.setEpoch(1);
+    got.push(await digest(await collect(wds.train())));
+    return { want, got, fetch: await wds.fetchReport() };
+  } finally {
+    await wds.close();
+  }
 }
 
 /** An error thrown in the worker, as the page sees it. */

@@ -1,6 +1,6 @@
 // Page-side half of the Chromium test in js/test/views.test.js (`batchViews` on the page's
 // thread, the one-thread web build), imported into test-support/page/. Returns plain JSON.
-import { open, memoryBytes } from '../src/web.js';
+import { open, openInWorker, memoryBytes } from '../src/web.js';
 import { digest } from './browser-cases.js';
 import { syntheticStore } from './synthetic-store.js';
 
@@ -72,4 +72,59 @@ export async function viewsOnPage({ http, stores, splits, epoch, options }) {
   pass.close();
   ds.close();
   return { passes, growth, stale };
+}
+
+/**
+ * `batchViews` through `openInWorker` in a cross-origin-isolated page (the threaded build,
+ * whose memory the page shares): for each store and split, digests of the worker's
+ * transferred batches, of its views (snapshotted before each next step) and of their
+ * `copy()`s; the transfer report of the view worker; the error of a view read after the
+ * next step, and of one read after `close()`.
+ */
+export async function viewsInWorker({ http, stores, splits, epoch, options, nThreads }) {
+  const passes = {};
+  let report;
+  for (const s of stores) {
+    const opts = { ...options, variables: s.vars, sampleAxis: s.sampleAxis };
+    const copying = await openInWorker(`${http}/${s.path}`, opts, { threads: true, nThreads });
+    const views = await openInWorker(`${http}/${s.path}`, { ...opts, batchViews: true }, { threads: true, nThreads });
+    await copying.setEpoch(epoch);
+    await views.setEpoch(epoch);
+    for (const split of splits) {
+      const snaps = [];
+      const copies = [];
+      for await (const b of views.iter(split)) {
+        snaps.push(snapshot(b));
+        copies.push(b.copy());
+      }
+      passes[`${s.name}/${split}`] = {
+        copying: await digest(await collect(copying.iter(split))),
+        views: await digest(snaps),
+        copies: await digest(copies),
+        build: views.build,
+      };
+    }
+    report = await views.transferReport();
+    const pass = views.train();
+    const first = await pass.next();
+    await pass.next();
+    let stale;
+    try {
+      void first.arrays[s.vars[0]].data;
+    } catch (e) {
+      stale = e.message;
+    }
+    const second = await pass.next();
+    await pass.close();
+    let closed;
+    try {
+      void second.arrays[s.vars[0]].data;
+    } catch (e) {
+      closed = e.message;
+    }
+    passes[`${s.name}/stale`] = { stale, closed, report };
+    await copying.close();
+    await views.close();
+  }
+  return passes;
 }

@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, existsSync } from 'node:fs';
-import { HTTP, skip, manifest, dataVars } from '../test-support/helpers.js';
+import { HTTP, FAULTY_HTTP, faultySkip, skip, manifest, dataVars } from '../test-support/helpers.js';
 import { browserSkip, serveJs, launch } from '../test-support/browser.js';
 
 const DIGESTS = process.env.INSITUBATCH_NATIVE_DIGESTS;
@@ -80,6 +80,7 @@ test('Chromium: a dedicated worker, one thread, equals the page and native', { s
   const res = await run(plain, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', mainThread: true });
   assert.equal(res.isolated, false);
   const compared = checkDigests(res, { build: 'web', threads: 1 });
+  for (const [name, r] of Object.entries(res.stores)) assert.equal(r.fetch, null, `${name}: one thread reads on the engine's thread`);
   console.log(`chromium worker (one thread): ${STORES.length} stores equal to the page${compared ? ` and ${compared} native digests` : ''}`);
 });
 
@@ -122,8 +123,75 @@ test('Chromium, cross-origin isolated: the worker picks the threaded build, same
   const res = await run(isolated, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', nThreads: 2, mainThread: true, churn: 3 });
   assert.equal(res.isolated, true, 'the COOP/COEP page is cross-origin isolated');
   const compared = checkDigests(res, { build: 'web-threads', threads: 2 });
+  checkFetchWorker(res);
   checkKnobs(await run(isolated, 'knobsDigests', { http: HTTP, stores: stores(), epoch: PARITY.epoch, options: PARITY.options, threads: 'auto', nThreads: 2 }), 'web-threads');
   console.log(`chromium worker (threads build, 2 threads): ${STORES.length} stores equal${compared ? ` and ${compared} native digests` : ''}`);
+});
+
+/**
+ * The threaded build's chunk reads went through its fetch worker (wasm/src/storage.rs
+ * `off_thread`): every store read something there, the worker still runs, and every read it
+ * answered brought bytes. Reads abandoned by the churn passes may have ended as errors.
+ */
+function checkFetchWorker(res) {
+  for (const [name, r] of Object.entries(res.stores)) {
+    assert.ok(r.fetch, `${name}: a fetch report`);
+    assert.equal(r.fetch.running, true, `${name}: the fetch worker still serves reads`);
+    assert.ok(r.fetch.reads > 0 && r.fetch.bytes > 0, `${name}: chunk reads served off the engine's thread: ${JSON.stringify(r.fetch)}`);
+  }
+}
+
+test('Chromium, cross-origin isolated: the threaded build with fetchWorker: false reads on the engine thread, same digests', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
+  const res = await run(isolated, 'workerDigests', { http: HTTP, stores: stores(), ...PARITY, threads: 'auto', nThreads: 2, mainThread: true, fetchWorker: false });
+  checkDigests(res, { build: 'web-threads', threads: 2 });
+  for (const [name, r] of Object.entries(res.stores)) assert.equal(r.fetch.reads, 0, `${name}: no read went to a fetch worker`);
+});
+
+test('Chromium, cross-origin isolated: the fetch worker against a misbehaving server: faults retried, a stall aborted, a whole object for a range cut right, a 403 named', { skip: off || faultySkip || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
+  // The cases of js/test/faults.test.js, through the fetch worker: v3_zstd reads whole
+  // objects (bodies sent back), v3_sharded ranges (bodies written in place).
+  const options = { variables: ['t2m'], fractions: [1, 0, 0], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 4, backoffMs: 1, requestTimeoutMs: 500 } };
+  const faulty = (session, fault, store) => `${FAULTY_HTTP}/${session}/${fault}/${store}`;
+  const reads = [];
+  for (const store of ['v3_zstd', 'v3_sharded']) {
+    reads.push({ url: `${HTTP}/${store}`, store, want: 'clean' });
+    for (const fault of ['503-2-chunks', 'reset-1-chunks', 'cut-1-chunks', 'stall-1-chunks']) reads.push({ url: faulty(`fw-${fault}`, fault, store), store, want: 'same' });
+  }
+  reads.push({ url: faulty('fw-full200', 'full200-all-chunks', 'v3_sharded'), store: 'v3_sharded', want: 'same' });
+  reads.push({ url: faulty('fw-403', '403-all-chunks', 'v3_zstd'), store: 'v3_zstd', want: /HTTP 403 Forbidden.*\/v3_zstd\/t2m\/c\/\d+\/0\/0$/ });
+  const got = await run(isolated, 'workerReads', { reads, options, nThreads: 2 });
+  const clean = {};
+  for (const [i, r] of got.entries()) {
+    const { store, want } = reads[i];
+    assert.equal(r.build, 'web-threads', r.url);
+    assert.ok(r.fetch?.running, `${r.url}: the fetch worker still runs`);
+    if (want === 'clean') {
+      assert.ok(r.digest, `${r.url}: ${r.error}`);
+      clean[store] = r.digest;
+    } else if (want === 'same') {
+      assert.equal(r.digest, clean[store], `${r.url}: ${r.error ?? 'different batches'}`);
+    } else {
+      assert.match(r.error ?? 'no error', want, r.url);
+    }
+    assert.ok(r.fetch.reads > 0, `${r.url}: reads went through the fetch worker: ${JSON.stringify(r.fetch)}`);
+  }
+  const inPlace = got.find((r) => r.url === `${HTTP}/v3_sharded`);
+  assert.ok(inPlace.fetch.inPlace > 0, `a sharded store's tiles are written in place: ${JSON.stringify(inPlace.fetch)}`);
+  // Chromium may answer later ranges of an object it cached whole (206 from its cache), so
+  // only the first answer per object is sure to be the server's 200.
+  const whole = got.find((r) => r.url.includes('full200'));
+  assert.ok(whole.fetch.bodies > 0, `a whole object sent for a range comes back as a body, cut here: ${JSON.stringify(whole.fetch)}`);
+  const stalled = got.filter((r) => r.url.includes('stall'));
+  for (const r of stalled) assert.ok(r.fetch.errors > 0, `${r.url}: the stalled read was aborted in the fetch worker: ${JSON.stringify(r.fetch)}`);
+});
+
+test('Chromium, cross-origin isolated: a fetch worker that fails mid-pass sends its reads back to the engine\'s thread: the same batches', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
+  for (const store of ['v3_zstd', 'v3_sharded']) {
+    const options = { variables: ['t2m'], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 2, backoffMs: 1 } };
+    const r = await run(isolated, 'fetchWorkerFails', { url: `${HTTP}/${store}`, options, nThreads: 2 });
+    assert.deepEqual(r.got, r.want, `${store}: the failed worker's passes differ from reads on the engine's thread`);
+    assert.equal(r.fetch.running, false, `${store}: the failed fetch worker is stopped`);
+  }
 });
 
 /** What trapCases reports for a pass that trapped at its second next(). */

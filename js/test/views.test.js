@@ -12,6 +12,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { open, openInWorker, memoryBytes, heapBytes, __debugTrap, EngineTrapError } from '../src/index.js';
 import { HTTP, skip, manifest, dataVars, collect, digest, bytesOf } from '../test-support/helpers.js';
 import { syntheticStore } from '../test-support/synthetic-store.js';
@@ -169,21 +170,23 @@ test('batchViews: after a trap a view read throws the EngineTrapError; a fresh i
   again.close();
 });
 
-test('batchViews: openInWorker refuses the option, saying why', async () => {
-  await assert.rejects(openInWorker('http://127.0.0.1:9/x.zarr', { batchViews: true }), /batchViews applies to open\(\) on this thread.*transferred/);
+test('batchViews: openInWorker in Node (no shared memory) refuses the option, saying why', async () => {
+  await assert.rejects(openInWorker('http://127.0.0.1:9/x.zarr', { batchViews: true }), /batchViews in openInWorker needs the threaded build.*runs the node build.*cross-origin isolated/);
 });
 
 // Chromium: the same on the page's thread (the one-thread web build, a non-shared memory).
 const off = skip || browserSkip;
-let chrome, page;
+let chrome, page, isolated;
 before(async () => {
   if (off) return;
   chrome = await launch();
   page = await serveJs();
+  isolated = await serveJs({ coopCoep: true });
 });
 after(async () => {
   await chrome?.browser.close();
   page?.stop();
+  isolated?.stop();
 });
 
 test('Chromium: batchViews on the page equal the copying path and survive memory growth', { skip: off }, async () => {
@@ -211,4 +214,36 @@ test('Chromium: batchViews on the page equal the copying path and survive memory
   assert.equal(res.growth.detached, true, 'the old buffer was detached');
   assert.equal(res.growth.check, null, 'the view still gives its batch after growth');
   assert.match(res.stale, STALE);
+});
+
+const THREADS_PKG = new URL('../pkg/web-threads/insitubatch_wasm_bg.wasm', import.meta.url);
+test('Chromium, cross-origin isolated: batchViews through openInWorker (the threaded build\'s shared memory) equal its transferred batches', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
+  const stores = manifest().stores
+    .filter((s) => ['v3_zstd', 'v3_sharded', 'multi_spc'].includes(s.name))
+    .map((s) => ({ name: s.name, path: s.path, vars: dataVars(s), sampleAxis: s.sample_axis }));
+  const p = await chrome.page(`${isolated.url}/test-support/page/`);
+  let res;
+  try {
+    res = await p.evaluate(
+      async (arg) => (await import('/test-support/views-cases.js')).viewsInWorker(arg),
+      { http: HTTP, stores, splits: SPLITS, epoch: EPOCH, options: { seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS }, nThreads: 2 },
+    );
+  } catch (e) {
+    throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
+  } finally {
+    await p.close();
+  }
+  for (const s of stores) {
+    for (const split of SPLITS) {
+      const r = res[`${s.name}/${split}`];
+      assert.equal(r.build, 'web-threads', `${s.name}/${split}: build`);
+      assert.equal(r.views, r.copying, `${s.name}/${split}: worker views differ from its transferred batches`);
+      assert.equal(r.copies, r.copying, `${s.name}/${split}: copy() of worker views differs`);
+    }
+    const { stale, closed, report } = res[`${s.name}/stale`];
+    assert.match(stale, STALE, `${s.name}: a view read after the next step`);
+    assert.match(closed, STALE, `${s.name}: a view read after close()`);
+    assert.ok(report.views > 0, `${s.name}: batches posted as views`);
+    assert.equal(report.bytes, 0, `${s.name}: no array copied out and transferred: ${JSON.stringify(report)}`);
+  }
 });

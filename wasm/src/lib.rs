@@ -43,6 +43,8 @@ pub use runtime::LocalExecutor;
 #[cfg(target_arch = "wasm32")]
 pub use storage::FetchStorage;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
+pub use storage::set_fetch_hook;
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub use threads::{RayonPool, init_thread_pool};
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub use trap::set_trap_channel;

@@ -32,13 +32,22 @@ impl FetchStorage {
     }
 
     /// One GET; `Ok(None)` on 404/410. The `Range` header, if any, is sent as given.
-    /// Returns the body and whether the server honoured the range (206).
-    async fn fetch(&self, key: &str, range: Option<String>) -> Result<Option<(Bytes, bool)>, StorageError> {
+    /// Returns the body and whether the server honoured the range (206). `expect`, the
+    /// range's length, lets the threaded build hand the read to its fetch worker
+    /// (`off_thread` below), which writes the body straight into wasm memory.
+    async fn fetch(
+        &self,
+        key: &str,
+        range: Option<String>,
+        expect: Option<usize>,
+    ) -> Result<Option<(Bytes, bool)>, StorageError> {
         let url = self.url(key);
+        #[cfg(feature = "threads")]
+        if let Some(hook) = off_thread::hook() {
+            return off_thread::fetch_into(&hook, &url, range.as_deref(), expect).await;
+        }
+        let _ = expect;
         let init = Object::new();
-        let set = |o: &Object, k: &str, v: &JsValue| {
-            Reflect::set(o, &JsValue::from_str(k), v).map_err(|e| StorageError::permanent(js_message(&e)))
-        };
         set(&init, "method", &JsValue::from_str("GET"))?;
         let abort = AbortOnDrop::new();
         if let Some(signal) = abort.signal() {
@@ -54,16 +63,8 @@ impl FetchStorage {
             .map_err(|e| StorageError::transient(format!("network error: {}", js_message(&e))))?;
         let resp: web_sys::Response = resp.unchecked_into();
         let status = resp.status();
-        if status == 404 || status == 410 {
+        if !check_status(status, &resp.status_text())? {
             return Ok(None);
-        }
-        if !(200..300).contains(&status) {
-            let msg = format!("HTTP {status} {}", resp.status_text());
-            return Err(if status >= 500 || status == 429 || status == 408 {
-                StorageError::transient(msg)
-            } else {
-                StorageError::permanent(msg)
-            });
         }
         let buf = resp.array_buffer().map_err(|e| StorageError::transient(js_message(&e)))?;
         let buf = JsFuture::from(buf)
@@ -83,14 +84,15 @@ impl FetchStorage {
         }
         if start == end {
             // HTTP has no empty range: a whole GET says whether the object is there, and its size.
-            let Some((b, _)) = self.fetch(key, None).await? else { return Ok(None) };
+            let Some((b, _)) = self.fetch(key, None, None).await? else { return Ok(None) };
             return if end > b.len() as u64 {
                 Err(past_end(start, end, b.len() as u64))
             } else {
                 Ok(Some(Bytes::new()))
             };
         }
-        let Some((b, partial)) = self.fetch(key, Some(format!("bytes={start}-{}", end - 1))).await? else {
+        let range = format!("bytes={start}-{}", end - 1);
+        let Some((b, partial)) = self.fetch(key, Some(range), usize::try_from(end - start).ok()).await? else {
             return Ok(None);
         };
         if !partial {
@@ -118,6 +120,28 @@ fn past_end(start: u64, end: u64, size: u64) -> StorageError {
     ))
 }
 
+/// `Ok(false)` on 404/410 (no such object), `Ok(true)` on 2xx, else the error, transient
+/// where a retry may help (5xx, 429, 408).
+fn check_status(status: u16, status_text: &str) -> Result<bool, StorageError> {
+    if status == 404 || status == 410 {
+        return Ok(false);
+    }
+    if (200..300).contains(&status) {
+        return Ok(true);
+    }
+    let msg = format!("HTTP {status} {status_text}");
+    Err(if status >= 500 || status == 429 || status == 408 {
+        StorageError::transient(msg)
+    } else {
+        StorageError::permanent(msg)
+    })
+}
+
+/// `o[k] = v`, a JS error as a permanent storage error.
+fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), StorageError> {
+    Reflect::set(o, &JsValue::from_str(k), v).map(|_| ()).map_err(|e| StorageError::permanent(js_message(&e)))
+}
+
 /// The message of a thrown JS value (an `Error`'s message, else its string form).
 pub(crate) fn js_message(e: &JsValue) -> String {
     if let Some(err) = e.dyn_ref::<js_sys::Error>() {
@@ -136,7 +160,7 @@ pub(crate) fn js_message(e: &JsValue) -> String {
 
 impl Storage for FetchStorage {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
-        Box::pin(async move { Ok(self.fetch(key, None).await?.map(|(b, _)| b)) })
+        Box::pin(async move { Ok(self.fetch(key, None, None).await?.map(|(b, _)| b)) })
     }
 
     fn get_range<'a>(&'a self, key: &'a str, range: ByteRange) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
@@ -144,10 +168,10 @@ impl Storage for FetchStorage {
             match range {
                 ByteRange::Bounded { start, end } => self.get_bounded(key, start, end).await,
                 ByteRange::Suffix(n) => {
-                    let got = match self.fetch(key, Some(format!("bytes=-{n}"))).await {
+                    let got = match self.fetch(key, Some(format!("bytes=-{n}")), None).await {
                         Ok(g) => g,
                         // Some servers reject a suffix longer than the object: take it whole.
-                        Err(e) => match self.fetch(key, None).await {
+                        Err(e) => match self.fetch(key, None, None).await {
                             Ok(g) => g,
                             Err(_) => return Err(e),
                         },
@@ -196,3 +220,121 @@ impl Drop for AbortOnDrop {
         }
     }
 }
+
+/// The threaded build's fetch worker (js/src/fetch-worker.js, started by js/src/web-threads.js):
+/// chunk reads leave the engine's thread, which otherwise drains every response body and
+/// copies it into wasm memory itself, beside driving the pass and posting its batches. The
+/// engine allocates a ranged read's buffer and hands its address to the worker, which
+/// shares this instance's memory and writes the body there as it arrives; the engine's
+/// thread then only sends and receives a message per read. A read of unknown length (a
+/// whole chunk of an unsharded array, metadata, a shard index's suffix) comes back as a
+/// transferred `ArrayBuffer`, copied into wasm memory once here.
+#[cfg(feature = "threads")]
+mod off_thread {
+    use std::cell::RefCell;
+
+    use bytes::Bytes;
+    use insitubatch_core::runtime::StorageError;
+    use js_sys::{Array, Function, Promise, Reflect, Uint8Array};
+    use wasm_bindgen::prelude::*;
+    use wasm_bindgen_futures::JsFuture;
+
+    use super::{AbortOnDrop, check_status, js_message};
+
+    thread_local! {
+        /// Set on the engine's thread only; pool threads never read storage.
+        static HOOK: RefCell<Option<Function>> = const { RefCell::new(None) };
+    }
+
+    /// Send this thread's reads through `hook(url, range, ptr, len, signal)` (`range`
+    /// undefined for a whole object; `len` 0 where the length is not known), a promise of
+    /// `{ status, statusText, written }` (the body is at `ptr`), `{ status, statusText, body }`
+    /// (an `ArrayBuffer`: the length was not known, or the server sent the whole object),
+    /// `{ status, statusText, overflow: true }`, `{ status, statusText }` (not 2xx), or a
+    /// rejection (a network error, or `signal` aborted; with `lost: true` when the worker
+    /// failed and may still write). `undefined` sends reads back to `fetch` on this thread.
+    #[doc(hidden)]
+    #[wasm_bindgen(js_name = setFetchHook)]
+    pub fn set_fetch_hook(hook: Option<Function>) {
+        HOOK.with(|h| *h.borrow_mut() = hook);
+    }
+
+    pub(super) fn hook() -> Option<Function> {
+        HOOK.with(|h| h.borrow().clone())
+    }
+
+    /// Whether a rejection says the fetch worker failed (js/src/web-threads.js `stop`).
+    fn worker_lost(e: &JsValue) -> bool {
+        Reflect::get(e, &JsValue::from_str("lost")).is_ok_and(|v| v.is_truthy())
+    }
+
+    /// `url` (with `range`, if any) through `hook`; the result of `FetchStorage::fetch`.
+    /// Where the read's length is known (`expect`), the body is written in place into a
+    /// buffer of that length; otherwise (whole objects, suffixes) it comes back as an
+    /// `ArrayBuffer` and is copied in here once, which is cheap beside draining it.
+    pub(super) async fn fetch_into(
+        hook: &Function,
+        url: &str,
+        range: Option<&str>,
+        expect: Option<usize>,
+    ) -> Result<Option<(Bytes, bool)>, StorageError> {
+        let abort = AbortOnDrop::new();
+        let len = expect.unwrap_or(0);
+        let mut buf = vec![0u8; len];
+        // wasm32: a pointer is a 32-bit offset into the one linear memory the worker shares.
+        let ptr = buf.as_mut_ptr() as usize as u32;
+        let signal = abort.signal().map_or(JsValue::UNDEFINED, JsValue::from);
+        let range_js = range.map_or(JsValue::UNDEFINED, JsValue::from_str);
+        let args = Array::of5(&url.into(), &range_js, &ptr.into(), &(len as u32).into(), &signal);
+        let promise: Promise = hook
+            .apply(&JsValue::UNDEFINED, &args)
+            .map_err(|e| StorageError::permanent(format!("the fetch worker refused a read: {}", js_message(&e))))?
+            .unchecked_into();
+        let (tx, rx) = futures::channel::oneshot::channel();
+        // The worker may write into `buf` until its promise settles, also after this read is
+        // dropped (timed out, or its pass closed; the drop aborts it): so `buf` belongs to a
+        // task that outlives the read and frees it only once the worker is done with it. A
+        // worker that failed (`lost`) may still be running as it is terminated, so its
+        // buffers are leaked, never reused: a few reads' worth, once.
+        wasm_bindgen_futures::spawn_local(async move {
+            let reply = JsFuture::from(promise).await;
+            let buf = if reply.as_ref().is_err_and(worker_lost) {
+                std::mem::forget(buf);
+                Vec::new()
+            } else {
+                buf
+            };
+            let _ = tx.send((reply, buf));
+        });
+        let (reply, mut buf) =
+            rx.await.map_err(|_| StorageError::transient("the fetch worker's reply was lost".to_string()))?;
+        drop(abort); // settled: aborting now is a no-op
+        let reply = reply.map_err(|e| StorageError::transient(format!("network error: {}", js_message(&e))))?;
+        let field = |k: &str| Reflect::get(&reply, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
+        let status = field("status").as_f64().map_or(0, |s| s as u16);
+        if !check_status(status, &field("statusText").as_string().unwrap_or_default())? {
+            return Ok(None);
+        }
+        let body = field("body");
+        if !body.is_undefined() {
+            return Ok(Some((Bytes::from(Uint8Array::new(&body).to_vec()), status == 206)));
+        }
+        let range = range.unwrap_or("the whole object");
+        if field("overflow").is_truthy() {
+            return Err(StorageError::permanent(format!(
+                "the server answered {range} with more than its {len} bytes; it does not serve byte ranges correctly: {url}"
+            )));
+        }
+        let written = field("written").as_f64().map_or(usize::MAX, |w| w as usize);
+        if written > len {
+            return Err(StorageError::permanent(format!(
+                "the fetch worker reported {written} bytes written for {range} ({len} bytes): {url}"
+            )));
+        }
+        buf.truncate(written);
+        Ok(Some((Bytes::from(buf), true)))
+    }
+}
+
+#[cfg(feature = "threads")]
+pub use off_thread::set_fetch_hook;

@@ -2,7 +2,8 @@
 //! cross-origin-isolated page): core's [`ThreadPool`] over rayon's global pool, whose threads
 //! are Web Workers started by wasm-bindgen-rayon's `initThreadPool(n)` (re-exported here so
 //! the JS glue has it). The engine itself stays on the thread that called `open` (a worker,
-//! see js/src/worker.js) and only its CPU jobs (decode, assembly, gather) run on the pool.
+//! see js/src/worker.js) and only its CPU jobs (decode, assembly, gather) run on the pool;
+//! its reads go to a fetch worker (`off_thread` in src/storage.rs).
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
