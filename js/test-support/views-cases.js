@@ -11,6 +11,26 @@ function snapshot(b) {
   return { sampleIndices: b.sampleIndices.slice(), arrays };
 }
 
+/** The message of the error a read of `batch.arrays[label].data` throws, or undefined. */
+function readError(batch, label) {
+  try {
+    void batch.arrays[label].data;
+  } catch (e) {
+    return e.message;
+  }
+}
+
+/** Digests of a view pass: its views snapshotted before each next step, and their `copy()`s. */
+async function viewDigests(pass) {
+  const snaps = [];
+  const copies = [];
+  for await (const b of pass) {
+    snaps.push(snapshot(b));
+    copies.push(b.copy());
+  }
+  return { views: await digest(snaps), copies: await digest(copies) };
+}
+
 async function collect(pass) {
   const out = [];
   for await (const b of pass) out.push(b);
@@ -31,17 +51,7 @@ export async function viewsOnPage({ http, stores, splits, epoch, options }) {
     copying.setEpoch(epoch);
     views.setEpoch(epoch);
     for (const split of splits) {
-      const snaps = [];
-      const copies = [];
-      for await (const b of views.iter(split)) {
-        snaps.push(snapshot(b));
-        copies.push(b.copy());
-      }
-      passes[`${s.name}/${split}`] = {
-        copying: await digest(await collect(copying.iter(split))),
-        views: await digest(snaps),
-        copies: await digest(copies),
-      };
+      passes[`${s.name}/${split}`] = { copying: await digest(await collect(copying.iter(split))), ...(await viewDigests(views.iter(split))) };
     }
     copying.close();
     views.close();
@@ -91,38 +101,17 @@ export async function viewsInWorker({ http, stores, splits, epoch, options, nThr
     await copying.setEpoch(epoch);
     await views.setEpoch(epoch);
     for (const split of splits) {
-      const snaps = [];
-      const copies = [];
-      for await (const b of views.iter(split)) {
-        snaps.push(snapshot(b));
-        copies.push(b.copy());
-      }
-      passes[`${s.name}/${split}`] = {
-        copying: await digest(await collect(copying.iter(split))),
-        views: await digest(snaps),
-        copies: await digest(copies),
-        build: views.build,
-      };
+      const copied = await digest(await collect(copying.iter(split)));
+      passes[`${s.name}/${split}`] = { copying: copied, ...(await viewDigests(views.iter(split))), build: views.build };
     }
     report = await views.transferReport();
     const pass = views.train();
     const first = await pass.next();
     await pass.next();
-    let stale;
-    try {
-      void first.arrays[s.vars[0]].data;
-    } catch (e) {
-      stale = e.message;
-    }
+    const stale = readError(first, s.vars[0]);
     const second = await pass.next();
     await pass.close();
-    let closed;
-    try {
-      void second.arrays[s.vars[0]].data;
-    } catch (e) {
-      closed = e.message;
-    }
-    passes[`${s.name}/stale`] = { stale, closed, report };
+    passes[`${s.name}/stale`] = { stale, closed: readError(second, s.vars[0]), report };
     await copying.close();
     await views.close();
   }

@@ -189,22 +189,23 @@ after(async () => {
   isolated?.stop();
 });
 
-test('Chromium: batchViews on the page equal the copying path and survive memory growth', { skip: off }, async () => {
-  const stores = manifest().stores
-    .filter((s) => ['v3_zstd', 'v3_sharded', 'v2_blosc', 'multi_spc'].includes(s.name))
-    .map((s) => ({ name: s.name, path: s.path, vars: dataVars(s), sampleAxis: s.sample_axis }));
-  const p = await chrome.page(`${page.url}/test-support/page/`);
-  let res;
+/** `fn(arg)` of test-support/views-cases.js on a fresh page of `server`, with Chromium's log on failure. */
+async function onPage(server, fn, arg) {
+  const p = await chrome.page(`${server.url}/test-support/page/`);
   try {
-    res = await p.evaluate(
-      async (arg) => (await import('/test-support/views-cases.js')).viewsOnPage(arg),
-      { http: HTTP, stores, splits: SPLITS, epoch: EPOCH, options: { seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS } },
-    );
+    return await p.evaluate(async ([name, a]) => (await import('/test-support/views-cases.js'))[name](a), [fn, arg]);
   } catch (e) {
     throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
   } finally {
     await p.close();
   }
+}
+
+test('Chromium: batchViews on the page equal the copying path and survive memory growth', { skip: off }, async () => {
+  const stores = manifest().stores
+    .filter((s) => ['v3_zstd', 'v3_sharded', 'v2_blosc', 'multi_spc'].includes(s.name))
+    .map((s) => ({ name: s.name, path: s.path, vars: dataVars(s), sampleAxis: s.sample_axis }));
+  const res = await onPage(page, 'viewsOnPage', { http: HTTP, stores, splits: SPLITS, epoch: EPOCH, options: { seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS } });
   for (const [key, r] of Object.entries(res.passes)) {
     assert.equal(r.views, r.copying, `${key}: views differ from copies on the page`);
     assert.equal(r.copies, r.copying, `${key}: copy() of views differs on the page`);
@@ -221,18 +222,7 @@ test('Chromium, cross-origin isolated: batchViews through openInWorker (the thre
   const stores = manifest().stores
     .filter((s) => ['v3_zstd', 'v3_sharded', 'multi_spc'].includes(s.name))
     .map((s) => ({ name: s.name, path: s.path, vars: dataVars(s), sampleAxis: s.sample_axis }));
-  const p = await chrome.page(`${isolated.url}/test-support/page/`);
-  let res;
-  try {
-    res = await p.evaluate(
-      async (arg) => (await import('/test-support/views-cases.js')).viewsInWorker(arg),
-      { http: HTTP, stores, splits: SPLITS, epoch: EPOCH, options: { seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS }, nThreads: 2 },
-    );
-  } catch (e) {
-    throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
-  } finally {
-    await p.close();
-  }
+  const res = await onPage(isolated, 'viewsInWorker', { http: HTTP, stores, splits: SPLITS, epoch: EPOCH, options: { seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS }, nThreads: 2 });
   for (const s of stores) {
     for (const split of SPLITS) {
       const r = res[`${s.name}/${split}`];
