@@ -108,6 +108,8 @@ def parse_args(argv):
     bad = set(args.engines.split(",")) - set(ALL_ENGINES)
     if bad:
         ap.error(f"unknown engine(s) {', '.join(sorted(bad))}; choose from {','.join(ALL_ENGINES)}")
+    if args.cli_b and "ours" not in args.engines.split(","):
+        ap.error("--cli-b runs beside the ours engine (its command with another CLI); add ours to --engines or drop --cli-b")
     return args
 
 
