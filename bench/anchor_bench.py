@@ -49,7 +49,10 @@ def main(argv=None):
     import insitubatch as ib
 
     t_open = time.perf_counter()
-    store = ib.obstore_store(args.url)
+    # A loopback cloud-like store (bench/cloud.py) is plain http://, which obstore refuses
+    # unless told.
+    kw = {"client_options": {"allow_http": True}} if args.url.startswith("http://") else {}
+    store = ib.obstore_store(args.url, **kw)
     geoms = ib.open_geometries(store, args.var, sample_axis=args.sample_axis)
     first = next(iter(geoms.values()))
     manifest = ib.split_by_chunk(first, fractions=(1.0, 0.0, 0.0))

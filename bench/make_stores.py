@@ -10,6 +10,9 @@ Stores (OUTDIR/<name>.zarr):
   c40   chunks (40, 721, 1440)
   c8s   chunks (8, 361, 720)            ragged 2x2 tiles
   shard shards (40, 722, 1440) of inner chunks (8, 361, 720)
+  shardsmall  shards (40, 728, 1440) of 320 small inner chunks (8, 91, 180), ~230 KB
+        stored each: a forecast archive's layout, where reading inner chunk by inner chunk
+        costs a request each (bench/cloud.py)
 Every store holds the same values (sample t is seeded by t). Written in 40-sample
 slabs (~166 MB), so memory stays well under 4 GB. A store whose marker
 OUTDIR/<name>.zarr.done matches (samples, script hash) is skipped.
@@ -38,6 +41,7 @@ STORES = {
     "c40": dict(chunks=(40, H, W)),
     "c8s": dict(chunks=(8, 361, 720)),
     "shard": dict(chunks=(8, 361, 720), shards=(40, 722, 1440)),
+    "shardsmall": dict(chunks=(8, 91, 180), shards=(40, 728, 1440)),
 }
 SCRIPT_HASH = hashlib.sha256(open(__file__, "rb").read()).hexdigest()[:16]
 

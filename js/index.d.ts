@@ -95,6 +95,12 @@ export interface ReadPolicyOptions {
   backoffMs?: number;
   /** A request with no answer after this many milliseconds is a transient failure. Default 120000. */
   requestTimeoutMs?: number;
+  /** Ranges of one shard at most this many bytes apart are read by one request. Default 1048576. */
+  coalesceGapBytes?: number;
+  /** A coalesced request spans at most this many bytes (0: every inner chunk alone). Default 67108864. */
+  coalesceMaxBytes?: number;
+  /** `false`: never send a second request for a slow read. Default true (remote stores only). */
+  hedge?: boolean;
 }
 
 /** What `Storage.get` is asked for: half-open byte offsets, or the last `suffix` bytes. */
@@ -372,7 +378,20 @@ export interface PassStats {
   reread_chunks: number;
   /** Chunks served by the disk tier with no fetch or decode (native `cache_dir` only; 0 here). */
   revived_chunks: number;
+  /** Storage requests for chunk data (one may bring several inner chunks of a shard). */
   storage_reads: number;
+  /** Shard-index requests. */
+  index_reads: number;
+  /** Tiles (stored or inner chunks) the requests brought. */
+  tiles_read: number;
+  /** Stored bytes fetched, gaps between coalesced ranges included. */
+  bytes_fetched: number;
+  /** Fetched bytes that no tile needed (`readPolicy.coalesceGapBytes` bounds each gap). */
+  gap_bytes: number;
+  /** Second requests sent for slow reads (hedging). */
+  hedged_reads: number;
+  /** Hedges answered before the request they hedged. */
+  hedge_wins: number;
   decoded_bytes: number;
   bad_chunks: number;
   wall_s: number;

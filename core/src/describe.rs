@@ -144,13 +144,17 @@ pub struct MemoryReport {
     /// freed slots wait in the recycler meanwhile), and, for chunks assembled from tiles,
     /// scratch and waiting tiles.
     pub inflight_bytes: u64,
+    /// Stored bytes of inner chunks read ahead for chunks a pass needs soon (sharded arrays:
+    /// a shard's neighbouring chunks, interleaved in Morton order, come with one request),
+    /// at most `read_ahead_bytes` of the read policy.
+    pub read_ahead_bytes: u64,
     /// Batches queued, being gathered, and the two the caller holds while asking for the next.
     pub queue_bytes: u64,
     /// Transform scratch on the thread pool.
     pub scratch_bytes: u64,
     /// Slack for freed chunk buffers kept for reuse (idle batch buffers are within `queue_bytes`).
     pub recycled_bytes: u64,
-    /// `resident_max_bytes` + in flight + queue + scratch + recycled.
+    /// `resident_max_bytes` + in flight + read ahead + queue + scratch + recycled.
     pub accounted_bytes: u64,
     /// Accounted + 64 MiB process baseline: an upper bound for a caller slower than the loader.
     pub estimated_peak_bytes: u64,
@@ -314,7 +318,7 @@ impl DatasetReport {
         let m = &self.memory;
         let _ = writeln!(
             s,
-            "  memory ({} iteration{}): residency {}{}{} (floor {} per iteration, read-once {}) + in flight {} + queue {} + scratch {} + recycled {} = {}; estimated peak {}{}",
+            "  memory ({} iteration{}): residency {}{}{} (floor {} per iteration, read-once {}) + in flight {}{} + queue {} + scratch {} + recycled {} = {}; estimated peak {}{}",
             m.iterations,
             if m.iterations == 1 { "" } else { "s" },
             human_bytes(m.residency_bytes),
@@ -327,6 +331,11 @@ impl DatasetReport {
             human_bytes(m.floor_bytes),
             human_bytes(m.read_once_bytes),
             human_bytes(m.inflight_bytes),
+            if m.read_ahead_bytes > 0 {
+                format!(" + read ahead {}", human_bytes(m.read_ahead_bytes))
+            } else {
+                String::new()
+            },
             human_bytes(m.queue_bytes),
             human_bytes(m.scratch_bytes),
             human_bytes(m.recycled_bytes),

@@ -900,3 +900,104 @@ fn verdict_of(latency: Duration, block_chunks: usize) -> crate::stats::LimitingS
 fn a_slow_store_is_blamed_on_the_store() {
     assert_eq!(verdict_of(Duration::from_millis(60), 2), crate::stats::LimitingStage::Store);
 }
+
+/// Inner chunks of one shard that the admitted chunks need are read together: one request
+/// per run of neighbouring ranges (within `coalesce_gap_bytes`, up to `coalesce_max_bytes`),
+/// sliced back into tiles, with batches exact. Counted at the store: with no gap allowed the
+/// bytes fetched are exactly the inner chunks' (plus the shard indexes); with coalescing
+/// off, every tile is a request of its own.
+#[test]
+fn inner_chunks_of_a_shard_are_read_by_few_requests_and_batches_stay_exact() {
+    let shape = [64u64, 8, 8];
+    let mut requests = Vec::new();
+    for max in [0, 1 << 30] {
+        let f = Fixture::new(Some(Duration::from_millis(5)));
+        f.array("t2m", &shape, &[16, 8, 8], Some(&[4, 4, 4]));
+        let shards: Vec<String> = (0..4).map(|s| format!("t2m/c/{s}/0/0")).collect();
+        let index_bytes = 16 * 16 + 4;
+        let data_bytes: u64 = shards.iter().map(|k| f.storage.object_len(k) - index_bytes).sum();
+        let mut opts = DatasetOptions { batch_size: 8, block_chunks: 4, ..Default::default() };
+        opts.read_policy.coalesce_gap_bytes = 0;
+        opts.read_policy.coalesce_max_bytes = max;
+        let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+        let (reads0, bytes0) = (f.storage.total_reads(), f.storage.bytes_read());
+        let e = f.epoch(&ds, Split::Train).unwrap().unwrap();
+        check_epoch(&e, &shape, 0, &[("t2m", 0)], &(0..64).collect::<Vec<_>>(), 8);
+        let st = ds.last_pass().unwrap();
+        assert_eq!(f.storage.total_reads() - reads0, st.storage_reads + st.index_reads, "{}", st.summary());
+        assert_eq!((st.index_reads, st.tiles_read, st.gap_bytes), (4, 64, 0));
+        assert_eq!(st.bytes_fetched, data_bytes, "each inner chunk once, no gap read");
+        assert_eq!(f.storage.bytes_read() - bytes0, data_bytes + 4 * index_bytes);
+        requests.push(st.storage_reads);
+    }
+    assert_eq!(requests[0], 64, "coalescing off: one request per inner chunk");
+    assert!(requests[1] <= 16, "at most one request per sample chunk (4 neighbouring inner chunks): {requests:?}");
+}
+
+/// A gap between two needed ranges is read when it is within `coalesce_gap_bytes`, and
+/// counted as such; a request never grows past `coalesce_max_bytes`.
+#[test]
+fn gaps_within_the_limit_are_read_and_counted_and_requests_stay_under_the_cap() {
+    let shape = [64u64, 8, 8];
+    let f = Fixture::new(Some(Duration::from_millis(5)));
+    f.array("t2m", &shape, &[16, 8, 8], Some(&[4, 4, 4]));
+    let mut opts = DatasetOptions { batch_size: 8, block_chunks: 1, ..Default::default() };
+    opts.read_policy.coalesce_gap_bytes = 1 << 20;
+    opts.read_policy.coalesce_max_bytes = 1 << 30;
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let e = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    check_epoch(&e, &shape, 0, &[("t2m", 0)], &(0..64).collect::<Vec<_>>(), 8);
+    let st = ds.last_pass().unwrap();
+    let needed = st.bytes_fetched - st.gap_bytes;
+    assert!(st.storage_reads < 16, "{}", st.summary());
+    assert!(st.tiles_read >= 64, "every tile delivered: {}", st.tiles_read);
+    assert!(needed <= st.bytes_fetched);
+}
+
+/// A read much slower than the others gets a second request once enough answers are known;
+/// the first answer wins, so the pass finishes long before the slow one would have answered
+/// (on the virtual clock), with exact batches and the hedge counted. Without hedging the
+/// pass waits for it.
+#[test]
+fn a_slow_read_is_hedged_and_the_pass_does_not_wait_for_it() {
+    let shape = [96u64, 4, 4];
+    let slow = Duration::from_secs(10);
+    let mut walls = Vec::new();
+    for hedge in [true, false] {
+        let f = Fixture::new(Some(Duration::from_millis(10)));
+        f.array("t2m", &shape, &[4, 4, 4], None);
+        f.storage.set_fault("t2m/c/20/0/0", Fault::Slow { reads: 1, delay: slow });
+        let mut opts =
+            DatasetOptions { batch_size: 8, block_chunks: 2, max_inflight: 4, shuffle: false, ..Default::default() };
+        if !hedge {
+            opts.read_policy.hedge = None;
+        }
+        let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+        let e = f.epoch(&ds, Split::Train).unwrap().unwrap();
+        check_epoch(&e, &shape, 0, &[("t2m", 0)], &(0..96).collect::<Vec<_>>(), 8);
+        let st = ds.last_pass().unwrap();
+        let expect = if hedge { (1, 1, 2) } else { (0, 0, 1) };
+        assert_eq!((st.hedged_reads, st.hedge_wins, f.storage.reads_of("t2m/c/20/0/0")), expect, "{}", st.summary());
+        walls.push(st.wall_s);
+    }
+    assert!(walls[0] < 1.0 && walls[1] >= slow.as_secs_f64(), "virtual seconds, hedged vs not: {walls:?}");
+}
+
+/// Hedges are capped at their share of requests: a store where a quarter of the reads are
+/// slow gets at most `max_share` of its requests hedged, and batches stay exact.
+#[test]
+fn hedges_stay_within_their_share_when_many_reads_are_slow() {
+    let shape = [96u64, 4, 4];
+    let f = Fixture::new(Some(Duration::from_millis(10)));
+    f.array("t2m", &shape, &[4, 4, 4], None);
+    for c in (8..24).step_by(4) {
+        f.storage.set_fault(format!("t2m/c/{c}/0/0"), Fault::Slow { reads: 1, delay: Duration::from_secs(5) });
+    }
+    let opts = DatasetOptions { batch_size: 8, block_chunks: 2, max_inflight: 4, shuffle: false, ..Default::default() };
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let e = f.epoch(&ds, Split::Train).unwrap().unwrap();
+    check_epoch(&e, &shape, 0, &[("t2m", 0)], &(0..96).collect::<Vec<_>>(), 8);
+    let st = ds.last_pass().unwrap();
+    let cap = ((st.storage_reads + st.hedged_reads) as f64 * 0.05).floor().max(1.0) as u64;
+    assert!(st.hedged_reads >= 1 && st.hedged_reads <= cap, "{} hedges, cap {cap}: {}", st.hedged_reads, st.summary());
+}

@@ -17,6 +17,7 @@
     )
 )]
 
+mod ahead;
 pub mod array;
 mod assemble;
 pub mod batch;
@@ -29,9 +30,11 @@ pub mod engine;
 mod engine_tests;
 pub mod error;
 pub mod geometry;
+mod hedge;
 pub mod pass;
 pub mod plan;
 pub mod pool;
+mod reads;
 pub mod retry;
 pub mod runtime;
 pub mod scaler;
@@ -48,11 +51,14 @@ pub mod zarr;
 
 pub use array::{DType, Element, NdArray};
 pub use batch::Batch;
-pub use dataset::{Dataset, DatasetBuilder, DatasetOptions, OpenOptions, Variable, open};
+pub use dataset::{
+    Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, OpenOptions, PROBE_CHUNKS, ProbeReport, Variable, open,
+};
 pub use describe::{DatasetReport, Note, Severity};
-pub use engine::{BadChunk, OnBadChunk, ReadPolicy};
+pub use engine::{BadChunk, COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, OnBadChunk, ReadPolicy};
 pub use error::{Error, Result};
 pub use geometry::ArrayGeometry;
+pub use hedge::HedgePolicy;
 /// The n-d array crate batches are viewed through ([`Batch::view`]), re-exported so callers
 /// use the same version.
 pub use ndarray;
@@ -63,3 +69,4 @@ pub use shuffle::{Split, UnknownSplit};
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 pub use stats::{LimitingStage, PassStats, Stage};
 pub use tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+pub use window::WindowReason;

@@ -59,6 +59,8 @@ pub(crate) struct PassSpec {
     pub max_gathers: usize,
     /// Batches gathering, gathered, being sent or queued for the caller, at most.
     pub max_ahead: usize,
+    /// Uses past the next admission whose inner chunks are marked wanted for read-ahead.
+    pub ahead_uses: usize,
 }
 
 type SendFuture = BoxFuture<'static, std::result::Result<(), async_channel::SendError<Result<Delivered>>>>;
@@ -89,9 +91,21 @@ struct Driver {
     sent: usize,
     parked_since: Option<Duration>,
     loaded: HashSet<ChunkKey>,
+    /// Uses below this index were marked wanted for read-ahead.
+    wanted_upto: usize,
 }
 
 impl Driver {
+    /// Mark the inner chunks of the uses within `ahead_uses` of the next admission as
+    /// wanted, so a request to their shard reads them ahead (`ahead.rs`).
+    fn want_ahead(&mut self) {
+        let end = (self.next_admit + 1 + self.spec.ahead_uses).min(self.spec.plan.uses.len());
+        while self.wanted_upto < end {
+            self.spec.engine.want_chunk(self.spec.plan.uses[self.wanted_upto].key, true);
+            self.wanted_upto += 1;
+        }
+    }
+
     fn key_bytes(&self, key: ChunkKey) -> u64 {
         self.spec.engine.arrays[key.path as usize].charge(key.chunk)
     }
@@ -130,6 +144,7 @@ impl Driver {
     fn admit(&mut self) -> Result<bool> {
         let mut progressed = false;
         while self.next_admit < self.spec.plan.uses.len() {
+            self.want_ahead();
             let u = self.next_admit;
             let key = self.spec.plan.uses[u].key;
             let bytes = self.key_bytes(key);
@@ -150,9 +165,13 @@ impl Driver {
                 }
                 Admit::Ready(chunk) => {
                     self.spec.recorder.with(|r| r.hits += 1);
+                    self.spec.engine.want_chunk(key, false); // resident: nothing to read
                     self.data[u] = Some(chunk);
                 }
                 Admit::Load { load, generation, started } => {
+                    if !started {
+                        self.spec.engine.want_chunk(key, false); // another pass's load reads it
+                    }
                     let reread = started && !self.loaded.insert(key);
                     self.spec.recorder.with(|r| {
                         r.hits += u64::from(!started);
@@ -306,6 +325,15 @@ impl Driver {
     }
 }
 
+impl Drop for Driver {
+    /// The pass is over (finished, failed or dropped): what it marked wanted is not any more.
+    fn drop(&mut self) {
+        for u in self.next_admit..self.wanted_upto {
+            self.spec.engine.want_chunk(self.spec.plan.uses[u].key, false);
+        }
+    }
+}
+
 /// Copy each row's sample out of its chunk: one contiguous copy per row and variable.
 fn gather(
     anchors: &[u64],
@@ -360,6 +388,7 @@ pub(crate) async fn drive(spec: PassSpec, tx: async_channel::Sender<Result<Deliv
         sent: 0,
         parked_since: None,
         loaded: HashSet::new(),
+        wanted_upto: 0,
     };
     let result = futures::future::poll_fn(|cx| d.poll(cx)).await;
     if let Err(e) = result {
@@ -519,6 +548,13 @@ impl BatchStream {
             reread_chunks: r.reread_chunks,
             revived_chunks: r.revived_chunks,
             storage_reads: r.storage_reads,
+            index_reads: r.index_reads,
+            tiles_read: r.tiles_read,
+            bytes_fetched: r.bytes_fetched,
+            gap_bytes: r.gap_bytes,
+            tiles_read_ahead: r.tiles_read_ahead,
+            hedged_reads: r.hedged_reads,
+            hedge_wins: r.hedge_wins,
             decoded_bytes: r.decoded_bytes,
             bad_chunks: r.bad_chunks,
             wall_s: (end.saturating_sub(self.started)).as_secs_f64(),
@@ -535,7 +571,9 @@ impl BatchStream {
                 inflight_peak: r.inflight_peak,
                 max_inflight: self.engine.max_inflight,
                 read_window: self.engine.window.target(),
+                read_window_reason: self.engine.window.reason(),
                 decode_threads: self.engine.runtime.pool.parallelism().get(),
+                read_ahead_peak_bytes: self.engine.ahead.peak(),
                 resident_peak_chunks: counters.resident_peak_chunks,
                 resident_peak_bytes: counters.resident_peak_bytes,
                 budget_bytes: self.engine.pool.budget(),

@@ -143,8 +143,14 @@ pub struct Depths {
     /// Reads allowed ahead of the decoders when the pass ended: the adaptive read window,
     /// between `decode_threads + 1` and `max_inflight` (ARCHITECTURE.md "The read window").
     pub read_window: usize,
+    /// What set `read_window` last: `start` (no read measured yet), `decoders` (what keeps
+    /// the decode threads fed), `link` (what the store delivers unqueued: more requests would
+    /// only wait on each other), `floor` or `ceiling` (`max_inflight`).
+    pub read_window_reason: crate::window::WindowReason,
     /// Thread-pool parallelism.
     pub decode_threads: usize,
+    /// Most stored bytes held read ahead at once (engine-wide, since it opened).
+    pub read_ahead_peak_bytes: u64,
     /// Most chunks resident at once (pool-wide).
     pub resident_peak_chunks: u64,
     /// Most bytes resident at once (pool-wide).
@@ -183,8 +189,28 @@ pub struct PassStats {
     pub reread_chunks: u64,
     /// Chunks served by the disk tier (`cache_dir` + `persist`) with no fetch or decode.
     pub revived_chunks: u64,
-    /// Storage reads issued (tiles, ranged or whole).
+    /// Storage requests for chunk data (a whole object, or one range of a shard holding one
+    /// or several inner chunks). Shard-index reads are counted apart.
     pub storage_reads: u64,
+    /// Shard-index requests (one per shard the pass reads from, unless a shard's index is
+    /// still cached from an earlier pass).
+    pub index_reads: u64,
+    /// Tiles (stored chunks or inner chunks) those requests brought: more than
+    /// `storage_reads` where neighbouring inner chunks were coalesced into one request.
+    pub tiles_read: u64,
+    /// Stored (encoded) bytes those requests brought, gaps included.
+    pub bytes_fetched: u64,
+    /// Of `bytes_fetched`, the bytes between coalesced ranges that no tile needed
+    /// (`coalesce_gap_bytes` bounds each gap).
+    pub gap_bytes: u64,
+    /// Tiles a load found already read: inner chunks of a shard that a request for other
+    /// inner chunks of it brought ahead of their chunk's admission (Morton-ordered shards
+    /// interleave neighbouring chunks), held within `read_ahead_bytes`.
+    pub tiles_read_ahead: u64,
+    /// Second requests sent for reads slower than the running latency quantile (hedging).
+    pub hedged_reads: u64,
+    /// Of those, the ones answered before the request they hedged.
+    pub hedge_wins: u64,
     /// Decoded bytes produced by those reads.
     pub decoded_bytes: u64,
     /// Chunks with tiles filled under `on_bad_chunk = "nan"`.
@@ -213,7 +239,7 @@ impl PassStats {
         let t = &self.times;
         format!(
             "epoch {} ({}): {} batches in {:.2}s, first after {:.3}s | queue {}/{} (empty {:.0}%, fed {:.0}%) | inflight peak \
-             {}/{} (read window {}) | decode queue peak {} | resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{}{} | consumer \
+             {}/{} (read window {}, {}) | decode queue peak {} | resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{}{} | consumer \
              {:.2}s waited {:.2}s | fetch {:.2}s decode {:.2}s assemble {:.2}s gather {:.2}s transform {:.2}s parked \
              {:.2}s | limited by: {} -- {}",
             self.epoch,
@@ -228,6 +254,7 @@ impl PassStats {
             self.depths.inflight_peak,
             self.depths.max_inflight,
             self.depths.read_window,
+            self.depths.read_window_reason.name(),
             self.depths.decode_queue_peak,
             self.depths.resident_peak_chunks,
             crate::describe::human_bytes(self.depths.resident_peak_bytes),
@@ -315,8 +342,22 @@ pub struct Recorded {
     pub queue_peak: usize,
     /// In-flight peak.
     pub inflight_peak: usize,
-    /// Storage reads.
+    /// Storage requests for chunk data.
     pub storage_reads: u64,
+    /// Shard-index requests.
+    pub index_reads: u64,
+    /// Tiles brought by storage requests.
+    pub tiles_read: u64,
+    /// Stored bytes fetched, gaps included.
+    pub bytes_fetched: u64,
+    /// Fetched bytes no tile needed.
+    pub gap_bytes: u64,
+    /// Tiles found read ahead.
+    pub tiles_read_ahead: u64,
+    /// Hedges sent.
+    pub hedged_reads: u64,
+    /// Hedges that answered first.
+    pub hedge_wins: u64,
     /// Decoded bytes.
     pub decoded_bytes: u64,
     /// Bad chunks.

@@ -19,6 +19,14 @@ pub enum Fault {
     TransientFailures(u32),
     /// Fail every read permanently.
     Permanent(String),
+    /// Delay the next `reads` reads by `delay` more than the store's latency (a slow tail);
+    /// needs [`MemoryStorage::with_latency`]'s clock.
+    Slow {
+        /// Reads still to delay.
+        reads: u32,
+        /// The extra wait.
+        delay: Duration,
+    },
 }
 
 /// Counters a test can assert on.
@@ -28,6 +36,8 @@ pub struct ReadCounts {
     pub by_key: Mutex<HashMap<String, u64>>,
     /// All reads.
     pub total: AtomicU64,
+    /// Bytes all reads returned.
+    pub bytes: AtomicU64,
 }
 
 /// An in-memory store. Reads can be delayed on an [`Executor`]'s clock, fail, and are counted.
@@ -86,17 +96,36 @@ impl MemoryStorage {
         self.counts.total.load(Ordering::SeqCst)
     }
 
+    /// Bytes all reads so far returned.
+    pub fn bytes_read(&self) -> u64 {
+        self.counts.bytes.load(Ordering::SeqCst)
+    }
+
+    /// The length of a stored object (0 when missing).
+    pub fn object_len(&self, key: &str) -> u64 {
+        self.objects.lock().unwrap().get(key).map_or(0, |b| b.len() as u64)
+    }
+
     /// Keys currently stored.
     pub fn keys(&self) -> Vec<String> {
         self.objects.lock().unwrap().keys().cloned().collect()
     }
 
     async fn read(&self, key: &str, range: Option<ByteRange>) -> Result<Option<Bytes>, StorageError> {
-        if let Some((exec, d)) = &self.latency {
-            exec.sleep(*d).await;
-        }
+        let extra = match self.faults.lock().unwrap().get_mut(key) {
+            Some(Fault::Slow { reads, delay }) if *reads > 0 => {
+                *reads -= 1;
+                *delay
+            }
+            _ => Duration::ZERO,
+        };
+        // Counted as the request arrives, so a request dropped while it waits (a hedge's
+        // loser) is counted too.
         *self.counts.by_key.lock().unwrap().entry(key.to_string()).or_default() += 1;
         self.counts.total.fetch_add(1, Ordering::SeqCst);
+        if let Some((exec, d)) = &self.latency {
+            exec.sleep(*d + extra).await;
+        }
         {
             let mut faults = self.faults.lock().unwrap();
             match faults.get_mut(key) {
@@ -110,7 +139,7 @@ impl MemoryStorage {
         }
         let Some(obj) = self.objects.lock().unwrap().get(key).cloned() else { return Ok(None) };
         let len = obj.len() as u64;
-        Ok(Some(match range {
+        let out = match range {
             None => obj,
             Some(ByteRange::Bounded { start, end }) => {
                 if start > end || end > len {
@@ -119,7 +148,9 @@ impl MemoryStorage {
                 obj.slice(start as usize..end as usize)
             }
             Some(ByteRange::Suffix(n)) => obj.slice((len - n.min(len)) as usize..),
-        }))
+        };
+        self.counts.bytes.fetch_add(out.len() as u64, Ordering::SeqCst);
+        Ok(Some(out))
     }
 }
 

@@ -330,6 +330,16 @@ impl NativeDataset {
         Ok(self.dataset.describe(iterations)?)
     }
 
+    /// Time a few real reads and decodes of the store, and predict an epoch of `split`
+    /// ([`Dataset::probe`]): `chunks` chunks at once after the first.
+    ///
+    /// # Errors
+    /// [`NativeError::Core`] for the probe's storage and decode errors, or a split that draws
+    /// nothing.
+    pub fn probe(&self, split: Split, chunks: usize) -> Result<insitubatch_core::ProbeReport> {
+        Ok(self.runtime.block_on(self.dataset.probe(split, chunks))?)
+    }
+
     /// Stats of the last pass that ended.
     pub fn last_pass(&self) -> Option<PassStats> {
         self.dataset.last_pass()

@@ -28,7 +28,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
-use insitubatch_native::core::{DType, Result as CoreResult};
+use insitubatch_native::core::{DType, ReadPolicy, Result as CoreResult, Split};
 use insitubatch_native::{DatasetOptions, NativeDataset, OpenOptions, SplitOptions, demo, open, open_storage};
 use rayon::prelude::*;
 use serde_json::json;
@@ -71,6 +71,11 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Also time a few real reads and decodes, and predict an epoch of the train view:
+        /// its time, throughput, limiting stage, and the max_inflight and block_chunks that fit
+        /// the measured latency (reads one chunk, then this many more at once).
+        #[arg(long, value_name = "CHUNKS", num_args = 0..=1, default_missing_value = "16")]
+        probe: Option<usize>,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -175,6 +180,15 @@ struct Knobs {
     /// Drop the cached chunks of arrays whose pipeline changed instead of refusing.
     #[arg(long, requires = "cache_dir")]
     reset_stale_cache: bool,
+    /// Ranges of one shard at most this many bytes apart are read by one request.
+    #[arg(long, default_value_t = ReadPolicy::default().coalesce_gap_bytes)]
+    coalesce_gap_bytes: u64,
+    /// A coalesced request spans at most this many bytes (0: every inner chunk alone).
+    #[arg(long, default_value_t = ReadPolicy::default().coalesce_max_bytes)]
+    coalesce_max_bytes: u64,
+    /// Never send a second request for a slow read (hedging is on for remote stores).
+    #[arg(long)]
+    no_hedge: bool,
     /// Standardize every array, `(x - MEAN) / (STD + 1e-8)` as numpy computes it with Python
     /// floats (the data keeps its dtype): the StandardScaler chunk transform, cached with the chunk.
     #[arg(long, value_parser = parse_scale, conflicts_with = "scaler")]
@@ -239,6 +253,7 @@ impl Knobs {
                 cache_budget_bytes: self.cache_budget_bytes,
                 rank: self.rank,
                 world_size: self.world_size,
+                read_policy: self.read_policy(),
                 ..DatasetOptions::default()
             },
             threads: self.threads,
@@ -250,6 +265,16 @@ impl Knobs {
                 reset_stale: self.reset_stale_cache,
             }),
             ..OpenOptions::default()
+        }
+    }
+
+    fn read_policy(&self) -> ReadPolicy {
+        let d = ReadPolicy::default();
+        ReadPolicy {
+            coalesce_gap_bytes: self.coalesce_gap_bytes,
+            coalesce_max_bytes: self.coalesce_max_bytes,
+            hedge: if self.no_hedge { None } else { d.hedge.clone() },
+            ..d
         }
     }
 
@@ -284,6 +309,9 @@ impl Knobs {
             "epoch": self.epoch,
             "rank": self.rank,
             "world_size": self.world_size,
+            "coalesce_gap_bytes": self.coalesce_gap_bytes,
+            "coalesce_max_bytes": self.coalesce_max_bytes,
+            "hedge": !self.no_hedge,
         })
     }
 }
@@ -316,13 +344,21 @@ fn main() -> ExitCode {
 fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Demo { url, knobs } => cmd_demo(url, &knobs),
-        Command::Describe { url, iterations, json, knobs } => {
+        Command::Describe { url, iterations, json, probe, knobs } => {
             let ds = open_ds(&url, &knobs, knobs.open_options())?;
             let report = ds.describe(iterations)?;
+            let probed = probe.map(|chunks| ds.probe(Split::Train, chunks)).transpose()?;
             if json {
-                outln!("{}", serde_json::to_string_pretty(&report)?);
+                let mut doc = serde_json::to_value(&report)?;
+                if let Some(p) = &probed {
+                    doc["probe"] = serde_json::to_value(p)?;
+                }
+                outln!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
                 outln!("{}", report.render());
+                if let Some(p) = &probed {
+                    outln!("{}", p.render());
+                }
             }
             Ok(())
         }
@@ -497,6 +533,7 @@ fn bench_epoch(
         row["reread_chunks"] = json!(p.reread_chunks);
         row["resident_peak_chunks"] = json!(p.depths.resident_peak_chunks);
         row["dropped_samples"] = json!(p.dropped_samples);
+        row["pass"] = serde_json::to_value(p)?;
     }
     if let Some(d) = digest {
         row["digest"] = json!(d.finish());

@@ -432,6 +432,40 @@ impl NativeDataset {
     }
 }
 
+/// `read_policy={...}` (seconds and bytes) over core's `ReadPolicy::default()`, with
+/// `on_bad_chunk` parsed by core. Unknown keys are refused, naming the known ones.
+fn read_policy_from(given: Option<&Bound<'_, PyDict>>, on_bad_chunk: &str) -> PyResult<ReadPolicy> {
+    let mut p = ReadPolicy { on_bad_chunk: on_bad_chunk.parse().map_err(core_err)?, ..ReadPolicy::default() };
+    let Some(given) = given else { return Ok(p) };
+    let secs = |key: &str, v: &Bound<'_, PyAny>| -> PyResult<std::time::Duration> {
+        let s: f64 = v.extract()?;
+        std::time::Duration::try_from_secs_f64(s)
+            .map_err(|_| PyValueError::new_err(format!("read_policy[{key:?}] must be seconds >= 0, got {s}")))
+    };
+    for (k, v) in given.iter() {
+        let key: String = k.extract()?;
+        match key.as_str() {
+            "retries" => p.retries = v.extract()?,
+            "backoff_s" => p.backoff = secs(&key, &v)?,
+            "request_timeout_s" => p.request_timeout = secs(&key, &v)?,
+            "coalesce_gap_bytes" => p.coalesce_gap_bytes = v.extract()?,
+            "coalesce_max_bytes" => p.coalesce_max_bytes = v.extract()?,
+            "hedge" => {
+                if !v.extract::<bool>()? {
+                    p.hedge = None;
+                }
+            }
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown read_policy key {other:?}; use retries, backoff_s, request_timeout_s, coalesce_gap_bytes, \
+                     coalesce_max_bytes or hedge"
+                )));
+            }
+        }
+    }
+    Ok(p)
+}
+
 #[pymethods]
 impl NativeDataset {
     /// `store`: a URL, an obstore store or a zarr store ([`StoreArg`]). `variables`:
@@ -446,7 +480,7 @@ impl NativeDataset {
                         prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
                         persist = false, readonly_cache = false, reset_stale_cache = false, rank = 0,
-                        world_size = 1, first_block_chunks = None))]
+                        world_size = 1, first_block_chunks = None, read_policy = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -471,8 +505,10 @@ impl NativeDataset {
         rank: usize,
         world_size: usize,
         first_block_chunks: Option<usize>,
+        read_policy: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
+        let read_policy = read_policy_from(read_policy.as_ref(), on_bad_chunk)?;
         let errors: ErrSlot = Arc::default();
         let chunk_transforms: Vec<Scoped> = chunk_transforms
             .iter()
@@ -497,10 +533,7 @@ impl NativeDataset {
                 shuffle,
                 prefetch_depth,
                 cache_budget_bytes,
-                read_policy: ReadPolicy {
-                    on_bad_chunk: on_bad_chunk.parse().map_err(core_err)?,
-                    ..ReadPolicy::default()
-                },
+                read_policy,
                 tier: None,
                 rank,
                 world_size,
@@ -590,6 +623,17 @@ impl NativeDataset {
     fn describe_json(&self, iterations: usize) -> PyResult<String> {
         let r = self.get()?.dataset().describe(iterations).map_err(core_err)?;
         serde_json::to_string(&r).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// Time a few real reads and decodes, and predict an epoch of `split` (core's
+    /// `Dataset::probe`): `(report as JSON, report rendered for people)`. The GIL is released
+    /// while it reads.
+    fn probe(&self, py: Python<'_>, split: &str, chunks: usize) -> PyResult<(String, String)> {
+        let split = parse_split(split)?;
+        let open = self.get()?;
+        let report = py.detach(|| open.opened.probe(split, chunks)).map_err(native_err)?;
+        let json = serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok((json, report.render()))
     }
 
     /// The static report, rendered for people.
@@ -790,6 +834,7 @@ fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     out.set_item("on_bad_chunk", d.read_policy.on_bad_chunk.name())?;
     out.set_item("fractions", s.fractions)?;
     out.set_item("contiguous", s.contiguous)?;
+    out.set_item("probe_chunks", insitubatch_core::PROBE_CHUNKS)?;
     Ok(out)
 }
 

@@ -188,3 +188,78 @@ pub fn skip(test: &str, why: &str) {
     // Not eprintln!: libtest captures that and shows it only for failed tests.
     let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {why}");
 }
+
+/// A cloud-like object store of this test's own (`tests/servers/cloud_store`, the
+/// `cloud-store` binary): a folder served over HTTP and path-style S3 with a time to first
+/// byte, rates, a slow tail or stalls, and counters. Each test starts its own, so settings
+/// and counters are never shared; it is stopped when dropped.
+pub struct CloudStore {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    runtime: tokio::runtime::Runtime,
+    client: reqwest::Client,
+}
+
+impl CloudStore {
+    /// Serve `root` (the binary's path is `bin`: `env!("CARGO_BIN_EXE_cloud-store")` in the
+    /// tests of this crate) with the `KEY=VALUE` settings of `/_ib/config`.
+    ///
+    /// # Panics
+    /// When the binary does not start or does not say where it listens.
+    pub fn start(bin: &str, root: &std::path::Path, settings: &[(&str, &str)]) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(bin)
+            .arg("--root")
+            .arg(root)
+            .args(["--port-file", "-"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+        let mut line = String::new();
+        // Blocks until the server listens (its first line), or fails at once if it exits.
+        std::io::BufReader::new(child.stdout.take().expect("piped stdout")).read_line(&mut line).expect("port line");
+        let port: u16 = line.trim().parse().unwrap_or_else(|_| panic!("cloud-store printed {line:?}, not a port"));
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let store = Self { child, base: format!("http://127.0.0.1:{port}"), runtime, client: reqwest::Client::new() };
+        store.configure(settings);
+        store
+    }
+
+    /// Change the setting (`ttfb_ms`, `conn_rate`, `rate`, `tail`, `stall`, `seed`).
+    ///
+    /// # Panics
+    /// When the store refuses a setting.
+    pub fn configure(&self, settings: &[(&str, &str)]) {
+        let query: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        self.get(&format!("/_ib/config?{}", query.join("&")));
+    }
+
+    /// The counters since the last reset (requests, gets, lists, bytes, cancelled, paths, ...).
+    pub fn stats(&self) -> serde_json::Value {
+        self.get("/_ib/stats")
+    }
+
+    /// Zero the counters.
+    pub fn reset(&self) {
+        self.get("/_ib/reset");
+    }
+
+    fn get(&self, path: &str) -> serde_json::Value {
+        let url = format!("{}{path}", self.base);
+        self.runtime.block_on(async {
+            let r = self.client.get(&url).send().await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+            let status = r.status();
+            let body = r.text().await.unwrap_or_default();
+            assert!(status.is_success(), "GET {url}: {status} {body}");
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+        })
+    }
+}
+
+impl Drop for CloudStore {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

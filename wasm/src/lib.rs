@@ -161,6 +161,12 @@ pub struct JsReadPolicy {
     pub backoff_ms: Option<f64>,
     /// A request with no answer after this many milliseconds is a transient failure.
     pub request_timeout_ms: Option<f64>,
+    /// Ranges of one shard at most this many bytes apart are read by one request.
+    pub coalesce_gap_bytes: Option<u64>,
+    /// A coalesced request spans at most this many bytes (0: every inner chunk alone).
+    pub coalesce_max_bytes: Option<u64>,
+    /// `false`: never send a second request for a slow read (default on for remote stores).
+    pub hedge: Option<bool>,
 }
 
 /// `variables`: a list of array paths (labels = paths), or an object of labelled variables
@@ -261,6 +267,11 @@ impl JsOpenOptions {
             read_policy.backoff = millis("readPolicy.backoffMs", p.backoff_ms)?.unwrap_or(read_policy.backoff);
             read_policy.request_timeout =
                 millis("readPolicy.requestTimeoutMs", p.request_timeout_ms)?.unwrap_or(read_policy.request_timeout);
+            read_policy.coalesce_gap_bytes = p.coalesce_gap_bytes.unwrap_or(read_policy.coalesce_gap_bytes);
+            read_policy.coalesce_max_bytes = p.coalesce_max_bytes.unwrap_or(read_policy.coalesce_max_bytes);
+            if p.hedge == Some(false) {
+                read_policy.hedge = None;
+            }
         }
         let dataset = insitubatch_core::DatasetOptions {
             batch_size: self.batch_size.unwrap_or(d.batch_size),

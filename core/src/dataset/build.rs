@@ -14,14 +14,17 @@ use std::sync::{Arc, Mutex};
 use async_lock::Semaphore;
 
 use super::{Dataset, DatasetOptions, Inner, Variable};
+use crate::ahead::ReadAhead;
 use crate::array::Recycler;
 use crate::describe::human_bytes;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
+use crate::hedge::Hedger;
 use crate::pass::GatherVar;
 use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks};
 use crate::pool::Pool;
+use crate::reads::Coalescer;
 use crate::retry::PolicyStorage;
 use crate::runtime::{Runtime, Storage};
 use crate::shard::unit_chunks;
@@ -346,8 +349,13 @@ impl Assembly {
         let recycler =
             Recycler::with_prefault(usize::try_from(recycle_cap).unwrap_or(usize::MAX), self.runtime.prefault);
         let o = &self.options;
-        let window =
-            ReadWindow::new(self.runtime.pool.parallelism().get(), o.max_inflight, self.storage.reads_are_local());
+        let local = self.storage.reads_are_local();
+        let readers_sharded = readers.iter().any(|r| r.geom.shard.is_some());
+        let first_reads = first_batch_reads(&readers, residency.first_block_chunks, o.batch_size);
+        let window = ReadWindow::new(self.runtime.pool.parallelism().get(), o.max_inflight, local, first_reads);
+        let policy = &o.read_policy;
+        // A local store has no slow tail worth a second request.
+        let hedger = policy.hedge.clone().filter(|_| !local).map(Hedger::new);
         let engine = Arc::new(Engine {
             storage: self.storage,
             pool: Arc::new(Pool::new(o.cache_budget_bytes, auto_residency_bytes)),
@@ -356,9 +364,12 @@ impl Assembly {
             arrays: readers,
             inflight: Arc::new(Semaphore::new(o.max_inflight)),
             window,
-            inflight_now: AtomicUsize::new(0),
+            inflight_now: Arc::new(AtomicUsize::new(0)),
             max_inflight: o.max_inflight,
-            policy: o.read_policy.clone(),
+            coalescer: Coalescer::new(policy.coalesce_gap_bytes, policy.coalesce_max_bytes),
+            hedger,
+            ahead: ReadAhead::new(read_ahead_budget(policy, readers_sharded, residency.floor_max)),
+            policy: policy.clone(),
             bad_chunks: Mutex::new(Vec::new()),
             recycler,
             admissions: AtomicU64::new(0),
@@ -629,9 +640,45 @@ fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
             "first_block_chunks must be at least 1; leave it unset for a first block of block_chunks".into(),
         ));
     }
+    if let Some(h) = &o.read_policy.hedge
+        && !(h.quantile > 0.0 && h.quantile <= 1.0 && h.multiple >= 1.0 && (0.0..=1.0).contains(&h.max_share))
+    {
+        return Err(Error::Config(format!(
+            "hedging needs a quantile in (0, 1], a multiple of at least 1 and a max_share in [0, 1], got quantile={} \
+             multiple={} max_share={}; or turn hedging off",
+            h.quantile, h.multiple, h.max_share
+        )));
+    }
     o.prefetch_depth = o.prefetch_depth.max(1);
     o.block_chunks = o.block_chunks.max(1);
     Ok(o)
+}
+
+/// What read-ahead may hold: the policy's figure, or a quarter of the residency floor for a
+/// store with sharded arrays (none without: only inner chunks are read ahead).
+pub(crate) fn read_ahead_budget(policy: &crate::engine::ReadPolicy, sharded: bool, floor: u64) -> u64 {
+    match policy.read_ahead_bytes {
+        Some(b) => b,
+        None if sharded => floor / 4,
+        None => 0,
+    }
+}
+
+/// Requests the first batch needs: its chunks (a batch's worth at most, and at most the
+/// first block's) times the requests one chunk takes: its tiles, or the shards they lie in
+/// (the inner chunks of one shard are read together).
+fn first_batch_reads(readers: &[ArrayReader], first_block_chunks: usize, batch_size: usize) -> usize {
+    let chunks = first_block_chunks.min(batch_size).max(1);
+    readers.iter().map(|r| chunks.saturating_mul(requests_per_chunk(&r.geom))).sum()
+}
+
+fn requests_per_chunk(g: &ArrayGeometry) -> usize {
+    let count = |unit: &[u64]| -> u64 { g.inner_axes().map(|a| g.shape[a].div_ceil(unit[a]).max(1)).product() };
+    let n = match &g.shard {
+        None => count(&g.tile),
+        Some(shard) => count(shard),
+    };
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// Free buffers kept for reuse: a few chunks and a few batches (see [`Recycler`]).

@@ -2,12 +2,14 @@
 //! share one chunk pool.
 
 mod build;
+mod probe;
 mod report;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use build::DatasetBuilder;
+pub use probe::{EpochPrediction, PROBE_CHUNKS, ProbeReport};
 
 use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
@@ -22,6 +24,11 @@ use crate::split::SplitManifest;
 use crate::stats::{PassRecorder, PassStats};
 use crate::tier::TierOpener;
 use crate::transform::{BatchTransform, Scoped};
+
+/// Shuffle blocks past the next admission whose inner chunks a pass marks wanted for
+/// read-ahead: far enough that a shard's neighbouring chunks are usually among them, near
+/// enough that the marks stay a small multiple of a block's tiles.
+const AHEAD_BLOCKS: usize = 4;
 
 /// Gathers a pass runs at once, at most: enough to keep the queue fed on a few cores
 /// without holding more batch buffers than the memory model counts.
@@ -381,6 +388,7 @@ impl Dataset {
             recorder: Arc::clone(&recorder),
             max_gathers: max_gathers(i.engine.cpu.parallelism()),
             max_ahead: max_batches_ahead(i.options.prefetch_depth, i.engine.cpu.parallelism()),
+            ahead_uses: AHEAD_BLOCKS * i.block_chunks * i.plan_vars.len(),
         };
         let (task, abort) = futures::future::abortable(drive(spec, tx));
         i.engine.runtime.executor.spawn(Box::pin(async move {

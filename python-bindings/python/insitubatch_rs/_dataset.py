@@ -85,6 +85,13 @@ def _count(name: str, value: Any, minimum: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
+def _probe_chunks(probe: bool | int) -> int:
+    """``probe=True``: the engine's default number of chunks read at once; a number: that many."""
+    if probe is True:
+        return _D["probe_chunks"]
+    return _count("probe", probe, 1)
+
+
 class _Knobs:
     """The dataset's numeric and mode arguments, checked so a bad one is a ``ValueError``
     naming it (rather than an ``OverflowError`` from the extension)."""
@@ -268,6 +275,10 @@ class InSituDataset:
     first batch), at a cost in mixing the epoch's first samples that ``describe()`` reports
     (``None``: ``block_chunks``, the specified order). ``state_dict()``/``load_state_dict()`` save and resume
     a pass mid-epoch, with the same or another world size (docs/distributed.md).
+    ``read_policy``: how reads are made, over the engine's defaults: ``retries``,
+    ``backoff_s``, ``request_timeout_s``; ``coalesce_gap_bytes`` and ``coalesce_max_bytes``
+    (inner chunks of one shard this close are read by one request, up to that size);
+    ``hedge=False`` never sends a second request for a slow read (docs/cloud.md).
     """
 
     def __init__(
@@ -295,6 +306,7 @@ class InSituDataset:
         rank: int | None = None,
         world_size: int | None = None,
         first_block_chunks: int | None = None,
+        read_policy: Mapping[str, Any] | None = None,
     ) -> None:
         self.store = store
         self._store = engine_store(store)
@@ -321,6 +333,7 @@ class InSituDataset:
             "reset_stale_cache": bool(reset_stale_cache),
         }
         self._reuse = _reuse_enabled()
+        self._read_policy = None if read_policy is None else dict(read_policy)
         self._native = self._open(manifest, geometries, storage_options)
         if cache_dir is not None:
             for message in self._native.cache_warnings():
@@ -367,6 +380,7 @@ class InSituDataset:
                 batch_transforms=list(self.batch_transforms),
                 rank=self._rank,
                 world_size=self._world_size,
+                read_policy=self._read_policy,
                 **self._cache,
             )
 
@@ -498,14 +512,27 @@ class InSituDataset:
         return self._native.draw_order(split_name(split), self.epoch if epoch is None else epoch)
 
     # -- reports ----------------------------------------------------------------------
-    def describe(self, iterations: int = 1) -> DatasetReport:
-        """The static report (geometry + configuration only; never touches the store)."""
-        raw = json.loads(self._native.describe_json(_count("iterations", iterations, 1)))
-        return dataset_report(raw, cache=self._cache)
+    def describe(self, iterations: int = 1, *, probe: bool | int = False) -> DatasetReport:
+        """The static report (geometry + configuration only; never touches the store).
 
-    def print_summary(self, iterations: int = 1, file: TextIO | None = None) -> None:
-        """Print :meth:`describe` for a human (to ``file``, default stdout)."""
-        print(self._native.render_summary(_count("iterations", iterations, 1)), end="", file=file)
+        ``probe=True`` (or a number of chunks, default 8) also times a few real reads and
+        decodes of the store and adds ``report["probe"]``: the measured time to first byte,
+        per-connection and concurrent rates, decode rate, the epoch it predicts for the train
+        view (``predicted``: seconds, MB/s, first batch, limiting stage, requests) and a
+        ``suggested_max_inflight`` / ``suggested_block_chunks`` for the measured latency
+        (docs/cloud.md). The probe's reads are not kept: the next pass starts cold."""
+        raw = json.loads(self._native.describe_json(_count("iterations", iterations, 1)))
+        report = dataset_report(raw, cache=self._cache)
+        if probe:
+            report["probe"] = json.loads(self._native.probe("train", _probe_chunks(probe))[0])
+        return report
+
+    def print_summary(self, iterations: int = 1, file: TextIO | None = None, *, probe: bool | int = False) -> None:
+        """Print :meth:`describe` for a human (to ``file``, default stdout); ``probe`` as there."""
+        text = self._native.render_summary(_count("iterations", iterations, 1))
+        if probe:
+            text += self._native.probe("train", _probe_chunks(probe))[1]
+        print(text, end="", file=file)
 
     @property
     def last_pass(self) -> PassStats | None:

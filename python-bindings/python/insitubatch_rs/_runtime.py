@@ -111,7 +111,7 @@ class PassStats:
     batch_bytes: int = 0
     reread_chunks: int = 0  # loaded again after an earlier block of this pass loaded them
     revived_chunks: int = 0  # served by cache_dir + persist with no fetch or decode
-    storage_reads: int = 0
+    storage_reads: int = 0  # storage requests for chunk data (one may bring several inner chunks)
     decoded_bytes: int = 0
     ttfb_s: float | None = None  # time to the first batch; None when there was none
     blocked_s: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -119,6 +119,12 @@ class PassStats:
     world_size: int = 1
     dropped_samples: int = 0  # samples of the epoch no rank draws, so all draw as many (job-wide)
     resumed_at: int = 0  # samples this rank had consumed before a resumed pass started
+    index_reads: int = 0  # shard-index requests
+    tiles_read: int = 0  # stored or inner chunks the requests brought
+    bytes_fetched: int = 0  # stored bytes fetched, gaps between coalesced ranges included
+    gap_bytes: int = 0  # fetched bytes no tile needed
+    hedged_reads: int = 0  # second requests sent for slow reads
+    hedge_wins: int = 0  # hedges answered before the request they hedged
     # The engine's (stage, advice, consumer_idle) for stats from a pass. Not an init field, so
     # `dataclasses.replace` drops it and a changed copy is judged afresh by `rule`.
     _engine_verdict: tuple[str, str, bool] | None = dataclasses.field(
@@ -202,6 +208,12 @@ class PassStats:
             world_size=raw["world_size"],
             dropped_samples=raw["dropped_samples"],
             resumed_at=raw["resumed_at"],
+            index_reads=raw["index_reads"],
+            tiles_read=raw["tiles_read"],
+            bytes_fetched=raw["bytes_fetched"],
+            gap_bytes=raw["gap_bytes"],
+            hedged_reads=raw["hedged_reads"],
+            hedge_wins=raw["hedge_wins"],
         )
         verdict = (raw["limiting_stage"], raw["advice"], raw["consumer_idle"])
         object.__setattr__(stats, "_engine_verdict", verdict)

@@ -105,8 +105,14 @@ class Note(TypedDict):
     message: str
 
 
-class DatasetReport(TypedDict):
-    """The whole static picture, returned by ``InSituDataset.describe``."""
+class _ProbeField(TypedDict, total=False):
+    probe: dict[str, Any]
+
+
+class DatasetReport(_ProbeField):
+    """The whole static picture, returned by ``InSituDataset.describe``; with ``probe=True``
+    also ``probe``: what a few timed reads measured and the epoch they predict (the engine's
+    ``ProbeReport``, docs/cloud.md)."""
 
     variables: dict[str, VariableReport]
     config: ConfigReport
