@@ -83,7 +83,8 @@ class Server:
 
     def __init__(self, binary, root):
         if not os.path.exists(binary):
-            subprocess.run(["cargo", "build", "--release", "-q", "-p", "insitubatch-cloud-store"], cwd=REPO, check=True)
+            subprocess.run(["cargo", "build", "--release", "-q", "-p", "insitubatch-tests", "--bin", "cloud-store"],
+                           cwd=REPO, check=True)
         self.proc = subprocess.Popen([binary, "--root", root, "--port-file", "-"], stdout=subprocess.PIPE, text=True)
         self.base = f"http://127.0.0.1:{self.proc.stdout.readline().strip()}"
 

@@ -99,8 +99,26 @@ export interface ReadPolicyOptions {
   coalesceGapBytes?: number;
   /** A coalesced request spans at most this many bytes (0: every inner chunk alone). Default 67108864. */
   coalesceMaxBytes?: number;
-  /** `false`: never send a second request for a slow read. Default true (remote stores only). */
-  hedge?: boolean;
+  /**
+   * `false`: never send a second request for a slow read; `true` (default, remote stores
+   * only): a request unanswered after 2x the running 95th-percentile latency gets a second
+   * one, at most 5% of requests; or the policy's own fields.
+   */
+  hedge?: boolean | HedgePolicyOptions;
+  /** Stored bytes read ahead for a shard's inner chunks a pass needs soon may hold at most this much. Default: a quarter of the residency floor; 0: off. */
+  readAheadBytes?: number;
+}
+
+/** `ReadPolicyOptions.hedge` as an object (core's HedgePolicy; its defaults where absent). */
+export interface HedgePolicyOptions {
+  /** The running latency quantile a request is compared with. Default 0.95. */
+  quantile?: number;
+  /** A request unanswered after this multiple of that quantile is hedged. Default 2. */
+  multiple?: number;
+  /** Hedges are at most this share of the requests made (one is always allowed). Default 0.05. */
+  maxShare?: number;
+  /** Answers seen before any request is hedged. Default 8. */
+  minSamples?: number;
 }
 
 /** What `Storage.get` is asked for: half-open byte offsets, or the last `suffix` bytes. */

@@ -165,6 +165,10 @@ grep -E '^test result' "$HOSTLOG"
 CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo run -q -p insitubatch-tests --example write_storage_fixture -- \
     "$INSITUBATCH_FIXTURES/storage-conformance"
 
+# The cloud-like store js/test/cloud.test.js starts (tests/servers/cloud_store).
+CARGO_TARGET_DIR="$HOST_TARGET_DIR" cargo build -q -p insitubatch-tests --bin cloud-store
+export INSITUBATCH_CLOUD_STORE_BIN="$HOST_TARGET_DIR/debug/cloud-store"
+
 # Chromium for js/test/browser.test.js (playwright-core) and wasm/tests/browser.rs (chromedriver).
 ib_tool chromium
 

@@ -236,6 +236,15 @@ fn has_user_info(text: &str) -> bool {
     text.match_indices("://").any(|(i, _)| text[i + 3..].split(['/', ' ']).next().unwrap_or("").contains('@'))
 }
 
+/// A read through [`Storage::start_read`]: the answer, then its body. It must give what
+/// `get`/`get_range` give, errors included.
+async fn two_steps(storage: &dyn Storage, key: &str, range: Option<ByteRange>) -> Result<Option<Bytes>, StorageError> {
+    match storage.start_read(key, range).await? {
+        Some(body) => body.await.map(Some),
+        None => Ok(None),
+    }
+}
+
 /// One run of the suite: the store, what it should do, and the cases so far.
 struct Run<'a> {
     storage: &'a dyn Storage,
@@ -270,11 +279,15 @@ impl Run<'_> {
     async fn ranged(&mut self, key: &str, range: ByteRange, want: Want) {
         let got = self.storage.get_range(key, range).await;
         self.record_read(format!("get_range {key} {range:?}"), &got, &want);
+        let started = two_steps(self.storage, key, Some(range)).await;
+        self.record_read(format!("start_read {key} {range:?}"), &started, &want);
     }
 
     async fn get(&mut self, key: &str, want: Want) {
         let got = self.storage.get(key).await;
         self.record_read(format!("get {key}"), &got, &want);
+        let started = two_steps(self.storage, key, None).await;
+        self.record_read(format!("start_read {key}"), &started, &want);
     }
 
     fn location(&mut self) {

@@ -343,7 +343,9 @@ impl Engine {
     }
 
     /// One storage request of about `bytes` (0: unknown) under the read policy: retried and
-    /// timed out by [`crate::retry::with_policy`], each attempt hedged when it is slow.
+    /// timed out by [`crate::retry::with_policy`], each attempt hedged while the store has
+    /// not answered ([`Storage::start_read`]; a store that cannot tell its answer from its
+    /// bytes is hedged on the whole read, compared at size).
     pub async fn fetch(
         &self,
         key: &str,
@@ -352,11 +354,15 @@ impl Engine {
         rec: Option<&PassRecorder>,
     ) -> Result<Option<Bytes>> {
         let exec = self.runtime.executor.as_ref();
-        let request = || match range {
-            None => self.storage.get(key),
-            Some(r) => self.storage.get_range(key, r),
+        // Times to first byte do not grow with the size; whole reads do.
+        let size = if self.storage.answers_before_body() { 0 } else { bytes };
+        let attempt = || async move {
+            let answer = hedged(exec, self.hedger.as_ref(), rec, size, || self.storage.start_read(key, range)).await?;
+            match answer {
+                Some(body) => body.await.map(Some),
+                None => Ok(None),
+            }
         };
-        let attempt = || hedged(exec, self.hedger.as_ref(), rec, bytes, request);
         with_policy(exec, &self.policy, key, attempt).await.map_err(|gave_up| Error::Storage {
             message: format!(
                 "storage read failed after {} attempt(s): {} (check credentials, endpoint and network; \

@@ -74,6 +74,9 @@ impl StorageError {
     }
 }
 
+/// The body of a read whose store has answered: its bytes follow.
+pub type Body<'a> = BoxFuture<'a, Result<Bytes, StorageError>>;
+
 /// Read-only object storage, rooted at the store (keys are relative: `t2m/zarr.json`).
 pub trait Storage: MaybeSend + MaybeSync + Debug {
     /// The whole object, or `None` if the key does not exist.
@@ -89,6 +92,29 @@ pub trait Storage: MaybeSend + MaybeSync + Debug {
     /// holds memory, so the engine's read window starts narrow. Remote stores (the default)
     /// start with every `max_inflight` read allowed.
     fn reads_are_local(&self) -> bool {
+        false
+    }
+    /// A read in two steps: resolves once the store has answered (its first byte: for HTTP,
+    /// the response's headers), to the body still to come; `None` for a missing key. The
+    /// engine hedges a read that has not answered by then (`hedge.rs`): a slow tail is a late
+    /// answer, while the body's time depends on its size. The default reads everything
+    /// first, for stores that cannot tell the answer from the bytes.
+    fn start_read<'a>(
+        &'a self,
+        key: &'a str,
+        range: Option<ByteRange>,
+    ) -> BoxFuture<'a, Result<Option<Body<'a>>, StorageError>> {
+        Box::pin(async move {
+            let bytes = match range {
+                None => self.get(key).await?,
+                Some(r) => self.get_range(key, r).await?,
+            };
+            Ok(bytes.map(|b| -> Body<'a> { Box::pin(std::future::ready(Ok(b))) }))
+        })
+    }
+    /// True when [`Self::start_read`] resolves at the store's answer rather than after the
+    /// whole body (so its times are times to first byte, whatever the size).
+    fn answers_before_body(&self) -> bool {
         false
     }
 }
@@ -158,7 +184,7 @@ where
 }
 
 /// A range that reaches past the end of its object: never worth retrying.
-fn past_end(start: u64, end: u64, size: u64) -> StorageError {
+pub fn past_end(start: u64, end: u64, size: u64) -> StorageError {
     StorageError::permanent(format!(
         "byte range {start}..{end} reaches past the end of the object ({size} bytes); the object may be truncated, \
          or the shard index that gave the range is corrupt"

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, exact_bounded, suffix_or_whole};
+use insitubatch_core::runtime::{
+    Body, BoxFuture, ByteRange, Storage, StorageError, exact_bounded, past_end, suffix_or_whole,
+};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
@@ -175,5 +177,59 @@ impl Storage for ObjectStoreStorage {
 
     fn reads_are_local(&self) -> bool {
         self.local
+    }
+
+    /// A whole object or a non-empty bounded range resolves at the response's headers; the
+    /// body then checks its length (a short body of a bounded range is an error, as in
+    /// [`exact_bounded`]). Anything else, and a failed answer, goes through the one-step
+    /// read, which says exactly what went wrong.
+    fn start_read<'a>(
+        &'a self,
+        key: &'a str,
+        range: Option<ByteRange>,
+    ) -> BoxFuture<'a, Result<Option<Body<'a>>, StorageError>> {
+        Box::pin(async move {
+            let (get, want) = match range {
+                None => (None, None),
+                Some(ByteRange::Bounded { start, end }) if start < end => {
+                    (Some(GetRange::Bounded(start..end)), Some((start, end)))
+                }
+                Some(r) => return one_step(self.get_range(key, r).await),
+            };
+            let opts = GetOptions { range: get, ..GetOptions::default() };
+            let answer = match self.store.get_opts(&self.path(key), opts).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(_) => return one_step(self.get_range_or_whole(key, range).await),
+            };
+            let body: Body<'a> = Box::pin(async move {
+                let b = answer.bytes().await.map_err(map_err)?;
+                match want {
+                    Some((start, end)) if b.len() as u64 != end - start => {
+                        Err(past_end(start, end, start + b.len() as u64))
+                    }
+                    _ => Ok(b),
+                }
+            });
+            Ok(Some(body))
+        })
+    }
+
+    fn answers_before_body(&self) -> bool {
+        true
+    }
+}
+
+/// A one-step read's answer as a two-step one.
+fn one_step<'a>(read: Result<Option<Bytes>, StorageError>) -> Result<Option<Body<'a>>, StorageError> {
+    Ok(read?.map(|b| -> Body<'a> { Box::pin(std::future::ready(Ok(b))) }))
+}
+
+impl ObjectStoreStorage {
+    async fn get_range_or_whole(&self, key: &str, range: Option<ByteRange>) -> Result<Option<Bytes>, StorageError> {
+        match range {
+            None => self.get(key).await,
+            Some(r) => self.get_range(key, r).await,
+        }
     }
 }

@@ -21,6 +21,7 @@ pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,nare
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use insitubatch_core::HedgePolicy;
 use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
 use insitubatch_core::engine::ReadPolicy;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
@@ -450,20 +451,45 @@ fn read_policy_from(given: Option<&Bound<'_, PyDict>>, on_bad_chunk: &str) -> Py
             "request_timeout_s" => p.request_timeout = secs(&key, &v)?,
             "coalesce_gap_bytes" => p.coalesce_gap_bytes = v.extract()?,
             "coalesce_max_bytes" => p.coalesce_max_bytes = v.extract()?,
-            "hedge" => {
-                if !v.extract::<bool>()? {
-                    p.hedge = None;
-                }
-            }
+            "hedge" => p.hedge = hedge_from(&v)?,
+            "read_ahead_bytes" => p.read_ahead_bytes = Some(v.extract()?),
             other => {
                 return Err(PyValueError::new_err(format!(
                     "unknown read_policy key {other:?}; use retries, backoff_s, request_timeout_s, coalesce_gap_bytes, \
-                     coalesce_max_bytes or hedge"
+                     coalesce_max_bytes, read_ahead_bytes or hedge"
                 )));
             }
         }
     }
     Ok(p)
+}
+
+/// `read_policy["hedge"]`: `False` (off), `True` (core's default), or a dict of its fields.
+fn hedge_from(v: &Bound<'_, PyAny>) -> PyResult<Option<HedgePolicy>> {
+    if let Ok(on) = v.extract::<bool>() {
+        return Ok(on.then(HedgePolicy::default));
+    }
+    let fields = v.cast::<PyDict>().map_err(|_| {
+        PyValueError::new_err(
+            "read_policy[\"hedge\"] must be True, False or a dict of quantile, multiple, max_share, min_samples",
+        )
+    })?;
+    let mut h = HedgePolicy::default();
+    for (k, v) in fields.iter() {
+        let key: String = k.extract()?;
+        match key.as_str() {
+            "quantile" => h.quantile = v.extract()?,
+            "multiple" => h.multiple = v.extract()?,
+            "max_share" => h.max_share = v.extract()?,
+            "min_samples" => h.min_samples = v.extract()?,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown read_policy[\"hedge\"] key {other:?}; use quantile, multiple, max_share or min_samples"
+                )));
+            }
+        }
+    }
+    Ok(Some(h))
 }
 
 #[pymethods]

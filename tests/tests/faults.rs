@@ -12,9 +12,17 @@ use insitubatch_native::{OpenOptions, open};
 use insitubatch_tests::{digest, faulty_http_url, fixtures_dir};
 
 /// Retries enough for every transient fault below, with a short backoff and a read timeout
-/// short enough that a stalled read is abandoned quickly (its length decides no result).
+/// short enough that a stalled read is abandoned quickly (its length decides no result). No
+/// hedging: the server's faults count each path's GETs, and these tests are about retries.
 fn policy(on_bad_chunk: OnBadChunk) -> ReadPolicy {
-    ReadPolicy { retries: 4, backoff: Duration::from_millis(1), request_timeout: Duration::from_secs(2), on_bad_chunk }
+    ReadPolicy {
+        retries: 4,
+        backoff: Duration::from_millis(1),
+        request_timeout: Duration::from_secs(2),
+        on_bad_chunk,
+        hedge: None,
+        ..ReadPolicy::default()
+    }
 }
 
 fn options(on_bad_chunk: OnBadChunk) -> OpenOptions {

@@ -165,8 +165,52 @@ pub struct JsReadPolicy {
     pub coalesce_gap_bytes: Option<u64>,
     /// A coalesced request spans at most this many bytes (0: every inner chunk alone).
     pub coalesce_max_bytes: Option<u64>,
-    /// `false`: never send a second request for a slow read (default on for remote stores).
-    pub hedge: Option<bool>,
+    /// `false`: never send a second request for a slow read; `true` or absent: core's
+    /// `HedgePolicy::default()` (remote stores only); an object: that policy's fields.
+    pub hedge: Option<JsHedge>,
+    /// Stored bytes read ahead for inner chunks of a shard that a pass needs soon may hold
+    /// at most this much (default: a quarter of the residency floor; 0: off).
+    pub read_ahead_bytes: Option<u64>,
+}
+
+/// `readPolicy.hedge`: on/off, or the policy's fields (defaults where absent).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum JsHedge {
+    /// `true`: the default policy; `false`: no hedging.
+    Flag(bool),
+    /// `{ quantile, multiple, maxShare, minSamples }`.
+    Policy(JsHedgePolicy),
+}
+
+/// Core's [`HedgePolicy`](insitubatch_core::HedgePolicy) in JS names.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JsHedgePolicy {
+    /// The running latency quantile a request is compared with.
+    pub quantile: Option<f64>,
+    /// A request unanswered after this multiple of that quantile is hedged.
+    pub multiple: Option<f64>,
+    /// Hedges are at most this share of the requests made.
+    pub max_share: Option<f64>,
+    /// Answers seen before any request is hedged.
+    pub min_samples: Option<usize>,
+}
+
+impl JsHedge {
+    fn to_core(&self) -> Option<insitubatch_core::HedgePolicy> {
+        let d = insitubatch_core::HedgePolicy::default();
+        match self {
+            Self::Flag(false) => None,
+            Self::Flag(true) => Some(d),
+            Self::Policy(p) => Some(insitubatch_core::HedgePolicy {
+                quantile: p.quantile.unwrap_or(d.quantile),
+                multiple: p.multiple.unwrap_or(d.multiple),
+                max_share: p.max_share.unwrap_or(d.max_share),
+                min_samples: p.min_samples.unwrap_or(d.min_samples),
+            }),
+        }
+    }
 }
 
 /// `variables`: a list of array paths (labels = paths), or an object of labelled variables
@@ -269,9 +313,10 @@ impl JsOpenOptions {
                 millis("readPolicy.requestTimeoutMs", p.request_timeout_ms)?.unwrap_or(read_policy.request_timeout);
             read_policy.coalesce_gap_bytes = p.coalesce_gap_bytes.unwrap_or(read_policy.coalesce_gap_bytes);
             read_policy.coalesce_max_bytes = p.coalesce_max_bytes.unwrap_or(read_policy.coalesce_max_bytes);
-            if p.hedge == Some(false) {
-                read_policy.hedge = None;
+            if let Some(h) = &p.hedge {
+                read_policy.hedge = h.to_core();
             }
+            read_policy.read_ahead_bytes = p.read_ahead_bytes.or(read_policy.read_ahead_bytes);
         }
         let dataset = insitubatch_core::DatasetOptions {
             batch_size: self.batch_size.unwrap_or(d.batch_size),
