@@ -28,8 +28,9 @@ async function cloudStore(settings) {
   const base = `http://127.0.0.1:${line.trim()}`;
   const call = async (path) => {
     const r = await fetch(base + path);
-    assert.ok(r.ok, `${path}: ${r.status} ${await r.text()}`);
-    return r.json();
+    const body = await r.text();
+    assert.ok(r.ok, `${path}: ${r.status} ${body}`);
+    return JSON.parse(body);
   };
   await call(`/_ib/config?${new URLSearchParams(settings)}`);
   return { base, call, close: () => child.kill() };
