@@ -45,6 +45,7 @@ SETTINGS = {
     "50ms-tail": {"ttfb_ms": "50", "conn_rate": "40MB", "rate": "400MB", "tail": "0.01:1000"},
 }
 STORES = ["c8", "c8s", "shard", "shardsmall"]
+PROBE = "probe"
 ENGINES = ["ours", "rs-python", "anchor"]
 CACHE = local.CACHE
 
@@ -111,10 +112,17 @@ def store_ratio(stores, name):
 
 def one_run(server, store, engine, rnd, setting, url, cmd, timeout):
     server.call("/_ib/reset")
+    cpu0 = server.call("/_ib/stats")["cpu_s"]
     row = local.measure(store, engine, rnd, 0, url, cmd, timeout)
+    if engine == PROBE and row.get("rc") == 0:  # describe --json prints one pretty document
+        try:
+            row["result"], row["error"] = json.loads(row["stdout"]), None
+        except ValueError as e:
+            row["error"] = f"describe --probe printed no JSON: {e}"
     served = server.call("/_ib/stats")
     row["served"] = {k: served.get(k) for k in ("requests", "gets", "heads", "lists", "bytes", "bytes_sent",
-                                                "slow", "cancelled", "cpu_s")}
+                                                "slow", "cancelled")}
+    row["served"]["cpu_s"] = served["cpu_s"] - cpu0  # the store's CPU during this run
     row["setting"] = setting
     return row
 
@@ -139,6 +147,10 @@ def run_all(args, server, apy, cli):
                 url = f"{server.base}/{name}.zarr"
                 cmds = local.engine_cmds(args, url, cli, apy)
                 cmds[local.DECODE] = [cli, "bench", "file://" + path, "--var", args.var, "--decode-limit", "--json"]
+                # The probe's prediction of the same epoch (the whole array as train split).
+                cmds[PROBE] = [cli, "describe", url, "--var", args.var, "--fractions", "1,0,0", "--batch-size",
+                               str(args.batch_size), "--block-chunks", str(args.block_chunks), "--max-inflight",
+                               str(args.max_inflight), "--probe", "--json"]
                 if args.extra and "ours" in cmds:
                     cmds["ours"] += shlex.split(args.extra)
                 for rnd in range(args.reps):
@@ -179,7 +191,7 @@ def table(args, rows):
         out += [f"#### {setting}: first byte {s['ttfb_ms']} ms, {s['conn_rate']}/s per connection, "
                 f"{s['rate']}/s in all, tail {s['tail']} (share:ms)", ""]
         head = ["store", "bound MB/s (net, decode)"] + [f"{e} MB/s" for e in engines]
-        head += [f"{e} ÷ anchor" for e in engines if e != "anchor"] + ["ours % of bound"]
+        head += [f"{e} ÷ anchor" for e in engines if e != "anchor"] + ["ours % of bound", "probe MB/s (÷ ours)"]
         head += [f"requests ({'/'.join(engines)})", f"first batch s ({'/'.join(engines)})",
                  f"peak RSS GB ({'/'.join(engines)})", "server CPU s (ours)"]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -201,6 +213,9 @@ def table(args, rows):
                      for e in engines if e != "anchor"]
             ours = (mbs.get("ours") or {}).get("median")
             line.append(fmt(100 * ours / bound if ours and bound else None, "{:.0f}%"))
+            pred = med([r for r in mine if r["engine"] == PROBE],
+                       lambda r: (((r.get("result") or {}).get("probe") or {}).get("predicted") or {}).get("mb_per_s"))
+            line.append(f"{cell(pred)} ({fmt(pred['median'] / ours if pred and ours else None, '{:.2f}')})")
             line.append(" / ".join(cell(med(by[e], lambda r: r["served"]["requests"])) for e in engines))
             line.append(" / ".join(cell(med(by[e], lambda r: cold(r).get("ttfb_s")), "{:.2f}") for e in engines))
             line.append(" / ".join(cell(med(by[e], lambda r: (max((r.get("result") or {}).get("peak_rss_bytes") or 0,

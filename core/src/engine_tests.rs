@@ -1001,3 +1001,29 @@ fn hedges_stay_within_their_share_when_many_reads_are_slow() {
     let cap = ((st.storage_reads + st.hedged_reads) as f64 * 0.05).floor().max(1.0) as u64;
     assert!(st.hedged_reads >= 1 && st.hedged_reads <= cap, "{} hedges, cap {cap}: {}", st.hedged_reads, st.summary());
 }
+
+/// The probe on the virtual clock: a store that answers every read in 50 ms (no bandwidth
+/// limit, decodes taking no time) predicts an epoch within a third of the real pass's time,
+/// as limited by the store, and keeps nothing it read: the pass after it reads every chunk.
+#[test]
+fn the_probe_predicts_a_simulated_epoch_and_keeps_nothing_it_read() {
+    let f = Fixture::new(Some(Duration::from_millis(50)));
+    f.array("t2m", &[96, 4, 4], &[4, 4, 4], None);
+    let opts = DatasetOptions { batch_size: 8, block_chunks: 4, max_inflight: 8, ..Default::default() };
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let probing = ds.clone();
+    let report = f.sim.run(async move { probing.probe(Split::Train, 4).await }, LIMIT).unwrap().unwrap();
+    assert!((report.first_byte_s - 0.05).abs() < 1e-6, "{report:?}");
+    assert_eq!(report.predicted.limiting_stage, crate::stats::LimitingStage::Store, "{}", report.render());
+    let reads = f.storage.total_reads();
+    f.epoch(&ds, Split::Train).unwrap().unwrap();
+    assert_eq!(f.storage.total_reads() - reads, 24, "the pass read every chunk: the probe kept none");
+    let real = ds.last_pass().unwrap().wall_s;
+    let ratio = report.predicted.seconds / real;
+    assert!(
+        (1.0 / 1.3..=1.3).contains(&ratio),
+        "predicted {:.3} s, real {real:.3} s: {}",
+        report.predicted.seconds,
+        report.render()
+    );
+}

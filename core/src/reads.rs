@@ -356,6 +356,12 @@ fn yield_once() -> impl std::future::Future<Output = ()> {
     })
 }
 
+/// A whole object read by a request of its own at the most urgent priority (a shard read
+/// whole, `engine::read_whole_shard`).
+pub(crate) async fn read_tile_alone(engine: &Arc<Engine>, object: &str, rec: &Arc<PassRecorder>) -> Delivery {
+    alone(engine, object, None, 0, rec).await
+}
+
 /// A read that cannot be coalesced (a whole object, a suffix): one request of its own.
 async fn alone(
     engine: &Arc<Engine>,

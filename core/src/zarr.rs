@@ -708,6 +708,27 @@ impl ZarrArray {
         })
     }
 
+    /// Inner chunks per shard, and the most bytes a whole shard object decodes to (its
+    /// inner chunks' decoded bytes: a bound on its stored size for any compressing codec);
+    /// `None` for an array that is not sharded.
+    pub fn shard_extent(&self) -> Option<(u64, u64)> {
+        self.sharding.as_ref().map(|s| {
+            let n: u64 = s.chunks_per_shard.iter().product();
+            (n, n.saturating_mul(self.tile_bytes as u64))
+        })
+    }
+
+    /// The shard index held in a whole shard object's bytes (`None` when the object is
+    /// shorter than the index).
+    pub fn shard_index_in<'a>(&self, object: &'a [u8]) -> Option<&'a [u8]> {
+        let s = self.sharding.as_ref()?;
+        let n = usize::try_from(s.index_size).ok()?;
+        match s.index_location {
+            ShardingIndexLocation::Start => object.get(..n),
+            ShardingIndexLocation::End => object.len().checked_sub(n).and_then(|at| object.get(at..)),
+        }
+    }
+
     /// Decode a shard index fetched with [`Self::shard_index_range`].
     ///
     /// # Errors

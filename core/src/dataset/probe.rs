@@ -151,8 +151,8 @@ struct Measured {
     /// The next chunks, loaded at once, and how many.
     together: Recorded,
     together_chunks: usize,
-    /// From their start to their last byte.
-    span: Duration,
+    /// Stored bytes per second they reached together.
+    concurrent: f64,
 }
 
 impl Dataset {
@@ -165,7 +165,8 @@ impl Dataset {
     /// with `max_inflight` of them in flight the store delivers `max_inflight × b / time`,
     /// capped at the concurrent rate when the probe saw a cap. The decoders deliver `threads
     /// × their measured rate`. The slower of the two (in decoded bytes) is the limiting
-    /// stage, and the epoch takes one request's time plus its decoded bytes at that rate.
+    /// stage, and the epoch takes one request's time, its decoded bytes at that rate, and
+    /// one more request at one connection's rate (the last requests run alone).
     ///
     /// # Errors
     /// [`Error::Config`] when the split draws nothing; storage and decode errors of the reads.
@@ -177,20 +178,34 @@ impl Dataset {
             return Err(Error::Config(format!("the {split} split draws no sample at epoch {epoch}: nothing to probe")));
         };
         let first_byte_s = self.time_first_byte(first).await?;
-        let alone = Arc::new(PassRecorder::default());
-        let _ = load_tiles(&engine, first, &alone, 0).await?;
-        let alone = alone.snapshot();
-        let together = Arc::new(PassRecorder::default());
         let batch: Vec<ChunkKey> = plan.keys.iter().copied().skip(1).take(chunks.max(1)).collect();
+        // The probe's chunks are wanted as a pass's would be, so its requests coalesce and
+        // read ahead as a pass's do (`ahead.rs`); what is left wanted is unmarked after.
+        let mark =
+            |want: bool| std::iter::once(first).chain(batch.iter().copied()).for_each(|k| engine.want_chunk(k, want));
+        mark(true);
+        let measured = self.time_loads(first, &batch).await;
+        mark(false);
+        let (alone, together, concurrent) = measured?;
+        let measured = Measured { first_byte_s, alone, together, together_chunks: batch.len(), concurrent };
+        Ok(self.predict(split, epoch, &plan, &measured))
+    }
+
+    /// Load `first` alone, then `batch` at once, outside the pool: what each part recorded,
+    /// and the stored bytes per second the batch's reads reached together.
+    async fn time_loads(&self, first: ChunkKey, batch: &[ChunkKey]) -> Result<(Recorded, Recorded, f64)> {
+        let engine = &self.inner.engine;
+        let alone = Arc::new(PassRecorder::default());
+        let _ = load_tiles(engine, first, &alone, 0).await?;
+        let together = Arc::new(PassRecorder::default());
         let t0 = engine.now();
-        let loads = batch.iter().enumerate().map(|(i, &k)| load_tiles(&engine, k, &together, 1 + i as u64));
+        let loads = batch.iter().enumerate().map(|(i, &k)| load_tiles(engine, k, &together, 1 + i as u64));
         let loaded = futures::future::try_join_all(loads).await?;
         let fetched_by = loaded.iter().map(|(_, t, _)| t.fetched).max().unwrap_or(t0);
         let span = fetched_by.saturating_sub(t0).max(Duration::from_micros(1));
-        drop(loaded);
-        let measured =
-            Measured { first_byte_s, alone, together: together.snapshot(), together_chunks: batch.len(), span };
-        Ok(self.predict(split, epoch, &plan, &measured))
+        let together = together.snapshot();
+        let rate = together.bytes_fetched as f64 / span.as_secs_f64();
+        Ok((alone.snapshot(), together, rate))
     }
 
     /// The distinct chunks of this rank's pass over `split` at `epoch`, in admission order.
@@ -237,7 +252,7 @@ impl Dataset {
 
     /// The report: the model of [`Self::probe`] over what was measured.
     fn predict(&self, split: Split, epoch: u64, plan: &EpochChunks, m: &Measured) -> ProbeReport {
-        let Measured { first_byte_s, alone, together, together_chunks, span } = m;
+        let Measured { first_byte_s, alone, together, together_chunks, concurrent } = m;
         let first_byte_s = *first_byte_s;
         let i = &self.inner;
         let o = &i.options;
@@ -247,7 +262,7 @@ impl Dataset {
         let request_s = per(alone.times.fetch_wait_s, alone.storage_reads.max(1)).max(first_byte_s).max(1e-6);
         let connection = request_bytes / (request_s - first_byte_s).max(1e-6);
         let concurrent_requests = together.storage_reads.min(o.max_inflight as u64).max(1);
-        let concurrent = together.bytes_fetched as f64 / span.as_secs_f64();
+        let concurrent = *concurrent;
         let expected = concurrent_requests as f64 * request_bytes / request_s;
         let link_capped = concurrent < 0.8 * expected;
         let decode_s =
@@ -267,7 +282,16 @@ impl Dataset {
         let loaded = (1 + together_chunks) as f64;
         let requests_per_chunk = (alone.storage_reads + together.storage_reads) as f64 / loaded;
         let first_batch_s = request_s + plan.first_batch_bytes as f64 / rate;
-        let seconds = request_s + plan.decoded_bytes as f64 / rate;
+        // The last requests of an epoch run alone, each at one connection's rate: a pass's
+        // requests are the probe's, or for a shard its coalesced ranges (a chunk's inner
+        // chunks and their neighbours read ahead), up to coalesce_max_bytes.
+        let pass_request = if plan.shard_objects > 0 {
+            let chunk_stored = plan.decoded_bytes as f64 / plan.keys.len().max(1) as f64 / ratio;
+            (2.0 * chunk_stored).min(o.read_policy.coalesce_max_bytes as f64).max(request_bytes)
+        } else {
+            request_bytes
+        };
+        let seconds = request_s + plan.decoded_bytes as f64 / rate + pass_request / connection;
         let predicted = EpochPrediction {
             seconds,
             mb_per_s: plan.decoded_bytes as f64 / 1e6 / seconds,

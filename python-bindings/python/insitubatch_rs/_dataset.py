@@ -84,7 +84,6 @@ def _count(name: str, value: Any, minimum: int) -> int:
     return v
 
 
-@dataclasses.dataclass(frozen=True)
 def _probe_chunks(probe: bool | int) -> int:
     """``probe=True``: the engine's default number of chunks read at once; a number: that many."""
     if probe is True:
@@ -92,6 +91,7 @@ def _probe_chunks(probe: bool | int) -> int:
     return _count("probe", probe, 1)
 
 
+@dataclasses.dataclass(frozen=True)
 class _Knobs:
     """The dataset's numeric and mode arguments, checked so a bad one is a ``ValueError``
     naming it (rather than an ``OverflowError`` from the extension)."""

@@ -123,6 +123,7 @@ class PassStats:
     tiles_read: int = 0  # stored or inner chunks the requests brought
     bytes_fetched: int = 0  # stored bytes fetched, gaps between coalesced ranges included
     gap_bytes: int = 0  # fetched bytes no tile needed
+    tiles_read_ahead: int = 0  # inner chunks found read ahead (neighbours in a shard)
     hedged_reads: int = 0  # second requests sent for slow reads
     hedge_wins: int = 0  # hedges answered before the request they hedged
     # The engine's (stage, advice, consumer_idle) for stats from a pass. Not an init field, so
@@ -212,6 +213,7 @@ class PassStats:
             tiles_read=raw["tiles_read"],
             bytes_fetched=raw["bytes_fetched"],
             gap_bytes=raw["gap_bytes"],
+            tiles_read_ahead=raw["tiles_read_ahead"],
             hedged_reads=raw["hedged_reads"],
             hedge_wins=raw["hedge_wins"],
         )
