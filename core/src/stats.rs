@@ -207,7 +207,8 @@ pub struct PassStats {
     /// inner chunks of it brought ahead of their chunk's admission (Morton-ordered shards
     /// interleave neighbouring chunks), held within `read_ahead_bytes`.
     pub tiles_read_ahead: u64,
-    /// Second requests sent for reads slower than the running latency quantile (hedging).
+    /// Second requests sent for reads the store had not answered after a multiple of the
+    /// running quantile of times to first byte (hedging; at most `max_share` of requests).
     pub hedged_reads: u64,
     /// Of those, the ones answered before the request they hedged.
     pub hedge_wins: u64,

@@ -328,7 +328,7 @@ fn demo_reports() -> (Value, Value) {
 
 #[test]
 fn reference_pages_match_the_report_types() {
-    let defs = defs(&["core/src/describe.rs", "core/src/stats.rs"]);
+    let defs = defs(&["core/src/describe.rs", "core/src/stats.rs", "core/src/window.rs"]);
     let (report, pass) = demo_reports();
     assert!(report["notes"].as_array().is_some_and(|n| !n.is_empty()), "the demo report has a note to check");
     check_shape("DatasetReport", &report, "describe()", &defs);
