@@ -72,6 +72,8 @@ class Depths:
     budget_bytes: int | None = None  # the pool's byte budget at the end of the pass
     batch_queue_now: int = 0  # (ours) batches waiting when the stats were taken
     read_window: int = 0  # (ours) reads allowed ahead of the decoders when the pass ended
+    read_window_reason: str = "start"  # (ours) what set it: start, decoders, link, floor, ceiling
+    read_ahead_peak_bytes: int = 0  # (ours) most stored bytes held read ahead at once (engine-wide)
 
     @property
     def starved_frac(self) -> float:
@@ -186,6 +188,8 @@ class PassStats:
             budget_bytes=d["budget_bytes"],
             batch_queue_now=d["queue_now"],
             read_window=d["read_window"],
+            read_window_reason=d["read_window_reason"],
+            read_ahead_peak_bytes=d["read_ahead_peak_bytes"],
         )
         stats = cls(
             split=raw["split"],

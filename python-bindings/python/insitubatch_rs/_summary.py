@@ -82,6 +82,7 @@ class MemoryReport(TypedDict, total=False):
     residency_bytes: int
     resident_max_bytes: int  # the most the pool can hold: the budget, or the whole store when less
     inflight_bytes: int
+    read_ahead_bytes: int  # stored bytes of a shard's inner chunks read ahead, at most
     queue_bytes: int
     scratch_bytes: int
     recycled_bytes: int
