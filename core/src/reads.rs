@@ -133,26 +133,24 @@ impl Coalescer {
         let at = items.iter().position(|it| it.2 == Item::Pending(mine))?;
         let (mut lo, mut hi) = (items[at].0, items[at].1);
         let mut taken = vec![at];
-        let try_take = |k: usize, start: u64, end: u64| match items[k].2 {
+        let try_take = |item: Item, start: u64, end: u64| match item {
             Item::Pending(_) => true,
             Item::Wanted(w) => ahead.begin(object, wanted[w].index, end - start),
         };
-        for k in at + 1..items.len() {
-            let (s, e, _) = items[k];
+        for (k, &(s, e, item)) in items.iter().enumerate().skip(at + 1) {
             if s > hi.saturating_add(self.gap) || hi.max(e) - lo > self.max {
                 break;
             }
-            if try_take(k, s, e) {
+            if try_take(item, s, e) {
                 hi = hi.max(e);
                 taken.push(k);
             }
         }
-        for k in (0..at).rev() {
-            let (s, e, _) = items[k];
+        for (k, &(s, e, item)) in items.iter().enumerate().take(at).rev() {
             if e.saturating_add(self.gap) < lo || hi - lo.min(s) > self.max {
                 break;
             }
-            if try_take(k, s, e) {
+            if try_take(item, s, e) {
                 lo = lo.min(s);
                 taken.push(k);
             }
