@@ -104,19 +104,29 @@ pub trait Storage: MaybeSend + MaybeSync + Debug {
         key: &'a str,
         range: Option<ByteRange>,
     ) -> BoxFuture<'a, Result<Option<Body<'a>>, StorageError>> {
-        Box::pin(async move {
-            let bytes = match range {
-                None => self.get(key).await?,
-                Some(r) => self.get_range(key, r).await?,
-            };
-            Ok(bytes.map(|b| -> Body<'a> { Box::pin(std::future::ready(Ok(b))) }))
-        })
+        Box::pin(async move { Ok(self.read(key, range).await?.map(ready_body)) })
+    }
+    /// The whole object (`range` `None`) or a range of it, in one step.
+    fn read<'a>(
+        &'a self,
+        key: &'a str,
+        range: Option<ByteRange>,
+    ) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
+        match range {
+            None => self.get(key),
+            Some(r) => self.get_range(key, r),
+        }
     }
     /// True when [`Self::start_read`] resolves at the store's answer rather than after the
     /// whole body (so its times are times to first byte, whatever the size).
     fn answers_before_body(&self) -> bool {
         false
     }
+}
+
+/// Bytes already read, as the body of a two-step read ([`Storage::start_read`]).
+pub fn ready_body<'a>(bytes: Bytes) -> Body<'a> {
+    Box::pin(std::future::ready(Ok(bytes)))
 }
 
 /// A suffix read for stores that refuse a suffix longer than the object (object_store's

@@ -111,7 +111,7 @@ impl MemoryStorage {
         self.objects.lock().unwrap().keys().cloned().collect()
     }
 
-    async fn read(&self, key: &str, range: Option<ByteRange>) -> Result<Option<Bytes>, StorageError> {
+    async fn serve(&self, key: &str, range: Option<ByteRange>) -> Result<Option<Bytes>, StorageError> {
         let extra = match self.faults.lock().unwrap().get_mut(key) {
             Some(Fault::Slow { reads, delay }) if *reads > 0 => {
                 *reads -= 1;
@@ -156,10 +156,10 @@ impl MemoryStorage {
 
 impl Storage for MemoryStorage {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
-        Box::pin(self.read(key, None))
+        Box::pin(self.serve(key, None))
     }
     fn get_range<'a>(&'a self, key: &'a str, range: ByteRange) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
-        Box::pin(self.read(key, Some(range)))
+        Box::pin(self.serve(key, Some(range)))
     }
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Option<Vec<String>>, StorageError>> {
         Box::pin(async move {

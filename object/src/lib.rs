@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use insitubatch_core::runtime::{
-    Body, BoxFuture, ByteRange, Storage, StorageError, exact_bounded, past_end, suffix_or_whole,
+    Body, BoxFuture, ByteRange, Storage, StorageError, exact_bounded, past_end, ready_body, suffix_or_whole,
 };
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
@@ -194,13 +194,13 @@ impl Storage for ObjectStoreStorage {
                 Some(ByteRange::Bounded { start, end }) if start < end => {
                     (Some(GetRange::Bounded(start..end)), Some((start, end)))
                 }
-                Some(r) => return one_step(self.get_range(key, r).await),
+                Some(r) => return Ok(self.get_range(key, r).await?.map(ready_body)),
             };
             let opts = GetOptions { range: get, ..GetOptions::default() };
             let answer = match self.store.get_opts(&self.path(key), opts).await {
                 Ok(r) => r,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(_) => return one_step(self.get_range_or_whole(key, range).await),
+                Err(_) => return Ok(self.read(key, range).await?.map(ready_body)),
             };
             let body: Body<'a> = Box::pin(async move {
                 let b = answer.bytes().await.map_err(map_err)?;
@@ -217,19 +217,5 @@ impl Storage for ObjectStoreStorage {
 
     fn answers_before_body(&self) -> bool {
         true
-    }
-}
-
-/// A one-step read's answer as a two-step one.
-fn one_step<'a>(read: Result<Option<Bytes>, StorageError>) -> Result<Option<Body<'a>>, StorageError> {
-    Ok(read?.map(|b| -> Body<'a> { Box::pin(std::future::ready(Ok(b))) }))
-}
-
-impl ObjectStoreStorage {
-    async fn get_range_or_whole(&self, key: &str, range: Option<ByteRange>) -> Result<Option<Bytes>, StorageError> {
-        match range {
-            None => self.get(key).await,
-            Some(r) => self.get_range(key, r).await,
-        }
     }
 }
