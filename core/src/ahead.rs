@@ -182,6 +182,20 @@ impl ReadAhead {
         }
     }
 
+    /// The request of [`Self::begin`] was dropped before it answered (its pass closed): the
+    /// reservation goes back to the budget, and the loads waiting for the bytes see their
+    /// sender gone and read the chunk themselves. A no-op once it was filled.
+    pub fn abandon(&self, object: &str, index: u32) {
+        let mut st = self.lock();
+        let Some(slots) = st.held.get_mut(object) else { return };
+        if let Some((Slot::Reading(_), bytes)) = slots.get(&index) {
+            let bytes = *bytes;
+            slots.remove(&index); // drops the waiters' senders
+            st.held_bytes -= bytes;
+            st.drop_if_empty(object);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, AheadState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -270,5 +284,19 @@ mod tests {
         a.fill("s", 2, Ok(Bytes::from_static(b"late!")));
         assert_eq!(a.lock().held_bytes, 0, "answered after its pass ended: not kept");
         assert_eq!(a.peak(), 5);
+    }
+
+    #[test]
+    fn a_request_dropped_before_it_answered_lets_its_waiters_go_and_gives_its_budget_back() {
+        let a = ReadAhead::new(10);
+        a.want("s", [4, 5]);
+        assert!(a.begin("s", 4, 6));
+        let Some(Found::Coming(rx)) = a.take("s", 4) else { panic!("the request is reading it") };
+        a.abandon("s", 4);
+        assert!(rx.now_or_never().expect("answered").is_err(), "the waiter sees the request gone");
+        assert!(a.begin("s", 5, 10), "all 10 bytes free again");
+        a.fill("s", 5, Ok(Bytes::from_static(b"0123456789")));
+        a.abandon("s", 5);
+        assert!(held(a.take("s", 5)).is_some(), "abandoning a filled slot changes nothing");
     }
 }

@@ -1027,3 +1027,40 @@ fn the_probe_predicts_a_simulated_epoch_and_keeps_nothing_it_read() {
         report.render()
     );
 }
+
+/// A pass closed while one of its requests is reading inner chunks ahead (a pass dropped
+/// mid-epoch) leaves nothing waiting on that request: the next pass's loads that find those
+/// chunks "coming" read them themselves, and the budget is given back. Dropped after each
+/// of the first batches in turn, so some drop lands while a read-ahead request is in flight
+/// (counted: the epochs read ahead); every epoch after a drop finishes, exact.
+#[test]
+fn a_pass_dropped_while_reading_ahead_leaves_no_load_waiting() {
+    let shape = [64u64, 8, 8];
+    let f = Fixture::new(Some(Duration::from_millis(5)));
+    f.array("t2m", &shape, &[16, 8, 8], Some(&[4, 4, 4]));
+    let mut opts = DatasetOptions { batch_size: 4, block_chunks: 2, max_inflight: 4, ..Default::default() };
+    opts.read_policy.coalesce_gap_bytes = 0;
+    opts.read_policy.read_ahead_bytes = Some(1 << 20);
+    let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
+    let mut read_ahead = 0;
+    for taken in 1..8 {
+        let dropped = ds.clone();
+        f.sim
+            .run(
+                async move {
+                    let mut s = dropped.iter(Split::Train)?;
+                    for _ in 0..taken {
+                        s.next_batch().await.expect("a batch")?;
+                    }
+                    Ok::<_, Error>(())
+                },
+                LIMIT,
+            )
+            .unwrap()
+            .unwrap();
+        let e = f.epoch(&ds, Split::Train).expect("the epoch after a dropped pass finishes").unwrap();
+        check_epoch(&e, &shape, 0, &[("t2m", 0)], &(0..64).collect::<Vec<_>>(), 4);
+        read_ahead += ds.last_pass().unwrap().tiles_read_ahead;
+    }
+    assert!(read_ahead > 0, "the passes read ahead");
+}

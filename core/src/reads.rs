@@ -394,11 +394,12 @@ async fn fetch_claimed(
     let lo = spans.clone().map(|s| s.0).min().unwrap_or(0);
     let hi = spans.clone().map(|s| s.1).max().unwrap_or(lo);
     let needed = covered_bytes(spans);
+    let mut reading = ReadingAhead { engine, object, wanted: ahead };
     let permitted = engine.now();
     let bytes = engine.fetch(object, Some(ByteRange::Bounded { start: lo, end: hi }), hi - lo, Some(rec)).await;
     let fetched = engine.now();
-    account(engine, rec, fetched.saturating_sub(permitted), pending.len() + ahead.len(), hi - lo, needed);
-    for w in &ahead {
+    account(engine, rec, fetched.saturating_sub(permitted), pending.len() + reading.wanted.len(), hi - lo, needed);
+    for w in std::mem::take(&mut reading.wanted) {
         let part = slice(&bytes, w.start - lo, w.end - lo, engine, object).and_then(|b| {
             b.ok_or_else(|| Error::Internal(format!("a read-ahead found no object: {}", engine.url(object))))
         });
@@ -428,6 +429,23 @@ async fn fetch_claimed(
         permitted,
         fetched,
     })
+}
+
+/// The inner chunks a request is reading ahead, until it fills them. A request dropped first
+/// (its pass closed mid-read) abandons them, so no later load waits for bytes that will never
+/// come and their budget is given back.
+struct ReadingAhead<'a> {
+    engine: &'a Engine,
+    object: &'a str,
+    wanted: Vec<Wanted>,
+}
+
+impl Drop for ReadingAhead<'_> {
+    fn drop(&mut self) {
+        for w in &self.wanted {
+            self.engine.ahead.abandon(self.object, w.index);
+        }
+    }
 }
 
 /// A request's window place once its bytes arrived: given back now for a remote store,
