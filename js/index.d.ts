@@ -199,7 +199,7 @@ export interface ViewBatch extends Batch {
 }
 
 // The report types below mirror the engine's serde structs (core/src/describe.rs,
-// core/src/stats.rs, wasm/src/explore.rs) key for key: js/test/types.test.js checks the
+// core/src/stats.rs, core/src/dataset/probe.rs, wasm/src/explore.rs) key for key: js/test/types.test.js checks the
 // values the engine returns against them and fails on any missing, extra or mistyped field.
 
 /** One variable's geometry and per-chunk bytes (snake_case keys, as in the Rust and JSON reports). */
@@ -305,6 +305,8 @@ export interface MemoryReport {
   /** Below read-once: at most this many chunk bytes are fetched again per train epoch. */
   reread_bytes_max: number;
   inflight_bytes: number;
+  /** Stored bytes of a shard's inner chunks read ahead for chunks a pass needs soon, at most. */
+  read_ahead_bytes: number;
   queue_bytes: number;
   scratch_bytes: number;
   recycled_bytes: number;
@@ -368,7 +370,11 @@ export interface Depths {
   max_inflight: number;
   /** Reads allowed ahead of the decoders when the pass ended (the adaptive read window). */
   read_window: number;
+  /** What set `read_window` last. */
+  read_window_reason: 'start' | 'decoders' | 'link' | 'floor' | 'ceiling';
   decode_threads: number;
+  /** Most stored bytes held read ahead at once (engine-wide). */
+  read_ahead_peak_bytes: number;
   resident_peak_chunks: number;
   resident_peak_bytes: number;
   /** The pool's byte budget at the end of the pass. */
@@ -406,6 +412,8 @@ export interface PassStats {
   bytes_fetched: number;
   /** Fetched bytes that no tile needed (`readPolicy.coalesceGapBytes` bounds each gap). */
   gap_bytes: number;
+  /** Tiles found already read ahead (a shard's neighbouring inner chunks). */
+  tiles_read_ahead: number;
   /** Second requests sent for slow reads (hedging). */
   hedged_reads: number;
   /** Hedges answered before the request they hedged. */
@@ -427,6 +435,67 @@ export interface PassStats {
 }
 
 export type SplitName = 'train' | 'val' | 'test' | 'all';
+
+/** One epoch as the probe predicts it (core/src/dataset/probe.rs `EpochPrediction`). */
+export interface EpochPrediction {
+  /** Seconds from the pass's start to its last batch. */
+  seconds: number;
+  /** Decoded megabytes (10^6 bytes) per second delivered. */
+  mb_per_s: number;
+  /** Seconds to the first batch. */
+  first_batch_s: number;
+  /** The slower of the two rates. */
+  limiting_stage: 'store' | 'decode';
+  /** Decoded bytes the epoch's chunks hold. */
+  decoded_bytes: number;
+  /** Stored bytes they take (decoded ÷ the measured ratio). */
+  stored_bytes: number;
+  /** Storage requests, shard indexes included. */
+  requests: number;
+  /** Decoded bytes per second the store can deliver at `maxInflight`. */
+  store_bytes_per_s: number;
+  /** Decoded bytes per second the decode threads can produce. */
+  decode_bytes_per_s: number;
+}
+
+/**
+ * What `probe()` measured with a few real reads and decodes, the epoch it predicts, and what
+ * it suggests (core/src/dataset/probe.rs `ProbeReport`; snake_case keys).
+ */
+export interface ProbeReport {
+  split: SplitName;
+  epoch: number;
+  /** Storage requests the probe made (shard indexes included). */
+  requests: number;
+  /** Stored bytes the probe read. */
+  bytes_read: number;
+  /** Seconds to read one byte of an object: the store's time to first byte. */
+  first_byte_s: number;
+  /** Seconds one request of the epoch's typical size took, alone. */
+  request_s: number;
+  /** That typical request's stored bytes. */
+  request_bytes: number;
+  /** Stored bytes per second of one connection, after its first byte. */
+  connection_bytes_per_s: number;
+  /** Requests the concurrent part made at once (at most `maxInflight`). */
+  concurrent_requests: number;
+  /** Stored bytes per second those requests reached together. */
+  concurrent_bytes_per_s: number;
+  /** True when they went markedly slower together than as many single ones: a shared link (or the store) caps the rate. */
+  link_capped: boolean;
+  /** Decoded bytes per second of one decode thread. */
+  decode_bytes_per_s_per_thread: number;
+  decode_threads: number;
+  /** Decoded ÷ stored bytes of what the probe read. */
+  compression_ratio: number;
+  predicted: EpochPrediction;
+  /** A `maxInflight` that fills what the store and the decoders can take at this latency. */
+  suggested_max_inflight: number;
+  /** A `blockChunks` whose two admitted blocks hold that many requests (never below the current one). */
+  suggested_block_chunks: number;
+  /** What the figures mean, in words. */
+  notes: string[];
+}
 
 /**
  * The wasm engine trapped (a panic, or out of memory): the pass rejects with this, the
@@ -465,6 +534,12 @@ export declare class Dataset<B extends Batch = Batch> {
   test(): Pass<B>;
   all(): Pass<B>;
   lastPass(): PassStats | undefined;
+  /**
+   * Probe the store: a few real reads and decodes of the train split at the current epoch,
+   * timed, and the epoch they predict; `chunks` (default 16, the engine's) are loaded at once
+   * after the first. Nothing it loads is kept.
+   */
+  probe(chunks?: number): Promise<ProbeReport>;
   /** Chunks filled under `onBadChunk: "nan"` so far. */
   badChunks(): BadChunk[];
   close(): void;
@@ -567,6 +642,8 @@ export declare class WorkerDataset {
   test(): WorkerPass;
   all(): WorkerPass;
   lastPass(): Promise<PassStats | undefined>;
+  /** `Dataset.probe`, measured in the worker. */
+  probe(chunks?: number): Promise<ProbeReport>;
   /** Chunks filled under `onBadChunk: "nan"` so far. */
   badChunks(): Promise<BadChunk[]>;
   transferReport(): Promise<TransferReport>;
@@ -640,7 +717,7 @@ export interface WhatIf {
   threads?: number;
 }
 
-/** A store's metadata, opened once; every method answers without reading the store. */
+/** A store's metadata, opened once; every method but `iter` and `probe` answers without reading the store. */
 export declare class Explorer {
   readonly url: string;
   arrays(): ArrayInfo[];
@@ -650,6 +727,12 @@ export declare class Explorer {
   qualityCurve(options?: OpenOptions, blockChunks?: number[], at?: { epoch?: number; threads?: number; shift?: number }): QualityPoint[];
   /** One epoch of `split` read on this thread (previews); `shift` ≠ 0 adds targets `label@+shift`. */
   iter(options?: OpenOptions, split?: SplitName, at?: { epoch?: number; shift?: number }): ExplorePass;
+  /**
+   * Probe the store for `options` (this one reads it): a few real reads and decodes of the
+   * train split, timed on this thread, and the epoch they predict for `threads` decode
+   * threads (default 1); `chunks` as `Dataset.probe`.
+   */
+  probe(options?: OpenOptions, at?: { epoch?: number; shift?: number; chunks?: number; threads?: number }): Promise<ProbeReport>;
   close(): void;
 }
 

@@ -13,6 +13,35 @@ const ISOLATION = {
   'Cross-Origin-Embedder-Policy': 'require-corp',
 };
 
+/**
+ * Answer `Range: bytes=0-0` (one byte: the probe's time to first byte) with that byte, as RFC
+ * 9110 says; sirv reads an end of 0 as absent and sends the whole file. True when answered
+ * here; anything else (another range, a missing file, a path outside `dir`) is left to sirv.
+ */
+function firstByte(dir, req, res) {
+  if (req.headers.range?.trim() !== 'bytes=0-0') return false;
+  const root = path.resolve(dir);
+  const file = path.resolve(root, `.${decodeURIComponent(new URL(req.url, 'http://store').pathname)}`);
+  if (!file.startsWith(root + path.sep)) return false;
+  let size;
+  const byte = Buffer.alloc(1);
+  try {
+    size = fs.statSync(file).size;
+    if (size === 0) return false;
+    const fd = fs.openSync(file, 'r');
+    try {
+      fs.readSync(fd, byte, 0, 1, 0);
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch {
+    return false;
+  }
+  res.writeHead(206, { 'Content-Range': `bytes 0-0/${size}`, 'Content-Length': '1', 'Accept-Ranges': 'bytes' });
+  res.end(byte);
+  return true;
+}
+
 /** Serve IB_STORE_DIR at /store/ with Range support (sirv); a missing key is a real 404. */
 function storePlugin() {
   const dir = process.env.IB_STORE_DIR;
@@ -22,6 +51,7 @@ function storePlugin() {
     const serve = sirv(dir, { dev: true, dotfiles: true });
     server.middlewares.use('/store', (req, res) => {
       for (const [k, v] of Object.entries(ISOLATION)) res.setHeader(k, v);
+      if (firstByte(dir, req, res)) return;
       // Without this, the dev server's SPA fallback would answer a missing chunk with
       // index.html and a 200, which the engine would try to decode.
       serve(req, res, () => {

@@ -1,14 +1,15 @@
 // The dashboard's questions (www/): a store's metadata opened once, then "what would this
 // configuration do?" answered without touching the store: the describe report, the draw
 // order of an epoch (which chunk each sample comes from), and shuffle quality against memory
-// across block sizes. Every answer comes from the engine's own code (wasm/src/explore.rs).
+// across block sizes; and, reading a little of the store, the probe's predicted epoch. Every
+// answer comes from the engine's own code (wasm/src/explore.rs).
 
 import { Pass, checkSplit } from './facade.js';
 
 /** A pass of `Explorer.iter`: an async iterable of batches (a `Pass` of the explorer's stream). */
 export class ExplorePass extends Pass {}
 
-/** A store's metadata, opened once. Options are `open()`'s; nothing here reads the store. */
+/** A store's metadata, opened once. Options are `open()`'s; only `iter` and `probe` read the store. */
 export class Explorer {
   #inst;
   #ex;
@@ -51,6 +52,15 @@ export class Explorer {
   /** Shuffle quality and memory of the train order for each `block_chunks` in `values`. */
   qualityCurve(options = {}, values = [1, 2, 4, 8, 16, 32], { epoch = 0, threads = 1, shift = 0 } = {}) {
     return this.#with((ex) => ex.qualityCurve(options, epoch, threads, shift, Float64Array.from(values)));
+  }
+  /**
+   * Probe the store for `options`: a few real reads and decodes of the train split at
+   * `epoch` (a windowed view when `shift` ≠ 0), timed on this thread, and the epoch they
+   * predict for `threads` decode threads (`chunks` as `Dataset.probe`). Unlike the other
+   * questions, this one reads the store.
+   */
+  async probe(options = {}, { epoch = 0, shift = 0, chunks, threads = 1 } = {}) {
+    return this.#inst.wait(this.#with((ex) => ex.probe(options, epoch, shift, chunks, threads)));
   }
   /**
    * One epoch of `split`, read from the store on this thread, for previews: batches as

@@ -212,6 +212,14 @@ export class Dataset extends SplitViews {
     checkSplit(split);
     return new Pass(this.#inst, this.#with((ds) => ds.iter(split)));
   }
+  /**
+   * Probe the store: time a few real reads and decodes of the train split at the current
+   * epoch and predict its epoch (`chunks` at once after the first; default the engine's
+   * `PROBE_CHUNKS`). Reads the store; nothing it loads is kept.
+   */
+  async probe(chunks) {
+    return this.#inst.wait(this.#with((ds) => ds.probe(chunks)));
+  }
   /** Stats of the last pass that ended, or `undefined`. */
   lastPass() {
     return this.#with((ds) => ds.lastPass());

@@ -1,7 +1,7 @@
 // `openInWorker(url, options)`: the loader in a dedicated Web Worker (browsers) or a
 // worker_threads Worker (Node), so decoding never blocks the page. The returned dataset has
 // the main-thread API, except that methods which need an answer from the worker return
-// promises (`describe`, `lastPass`, `setEpoch`, `stats`). Batches arrive with their buffers
+// promises (`describe`, `lastPass`, `setEpoch`, `stats`, `probe`). Batches arrive with their buffers
 // transferred (moved, not copied) from the worker or, under `batchViews` (the threaded
 // build), as views over the worker's shared memory, valid until the pass's next step.
 
@@ -191,6 +191,10 @@ export class WorkerDataset extends SplitViews {
   }
   lastPass() {
     return this.#ch.call('lastPass');
+  }
+  /** The probe's report (`Dataset.probe`), measured in the worker. */
+  probe(chunks) {
+    return this.#ch.call('probe', { chunks });
   }
   /** Chunks filled under `onBadChunk: "nan"` so far. */
   badChunks() {

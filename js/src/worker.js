@@ -127,6 +127,7 @@ const ops = {
     return dataset.epoch;
   },
   lastPass: () => dataset.lastPass(),
+  probe: ({ chunks }) => dataset.probe(chunks),
   badChunks: () => dataset.badChunks(),
   iter({ split }) {
     const pass = dataset.iter(split);

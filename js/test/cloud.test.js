@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { dirname, basename, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { open } from '../src/index.js';
+import { open, openExplorer, openInWorker } from '../src/index.js';
 import { FIXTURES, UNDER_CI, collect, digest } from '../test-support/helpers.js';
 
 const BIN = process.env.INSITUBATCH_CLOUD_STORE_BIN;
@@ -99,6 +99,40 @@ test('a read the store never answers is hedged, and the epoch does not wait for 
     assert.ok(stats.hedged_reads >= 1 && stats.hedge_wins >= 1, JSON.stringify(stats));
     const s = await store.call('/_ib/stats');
     assert.equal(s.stalled, 1, 'the first read of chunk 9 was held');
+  } finally {
+    store.close();
+  }
+});
+
+test('the probe reads through the engine: its counts are what the store answered, the same on every route', { skip }, async () => {
+  const store = await cloudStore({ ttfb_ms: '2' });
+  try {
+    const url = `${store.base}/${BUCKET}/v3_sharded`;
+    const opts = { variables: ['t2m'], fractions: [1, 0, 0], batchSize: 8, blockChunks: 2, seed: 5, readPolicy: { hedge: false } };
+    const prefix = `/${BUCKET}/v3_sharded/t2m/c/`;
+    const probed = async (probe) => {
+      await store.call('/_ib/reset');
+      const r = await probe();
+      return { r, got: served(await store.call('/_ib/stats'), prefix) };
+    };
+    const ds = await open(url, opts);
+    const main = await probed(() => ds.probe(3));
+    ds.close();
+    const ex = await openExplorer(url);
+    const explored = await probed(() => ex.probe(opts, { chunks: 3 }));
+    ex.close();
+    const wds = await openInWorker(url, opts);
+    const worker = await probed(() => wds.probe(3));
+    await wds.close();
+    for (const [how, { r, got }] of Object.entries({ main, explored, worker })) {
+      assert.equal(r.requests, got.requests, `${how}: the probe counts the requests the store answered`);
+      assert.equal(r.split, 'train');
+      assert.ok(['store', 'decode'].includes(r.predicted.limiting_stage), JSON.stringify(r.predicted));
+      assert.ok(r.predicted.seconds > 0 && r.suggested_max_inflight >= 1 && r.suggested_block_chunks >= 2, JSON.stringify(r));
+    }
+    assert.equal(explored.r.requests, main.r.requests, 'the explorer probes what open() does');
+    assert.equal(worker.r.requests, main.r.requests, 'and so does the worker');
+    assert.equal(main.r.predicted.decoded_bytes, explored.r.predicted.decoded_bytes);
   } finally {
     store.close();
   }

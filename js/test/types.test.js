@@ -1,5 +1,5 @@
 // js/index.d.ts against what the engine really returns: the reports and stats of the wasm
-// build (serde structs of core/src/describe.rs, core/src/stats.rs, wasm/src/explore.rs,
+// build (serde structs of core/src/describe.rs, core/src/stats.rs, core/src/dataset/probe.rs, wasm/src/explore.rs,
 // turned into JS by JSON.parse) must match their declared interfaces key for key, and
 // index.d.ts must compile. Needs npm `typescript` ($IB_TYPESCRIPT, installed by
 // scripts/test-wasm.sh) and, for the engine's values, the loopback HTTP server.
@@ -25,7 +25,7 @@ const ts = TS_PATH ? createRequire(import.meta.url)(TS_PATH) : undefined;
 const noTs = ts ? false : 'IB_TYPESCRIPT is unset: run scripts/test-wasm.sh, which installs npm typescript';
 
 /** The declared types of the engine's values, and where each comes from below. */
-const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange'];
+const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange', 'ProbeReport'];
 
 /**
  * Every option `open()` takes, set (storageOptions aside: s3:// only), typed by index.d.ts:
@@ -120,6 +120,7 @@ async function engineValues() {
     values.push([`${store} pass.stats()`, 'PassStats', pass.stats()]);
     for await (const _ of pass);
     values.push([`${store} lastPass()`, 'PassStats', ds.lastPass()]);
+    values.push([`${store} probe()`, 'ProbeReport', await ds.probe(2)]);
     ds.close();
     const ex = await openExplorer(url);
     ex.arrays().forEach((a, i) => values.push([`${store} arrays()[${i}]`, 'ArrayInfo', a]));
@@ -130,6 +131,7 @@ async function engineValues() {
     await preview.next();
     values.push([`${store} explorer pass stats()`, 'PassStats', preview.stats()]);
     preview.close();
+    values.push([`${store} explorer probe()`, 'ProbeReport', await ex.probe(opts, { shift: 1, chunks: 2 })]);
     ex.close();
   }
   // Every option at once, on a storage object whose chunk reads of t2m chunk 1 fail: the

@@ -42,6 +42,30 @@ pub(crate) fn whole(name: &str, v: f64) -> Result<u64, JsError> {
     }
 }
 
+/// The probe's `chunks` from JS: absent, core's [`PROBE_CHUNKS`](insitubatch_core::PROBE_CHUNKS),
+/// the CLI's and Python's default; else at least 1 (the concurrent part needs a chunk).
+pub(crate) fn probe_chunks(chunks: Option<f64>) -> Result<usize, JsError> {
+    match chunks {
+        None => Ok(insitubatch_core::PROBE_CHUNKS),
+        Some(v) => match whole("chunks", v)? {
+            0 => {
+                Err(JsError::new("chunks must be at least 1: the probe loads that many chunks at once after the first"))
+            }
+            n => usize::try_from(n).map_err(err),
+        },
+    }
+}
+
+/// A promise of `ds`'s probe of the train split at its epoch, as a JS object: what the CLI's
+/// `describe --probe` and Python's `describe(probe=True)` report. `keep` lives until it settles.
+pub(crate) fn probe_promise<K: 'static>(ds: insitubatch_core::Dataset, chunks: usize, keep: K) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(async move {
+        let _keep = keep;
+        let report = ds.probe(insitubatch_core::shuffle::Split::Train, chunks).await.map_err(err)?;
+        Ok(to_js(&report)?)
+    })
+}
+
 /// `fetch` for `http(s)://`; object_store's signed S3 for `s3://` (with `storageOptions`).
 fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
     if url.starts_with("http://") || url.starts_with("https://") {
@@ -279,6 +303,17 @@ impl Dataset {
             keep: KeepAlive(Some(self.inner.clone())),
             views: self.batch_views,
         })
+    }
+
+    /// Probe the store: a few real reads and decodes of the train split at the current
+    /// epoch, timed, and the epoch they predict (core's `Dataset::probe`; `chunks`, default
+    /// `PROBE_CHUNKS`, are loaded at once after the first). A promise of the report; nothing
+    /// it loads is kept, so the next pass starts cold.
+    pub fn probe(&self, chunks: Option<f64>) -> js_sys::Promise {
+        match probe_chunks(chunks) {
+            Ok(n) => probe_promise(self.inner.clone(), n, KeepAlive(Some(self.inner.clone()))),
+            Err(e) => js_sys::Promise::reject(&e.into()),
+        }
     }
 
     /// Chunks filled under `onBadChunk: "nan"` so far: `{ array, chunk_index, tile, error }`.

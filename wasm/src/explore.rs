@@ -22,8 +22,9 @@ use crate::JsOpenOptions;
 ///
 /// `describe()` sizes the batch queue and transform scratch by the pool's parallelism, so a
 /// what-if for "N decode threads" (the CLI's `--threads N`, the threaded wasm build) needs a
-/// pool that reports N. Datasets built by the explorer are only described, never iterated;
-/// should one ever run a job, it runs correctly, on the calling thread.
+/// pool that reports N. The jobs of the explorer's previews and probes run on the calling
+/// thread, one at a time: the probe's per-thread decode rate is measured so, and scaled to
+/// the N threads asked about.
 #[derive(Debug)]
 pub struct WhatIfPool(pub NonZeroUsize);
 
@@ -278,7 +279,7 @@ pub fn target_label(label: &str, shift: i64) -> String {
 mod js {
     use super::*;
     use crate::LocalExecutor;
-    use crate::api::{PassCursor, batch_to_js, err, parse_options, to_js, whole};
+    use crate::api::{PassCursor, batch_to_js, err, parse_options, probe_chunks, probe_promise, to_js, whole};
     use crate::storage::FetchStorage;
     use insitubatch_core::retry::PolicyStorage;
     use wasm_bindgen::prelude::*;
@@ -457,6 +458,26 @@ mod js {
             let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
             let (ds, _) = self.dataset(options, epoch, 1.0, shift)?;
             Ok(ExploreStream { cursor: PassCursor::new(ds.iter(split).map_err(err)?) })
+        }
+
+        /// Probe the store for `options` at `epoch` (a windowed view when `shift` is not 0):
+        /// a few real reads and decodes of the train split, timed, and the epoch they predict
+        /// for `threads` decode threads (default 1, this thread; `chunks`: as `Dataset.probe`).
+        /// A promise of the report; it reads the store, unlike the other questions.
+        pub fn probe(
+            &self,
+            options: JsValue,
+            epoch: f64,
+            shift: f64,
+            chunks: Option<f64>,
+            threads: Option<f64>,
+        ) -> js_sys::Promise {
+            let built = probe_chunks(chunks)
+                .and_then(|n| Ok((self.dataset(options, epoch, threads.unwrap_or(1.0), shift)?.0, n)));
+            match built {
+                Ok((ds, n)) => probe_promise(ds, n, ()),
+                Err(e) => js_sys::Promise::reject(&e.into()),
+            }
         }
     }
 

@@ -95,15 +95,8 @@ pub const OPTION_NAMES: &[&str] = &[
 pub const VARIABLE_NAMES: &[&str] = &["path", "shift", "sampleAxis"];
 
 /// The fields of `readPolicy` (of [`JsReadPolicy`]).
-pub const READ_POLICY_NAMES: &[&str] = &[
-    "retries",
-    "backoffMs",
-    "requestTimeoutMs",
-    "coalesceGapBytes",
-    "coalesceMaxBytes",
-    "hedge",
-    "readAheadBytes",
-];
+pub const READ_POLICY_NAMES: &[&str] =
+    &["retries", "backoffMs", "requestTimeoutMs", "coalesceGapBytes", "coalesceMaxBytes", "hedge", "readAheadBytes"];
 
 /// The options `open()` accepts, in their JavaScript (camelCase) spelling. Parsed on every
 /// target so the option set can be unit-tested on the host.

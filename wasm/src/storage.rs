@@ -105,8 +105,19 @@ impl FetchStorage {
             };
         }
         // A server clips a range that runs past the end of the object (RFC 9110).
-        if b.len() as u64 != end - start {
+        if (b.len() as u64) < end - start {
             return Err(past_end(start, end, start + b.len() as u64));
+        }
+        if b.len() as u64 > end - start {
+            // Not a short object: a server that misreads ranges (sirv sends all of an object
+            // for `bytes=0-0`), which a "past the end" message would hide.
+            return Err(StorageError::permanent(format!(
+                "the server answered the range bytes={start}-{} with {} bytes, more than the {} asked for: it does not \
+                 serve byte ranges correctly; serve the store with one that does",
+                end - 1,
+                b.len(),
+                end - start
+            )));
         }
         Ok(Some(b))
     }

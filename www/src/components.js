@@ -1,7 +1,7 @@
 // The rendering pieces the dashboard (main.js) and the notebook widget (widget.js) share:
 // sizes as text, the memory and split tables of a describe report, the memory model as a
 // stacked bar, the draw-order plot, a batch as a grid of pictures on one colour scale with
-// the value under the cursor, and a progress line for slow reads. Each builds DOM nodes
+// the value under the cursor, a probe report, and a progress line for slow reads. Each builds DOM nodes
 // from the engine's reports and leaves page layout (ids, sections, controls) to its caller;
 // their few style rules are COMPONENTS_CSS (class names prefixed `ib-`, safe in a notebook).
 import { VIRIDIS } from './colormap.js';
@@ -9,7 +9,7 @@ import { drawSlice, sliceOffset } from './render.js';
 
 /**
  * The rules of the components below that need styling (memory bar, progress line, hover
- * readout); the dashboard puts them into its page, the widget into its own style element.
+ * readout, probe report); the dashboard puts them into its page, the widget into its own style element.
  */
 export const COMPONENTS_CSS = `
 .ib-membar-track { display: flex; height: 28px; border: 1px solid #bbb; border-radius: 4px; overflow: hidden; background: #fff; }
@@ -24,6 +24,10 @@ export const COMPONENTS_CSS = `
 .ib-progress { display: flex; gap: 8px; align-items: center; margin: 6px 0; font-size: 13px; }
 .ib-progress[hidden] { display: none; }
 .ib-progress progress { width: min(240px, 40%); }
+.ib-probe-groups { display: flex; flex-wrap: wrap; gap: 8px 24px; align-items: flex-start; }
+.ib-probe-group h4 { margin: 4px 0; font-size: 13px; }
+.ib-probe-group th { font-weight: normal; color: #555; text-align: left; padding-right: 10px; }
+.ib-probe-notes { margin: 6px 0 0; padding-left: 18px; font-size: 13px; }
 .ib-hover { display: block; min-height: 1.4em; font-variant-numeric: tabular-nums; font-size: 13px; color: #333; margin-bottom: 6px; }
 `;
 
@@ -239,6 +243,57 @@ export function memoryBar(m) {
     );
   }
   return box;
+}
+
+const MB = (bytesPerS) => `${(bytesPerS / 1e6).toFixed(1)} MB/s`;
+const ms = (s) => `${(s * 1e3).toFixed(1)} ms`;
+
+/**
+ * The rows of a probe report (`Explorer.probe`, core/src/dataset/probe.rs), in three groups:
+ * what the reads and decodes measured, the epoch predicted from them, and the suggestion.
+ * Every row has `data-key` (the report's field; tests read it) and `data-value` where a
+ * number matters.
+ */
+export function probeRows(r) {
+  const p = r.predicted;
+  return {
+    measured: [
+      row('first byte', ms(r.first_byte_s), { key: 'first_byte_s', value: String(r.first_byte_s) }),
+      row('one connection', `${human(r.request_bytes)} in ${ms(r.request_s)}: ${MB(r.connection_bytes_per_s)}`, { key: 'connection_bytes_per_s', value: String(r.connection_bytes_per_s) }),
+      row(
+        'at once',
+        `${r.concurrent_requests} requests: ${MB(r.concurrent_bytes_per_s)}, ${r.link_capped ? 'capped (the link or the store)' : 'no cap seen'}`,
+        { key: 'link_capped', value: String(r.link_capped) },
+      ),
+      row('decode', `${MB(r.decode_bytes_per_s_per_thread)} per thread × ${r.decode_threads}`, { key: 'decode_bytes_per_s_per_thread', value: String(r.decode_bytes_per_s_per_thread) }),
+      row('compression ratio', `${r.compression_ratio.toFixed(2)} (decoded ÷ stored)`, { key: 'compression_ratio', value: String(r.compression_ratio) }),
+      row('the probe read', `${human(r.bytes_read)} in ${r.requests} requests`, { key: 'requests', value: String(r.requests) }),
+    ],
+    predicted: [
+      row(`epoch ${r.epoch} (${r.split})`, `${p.seconds.toFixed(1)} s at ${p.mb_per_s.toFixed(1)} MB/s decoded`, { key: 'seconds', value: String(p.seconds) }),
+      row('first batch', `${p.first_batch_s.toFixed(2)} s`, { key: 'first_batch_s', value: String(p.first_batch_s) }),
+      row('limiting stage', `${p.limiting_stage} (store ${MB(p.store_bytes_per_s)}, decode ${MB(p.decode_bytes_per_s)}, decoded)`, { key: 'limiting_stage', value: p.limiting_stage }),
+      row('requests', `${p.requests} for ${human(p.stored_bytes)} stored, ${human(p.decoded_bytes)} decoded`, { key: 'predicted_requests', value: String(p.requests) }),
+    ],
+    suggested: [
+      row('suggested', `max_inflight ${r.suggested_max_inflight}, block_chunks ${r.suggested_block_chunks}`, { key: 'suggested', value: `${r.suggested_max_inflight},${r.suggested_block_chunks}` }),
+    ],
+  };
+}
+
+/**
+ * A probe report as one block: the measured, predicted and suggested tables side by side,
+ * then the engine's notes in words.
+ */
+export function probeView(r) {
+  const rows = probeRows(r);
+  const group = (title, trs) => el('div', { className: 'ib-probe-group' }, el('h4', { textContent: title }), el('table', {}, el('tbody', {}, ...trs)));
+  return el(
+    'div',
+    { className: 'ib-probe' },
+    el('div', { className: 'ib-probe-groups' }, group('measured', rows.measured), group('predicted epoch', rows.predicted), group('suggestion', rows.suggested)),
+    el('ul', { className: 'ib-probe-notes' }, ...r.notes.map((n) => el('li', { textContent: n }))),
+  );
 }
 
 /**

@@ -1,5 +1,6 @@
-// The dashboard: open a store, describe and tune a configuration live (no reads), preview
-// real shuffled batches as images, and stream an epoch in a worker with a live chart. The
+// The dashboard: open a store, describe and tune a configuration live (no reads), probe the
+// store for a predicted epoch, preview real shuffled batches as images, and stream an epoch
+// in a worker with a live chart. The
 // controls sit in a side panel (index.html), the views beside them; a slow read shows a
 // progress line, and any error (the engine's, a dead worker's, an unhandled rejection) the
 // banner at the top.
@@ -11,7 +12,7 @@ import 'uplot/dist/uPlot.min.css';
 // /insitubatch-js/ and copies them into the build, and `openInWorker` is told where.
 const workerUrl = new URL('/insitubatch-js/src/worker.js', location.href);
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
-import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, progressLine, row, splitRows } from './components.js';
+import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, probeView, progressLine, row, splitRows } from './components.js';
 
 const $ = (id) => document.getElementById(id);
 const MiB = 1024 * 1024;
@@ -29,6 +30,8 @@ const state = {
   error: null,
   preview: { key: null, opts: null, shift: 0, pass: null, history: [], pos: -1, epoch: 0, ended: false, shown: null },
   live: { ds: null, ticks: [], done: null, error: null, stop: false, build: null },
+  /** The last probe: its report (or error), and the configuration it measured (`probeKey()`). */
+  probe: { report: null, error: null, key: null, stale: false },
   /** The errors the banner showed, oldest first (the last 100: the page stays open for long). */
   errors: [],
   /** The progress texts shown when a slow step started (`preview` or `live`), oldest first (the last 100). */
@@ -140,6 +143,7 @@ async function openStore(text) {
     return;
   }
   clearError();
+  resetProbe();
   status.textContent = `opened ${url}`;
   status.dataset.url = url;
   showArrays();
@@ -258,6 +262,7 @@ function update() {
   } catch (e) {
     err.textContent = e.message;
   }
+  markProbe();
   // A counter the tests wait on: the report on screen is for the controls as they are now.
   document.body.dataset.describeGen = String(Number(document.body.dataset.describeGen ?? 0) + 1);
 }
@@ -349,6 +354,82 @@ function showOrder(opts, w) {
   const o = state.explorer.drawOrder(opts, split, { epoch: w.epoch, shift: w.shift });
   state.order = o;
   $('order-caption').textContent = drawOrderPlot($('order'), o, split);
+}
+
+// ---------- probe ----------
+
+const probeProgress = timedProgress($('probe-progress'), 'probe');
+
+/** What a probe depends on: the store, the options and the what-if's epoch, shift and threads. */
+function probeKey() {
+  const w = whatIf();
+  return JSON.stringify([state.url, currentOptions(), w.epoch, w.shift, w.threads]);
+}
+
+function resetProbe() {
+  Object.assign(state.probe, { report: null, error: null, key: null, stale: false });
+  $('probe-report').replaceChildren();
+  $('probe-state').textContent = '';
+  delete $('probe-state').dataset.state;
+  $('probe-apply').disabled = true;
+  $('probe-apply').textContent = 'Apply the suggestion';
+}
+
+/**
+ * Say when the probe on screen measured another configuration than the controls now show
+ * (a prediction is only for what was probed), so its numbers are not read as this one's.
+ */
+function markProbe() {
+  const P = state.probe;
+  if (!P.report) return;
+  P.stale = P.key !== probeKey();
+  $('probe-report').dataset.stale = String(P.stale);
+  $('probe-state').textContent = P.stale ? 'the configuration changed since this probe: probe again for its prediction' : 'for the configuration above';
+}
+
+/**
+ * Probe the store for the controls as they are: the explorer reads a few chunks on this page
+ * (one thread; the decode rate is scaled to the decode threads asked about), then the page
+ * shows what was measured, the predicted epoch and the suggestion, ready to apply.
+ */
+async function runProbe() {
+  const P = state.probe;
+  const w = whatIf();
+  const chunks = num('probe-chunks');
+  const st = $('probe-state');
+  $('probe').disabled = true;
+  $('probe-apply').disabled = true;
+  st.dataset.state = 'running';
+  st.textContent = '';
+  probeProgress.start(`probing the store (train, epoch ${w.epoch}${chunks ? `, ${chunks} chunks at once` : ''})`);
+  const key = probeKey();
+  try {
+    const r = await state.explorer.probe(currentOptions(), { epoch: w.epoch, shift: w.shift, threads: w.threads, chunks });
+    Object.assign(P, { report: r, error: null, key });
+    $('probe-report').replaceChildren(probeView(r));
+    $('probe-apply').textContent = `Apply the suggestion (max in-flight ${r.suggested_max_inflight}, block chunks ${r.suggested_block_chunks})`;
+    $('probe-apply').disabled = false;
+    st.dataset.state = 'done';
+    markProbe();
+  } catch (e) {
+    Object.assign(P, { report: null, error: e.message, key });
+    $('probe-report').replaceChildren();
+    st.textContent = e.message;
+    st.dataset.state = 'error';
+    showError('probing the store failed', e);
+  } finally {
+    probeProgress.stop();
+    $('probe').disabled = false;
+  }
+}
+
+/** Set the controls to the probe's suggestion; the report follows as for any edit. */
+function applyProbe() {
+  const r = state.probe.report;
+  if (!r) return;
+  $('maxInflight').value = String(r.suggested_max_inflight);
+  $('blockChunks').value = String(r.suggested_block_chunks);
+  $('controls').dispatchEvent(new Event('input', { bubbles: true }));
 }
 
 // ---------- 3. preview ----------
@@ -688,6 +769,8 @@ $('next-epoch').addEventListener('click', guard(async () => {
 }));
 $('preview-var').addEventListener('change', showBatch);
 $('run').addEventListener('click', runLive);
+$('probe').addEventListener('click', runProbe);
+$('probe-apply').addEventListener('click', applyProbe);
 $('stop').addEventListener('click', () => {
   state.live.stop = true;
 });

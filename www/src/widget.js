@@ -1,7 +1,8 @@
 // The notebook widget's front end (anywidget; the Python side is
 // python-bindings/python/insitubatch_rs/widgets.py). The wasm engine runs in the notebook's
 // browser tab with the dashboard's knobs and shows the describe report, the draw order and
-// real shuffled batches with a colour bar, drawn by the dashboard's own components.
+// real shuffled batches with a colour bar, drawn by the dashboard's own components; a button
+// probes the store for a predicted epoch.
 //
 // Where the store is read: a public http(s) store is fetched by the browser; any other
 // (local path, private bucket, a store object) through the kernel, by a storage object
@@ -11,7 +12,7 @@
 // comes from the kernel as the `_wasm` bytes trait, so the bundle needs no URL of its own.
 import { initialize, openExplorer } from 'insitubatch';
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
-import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, progressLine, row, splitRows } from './components.js';
+import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, probeView, progressLine, row, splitRows } from './components.js';
 
 const CSS = `
 .ib-widget { font: 13px system-ui, sans-serif; color: #222; }
@@ -158,6 +159,31 @@ async function liveRun(root, box, explorer, options, split, w) {
   root.dataset.run = 'done';
 }
 
+/**
+ * The probe: a few real reads and decodes of the train split for the widget's options, timed
+ * in this tab (through the kernel when the store is read there, so the kernel's round trips
+ * count, as they would in a live run here), then what it measured, the predicted epoch and
+ * the suggestion in the knobs' Python spelling. `root.dataset.probe` is `running`, then
+ * `done` or `error` (the message in the box and in `root.dataset.probeError`).
+ */
+async function probe(root, box, line, explorer, options, w) {
+  root.dataset.probe = 'running';
+  line.start('probing the store: the first chunk alone, then the next ones at once …');
+  try {
+    const r = await explorer.probe(options, { epoch: w.epoch ?? 0, shift: w.shift ?? 0, threads: w.threads ?? 1 });
+    const apply = `to apply: Preview(..., max_inflight=${r.suggested_max_inflight}, block_chunks=${r.suggested_block_chunks})`;
+    box.replaceChildren(probeView(r), el('div', { className: 'ib-probe-apply', textContent: apply }));
+    root.dataset.probe = 'done';
+  } catch (e) {
+    const msg = `probing the store failed: ${e?.message ?? String(e)}`;
+    box.replaceChildren(el('div', { className: 'ib-error', textContent: msg }));
+    root.dataset.probeError = msg;
+    root.dataset.probe = 'error';
+  } finally {
+    line.stop();
+  }
+}
+
 async function render({ model, el: host }) {
   const root = el('div', { className: 'ib-widget' });
   root.dataset.state = 'loading';
@@ -171,11 +197,18 @@ async function render({ model, el: host }) {
   const next = el('button', { textContent: 'next batch', disabled: true });
   const run = el('button', { textContent: 'run the epoch', disabled: true, className: 'ib-run' });
   const runBox = el('div', { className: 'ib-live' });
+  const probeButton = el('button', { textContent: 'probe the store', disabled: true, className: 'ib-probe-run' });
+  const probeBox = el('div', { className: 'ib-probe-box' });
+  const probeProgressBox = el('div', { className: 'ib-progress' });
+  const probeLine = progressLine(probeProgressBox);
   root.append(
     el('style', { textContent: CSS }),
     status,
     el('h4', { textContent: 'describe' }),
     describeBox,
+    el('h4', { textContent: 'probe ' }, probeButton),
+    probeProgressBox,
+    probeBox,
     el('h4', { textContent: 'draw order' }),
     orderCanvas,
     orderCaption,
@@ -243,8 +276,15 @@ async function render({ model, el: host }) {
           run.disabled = false;
         });
     };
+    probeButton.onclick = () => {
+      probeButton.disabled = true;
+      probe(root, probeBox, probeLine, explorer, options, w).finally(() => {
+        probeButton.disabled = false;
+      });
+    };
     await step();
     run.disabled = false;
+    probeButton.disabled = false;
   } catch (e) {
     fail(e);
   }

@@ -249,6 +249,12 @@ describe('notebook widget in JupyterLab', () => {
     const got = await widget.evaluate((r) => r.querySelector('.ib-live tr[data-key="batches"]').dataset.value);
     assert.match(want, new RegExp(`, ${got} batches$`), `the live run's batch count against the describe report's: ${want}`);
     assert.ok(await widget.$('.ib-live tr[data-key="limiting_stage"]'), 'the pass report names the limiting stage');
+    // The probe, its reads through the kernel too: a predicted epoch and a suggestion.
+    await (await widget.$('button.ib-probe-run')).click();
+    await page.waitForSelector('.ib-widget[data-probe="done"], .ib-widget[data-probe="error"]');
+    assert.equal(await widget.getAttribute('data-probe'), 'done', await widget.getAttribute('data-probe-error'));
+    assert.match(await widget.evaluate((r) => r.querySelector('.ib-probe tr[data-key="limiting_stage"]').dataset.value), /^(store|decode)$/);
+    assert.match(await widget.evaluate((r) => r.querySelector('.ib-probe-apply').textContent), /max_inflight=\d+, block_chunks=\d+/);
     await widget.screenshot({ path: path.join(ARTIFACTS, 'widget-local.png') });
     assert.deepEqual(errors, []);
     await page.close();

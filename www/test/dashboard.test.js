@@ -481,6 +481,71 @@ describe('dashboard', () => {
     await page.setViewportSize({ width: 1300, height: 1000 });
   });
 
+  it('probes the demo store: what it measured, the predicted epoch, and a suggestion one click applies', async () => {
+    await openDemo();
+    for (const [id, v] of Object.entries({ batchSize: 8, blockChunks: 2, maxInflight: 200, threads: 1 })) await setControl(id, v);
+    const describeGen = await page.evaluate(() => Number(document.body.dataset.describeGen));
+    await page.click('#probe');
+    await page.waitForSelector('#probe-state[data-state=done], #probe-state[data-state=error]');
+    const P = await page.evaluate(() => window.__ib.probe);
+    assert.equal(P.error, null);
+    const r = P.report;
+    assert.deepEqual([r.split, r.epoch, r.decode_threads], ['train', 0, 1]);
+    assert.ok(['store', 'decode'].includes(r.predicted.limiting_stage), r.predicted.limiting_stage);
+    assert.ok(r.requests > 0 && r.bytes_read > 0 && r.predicted.seconds > 0 && r.notes.length > 0, JSON.stringify(r));
+    assert.equal(await page.evaluate(() => Number(document.body.dataset.describeGen)), describeGen, 'probing changes no control');
+    // The epoch it predicts is the one the CLI's probe plans for the same configuration.
+    const cli = (await cliDescribe(['--batch-size', '8', '--block-chunks', '2', '--max-inflight', '200', '--threads', '1', '--probe'])).probe;
+    assert.deepEqual([r.predicted.decoded_bytes, r.split, r.epoch], [cli.predicted.decoded_bytes, cli.split, cli.epoch]);
+    // What is on screen is that report: measured, predicted, suggested, and the notes.
+    const shown = await page.$$eval('#probe-report tr', (trs) => Object.fromEntries(trs.map((t) => [t.dataset.key, t.dataset.value])));
+    assert.deepEqual(
+      [shown.first_byte_s, shown.link_capped, shown.compression_ratio, shown.requests, shown.seconds, shown.first_batch_s, shown.limiting_stage, shown.suggested],
+      [String(r.first_byte_s), String(r.link_capped), String(r.compression_ratio), String(r.requests), String(r.predicted.seconds), String(r.predicted.first_batch_s), r.predicted.limiting_stage, `${r.suggested_max_inflight},${r.suggested_block_chunks}`],
+    );
+    assert.equal(await page.locator('#probe-report .ib-probe-notes li').count(), r.notes.length);
+    const progress = await page.evaluate(() => window.__ib.progress.filter((e) => e.kind === 'probe').map((e) => e.text));
+    assert.deepEqual(progress, ['probing the store (train, epoch 0)'], 'a progress line while it read');
+    assert.equal(await page.isHidden('#probe-progress'), true, 'and it goes with the report on screen');
+    assert.equal(await page.getAttribute('#probe-report', 'data-stale'), 'false');
+    await page.locator('#probe-card').screenshot({ path: path.join(ARTIFACTS, '13-probe.png') });
+    await page.setViewportSize(SIZES.phone);
+    const narrow = await layoutOf(page);
+    assert.ok(narrow.scrollWidth <= narrow.clientWidth, `the probe report fits a phone: ${narrow.scrollWidth} > ${narrow.clientWidth}`);
+    await page.setViewportSize({ width: 1300, height: 1000 });
+    await shotsAtSizes(page, '13-probe', '#probe-card');
+    // One click puts the suggestion into the controls, and the report follows.
+    await page.click('#probe-apply');
+    await page.waitForFunction((g) => Number(document.body.dataset.describeGen) > g, describeGen);
+    assert.equal(await page.inputValue('#maxInflight'), String(r.suggested_max_inflight));
+    assert.equal(await page.inputValue('#blockChunks'), String(r.suggested_block_chunks));
+    const config = await page.evaluate(() => window.__ib.report.config);
+    assert.deepEqual([config.max_inflight, config.block_chunks_requested], [r.suggested_max_inflight, r.suggested_block_chunks]);
+    const changed = r.suggested_max_inflight !== 200 || r.suggested_block_chunks !== 2;
+    assert.equal(await page.getAttribute('#probe-report', 'data-stale'), String(changed), 'the probe on screen says when it measured other settings');
+    assert.deepEqual(pageErrors, []);
+  });
+
+  it('shows a probe that cannot read the store in the error banner, the key last', async () => {
+    await openDemo();
+    await setControl('batchSize', 8);
+    // The store refuses every chunk from now on (403: not worth a retry).
+    await page.route('**/store/t2m/c/**', (route) => route.fulfill({ status: 403, body: 'denied' }));
+    try {
+      await page.click('#probe');
+      await page.waitForSelector('#probe-state[data-state=error]');
+    } finally {
+      await page.unroute('**/store/t2m/c/**');
+    }
+    await page.waitForSelector('#banner:not([hidden])');
+    const msg = await page.textContent('#banner-text');
+    assert.match(msg, /^probing the store failed: .*403.*\/store\/t2m\/c\/[0-9/]+$/, msg);
+    assert.equal(await page.textContent('#probe-report'), '', 'no report left from before');
+    assert.equal(await page.isEnabled('#probe'), true, 'the probe button is back');
+    assert.equal(await page.isHidden('#probe-progress'), true, 'no progress line left behind');
+    assert.equal(await page.isDisabled('#probe-apply'), true, 'nothing to apply');
+  });
+
   it('shows a live run that fails in its worker in the error banner', async () => {
     await openDemo();
     // The worker opens the store on its own: point it at one that is not there.

@@ -1,7 +1,8 @@
 """Notebook widgets (anywidget: JupyterLab, Jupyter Notebook, VS Code, Colab, marimo).
 
 ``Preview(store_or_url, **knobs)`` shows what the loader would feed a model: the describe
-report, the draw order of an epoch and real shuffled batches as images with a colour bar.
+report, the draw order of an epoch and real shuffled batches as images with a colour bar; a
+button probes the store (a few timed reads and decodes) for a predicted epoch.
 The wasm engine runs in the notebook's browser tab (the dashboard's engine and drawing
 code, ``www/src``); a public ``http(s)://`` store is fetched by the browser, any other
 store (a local path, a private bucket, a store object) is read through the kernel: the
