@@ -5,6 +5,10 @@ export INSITUBATCH_CACHE="${INSITUBATCH_CACHE:-$HOME/.cache/insitubatch}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$INSITUBATCH_CACHE/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 mkdir -p "$INSITUBATCH_CACHE"
+# The most one Node test file may take (Node 20 applies --test-timeout to each file's run): a
+# hang fails, naming the file, instead of blocking the run. The slowest file takes a few
+# minutes here; this is a bound on hangs, not on performance.
+export IB_NODE_TEST_TIMEOUT_MS="${IB_NODE_TEST_TIMEOUT_MS:-1200000}"
 
 # Whether CI is set (as in .ci/run): there a missing prerequisite fails instead of skipping.
 # The same rule as tests/src/lib.rs `under_ci` and js/test-support/helpers.js `UNDER_CI`.

@@ -74,7 +74,7 @@ rm -rf "$ART"
 rc=0
 IB_WIDGET_STORE="$SMALL" IB_WIDGET_PY="$VENV/bin/python" IB_SOURCE_PY="$IB_PY" IB_ARTIFACTS="$ART" \
     IB_HTTP_SERVER="$ROOT/tests/servers/http_server.py" \
-    node --test --test-reporter=spec www/test-widget/ || rc=$?
+    node --test --test-reporter=spec --test-timeout="$IB_NODE_TEST_TIMEOUT_MS" www/test-widget/ || rc=$?
 echo "== widget: screenshots in $ART: $(cd "$ART" 2>/dev/null && ls | tr '\n' ' ')"
 echo "== scripts/test-widget.sh took $((SECONDS - START)) s"
 exit $rc

@@ -35,7 +35,7 @@ ART="$INSITUBATCH_CACHE/www-artifacts"
 rm -rf "$ART"
 rc=0
 IB_WWW_STORE="$SMALL" IB_CLI="$CLI" IB_ARTIFACTS="$ART" \
-    node --test --test-reporter=spec www/test/ || rc=$?
+    node --test --test-reporter=spec --test-timeout="$IB_NODE_TEST_TIMEOUT_MS" www/test/ || rc=$?
 echo "== www: screenshots in $ART: $(cd "$ART" 2>/dev/null && ls | tr '\n' ' ')"
 echo "== scripts/test-www.sh took $((SECONDS - START)) s"
 exit $rc
