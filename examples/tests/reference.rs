@@ -246,28 +246,85 @@ fn check_shape(ty: &str, v: &Value, at: &str, defs: &BTreeMap<String, Def>) {
     }
 }
 
-/// `Note::new("code", Severity::X, ...)` calls: code → (severity, file).
+/// `Note::new("code", severity, ...)` calls: code → (severity, file). The severity is a
+/// `Severity::X` path, or a local whose value picks among such paths (`let severity = if ..
+/// { Severity::Warn } else { Severity::Note }`): then every one it can take, "warn or note".
 struct NoteCodes {
     file: String,
     found: BTreeMap<String, (String, String)>,
+    /// The current function's locals bound to expressions naming severities.
+    locals: BTreeMap<String, Vec<String>>,
+}
+
+/// The `Severity::X` paths an expression names, lower-cased, in order, each once.
+fn severities_in(expr: &syn::Expr) -> Vec<String> {
+    struct Paths(Vec<String>);
+    impl<'ast> Visit<'ast> for Paths {
+        fn visit_path(&mut self, p: &'ast syn::Path) {
+            let segs: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+            if let [.., ty, sev] = segs.as_slice()
+                && ty == "Severity"
+                && !self.0.contains(&sev.to_lowercase())
+            {
+                self.0.push(sev.to_lowercase());
+            }
+            syn::visit::visit_path(self, p);
+        }
+    }
+    let mut v = Paths(Vec::new());
+    v.visit_expr(expr);
+    v.0
 }
 
 impl<'ast> Visit<'ast> for NoteCodes {
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.locals.clear();
+        syn::visit::visit_item_fn(self, f);
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.locals.clear();
+        syn::visit::visit_impl_item_fn(self, f);
+    }
+
+    fn visit_local(&mut self, local: &'ast syn::Local) {
+        if let (syn::Pat::Ident(name), Some(init)) = (&local.pat, &local.init) {
+            let sevs = severities_in(&init.expr);
+            if !sevs.is_empty() {
+                self.locals.insert(name.ident.to_string(), sevs);
+            }
+        }
+        syn::visit::visit_local(self, local);
+    }
+
     fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
         if let syn::Expr::Path(p) = &*call.func {
             let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
             if segs.ends_with(&["Note".to_string(), "new".to_string()]) {
                 let mut args = call.args.iter();
-                if let (
-                    Some(syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(code), .. })),
-                    Some(syn::Expr::Path(sev)),
-                ) = (args.next(), args.next())
+                let (Some(syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(code), .. })), Some(sev)) =
+                    (args.next(), args.next())
+                else {
+                    panic!("{}: a Note::new call without a literal code and a severity: teach reference.rs", self.file)
+                };
+                let mut sevs = severities_in(sev);
+                if sevs.is_empty()
+                    && let syn::Expr::Path(local) = sev
                 {
-                    let sev = sev.path.segments.last().map(|s| s.ident.to_string().to_lowercase()).unwrap_or_default();
-                    self.found.insert(code.value(), (sev, self.file.clone()));
-                } else {
-                    panic!("{}: a Note::new call without a literal code and a Severity: teach reference.rs", self.file);
+                    sevs = local
+                        .path
+                        .get_ident()
+                        .and_then(|i| self.locals.get(&i.to_string()))
+                        .cloned()
+                        .unwrap_or_default();
                 }
+                assert!(
+                    !sevs.is_empty(),
+                    "{}: the severity of note {:?} is neither Severity::X nor a local set from them: teach reference.rs",
+                    self.file,
+                    code.value()
+                );
+                self.found.insert(code.value(), (sevs.join(" or "), self.file.clone()));
             }
         }
         syn::visit::visit_expr_call(self, call);
@@ -275,7 +332,7 @@ impl<'ast> Visit<'ast> for NoteCodes {
 }
 
 fn note_codes() -> BTreeMap<String, (String, String)> {
-    let mut v = NoteCodes { file: String::new(), found: BTreeMap::new() };
+    let mut v = NoteCodes { file: String::new(), found: BTreeMap::new(), locals: BTreeMap::new() };
     let mut stack = vec![root().join("core/src")];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).expect("core/src readable").flatten() {

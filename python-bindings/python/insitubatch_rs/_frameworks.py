@@ -169,7 +169,7 @@ class _StagingPool:
         warnings.warn(
             f"page-locked staging budget spent ({self.allocated / 2**20:.1f} MiB lent, {nbytes / 2**20:.1f} MiB "
             f"needed for the next array, budget {self.budget / 2**20:.1f} MiB): further copies go from pageable "
-            "memory and stop overlapping with compute. Raise pin_budget_bytes (or pin_host_buffers' budget_bytes), "
+            "memory, which blocks the host thread until each copy ends. Raise pin_budget_bytes (or pin_host_buffers' budget_bytes), "
             "or lower batch_size",
             RuntimeWarning,
             stacklevel=5,
@@ -266,8 +266,12 @@ def to_torch(batch: Any, device: Any = None) -> dict[str, Any]:
     ``device=None`` or a CPU device: tensors sharing the batch's memory. A CUDA device:
     each array is copied into a page-locked staging buffer from a bounded process-wide
     pool (:func:`pin_host_buffers`) and on with ``non_blocking=True``; the buffer is not
-    lent again until a CUDA event recorded after the copy has fired, so the copy overlaps
-    compute and nothing is overwritten mid-transfer. Other devices get a blocking
+    lent again until a CUDA event recorded after the copy has fired, so nothing is
+    overwritten mid-transfer. The copy is issued on the current CUDA stream: the host thread
+    returns at once (the loader keeps decoding while it runs), and kernels queued after it on
+    that stream wait for it; to overlap it with kernels already queued, call ``to_torch``
+    under ``torch.cuda.stream(side_stream)`` and make the consuming stream wait on that one
+    (``torch.cuda.current_stream().wait_stream(side_stream)``). Other devices get a blocking
     ``tensor.to(device)``. bfloat16 arrays (``ml_dtypes.bfloat16``) become
     ``torch.bfloat16``; without ml_dtypes they arrive as ``uint16`` words and stay so.
     """
