@@ -18,14 +18,13 @@ import datetime
 import json
 import os
 import platform
-import shlex
 import shutil
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from run import REPO, fmt, gb, last_json, ratio, run_measured, write_markdown  # noqa: E402
+from run import REPO, command_line, fmt, gb, last_json, ratio, run_measured, write_markdown  # noqa: E402
 
 
 def engine_cmds(args, url, cache, engine):
@@ -125,7 +124,7 @@ def main(argv=None):
     ap.add_argument("--max-inflight", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=1800)
     args = ap.parse_args(argv)
-    cmdline = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
+    cmdline = command_line(sys.argv[0], sys.argv[1:] if argv is None else list(argv))
     args.cli = os.path.abspath(shutil.which(args.cli) or args.cli)
     if args.anchor_python is None:
         cache = os.environ.get("INSITUBATCH_CACHE", os.path.expanduser("~/.cache/insitubatch"))

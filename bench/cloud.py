@@ -236,7 +236,7 @@ def local_rate(text):
 
 def main(argv=None):
     args = parse_args(argv)
-    cmdline = " ".join(shlex.quote(a) for a in ["python3", "bench/cloud.py"] + (sys.argv[1:] if argv is None else argv))
+    cmdline = local.command_line(sys.argv[0], sys.argv[1:] if argv is None else list(argv))
     apy = local.anchor_python(args.anchor_python) if "anchor" in args.engine_list else None
     cli = os.path.abspath(args.cli)
     if "rs-python" in args.engine_list and local.why_not_rs_python(args.python):

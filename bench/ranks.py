@@ -15,13 +15,14 @@ table of medians with min-max.
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from report import command_line  # noqa: E402
 KNOBS = ["--batch-size", "32", "--block-chunks", "16", "--max-inflight", "32", "--fractions", "1,0,0"]
 
 
@@ -73,7 +74,7 @@ def main():
         for w in sizes[r % len(sizes):] + sizes[:r % len(sizes)]:
             seen[w].append(run_job(args.cli, args.url, w))
     base = statistics.median(j["mb_per_s"] for j in seen[sizes[0]])
-    print(f"- command: `{' '.join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])}`")
+    print(f"- command: `{command_line(sys.argv[0], sys.argv[1:])}`")
     print(f"- {args.reps} rounds, world sizes in a rotated order; each rank a fresh process, all ranks at once, "
           f"with {os.cpu_count()} cores / ranks decode threads each")
     print()

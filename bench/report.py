@@ -10,12 +10,35 @@ first is the cold epoch, the next ones "warm1", "warm2", ... A decode-limit row 
 ``decode_limit`` and a result with ``decode_limit_mb_per_s``.
 """
 import os
+import re
+import shlex
 import statistics
 
 ENGINE_ORDER = ["ours", "ours-b", "rs-python", "anchor"]
 ENGINE_LABEL = {"ours": "ours (CLI)", "ours-b": "ours, build B (CLI)", "rs-python": "rs-python",
                 "anchor": "anchor"}
 DECODE = "decode_limit"
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def command_line(script, args):
+    """``python3 SCRIPT ARGS`` as a reader reruns it on another machine: the script relative
+    to the repository, and in every argument this machine's cache folder, repository and home
+    written as ``$INSITUBATCH_CACHE/``, relative and ``$HOME/`` (docs pages never print a
+    machine's absolute paths; docs-tests checks them)."""
+    cache = os.environ.get("INSITUBATCH_CACHE") or os.path.expanduser("~/.cache/insitubatch")
+    home = os.path.expanduser("~")
+    swaps = [(os.path.abspath(cache) + "/", "$INSITUBATCH_CACHE/"), (REPO + "/", ""), (home + "/", "$HOME/")]
+
+    def portable(arg):
+        for prefix, name in swaps:
+            arg = arg.replace(prefix, name)
+        # Unquoted where it is safe, so $INSITUBATCH_CACHE and $HOME still expand.
+        return arg if re.fullmatch(r"[\w@%+=:,./$-]+", arg) else shlex.quote(arg)
+
+    script = os.path.relpath(os.path.abspath(script), REPO)
+    return " ".join(["python3", script] + [portable(a) for a in args])
 
 
 # ------------------------------------------------------------ small formatting helpers

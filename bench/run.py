@@ -30,7 +30,6 @@ import datetime
 import json
 import os
 import platform
-import shlex
 import shutil
 import subprocess
 import sys
@@ -40,7 +39,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 # Re-exported: bench/run_python.py and bench/cache_bench.py import these from here.
 from measure import fill_page_cache, last_json, meminfo, run_measured, warm_files  # noqa: E402,F401
-from report import (DECODE, epoch_of, fmt, gb, markdown, ratio, run_metrics, stat,  # noqa: E402,F401
+from report import (DECODE, command_line, epoch_of, fmt, gb, markdown, ratio, run_metrics, stat,  # noqa: E402,F401
                     write_markdown)
 
 ALL_STORES = ["c1", "c8", "c8s", "c40", "shard"]
@@ -235,9 +234,7 @@ def memory_lines(args, rows, warmed):
 
 def main(argv=None):
     args = parse_args(argv)
-    cmdline = " ".join(shlex.quote(a) for a in
-                       ["python3", os.path.relpath(os.path.abspath(sys.argv[0]), REPO)]
-                       + (sys.argv[1:] if argv is None else list(argv)))
+    cmdline = command_line(sys.argv[0], sys.argv[1:] if argv is None else list(argv))
     names = args.only.split(",") if args.only else ALL_STORES
     args.engine_list = [e for e in args.engines.split(",") if e]
     apy = anchor_python(args.anchor_python)

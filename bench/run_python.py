@@ -24,13 +24,12 @@ import datetime
 import json
 import os
 import platform
-import shlex
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from run import epoch_of, fmt, gb, last_json, ratio, run_measured, write_markdown  # noqa: E402
+from run import command_line, epoch_of, fmt, gb, last_json, ratio, run_measured, write_markdown  # noqa: E402
 
 PY_ENGINES = ["rs-python", "rs-torch", "zarr-loop", "tensorstore", "xbatcher-torch-nw0",
               "xbatcher-torch-nw2"]
@@ -136,7 +135,7 @@ def main(argv=None):
     ap.add_argument("--max-batches", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args(argv)
-    cmdline = " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
+    cmdline = command_line(sys.argv[0], sys.argv[1:] if argv is None else list(argv))
     engines = [e for e in args.engines.split(",") if e]
     eng_py = os.path.join(HERE, "py_engines.py")
 

@@ -28,6 +28,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from report import command_line  # noqa: E402
 OURS = ["rs-python", "rs-obstore", "rs-zarrstore"]
 ANCHOR = ["anchor-py", "anchor-zarrstore"]
 
@@ -88,7 +90,7 @@ def main(argv=None):
                 results[(store, engine)]["paired"].append(cold / this_round["rs-python"])
     raw.close()
     lines = [
-        "- command: `bench/store_objects.py " + " ".join(sys.argv[1:]) + "`",
+        f"- command: `{command_line(sys.argv[0], sys.argv[1:])}`",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.node() or 'vm'}, "
         f"nproc {os.cpu_count()}, python {platform.python_version()}",
         f"- {args.rounds} runs per engine in rotated order; each run: 1 cold + {args.epochs - 1} warm epoch(s), "

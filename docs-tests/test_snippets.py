@@ -148,6 +148,21 @@ def test_every_block_has_a_known_language() -> None:
     assert len(no_run) <= 5, f"{len(no_run)} untested blocks: keep them rare, every block should run in CI"
 
 
+# An absolute path of one machine: a home folder or a temp folder. Pages write
+# `$INSITUBATCH_CACHE/...`, `~/...`, `$TMPDIR/...` or a path relative to the repository
+# (bench/report.py `command_line` prints commands so).
+MACHINE_PATH = re.compile(r"(?<![\w$~.])/(?:root|home/[^/\s`]+|tmp|var/tmp)/")
+
+
+def test_no_page_prints_a_machine_path() -> None:
+    bad = []
+    for md in sorted(DOCS.rglob("*.md")):
+        for n, line in enumerate(md.read_text().splitlines(), 1):
+            if m := MACHINE_PATH.search(line):
+                bad.append(f"{md.relative_to(ROOT)}:{n}: {line[max(0, m.start() - 30):m.end() + 40]}")
+    assert not bad, "absolute paths of one machine (write $INSITUBATCH_CACHE/..., ~/... or $TMPDIR/...):\n" + "\n".join(bad)
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.lang in CHECKED for b in p.blocks)], ids=lambda p: p.name)
 def test_config_blocks_parse(page: Page) -> None:
     for b in page.blocks:
