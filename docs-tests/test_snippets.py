@@ -163,6 +163,20 @@ def test_no_page_prints_a_machine_path() -> None:
     assert not bad, "absolute paths of one machine (write $INSITUBATCH_CACHE/..., ~/... or $TMPDIR/...):\n" + "\n".join(bad)
 
 
+def test_one_version_everywhere() -> None:
+    """The crates, the Python package and the npm package carry one version: the newest of
+    CHANGELOG.md."""
+    newest = re.search(r"^## (\d+\.\d+\.\d+\S*)", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert newest, "CHANGELOG.md has no version heading (## X.Y.Z)"
+    versions = {
+        "Cargo.toml [workspace.package]": tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"],
+        "python-bindings/pyproject.toml": tomllib.loads((ROOT / "python-bindings/pyproject.toml").read_text())["project"]["version"],
+        "js/package.json": json.loads((ROOT / "js/package.json").read_text())["version"],
+    }
+    differ = {k: v for k, v in versions.items() if v != newest.group(1)}
+    assert not differ, f"versions other than CHANGELOG.md's newest ({newest.group(1)}): {differ}"
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.lang in CHECKED for b in p.blocks)], ids=lambda p: p.name)
 def test_config_blocks_parse(page: Page) -> None:
     for b in page.blocks:
