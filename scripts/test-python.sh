@@ -71,6 +71,23 @@ fw=1
 [ "${IB_PYTHON_TORCH:-1}" = 0 ] || [ "${IB_PYTHON_JAX:-1}" = 0 ] && fw=0
 IB_FRAMEWORKS=$fw "$IB_PY" -m pytest -q -rs -p no:cacheprovider "$@" . || rc=$?
 
+# 5b. Types: mypy over the package (pyproject.toml [tool.mypy]) and stubtest, which checks
+#     _native.pyi against the compiled extension installed above. mypy (pinned in
+#     requirements-typing.txt) goes into a folder of its own keyed by that file and this
+#     Python, beside the test venv, so the venv's own key stays as it is.
+typing_key="$(cat "$PB/requirements-typing.txt" <("$IB_PY" -VV) | sha256sum | cut -c1-16)"
+TYPING="$INSITUBATCH_CACHE/typing-$typing_key"
+if [ ! -f "$TYPING/.complete" ]; then
+    rm -rf "$TYPING"
+    "$IB_PY" -m pip install -q --no-deps --target "$TYPING" -r "$PB/requirements-typing.txt"
+    touch "$TYPING/.complete"
+fi
+echo "== test-python: types (mypy over the package; stubtest: _native.pyi against the extension)"
+(cd "$PB" && PYTHONPATH="$TYPING" "$IB_PY" -m mypy --cache-dir "$INSITUBATCH_CACHE/mypy-cache") \
+    || { echo "test-python: mypy found errors (above)" >&2; rc=1; }
+PYTHONPATH="$TYPING" "$IB_PY" -m mypy.stubtest --mypy-config-file "$PB/pyproject.toml" insitubatch_rs._native \
+    || { echo "test-python: _native.pyi differs from the compiled extension (above)" >&2; rc=1; }
+
 # 6. The same abi3 wheel on the other supported Pythons, each in its own cached venv from
 #    tests/requirements-py<v>.txt (no torch/JAX: those tests skip). Where that venv has
 #    zarr-python 3, it rewrites the test stores with its own zarr first.

@@ -79,7 +79,7 @@ def load_target(spec: str) -> Any:
     return target
 
 
-def read_chunk(url: str, var: str, chunk: int, storage_options: dict[str, str]) -> tuple[ArrayGeometry, np.ndarray]:
+def read_chunk(url: str, var: str, chunk: int, storage_options: dict[str, Any]) -> tuple[ArrayGeometry, np.ndarray]:
     """One chunk of ``var`` as a pass delivers it to chunk transforms: ``(rows, *inner)``."""
     try:
         geom = open_geometries(url, [var], **storage_options)[var]

@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict
 
 import numpy as np
 
@@ -55,17 +55,25 @@ class SchedulerConfig:
     on_bad_chunk: str = "raise"
 
 
+class _DiskTier(TypedDict):
+    """The disk-tier arguments a dataset was built with, as the engine takes them."""
+
+    cache_dir: str | None
+    persist: bool
+    readonly_cache: bool
+    reset_stale_cache: bool
+
+
 def _ranks(rank: Any, world_size: Any) -> tuple[int, int]:
     """``(rank, world_size)``: as given, or ``torch.distributed``'s when it is initialized
     (looked up only if torch is already imported: a job that never imported it has no
     process group), else ``(0, 1)``."""
-    if rank is None or world_size is None:
-        dist = sys.modules.get("torch.distributed")
-        live = dist is not None and dist.is_available() and dist.is_initialized()
-        if rank is None:
-            rank = dist.get_rank() if live else 0
-        if world_size is None:
-            world_size = dist.get_world_size() if live else 1
+    dist = sys.modules.get("torch.distributed")
+    if (rank is None or world_size is None) and dist is not None and dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank() if rank is None else rank
+        world_size = dist.get_world_size() if world_size is None else world_size
+    rank = 0 if rank is None else rank
+    world_size = 1 if world_size is None else world_size
     world = _count("world_size", world_size, 1)
     r = _count("rank", rank, 0)
     if r >= world:
@@ -326,7 +334,7 @@ class InSituDataset:
         for t in self.batch_transforms:
             if not callable(t):
                 raise TypeError(f"a batch transform must be callable (Batch) -> Batch, got {t!r}")
-        self._cache = {
+        self._cache: _DiskTier = {
             "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
             "persist": bool(persist),
             "readonly_cache": bool(readonly_cache),

@@ -1,14 +1,36 @@
 """Type stubs for the pyo3 extension `insitubatch_rs._native` (a thin shim over the Rust engine)."""
 
 from os import PathLike
-from typing import Any
+from typing import Any, TypedDict, final, type_check_only
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self
+
+__all__ = [
+    "InsitubatchIOError",
+    "Buffer",
+    "ArrayGeometry",
+    "SplitManifest",
+    "NativeDataset",
+    "NativeStream",
+    "StandardScaler",
+    "StoreReader",
+    "open_geometries",
+    "split_by_chunk",
+    "valid_anchor_range",
+    "buffer_address",
+    "defaults",
+    "verdict",
+    "_shutdown",
+    "_storage_conformance",
+    "_storage_conformance_fixture",
+]
 
 class InsitubatchIOError(OSError):
     """A store could not be read: missing array, malformed metadata, failed request, corrupt chunk."""
 
+@final
 class Buffer:
     """Rust-owned memory seen by numpy through ``__array_interface__`` (no copy)."""
 
@@ -17,10 +39,11 @@ class Buffer:
     @property
     def address(self) -> int: ...
 
+@final
 class ArrayGeometry:
-    def __init__(
-        self, path: str, shape: list[int], chunks: list[int], dtype: str, *, sample_axis: int = 0, offset: int = 0
-    ) -> None: ...
+    def __new__(
+        cls, path: str, shape: list[int], chunks: list[int], dtype: str, *, sample_axis: int = 0, offset: int = 0
+    ) -> Self: ...
     @property
     def path(self) -> str: ...
     @property
@@ -46,9 +69,10 @@ class ArrayGeometry:
     @property
     def sample_bytes(self) -> int: ...
     def shift(self, k: int) -> ArrayGeometry: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
+@final
 class SplitManifest:
     @property
     def n_chunks(self) -> int: ...
@@ -67,12 +91,12 @@ class SplitManifest:
     def from_json(path: str | PathLike[str]) -> SplitManifest: ...
     @staticmethod
     def from_json_str(json: str) -> SplitManifest: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
 
 def split_by_chunk(
     geom: ArrayGeometry,
     *,
-    fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    fractions: tuple[float, float, float] = ...,
     seed: int = 0,
     contiguous: bool = True,
     sample_range: tuple[int, int] | None = None,
@@ -82,25 +106,56 @@ def open_geometries(
     store: str | Any, variables: list[str] | None, sample_axis: int, storage_options: list[tuple[str, str]]
 ) -> list[ArrayGeometry]: ...
 def buffer_address(obj: Buffer) -> int: ...
+
+@type_check_only
+class Defaults(TypedDict):
+    """The engine's knob defaults (`DatasetOptions` and `SplitOptions`): a dict at runtime."""
+
+    batch_size: int
+    block_chunks: int
+    max_inflight: int
+    seed: int
+    shuffle: bool
+    prefetch_depth: int
+    cache_budget_bytes: int | None
+    on_bad_chunk: str
+    fractions: tuple[float, float, float]
+    contiguous: bool
+    probe_chunks: int
+
+def defaults() -> Defaults: ...
+def verdict(
+    *,
+    queue_samples: int,
+    consumer_s: float,
+    consumer_wait_s: float,
+    blocked: list[float],
+    inflight_peak: int,
+    max_inflight: int,
+) -> tuple[str, str, bool]: ...
 def _shutdown() -> None: ...
 
+@final
 class StoreReader:
     """A store opened for raw reads through the engine's storage (the notebook widget's kernel side)."""
 
-    def __init__(self, store: Any, storage_options: list[tuple[str, str]] = ...) -> None: ...
+    def __new__(cls, store: Any, storage_options: list[tuple[str, str]] = ...) -> Self: ...
     def get(self, key: str, start: int | None = None, end: int | None = None, suffix: int | None = None) -> bytes | None: ...
     def list(self, prefix: str) -> list[str] | None: ...
     @property
     def location(self) -> str: ...
 
+@final
 class StandardScaler:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         mean: dict[str, npt.ArrayLike],
         std: dict[str, npt.ArrayLike],
         eps: float = 1e-8,
         cache_key: str | None = None,
-    ) -> None: ...
+    ) -> Self: ...
+    @property
+    def __name__(self) -> str: ...  # "standard_scaler": how transforms are named in reports
     def validate_scope(self, scope: list[str]) -> None: ...
     @property
     def eps(self) -> float: ...
@@ -121,6 +176,7 @@ def _storage_conformance_fixture() -> list[tuple[str, bytes]]: ...
 
 _BatchTuple = tuple[dict[str, np.ndarray], npt.NDArray[np.int64], dict[str, int], int, int]
 
+@final
 class NativeStream:
     def next(self) -> _BatchTuple | None: ...
     def __len__(self) -> int: ...
@@ -128,9 +184,10 @@ class NativeStream:
     def checkpoint_json(self) -> str: ...
     def close(self) -> None: ...
 
+@final
 class NativeDataset:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         store: str | Any,
         manifest: SplitManifest | None,
         variables: list[tuple[str, ArrayGeometry]] | None,
@@ -147,15 +204,15 @@ class NativeDataset:
         threads: int | None = None,
         chunk_transforms: list[tuple[list[str] | None, Any]] = ...,
         batch_transforms: list[Any] = ...,
-        cache_dir: str | None = ...,
-        persist: bool = ...,
-        readonly_cache: bool = ...,
-        reset_stale_cache: bool = ...,
-        rank: int = ...,
-        world_size: int = ...,
-        first_block_chunks: int | None = ...,
+        cache_dir: str | None = None,
+        persist: bool = False,
+        readonly_cache: bool = False,
+        reset_stale_cache: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        first_block_chunks: int | None = None,
         read_policy: dict[str, Any] | None = ...,
-    ) -> None: ...
+    ) -> Self: ...
     def probe(self, split: str, chunks: int) -> tuple[str, str]: ...
     def iter(self, split: str) -> NativeStream: ...
     def resume(self, checkpoint_json: str) -> NativeStream: ...

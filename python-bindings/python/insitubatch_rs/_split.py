@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -130,7 +130,8 @@ def split_by_chunk(
         raise ValueError(f"sample_range must satisfy 0 <= start < stop <= {geom.n_samples}, got {tuple(sample_range)}")
     m = _native.split_by_chunk(
         native_geometry(geom),
-        fractions=tuple(float(f) for f in fractions),
+        # Three of them: the engine says so otherwise (a wrong count is its error to name).
+        fractions=cast("tuple[float, float, float]", tuple(float(f) for f in fractions)),
         seed=int(seed),
         contiguous=bool(contiguous),
         sample_range=None if sample_range is None else (int(sample_range[0]), int(sample_range[1])),

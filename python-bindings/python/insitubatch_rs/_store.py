@@ -183,17 +183,19 @@ def close_store(store: Any) -> None:
     import asyncio
 
     fs = getattr(store, "fs", None)
+    if fs is None:
+        return
     session = getattr(fs, "_session", None)
     loop = getattr(session, "_loop", None)
     if session is None or loop is None or getattr(session, "closed", True) or not loop.is_running():
         return
     with contextlib.suppress(Exception):  # teardown: never raise from a close
         try:
-            running = asyncio.get_running_loop()
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is loop:  # called on the session's own loop: it cannot wait for itself
-            loop.create_task(session.close())
+        if running is not None and running is loop:  # on the session's own loop: it cannot wait for itself
+            running.create_task(session.close())
         else:
             asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=5)
         fs._session = None

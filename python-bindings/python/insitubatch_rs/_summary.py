@@ -11,6 +11,7 @@ config fields, shapes as tuples, and the anchor's keys where ours were named dif
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
 from ._types import itemsize
@@ -135,7 +136,7 @@ def _variable(v: dict[str, Any]) -> VariableReport:
     return out  # type: ignore[return-value]
 
 
-def dataset_report(raw: dict[str, Any], *, cache: dict[str, Any]) -> DatasetReport:
+def dataset_report(raw: dict[str, Any], *, cache: Mapping[str, Any]) -> DatasetReport:
     """Reshape the engine's report. ``cache`` holds the disk-tier arguments the dataset was
     built with (``cache_dir``, ``persist``, ``readonly_cache``, ``reset_stale_cache``)."""
     variables = {v["label"]: _variable(v) for v in raw["variables"]}
