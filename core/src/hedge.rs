@@ -65,7 +65,8 @@ impl Hedger {
     }
 
     /// How long a request of `bytes` may take before it is hedged; `None` before enough
-    /// answers are known.
+    /// answers are known, or when the threshold is past what a `Duration` holds (a huge
+    /// `multiple`: never hedged).
     fn threshold(&self, bytes: u64) -> Option<Duration> {
         let st = self.lock();
         if st.recent.len() < self.policy.min_samples.max(1) {
@@ -78,7 +79,7 @@ impl Hedger {
             .collect();
         scaled.sort_by(f64::total_cmp);
         let at = ((scaled.len() - 1) as f64 * self.policy.quantile.clamp(0.0, 1.0)).round() as usize;
-        Some(Duration::from_secs_f64(scaled[at] * self.policy.multiple.max(1.0)))
+        Duration::try_from_secs_f64(scaled[at] * self.policy.multiple.max(1.0)).ok()
     }
 
     fn record(&self, took: Duration, bytes: u64) {
@@ -189,6 +190,16 @@ mod tests {
         assert_eq!(h.threshold(1000), Some(800 * MS), "2 x the 95th percentile of 100,110,120,400");
         assert_eq!(h.threshold(2000), Some(1600 * MS), "a request twice the size may take twice as long");
         assert_eq!(h.threshold(10), Some(800 * MS), "smaller requests are never given less time than the samples");
+    }
+
+    #[test]
+    fn a_multiple_too_large_for_a_duration_never_hedges_rather_than_panicking() {
+        let h = Hedger::new(HedgePolicy { min_samples: 1, multiple: 1e300, ..HedgePolicy::default() });
+        h.record(100 * MS, 1000);
+        assert_eq!(h.threshold(1000), None);
+        let inf = Hedger::new(HedgePolicy { min_samples: 1, multiple: f64::INFINITY, ..HedgePolicy::default() });
+        inf.record(100 * MS, 1000);
+        assert_eq!(inf.threshold(1000), None);
     }
 
     #[test]
