@@ -30,12 +30,12 @@ _ib_test_venv_create() {
     echo "$want" >"$venv/.req-hash"
 }
 
-# After ib_test_venv: the Python package's test requirements in the test venv, with torch and
+# After ib_test_venv: the Python package's test and release requirements in the test venv, with torch and
 # JAX unless IB_PYTHON_TORCH=0 / IB_PYTHON_JAX=0; keyed on the requirement files' hash.
 ib_test_python_reqs() {
     local venv pb="$_IB_REPO_ROOT/python-bindings" reqs want r args=()
     venv="$(dirname "$(dirname "$IB_PY")")"
-    reqs=("$pb/requirements-test.txt")
+    reqs=("$pb/requirements-test.txt" "$pb/requirements-release.txt")
     [ "${IB_PYTHON_TORCH:-1}" = 0 ] || reqs+=("$pb/requirements-torch.txt")
     [ "${IB_PYTHON_JAX:-1}" = 0 ] || reqs+=("$pb/requirements-jax.txt")
     want="$(cat "${reqs[@]}" | sha256sum | cut -d' ' -f1)" || return 1
@@ -46,4 +46,26 @@ ib_test_python_reqs() {
         echo "test-python: installing ${reqs[*]##*/}" >&2
         "$IB_PY" -m pip install -q "${args[@]}" >&2 && echo "$want" >"$venv/.ib-python-req"
     ) 9>"$venv/.lock-reqs"
+}
+
+# After ib_test_python_reqs: a wheel of python-bindings for interpreter $1 into folder $2 (more
+# maturin arguments after them, e.g. --release). Linked by zig (the test venv's ziglang) against
+# glibc 2.28's symbols and checked by maturin to be manylinux_2_28: the host's own toolchain
+# would tag it manylinux_2_34 (Debian 12's glibc), which clusters of the RHEL 8 era cannot
+# install. The wheels CI tests are these, so what is tested is what ships (scripts/release.sh).
+ib_build_wheel() {
+    local py="$1" out="$2"
+    shift 2
+    (cd "$_IB_REPO_ROOT/python-bindings" \
+        && CARGO_ZIGBUILD_PYTHON_PATH="$IB_PY" "$(dirname "$IB_PY")/maturin" build -q --zig \
+            --compatibility manylinux_2_28 --strip -i "$py" -o "$out" "$@")
+}
+
+# The newest interpreter of Python $1 (e.g. 3.10) from pyenv, else from PATH (not pyenv's
+# shims); prints nothing when there is none.
+ib_python_version() {
+    local v="$1" py
+    py="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -n1)"
+    [ -n "$py" ] || py="$(PATH="$(echo "$PATH" | tr ':' '\n' | grep -v '/shims$' | paste -sd:)" command -v "python$v" || true)"
+    echo "$py"
 }

@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# The packages as users install them, outside this repo:
-#   1. crates: `cargo package` of the crates.io set (insitubatch-core, -object, -native), each
-#      with its README and LICENSE;
-#   2. Python: the wheel scripts/test-python.sh built, and the sdist maturin builds, each
-#      installed with its dependencies (from PyPI) into a clean venv in a temp dir and used
-#      from a script run there (tests/packages/use_wheel.py). The sdist compiles the extension
-#      (minutes), so it is rebuilt only when its inputs changed since it last passed;
-#   3. npm: `npm pack` of js/ (with the js/pkg wasm builds) installed into a clean folder with
+# The packages as users install them, outside this repo (scripts/release.sh checks the wheels,
+# the crates and `npm publish --dry-run`; this script, what a user builds or bundles from them):
+#   1. Python: the sdist maturin builds, installed with its dependencies (from PyPI) into a
+#      clean venv in a temp dir and used from a script run there (tests/packages/use_wheel.py).
+#      It compiles the extension (minutes), so it is rebuilt only when its inputs changed since
+#      it last passed;
+#   2. npm: `npm pack` of js/ (with the js/pkg wasm builds) installed into a clean folder with
 #      pinned typescript, vite and playwright-core (tests/packages/js/): a Node script there
 #      imports it by name and checks one epoch row by row against the fixture's values (path,
 #      file:// and loopback HTTP); tsc --noEmit (strict) type-checks an example against the
 #      installed index.d.ts as a Node and as a bundler project, and must reject a wrong knob
 #      type; a Vite app bundles the browser entry and headless Chromium reads the same batches
 #      over loopback HTTP. Needs js/pkg built (scripts/test-wasm.sh --build-only).
-# Needs the fixtures (INSITUBATCH_FIXTURES) and the test venv's wheel: run after
-# scripts/test-python.sh, as scripts/test.sh does.
+# Needs the fixtures (INSITUBATCH_FIXTURES): run after scripts/test-python.sh, as scripts/test.sh does.
 #   scripts/test-packages.sh                  # every section
-#   scripts/test-packages.sh npm              # some of them: crates, python, npm
+#   scripts/test-packages.sh npm              # some of them: python, npm
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -26,9 +24,9 @@ source scripts/tools.sh
 ib_test_venv
 FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures}"
 STORE="$FIXTURES/v3_zstd"
-SECTIONS=" ${*:-crates python npm} "
+SECTIONS=" ${*:-python npm} "
 for s in $SECTIONS; do
-    case "$s" in crates | python | npm) ;; *) echo "unknown section $s (crates, python, npm)" >&2; exit 2 ;; esac
+    case "$s" in python | npm) ;; *) echo "unknown section $s (python, npm)" >&2; exit 2 ;; esac
 done
 want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 WORK="$(mktemp -d)"
@@ -102,19 +100,6 @@ ib_npm_package_checks() {
     passed=$((passed + 2))
 }
 
-if want crates; then
-    echo "== crates: cargo package (insitubatch-core, -object, -native)"
-    cargo package -q --no-verify --allow-dirty -p insitubatch-core -p insitubatch-object -p insitubatch-native
-    for c in insitubatch-core insitubatch-object insitubatch-native; do
-        crate="$CARGO_TARGET_DIR/package/$c-0.1.0.crate"
-        listing="$(tar tzf "$crate")"
-        for f in Cargo.toml README.md LICENSE src/lib.rs; do
-            grep -qx "$c-0.1.0/$f" <<<"$listing" || { echo "FAIL: $crate lacks $f" >&2; exit 1; }
-        done
-        passed=$((passed + 1))
-    done
-fi
-
 # A clean venv in the temp dir, the package installed from $1 with its dependencies, and the
 # user script run from there (not from the repo, so only the install can be imported).
 use_python_package() {
@@ -126,10 +111,6 @@ use_python_package() {
 }
 
 if want python; then
-    echo "== Python: the wheel in a clean venv"
-    wheel="$(ls "$INSITUBATCH_CACHE"/python-wheels/insitubatch_rs-*.whl | head -n1)"
-    use_python_package "$wheel" wheel
-
     echo "== Python: the sdist in a clean venv (compiles the extension)"
     sdist_dir="$INSITUBATCH_CACHE/python-sdist"
     sdist_hash="$( { find core native object python-bindings/src python-bindings/python -type f -print0 | sort -z | xargs -0 sha256sum; \

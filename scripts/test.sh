@@ -5,7 +5,8 @@
 # server and an S3-compatible server (moto) on loopback; the wasm build in Node and headless
 # Chromium with native/wasm parity; the Python package under pytest with real torch and JAX
 # (and real TensorFlow in a venv of its own); the notebook widget in a real JupyterLab and
-# marimo in headless Chromium; the packages installed outside the repo; the book in docs/
+# marimo in headless Chromium; the packages installed outside the repo, and the release artifacts
+# checked as users receive them (scripts/release.sh --check); the book in docs/
 # built, link-checked, and every code block in it run (scripts/test-docs.sh); libFuzzer on
 # every parser of untrusted bytes (scripts/fuzz.sh; IB_FUZZ_SECONDS per target).
 # Installs what it needs first.
@@ -63,8 +64,10 @@ t bash scripts/test-python.sh
 t bash scripts/test-widget.sh   # the notebook widget in JupyterLab (Playwright)
 ib_stop_servers
 
-echo "== packages as users install them, outside the repo (crates, wheel, sdist, npm tarball)"
+echo "== packages as users install them, outside the repo (sdist, npm tarball in Node, tsc, Vite)"
 t bash scripts/test-packages.sh
+echo "== release artifacts as a user receives them (manylinux_2_28 wheels, twine, npm and cargo publish --dry-run)"
+t bash scripts/release.sh --check
 
 echo "== the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
 t bash scripts/test-docs.sh

@@ -117,7 +117,10 @@ fn map_err(e: object_store::Error) -> StorageError {
     use object_store::Error as E;
     let msg = e.to_string();
     match e {
-        E::Generic { .. } | E::JoinError { .. } => StorageError::transient(msg),
+        // Not `JoinError` by name: that variant exists only with object_store's `tokio` feature,
+        // which this crate does not ask for (it built only where a workspace sibling did, and
+        // `cargo publish --dry-run` found it). A failed join is a runtime shutting down.
+        E::Generic { .. } => StorageError::transient(msg),
         // A wrong secret, an expired token or a policy that forbids the read: say what to
         // check, since the server's own words (`SignatureDoesNotMatch`, `AccessDenied`) don't.
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => StorageError::permanent(format!(
