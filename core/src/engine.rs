@@ -755,7 +755,8 @@ fn bad_or_raise(engine: &Arc<Engine>, key: ChunkKey, tile: u64, slot: &TiledSlot
     // An internal error is a bug of ours, not a bad chunk: never filled over.
     if engine.policy.on_bad_chunk == OnBadChunk::Raise || matches!(error, Error::Internal(_)) {
         return Err(match error {
-            Error::Decode { message, key } => Error::Decode {
+            // The hint once: zarr.rs's own decode errors already carry it.
+            Error::Decode { message, key } if !message.contains("on_bad_chunk") => Error::Decode {
                 message: format!("{message} (pass on_bad_chunk=\"nan\" to fill bad chunks and go on)"),
                 key,
             },

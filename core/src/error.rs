@@ -1,7 +1,7 @@
 //! The engine's errors. Every message says what was wrong and what to do, with the key or
 //! URL last. Variants map onto Python exception classes in the bindings: `Config` and
-//! `Geometry` → `ValueError`, `Storage`/`NotFound` → an `OSError` subclass, `Stall`, `Internal` and
-//! `Cache` → `RuntimeError`.
+//! `Geometry` → `ValueError`; `Storage`, `NotFound`, `Metadata` and `Decode` → an `OSError`
+//! subclass (`InsitubatchIOError`); the others (`Stall`, `Internal`, `Cache`, ...) → `RuntimeError`.
 
 /// `Result` with the engine's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -80,12 +80,23 @@ impl ThreadPool for RayonPool {
 /// Owns the tokio runtime; shuts it down in the background when the last user goes, so
 /// dropping a dataset inside an async context does not panic.
 #[derive(Debug)]
-struct OwnedTokio(Option<tokio::runtime::Runtime>);
+struct OwnedTokio {
+    runtime: Option<tokio::runtime::Runtime>,
+    /// The process that started the runtime's threads.
+    pid: u32,
+}
 
 impl Drop for OwnedTokio {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        let Some(rt) = self.runtime.take() else { return };
+        if std::process::id() == self.pid {
             rt.shutdown_background();
+        } else {
+            // A forked child (a DataLoader worker, a `multiprocessing` fork) has the runtime's
+            // memory but none of its threads: shutting it down there detaches threads that do
+            // not exist, and glibc's pthread_detach segfaults on them (a core dump of the
+            // DataLoader refusal test showed it). The child's exit returns the memory.
+            std::mem::forget(rt);
         }
     }
 }
@@ -121,12 +132,13 @@ impl NativeRuntime {
             .with_memory_available(memory_available());
         #[cfg(target_os = "linux")]
         let runtime = runtime.with_prefault(populate_pages);
-        Ok(Self { tokio: Arc::new(OwnedTokio(Some(rt))), runtime, pool })
+        let tokio = Arc::new(OwnedTokio { runtime: Some(rt), pid: std::process::id() });
+        Ok(Self { tokio, runtime, pool })
     }
 
     /// The tokio handle.
     pub fn handle(&self) -> tokio::runtime::Handle {
-        self.tokio.0.as_ref().map(|r| r.handle().clone()).expect("runtime is alive while NativeRuntime exists")
+        self.tokio.runtime.as_ref().map(|r| r.handle().clone()).expect("runtime is alive while NativeRuntime exists")
     }
 
     /// Run a future to completion on the tokio runtime (from a non-async thread).

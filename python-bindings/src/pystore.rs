@@ -168,6 +168,8 @@ pub struct PyZarrStorage {
     requests: mpsc::Sender<Request>,
     location: String,
     can_list: bool,
+    /// A zarr `LocalStore` or `MemoryStore` (or a subclass): answered from this machine.
+    local: bool,
 }
 
 impl std::fmt::Debug for PyZarrStorage {
@@ -203,6 +205,11 @@ impl PyZarrStorage {
             Ok(v) => v.is_truthy()?,
             Err(_) => true,
         };
+        // zarr's own local stores read from this machine: no slow tail to hedge (a hedge is a
+        // second read of the same key), and a narrow read window (`reads_are_local`).
+        let zarr_storage = py.import("zarr.storage")?;
+        let local = store.is_instance(&zarr_storage.getattr("LocalStore")?)?
+            || store.is_instance(&zarr_storage.getattr("MemoryStore")?)?;
         let event_loop = helpers.getattr("event_loop")?.call0()?.unbind();
         let served = Served { store: store.clone().unbind(), event_loop, helpers: helpers.clone().unbind() };
         let (requests, rx) = mpsc::channel();
@@ -210,7 +217,7 @@ impl PyZarrStorage {
             .name("insitubatch-zarr-submit".into())
             .spawn(move || serve(served, &rx))
             .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread for the zarr store: {e}")))?;
-        Ok(Self { requests, location, can_list })
+        Ok(Self { requests, location, can_list, local })
     }
 
     /// Hand `request` (built around a fresh reply channel) to the submitter; await the answer.
@@ -363,6 +370,10 @@ impl Storage for PyZarrStorage {
             keys.sort();
             Ok(Some(keys))
         })
+    }
+
+    fn reads_are_local(&self) -> bool {
+        self.local
     }
 
     fn location(&self) -> String {

@@ -4,6 +4,7 @@ job killed with SIGKILL after its checkpoint and resumed with 2 and with 3 ranks
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -266,6 +267,28 @@ def test_as_torch_refuses_dataloader_workers_saying_why(fixtures, manifest):
     assert n == len(ds.train)
     with pytest.raises(RuntimeError, match=r"(?s)num_workers=0\) only.*threads="):
         next(iter(DataLoader(ib.as_torch(ds.train), batch_size=None, num_workers=1)))
+
+
+def test_a_forked_child_closes_the_dataset_without_touching_its_threads(fixtures, manifest):
+    """A fork (DataLoader workers; multiprocessing's default start method on Linux) copies the
+    engine's memory but none of its threads. Closing the dataset there must leave the parent's
+    runtime alone: it once shut the tokio runtime down in the child, and glibc's pthread_detach
+    segfaulted on the threads that do not exist there."""
+    ds = zstd_ds(fixtures, manifest)
+    assert sum(len(b) for b in ds.train) == len(ds.train.sample_indices())  # the I/O threads ran
+    pid = os.fork()
+    if pid == 0:  # the child: close, collect, and say how it went by the exit status only
+        code = 1
+        try:
+            ds.close()
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the forked child ended with wait status {status}"
+    assert sum(len(b) for b in ds.train) == len(ds.train.sample_indices()), "the parent's engine still runs"
+    ds.close()
 
 
 def test_jax_multiprocess_job_shares_epochs(fixtures, manifest, tmp_path):

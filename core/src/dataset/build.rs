@@ -640,6 +640,11 @@ fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
             "first_block_chunks must be at least 1; leave it unset for a first block of block_chunks".into(),
         ));
     }
+    if o.read_policy.request_timeout.is_zero() {
+        return Err(Error::Config(
+            "request_timeout must be above 0 s (every request would time out at once); the default is 120 s".into(),
+        ));
+    }
     if let Some(h) = &o.read_policy.hedge
         && !(h.quantile > 0.0 && h.quantile <= 1.0 && h.multiple >= 1.0 && (0.0..=1.0).contains(&h.max_share))
     {
