@@ -436,6 +436,38 @@ export interface PassStats {
 
 export type SplitName = 'train' | 'val' | 'test' | 'all';
 
+/** One finished segment of an epoch in a `Checkpoint`'s history (core/src/shard.rs `Cut`). */
+export interface Cut {
+  /** Ranks in that segment. */
+  world_size: number;
+  /** Samples each rank had consumed when it was cut. */
+  position: number;
+}
+
+/**
+ * Where a pass stands (core/src/shard.rs `Checkpoint`, snake_case keys): small, plain JSON,
+ * the same on every rank of a job that steps in lockstep, and the same format as Python's
+ * `state_dict()` and the CLI's `--checkpoint` file. Resume it with `ds.resume()`.
+ */
+export interface Checkpoint {
+  /** The checkpoint format (1). */
+  version: number;
+  /** The dataset seed (a resume under another seed is refused). */
+  seed: number;
+  epoch: number;
+  split: SplitName;
+  /** Rows per batch (a resume under another batch size is refused). */
+  batch_size: number;
+  /** Ranks in the current segment. */
+  world_size: number;
+  /** Samples each rank consumed in the current segment. */
+  position: number;
+  /** Batches each rank yielded in the current segment. */
+  batches: number;
+  /** Earlier segments of this epoch (resumes with another world size), oldest first. */
+  history: Cut[];
+}
+
 /** One epoch as the probe predicts it (core/src/dataset/probe.rs `EpochPrediction`). */
 export interface EpochPrediction {
   /** Seconds from the pass's start to its last batch. */
@@ -516,6 +548,8 @@ export declare class Pass<B extends Batch = Batch> implements AsyncIterable<B> {
   readonly length: number;
   next(): Promise<B | undefined>;
   stats(): PassStats | undefined;
+  /** Where this pass stands after the last batch it returned (also after it ended or was closed). */
+  checkpoint(): Checkpoint;
   close(): void;
   [Symbol.asyncIterator](): AsyncIterator<B>;
 }
@@ -533,6 +567,16 @@ export declare class Dataset<B extends Batch = Batch> {
   val(): Pass<B>;
   test(): Pass<B>;
   all(): Pass<B>;
+  /**
+   * The pass `checkpoint` was taken in, continued where it stopped (with its world size:
+   * exactly the batches the uninterrupted pass would have yielded next; with another, this
+   * rank's share of the samples no rank had consumed). Sets `epoch` to the checkpoint's.
+   * Accepts the JSON text too (Python's `state_dict()`, the CLI's `--checkpoint` file).
+   * Throws for a checkpoint of another seed, batch size or dataset.
+   */
+  resume(checkpoint: Checkpoint | string): Pass<B>;
+  /** Where the latest pass over `split` (default "train") stands; before a pass of the current epoch, a fresh one's. */
+  checkpoint(split?: SplitName): Checkpoint;
   lastPass(): PassStats | undefined;
   /**
    * Probe the store: a few real reads and decodes of the train split at the current epoch,
@@ -619,6 +663,8 @@ export declare class WorkerPass implements AsyncIterable<Batch> {
   size(): Promise<number>;
   next(): Promise<Batch | undefined>;
   stats(): Promise<PassStats | undefined>;
+  /** Where this pass stands after the last batch received (kept on the page: also after it ended, or the worker died). */
+  checkpoint(): Promise<Checkpoint>;
   close(): Promise<void>;
   [Symbol.asyncIterator](): AsyncIterator<Batch>;
 }
@@ -641,6 +687,9 @@ export declare class WorkerDataset {
   val(): WorkerPass;
   test(): WorkerPass;
   all(): WorkerPass;
+  /** `Dataset.resume` in the worker; a checkpoint it cannot resume rejects the pass's first `next()`. */
+  resume(checkpoint: Checkpoint | string): WorkerPass;
+  checkpoint(split?: SplitName): Promise<Checkpoint>;
   lastPass(): Promise<PassStats | undefined>;
   /** `Dataset.probe`, measured in the worker. */
   probe(chunks?: number): Promise<ProbeReport>;

@@ -7,7 +7,12 @@
 import { Pass, checkSplit } from './facade.js';
 
 /** A pass of `Explorer.iter`: an async iterable of batches (a `Pass` of the explorer's stream). */
-export class ExplorePass extends Pass {}
+export class ExplorePass extends Pass {
+  /** A preview has no checkpoint: resume passes of a dataset (`open()`). */
+  checkpoint() {
+    throw new Error("an explorer pass is a preview and has no checkpoint; open() the store and use the dataset's passes to resume");
+  }
+}
 
 /** A store's metadata, opened once. Options are `open()`'s; only `iter` and `probe` read the store. */
 export class Explorer {

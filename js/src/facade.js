@@ -119,6 +119,7 @@ export class Pass extends AsyncBatches {
   #ref;
   #views;
   #step = 0; // advanced by every next() and close(): a view batch is live at its own step only
+  #final; // the checkpoint the pass ended at, kept once its stream is freed
   constructor(inst, stream) {
     super();
     this.#inst = inst;
@@ -154,6 +155,18 @@ export class Pass extends AsyncBatches {
     return stream ? this.#inst.call(() => stream.stats()) : undefined;
   }
   /**
+   * Where this pass stands after the last batch it returned: core's checkpoint, a plain
+   * JSON-serializable object (the same format as Python's `state_dict()` and the CLI's
+   * `--checkpoint` file). `ds.resume(checkpoint)` continues from there, in this process or
+   * another. Also after the pass ended or was closed.
+   */
+  checkpoint() {
+    const stream = this.#stream;
+    if (stream) return this.#inst.call(() => stream.checkpoint());
+    if (this.#final === undefined && this.#inst.trapped) throw this.#inst.trapped;
+    return this.#final;
+  }
+  /**
    * End the pass now and free its memory (done for you by `break` in `for await`). After a
    * trap there is nothing to free: the memory went with the instance.
    */
@@ -163,6 +176,7 @@ export class Pass extends AsyncBatches {
     if (!stream) return;
     this.#stream = undefined;
     if (this.#inst.trapped) return this.#inst.forget(this.#ref);
+    if (stream.checkpoint) this.#final = this.#inst.call(() => stream.checkpoint()); // not the explorer's passes
     this.#inst.call(() => stream.close());
     this.#inst.free(stream, this.#ref);
   }
@@ -211,6 +225,25 @@ export class Dataset extends SplitViews {
   iter(split) {
     checkSplit(split);
     return new Pass(this.#inst, this.#with((ds) => ds.iter(split)));
+  }
+  /**
+   * The pass `checkpoint` was taken in (`pass.checkpoint()`, `ds.checkpoint()`, or its JSON
+   * text: Python's `state_dict()`, the CLI's `--checkpoint` file), continued where it
+   * stopped; starts reading now. With the world size it was taken with: exactly the batches
+   * the uninterrupted pass would have yielded next. With another: this rank's share of the
+   * samples no rank had consumed. Sets `epoch` to the checkpoint's. Throws for a checkpoint
+   * of another seed, batch size or dataset.
+   */
+  resume(checkpoint) {
+    return new Pass(this.#inst, this.#with((ds) => ds.resume(checkpoint)));
+  }
+  /**
+   * Where the latest pass over `split` (default "train") stands, as `pass.checkpoint()`
+   * (also after it ended); before a pass of the current epoch, a fresh pass's checkpoint.
+   */
+  checkpoint(split = 'train') {
+    checkSplit(split);
+    return this.#with((ds) => ds.checkpoint(split));
   }
   /**
    * Probe the store: time a few real reads and decodes of the train split at the current

@@ -104,14 +104,22 @@ export class WorkerPass extends AsyncBatches {
   #done = false;
   #memory; // the worker's shared memory, under batchViews
   #step = 0; // advanced by every next() and close(): a view batch is live at its own step only
-  constructor(ch, split, memory) {
+  #checkpoint; // where the pass stands after the last batch received (each reply carries it)
+  /**
+   * `start`: the request that starts the pass in the worker (`{ op: 'iter', split }` or
+   * `{ op: 'resume', checkpoint }`); `onStart(reply)` sees the worker's answer.
+   */
+  constructor(ch, start, memory, onStart) {
     super();
     this.#ch = ch;
     this.#memory = memory;
     this.length = undefined;
+    const { op, ...args } = start;
     // Requests are answered in order, so next() may be called before this resolves.
-    this.#id = ch.call('iter', { split }).then((r) => {
+    this.#id = ch.call(op, args).then((r) => {
       this.length = r.length;
+      this.#checkpoint = r.checkpoint;
+      onStart?.(r);
       return r.pass;
     });
     this.#id.catch(() => {}); // surfaced by next()
@@ -130,7 +138,8 @@ export class WorkerPass extends AsyncBatches {
     const step = ++this.#step;
     if (this.#done) return undefined;
     const pass = await this.#id;
-    const r = await this.#ch.call('next', { pass });
+    const { batch: r, checkpoint } = await this.#ch.call('next', { pass });
+    this.#checkpoint = checkpoint;
     if (r === undefined) this.#done = true;
     if (r === undefined || !this.#memory) return r;
     return viewBatch(r, this.#memory, () => {
@@ -141,6 +150,15 @@ export class WorkerPass extends AsyncBatches {
   /** Stats of this pass so far. */
   async stats() {
     return this.#ch.call('stats', { pass: await this.#id });
+  }
+  /**
+   * Where this pass stands after the last batch received (`Pass.checkpoint()`): kept on this
+   * side, so it is there after the pass ended or was closed, and after the worker died.
+   * Resolves once the worker has started the pass.
+   */
+  async checkpoint() {
+    await this.#id;
+    return this.#checkpoint;
   }
   /** End the pass now (done for you by `break` in `for await`). */
   async close() {
@@ -155,6 +173,7 @@ export class WorkerPass extends AsyncBatches {
 export class WorkerDataset extends SplitViews {
   #ch;
   #info;
+  #epochCalls = 0; // setEpoch and resume calls so far: a resume's answer sets `epoch` only if it was the last
   constructor(ch, info) {
     super();
     this.#ch = ch;
@@ -183,11 +202,27 @@ export class WorkerDataset extends SplitViews {
   }
   /** Reshuffle for `epoch`; passes started after this call use it (requests are ordered). */
   setEpoch(epoch) {
+    this.#epochCalls++;
     this.epoch = epoch;
     return this.#ch.call('setEpoch', { epoch });
   }
   iter(split) {
-    return new WorkerPass(this.#ch, checkSplit(split), this.#info.memory);
+    return new WorkerPass(this.#ch, { op: 'iter', split: checkSplit(split) }, this.#info.memory);
+  }
+  /**
+   * `Dataset.resume` in the worker: the pass `checkpoint` was taken in, continued where it
+   * stopped. A checkpoint the dataset cannot resume rejects the pass's first `next()` (or
+   * `size()`). Sets `epoch` to the checkpoint's once the worker has started the pass.
+   */
+  resume(checkpoint) {
+    const call = ++this.#epochCalls;
+    return new WorkerPass(this.#ch, { op: 'resume', checkpoint }, this.#info.memory, (r) => {
+      if (call === this.#epochCalls) this.epoch = r.epoch;
+    });
+  }
+  /** `Dataset.checkpoint` in the worker: where the latest pass over `split` (default "train") stands. */
+  checkpoint(split = 'train') {
+    return this.#ch.call('checkpoint', { split: checkSplit(split) });
   }
   lastPass() {
     return this.#ch.call('lastPass');

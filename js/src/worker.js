@@ -99,6 +99,13 @@ function viewsOf(batch) {
   return { ...batch, arrays };
 }
 
+/** A pass the page may now step: its id, length, epoch and starting checkpoint. */
+function started(pass) {
+  const id = nextPass++;
+  passes.set(id, pass);
+  return { pass: id, length: pass.length, epoch: dataset.epoch, checkpoint: pass.checkpoint() };
+}
+
 function passOf(id) {
   const p = passes.get(id);
   if (!p) throw new Error(`pass ${id} is closed or unknown; start a new one with iter()`);
@@ -129,21 +136,21 @@ const ops = {
   lastPass: () => dataset.lastPass(),
   probe: ({ chunks }) => dataset.probe(chunks),
   badChunks: () => dataset.badChunks(),
-  iter({ split }) {
-    const pass = dataset.iter(split);
-    const id = nextPass++;
-    passes.set(id, pass);
-    return { pass: id, length: pass.length };
-  },
+  iter: ({ split }) => started(dataset.iter(split)),
+  resume: ({ checkpoint }) => started(dataset.resume(checkpoint)),
+  checkpoint: ({ split }) => dataset.checkpoint(split),
+  // Each reply carries the pass's checkpoint after that batch, so the page has it without
+  // asking (and after the pass ended).
   async next({ pass }) {
     const p = passOf(pass);
     const batch = await p.next();
+    const checkpoint = p.checkpoint();
     if (batch === undefined) {
       passes.delete(pass);
-      return { value: undefined };
+      return { value: { batch: undefined, checkpoint } };
     }
-    if (views) return { value: viewsOf(batch), transfer: [batch.sampleIndices.buffer], views: true };
-    return { value: batch, transfer: buffersOf(batch) };
+    if (views) return { value: { batch: viewsOf(batch), checkpoint }, transfer: [batch.sampleIndices.buffer], views: true };
+    return { value: { batch, checkpoint }, transfer: buffersOf(batch) };
   },
   stats: ({ pass }) => passes.get(pass)?.stats(),
   closePass({ pass }) {

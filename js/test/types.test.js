@@ -25,7 +25,7 @@ const ts = TS_PATH ? createRequire(import.meta.url)(TS_PATH) : undefined;
 const noTs = ts ? false : 'IB_TYPESCRIPT is unset: run scripts/test-wasm.sh, which installs npm typescript';
 
 /** The declared types of the engine's values, and where each comes from below. */
-const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange', 'ProbeReport'];
+const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange', 'ProbeReport', 'Checkpoint'];
 
 /**
  * Every option `open()` takes, set (storageOptions aside: s3:// only), typed by index.d.ts:
@@ -118,6 +118,7 @@ async function engineValues() {
     const pass = ds.train();
     await pass.next();
     values.push([`${store} pass.stats()`, 'PassStats', pass.stats()]);
+    values.push([`${store} pass.checkpoint()`, 'Checkpoint', pass.checkpoint()]);
     for await (const _ of pass);
     values.push([`${store} lastPass()`, 'PassStats', ds.lastPass()]);
     values.push([`${store} probe()`, 'ProbeReport', await ds.probe(2)]);
@@ -145,6 +146,19 @@ async function engineValues() {
       return key.startsWith('t2m/c/1/') && range?.end !== undefined ? Promise.reject(new Error('bad')) : inner.get(key, range);
     },
   };
+  // A checkpoint with a history: taken by 2 ranks, resumed by 1.
+  const two = await open(`${HTTP}/v3_zstd`, { variables: ['t2m'], batchSize: 8, worldSize: 2 });
+  const head = two.train();
+  await head.next();
+  const one = await open(`${HTTP}/v3_zstd`, { variables: ['t2m'], batchSize: 8 });
+  const resumed = one.resume(head.checkpoint());
+  const elastic = resumed.checkpoint();
+  assert.equal(elastic.history.length, 1);
+  values.push(['an elastic resume\'s checkpoint()', 'Checkpoint', elastic]);
+  resumed.close();
+  head.close();
+  two.close();
+  one.close();
   const ds = await open(storage, EVERY_OPTION);
   for await (const _ of ds.all());
   const bad = ds.badChunks();

@@ -20,16 +20,19 @@ pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,nare
 
 use std::borrow::Cow;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
 use insitubatch_native::core::{DType, ReadPolicy, Result as CoreResult, Split};
-use insitubatch_native::{DatasetOptions, NativeDataset, OpenOptions, SplitOptions, demo, open, open_storage};
+use insitubatch_native::{
+    Batch, BatchIter, Checkpoint, DatasetOptions, NativeDataset, OpenOptions, SplitOptions, demo, open, open_storage,
+};
 use rayon::prelude::*;
 use serde_json::json;
 
@@ -58,6 +61,8 @@ enum Command {
         /// Use this store instead of the demo store.
         #[arg(long)]
         url: Option<String>,
+        #[command(flatten)]
+        resume: ResumeArgs,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -107,8 +112,176 @@ enum Command {
         #[arg(long, hide = true, value_name = "N", requires = "cache_dir", conflicts_with = "readonly_cache")]
         pause_after_chunks: Option<u64>,
         #[command(flatten)]
+        resume: ResumeArgs,
+        #[command(flatten)]
         knobs: Knobs,
     },
+}
+
+/// Resuming and checkpointing the train pass of a command that runs epochs (`demo`, `bench`).
+#[derive(Args, Debug, Clone)]
+struct ResumeArgs {
+    /// Continue the pass a checkpoint file holds (JSON: written by --checkpoint, or Python's
+    /// `state_dict()` / JS's `checkpoint()` saved to a file) from where it stopped; the run
+    /// starts at its epoch. Give the options it was taken with (seed, batch size, ranks,
+    /// fractions): another seed or batch size is refused.
+    #[arg(long, value_name = "FILE", conflicts_with = "epoch")]
+    resume: Option<PathBuf>,
+    /// On SIGINT or SIGTERM, write the checkpoint of the pass in progress to FILE (after the
+    /// last finished batch), say so on stderr, and exit with status 130 (SIGINT) or 143
+    /// (SIGTERM); `--resume FILE` continues from there.
+    #[arg(long, value_name = "FILE")]
+    checkpoint: Option<PathBuf>,
+    /// For tests, hidden from --help: print `samples EPOCH BATCH i,j,...` after each batch.
+    #[arg(long, hide = true)]
+    print_sample_indices: bool,
+    /// For tests, hidden from --help: after N batches, print `paused after N batches` and
+    /// block until a signal ends the process (a known point to interrupt it at).
+    #[arg(long, hide = true, value_name = "N")]
+    pause_after_batches: Option<u64>,
+}
+
+/// The train passes of a run as `--resume` and `--checkpoint` see them: the first pass resumes
+/// the checkpoint file, and after each finished batch the pass's checkpoint is recorded where
+/// a signal finds it.
+struct Session {
+    /// The checkpoint the first pass resumes.
+    resume: Option<Checkpoint>,
+    /// The checkpoint of the pass in progress after its last finished batch. A signal takes
+    /// it and holds the lock until the process exits, so no batch is finished (or printed)
+    /// after the checkpoint that is written.
+    at: Arc<Mutex<Option<Checkpoint>>>,
+    print_sample_indices: bool,
+    pause_after_batches: Option<u64>,
+    /// Batches finished in this run.
+    finished: u64,
+}
+
+impl Session {
+    /// Reads the `--resume` file.
+    fn new(args: &ResumeArgs) -> Result<Self> {
+        let resume = match &args.resume {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the checkpoint file {}", path.display()))?;
+                Some(Checkpoint::from_json(&text).with_context(|| format!("--resume {}", path.display()))?)
+            }
+            None => None,
+        };
+        Ok(Self {
+            resume,
+            at: Arc::default(),
+            print_sample_indices: args.print_sample_indices,
+            pause_after_batches: args.pause_after_batches,
+            finished: 0,
+        })
+    }
+
+    /// The run's first epoch: the resumed checkpoint's, else `epoch`.
+    fn first_epoch(&self, epoch: u64) -> u64 {
+        self.resume.as_ref().map_or(epoch, |c| c.epoch)
+    }
+
+    /// With `--checkpoint FILE`: on SIGINT or SIGTERM (Ctrl-C elsewhere), write the checkpoint
+    /// of the pass in progress to FILE and exit. Call before the first pass.
+    fn on_signal_write(&self, ds: &NativeDataset, path: Option<&Path>) -> Result<()> {
+        let Some(path) = path else { return Ok(()) };
+        let path = path.to_path_buf();
+        let start =
+            self.resume.clone().unwrap_or_else(|| ds.dataset().fresh_checkpoint(Split::Train, ds.dataset().epoch()));
+        *lock(&self.at) = Some(start);
+        let at = Arc::clone(&self.at);
+        let handle = ds.runtime().handle();
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let _enter = handle.enter();
+            let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+            let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+            handle.spawn(async move {
+                let (name, status) = tokio::select! {
+                    _ = interrupt.recv() => ("SIGINT", 130),
+                    _ = terminate.recv() => ("SIGTERM", 143),
+                };
+                exit_with_checkpoint(&at, &path, name, status);
+            });
+        }
+        #[cfg(not(unix))]
+        handle.spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                exit_with_checkpoint(&at, &path, "Ctrl-C", 130);
+            }
+        });
+        Ok(())
+    }
+
+    /// The next train pass: the resumed one first, then a fresh one at the current epoch.
+    fn pass(&mut self, ds: &NativeDataset) -> Result<BatchIter> {
+        let it = match self.resume.take() {
+            Some(c) => ds.resume(&c)?,
+            None => ds.train()?,
+        };
+        *lock(&self.at) = it.checkpoint();
+        Ok(it)
+    }
+
+    /// The caller finished its step on `b`, the latest batch of `it`: record where the pass
+    /// stands (and print the batch's samples, hidden), then the hidden pause.
+    fn finished(&mut self, it: &BatchIter, b: &Batch) {
+        let mut at = lock(&self.at);
+        if self.print_sample_indices {
+            let list: Vec<String> = b.sample_indices.iter().map(u64::to_string).collect();
+            outln!("samples {} {} {}", b.epoch, b.index, list.join(","));
+            let _ = std::io::stdout().flush();
+        }
+        *at = it.checkpoint();
+        drop(at);
+        self.finished += 1;
+        if self.pause_after_batches == Some(self.finished) {
+            outln!("paused after {} batches", self.finished);
+            let _ = std::io::stdout().flush();
+            block_forever();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A signal's end of a run with `--checkpoint`: write the pass's checkpoint (core's JSON, to a
+/// temporary file renamed over `path`), say where, and exit with `status` (1 if it could not
+/// be written). The lock is held to the end, so the run finishes no batch after it.
+fn exit_with_checkpoint(at: &Mutex<Option<Checkpoint>>, path: &Path, name: &str, status: i32) -> ! {
+    let at = lock(at);
+    let mut err = std::io::stderr().lock();
+    let code = match at.as_ref() {
+        None => {
+            let _ = writeln!(err, "{name}: no pass had started; no checkpoint written");
+            status
+        }
+        Some(c) => {
+            let tmp = path.with_extension("insitu-tmp");
+            match std::fs::write(&tmp, c.to_json() + "\n").and_then(|()| std::fs::rename(&tmp, path)) {
+                Ok(()) => {
+                    let p = path.display();
+                    let _ = writeln!(
+                        err,
+                        "{name}: wrote the checkpoint of epoch {} of the {} view ({} batches done) to {p}; continue \
+                         with --resume {p}",
+                        c.epoch, c.split, c.batches
+                    );
+                    status
+                }
+                Err(e) => {
+                    let _ = writeln!(err, "error: {name}: cannot write the checkpoint to {}: {e}", path.display());
+                    1
+                }
+            }
+        }
+    };
+    let _ = std::io::stdout().flush();
+    std::process::exit(code)
 }
 
 /// `bench` options beyond the knobs.
@@ -343,7 +516,7 @@ fn main() -> ExitCode {
 
 fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Demo { url, knobs } => cmd_demo(url, &knobs),
+        Command::Demo { url, resume, knobs } => cmd_demo(url, &resume, &knobs),
         Command::Describe { url, iterations, json, probe, knobs } => {
             let ds = open_ds(&url, &knobs, knobs.open_options())?;
             let report = ds.describe(iterations)?;
@@ -362,18 +535,30 @@ fn run(cmd: Command) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench { url, epochs, decode_limit, json, digest, hold, step_ms, pause_after_chunks, knobs } => {
+        Command::Bench {
+            url,
+            epochs,
+            decode_limit,
+            json,
+            digest,
+            hold,
+            step_ms,
+            pause_after_chunks,
+            resume,
+            knobs,
+        } => {
             if decode_limit {
                 cmd_decode_limit(&url, &knobs, json)
             } else {
                 let run = BenchRun { epochs, as_json: json, digest, hold, step_ms, pause_after_chunks };
-                cmd_bench(&url, &run, &knobs)
+                cmd_bench(&url, &run, &resume, &knobs)
             }
         }
     }
 }
 
-fn cmd_demo(url: Option<String>, knobs: &Knobs) -> Result<()> {
+fn cmd_demo(url: Option<String>, resume: &ResumeArgs, knobs: &Knobs) -> Result<()> {
+    let mut session = Session::new(resume)?;
     let url = match url {
         Some(u) => u,
         None => {
@@ -391,8 +576,9 @@ fn cmd_demo(url: Option<String>, knobs: &Knobs) -> Result<()> {
     };
     let ds = open_ds(&url, knobs, knobs.open_options())?;
     outln!("{}", ds.describe(1)?.render());
+    session.on_signal_write(&ds, resume.checkpoint.as_deref())?;
     let t0 = Instant::now();
-    let it = ds.train()?;
+    let mut it = session.pass(&ds)?;
     let bar = indicatif::ProgressBar::new(it.n_batches() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -401,15 +587,16 @@ fn cmd_demo(url: Option<String>, knobs: &Knobs) -> Result<()> {
         .map_err(|e| anyhow!("{e}"))?
         .progress_chars("=> "),
     );
-    bar.set_prefix(knobs.epoch.to_string());
+    bar.set_prefix(session.first_epoch(knobs.epoch).to_string());
     let (mut batches, mut samples, mut bytes, mut ttfb) = (0usize, 0u64, 0u64, None);
-    for b in it {
+    while let Some(b) = it.next() {
         let b = b?;
         ttfb.get_or_insert_with(|| t0.elapsed().as_secs_f64());
         batches += 1;
         samples += b.len() as u64;
         bytes += b.arrays.values().map(|a| a.data.len() as u64).sum::<u64>();
         bar.inc(1);
+        session.finished(&it, &b);
     }
     bar.finish();
     let secs = t0.elapsed().as_secs_f64();
@@ -436,8 +623,11 @@ fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
+fn cmd_bench(url: &str, run: &BenchRun, resume: &ResumeArgs, knobs: &Knobs) -> Result<()> {
     let (epochs, as_json) = (run.epochs, run.as_json);
+    let mut session = Session::new(resume)?;
+    let resumed = session.resume.clone();
+    let first_epoch = session.first_epoch(knobs.epoch);
     let mut opts = knobs.open_options();
     opts.fractions = (1.0, 0.0, 0.0);
     if let Some(after) = run.pause_after_chunks {
@@ -448,6 +638,8 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
     let t_open = Instant::now();
     let ds = open_ds(url, knobs, opts)?;
     let open_s = t_open.elapsed().as_secs_f64();
+    // Before --hold's line: a signal after it finds a checkpoint to write.
+    session.on_signal_write(&ds, resume.checkpoint.as_deref())?;
     if run.hold {
         outln!("opened {}", std::process::id());
         let _ = std::io::stdout().flush();
@@ -459,12 +651,16 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
     let variables: Vec<String> = ds.dataset().variables().iter().map(|v| v.label.clone()).collect();
     let mut rows = Vec::new();
     for k in 0..epochs {
-        let row = bench_epoch(&ds, run, knobs.epoch + k, k == 0, t_open)?;
+        let row = bench_epoch(&ds, run, &mut session, first_epoch + k, k == 0, t_open)?;
         rows.push(row);
     }
     let mut config = knobs.config_json(threads);
     config["fractions"] = json!([1.0, 0.0, 0.0]);
     config["epochs"] = json!(epochs);
+    if let Some(c) = &resumed {
+        config["epoch"] = json!(first_epoch);
+        config["resume"] = serde_json::to_value(c)?;
+    }
     let out = json!({
         "url": url,
         "variables": variables,
@@ -491,6 +687,7 @@ fn cmd_bench(url: &str, run: &BenchRun, knobs: &Knobs) -> Result<()> {
 fn bench_epoch(
     ds: &NativeDataset,
     run: &BenchRun,
+    session: &mut Session,
     epoch: u64,
     first: bool,
     t_open: Instant,
@@ -499,7 +696,8 @@ fn bench_epoch(
     let t0 = Instant::now();
     let (mut samples, mut bytes, mut ttfb) = (0u64, 0u64, None);
     let mut digest = run.digest.then(insitubatch_native::BatchDigest::default);
-    for b in ds.train()? {
+    let mut it = session.pass(ds)?;
+    while let Some(b) = it.next() {
         let b = b?;
         ttfb.get_or_insert_with(|| t0.elapsed().as_secs_f64());
         samples += b.len() as u64;
@@ -510,6 +708,7 @@ fn bench_epoch(
         if run.step_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(run.step_ms));
         }
+        session.finished(&it, &b);
     }
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
     let last = ds.last_pass();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 #[cfg(not(feature = "threads"))]
 use insitubatch_core::runtime::InlinePool;
-use insitubatch_core::{Batch, DType, NdArray, Runtime};
+use insitubatch_core::{Batch, Checkpoint, DType, NdArray, Runtime, Split};
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
@@ -178,7 +178,13 @@ async fn open_on(
         builder = builder.variables(variables);
     }
     let inner = builder.build().map_err(err)?;
-    Ok(Dataset { _keep: KeepAlive(Some(inner.clone())), inner, url, batch_views: opts.batch_views.unwrap_or(false) })
+    Ok(Dataset {
+        _keep: KeepAlive(Some(inner.clone())),
+        inner,
+        url,
+        batch_views: opts.batch_views.unwrap_or(false),
+        latest: RefCell::default(),
+    })
 }
 
 /// The options object of `open()` and the explorer: unknown keys are refused (serde-wasm-bindgen
@@ -248,7 +254,28 @@ pub struct Dataset {
     url: String,
     /// `batchViews`: its passes yield views into wasm memory ([`batch_view_to_js`]).
     batch_views: bool,
+    /// Where the latest pass over each split stands ([`PassCursor::position`]), kept after
+    /// the pass ends: what [`Self::checkpoint`] returns.
+    latest: RefCell<Vec<(Split, Rc<RefCell<Checkpoint>>)>>,
     _keep: KeepAlive,
+}
+
+/// A checkpoint from JS: core's serde form as an object (what `checkpoint()` returns) or
+/// as JSON text (a file the CLI's `--checkpoint` or Python's `state_dict()` wrote).
+fn checkpoint_from_js(v: &JsValue) -> Result<Checkpoint, JsError> {
+    let json = match v.as_string() {
+        Some(s) => s,
+        None if v.is_object() => js_sys::JSON::stringify(v)
+            .map_err(|e| JsError::new(&crate::storage::js_message(&e)))?
+            .as_string()
+            .unwrap_or_default(),
+        None => {
+            return Err(JsError::new(
+                "a checkpoint is the object checkpoint() returned (or its JSON text); got something else",
+            ));
+        }
+    };
+    Checkpoint::from_json(&json).map_err(err)
 }
 
 #[wasm_bindgen]
@@ -298,11 +325,39 @@ impl Dataset {
     pub fn iter(&self, split: &str) -> Result<BatchStream, JsError> {
         let split = parse_split(split).map_err(|e| JsError::new(&e))?;
         let stream = self.inner.iter(split).map_err(err)?;
-        Ok(BatchStream {
-            cursor: PassCursor::new(stream),
-            keep: KeepAlive(Some(self.inner.clone())),
-            views: self.batch_views,
-        })
+        Ok(self.stream(split, stream))
+    }
+
+    /// The pass a checkpoint was taken in (core's `Dataset::resume`), from where it stopped:
+    /// with the world size it was taken with, exactly the batches the uninterrupted pass
+    /// would have yielded next; with another, this rank's share of the samples no rank had
+    /// consumed. Sets the epoch to the checkpoint's. `checkpoint`: what `checkpoint()`
+    /// returned, or its JSON text.
+    pub fn resume(&self, checkpoint: JsValue) -> Result<BatchStream, JsError> {
+        let checkpoint = checkpoint_from_js(&checkpoint)?;
+        let stream = self.inner.resume(&checkpoint).map_err(err)?;
+        Ok(self.stream(checkpoint.split, stream))
+    }
+
+    /// Where the latest pass over `split` stands (core's `Checkpoint`, as a plain object),
+    /// or, before a pass of the current epoch, the checkpoint of a fresh one.
+    pub fn checkpoint(&self, split: &str) -> Result<JsValue, JsError> {
+        let split = parse_split(split).map_err(|e| JsError::new(&e))?;
+        let epoch = self.inner.epoch();
+        let latest = self.latest.borrow().iter().find(|(s, _)| *s == split).map(|(_, at)| at.borrow().clone());
+        match latest {
+            Some(c) if c.epoch == epoch => to_js(&c),
+            _ => to_js(&self.inner.fresh_checkpoint(split, epoch)),
+        }
+    }
+
+    /// A JS stream over `stream`, remembered as the latest pass over `split`.
+    fn stream(&self, split: Split, stream: insitubatch_core::BatchStream) -> BatchStream {
+        let cursor = PassCursor::new(stream);
+        let mut latest = self.latest.borrow_mut();
+        latest.retain(|(s, _)| *s != split);
+        latest.push((split, cursor.position()));
+        BatchStream { cursor, keep: KeepAlive(Some(self.inner.clone())), views: self.batch_views }
     }
 
     /// Probe the store: a few real reads and decodes of the train split at the current
@@ -351,17 +406,33 @@ pub(crate) struct PassCursor {
     /// The last batch yielded as views ([`Self::next_view`]): its buffers stay allocated, and
     /// are not recycled into later batches, until the next step or `close()`.
     held: Rc<RefCell<Option<Batch>>>,
+    /// The pass's checkpoint after the last batch it returned (its start before the first),
+    /// updated by each step: there between batches, while a step is pending (the stream is
+    /// out of `inner` then) and after the pass has ended.
+    at: Rc<RefCell<Checkpoint>>,
 }
 
 impl PassCursor {
     pub(crate) fn new(stream: insitubatch_core::BatchStream) -> Self {
         let len = stream.len();
+        let at = Rc::new(RefCell::new(stream.checkpoint()));
         Self {
             inner: Rc::new(RefCell::new(Some(stream))),
             busy: Rc::new(Cell::new(false)),
             len,
             held: Rc::new(RefCell::new(None)),
+            at,
         }
+    }
+
+    /// Where the pass stands after the last batch it returned (core's `BatchStream::checkpoint`).
+    pub(crate) fn checkpoint(&self) -> Checkpoint {
+        self.at.borrow().clone()
+    }
+
+    /// The cell [`Self::checkpoint`] reads, shared with the dataset (its `checkpoint()`).
+    pub(crate) fn position(&self) -> Rc<RefCell<Checkpoint>> {
+        Rc::clone(&self.at)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -391,6 +462,7 @@ impl PassCursor {
     ) -> js_sys::Promise {
         let inner = Rc::clone(&self.inner);
         let busy = Rc::clone(&self.busy);
+        let at = Rc::clone(&self.at);
         wasm_bindgen_futures::future_to_promise(async move {
             let _keep = keep;
             if busy.get() {
@@ -407,6 +479,7 @@ impl PassCursor {
             busy.set(false);
             match item {
                 Some(Ok(batch)) => {
+                    *at.borrow_mut() = stream.checkpoint();
                     *inner.borrow_mut() = Some(stream);
                     let js = convert(&batch)?;
                     if let Some(hold) = hold {
@@ -463,6 +536,13 @@ impl BatchStream {
     /// Stats of this pass so far (`undefined` once it has ended; see `Dataset.lastPass()`).
     pub fn stats(&self) -> Result<JsValue, JsError> {
         self.cursor.stats()
+    }
+
+    /// Where this pass stands after the last batch it returned (core's `Checkpoint`, as a
+    /// plain object): `Dataset.resume` continues from there, in this process or another, with
+    /// any world size. Also after the pass has ended or was closed.
+    pub fn checkpoint(&self) -> Result<JsValue, JsError> {
+        to_js(&self.cursor.checkpoint())
     }
 
     /// End the pass now (an early `break`); later `next()` calls resolve to `undefined`.

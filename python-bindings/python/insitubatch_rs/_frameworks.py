@@ -202,14 +202,20 @@ def _require_cuda(torch: Any, what: str) -> None:
 def pin_host_buffers(view: Any, *, budget_bytes: int | None = None) -> None:
     """Cap the page-locked memory that CUDA copies of ``view``'s batches stage through.
 
-    The anchor's non-DataLoader equivalent of ``as_torch(view, device="cuda",
+    insitubatch 0.2.0's non-DataLoader equivalent of ``as_torch(view, device="cuda",
     pin_budget_bytes=...)``: call it before iterating and convert each batch with
     ``to_torch(batch, device="cuda")``. Here the batch buffers stay the engine's; the
     page-locked memory is the staging pool those copies go through, one per process (as
     page-locked memory is a machine-wide resource), so the last budget set is the one in
     force. ``budget_bytes=None`` is an eighth of RAM. Nothing is allocated until a copy
-    needs it. Raises ``TypeError``/``ValueError`` for a budget that is not a positive int,
-    ``TypeError`` for something that is not a view, and ``RuntimeError`` without CUDA.
+    needs it.
+
+    Raises:
+        TypeError: ``budget_bytes`` is not an int (or is a bool), or ``view`` is not a split
+            view.
+        ValueError: ``budget_bytes <= 0``.
+        ImportError: torch is not installed.
+        RuntimeError: CUDA is not available.
     """
     budget = _pin_budget("budget_bytes", budget_bytes)
     if not isinstance(view, _SplitView):
@@ -274,6 +280,10 @@ def to_torch(batch: Any, device: Any = None) -> dict[str, Any]:
     (``torch.cuda.current_stream().wait_stream(side_stream)``). Other devices get a blocking
     ``tensor.to(device)``. bfloat16 arrays (``ml_dtypes.bfloat16``) become
     ``torch.bfloat16``; without ml_dtypes they arrive as ``uint16`` words and stay so.
+
+    Raises:
+        ImportError: torch is not installed.
+        RuntimeError: ``device`` is a CUDA device and CUDA is not available.
     """
     torch = _require("torch", "torch")
     arrays = _arrays(batch)
@@ -296,6 +306,9 @@ def to_jax(batch: Any, device: Any = None) -> dict[str, Any]:
     it to the default device like any other JAX array (a no-op alias on a CPU-only build).
     Engine buffers are 128-byte aligned, so the CPU import is zero-copy. bfloat16 arrays
     become ``jnp.bfloat16`` (a copy: DLPack cannot carry them).
+
+    Raises:
+        ImportError: JAX is not installed.
     """
     jax = _require("jax", "jax")
     jnp = _require("jax.numpy", "jax")
@@ -312,6 +325,9 @@ def to_tf(batch: Any) -> dict[str, Any]:
 
     TensorFlow's experimental DLPack import mishandles buffer ownership, so TF gets its own
     copy and never holds engine memory.
+
+    Raises:
+        ImportError: TensorFlow is not installed.
     """
     tf = _require("tensorflow", "tf")
     return {k: tf.convert_to_tensor(v) for k, v in _arrays(batch).items()}
@@ -332,10 +348,19 @@ def as_torch(view: Any, *, device: Any = None, pin_budget_bytes: int | None = No
     Use with ``DataLoader(as_torch(ds.train), batch_size=None, num_workers=0)``: batching
     and parallelism already happen in the engine (its thread pool: ``threads=``). Under
     ``num_workers > 0`` iterating raises, saying why (:data:`WORKERS_REFUSED`).
-    ``device`` moves each batch there
+    Its ``state_dict()`` / ``load_state_dict(state)`` are the dataset's for the view's split
+    (exact mid-epoch resume), so torchdata's ``StatefulDataLoader`` checkpoints it without
+    fast-forwarding. ``device`` moves each batch there
     (:func:`to_torch`); for a CUDA device, ``pin_budget_bytes`` caps the page-locked
     staging pool (:func:`pin_host_buffers`; default an eighth of RAM). For any other device
-    it is checked and has nothing to cap, as in the anchor.
+    it is checked and has nothing to cap, as in insitubatch 0.2.0.
+
+    Raises:
+        TypeError: ``pin_budget_bytes`` is not an int (or is a bool).
+        ValueError: ``pin_budget_bytes <= 0``.
+        ImportError: torch is not installed.
+        RuntimeError: ``device`` is a CUDA device and CUDA is not available; iterating the
+            dataset under ``DataLoader(num_workers > 0)``.
     """
     budget = _pin_budget("pin_budget_bytes", pin_budget_bytes)
     torch = _require("torch", "torch")
@@ -357,6 +382,21 @@ def as_torch(view: Any, *, device: Any = None, pin_budget_bytes: int | None = No
             for batch in self.view:
                 yield to_torch(batch, device=device)
 
+        def _dataset(self) -> Any:
+            if not isinstance(self.view, _SplitView):
+                raise TypeError(f"state_dict needs as_torch over a split view (ds.train, ...), got {self.view!r}")
+            return self.view.dataset
+
+        def state_dict(self) -> dict[str, Any]:
+            """Where this view's latest pass stands: ``ds.state_dict(split)``, so torchdata's
+            ``StatefulDataLoader`` saves the engine's checkpoint instead of a batch count."""
+            return self._dataset().state_dict(self.view.split)  # type: ignore[no-any-return]
+
+        def load_state_dict(self, state: Mapping[str, Any]) -> None:
+            """``ds.load_state_dict(state)``: the next pass over the view continues where the
+            saved one stopped (a ``StatefulDataLoader`` resumed with it does not fast-forward)."""
+            self._dataset().load_state_dict(state)
+
     return _TorchView(view)
 
 
@@ -366,6 +406,9 @@ def as_tf_dataset(view: Any, *, prefetch: int = 2) -> Any:
     The signature comes from ``view.geometries`` (after chunk transforms): each label is
     ``(None, *inner_shape)`` of its dtype, ``None`` because the last batch may be short.
     ``from_generator`` copies each array into TF (one CPU copy, as :func:`to_tf`).
+
+    Raises:
+        ImportError: TensorFlow is not installed.
     """
     tf = _require("tensorflow", "tf")
     signature = {
