@@ -16,13 +16,14 @@ pub struct Placement {
     pub slot_origin: Vec<usize>,
 }
 
-/// The placement of tile `inner` of chunk `c`.
+/// The placement of tile `inner` of chunk `c` (`inner` has one coordinate per inner axis:
+/// [`ArrayGeometry::check_inner_coord`]; a tile past the array's end has nothing in bounds).
 pub fn placement(g: &ArrayGeometry, c: u64, inner: &[u64]) -> Placement {
     let coord = g.physical_tile_coord(c, inner);
     let mut extent = Vec::with_capacity(coord.len());
     let mut slot_origin = Vec::with_capacity(coord.len());
     for (ax, &k) in coord.iter().enumerate() {
-        let origin = k * g.tile[ax];
+        let origin = k.saturating_mul(g.tile[ax]);
         extent.push((g.tile[ax].min(g.shape[ax].saturating_sub(origin))) as usize);
         // The slot spans the whole array on inner axes and the chunk on the sample axis.
         slot_origin.push(if ax == g.sample_axis { 0 } else { origin as usize });

@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use crate::array::DType;
 use crate::error::{Error, Result};
 
+/// Where a tile lands in its chunk's slot, and the slot's shape: the placement assembly
+/// uses, here for the bindings' tile arithmetic (the Python package's `tile_placement`).
+pub use crate::assemble::{Placement, placement, slot_shape};
+
 /// Largest chunk (one sample-axis chunk, all inner tiles) the engine will hold: 1 TiB.
 /// A store declaring more is hostile or broken; refusing it beats an allocation abort.
 pub const MAX_CHUNK_BYTES: u64 = 1 << 40;
@@ -129,11 +133,12 @@ impl ArrayGeometry {
         sample / self.sample_chunk_size()
     }
 
-    /// Half-open sample range of chunk `c`, clipped at `n_samples`.
+    /// Half-open sample range of chunk `c`, clipped at `n_samples` (a chunk past the end is
+    /// empty, however large `c`).
     pub fn samples_in_chunk(&self, c: u64) -> std::ops::Range<u64> {
         let spc = self.sample_chunk_size();
-        let start = c * spc;
-        start.min(self.n_samples())..(start + spc).min(self.n_samples())
+        let start = c.saturating_mul(spc);
+        start.min(self.n_samples())..start.saturating_add(spc).min(self.n_samples())
     }
 
     /// Shape of one sample: the inner axes, physical order.
@@ -159,6 +164,33 @@ impl ArrayGeometry {
     /// The row-major inner tile coordinate of tile number `i` (the on-disk cache order).
     pub fn inner_coord(&self, i: u64) -> Vec<u64> {
         unravel_index(i, &self.inner_grid())
+    }
+
+    /// The tile number of inner coordinate `inner`: the inverse of [`Self::inner_coord`].
+    ///
+    /// # Errors
+    /// [`Error::Geometry`] when `inner` has another number of axes than the inner grid.
+    pub fn inner_index(&self, inner: &[u64]) -> Result<u64> {
+        self.check_inner_coord(inner)?;
+        Ok(ravel_index(inner, &self.inner_grid()))
+    }
+
+    /// Check that `inner` names one tile coordinate per inner axis, as
+    /// [`Self::physical_tile_coord`] and [`placement`] assume (the engine builds its
+    /// coordinates from [`Self::inner_coord`]; a binding passes its caller's).
+    ///
+    /// # Errors
+    /// [`Error::Geometry`] when `inner` has another number of axes than the inner grid.
+    pub fn check_inner_coord(&self, inner: &[u64]) -> Result<()> {
+        let axes = self.shape.len() - 1;
+        if inner.len() == axes {
+            return Ok(());
+        }
+        Err(Error::Geometry(format!(
+            "inner_coord {inner:?} has {} axes, the inner grid {axes}; array {}",
+            inner.len(),
+            self.path
+        )))
     }
 
     /// The full physical tile-grid coordinate for chunk `c` and inner tile `inner`.
@@ -244,7 +276,12 @@ pub fn sample_element_index(shape: &[u64], sample_axis: usize, s: u64, e: u64) -
     let inner: Vec<u64> = (0..shape.len()).filter(|&a| a != sample_axis).map(|a| shape[a]).collect();
     let mut p = unravel_index(e, &inner);
     p.insert(sample_axis, s);
-    p.iter().zip(shape).fold(0u64, |acc, (i, d)| acc * d + i)
+    ravel_index(&p, shape)
+}
+
+/// The row-major (C-order) flat index of `coord` in `shape`: the inverse of [`unravel_index`].
+pub fn ravel_index(coord: &[u64], shape: &[u64]) -> u64 {
+    coord.iter().zip(shape).fold(0u64, |acc, (i, d)| acc * d + i)
 }
 
 #[cfg(test)]
@@ -289,6 +326,22 @@ mod tests {
         let e =
             ArrayGeometry::new("a", vec![u64::MAX, 1 << 40], vec![1 << 30, 1 << 30], DType::Float64, 0).unwrap_err();
         assert!(e.to_string().contains("would exceed"), "{e}");
+    }
+
+    #[test]
+    fn inner_index_inverts_inner_coord_and_checks_axes() {
+        let g = ArrayGeometry::new("t2m", vec![37, 13, 17], vec![5, 6, 6], DType::Float32, 0).unwrap();
+        for t in 0..g.n_tiles() {
+            assert_eq!(g.inner_index(&g.inner_coord(t)).unwrap(), t);
+        }
+        assert_eq!(g.inner_index(&[2, 1]).unwrap(), 7);
+        let e = g.inner_index(&[1, 2, 3]).unwrap_err().to_string();
+        assert!(e.contains("inner_coord [1, 2, 3] has 3 axes, the inner grid 2"), "{e}");
+        assert!(g.check_inner_coord(&[0]).is_err() && g.check_inner_coord(&[0, 0]).is_ok());
+        assert_eq!(g.samples_in_chunk(7), 35..37);
+        assert_eq!(g.samples_in_chunk(u64::MAX), 37..37, "no overflow past the end");
+        let p = placement(&g, u64::MAX, &[9, 9]);
+        assert_eq!(p.extent, vec![0, 0, 0], "a tile past the end has nothing in bounds");
     }
 
     #[test]

@@ -18,6 +18,8 @@
 use rand_core::Rng;
 use rand_pcg::Pcg64;
 
+use crate::error::{Error, Result};
+
 /// The PCG stream constant (PCG's default increment).
 pub const STREAM: u128 = 0x0a02_bdbf_7bb3_c0a7_ac28_fa16_a64a_bf96;
 
@@ -182,10 +184,10 @@ pub struct OrderSpec<'a> {
     pub split: Split,
 }
 
-/// Drawable anchors of chunk `c`.
+/// Drawable anchors of chunk `c` (saturating: a chunk id past the end has none, however large).
 pub fn chunk_anchors(c: u64, ref_spc: u64, n_samples: u64, (lo, hi): (u64, u64)) -> std::ops::Range<u64> {
-    let start = (c * ref_spc).max(lo);
-    let end = ((c + 1) * ref_spc).min(n_samples).min(hi);
+    let start = c.saturating_mul(ref_spc).max(lo);
+    let end = c.saturating_add(1).saturating_mul(ref_spc).min(n_samples).min(hi);
     if start >= end { start..start } else { start..end }
 }
 
@@ -196,16 +198,37 @@ pub fn draw_order(spec: &OrderSpec<'_>) -> DrawOrder {
 }
 
 /// Steps 1–2 of the order: the split's drawable chunk ids, ascending, permuted for shuffled
-/// views with (purpose 1, index 0).
+/// views by [`chunk_permutation`].
 pub fn permuted_chunks(spec: &OrderSpec<'_>) -> Vec<u64> {
-    let mut chunks: Vec<u64> = spec.chunk_ids.to_vec();
-    chunks.sort_unstable();
-    chunks.dedup();
-    chunks.retain(|&c| !chunk_anchors(c, spec.ref_spc, spec.n_samples, spec.anchor_range).is_empty());
-    if spec.shuffle {
-        shuffle(&mut chunks, &mut stream(&spec.key(PURPOSE_CHUNKS, 0)));
-    }
+    let drawable: Vec<u64> = spec
+        .chunk_ids
+        .iter()
+        .copied()
+        .filter(|&c| !chunk_anchors(c, spec.ref_spc, spec.n_samples, spec.anchor_range).is_empty())
+        .collect();
+    if spec.shuffle { chunk_permutation(&drawable, spec.seed, spec.epoch, spec.split) } else { chunk_set(&drawable) }
+}
+
+/// Step 2 on any chunk ids: the set of `chunk_ids` (ascending, each once), permuted for
+/// `(seed, epoch, split)` with (purpose 1, index 0). [`permuted_chunks`] applies it to a
+/// split's drawable chunks; the Python package's `chunk_permutation` to the ids it is given.
+pub fn chunk_permutation(chunk_ids: &[u64], seed: u64, epoch: u64, split: Split) -> Vec<u64> {
+    let mut chunks = chunk_set(chunk_ids);
+    shuffle(&mut chunks, &mut stream(&key(seed, epoch, split, PURPOSE_CHUNKS, 0)));
     chunks
+}
+
+/// `ids` ascending, each once: the order is a function of the set of chunks.
+fn chunk_set(ids: &[u64]) -> Vec<u64> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The words of a random stream of one epoch and view: `[seed, epoch, split_tag, purpose, index]`.
+pub fn key(seed: u64, epoch: u64, split: Split, purpose: u64, index: u64) -> [u64; 5] {
+    [seed, epoch, split.tag(), purpose, index]
 }
 
 /// Steps 3–4: `chunks` cut into blocks (the first of `first_block_chunks`, the rest of
@@ -233,18 +256,106 @@ pub fn blocked_order(spec: &OrderSpec<'_>, chunks: &[u64], block_index: impl Fn(
 impl OrderSpec<'_> {
     /// The words of a random stream of this epoch and view.
     pub fn key(&self, purpose: u64, index: u64) -> [u64; 5] {
-        [self.seed, self.epoch, self.split.tag(), purpose, index]
+        key(self.seed, self.epoch, self.split, purpose, index)
+    }
+}
+
+/// A whole number a binding was given (Python's integers are unbounded; a JS number is
+/// converted first), checked to lie in `min..=u64::MAX`; else an [`Error::Config`] naming it,
+/// so every binding refuses the same values in the same words.
+///
+/// # Errors
+/// [`Error::Config`] when `value` is below `min` or above `u64::MAX`.
+pub fn checked_count(name: &str, value: i128, min: u64) -> Result<u64> {
+    if value < i128::from(min) {
+        return Err(Error::Config(format!("{name} must be >= {min}, got {value}")));
+    }
+    u64::try_from(value)
+        .map_err(|_| Error::Config(format!("{name} must be at most {} (2**64 - 1), got {value}", u64::MAX)))
+}
+
+/// Chunk ids a binding was given, every one checked to be `>= 0`.
+///
+/// # Errors
+/// [`Error::Config`] naming the smallest negative id.
+pub fn checked_chunk_ids(ids: &[i64]) -> Result<Vec<u64>> {
+    match ids.iter().copied().min() {
+        Some(min) if min < 0 => Err(Error::Config(format!("chunk ids must be >= 0, got {min}"))),
+        _ => Ok(ids.iter().map(|&c| c as u64).collect()),
+    }
+}
+
+/// The arguments of one epoch's order over any chunk ids, as a binding received them (the
+/// Python package's `block_shuffled_order` and `sequential_order`): signed and unchecked.
+/// [`OrderArgs::draw_order`] checks them and builds the order with [`draw_order`], the
+/// dataset's own builder, so the free functions and the dataset cannot disagree.
+#[derive(Debug, Clone, Default)]
+pub struct OrderArgs<'a> {
+    /// Chunk ids on the reference grid (any order, repeats allowed).
+    pub chunk_ids: &'a [i64],
+    /// Samples per chunk: at least 1.
+    pub samples_per_chunk: i128,
+    /// Samples on the sample axis: at least 0 (a short final chunk is short).
+    pub n_samples: i128,
+    /// Chunks per shuffle block: at least 1.
+    pub block_chunks: i128,
+    /// Chunks in the first block (at least 1; more than `block_chunks` is `block_chunks`);
+    /// `None`: `block_chunks`.
+    pub first_block_chunks: Option<i128>,
+    /// Drawable anchors `[lo, hi)` (a negative bound is 0); `None`: every sample.
+    pub anchor_range: Option<(i128, i128)>,
+    /// `(seed, epoch, split)` for a shuffled order (seed and epoch at least 0); `None` walks
+    /// the chunks in order.
+    pub shuffle: Option<(i128, i128, Split)>,
+}
+
+impl OrderArgs<'_> {
+    /// The checked arguments' order.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first argument out of range: `samples_per_chunk < 1`,
+    /// `n_samples < 0`, `block_chunks < 1`, `first_block_chunks < 1`, a negative chunk id,
+    /// `seed < 0` or `epoch < 0`.
+    pub fn draw_order(&self) -> Result<DrawOrder> {
+        let ref_spc = checked_count("samples_per_chunk", self.samples_per_chunk, 1)?;
+        let n_samples = checked_count("n_samples", self.n_samples, 0)?;
+        let to_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        let block_chunks = to_usize(checked_count("block_chunks", self.block_chunks, 1)?);
+        let first_block_chunks = match self.first_block_chunks {
+            None => block_chunks,
+            Some(first) => to_usize(checked_count("first_block_chunks", first, 1)?),
+        };
+        let chunk_ids = checked_chunk_ids(self.chunk_ids)?;
+        let (seed, epoch, split) = match self.shuffle {
+            None => (0, 0, Split::All),
+            Some((seed, epoch, split)) => (checked_count("seed", seed, 0)?, checked_count("epoch", epoch, 0)?, split),
+        };
+        let bound = |b: i128| u64::try_from(b.max(0)).unwrap_or(u64::MAX);
+        let anchor_range = self.anchor_range.map_or((0, n_samples), |(lo, hi)| (bound(lo), bound(hi)));
+        Ok(draw_order(&OrderSpec {
+            chunk_ids: &chunk_ids,
+            ref_spc,
+            n_samples,
+            anchor_range,
+            block_chunks,
+            first_block_chunks: first_block_chunks.min(block_chunks),
+            shuffle: self.shuffle.is_some(),
+            seed,
+            epoch,
+            split,
+        }))
     }
 }
 
 /// How well an order mixes its samples, 0..1: the mean absolute gap in source rank between
 /// consecutive draws, over `n / 3` (the expected gap of a uniform shuffle), capped at 1.
-pub fn shuffle_quality(anchors: &[u64]) -> f64 {
+/// Equal anchors rank in draw order. Any ordered anchors (the Python package passes `i64`).
+pub fn shuffle_quality<T: Ord + Copy>(anchors: &[T]) -> f64 {
     let n = anchors.len();
     if n < 2 {
         return 0.0;
     }
-    let mut sorted: Vec<(u64, usize)> = anchors.iter().copied().zip(0..).collect();
+    let mut sorted: Vec<(T, usize)> = anchors.iter().copied().zip(0..).collect();
     sorted.sort_unstable();
     let mut rank = vec![0u64; n];
     for (r, (_, i)) in sorted.iter().enumerate() {
@@ -354,6 +465,88 @@ mod tests {
     }
 
     const PINNED_ORDER: [u64; 10] = [1, 2, 8, 4, 3, 6, 9, 7, 5, 0];
+
+    /// The permutation of any ids is the order's step 2: the same stream as the pinned one,
+    /// a function of the set, and what `permuted_chunks` draws for a split's drawable chunks.
+    #[test]
+    fn chunk_permutation_is_step_two_on_the_set() {
+        let ids: Vec<u64> = (0..10).collect();
+        assert_eq!(chunk_permutation(&ids, 0, 0, Split::Train), PINNED_ORDER.to_vec());
+        assert_eq!(chunk_permutation(&[9, 0, 3, 3, 1, 2, 4, 5, 6, 7, 8, 0], 0, 0, Split::Train), PINNED_ORDER.to_vec());
+        assert_eq!(chunk_permutation(&ids, 7, 1, Split::Val), vec![7, 6, 5, 3, 8, 2, 9, 4, 1, 0]);
+        assert_eq!(chunk_permutation(&[9, 3, 3, 12, 0], 1 << 63, 5, Split::All), vec![0, 12, 3, 9]);
+        assert_eq!(permuted_chunks(&spec(&ids, true, 0)), chunk_permutation(&ids, 7, 0, Split::Train));
+        // Chunk 9 of spec() holds anchors 72..77; past the anchor range it is dropped first.
+        let clipped = OrderSpec { anchor_range: (0, 72), ..spec(&ids, true, 0) };
+        assert_eq!(permuted_chunks(&clipped), chunk_permutation(&ids[..9], 7, 0, Split::Train));
+        assert!(chunk_anchors(u64::MAX, 8, 77, (0, 77)).is_empty(), "no overflow past the end");
+    }
+
+    /// A binding's arguments: checked in core's words, then the dataset's own builder. The
+    /// pinned orders were drawn by the Python package's former reimplementation of the spec.
+    #[test]
+    fn order_args_check_then_build_the_specified_order() {
+        let ids = [0, 1, 2, 3, 4];
+        let args = OrderArgs {
+            chunk_ids: &ids,
+            samples_per_chunk: 4,
+            n_samples: 18,
+            block_chunks: 2,
+            shuffle: Some((0, 0, Split::Train)),
+            ..OrderArgs::default()
+        };
+        let o = args.draw_order().unwrap();
+        assert_eq!(o.anchors, vec![17, 5, 7, 6, 16, 4, 11, 9, 10, 12, 14, 8, 15, 13, 2, 3, 1, 0]);
+        assert_eq!(o.bounds, vec![0, 6, 14, 18]);
+        assert_eq!(shuffle_quality(&o.anchors), 0.794_117_647_058_823_5);
+        let six = [5, 4, 3, 2, 1, 0, 0];
+        let windowed = OrderArgs {
+            chunk_ids: &six,
+            n_samples: 22,
+            block_chunks: 3,
+            first_block_chunks: Some(1),
+            anchor_range: Some((2, 21)),
+            shuffle: Some((3, 2, Split::Train)),
+            ..args.clone()
+        };
+        let o = windowed.draw_order().unwrap();
+        assert_eq!(o.anchors, vec![4, 5, 7, 6, 2, 20, 18, 19, 16, 3, 17, 15, 13, 12, 10, 11, 14, 8, 9]);
+        assert_eq!(o.bounds, vec![0, 4, 11, 19]);
+        let seq = OrderArgs { chunk_ids: &[4, 1, 1, 3], anchor_range: Some((5, 17)), shuffle: None, ..args.clone() };
+        let o = seq.draw_order().unwrap();
+        assert_eq!((o.anchors, o.bounds), (vec![5, 6, 7, 12, 13, 14, 15, 16], vec![0, 7, 8]));
+        let wide = OrderArgs { anchor_range: Some((-5, i128::MAX)), first_block_chunks: Some(99), ..args.clone() };
+        assert_eq!(wide.draw_order().unwrap(), args.draw_order().unwrap());
+        assert!(OrderArgs { chunk_ids: &[], ..args.clone() }.draw_order().unwrap().is_empty());
+
+        let refused = |a: OrderArgs<'_>| a.draw_order().unwrap_err().to_string();
+        assert_eq!(
+            refused(OrderArgs { samples_per_chunk: 0, ..args.clone() }),
+            "samples_per_chunk must be >= 1, got 0"
+        );
+        assert_eq!(refused(OrderArgs { n_samples: -1, ..args.clone() }), "n_samples must be >= 0, got -1");
+        assert_eq!(refused(OrderArgs { block_chunks: 0, ..args.clone() }), "block_chunks must be >= 1, got 0");
+        let first = OrderArgs { first_block_chunks: Some(0), ..args.clone() };
+        assert_eq!(refused(first), "first_block_chunks must be >= 1, got 0");
+        assert_eq!(refused(OrderArgs { chunk_ids: &[3, -2, -7], ..args.clone() }), "chunk ids must be >= 0, got -7");
+        let seed = OrderArgs { shuffle: Some((-1, 0, Split::Train)), ..args.clone() };
+        assert_eq!(refused(seed), "seed must be >= 0, got -1");
+        let epoch = OrderArgs { shuffle: Some((0, -3, Split::Train)), ..args.clone() };
+        assert_eq!(refused(epoch), "epoch must be >= 0, got -3");
+        let big = OrderArgs { shuffle: Some((1 << 64, 0, Split::Train)), ..args };
+        assert!(refused(big).starts_with("seed must be at most 18446744073709551615"));
+        assert_eq!(checked_count("seed", i128::from(u64::MAX), 0).unwrap(), u64::MAX);
+    }
+
+    #[test]
+    fn quality_ranks_any_ordered_anchors() {
+        let drawn: [u64; 8] = [3, 1, 4, 1, 5, 9, 2, 6];
+        let signed: Vec<i64> = drawn.iter().map(|&a| a as i64 - 4).collect();
+        assert_eq!(shuffle_quality(&drawn), shuffle_quality(&signed));
+        assert_eq!(shuffle_quality(&drawn), 1.0);
+        assert_eq!(shuffle_quality::<u64>(&[]), 0.0);
+        assert_eq!(shuffle_quality(&[7u64]), 0.0);
+    }
 
     #[test]
     fn quality_grows_with_block_size() {

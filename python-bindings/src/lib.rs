@@ -29,6 +29,7 @@ use insitubatch_core::split::{SplitManifest as CoreManifest, SplitOptions};
 use insitubatch_core::transform::{BatchTransform, Scoped};
 use insitubatch_core::{BatchStream, DType, Error as CoreError, NdArray, Split};
 use insitubatch_native::{CacheOptions, NativeError, NativeRuntime, OpenOptions};
+use pyo3::conversion::FromPyObjectOwned;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -37,6 +38,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 mod pystore;
 mod reader;
+mod rules;
 mod transforms;
 use pystore::StoreArg;
 use transforms::ErrSlot;
@@ -439,20 +441,21 @@ fn read_policy_from(given: Option<&Bound<'_, PyDict>>, on_bad_chunk: &str) -> Py
     let mut p = ReadPolicy { on_bad_chunk: on_bad_chunk.parse().map_err(core_err)?, ..ReadPolicy::default() };
     let Some(given) = given else { return Ok(p) };
     let secs = |key: &str, v: &Bound<'_, PyAny>| -> PyResult<std::time::Duration> {
-        let s: f64 = v.extract()?;
+        let s: f64 = policy_value(key, v, "seconds >= 0")?;
         std::time::Duration::try_from_secs_f64(s)
             .map_err(|_| PyValueError::new_err(format!("read_policy[{key:?}] must be seconds >= 0, got {s}")))
     };
+    let count = "a whole number >= 0";
     for (k, v) in given.iter() {
         let key: String = k.extract()?;
         match key.as_str() {
-            "retries" => p.retries = v.extract()?,
+            "retries" => p.retries = policy_value(&key, &v, count)?,
             "backoff_s" => p.backoff = secs(&key, &v)?,
             "request_timeout_s" => p.request_timeout = secs(&key, &v)?,
-            "coalesce_gap_bytes" => p.coalesce_gap_bytes = v.extract()?,
-            "coalesce_max_bytes" => p.coalesce_max_bytes = v.extract()?,
+            "coalesce_gap_bytes" => p.coalesce_gap_bytes = policy_value(&key, &v, count)?,
+            "coalesce_max_bytes" => p.coalesce_max_bytes = policy_value(&key, &v, count)?,
             "hedge" => p.hedge = hedge_from(&v)?,
-            "read_ahead_bytes" => p.read_ahead_bytes = Some(v.extract()?),
+            "read_ahead_bytes" => p.read_ahead_bytes = Some(policy_value(&key, &v, count)?),
             other => {
                 return Err(PyValueError::new_err(format!(
                     "unknown read_policy key {other:?}; use retries, backoff_s, request_timeout_s, coalesce_gap_bytes, \
@@ -462,6 +465,15 @@ fn read_policy_from(given: Option<&Bound<'_, PyDict>>, on_bad_chunk: &str) -> Py
         }
     }
     Ok(p)
+}
+
+/// One `read_policy` value, converted; a wrong type or a value out of the type's range (a
+/// negative count) is a `ValueError` naming the key and what it takes.
+fn policy_value<'py, T: FromPyObjectOwned<'py>>(key: &str, v: &Bound<'py, PyAny>, takes: &str) -> PyResult<T> {
+    v.extract().map_err(|_| {
+        let got = v.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string());
+        PyValueError::new_err(format!("read_policy[{key:?}] must be {takes}, got {got}"))
+    })
 }
 
 /// `read_policy["hedge"]`: `False` (off), `True` (core's default), or a dict of its fields.
@@ -478,10 +490,10 @@ fn hedge_from(v: &Bound<'_, PyAny>) -> PyResult<Option<HedgePolicy>> {
     for (k, v) in fields.iter() {
         let key: String = k.extract()?;
         match key.as_str() {
-            "quantile" => h.quantile = v.extract()?,
-            "multiple" => h.multiple = v.extract()?,
-            "max_share" => h.max_share = v.extract()?,
-            "min_samples" => h.min_samples = v.extract()?,
+            "quantile" => h.quantile = policy_value("hedge.quantile", &v, "a number in (0, 1]")?,
+            "multiple" => h.multiple = policy_value("hedge.multiple", &v, "a number >= 1")?,
+            "max_share" => h.max_share = policy_value("hedge.max_share", &v, "a number in [0, 1]")?,
+            "min_samples" => h.min_samples = policy_value("hedge.min_samples", &v, "a whole number >= 0")?,
             other => {
                 return Err(PyValueError::new_err(format!(
                     "unknown read_policy[\"hedge\"] key {other:?}; use quantile, multiple, max_share or min_samples"
@@ -893,5 +905,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(transforms::_shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(pystore::_storage_conformance, m)?)?;
     m.add_function(wrap_pyfunction!(pystore::_storage_conformance_fixture, m)?)?;
+    rules::register(m)?;
     Ok(())
 }

@@ -25,6 +25,21 @@ __all__ = [
     "_shutdown",
     "_storage_conformance",
     "_storage_conformance_fixture",
+    "chunk_permutation",
+    "draw_order_rows",
+    "shuffle_quality",
+    "chunk_of",
+    "samples_in_chunk",
+    "inner_shape",
+    "inner_chunks",
+    "inner_grid",
+    "n_inner_chunks",
+    "inner_coord",
+    "inner_index",
+    "physical_chunk_coord",
+    "slot_shape",
+    "tile_placement",
+    "dtype_size",
 ]
 
 class InsitubatchIOError(OSError):
@@ -134,6 +149,34 @@ def verdict(
     max_inflight: int,
 ) -> tuple[str, str, bool]: ...
 def _shutdown() -> None: ...
+
+# The engine's rules (python-bindings/src/rules.rs): draw orders and tile arithmetic.
+def chunk_permutation(chunk_ids: list[int], *, seed: int, epoch: int, split: str) -> npt.NDArray[np.int64]: ...
+def draw_order_rows(
+    chunk_ids: list[int],
+    samples_per_chunk: int,
+    n_samples: int,
+    *,
+    block_chunks: int,
+    first_block_chunks: int | None,
+    anchor_range: tuple[int, int] | None,
+    shuffle: tuple[int, int, str] | None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+def shuffle_quality(anchors: list[int]) -> float: ...
+def chunk_of(geom: ArrayGeometry, sample_index: int) -> int: ...
+def samples_in_chunk(geom: ArrayGeometry, chunk_index: int) -> tuple[int, int]: ...
+def inner_shape(geom: ArrayGeometry) -> list[int]: ...
+def inner_chunks(geom: ArrayGeometry) -> list[int]: ...
+def inner_grid(geom: ArrayGeometry) -> list[int]: ...
+def n_inner_chunks(geom: ArrayGeometry) -> int: ...
+def inner_coord(geom: ArrayGeometry, index: int) -> list[int]: ...
+def inner_index(geom: ArrayGeometry, inner_coord: list[int]) -> int: ...
+def physical_chunk_coord(geom: ArrayGeometry, chunk_index: int, inner_coord: list[int]) -> list[int]: ...
+def slot_shape(geom: ArrayGeometry, chunk_index: int) -> list[int]: ...
+def tile_placement(
+    geom: ArrayGeometry, chunk_index: int, inner_coord: list[int]
+) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]], bool]: ...
+def dtype_size(name: str) -> int: ...
 
 @final
 class StoreReader:

@@ -3,14 +3,15 @@
 ``ArrayGeometry`` is a Python class holding the engine's own geometry (``_native``), so
 geometries read from a store keep what only the store knows (a sharded array's shard shape)
 when they are passed back to the engine. Every member the anchor derives from ``(shape,
-chunks, sample_axis, offset, dtype)`` is computed here in Python, sample-first.
+chunks, sample_axis, offset, dtype)`` is the engine's own arithmetic (``core/src/geometry.rs``
+and the tile placement of ``core/src/assemble.rs``, through ``python-bindings/src/rules.rs``),
+sample-first; this module only converts arguments and results.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -20,7 +21,7 @@ from . import _native
 
 
 class SplitName(str, enum.Enum):
-    """The three splits of a manifest (the anchor's ``StrEnum``; equal to its string)."""
+    """The three splits of a manifest (insitubatch 0.2.0's ``StrEnum``; equal to its string)."""
 
     TRAIN = "train"
     VAL = "val"
@@ -65,7 +66,7 @@ def np_dtype(name: str) -> Any:
 
 def itemsize(name: str) -> int:
     """Bytes per element of an engine dtype name."""
-    return 2 if name == "bfloat16" else np.dtype(name).itemsize
+    return _native.dtype_size(name)
 
 
 class ChunkProjection(NamedTuple):
@@ -83,9 +84,15 @@ class ArrayGeometry:
 
     ``shape`` and ``chunks`` are in physical (zarr) axis order; ``sample_axis`` names the
     axis that is split, shuffled and batched. ``chunks`` is the fetch unit: the stored
-    chunk, or the inner chunk of a sharded array (``shard`` then gives the shard; the
-    anchor calls the shard the chunk and cannot read inside it). ``dtype`` may be a numpy
-    dtype, type or name. Frozen and hashable; ``shift(k)`` gives the view ``k`` samples later.
+    chunk, or the inner chunk of a sharded array (``shard`` then gives the shard;
+    insitubatch 0.2.0 calls the shard the chunk and cannot read inside it). ``dtype`` may be a
+    numpy dtype, type or name. Frozen and hashable; ``shift(k)`` gives the view ``k`` samples
+    later.
+
+    Raises:
+        ValueError: ``sample_axis`` out of range, an unsupported ``dtype``, or a ``shape`` and
+            ``chunks`` the engine refuses (different ranks, a zero chunk extent).
+        dataclasses.FrozenInstanceError: on assigning or deleting an attribute.
     """
 
     __slots__ = ("_g",)
@@ -101,7 +108,7 @@ class ArrayGeometry:
         sample_axis: int = 0,
     ) -> None:
         shape, chunks = [int(s) for s in shape], [int(c) for c in chunks]
-        if not 0 <= int(sample_axis) < len(shape):
+        if int(sample_axis) < 0:  # the engine's axis is unsigned; it checks the upper bound
             raise ValueError(
                 f"sample_axis {sample_axis} out of range for {len(shape)}-D array {path!r} with shape {tuple(shape)}"
             )
@@ -128,14 +135,18 @@ class ArrayGeometry:
     # -- the fields -------------------------------------------------------------------
     @property
     def path(self) -> str:
+        """The array's path in the store."""
         return self._g.path
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The array's shape, physical (zarr) axis order."""
         return tuple(self._g.shape)
 
     @property
     def chunks(self) -> tuple[int, ...]:
+        """The fetch unit's shape (the stored chunk, or a sharded array's inner chunk),
+        physical order."""
         return tuple(self._g.chunks)
 
     @property
@@ -145,10 +156,12 @@ class ArrayGeometry:
 
     @property
     def offset(self) -> int:
+        """How many samples after its anchor this view reads (``shift(k)`` adds ``k``)."""
         return self._g.offset
 
     @property
     def sample_axis(self) -> int:
+        """The axis that is split, shuffled and batched."""
         return self._g.sample_axis
 
     @property
@@ -160,30 +173,34 @@ class ArrayGeometry:
     # -- derived ----------------------------------------------------------------------
     @property
     def n_samples(self) -> int:
+        """The sample axis's length."""
         return self._g.n_samples
 
     @property
     def sample_chunk_size(self) -> int:
+        """Samples per chunk along the sample axis."""
         return self._g.sample_chunk_size
 
     @property
     def n_chunks(self) -> int:
+        """Chunks along the sample axis (the last may be short)."""
         return self._g.n_chunks
 
     @property
     def inner_shape(self) -> tuple[int, ...]:
         """One sample's shape: every axis but the sample axis, physical order."""
-        return self._drop_sample(self.shape)
+        return tuple(_native.inner_shape(self._g))
 
     @property
     def inner_chunks(self) -> tuple[int, ...]:
         """The fetch unit's extent on the inner axes, physical order."""
-        return self._drop_sample(self.chunks)
+        return tuple(_native.inner_chunks(self._g))
 
     @property
     def chunk_bytes(self) -> int:
-        """Bytes of one sample-axis chunk's stored tiles, edge padding included (the anchor's
-        residency charge; our pool holds the clipped chunk, see ``describe()``'s ``slot_bytes``)."""
+        """Bytes of one sample-axis chunk's stored tiles, edge padding included (insitubatch
+        0.2.0's residency charge; our pool holds the clipped chunk, see ``describe()``'s
+        ``slot_bytes``)."""
         return self._g.chunk_bytes
 
     @property
@@ -191,57 +208,62 @@ class ArrayGeometry:
         """Bytes of one sample (ours)."""
         return self._g.sample_bytes
 
-    def _drop_sample(self, dims: tuple[int, ...]) -> tuple[int, ...]:
-        ax = self.sample_axis
-        return dims[:ax] + dims[ax + 1 :]
-
     def shift(self, k: int) -> ArrayGeometry:
         """The view of the same array read ``k`` samples later (shifts compose)."""
         return ArrayGeometry._wrap(self._g.shift(int(k)))
 
     def chunk_of(self, sample_index: int) -> int:
-        """The sample-axis chunk holding ``sample_index``."""
-        return int(sample_index) // self.sample_chunk_size
+        """The sample-axis chunk holding ``sample_index``.
+
+        Raises:
+            ValueError: ``sample_index < 0``.
+        """
+        return _native.chunk_of(self._g, int(sample_index))
 
     def samples_in_chunk(self, chunk_index: int) -> range:
-        """Global sample indices of ``chunk_index`` (a short final chunk is short)."""
-        start = int(chunk_index) * self.sample_chunk_size
-        return range(start, min(start + self.sample_chunk_size, self.n_samples))
+        """Global sample indices of ``chunk_index`` (a short final chunk is short).
+
+        Raises:
+            ValueError: ``chunk_index < 0``.
+        """
+        return range(*_native.samples_in_chunk(self._g, int(chunk_index)))
 
     def inner_grid(self) -> tuple[range, ...]:
         """Per inner axis, the range of tile indices."""
-        return tuple(range(-(-s // c)) for s, c in zip(self.inner_shape, self.inner_chunks, strict=True))
+        return tuple(range(n) for n in _native.inner_grid(self._g))
 
     def inner_coords(self) -> Iterator[tuple[int, ...]]:
         """Every inner tile coordinate, row-major."""
-        return itertools.product(*self.inner_grid())
+        return (tuple(_native.inner_coord(self._g, i)) for i in range(self.n_inner_chunks()))
 
     def n_inner_chunks(self, chunk_index: int = 0) -> int:
         """Tiles per sample-axis chunk (the same for every chunk)."""
-        n = 1
-        for r in self.inner_grid():
-            n *= len(r)
-        return n
+        return _native.n_inner_chunks(self._g)
 
     def inner_index(self, inner_coord: Sequence[int]) -> int:
-        """Row-major position of ``inner_coord`` in :meth:`inner_coords`."""
-        grid = self.inner_grid()
-        if len(inner_coord) != len(grid):
-            raise ValueError(f"inner_coord {tuple(inner_coord)} has {len(inner_coord)} axes, the grid {len(grid)}")
-        idx = 0
-        for i, r in zip(inner_coord, grid, strict=True):
-            idx = idx * len(r) + int(i)
-        return idx
+        """Row-major position of ``inner_coord`` in :meth:`inner_coords`.
+
+        Raises:
+            ValueError: ``inner_coord`` has another number of axes than the inner grid.
+        """
+        return _native.inner_index(self._g, [int(i) for i in inner_coord])
 
     def physical_chunk_coord(self, chunk_index: int, inner_coord: Sequence[int]) -> tuple[int, ...]:
-        """The full physical tile coordinate: ``chunk_index`` reinserted at the sample axis."""
-        inner = tuple(int(i) for i in inner_coord)
-        ax = self.sample_axis
-        return inner[:ax] + (int(chunk_index),) + inner[ax:]
+        """The full physical tile coordinate: ``chunk_index`` reinserted at the sample axis.
+
+        Raises:
+            ValueError: ``inner_coord`` has another number of axes than the inner grid, or a
+                negative index.
+        """
+        return tuple(_native.physical_chunk_coord(self._g, int(chunk_index), [int(i) for i in inner_coord]))
 
     def slot_shape(self, chunk_index: int) -> tuple[int, ...]:
-        """Shape of an assembled chunk: ``(rows in chunk, *inner_shape)``."""
-        return (len(self.samples_in_chunk(chunk_index)), *self.inner_shape)
+        """Shape of an assembled chunk: ``(rows in chunk, *inner_shape)``.
+
+        Raises:
+            ValueError: ``chunk_index < 0``.
+        """
+        return tuple(_native.slot_shape(self._g, int(chunk_index)))
 
     def tile_shape(self) -> tuple[int, ...]:
         """One stored tile's shape, sample-first, padding included."""
@@ -249,14 +271,16 @@ class ArrayGeometry:
 
     def tile_placement(self, chunk_index: int, inner_coord: Sequence[int]) -> ChunkProjection:
         """Where tile ``inner_coord`` of chunk ``chunk_index`` lands in the assembled chunk:
-        ``out_selection`` into the chunk, ``chunk_selection`` into the (padded) tile."""
-        out = [slice(0, len(self.samples_in_chunk(chunk_index)))]
-        for i, c, s in zip(inner_coord, self.inner_chunks, self.inner_shape, strict=True):
-            start = int(i) * c
-            out.append(slice(start, min(start + c, s)))
-        sel = tuple(slice(0, o.stop - o.start) for o in out)
-        complete = all(o.stop == n for o, n in zip(sel, self.tile_shape(), strict=True))
-        return ChunkProjection((int(chunk_index), *(int(i) for i in inner_coord)), sel, tuple(out), complete)
+        ``out_selection`` into the chunk, ``chunk_selection`` into the (padded) tile.
+
+        Raises:
+            ValueError: ``inner_coord`` has another number of axes than the inner grid, or a
+                negative index.
+        """
+        coords, tile, out, complete = _native.tile_placement(self._g, int(chunk_index), [int(i) for i in inner_coord])
+        return ChunkProjection(
+            tuple(coords), tuple(slice(a, b) for a, b in tile), tuple(slice(a, b) for a, b in out), complete
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ArrayGeometry) and self._g == other._g
@@ -308,7 +332,7 @@ class StoredChunkRead:
 
 @dataclasses.dataclass
 class DecodedChunk:
-    """What a chunk transform receives (the anchor's ``DecodedChunk(read, data, sample_offset)``).
+    """What a chunk transform receives (insitubatch 0.2.0's ``DecodedChunk(read, data, sample_offset)``).
 
     ``data`` is the logical chunk ``(rows, *inner)``: sample axis first, contiguous, with no
     edge padding; a short final chunk arrives short. ``sample_offset`` is the global index of
@@ -348,9 +372,10 @@ class Batch(Mapping[str, np.ndarray]):
     ``ml_dtypes.bfloat16`` when ml_dtypes is importable (JAX brings it;
     ``pip install ml_dtypes`` otherwise), else as its raw ``uint16`` words.
 
-    A dataclass like the anchor's ``Batch(arrays, sample_indices, offsets)``, so a batch
-    transform may return ``dataclasses.replace(batch, arrays={...})``. Also a read-only
-    mapping (``batch["t2m"]``), but ``len(batch)`` is the row count, as in the anchor.
+    A dataclass like insitubatch 0.2.0's ``Batch(arrays, sample_indices, offsets)``, so a
+    batch transform may return ``dataclasses.replace(batch, arrays={...})``. Also a read-only
+    mapping (``batch["t2m"]``, a ``KeyError`` for a label it lacks), but ``len(batch)`` is the
+    row count, as in insitubatch 0.2.0.
     """
 
     arrays: dict[str, np.ndarray]
@@ -371,16 +396,26 @@ class Batch(Mapping[str, np.ndarray]):
 
     @property
     def labels(self) -> list[str]:
+        """The batch's labels, in order."""
         return list(self.arrays)
 
     def read_indices(self, label: str) -> np.ndarray:
-        """Where each row of ``label`` was read on the sample axis: anchor + offset."""
+        """Where each row of ``label`` was read on the sample axis: anchor + offset.
+
+        Raises:
+            KeyError: the batch has no ``label``.
+        """
         if label not in self.arrays:
             raise KeyError(label)
         return self.sample_indices + np.int64(self.offsets.get(label, 0))
 
     def stack(self, labels: Sequence[str], axis: int = 1) -> np.ndarray:
-        """Stack ``labels`` along a new ``axis`` (default 1: ``(rows, len(labels), *inner)``), a copy."""
+        """Stack ``labels`` along a new ``axis`` (default 1: ``(rows, len(labels), *inner)``), a copy.
+
+        Raises:
+            ValueError: no labels, a label the batch lacks, or arrays whose shapes or dtypes
+                differ.
+        """
         if not labels:
             raise ValueError("stack needs at least one label")
         arrays = []

@@ -1,0 +1,193 @@
+//! The engine's rules behind the Python package's free functions and `ArrayGeometry`
+//! methods: the draw order and its score (`core/src/shuffle.rs`) and the tile arithmetic of
+//! one array (`core/src/geometry.rs`, `core/src/assemble.rs`). Each function converts its
+//! arguments, lets core check and compute, and converts the result; a bad value is core's
+//! [`insitubatch_core::Error::Config`] (or `Geometry`), a `ValueError` naming the argument.
+
+use insitubatch_core::DType;
+use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
+use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::{PyGeometry, core_err, i64_numpy, parse_split};
+
+/// Register this module's functions on `_native`.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(chunk_permutation, m)?)?;
+    m.add_function(wrap_pyfunction!(draw_order_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(shuffle_quality, m)?)?;
+    m.add_function(wrap_pyfunction!(chunk_of, m)?)?;
+    m.add_function(wrap_pyfunction!(samples_in_chunk, m)?)?;
+    m.add_function(wrap_pyfunction!(inner_shape, m)?)?;
+    m.add_function(wrap_pyfunction!(inner_chunks, m)?)?;
+    m.add_function(wrap_pyfunction!(inner_grid, m)?)?;
+    m.add_function(wrap_pyfunction!(n_inner_chunks, m)?)?;
+    m.add_function(wrap_pyfunction!(inner_coord, m)?)?;
+    m.add_function(wrap_pyfunction!(inner_index, m)?)?;
+    m.add_function(wrap_pyfunction!(physical_chunk_coord, m)?)?;
+    m.add_function(wrap_pyfunction!(slot_shape, m)?)?;
+    m.add_function(wrap_pyfunction!(tile_placement, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
+    Ok(())
+}
+
+fn count(name: &str, value: i128, min: u64) -> PyResult<u64> {
+    checked_count(name, value, min).map_err(core_err)
+}
+
+/// The epoch's permutation of the set of `chunk_ids` for `(seed, epoch, split)`:
+/// `shuffle::chunk_permutation`, an int64 array.
+#[pyfunction]
+#[pyo3(signature = (chunk_ids, *, seed, epoch, split))]
+fn chunk_permutation<'py>(
+    py: Python<'py>,
+    chunk_ids: Vec<i64>,
+    seed: i128,
+    epoch: i128,
+    split: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let ids = checked_chunk_ids(&chunk_ids).map_err(core_err)?;
+    let (seed, epoch) = (count("seed", seed, 0)?, count("epoch", epoch, 0)?);
+    i64_numpy(py, shuffle::chunk_permutation(&ids, seed, epoch, parse_split(split)?))
+}
+
+/// One epoch's order over any chunk ids (`OrderArgs::draw_order`, the dataset's builder):
+/// `(rows, bounds)`, rows an `(N, 2)` int64 array of `[chunk_id, within]`, bounds the
+/// `n_blocks + 1` row offsets. `shuffle` is `(seed, epoch, split)`, or `None` for in order.
+#[pyfunction]
+#[pyo3(signature = (chunk_ids, samples_per_chunk, n_samples, *, block_chunks, first_block_chunks, anchor_range, shuffle))]
+#[allow(clippy::too_many_arguments, reason = "the Python function's arguments, one for one")]
+fn draw_order_rows<'py>(
+    py: Python<'py>,
+    chunk_ids: Vec<i64>,
+    samples_per_chunk: i128,
+    n_samples: i128,
+    block_chunks: i128,
+    first_block_chunks: Option<i128>,
+    anchor_range: Option<(i128, i128)>,
+    shuffle: Option<(i128, i128, String)>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let shuffle = match shuffle {
+        None => None,
+        Some((seed, epoch, split)) => Some((seed, epoch, parse_split(&split)?)),
+    };
+    let args = OrderArgs {
+        chunk_ids: &chunk_ids,
+        samples_per_chunk,
+        n_samples,
+        block_chunks,
+        first_block_chunks,
+        anchor_range,
+        shuffle,
+    };
+    let order = args.draw_order().map_err(core_err)?;
+    let spc = count("samples_per_chunk", samples_per_chunk, 1)?;
+    let rows = i64_numpy(py, order.anchors.iter().flat_map(|&a| [a / spc, a % spc]))?;
+    let rows = rows.call_method1("reshape", (order.anchors.len(), 2))?;
+    Ok((rows, i64_numpy(py, order.bounds.iter().map(|&b| b as u64))?))
+}
+
+/// `shuffle::shuffle_quality` of anchors in draw order.
+#[pyfunction]
+fn shuffle_quality(anchors: Vec<i64>) -> f64 {
+    shuffle::shuffle_quality(&anchors)
+}
+
+/// The sample-axis chunk holding `sample_index`.
+#[pyfunction]
+fn chunk_of(geom: &Bound<'_, PyGeometry>, sample_index: i128) -> PyResult<u64> {
+    Ok(geom.get().inner.chunk_of(count("sample_index", sample_index, 0)?))
+}
+
+/// `(start, stop)` of chunk `chunk_index`'s samples, clipped at `n_samples`.
+#[pyfunction]
+fn samples_in_chunk(geom: &Bound<'_, PyGeometry>, chunk_index: i128) -> PyResult<(u64, u64)> {
+    let r = geom.get().inner.samples_in_chunk(count("chunk_index", chunk_index, 0)?);
+    Ok((r.start, r.end))
+}
+
+/// One sample's shape: every axis but the sample axis, physical order.
+#[pyfunction]
+fn inner_shape(geom: &Bound<'_, PyGeometry>) -> Vec<u64> {
+    geom.get().inner.inner_shape()
+}
+
+/// The fetch unit's extent on the inner axes, physical order.
+#[pyfunction]
+fn inner_chunks(geom: &Bound<'_, PyGeometry>) -> Vec<u64> {
+    geom.get().inner.inner_tile()
+}
+
+/// Tiles per inner axis.
+#[pyfunction]
+fn inner_grid(geom: &Bound<'_, PyGeometry>) -> Vec<u64> {
+    geom.get().inner.inner_grid()
+}
+
+/// Tiles per sample-axis chunk.
+#[pyfunction]
+fn n_inner_chunks(geom: &Bound<'_, PyGeometry>) -> u64 {
+    geom.get().inner.n_tiles()
+}
+
+/// The inner tile coordinate of tile number `index` (row-major).
+#[pyfunction]
+fn inner_coord(geom: &Bound<'_, PyGeometry>, index: i128) -> PyResult<Vec<u64>> {
+    Ok(geom.get().inner.inner_coord(count("index", index, 0)?))
+}
+
+fn coord(inner_coord: &[i128]) -> PyResult<Vec<u64>> {
+    inner_coord.iter().map(|&i| count("inner_coord", i, 0)).collect()
+}
+
+/// The tile number of `inner_coord` (row-major): the inverse of `inner_coord`.
+#[pyfunction]
+fn inner_index(geom: &Bound<'_, PyGeometry>, inner_coord: Vec<i128>) -> PyResult<u64> {
+    geom.get().inner.inner_index(&coord(&inner_coord)?).map_err(core_err)
+}
+
+/// The full physical tile coordinate: `chunk_index` at the sample axis.
+#[pyfunction]
+fn physical_chunk_coord(geom: &Bound<'_, PyGeometry>, chunk_index: i128, inner_coord: Vec<i128>) -> PyResult<Vec<u64>> {
+    let g = &geom.get().inner;
+    let inner = coord(&inner_coord)?;
+    g.check_inner_coord(&inner).map_err(core_err)?;
+    Ok(g.physical_tile_coord(count("chunk_index", chunk_index, 0)?, &inner))
+}
+
+/// Shape of chunk `chunk_index` once assembled: `(rows, *inner_shape)`.
+#[pyfunction]
+fn slot_shape(geom: &Bound<'_, PyGeometry>, chunk_index: i128) -> PyResult<Vec<usize>> {
+    Ok(core_slot_shape(&geom.get().inner, count("chunk_index", chunk_index, 0)?))
+}
+
+/// Where tile `inner_coord` of chunk `chunk_index` lands (`geometry::placement`), sample-first:
+/// `(chunk_coords, chunk_selection, out_selection, is_complete_chunk)`, the selections as
+/// `(start, stop)` per axis: into the padded tile and into the assembled chunk.
+#[pyfunction]
+#[allow(clippy::type_complexity, reason = "the four fields of the Python ChunkProjection")]
+fn tile_placement(
+    geom: &Bound<'_, PyGeometry>,
+    chunk_index: i128,
+    inner_coord: Vec<i128>,
+) -> PyResult<(Vec<u64>, Vec<(usize, usize)>, Vec<(usize, usize)>, bool)> {
+    let g = &geom.get().inner;
+    let c = count("chunk_index", chunk_index, 0)?;
+    let inner = coord(&inner_coord)?;
+    g.check_inner_coord(&inner).map_err(core_err)?;
+    let p = placement(g, c, &inner);
+    let axes: Vec<usize> = std::iter::once(g.sample_axis).chain(g.inner_axes()).collect();
+    let chunk_selection = axes.iter().map(|&a| (0, p.extent[a])).collect();
+    let out_selection = axes.iter().map(|&a| (p.slot_origin[a], p.slot_origin[a] + p.extent[a])).collect();
+    let complete = axes.iter().all(|&a| p.extent[a] as u64 == g.tile[a]);
+    Ok((std::iter::once(c).chain(inner).collect(), chunk_selection, out_selection, complete))
+}
+
+/// Bytes per element of an engine dtype name (`float32`, `bfloat16`, ...).
+#[pyfunction]
+fn dtype_size(name: &str) -> PyResult<usize> {
+    DType::from_zarr_name(name)
+        .map(DType::size)
+        .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {name:?}")))
+}
