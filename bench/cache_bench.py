@@ -70,6 +70,7 @@ def one(args, url, engine):
 
 def markdown(args, cmdline, rows):
     L = ["# Disk tier: a warm epoch from a persisted cache in a fresh process", "",
+         "(insitubatch 0.2.0, the Python project insitubatch-rs rebuilds, is called \"anchor\" in the table.)", "",
          f"- command: `{cmdline}`",
          f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
          f"- machine: {platform.node()}, nproc {os.cpu_count()}, {platform.platform()}",

@@ -54,7 +54,8 @@ def markdown(args, cmdline, rows, stalls):
         for line in f:
             if line.startswith("MemTotal:"):
                 mem = int(line.split()[1]) * 1024
-    L = ["# Benchmarks from Python: insitubatch_rs vs Python peers, the Rust CLI and the anchor",
+    L = ["# Benchmarks from Python: insitubatch_rs vs Python peers, the Rust CLI and insitubatch 0.2.0", "",
+         "(insitubatch 0.2.0, the Python project insitubatch-rs rebuilds, is called \"the anchor\" in the tables.)",
          "",
          f"- command: `{cmdline}`",
          f"- date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",

@@ -39,6 +39,9 @@ ALIASES = {"javascript": "js", "sh": "bash", "shell": "bash", "py": "python"}
 CHECKED = {"toml", "json"}
 NOT_CODE = {"text", "rust"}  # rust: doc-tests
 JS_BASE = "http://localhost:8000/"
+# ```python tensorflow blocks: TensorFlow lives in a venv of its own (one framework per
+# environment), where this test runs them; test_tensorflow_blocks_have_their_runner holds it to that.
+TF_RUNNER = "python-bindings/tests/test_readme.py"
 # A hang guard, not a timing assertion: a snippet that hangs fails instead of blocking CI.
 HANG_GUARD_S = 900
 
@@ -112,6 +115,9 @@ def runnable(page: Page, lang: str) -> list[Block]:
         if b.attrs.startswith("untested"):
             print(f"skipping {b.page}:{b.line} ({lang} {b.attrs})", file=sys.stderr)
             continue
+        if b.attrs == "tensorflow":
+            print(f"passing {b.page}:{b.line} by: it runs in the TensorFlow venv ({TF_RUNNER})", file=sys.stderr)
+            continue
         out.append(b)
     return out
 
@@ -146,6 +152,14 @@ def test_every_block_has_a_known_language() -> None:
     for b in no_run:
         assert re.match(r"^untested \(.+\)$", b.attrs), f"{b.page}:{b.line}: say why a block cannot run: untested (reason)"
     assert len(no_run) <= 5, f"{len(no_run)} untested blocks: keep them rare, every block should run in CI"
+
+
+def test_tensorflow_blocks_have_their_runner() -> None:
+    tf_blocks = [f"{b.page}" for p in PAGES for b in p.blocks if b.lang == "python" and b.attrs == "tensorflow"]
+    runner = (ROOT / TF_RUNNER).read_text()
+    assert tf_blocks, "no ```python tensorflow block: the TensorFlow example of docs/frameworks.md is gone"
+    for page in tf_blocks:
+        assert f'"{page}"' in runner, f"{TF_RUNNER} does not run the tensorflow block of docs/{page}"
 
 
 # An absolute path of one machine: a home folder or a temp folder. Pages write

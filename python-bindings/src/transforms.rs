@@ -305,12 +305,23 @@ impl BatchTransform for PyBatchFn {
     }
 }
 
-/// `(x - mean) / (std + eps)` per array with fixed statistics: a thin wrapper over the
-/// engine's [`StandardScaler`] (core/src/scaler.rs), which decides everything: broadcasting,
-/// numpy's dtype promotion, refusals, the cache token. This class only converts Python
-/// values to statistics (a Python number stays a Python number, numpy's weak scalar; an
-/// array keeps its dtype and shape) and back; `save`/`load` go to
+/// `(x - mean) / (std + eps)` per array with fixed statistics: a chunk transform the engine
+/// runs itself, without the GIL.
+///
+/// `mean` and `std` map array paths to a Python float or a float16, bfloat16, float32 or
+/// float64 array; `cache_key` names the statistics for a persisted cache (bump it on every
+/// re-fit). A thin wrapper over the engine's [`StandardScaler`] (core/src/scaler.rs), which
+/// decides everything: broadcasting, numpy's dtype promotion, refusals, the cache token. This
+/// class only converts Python values to statistics (a Python number stays a Python number,
+/// numpy's weak scalar; an array keeps its dtype and shape) and back; `save`/`load` go to
 /// `insitubatch_native::scaler_file`.
+///
+/// Raises:
+///     TypeError: `mean` or `std` is not a dict, or a statistic is neither a Python number
+///         nor a float array (an int array, a string).
+///     ValueError: an array with a mean but no std (or the reverse), no statistics at all,
+///         an empty statistic or one holding NaN or infinity, or an `eps` that is not finite
+///         and `>= 0`.
 #[pyclass(frozen, name = "StandardScaler", module = "insitubatch_rs")]
 pub struct PyStandardScaler {
     pub inner: Arc<StandardScaler>,
@@ -386,10 +397,14 @@ impl PyStandardScaler {
         let scaler = StandardScaler::from_maps(stats(mean, "mean")?, stats(std, "std")?, eps).map_err(core_err)?;
         Ok(Self { inner: Arc::new(scaler.with_cache_key(cache_key)) })
     }
-    /// Raise `ValueError` when some array of `scope` has no statistics.
+    /// Check that every array of `scope` has statistics (`applies` calls it).
+    ///
+    /// Raises:
+    ///     ValueError: some array of `scope` has no statistics.
     fn validate_scope(&self, scope: Vec<String>) -> PyResult<()> {
         self.inner.validate_scope(&scope).map_err(core_err)
     }
+    /// Added to `std` before dividing.
     #[getter]
     fn eps(&self) -> f64 {
         self.inner.eps()
@@ -417,11 +432,20 @@ impl PyStandardScaler {
         self.inner.token()
     }
     /// Write the scaler to `path`: JSON (exact, with dtypes, `eps` and `cache_key`), or for a
-    /// `.npz` path the anchor's layout (`"<array>.mean"`, `"<array>.std"`; no eps/cache_key).
+    /// `.npz` path insitubatch 0.2.0's layout (`"<array>.mean"`, `"<array>.std"`; no
+    /// eps/cache_key).
+    ///
+    /// Raises:
+    ///     OSError: `path` cannot be written.
     fn save(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
         py.detach(|| insitubatch_native::scaler_file::save(&self.inner, &path)).map_err(file_err)
     }
-    /// Read a scaler written by `save` (JSON), or an anchor-style `.npz`.
+    /// Read a scaler written by `save` (JSON), or a `.npz` in insitubatch 0.2.0's layout.
+    ///
+    /// Raises:
+    ///     FileNotFoundError: `path` does not exist.
+    ///     OSError: `path` cannot be read.
+    ///     ValueError: the file is not a saved scaler.
     #[staticmethod]
     fn load(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Self> {
         let scaler = py.detach(|| insitubatch_native::scaler_file::load(&path)).map_err(file_err)?;

@@ -166,6 +166,18 @@ class BatchIterator(Iterator[Batch]):
         return self
 
     def __next__(self) -> Batch:
+        """The pass's next batch; an error ends the pass.
+
+        A chunk or batch transform's own exception is re-raised with its type and traceback.
+
+        Raises:
+            StopIteration: the pass has yielded every batch, or was closed.
+            InsitubatchIOError: a storage request failed (after retries), or a stored chunk
+                could not be decoded under ``on_bad_chunk="raise"``.
+            RuntimeError: the disk tier refused (a chunk missing from a ``readonly_cache``),
+                or the engine found a stall it cannot resolve.
+            KeyboardInterrupt: Ctrl-C while waiting for the batch.
+        """
         if self._done:
             raise StopIteration
         try:
@@ -218,7 +230,11 @@ class BatchIterator(Iterator[Batch]):
 
 class _SplitView:
     """A re-iterable split view (``ds.train``, ``ds.val``, ``ds.test``, ``ds.all``); each
-    ``iter()`` starts a pass at the dataset's epoch, over the dataset's one shared pool."""
+    ``iter()`` starts a pass at the dataset's epoch, over the dataset's one shared pool.
+
+    ``dataset`` and ``split`` are the dataset and the split's name. Iterating a view of a
+    closed dataset raises ``ValueError``; what a pass raises is under ``BatchIterator``.
+    """
 
     def __init__(self, dataset: InSituDataset, split: str) -> None:
         self.dataset = dataset
@@ -274,7 +290,7 @@ class InSituDataset:
     instead of raising. One writer or many readers per directory (a lock held until
     ``close()``).
 
-    Ours beyond the anchor's arguments: ``storage_options`` (object_store settings, for a
+    Ours beyond insitubatch 0.2.0's arguments: ``storage_options`` (object_store settings, for a
     URL; a store object carries its own), ``threads`` (the engine's thread-pool size; ``None`` = one per core),
     and ``rank``/``world_size``: this process's share of every epoch (each rank reads its own
     chunks and draws as many samples as every other; ``None`` takes them from an initialized
@@ -287,6 +303,31 @@ class InSituDataset:
     ``backoff_s``, ``request_timeout_s``; ``coalesce_gap_bytes`` and ``coalesce_max_bytes``
     (inner chunks of one shard this close are read by one request, up to that size);
     ``hedge=False`` never sends a second request for a slow read (docs/cloud.md).
+
+    The split views are ``ds.train``, ``ds.val``, ``ds.test`` and ``ds.all`` (``View``); the
+    arguments ``store``, ``chunk_transforms`` and ``batch_transforms`` stay attributes. After
+    ``close()``, what needs the engine (a pass, ``describe``, ``epoch``, ``manifest``,
+    ``state_dict``, ...) raises ``ValueError``.
+
+    Raises:
+        TypeError: a numeric argument that is not an integer; a ``store`` that is not a URL,
+            a path, an obstore store or a zarr-python ``Store``; a ``manifest`` that is not a
+            ``SplitManifest``; a geometry that is not an ``ArrayGeometry``; a transform that
+            is not callable.
+        ValueError: an argument out of range (``batch_size < 1``, ``rank >= world_size``,
+            ``on_bad_chunk`` not ``"raise"`` or ``"nan"``, ...); an unparsable URL; a
+            ``cache_budget_bytes`` below the residency floor; an unknown ``read_policy`` key;
+            a chunk transform scoped to an array the dataset does not read; a
+            ``readonly_cache`` whose ``cache_dir`` does not exist; a geometry or configuration
+            the engine refuses.
+        ArrayNotFoundError: ``geometries`` names an array the store does not have (also a
+            ``KeyError``).
+        NotAnArrayError: ``geometries`` names a group (also a ``TypeError``).
+        InsitubatchIOError: the store cannot be opened or read: nothing at the path, an
+            unsupported URL scheme, ``storage_options`` for a local store, a failed request,
+            malformed metadata.
+        RuntimeError: the disk tier refuses ``cache_dir``: another writer holds its lock, or
+            its chunks are stale and ``reset_stale_cache`` is not set.
     """
 
     def __init__(
@@ -420,7 +461,11 @@ class InSituDataset:
     def state_dict(self, split: str = "train") -> dict[str, Any]:
         """Where the latest pass over ``split`` (default ``train``) stands, as a small dict
         (torchdata's ``Stateful``): the same on every rank of a job that steps in lockstep,
-        so rank 0 may save it alone. Before a pass at the current epoch, a fresh one."""
+        so rank 0 may save it alone. Before a pass at the current epoch, a fresh one.
+
+        Raises:
+            ValueError: an unknown split, or the dataset is closed.
+        """
         name = split_name(split)
         stream = self._streams.get(name)
         if stream is not None:
@@ -434,7 +479,12 @@ class InSituDataset:
         epoch to the state's, and the next pass over its split continues where it stopped
         (with the same world size, exactly the batches the uninterrupted pass would have
         yielded next; with another, this rank's share of the samples no rank had consumed).
-        ``set_epoch`` to another epoch first discards it."""
+        ``set_epoch`` to another epoch first discards it.
+
+        Raises:
+            ValueError: a state this dataset cannot resume (malformed, or taken with another
+                seed or batch size), or the dataset is closed.
+        """
         raw = json.dumps(dict(state))
         self._native.check_resume(raw)  # refused here, not at the next pass
         self._pending[split_name(state["split"])] = raw
@@ -453,21 +503,35 @@ class InSituDataset:
             logger.info("%s", format_pass(stats, reuse=self._reuse))
 
     def view(self, split: str) -> _SplitView:
+        """The view of ``split`` (``"train"``, ``"val"``, ``"test"``, ``"all"`` or a
+        ``SplitName``): ``ds.view("train")`` is ``ds.train``.
+
+        Raises:
+            ValueError: an unknown split.
+        """
         name = split_name(split)
         if name not in _SPLITS:
             raise ValueError(f"unknown split {name!r}; expected one of {_SPLITS}")
         return getattr(self, name)
 
     def set_epoch(self, epoch: int) -> None:
-        """Reshuffle deterministically for ``epoch`` (applies to passes started after)."""
+        """Reshuffle deterministically for ``epoch`` (applies to passes started after).
+
+        Raises:
+            TypeError: ``epoch`` is not an integer.
+            ValueError: ``epoch < 0``, or the dataset is closed.
+        """
         self._native.set_epoch(_count("epoch", epoch, 0))
 
     @property
     def epoch(self) -> int:
+        """The epoch the next pass draws (``set_epoch``)."""
         return self._native.epoch
 
     @property
     def manifest(self) -> SplitManifest:
+        """Which chunks belong to each split (as given, or ``split_by_chunk`` of the first
+        variable)."""
         return SplitManifest._from_native(self._native.manifest)
 
     @property
@@ -482,14 +546,17 @@ class InSituDataset:
 
     @property
     def batch_size(self) -> int:
+        """Samples per batch (an epoch's last batch may be short)."""
         return self._knobs.batch_size
 
     @property
     def seed(self) -> int:
+        """The seed of every epoch's draw order."""
         return self._knobs.seed
 
     @property
     def shuffle(self) -> bool:
+        """Whether the train view is shuffled (the other views are read in order)."""
         return self._knobs.shuffle
 
     @property
@@ -504,7 +571,12 @@ class InSituDataset:
 
     @property
     def scheduler_config(self) -> SchedulerConfig:
-        """The fetch configuration (read-only: fixed when the dataset is built)."""
+        """The fetch configuration (read-only: fixed when the dataset is built).
+
+        Raises:
+            AttributeError: on assignment (pass ``max_inflight=``, ``threads=`` and
+                ``on_bad_chunk=`` to ``InSituDataset`` instead).
+        """
         k = self._knobs
         return SchedulerConfig(k.max_inflight, 0, k.threads or 0, k.on_bad_chunk)
 
@@ -516,7 +588,13 @@ class InSituDataset:
         )
 
     def draw_order(self, split: str, epoch: int | None = None) -> np.ndarray:
-        """The anchors a pass over ``split`` at ``epoch`` will yield, in order."""
+        """The anchors a pass over ``split`` at ``epoch`` (default: the current one) will
+        yield, in order.
+
+        Raises:
+            ValueError: an unknown split, or the dataset is closed.
+            OverflowError: a negative ``epoch``.
+        """
         return self._native.draw_order(split_name(split), self.epoch if epoch is None else epoch)
 
     # -- reports ----------------------------------------------------------------------
@@ -528,7 +606,13 @@ class InSituDataset:
         per-connection and concurrent rates, decode rate, the epoch it predicts for the train
         view (``predicted``: seconds, MB/s, first batch, limiting stage, requests) and a
         ``suggested_max_inflight`` / ``suggested_block_chunks`` for the measured latency
-        (docs/cloud.md). The probe's reads are not kept: the next pass starts cold."""
+        (docs/cloud.md). The probe's reads are not kept: the next pass starts cold.
+
+        Raises:
+            TypeError: ``iterations`` is not an integer, or ``probe`` neither a bool nor one.
+            ValueError: ``iterations < 1`` or a number ``probe < 1``, or the dataset is closed.
+            InsitubatchIOError: a read or decode of the probe failed.
+        """
         raw = json.loads(self._native.describe_json(_count("iterations", iterations, 1)))
         report = dataset_report(raw, cache=self._cache)
         if probe:
@@ -536,7 +620,13 @@ class InSituDataset:
         return report
 
     def print_summary(self, iterations: int = 1, file: TextIO | None = None, *, probe: bool | int = False) -> None:
-        """Print :meth:`describe` for a human (to ``file``, default stdout); ``probe`` as there."""
+        """Print :meth:`describe` for a human (to ``file``, default stdout); ``probe`` as there.
+
+        Raises:
+            TypeError: ``iterations`` is not an integer, or ``probe`` neither a bool nor one.
+            ValueError: ``iterations < 1`` or a number ``probe < 1``, or the dataset is closed.
+            InsitubatchIOError: a read or decode of the probe failed.
+        """
         text = self._native.render_summary(_count("iterations", iterations, 1))
         if probe:
             text += self._native.probe("train", _probe_chunks(probe))[1]
@@ -611,7 +701,8 @@ class InSituDataset:
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:
         """Release the pool, its cache files' handles, the lock on ``cache_dir`` and an
-        fsspec store's session (``close_store``). Idempotent."""
+        fsspec store's session (``close_store``). Idempotent; ``with InSituDataset(...) as
+        ds:`` calls it on leaving the block."""
         if not self._native.closed:
             raw = self._native.last_pass_json()
             if raw is not None:
@@ -622,6 +713,7 @@ class InSituDataset:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called."""
         return self._native.closed
 
     def __enter__(self) -> InSituDataset:

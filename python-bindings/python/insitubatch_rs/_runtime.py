@@ -93,7 +93,7 @@ class Depths:
 class PassStats:
     """One pass over one split: counters, depths, times, and the stage they accuse.
 
-    The anchor's fields first (``split`` ... ``depths``), then ours: samples and bytes
+    insitubatch 0.2.0's fields first (``split`` ... ``depths``), then ours: samples and bytes
     delivered, chunks re-read within the pass or revived from the disk tier, storage reads,
     time to first batch, the consumer wait attributed to each stage (``blocked_s``), and the
     rank's side: ``rank``, ``world_size``, ``dropped_samples`` (the epoch's samples no rank
@@ -144,7 +144,7 @@ class PassStats:
     @property
     def limiting_stage(self) -> str:
         """The stage to go fix: ``consumer``, ``store``, ``decode``, ``residency``, ``gather``,
-        ``batch_transform`` (ours: the anchor folds it into ``gather``) or ``unknown``."""
+        ``batch_transform`` (ours: insitubatch 0.2.0 folds it into ``gather``) or ``unknown``."""
         return _verdict(self)[0]
 
     @property

@@ -41,7 +41,11 @@ class SplitManifest:
         self.chunks = {split_name(k): [int(c) for c in v] for k, v in self.chunks.items()}
 
     def chunks_of(self, split: Any) -> list[int]:
-        """The chunk ids of ``split``; ``"all"`` (or ``None``) is the sorted union."""
+        """The chunk ids of ``split``; ``"all"`` (or ``None``) is the sorted union.
+
+        Raises:
+            ValueError: an unknown split.
+        """
         name = split_name(split)
         if name == "all":
             return sorted({c for ids in self.chunks.values() for c in ids})
@@ -52,8 +56,11 @@ class SplitManifest:
     def sample_indices(self, split: Any, geom: ArrayGeometry | None = None) -> np.ndarray:
         """Global sample indices of ``split``'s chunks, in chunk order (int64).
 
-        With ``geom`` (the anchor's signature) the chunks are expanded on that geometry's
-        grid; without it, on the manifest's own reference grid.
+        With ``geom`` (insitubatch 0.2.0's signature) the chunks are expanded on that
+        geometry's grid; without it, on the manifest's own reference grid.
+
+        Raises:
+            ValueError: an unknown split.
         """
         ids = self.chunks_of(split)
         if geom is None:
@@ -73,7 +80,11 @@ class SplitManifest:
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The manifest as JSON (the anchor's keys); also written to ``path`` when given."""
+        """The manifest as JSON (insitubatch 0.2.0's keys); also written to ``path`` when given.
+
+        Raises:
+            OSError: ``path`` cannot be written.
+        """
         text = json.dumps(self._as_dict(), indent=2)
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:
@@ -82,13 +93,22 @@ class SplitManifest:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> SplitManifest:
-        """Read a manifest written by either library."""
+        """Read a manifest written by either library.
+
+        Raises:
+            OSError: ``path`` cannot be read (``FileNotFoundError`` when it does not exist).
+            ValueError: the file is not a valid manifest.
+        """
         with open(path, encoding="utf-8") as f:
             return cls.from_json_str(f.read())
 
     @classmethod
     def from_json_str(cls, text: str) -> SplitManifest:
-        """Parse and validate a manifest from a JSON string (``ValueError`` when malformed)."""
+        """Parse and validate a manifest from a JSON string.
+
+        Raises:
+            ValueError: malformed JSON, a missing key, or counts and chunk ids that disagree.
+        """
         return cls._from_native(_native.SplitManifest.from_json_str(text))
 
     @classmethod
@@ -119,10 +139,15 @@ def split_by_chunk(
 ) -> SplitManifest:
     """Partition ``geom``'s sample-axis chunks into train/val/test (chunk-aligned).
 
-    ``fractions`` are of chunks and must sum to 1; split sizes round half to even like the
-    anchor's. ``contiguous=False`` shuffles chunks first (our engine's seeded stream, not
-    numpy's, so the chosen chunks differ from the anchor's for the same seed).
-    ``sample_range=(start, stop)`` keeps the chunks overlapping that half-open range.
+    ``fractions`` are of chunks and must sum to 1; split sizes round half to even like
+    insitubatch 0.2.0's. ``contiguous=False`` shuffles chunks first (our engine's seeded
+    stream, not numpy's, so the chosen chunks differ from insitubatch 0.2.0's for the same
+    seed). ``sample_range=(start, stop)`` keeps the chunks overlapping that half-open range.
+
+    Raises:
+        TypeError: ``geom`` is not an ``ArrayGeometry``.
+        ValueError: ``fractions`` that are not three non-negative numbers summing to 1,
+            ``seed < 0``, or a ``sample_range`` outside ``0 <= start < stop <= n_samples``.
     """
     if int(seed) < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
@@ -141,5 +166,9 @@ def split_by_chunk(
 
 def valid_anchor_range(offsets: Iterable[int], n_samples: int) -> tuple[int, int]:
     """Half-open ``[lo, hi)`` of anchors whose every ``anchor + offset`` lies in
-    ``[0, n_samples)``; an over-wide window gives the empty range ``(lo, lo)``."""
+    ``[0, n_samples)``; an over-wide window gives the empty range ``(lo, lo)``.
+
+    Raises:
+        OverflowError: a negative ``n_samples``, or a number past 64 bits.
+    """
     return _native.valid_anchor_range([int(o) for o in offsets], int(n_samples))

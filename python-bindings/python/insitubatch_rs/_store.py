@@ -103,12 +103,15 @@ def _require(module: str, extra: str, what: str) -> Any:
 
 def obstore_store(url: str, *, read_only: bool = True, **kw: Any) -> Any:
     """An obstore-backed zarr ``Store`` for ``url`` (``file://``, ``s3://``, ``gs://``,
-    ``az://``, ``http(s)://``, ``memory://``), as the anchor returns.
+    ``az://``, ``http(s)://``, ``memory://``), as insitubatch 0.2.0 returns.
 
     Extra keywords go to ``obstore.store.from_url`` (``region``, ``endpoint``,
     ``skip_signature``, ``client_options``, ``credential_provider``, ...). The engine reads
     the obstore store inside it in Rust, at the URL path's speed. Requires
     ``insitubatch-rs[obstore]``.
+
+    Raises:
+        ImportError: obstore or zarr is not installed.
     """
     from_url = _require("obstore.store", "obstore", "obstore_store").from_url
     zarr_storage = _require("zarr.storage", "obstore", "obstore_store")
@@ -122,6 +125,10 @@ def fsspec_store(url: str, *, read_only: bool = True, **storage_options: Any) ->
 
     The engine reads it through zarr's async API (slower than obstore; see
     docs/benchmarks-python.md). Requires ``insitubatch-rs[fsspec]`` and the backend's package.
+
+    Raises:
+        ImportError: fsspec, zarr or the URL's fsspec backend (``s3fs``, ``gcsfs``, ...) is
+            not installed.
     """
     from urllib.parse import urlparse
 
@@ -140,6 +147,10 @@ def icechunk_store(
 
     Public buckets need ``anonymous=True``; otherwise credentials come from the environment.
     Extra keywords go to Icechunk's storage constructor. Requires ``insitubatch-rs[icechunk]``.
+
+    Raises:
+        ValueError: a URL of another scheme (an Arraylake repository: ``arraylake_store``).
+        ImportError: icechunk is not installed.
     """
     from urllib.parse import urlparse
     from urllib.request import url2pathname
@@ -166,7 +177,11 @@ def icechunk_store(
 def arraylake_store(repo: str, *, branch: str = "main") -> Any:
     """The read-only Icechunk session store of the Arraylake repo ``repo`` (``"org/name"``)
     on ``branch``. Auth comes from ``arraylake auth login`` or ``ARRAYLAKE_TOKEN``. Requires
-    ``insitubatch-rs[arraylake]``."""
+    ``insitubatch-rs[arraylake]``.
+
+    Raises:
+        ImportError: arraylake is not installed.
+    """
     arraylake = _require("arraylake", "arraylake", "arraylake_store")
     return arraylake.Client().get_repo(repo).readonly_session(branch).store
 
@@ -203,7 +218,11 @@ def close_store(store: Any) -> None:
 
 def ensure_local_dir(url: str) -> str:
     """Create the directory of a ``file://`` URL or a local path (obstore's LocalStore will
-    not); a no-op for other schemes. Returns ``url`` unchanged, for chaining."""
+    not); a no-op for other schemes. Returns ``url`` unchanged, for chaining.
+
+    Raises:
+        OSError: the directory cannot be created.
+    """
     from urllib.parse import urlparse
     from urllib.request import url2pathname
 
@@ -224,9 +243,21 @@ def open_geometries(
 
     ``store`` is a URL (or a local path), an obstore store or a zarr-python v3 ``Store``.
     ``variables=None`` discovers every data array, skipping CF coordinates (0-D arrays, 1-D
-    arrays named after their own dimension); a name the store lacks raises ``KeyError``, a
-    group ``TypeError``. ``sample_axis`` applies to every array. ``storage_opts`` are
-    object_store settings for a URL (``aws_region="..."``); a store object has its own.
+    arrays named after their own dimension). ``sample_axis`` applies to every array.
+    ``storage_opts`` are object_store settings for a URL (``aws_region="..."``); a store
+    object has its own.
+
+    Raises:
+        ArrayNotFoundError: a name in ``variables`` the store does not have (also a
+            ``KeyError``).
+        NotAnArrayError: a name in ``variables`` that is a group (also a ``TypeError``).
+        ValueError: ``sample_axis`` is negative or past an array's last axis; an unparsable
+            URL.
+        TypeError: ``store`` is neither a URL, a path, an obstore store nor a zarr-python
+            ``Store``.
+        InsitubatchIOError: the store cannot be opened or read: nothing at the path, an
+            unsupported URL scheme, ``storage_opts`` for a local store, a failed request,
+            malformed metadata.
     """
     if isinstance(variables, str):
         variables = [variables]

@@ -33,7 +33,10 @@ class ReshapingChunkTransform(ChunkTransform, Protocol):
     ``output_inner`` names only the inner geometry: the sample axis is never reshaped.
     """
 
-    def output_inner(self, geom: ArrayGeometry) -> tuple[tuple[int, ...], Any]: ...
+    def output_inner(self, geom: ArrayGeometry) -> tuple[tuple[int, ...], Any]:
+        """``(inner_shape, dtype)`` of this transform's output for a chunk of ``geom``: every
+        axis but the sample axis, physical order, and a numpy dtype or its name."""
+        ...
 
 
 @runtime_checkable
@@ -73,6 +76,11 @@ def applies(arrays: Sequence[str], transform: Any) -> _Scoped:
     """Scope a chunk transform to the named zarr array paths (not labels); every other array
     passes through. Unknown paths raise ``ValueError`` when the dataset is built, and a
     transform with ``validate_scope(arrays)`` (``StandardScaler``) checks the names now.
+
+    Raises:
+        TypeError: ``arrays`` is a string (write ``applies(["t2m"], ...)``).
+        ValueError: ``arrays`` is empty, or a ``StandardScaler`` has no statistics for one of
+            them.
     """
     if isinstance(arrays, str):
         raise TypeError(

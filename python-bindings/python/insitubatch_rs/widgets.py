@@ -9,6 +9,9 @@ store (a local path, a private bucket, a store object) is read through the kerne
 front end asks for each key or byte range over the widget's messages and this side reads
 it with the engine's own storage (``_native.StoreReader``). Needs ``pip install
 'insitubatch-rs[widgets]'`` (anywidget).
+
+Raises:
+    ImportError: on import, when anywidget is not installed.
 """
 
 from __future__ import annotations
@@ -62,6 +65,14 @@ class Preview(anywidget.AnyWidget):
     drawn; default the first). ``via_kernel``: force reads through the kernel (default: only
     for stores that are not ``http(s)://``). ``storage_options``: object_store settings for
     a URL read by the kernel.
+
+    Raises:
+        FileNotFoundError: the widget's engine (its wasm build) is missing from this install.
+        TypeError: ``store`` is neither a URL, a path, an obstore store nor a zarr-python
+            ``Store`` (read through the kernel).
+        ValueError: an unparsable URL (read through the kernel).
+        InsitubatchIOError: a store read through the kernel cannot be opened (an
+            unsupported URL scheme, ``storage_options`` for a local store, ...).
     """
 
     _esm = _STATIC / "widget.js"
