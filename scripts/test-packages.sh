@@ -113,7 +113,7 @@ use_python_package() {
 if want python; then
     echo "== Python: the sdist in a clean venv (compiles the extension)"
     sdist_dir="$INSITUBATCH_CACHE/python-sdist"
-    sdist_hash="$( { find core native object python-bindings/src python-bindings/python -type f -print0 | sort -z | xargs -0 sha256sum; \
+    sdist_hash="$( { echo "dev zig manylinux_2_28"; find core native object python-bindings/src python-bindings/python -type f -print0 | sort -z | xargs -0 sha256sum; \
         cat Cargo.toml Cargo.lock python-bindings/Cargo.toml python-bindings/pyproject.toml; } | sha256sum | cut -d' ' -f1)"
     if [ "$(cat "$sdist_dir/.passed" 2>/dev/null || true)" = "$sdist_hash" ]; then
         echo "sdist: unchanged since it last passed (skipped: $sdist_dir/.passed)"
@@ -121,10 +121,13 @@ if want python; then
         rm -rf "$sdist_dir" && mkdir -p "$sdist_dir"
         (cd python-bindings && "$(dirname "$IB_PY")/maturin" sdist -o "$sdist_dir")
         sdist="$(ls "$sdist_dir"/insitubatch_rs-*.tar.gz)"
-        # pip builds it through maturin's PEP 517 backend, as for a user, but in the dev profile:
-        # the dependencies are then the ones CARGO_TARGET_DIR (scripts/env.sh) already holds, and
-        # only our three crates compile (a release build from scratch takes 15 minutes here).
-        MATURIN_PEP517_ARGS="--profile dev" use_python_package "$sdist" sdist
+        # pip builds it through maturin's PEP 517 backend, as for a user, but in the dev profile
+        # and with the zig linker of the tested wheels (scripts/pyenv.sh ib_build_wheel): the
+        # dependencies are then the ones CARGO_TARGET_DIR (scripts/env.sh) already holds for
+        # that build, and only our crates compile (a release build from scratch takes 15
+        # minutes here; a build of its own would compile every dependency once more).
+        MATURIN_PEP517_ARGS="--profile dev --zig --compatibility manylinux_2_28" CARGO_ZIGBUILD_PYTHON_PATH="$IB_PY" \
+            use_python_package "$sdist" sdist
         echo "$sdist_hash" >"$sdist_dir/.passed"
     fi
 fi

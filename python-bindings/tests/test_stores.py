@@ -110,17 +110,18 @@ def test_obstore_local_store(fixtures, manifest, name):
     assert_same_as_url(fixtures, manifest, name, st)
 
 
+def inflight_bytes(store_: Any) -> int:
+    """What describe() counts for reads in flight: where a store's read window starts."""
+    geoms = ib.open_geometries(store_, ["t2m"])
+    m = ib.split_by_chunk(geoms["t2m"])
+    with ib.InSituDataset(store_, m, geoms, batch_size=5, block_chunks=2, threads=2, max_inflight=8) as ds:
+        return ds.describe()["memory"]["inflight_bytes"]
+
+
 def test_an_obstore_local_store_is_read_as_local_files_and_an_http_store_as_remote(fixtures):
     """Where reads come from sets where the read window starts, which describe() counts:
     obstore's LocalStore as the same path string, its HTTPStore as a remote store."""
     obs = need("obstore.store")
-
-    def inflight_bytes(store_: Any) -> int:
-        geoms = ib.open_geometries(store_, ["t2m"])
-        m = ib.split_by_chunk(geoms["t2m"])
-        with ib.InSituDataset(store_, m, geoms, batch_size=5, block_chunks=2, threads=2, max_inflight=8) as ds:
-            return ds.describe()["memory"]["inflight_bytes"]
-
     path = inflight_bytes(url(fixtures, "v3_sharded"))
     assert inflight_bytes(obs.LocalStore(str(fixtures / "v3_sharded"))) == path
     http = obs.HTTPStore.from_url(f"{http_url()}/v3_sharded", client_options={"allow_http": True})
@@ -177,7 +178,7 @@ def test_zarr_local_store(fixtures, manifest, name):
     assert_same_as_url(fixtures, manifest, name, zs.LocalStore(fixtures / name, read_only=True))
 
 
-def test_a_zarr_local_store_is_read_as_local_files_and_an_fsspec_http_store_as_remote(fixtures):
+def test_a_zarr_local_store_is_read_as_local_files(fixtures):
     """zarr's LocalStore (and a subclass, as a test's counting store is) reads from this
     machine: its read window starts where the path's does, and it is never hedged (a hedge
     reads a key twice; under load a torchrun test once saw a chunk read twice so)."""
@@ -186,14 +187,14 @@ def test_a_zarr_local_store_is_read_as_local_files_and_an_fsspec_http_store_as_r
     class Counting(zs.LocalStore):
         pass
 
-    def inflight_bytes(store_: Any) -> int:
-        geoms = ib.open_geometries(store_, ["t2m"])
-        m = ib.split_by_chunk(geoms["t2m"])
-        with ib.InSituDataset(store_, m, geoms, batch_size=5, block_chunks=2, threads=2, max_inflight=8) as ds:
-            return ds.describe()["memory"]["inflight_bytes"]
-
     path = inflight_bytes(url(fixtures, "v3_sharded"))
     assert inflight_bytes(Counting(fixtures / "v3_sharded", read_only=True)) == path
+
+
+def test_a_zarr_fsspec_http_store_is_read_as_remote(fixtures):
+    need("fsspec")
+    need("aiohttp")
+    path = inflight_bytes(url(fixtures, "v3_sharded"))
     assert inflight_bytes(ib.fsspec_store(f"{http_url()}/v3_sharded")) > path, "a remote store's reads all start at once"
 
 
