@@ -92,7 +92,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "Framework adapters",
         "Batches to torch, JAX and TensorFlow. Each imports its framework when called, and a "
         "missing one raises `ImportError` naming the extra to install.",
-        ("as_tf_dataset", "as_torch", "pin_host_buffers", "to_jax", "to_tf", "to_torch"),
+        ("as_tf_dataset", "as_torch", "pin_host_buffers", "to_jax", "to_jax_global", "to_tf", "to_torch"),
     ),
     (
         "Stores and geometry",

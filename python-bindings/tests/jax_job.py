@@ -4,7 +4,9 @@
 
 ``jax.distributed.initialize`` joins the job; the dataset takes ``jax.process_index()`` and
 ``jax.process_count()`` as its rank and world size. Writes ``OUT/rank<i>.json``: the samples
-this process drew per epoch and a checksum computed by JAX on its batches.
+this process drew per epoch, a checksum computed by JAX on its batches, and per batch what
+``to_jax_global`` made of them: the global shape, whether this process's shard is its own batch,
+and the global array's sum (one jitted sum across both processes).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import insitubatch_rs as ib
 
@@ -26,14 +29,25 @@ def main() -> None:
     epochs = []
     for epoch in range(2):
         ds.set_epoch(epoch)
-        samples, total = [], 0.0
+        samples, total, global_batches = [], 0.0, []
         for batch in ds.train:
             samples += batch.sample_indices.tolist()
-            total += float(jnp.sum(ib.to_jax(batch)["t2m"]))
-        epochs.append({"samples": samples, "sum": total, "dropped": ds.last_pass.dropped_samples})
+            local = float(jnp.sum(ib.to_jax(batch)["t2m"]))
+            total += local
+            global_batches.append(global_view(batch, local))
+        epochs.append({"samples": samples, "sum": total, "dropped": ds.last_pass.dropped_samples,
+                       "global": global_batches})
     record = {"process_index": jax.process_index(), "process_count": jax.process_count(), "epochs": epochs}
     (out / f"rank{pid}.json").write_text(json.dumps(record))
     jax.distributed.shutdown()
+
+
+def global_view(batch, local_sum: float) -> dict:
+    g = ib.to_jax_global(batch)["t2m"]
+    (shard,) = g.addressable_shards  # one CPU device per process
+    own = bool(np.array_equal(np.asarray(shard.data), batch.arrays["t2m"]))
+    return {"shape": list(g.shape), "own_shard": own, "shard_start": shard.index[0].start,
+            "local_sum": local_sum, "global_sum": float(jax.jit(jnp.sum)(g))}
 
 
 if __name__ == "__main__":

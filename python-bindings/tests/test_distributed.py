@@ -293,7 +293,8 @@ def test_a_forked_child_closes_the_dataset_without_touching_its_threads(fixtures
 
 def test_jax_multiprocess_job_shares_epochs(fixtures, manifest, tmp_path):
     """Two local JAX processes (``jax.distributed.initialize``, CPU) with
-    ``rank=jax.process_index(), world_size=jax.process_count()``."""
+    ``rank=jax.process_index(), world_size=jax.process_count()``; ``to_jax_global`` joins their
+    batches into one array that a jitted sum reads across both."""
     try:
         import jax  # noqa: F401
     except ImportError:
@@ -324,3 +325,10 @@ def test_jax_multiprocess_job_shares_epochs(fixtures, manifest, tmp_path):
         assert len(parts[0]["samples"]) == len(parts[1]["samples"])
         assert len(drawn) == len(set(drawn)) and set(drawn) <= drawable
         assert len(drawn) + parts[0]["dropped"] == len(drawable)
+        # to_jax_global: process p's batch is rows [p*n, (p+1)*n) of one array over both processes.
+        for k, (g0, g1) in enumerate(zip(parts[0]["global"], parts[1]["global"], strict=True)):
+            n = g0["shape"][0] // 2
+            assert g0["shape"] == g1["shape"] and n > 0, (epoch, k)
+            assert (g0["shard_start"], g1["shard_start"]) == (0, n) and g0["own_shard"] and g1["own_shard"]
+            both = g0["local_sum"] + g1["local_sum"]
+            assert g0["global_sum"] == g1["global_sum"] == pytest.approx(both, rel=1e-5), (epoch, k)

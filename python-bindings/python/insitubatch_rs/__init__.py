@@ -4,8 +4,8 @@ A drop-in for the Python *insitubatch* 0.2.0: code written for it runs after
 ``import insitubatch_rs as insitubatch``. ``open_geometries`` → ``split_by_chunk`` →
 ``InSituDataset`` with ``.train/.val/.test/.all`` views yielding numpy ``Batch`` objects
 (zero-copy views of engine buffers); ``describe()`` before a pass, ``last_pass`` after one.
-Framework adapters (``as_torch``, ``to_torch``, ``to_jax``, ``to_tf``, ``as_tf_dataset``,
-``pin_host_buffers``; also under ``insitubatch_rs.frameworks``) import their framework
+Framework adapters (``as_torch``, ``to_torch``, ``to_jax``, ``to_jax_global``, ``to_tf``,
+``as_tf_dataset``, ``pin_host_buffers``; also under ``insitubatch_rs.frameworks``) import their framework
 lazily. docs/migration.md lists every name of the anchor and its
 status here.
 """
@@ -19,7 +19,7 @@ from . import _native
 from ._dataset import BatchIterator, InSituDataset, SchedulerConfig, View
 from ._debug import debug_info, print_debug_info
 from . import frameworks  # noqa: F401 - the anchor's insitubatch.frameworks path
-from ._frameworks import as_tf_dataset, as_torch, pin_host_buffers, to_jax, to_tf, to_torch
+from ._frameworks import as_tf_dataset, as_torch, pin_host_buffers, to_jax, to_jax_global, to_tf, to_torch
 from ._native import InsitubatchIOError, StandardScaler
 from ._runtime import Depths, PassStats, StageTimes, bottleneck
 from ._shuffle import DrawOrder, block_shuffled_order, chunk_permutation, sequential_order, shuffle_quality
@@ -97,5 +97,6 @@ __all__ = [
     "NotAnArrayError",
     "ReshapingChunkTransform",
     "pin_host_buffers",
+    "to_jax_global",
     "View",
 ]

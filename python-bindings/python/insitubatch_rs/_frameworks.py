@@ -320,6 +320,42 @@ def to_jax(batch: Any, device: Any = None) -> dict[str, Any]:
     }
 
 
+def to_jax_global(batch: Any, sharding: Any = None) -> dict[str, Any]:
+    """``{label: jax.Array}`` spanning every process of a multi-process JAX job.
+
+    Each process passes the batch its own rank drew (``rank=jax.process_index(),
+    world_size=jax.process_count()``); the global array's leading axis is the processes'
+    batches side by side, in process order, laid out as ``sharding`` says (default: the
+    leading axis split over ``jax.devices()``, ``NamedSharding(Mesh(jax.devices(), ("batch",)),
+    PartitionSpec("batch"))``). Ranks draw equal shares, so every process's n-th batch has
+    the same length and the processes stay in step. This is
+    ``jax.make_array_from_process_local_data`` per array; on one process it is the batch
+    sharded over the local devices.
+
+    Raises:
+        ImportError: JAX is not installed.
+        ValueError: an array's leading axis cannot be laid out as ``sharding`` asks (e.g. it
+            does not divide among this process's devices), naming the array.
+    """
+    jax = _require("jax", "jax")
+    jnp = _require("jax.numpy", "jax")
+    if sharding is None:
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        sharding = NamedSharding(Mesh(np.array(jax.devices()), ("batch",)), PartitionSpec("batch"))
+    out = {}
+    for label, a in _arrays(batch).items():
+        local = jnp.asarray(a) if _is_bfloat16(a) else a
+        try:
+            out[label] = jax.make_array_from_process_local_data(sharding, local)
+        except ValueError as e:
+            raise ValueError(
+                f"to_jax_global: array {label!r} of shape {tuple(a.shape)} cannot be laid out as {sharding} "
+                f"({e}); give a batch_size that this process's devices divide, or another sharding"
+            ) from e
+    return out
+
+
 def to_tf(batch: Any) -> dict[str, Any]:
     """``{label: tf.Tensor}``, one CPU copy per array (``tf.convert_to_tensor``).
 
@@ -381,6 +417,16 @@ def as_torch(view: Any, *, device: Any = None, pin_budget_bytes: int | None = No
                 raise RuntimeError(WORKERS_REFUSED)
             for batch in self.view:
                 yield to_torch(batch, device=device)
+
+        def __len__(self) -> int:
+            """The view's batches in a whole pass (``len(ds.train)``). A loader that knows the
+            length need not fetch a batch ahead to see the end (Lightning does not), so a
+            checkpoint taken between steps holds no batch that was read and not trained on.
+
+            Raises:
+                TypeError: the view has no length (``len(DataLoader)`` then says so too).
+            """
+            return len(self.view)
 
         def _dataset(self) -> Any:
             if not isinstance(self.view, _SplitView):
