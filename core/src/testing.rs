@@ -12,6 +12,9 @@ use bytes::Bytes;
 
 use crate::runtime::{BoxFuture, ByteRange, Executor, Storage, StorageError};
 
+mod link;
+pub use link::{GeneratedArray, LinkModel, LinkedStore};
+
 /// What a [`MemoryStorage`] does to a read of one key.
 #[derive(Debug, Clone)]
 pub enum Fault {

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import store, url
 from test_resume_torch import need
@@ -33,7 +32,7 @@ def steps(out: Path) -> list[dict]:
 
 
 def test_a_killed_lightning_run_resumes_exactly(fixtures, manifest, tmp_path):
-    need("torch")
+    torch = need("torch")
     need("lightning")
     need("torchdata.stateful_dataloader")
     src = url(fixtures, store(manifest, "v3_zstd")["path"])
