@@ -97,9 +97,13 @@ npm_package() {
 CRATES=(insitubatch-core insitubatch-object insitubatch-native)
 crates() {
     local c crate listing f
+    # Publishing several packages at once, cargo packs them into package/tmp-crate/; one alone
+    # goes to package/. Old files removed first, so a stale one is never checked.
+    for c in "${CRATES[@]}"; do rm -f "$CARGO_TARGET_DIR"/package/{,tmp-crate/}"$c-$version.crate"; done
     cargo publish --dry-run --allow-dirty "${CRATES[@]/#/-p}"
     for c in "${CRATES[@]}"; do
-        crate="$CARGO_TARGET_DIR/package/$c-$version.crate"
+        crate="$CARGO_TARGET_DIR/package/tmp-crate/$c-$version.crate"
+        [[ -f $crate ]] || crate="$CARGO_TARGET_DIR/package/$c-$version.crate"
         listing="$(tar tzf "$crate")"
         for f in Cargo.toml README.md LICENSE src/lib.rs; do
             grep -qx "$c-$version/$f" <<<"$listing" || { echo "FAIL: $crate lacks $f" >&2; return 1; }

@@ -141,19 +141,25 @@ impl MemoryStorage {
             }
         }
         let Some(obj) = self.objects.lock().unwrap().get(key).cloned() else { return Ok(None) };
-        let len = obj.len() as u64;
-        let out = match range {
-            None => obj,
-            Some(ByteRange::Bounded { start, end }) => {
-                if start > end || end > len {
-                    return Err(StorageError::permanent(format!("range {start}..{end} outside object of {len} bytes")));
-                }
-                obj.slice(start as usize..end as usize)
-            }
-            Some(ByteRange::Suffix(n)) => obj.slice((len - n.min(len)) as usize..),
-        };
+        let out = slice_range(obj, range)?;
         self.counts.bytes.fetch_add(out.len() as u64, Ordering::SeqCst);
         Ok(Some(out))
+    }
+}
+
+/// The part of a stored object a read asks for (all of it without a range), or the error a
+/// store gives for a range past its end.
+fn slice_range(obj: Bytes, range: Option<ByteRange>) -> Result<Bytes, StorageError> {
+    let len = obj.len() as u64;
+    match range {
+        None => Ok(obj),
+        Some(ByteRange::Bounded { start, end }) if start <= end && end <= len => {
+            Ok(obj.slice(start as usize..end as usize))
+        }
+        Some(ByteRange::Bounded { start, end }) => {
+            Err(StorageError::permanent(format!("range {start}..{end} outside object of {len} bytes")))
+        }
+        Some(ByteRange::Suffix(n)) => Ok(obj.slice((len - n.min(len)) as usize..)),
     }
 }
 

@@ -142,17 +142,7 @@ impl LinkedStore {
             self.carry(0).await;
             return Ok(None);
         };
-        let len = obj.len() as u64;
-        let out = match range {
-            None => obj,
-            Some(ByteRange::Bounded { start, end }) if start <= end && end <= len => {
-                obj.slice(start as usize..end as usize)
-            }
-            Some(ByteRange::Bounded { start, end }) => {
-                return Err(StorageError::permanent(format!("range {start}..{end} outside object of {len} bytes")));
-            }
-            Some(ByteRange::Suffix(n)) => obj.slice((len - n.min(len)) as usize..),
-        };
+        let out = super::slice_range(obj, range)?;
         self.carry(out.len() as u64).await;
         Ok(Some(out))
     }
