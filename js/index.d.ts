@@ -466,6 +466,8 @@ export interface Checkpoint {
   batches: number;
   /** Earlier segments of this epoch (resumes with another world size), oldest first. */
   history: Cut[];
+  /** Ranks per node of the epoch's first segment under node affinity (absent without it). */
+  node_ranks?: number;
 }
 
 /** One epoch as the probe predicts it (core/src/dataset/probe.rs `EpochPrediction`). */

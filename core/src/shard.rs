@@ -12,6 +12,13 @@
 //!    chunks, permuted for shuffled views); number the units in order of first appearance;
 //!    unit `i` goes to rank `i mod N`. A rank's chunk list is its units in that order, each
 //!    unit's chunks in their permuted order.
+//!    **Node affinity** (opt-in, `node_ranks = k`, `k` dividing `N`; ranks `n*k .. n*k+k` are
+//!    node `n`, as launchers number them): the split's units, ascending, are permuted with
+//!    (purpose 5, index 0) under epoch word 0, so the same in every epoch, and the unit at
+//!    position `i` belongs to node `i mod (N/k)`. Each node walks the permuted chunk list
+//!    keeping its own units' chunks and deals them as above to its `k` ranks (unit `j` of the
+//!    node to its rank `j mod k`). A node therefore reads the same chunks in every epoch, in a
+//!    new order, and from the second epoch on finds them in its own cache.
 //! 3. **Blocks.** Each rank cuts its chunk list into blocks of `block_chunks` chunks (the
 //!    first of `first_block_chunks`, [`blocked_order`]) and shuffles block `b`'s anchors with
 //!    (purpose 2, index `b * N + r`); with one rank this is
@@ -41,10 +48,14 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::shuffle::{DrawOrder, OrderSpec, Split, blocked_order, draw_order, permuted_chunks, shuffle, stream};
+use crate::shuffle::{DrawOrder, OrderSpec, Split, blocked_order, draw_order, key, permuted_chunks, shuffle, stream};
 
 /// Purpose word of the in-block shuffle of a re-partitioned (elastic) segment.
 pub const PURPOSE_RESUME: u64 = 4;
+
+/// Purpose word of node affinity's assignment of units to nodes (epoch word 0, so it holds
+/// across epochs).
+pub const PURPOSE_NODES: u64 = 5;
 
 /// The checkpoint format this build writes and reads.
 pub const CHECKPOINT_VERSION: u32 = 1;
@@ -60,6 +71,8 @@ pub struct Sharding {
     pub unit_chunks: u64,
     /// Rows per batch (the elastic blocks hold at least one).
     pub batch_size: usize,
+    /// Ranks per node under node affinity (step 2); `None`: every rank from the whole list.
+    pub node_ranks: Option<usize>,
 }
 
 /// One finished segment of an epoch: its world size and the samples each rank consumed.
@@ -96,6 +109,10 @@ pub struct Checkpoint {
     /// Earlier segments of this epoch (elastic resumes), oldest first.
     #[serde(default)]
     pub history: Vec<Cut>,
+    /// Ranks per node of the epoch's first segment under node affinity (absent without it):
+    /// a resume partitions that segment as it was, whatever the dataset says now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ranks: Option<usize>,
 }
 
 impl Checkpoint {
@@ -186,6 +203,7 @@ pub fn rank_pass(spec: &OrderSpec<'_>, sh: &Sharding, resume: Option<&Checkpoint
         position: 0,
         batches: 0,
         history: Vec::new(),
+        node_ranks: sh.node_ranks,
     };
     let start = match resume {
         None => fresh,
@@ -196,7 +214,7 @@ pub fn rank_pass(spec: &OrderSpec<'_>, sh: &Sharding, resume: Option<&Checkpoint
             } else {
                 let mut history = c.history.clone();
                 history.push(Cut { world_size: c.world_size, position: c.position });
-                Checkpoint { history, ..fresh }
+                Checkpoint { history, node_ranks: c.node_ranks, ..fresh }
             }
         }
     };
@@ -205,8 +223,8 @@ pub fn rank_pass(spec: &OrderSpec<'_>, sh: &Sharding, resume: Option<&Checkpoint
         skip(&mut order, start.position, spec.ref_spc)?;
         return Ok(RankPass { order, dropped: 0, skipped: start.position, start });
     }
-    let (mut orders, mut dropped) =
-        partition(spec, sh.unit_chunks, start.history.first().map_or(sh.world_size, |c| c.world_size));
+    let first_world = start.history.first().map_or(sh.world_size, |c| c.world_size);
+    let (mut orders, mut dropped) = partition(spec, sh.unit_chunks, first_world, start.node_ranks);
     for (s, cut) in start.history.iter().enumerate() {
         let remaining = tails(&orders, cut.position)?;
         let world = start.history.get(s + 1).map_or(sh.world_size, |c| c.world_size);
@@ -242,16 +260,46 @@ fn check_matches(c: &Checkpoint, now: &Checkpoint) -> Result<()> {
     if c.world_size == 0 || c.history.iter().any(|h| h.world_size == 0) {
         return Err(Error::Config("a checkpoint's world sizes must be at least 1".into()));
     }
+    let first_world = c.history.first().map_or(c.world_size, |h| h.world_size);
+    if let Some(k) = c.node_ranks.filter(|&k| k == 0 || !first_world.is_multiple_of(k)) {
+        return Err(Error::Config(format!(
+            "the checkpoint's node_ranks {k} does not divide its first segment's world size {first_world}: it was \
+             edited or corrupted; resume from another checkpoint"
+        )));
+    }
+    Ok(())
+}
+
+/// Node affinity needs whole nodes: `node_ranks` at least 1 and dividing `world_size`.
+///
+/// # Errors
+/// [`Error::Config`] saying what to pass.
+pub fn check_node_ranks(node_ranks: usize, world_size: usize) -> Result<()> {
+    if node_ranks == 0 || !world_size.is_multiple_of(node_ranks) {
+        return Err(Error::Config(format!(
+            "node affinity needs ranks per node (local_world_size) that divide world_size, got {node_ranks} ranks per \
+             node and world_size={world_size}; pass the launcher's LOCAL_WORLD_SIZE, or turn node affinity off"
+        )));
+    }
     Ok(())
 }
 
 /// Steps 2–4 of the module spec: every rank's order for segment 0, and the samples dropped.
-pub fn partition(spec: &OrderSpec<'_>, unit_chunks: u64, world: usize) -> (Vec<DrawOrder>, u64) {
+/// `node_ranks`: node affinity's ranks per node (checked to divide `world` by the caller).
+pub fn partition(
+    spec: &OrderSpec<'_>,
+    unit_chunks: u64,
+    world: usize,
+    node_ranks: Option<usize>,
+) -> (Vec<DrawOrder>, u64) {
     if world == 1 {
         return (vec![draw_order(spec)], 0);
     }
     let chunks = permuted_chunks(spec);
-    let lists = assign_units(&chunks, unit_chunks.max(1), world);
+    let lists = match node_ranks.filter(|&k| k > 0 && k < world && world.is_multiple_of(k)) {
+        Some(k) => assign_by_node(spec, &chunks, unit_chunks.max(1), world, k),
+        None => assign_units(&chunks, unit_chunks.max(1), world),
+    };
     let mut orders: Vec<DrawOrder> =
         lists.iter().enumerate().map(|(r, list)| blocked_order(spec, list, |b| (b * world + r) as u64)).collect();
     let dropped = equalize(&mut orders, spec.ref_spc);
@@ -275,6 +323,23 @@ fn assign_units(chunks: &[u64], unit_chunks: u64, world: usize) -> Vec<Vec<u64>>
         lists[i % world].extend(unit);
     }
     lists
+}
+
+/// Step 2 under node affinity: each node's units, fixed across epochs, dealt to its ranks;
+/// lists in rank order (node-major).
+fn assign_by_node(spec: &OrderSpec<'_>, chunks: &[u64], unit_chunks: u64, world: usize, k: usize) -> Vec<Vec<u64>> {
+    let nodes = world / k;
+    let mut units: Vec<u64> = chunks.iter().map(|c| c / unit_chunks).collect();
+    units.sort_unstable();
+    units.dedup();
+    // Permuted, not cut in runs: a node of a time series then holds every period, not one.
+    shuffle(&mut units, &mut stream(&key(spec.seed, 0, spec.split, PURPOSE_NODES, 0)));
+    let node_of: HashMap<u64, usize> = units.into_iter().enumerate().map(|(i, u)| (u, i % nodes)).collect();
+    let mut per_node: Vec<Vec<u64>> = vec![Vec::new(); nodes];
+    for &c in chunks {
+        per_node[node_of[&(c / unit_chunks)]].push(c);
+    }
+    per_node.iter().flat_map(|own| assign_units(own, unit_chunks, k)).collect()
 }
 
 /// Step 4: truncate every order to the shortest; the samples cut off, summed.

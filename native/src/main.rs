@@ -338,6 +338,10 @@ struct Knobs {
     /// Processes sharing each epoch (each reads its own chunks; shares are equal).
     #[arg(long, default_value_t = DatasetOptions::default().world_size)]
     world_size: usize,
+    /// Node affinity with K ranks per node: each node draws the same chunks in every epoch,
+    /// reshuffled, so with a --shared-cache per node later epochs read from it.
+    #[arg(long, value_name = "K")]
+    node_affinity: Option<usize>,
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
@@ -353,6 +357,10 @@ struct Knobs {
     /// Drop the cached chunks of arrays whose pipeline changed instead of refusing.
     #[arg(long, requires = "cache_dir")]
     reset_stale_cache: bool,
+    /// Fill and read the cache_dir together with other processes (a machine's ranks): each
+    /// chunk is written once, by whichever process fetched it first.
+    #[arg(long, requires = "persist")]
+    shared_cache: bool,
     /// Ranges of one shard at most this many bytes apart are read by one request.
     #[arg(long, default_value_t = ReadPolicy::default().coalesce_gap_bytes)]
     coalesce_gap_bytes: u64,
@@ -426,6 +434,7 @@ impl Knobs {
                 cache_budget_bytes: self.cache_budget_bytes,
                 rank: self.rank,
                 world_size: self.world_size,
+                node_ranks: self.node_affinity,
                 read_policy: self.read_policy(),
                 ..DatasetOptions::default()
             },
@@ -436,6 +445,7 @@ impl Knobs {
                 persist: self.persist,
                 readonly: self.readonly_cache,
                 reset_stale: self.reset_stale_cache,
+                shared: self.shared_cache,
             }),
             ..OpenOptions::default()
         }

@@ -174,6 +174,7 @@ fn a_checkpoint_that_does_not_fit_is_refused_saying_why() {
         position: 5,
         batches: 1,
         history: vec![],
+        node_ranks: None,
     };
     std::fs::write(&file, c.to_json()).unwrap();
     let out = cli("bench", &["--resume", file.to_str().unwrap()]).output().unwrap();

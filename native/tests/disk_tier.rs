@@ -294,11 +294,13 @@ fn a_mapping_keeps_its_bytes_while_a_writer_readmits_the_same_chunk() {
     std::fs::write(dir.join("insitu_cache.jsonl"), "").unwrap();
     run(&[args(&p), vec!["--epochs", "1", "--scale", "280,10"]].concat()).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
-    // Lose the log (as if never written): the next writer of the same pipeline re-admits
-    // every chunk under the same names. It must replace the files, never rewrite them.
+    // Lose the log (as if never written): the next writer of the same pipeline finds every
+    // chunk by its name and revives it, rewriting nothing (a replaced file would be renamed
+    // over, never written in place: cache::tests::a_replaced_file_does_not_change_...).
     std::fs::write(dir.join("insitu_cache.jsonl"), "").unwrap();
-    run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
-    assert_ne!(std::fs::metadata(&path).unwrap().ino(), inode, "the chunk was rewritten in place, not renamed");
+    let again = run(&[args(&p), vec!["--epochs", "1"]].concat()).unwrap();
+    assert_eq!(per_epoch(&again, "storage_reads"), [0], "a chunk on disk was fetched again: {again}");
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode, "the chunk file was replaced");
     assert_eq!(&map[..], &before[..], "a held mapping changed under its reader");
     assert_eq!(std::fs::read(&path).unwrap(), before, "same name, same pipeline, same bytes");
 }

@@ -517,8 +517,9 @@ impl NativeDataset {
     #[pyo3(signature = (store, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
                         prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
-                        persist = false, readonly_cache = false, reset_stale_cache = false, rank = 0,
-                        world_size = 1, first_block_chunks = None, read_policy = None))]
+                        persist = false, readonly_cache = false, reset_stale_cache = false, shared_cache = false,
+                        rank = 0, world_size = 1, node_ranks = None, first_block_chunks = None,
+                        read_policy = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -540,8 +541,10 @@ impl NativeDataset {
         persist: bool,
         readonly_cache: bool,
         reset_stale_cache: bool,
+        shared_cache: bool,
         rank: usize,
         world_size: usize,
+        node_ranks: Option<usize>,
         first_block_chunks: Option<usize>,
         read_policy: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
@@ -575,10 +578,21 @@ impl NativeDataset {
                 tier: None,
                 rank,
                 world_size,
+                node_ranks,
             },
             threads,
             storage_options,
-            cache: CacheOptions::from_flags(cache_dir, persist, readonly_cache, reset_stale_cache).map_err(core_err)?,
+            cache: CacheOptions::from_flags(
+                cache_dir,
+                CacheOptions {
+                    persist,
+                    readonly: readonly_cache,
+                    reset_stale: reset_stale_cache,
+                    shared: shared_cache,
+                    ..CacheOptions::default()
+                },
+            )
+            .map_err(core_err)?,
             chunk_transforms,
             batch_transforms,
             ..OpenOptions::default()

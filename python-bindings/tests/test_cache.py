@@ -85,7 +85,8 @@ HOLDER = textwrap.dedent(
     import sys, insitubatch_rs as ib
     u, cache, mode = sys.argv[1:4]
     geoms = ib.open_geometries(u)
-    kw = {"persist": True} if mode == "writer" else {"readonly_cache": True}
+    kw = {"writer": {"persist": True}, "reader": {"readonly_cache": True},
+          "filler": {"persist": True, "shared_cache": True}}[mode]
     ds = ib.InSituDataset(u, ib.split_by_chunk(geoms["t2m"], fractions=(1.0, 0.0, 0.0)), geoms,
                           batch_size=5, block_chunks=2, cache_dir=cache, **kw)
     print("opened", flush=True)
@@ -130,6 +131,57 @@ def test_processes_a_writer_excludes_all_readers_coexist_and_sigkill_releases(zs
     w.send_signal(signal.SIGKILL)
     w.wait()
     make(u, cache_dir=cache, persist=True).close()
+
+
+def test_fillers_share_a_directory_and_find_what_the_others_wrote_since_they_opened(zstd, tmp_path):
+    u, _ = zstd
+    cache = tmp_path / "cache"
+    f1, f2 = holder(u, cache, "filler"), holder(u, cache, "filler")
+    with pytest.raises(RuntimeError, match="read-only while processes fill it"):
+        make(u, cache_dir=cache, readonly_cache=True)
+    with pytest.raises(RuntimeError, match="shared_cache fillers"):
+        make(u, cache_dir=cache, persist=True)
+    # f1 reads and writes every chunk; f2, open all along, then reads them all from disk.
+    out, err = f1.communicate("")
+    assert f1.returncode == 0 and int(out.split()[2]) > 0, err
+    out, err = f2.communicate("")
+    assert f2.returncode == 0, err
+    assert out.split()[2] == "0", "a filler fetched chunks another filler had written"
+    with make(u, cache_dir=cache, persist=True, shared_cache=True) as ds:
+        assert ds.describe()["config"]["disk_tier"].endswith("[persist, shared with other processes (shared lock)]")
+        assert sum(len(b) for b in ds.train) > 0 and ds.last_pass.storage_reads == 0
+    with pytest.raises(ValueError, match="needs persist=True"):
+        make(u, cache_dir=cache, shared_cache=True)
+    w = holder(u, cache, "writer")
+    with pytest.raises(RuntimeError, match="while a writer without shared_cache holds it"):
+        make(u, cache_dir=cache, persist=True, shared_cache=True)
+    w.communicate("")
+
+
+def test_node_affinity_takes_the_launchers_local_world_size_and_is_noted(zstd, monkeypatch):
+    u, _ = zstd
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE, which is not set"):
+        make(u, rank=0, world_size=4, node_affinity=True)
+    with pytest.raises(ValueError, match="divide world_size"):
+        make(u, rank=0, world_size=4, node_affinity=3)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with make(u, rank=1, world_size=4, node_affinity=True) as ds:
+        notes = [n for n in ds.describe()["notes"] if n["code"] == "node-affinity"]
+        assert len(notes) == 1 and "each of the 2 nodes (2 ranks each)" in notes[0]["message"], notes
+        state = ds.state_dict()
+        assert state["node_ranks"] == 2
+        # Rank 1 draws only from node 0's chunks, in every epoch.
+        seen = set()
+        for e in range(3):
+            ds.set_epoch(e)
+            seen |= {int(i) for b in ds.train for i in b.sample_indices}
+    with make(u, rank=3, world_size=4, node_affinity=2) as other:
+        theirs = set()
+        for e in range(3):
+            other.set_epoch(e)
+            theirs |= {int(i) for b in other.train for i in b.sample_indices}
+    assert seen and theirs and not seen & theirs, "two nodes drew the same samples across epochs"
 
 
 def test_an_edited_python_transform_is_stale_then_reset(zstd, tmp_path):

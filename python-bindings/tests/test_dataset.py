@@ -255,6 +255,8 @@ def test_parity_with_rust_pinned_order(fixtures, manifest):
     assert ds.block_chunks == 1
     drawn = np.concatenate([b.sample_indices for b in ds.train])
     np.testing.assert_array_equal(drawn, ds.draw_order("train", 0))
+    with pytest.raises(ValueError, match="epoch must be >= 0"):
+        ds.draw_order("train", -1)
     chunk_seq = [int(c) for i, c in enumerate(drawn // 8) if i == 0 or c != drawn[i - 1] // 8]
     assert chunk_seq == RUST_PINNED_ORDER, "the Python pass draws chunks in the Rust engine's pinned order"
     for k, c in enumerate(RUST_PINNED_ORDER):

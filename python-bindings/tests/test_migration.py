@@ -399,6 +399,8 @@ def test_shuffle_functions_reproduce_the_engine_order(era5):
     np.testing.assert_array_equal(seq.anchors, ds.draw_order("val"))
     narrowed = order.keep(order.rows[:, 1] != 0)
     assert len(narrowed) == 56 and narrowed.n_blocks == 3 and narrowed.block(0) == (0, 21)
+    with pytest.raises(IndexError, match="one boolean per row: the mask holds 3"):
+        order.keep([True, False, True])  # a short mask would silently drop the rest
     assert insitubatch.sequential_order([], spc, n, block_chunks=2).rows.shape == (0, 2)
 
 

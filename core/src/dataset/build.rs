@@ -635,6 +635,9 @@ fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
             o.rank, o.world_size
         )));
     }
+    if let Some(k) = o.node_ranks {
+        crate::shard::check_node_ranks(k, o.world_size)?;
+    }
     if o.first_block_chunks == Some(0) {
         return Err(Error::Config(
             "first_block_chunks must be at least 1; leave it unset for a first block of block_chunks".into(),

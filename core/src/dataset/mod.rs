@@ -78,6 +78,11 @@ pub struct DatasetOptions {
     pub rank: usize,
     /// Processes sharing each epoch (1: the whole epoch here).
     pub world_size: usize,
+    /// Node affinity: ranks per node (the launcher's local world size; nodes are runs of
+    /// consecutive ranks). Each node then draws the same chunks in every epoch, reshuffled, so
+    /// ranks sharing a node's `cache_dir` read epoch 2 from it (`shard.rs`, step 2). `None`:
+    /// the specified partition.
+    pub node_ranks: Option<usize>,
 }
 
 impl Default for DatasetOptions {
@@ -95,6 +100,7 @@ impl Default for DatasetOptions {
             tier: None,
             rank: 0,
             world_size: 1,
+            node_ranks: None,
         }
     }
 }
@@ -273,6 +279,7 @@ impl Dataset {
             world_size: o.world_size,
             unit_chunks: self.inner.unit_chunks,
             batch_size: o.batch_size,
+            node_ranks: o.node_ranks,
         }
     }
 
@@ -356,6 +363,7 @@ impl Dataset {
             position: 0,
             batches: 0,
             history: Vec::new(),
+            node_ranks: o.node_ranks,
         }
     }
 

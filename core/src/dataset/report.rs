@@ -185,6 +185,9 @@ impl Dataset {
                 ));
             }
         }
+        if let Some(k) = i.options.node_ranks.filter(|&k| k < world) {
+            notes.push(self.node_affinity_note(k, epoch));
+        }
         for (v, p) in i.vars.iter().zip(&i.plan_vars) {
             if p.offset.rem_euclid(p.spc as i64) != 0 {
                 notes.push(Note::new(
@@ -200,6 +203,33 @@ impl Dataset {
             }
         }
         notes
+    }
+
+    /// What node affinity costs: each node draws from the same share of the train chunks in
+    /// every epoch, so a rank's own batches never mix in the other nodes' chunks.
+    fn node_affinity_note(&self, k: usize, epoch: u64) -> Note {
+        let world = self.inner.options.world_size;
+        let nodes = world / k;
+        let chunks = self.inner.manifest.chunks_of(Split::Train);
+        let spec = self.order_spec(Split::Train, epoch, &chunks);
+        let quality = |sharding: &crate::shard::Sharding| {
+            crate::shard::rank_pass(&spec, sharding, None).map_or(0.0, |p| shuffle_quality(&p.order.anchors))
+        };
+        let sharding = self.sharding();
+        let ours = quality(&sharding);
+        let plain = quality(&crate::shard::Sharding { node_ranks: None, ..sharding });
+        Note::new(
+            "node-affinity",
+            Severity::Note,
+            Split::Train.name(),
+            format!(
+                "node affinity: each of the {nodes} nodes ({k} ranks each) draws from the same 1/{nodes} of the train \
+                 chunks in every epoch, reshuffled, so from epoch 2 on its ranks find them in the node's cache_dir. \
+                 Every sample is still drawn once per epoch and a global batch spans every node, but this rank never \
+                 draws the other nodes' chunks (shuffle quality of its order {ours:.3}, {plain:.3} without node \
+                 affinity); turn it off for the specified order"
+            ),
+        )
     }
 
     /// The memory model for `iterations` concurrent passes, and the notes on the budget.

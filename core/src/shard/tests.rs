@@ -44,7 +44,7 @@ impl Geo {
         }
     }
     fn sharding(&self, rank: usize, world_size: usize) -> Sharding {
-        Sharding { rank, world_size, unit_chunks: self.unit, batch_size: self.batch }
+        Sharding { rank, world_size, unit_chunks: self.unit, batch_size: self.batch, node_ranks: None }
     }
     fn drawable(&self) -> BTreeSet<u64> {
         self.chunks.iter().flat_map(|&c| chunk_anchors(c, self.ref_spc, self.n_samples, self.anchor_range)).collect()
@@ -114,6 +114,7 @@ fn checkpoint(g: &Geo, world: usize, position: u64, history: Vec<Cut>) -> Checkp
         position,
         batches: position.div_ceil(g.batch as u64),
         history,
+        node_ranks: None,
     }
 }
 
@@ -175,6 +176,79 @@ proptest! {
         prop_assert!(set.is_subset(&all));
         prop_assert_eq!(served.len() as u64 + dropped, all.len() as u64, "a sample lost across the cuts");
     }
+}
+
+/// Every rank's pass of a job of `world` ranks in nodes of `k`, at `epoch`.
+fn affinity_job(g: &Geo, world: usize, k: usize, epoch: u64, cp: Option<&Checkpoint>) -> Vec<RankPass> {
+    let g = Geo { epoch, ..g.clone() };
+    (0..world)
+        .map(|r| rank_pass(&g.spec(), &Sharding { node_ranks: Some(k), ..g.sharding(r, world) }, cp).unwrap())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn node_affinity_serves_each_sample_once_and_keeps_each_nodes_units(
+        g in geometry(), nodes in 1usize..=4, k in 1usize..=3, c in 0.0f64..=1.0, m in 1usize..=6,
+    ) {
+        let world = nodes * k;
+        let all = g.drawable();
+        let seg0 = affinity_job(&g, world, k, g.epoch, None);
+        let shares = check_segment(&g, &seg0);
+        let served: Vec<u64> = shares.iter().flatten().copied().collect();
+        let set: BTreeSet<u64> = served.iter().copied().collect();
+        prop_assert_eq!(set.len(), served.len(), "a sample drawn twice");
+        prop_assert_eq!(served.len() as u64 + seg0[0].dropped, all.len() as u64);
+        if nodes == 1 {
+            // One node is the default partition.
+            let plain = g.job(world, None);
+            for (a, b) in seg0.iter().zip(&plain) {
+                prop_assert_eq!(&a.order, &b.order);
+            }
+        }
+        // Before equal shares cut tails, each node's units are the same in the next epoch.
+        let units_of = |epoch: u64| {
+            let g = Geo { epoch, ..g.clone() };
+            let lists = assign_by_node(&g.spec(), &permuted_chunks(&g.spec()), g.unit, world, k);
+            lists.chunks(k).map(|node| node.iter().flatten().map(|c| c / g.unit).collect()).collect::<Vec<BTreeSet<u64>>>()
+        };
+        prop_assert_eq!(units_of(g.epoch), units_of(g.epoch + 1));
+
+        // A resume, same world or another, partitions segment 0 as it was and loses nothing.
+        let share = shares[0].len() as u64;
+        let p = (c * share as f64) as u64;
+        let cp = Checkpoint { node_ranks: Some(k), ..checkpoint(&g, world, p, Vec::new()) };
+        let rest = g.job(m, Some(&cp));
+        let mut total: Vec<u64> = shares.iter().flat_map(|s| s[..p as usize].iter().copied()).collect();
+        total.extend(check_segment(&g, &rest).iter().flatten().copied());
+        let set: BTreeSet<u64> = total.iter().copied().collect();
+        prop_assert_eq!(set.len(), total.len(), "a sample served twice across the cut");
+        let dropped = seg0[0].dropped + if m == world { 0 } else { rest[0].dropped };
+        prop_assert_eq!(total.len() as u64 + dropped, all.len() as u64, "a sample lost across the cut");
+    }
+}
+
+#[test]
+fn a_checkpoint_with_node_ranks_that_do_not_divide_its_world_is_refused() {
+    let g = Geo {
+        chunks: (0..10).collect(),
+        ref_spc: 8,
+        n_samples: 80,
+        anchor_range: (0, 80),
+        block_chunks: 2,
+        first_block_chunks: 2,
+        shuffle: true,
+        seed: 1,
+        epoch: 0,
+        unit: 1,
+        batch: 4,
+    };
+    let cp = Checkpoint { node_ranks: Some(3), ..checkpoint(&g, 4, 0, Vec::new()) };
+    let e = rank_pass(&g.spec(), &g.sharding(0, 4), Some(&cp)).unwrap_err().to_string();
+    assert!(e.contains("node_ranks 3 does not divide") && e.contains("world size 4"), "{e}");
+    assert!(check_node_ranks(3, 4).is_err() && check_node_ranks(0, 4).is_err() && check_node_ranks(2, 4).is_ok());
 }
 
 #[test]

@@ -1,5 +1,17 @@
-//! One writer or many readers per cache directory: an advisory `flock` held for the
-//! dataset's lifetime.
+//! Who may open a cache directory together: advisory `flock`s held for the dataset's
+//! lifetime. One writer alone (`cache_dir`, the default, as insitubatch 0.2.0 specifies), or
+//! any number of read-only openers, or any number of fillers (`shared_cache=True`); never
+//! readers and fillers together (a cache still being filled is not complete).
+//!
+//! - A writer holds `.insitu.lock` exclusively; a reader holds it shared.
+//! - A filler holds `.insitu.fillers` shared for its lifetime, and `.insitu.lock`
+//!   exclusively only while it opens (so no reader or writer is there, and no other filler
+//!   is opening); it is alone when it also gets `.insitu.fillers` exclusively (then it sweeps
+//!   dead processes' temporary files and repairs the log) before sharing it. A filler that
+//!   finds another filler opening waits for it, a bounded time.
+//! - A reader or writer, once it holds `.insitu.lock`, checks that nobody holds
+//!   `.insitu.fillers` (an exclusive try, let go at once). No filler can start meanwhile,
+//!   since a filler's opening needs `.insitu.lock` exclusively. Readers create no file.
 //!
 //! The kernel owns the lock, not the file: it is released the moment the holding process
 //! dies (SIGKILL and OOM included), so there is no stale lock and nothing to clean up, and
@@ -9,19 +21,56 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use insitubatch_core::Error;
 
 /// The lockfile's name inside the cache directory.
 pub const LOCK_FILE: &str = ".insitu.lock";
+/// Held shared by every filler.
+const FILLERS_FILE: &str = ".insitu.fillers";
+/// How long a filler waits for another filler's opening (a log repair is the slow case).
+const FILLER_OPEN_WAIT: Duration = Duration::from_secs(30);
 
-/// A held lock; released when dropped.
+/// How a process holds the directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    /// The one writer (`cache_dir`, with or without `persist`).
+    Writer,
+    /// A read-only opener (`readonly_cache=True`).
+    Reader,
+    /// One of the processes filling it together (`shared_cache=True`).
+    Filler,
+}
+
+/// Held locks; released when dropped.
 #[derive(Debug)]
 pub struct DirLock {
-    _file: File,
-    /// True for the shared (read-only) mode.
-    pub shared: bool,
+    /// `.insitu.lock`: a writer's or reader's for the tier's lifetime, a filler's while it opens.
+    main: Option<File>,
+    /// `.insitu.fillers`: a filler's.
+    fillers: Option<File>,
+    /// How it is held.
+    pub mode: LockMode,
+}
+
+impl DirLock {
+    /// A filler's opening is done: share `.insitu.fillers` (it was exclusive if alone) and
+    /// let `.insitu.lock` go. Nothing for writers and readers.
+    ///
+    /// # Errors
+    /// [`Error::Cache`] when the kernel refuses.
+    pub fn opened(&mut self, dir: &Path) -> Result<(), Error> {
+        if self.mode != LockMode::Filler {
+            return Ok(());
+        }
+        if let Some(f) = &self.fillers {
+            // Still under `.insitu.lock`, so no other filler can be in the gap.
+            f.lock_shared().map_err(|e| io_error("cannot share the cache lock", &dir.join(FILLERS_FILE), &e))?;
+        }
+        self.main = None;
+        Ok(())
+    }
 }
 
 fn hostname() -> String {
@@ -47,8 +96,9 @@ fn read_hint(path: &Path) -> String {
     match parsed {
         Some(v) => {
             let since = v["since"].as_u64().unwrap_or(0);
+            let opening = if v["mode"].as_str() == Some("filler") { "opening it with shared_cache=True, " } else { "" };
             format!(
-                "pid {} on host {}, holding it since unix time {since} ({} s ago)",
+                "{opening}pid {} on host {}, holding it since unix time {since} ({} s ago)",
                 v["pid"].as_u64().map_or_else(|| "?".into(), |p| p.to_string()),
                 v["host"].as_str().unwrap_or("?"),
                 unix_now().saturating_sub(since)
@@ -58,19 +108,44 @@ fn read_hint(path: &Path) -> String {
     }
 }
 
-fn locked_error(path: &Path, want_shared: bool, held_by_readers: bool) -> Error {
+/// True when the lockfile's hint names a writer that may be alive (one of another host, or a
+/// live process of this one): not worth waiting for. A filler's hint, a dead process's, or a
+/// hint being rewritten (unreadable for a moment) is.
+fn held_by_live_writer(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else { return false };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { return false };
+    let writer = v["mode"].as_str().is_none_or(|m| m == "writer");
+    let here = v["host"].as_str() == Some(hostname().as_str());
+    let alive = v["pid"].as_u64().is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+    writer && (!here || alive)
+}
+
+/// Leave the holder hint in the lockfile (only an exclusive holder writes it).
+fn write_hint(file: &File, mode: &str) {
+    let hint = serde_json::json!({ "pid": std::process::id(), "host": hostname(), "since": unix_now(), "mode": mode });
+    let mut f = file;
+    let _ = f.set_len(0);
+    let _ = f.seek(SeekFrom::Start(0));
+    let _ = f.write_all(hint.to_string().as_bytes());
+}
+
+fn locked_error(path: &Path, want: LockMode, held_by_readers: bool) -> Error {
     let lock = path.display();
     let holder = if held_by_readers {
         "one or more read-only openers (readonly_cache=True)".to_string()
     } else {
         format!("a writer: {}", read_hint(path))
     };
-    let what = if want_shared {
+    let what = if want == LockMode::Reader {
         "cannot open this cache read-only while a writer holds it: a cache still being warmed is not complete"
+    } else if want == LockMode::Filler {
+        "cannot fill this cache (shared_cache=True) while a writer without shared_cache holds it: that writer is \
+         alone by design"
     } else if held_by_readers {
         "cannot open this cache for writing while read-only openers use it: a writer could replace chunks under them"
     } else {
-        "cannot open this cache for writing: one writer per cache_dir, and another writer holds it"
+        "cannot open this cache for writing: one writer per cache_dir, and another writer holds it (to fill one \
+         cache from several processes, open every one with shared_cache=True)"
     };
     Error::Cache {
         message: format!(
@@ -120,6 +195,7 @@ pub fn acquire(dir: &Path, readonly: bool) -> Result<DirLock, Error> {
             .open(&path)
             .map_err(|e| io_error("cannot create the cache lockfile", &path, &e))?
     };
+    let mode = if readonly { LockMode::Reader } else { LockMode::Writer };
     let attempt = if readonly { file.try_lock_shared() } else { file.try_lock() };
     match attempt {
         Ok(()) => {}
@@ -131,19 +207,106 @@ pub fn acquire(dir: &Path, readonly: bool) -> Result<DirLock, Error> {
                     let _ = probe.unlock();
                     ok
                 });
-            return Err(locked_error(&path, readonly, held_by_readers));
+            return Err(locked_error(&path, mode, held_by_readers));
         }
         Err(TryLockError::Error(e)) => return Err(io_error("cannot lock the cache directory", &path, &e)),
     }
+    if fillers_present(dir) {
+        return Err(fillers_conflict(&path, readonly));
+    }
     if !readonly {
         // Only the exclusive holder rewrites the hint; the lock itself is untouched by this.
-        let hint = serde_json::json!({ "pid": std::process::id(), "host": hostname(), "since": unix_now() });
-        let mut f = &file;
-        let _ = f.set_len(0);
-        let _ = f.seek(SeekFrom::Start(0));
-        let _ = f.write_all(hint.to_string().as_bytes());
+        write_hint(&file, "writer");
     }
-    Ok(DirLock { _file: file, shared: readonly })
+    Ok(DirLock { main: Some(file), fillers: None, mode })
+}
+
+/// True while a filler holds `.insitu.fillers` (an exclusive try, let go at once; creates nothing).
+fn fillers_present(dir: &Path) -> bool {
+    let Ok(f) = File::open(dir.join(FILLERS_FILE)) else { return false };
+    match f.try_lock() {
+        Ok(()) => {
+            let _ = f.unlock();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+fn fillers_conflict(path: &Path, readonly: bool) -> Error {
+    let what = if readonly {
+        "cannot open this cache read-only while processes fill it (shared_cache=True): a cache still being filled is \
+         not complete. Open it read-only once they are done, or fill it with shared_cache=True too"
+    } else {
+        "cannot open this cache for writing while shared_cache fillers use it: a writer is alone with its cache_dir. \
+         Open this one with shared_cache=True too, or use another cache_dir"
+    };
+    Error::Cache {
+        message: format!("{what}. Check the holders with `fuser -v {}`", path.display()),
+        key: path.display().to_string(),
+    }
+}
+
+/// Take the directory as a filler: `(lock, alone)`, where `alone` means no other filler
+/// holds it. Call [`DirLock::opened`] once the opening is done.
+///
+/// # Errors
+/// [`Error::Cache`] when a writer holds the directory, read-only openers use it, or another
+/// filler's opening does not finish within [`FILLER_OPEN_WAIT`].
+pub fn acquire_filler(dir: &Path) -> Result<(DirLock, bool), Error> {
+    let path: PathBuf = dir.join(LOCK_FILE);
+    let create = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);
+    let main = create(&path).map_err(|e| io_error("cannot create the cache lockfile", &path, &e))?;
+    lock_for_opening(&main, &path)?;
+    write_hint(&main, "filler");
+    let fillers_path = dir.join(FILLERS_FILE);
+    let fillers = create(&fillers_path).map_err(|e| io_error("cannot create the cache lockfile", &fillers_path, &e))?;
+    let alone = match fillers.try_lock() {
+        Ok(()) => true,
+        // Other fillers hold it shared (none exclusively: that needs `.insitu.lock`, ours).
+        Err(TryLockError::WouldBlock) => {
+            fillers.lock_shared().map_err(|e| io_error("cannot lock the cache directory", &fillers_path, &e))?;
+            false
+        }
+        Err(TryLockError::Error(e)) => return Err(io_error("cannot lock the cache directory", &fillers_path, &e)),
+    };
+    Ok((DirLock { main: Some(main), fillers: Some(fillers), mode: LockMode::Filler }, alone))
+}
+
+/// `.insitu.lock` exclusively for a filler's opening: refused at once for a writer or
+/// readers; waited for (bounded) while another filler opens.
+fn lock_for_opening(main: &File, path: &Path) -> Result<(), Error> {
+    let deadline = Instant::now() + FILLER_OPEN_WAIT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match main.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(e)) => return Err(io_error("cannot lock the cache directory", path, &e)),
+        }
+        // A shared lock is obtainable only when readers hold it.
+        let readers = File::open(path).is_ok_and(|probe| {
+            let ok = probe.try_lock_shared().is_ok();
+            let _ = probe.unlock();
+            ok
+        });
+        if readers {
+            return Err(Error::Cache {
+                message: format!(
+                    "cannot fill this cache (shared_cache=True) while read-only openers (readonly_cache=True) use \
+                     it: they were promised a complete cache. Fill it once they are done, or use another cache_dir. \
+                     Check the holders with `fuser -v {}`",
+                    path.display()
+                ),
+                key: path.display().to_string(),
+            });
+        }
+        if held_by_live_writer(path) || Instant::now() >= deadline {
+            return Err(locked_error(path, LockMode::Filler, false));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
 }
 
 /// Filesystems on which `flock` may be emulated per client (or not at all), so two hosts
@@ -210,6 +373,35 @@ mod tests {
         let e = acquire(dir.path(), false).unwrap_err().to_string();
         assert!(e.contains("read-only openers"), "{e}");
         drop(r1);
+    }
+
+    #[test]
+    fn fillers_share_a_directory_and_never_meet_a_writer_or_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (mut f1, alone) = acquire_filler(d).unwrap();
+        assert!(alone);
+        let e = acquire(d, true).unwrap_err().to_string();
+        assert!(e.contains("opening it with shared_cache=True"), "a reader meets a filler opening: {e}");
+        f1.opened(d).unwrap();
+        let (mut f2, alone) = acquire_filler(d).unwrap();
+        assert!(!alone, "a second filler is not alone");
+        f2.opened(d).unwrap();
+        let e = acquire(d, true).unwrap_err().to_string();
+        assert!(e.contains("read-only while processes fill it"), "{e}");
+        let e = acquire(d, false).unwrap_err().to_string();
+        assert!(e.contains("while shared_cache fillers use it"), "{e}");
+        drop((f1, f2));
+        let w = acquire(d, false).unwrap();
+        let e = acquire_filler(d).unwrap_err().to_string();
+        assert!(e.contains("while a writer without shared_cache holds it"), "{e}");
+        drop(w);
+        let r = acquire(d, true).unwrap();
+        let e = acquire_filler(d).unwrap_err().to_string();
+        assert!(e.contains("while read-only openers"), "{e}");
+        drop(r);
+        let (_f, alone) = acquire_filler(d).unwrap();
+        assert!(alone, "the last filler's exit leaves the directory alone");
     }
 
     #[test]

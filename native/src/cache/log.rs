@@ -3,8 +3,10 @@
 //! Line 1 is a header (`{"format":"insitubatch-rs chunk cache","version":1}`); each later line
 //! records one chunk file: `{"array","chunk","file","pipeline","dtype","shape"}`. A line is
 //! appended with one `write` on an `O_APPEND` descriptor after its file has been renamed into
-//! place, so a crash leaves at worst a torn last line, which is dropped on the next open. No
-//! fsync: it survives a process crash, not a power loss (a lost line is a cold chunk).
+//! place, so a crash leaves at worst a torn last line, which is dropped on the next open.
+//! Processes sharing the directory append to one log: a line torn by a killed process is
+//! then followed by another's whole line on the same line, which is recovered. No fsync: it
+//! survives a process crash, not a power loss (a lost line is a cold chunk).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -132,6 +134,12 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<Loaded, Error> {
             // A crash mid-append leaves a torn final line: drop it.
             Err(_) if i == last && !ends_with_newline => out.torn_tail = true,
             Err(e) => {
+                // A torn line that another process appended after: keep the whole line.
+                if let Some(entry) = after_torn_prefix(line) {
+                    out.entries.push(entry);
+                    out.torn_tail = true;
+                    continue;
+                }
                 return Err(corrupt(
                     format!(
                         "line {} of the cache log is malformed ({e}) and is not the last line, so it is not a torn \
@@ -144,6 +152,14 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<Loaded, Error> {
         }
     }
     Ok(out)
+}
+
+/// The whole entry at the end of `line` when its start is a torn one (a line begins with
+/// `{"array":`, the first field serialized; the entry's file name is checked like any other).
+fn after_torn_prefix(line: &str) -> Option<Entry> {
+    const START: &str = "{\"array\":";
+    let at = line.rfind(START).filter(|&at| at > 0)?;
+    serde_json::from_str::<Entry>(&line[at..]).ok().filter(|e| is_bare_file_name(&e.file))
 }
 
 /// The header line, with its newline.
@@ -182,21 +198,34 @@ pub struct Appender {
 }
 
 impl Appender {
-    /// Open for appending (creating the file with a header when it does not exist).
+    /// Open for appending, creating the file with a header when it does not exist. A process
+    /// not `alone` with the directory creates it only if nobody has (`O_EXCL`), and logs
+    /// nothing when it finds it empty (a creator died before its header; a later lone opener
+    /// repairs it): a lost line costs nothing, as chunk files are also found by name.
     ///
     /// # Errors
     /// [`Error::Cache`] when it cannot be opened.
-    pub fn open(dir: &Path, existing: &[Entry]) -> Result<Self, Error> {
+    pub fn open(dir: &Path, existing: &[Entry], alone: bool) -> Result<Option<Self>, Error> {
         let path = dir.join(LOG_FILE);
-        if !path.exists() || std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
+        let empty = || !path.exists() || std::fs::metadata(&path).is_ok_and(|m| m.len() == 0);
+        if alone && empty() {
             rewrite(dir, &[])?;
+        } else if !alone
+            && !path.exists()
+            && let Ok(mut f) = OpenOptions::new().write(true).create_new(true).open(&path)
+        {
+            f.write_all(header_line().as_bytes())
+                .map_err(|e| corrupt(format!("cannot write the cache log ({e}); check free space"), &path))?;
+        }
+        if empty() {
+            return Ok(None);
         }
         let file = OpenOptions::new()
             .append(true)
             .open(&path)
             .map_err(|e| corrupt(format!("cannot open the cache log for appending ({e})"), &path))?;
         let recorded = existing.iter().map(|e| ((e.array.clone(), e.chunk), e.pipeline.clone())).collect();
-        Ok(Self { file, path, recorded })
+        Ok(Some(Self { file, path, recorded }))
     }
 
     /// Record `entry` unless the same file is already logged.
@@ -235,7 +264,7 @@ mod tests {
     #[test]
     fn round_trip_and_dedup() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Appender::open(dir.path(), &[]).unwrap();
+        let mut log = Appender::open(dir.path(), &[], true).unwrap().unwrap();
         log.append(&entry("t2m", 0, "a.npy")).unwrap();
         log.append(&entry("t2m", 0, "a.npy")).unwrap();
         log.append(&entry("t2m", 1, "b.npy")).unwrap();
@@ -244,7 +273,7 @@ mod tests {
         assert_eq!(loaded.entries, vec![entry("t2m", 0, "a.npy"), entry("t2m", 1, "b.npy")]);
         assert!(!loaded.torn_tail && loaded.other_version.is_none());
         // Reopened: already-recorded files are not logged again.
-        let mut log = Appender::open(dir.path(), &loaded.entries).unwrap();
+        let mut log = Appender::open(dir.path(), &loaded.entries, true).unwrap().unwrap();
         log.append(&entry("t2m", 1, "b.npy")).unwrap();
         assert_eq!(load(&dir.path().join(LOG_FILE)).unwrap().entries.len(), 2);
     }
@@ -265,6 +294,16 @@ mod tests {
         // A complete (newline-terminated) bad last line is not a torn write either.
         std::fs::write(&path, format!("{good}not json\n")).unwrap();
         assert!(load(&path).is_err());
+        // A process killed mid-line, then another's whole line: the whole one is kept.
+        let whole = entry_line(&entry("t2m", 1, "b.npy"));
+        std::fs::write(&path, format!("{good}{{\"array\":\"t2m\",\"chu{whole}{whole}")).unwrap();
+        let loaded = load(&path).unwrap();
+        assert!(loaded.torn_tail);
+        assert_eq!(loaded.entries, vec![entry("t2m", 0, "a.npy"), entry("t2m", 1, "b.npy"), entry("t2m", 1, "b.npy")]);
+        // ... but not a path-traversing one.
+        let evil = entry_line(&entry("t2m", 1, "../x.npy"));
+        std::fs::write(&path, format!("{good}{{\"array\":\"t2m\",\"chu{evil}{whole}")).unwrap();
+        assert!(load(&path).unwrap_err().to_string().contains("line 3"));
     }
 
     #[test]

@@ -8,11 +8,16 @@
 //!   no decode.
 //! - **Read-only** (`readonly_cache = true`): a complete warm cache shared by many
 //!   processes; writes nothing, and a miss is an error naming the chunk.
+//! - **Shared** (`shared_cache = true`, with `persist`): any number of processes fill and
+//!   read one directory together (a machine's ranks). A chunk file is linked into place only
+//!   if no other process got there first, so each chunk is written once; a process finds the
+//!   chunks others wrote after it opened by their names (which hold the array's fingerprint).
 //!
-//! Safety across processes: one writer or many readers per directory ([`lock`]); files are
-//! written to a temporary name and renamed into place, never truncated, so a mapping held
-//! elsewhere keeps its own inode and keeps reading real data. Identity is per array: a
-//! changed pipeline over one array is refused as stale, naming it, and
+//! Safety across processes: one writer, many readers, or many fillers per directory
+//! ([`lock`]); files are written to a temporary name and linked or renamed into place, never
+//! truncated, so a mapping held elsewhere keeps its own inode and keeps reading real data,
+//! and a killed process leaves only a temporary file, which never reads as a chunk. Identity
+//! is per array: a changed pipeline over one array is refused as stale, naming it, and
 //! `reset_stale_cache` drops only that array's files.
 
 pub mod lock;
@@ -44,6 +49,8 @@ pub struct CacheOptions {
     pub readonly: bool,
     /// Drop the cached chunks of arrays whose pipeline changed instead of refusing.
     pub reset_stale: bool,
+    /// Fill and read the directory together with other processes (needs `persist`).
+    pub shared: bool,
 }
 
 fn config(message: String) -> Error {
@@ -58,21 +65,21 @@ fn safe_name(path: &str) -> String {
 }
 
 impl CacheOptions {
-    /// The options the bindings' flags describe: `None` without a `cache_dir`, and a
-    /// refusal when a flag that needs one comes without it.
+    /// The options the bindings' arguments describe: `flags` (every field but `dir`) in the
+    /// folder `dir`; `None` without a `cache_dir`, and a refusal when a flag that needs one
+    /// comes without it.
     ///
     /// # Errors
     /// [`Error::Config`] naming the flag and what to pass.
-    pub fn from_flags(
-        dir: Option<PathBuf>,
-        persist: bool,
-        readonly: bool,
-        reset_stale: bool,
-    ) -> Result<Option<Self>, Error> {
+    pub fn from_flags(dir: Option<PathBuf>, flags: Self) -> Result<Option<Self>, Error> {
         let Some(dir) = dir else {
-            let flag = [(persist, "persist"), (readonly, "readonly_cache"), (reset_stale, "reset_stale_cache")]
-                .into_iter()
-                .find_map(|(set, name)| set.then_some(name));
+            let named = [
+                (flags.persist, "persist"),
+                (flags.readonly, "readonly_cache"),
+                (flags.reset_stale, "reset_stale_cache"),
+                (flags.shared, "shared_cache"),
+            ];
+            let flag = named.into_iter().find_map(|(set, name)| set.then_some(name));
             return match flag {
                 Some(flag) => Err(config(format!(
                     "{flag}=True requires cache_dir: pass cache_dir=\"/local/nvme/path\" (a local directory for the \
@@ -81,7 +88,7 @@ impl CacheOptions {
                 None => Ok(None),
             };
         };
-        let options = Self { dir, persist, readonly, reset_stale };
+        let options = Self { dir, ..flags };
         options.validate()?;
         Ok(Some(options))
     }
@@ -95,6 +102,13 @@ impl CacheOptions {
             return Err(config(format!(
                 "readonly_cache=True and reset_stale_cache=True contradict each other: a read-only opener never \
                  deletes anything. Reset with a writer (persist=True), then open read-only: {}",
+                self.dir.display()
+            )));
+        }
+        if self.shared && (self.readonly || !self.persist) {
+            return Err(config(format!(
+                "shared_cache=True fills one cache_dir from several processes, so it needs persist=True and not \
+                 readonly_cache=True (read-only openers share a finished cache without it): {}",
                 self.dir.display()
             )));
         }
@@ -151,12 +165,16 @@ impl DiskTier {
                 key: dir.display().to_string(),
             })?;
         }
-        let lock = lock::acquire(&dir, opts.readonly)?;
+        let (lock, alone) = if opts.shared {
+            lock::acquire_filler(&dir)?
+        } else {
+            (lock::acquire(&dir, opts.readonly)?, !opts.readonly)
+        };
         let warning = lock::network_fs_warning(&dir);
         if let Some(w) = &warning {
             tracing::warn!("{w}");
         }
-        if !opts.readonly {
+        if alone {
             sweep_temp_files(&dir);
         }
         let mut tier = Self {
@@ -175,8 +193,9 @@ impl DiskTier {
             lock,
         };
         if tier.persist {
-            tier.load_log(opts.reset_stale)?;
+            tier.load_log(opts.reset_stale, alone)?;
         }
+        tier.lock.opened(&tier.dir)?;
         Ok(tier)
     }
 
@@ -184,9 +203,20 @@ impl DiskTier {
         self.dir.display().to_string()
     }
 
-    fn load_log(&mut self, reset_stale: bool) -> Result<(), Error> {
+    /// Load the log and check staleness. Only a process `alone` with the directory repairs
+    /// or resets: other processes may be reading the files a reset deletes, or appending to
+    /// the log a repair replaces (their torn tail is a line still being written).
+    fn load_log(&mut self, reset_stale: bool, alone: bool) -> Result<(), Error> {
         let log_path = self.dir.join(log::LOG_FILE);
         let loaded = log::load(&log_path)?;
+        if !alone && reset_stale && (loaded.other_version.is_some() || self.has_stale(&loaded.entries)) {
+            return Err(Error::Cache {
+                message: "reset_stale_cache=True must delete chunk files that other processes sharing this cache may \
+                          be reading; reset it from one process while no other has it open"
+                    .into(),
+                key: self.key(),
+            });
+        }
         let mut rewrite = loaded.torn_tail;
         let mut kept: Vec<Entry> = Vec::new();
         if let Some(other) = &loaded.other_version {
@@ -250,12 +280,17 @@ impl DiskTier {
             }
         }
         if !self.readonly {
-            if rewrite {
+            if rewrite && alone {
                 log::rewrite(&self.dir, &kept)?;
             }
-            self.log = Some(Mutex::new(Appender::open(&self.dir, &kept)?));
+            self.log = Appender::open(&self.dir, &kept, alone)?.map(Mutex::new);
         }
         Ok(())
+    }
+
+    /// True when `entries` hold an array of this run under another fingerprint.
+    fn has_stale(&self, entries: &[Entry]) -> bool {
+        entries.iter().any(|e| self.arrays.iter().any(|a| a.path == e.array && a.fingerprint != e.pipeline))
     }
 
     fn file_name(&self, array: u32, chunk: u64) -> String {
@@ -299,8 +334,79 @@ impl DiskTier {
     }
 }
 
-/// Remove temporary files a crashed writer left behind (only ever called under the
-/// exclusive lock, so no live writer owns them).
+/// True when the file at `path` holds a chunk of this header and size (read: the header).
+fn file_matches(path: &Path, header: &[u8], nbytes: usize) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = File::open(path) else { return false };
+    let mut head = vec![0u8; header.len()];
+    let sized = f.metadata().is_ok_and(|m| m.len() == (header.len() + nbytes) as u64);
+    sized && f.read_exact(&mut head).is_ok() && head == header
+}
+
+/// Numbers this process's temporary chunk files.
+static TEMP_SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// Write `header` and `data` to a new file at `tmp` and map it.
+fn write_mapped(tmp: &Path, header: &[u8], data: &[u8]) -> std::io::Result<Mmap> {
+    let mut f = File::options().read(true).write(true).create_new(true).open(tmp)?;
+    f.write_all(header)?;
+    f.write_all(data)?;
+    // SAFETY: this file is ours alone until it is linked into place, and is never written again.
+    unsafe { memmap2::MmapOptions::new().populate().map(&f) }
+}
+
+impl DiskTier {
+    /// Put the written `tmp` file in place as `name`; false when another process already
+    /// had. A lone writer replaces (a re-admitted chunk is its latest bytes); a filler never
+    /// replaces a valid file, so each chunk is written once, by the first to get there.
+    fn place(&self, tmp: &Path, name: &str, header: &[u8], nbytes: usize) -> Result<bool, Error> {
+        let path = self.dir.join(name);
+        if self.lock.mode != lock::LockMode::Filler {
+            self.replace(tmp, &path)?;
+            return Ok(true);
+        }
+        let placed = match std::fs::hard_link(tmp, &path) {
+            Ok(()) => true,
+            // Someone got there first: theirs stays unless it is not this chunk's file.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && file_matches(&path, header, nbytes) => false,
+            // Not this chunk's file, or a filesystem without hard links: replace.
+            Err(_) => {
+                self.replace(tmp, &path)?;
+                true
+            }
+        };
+        let _ = std::fs::remove_file(tmp);
+        Ok(placed)
+    }
+
+    /// Rename over `path`: never truncate, so a reader's mapping of the old file keeps its inode.
+    fn replace(&self, tmp: &Path, path: &Path) -> Result<(), Error> {
+        std::fs::rename(tmp, path).map_err(|e| Error::Cache {
+            message: format!("cannot rename a chunk file into place ({e})"),
+            key: tmp.display().to_string(),
+        })
+    }
+
+    /// Log a placed chunk file and index it.
+    fn record(&self, array: u32, chunk: u64, dtype: DType, shape: &[usize], name: String) -> Result<(), Error> {
+        let entry = Entry {
+            array: self.arrays[array as usize].path.clone(),
+            chunk,
+            file: name,
+            pipeline: self.arrays[array as usize].fingerprint.clone(),
+            dtype: dtype.name().into(),
+            shape: shape.to_vec(),
+        };
+        if let Some(log) = &self.log {
+            log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).append(&entry)?;
+        }
+        self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert((array, chunk), entry);
+        Ok(())
+    }
+}
+
+/// Remove temporary files a crashed process left behind (only ever called under the
+/// exclusive lock, so no live process owns them).
 fn sweep_temp_files(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
@@ -328,22 +434,28 @@ impl ChunkTier for DiskTier {
         if !self.persist {
             return Ok(None);
         }
-        let entry = self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&(array, chunk)).cloned();
-        let Some(entry) = entry else { return self.miss(array, chunk, "is not in the cache") };
-        if entry.dtype != dtype.name() || entry.shape != shape {
-            return self.miss(array, chunk, "was cached with another shape or dtype");
-        }
+        let logged = self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&(array, chunk)).cloned();
+        // This opener's log first; then the file's own name, which finds what processes
+        // sharing the directory wrote after it opened (the name holds the fingerprint).
+        let file = match &logged {
+            Some(e) if e.dtype != dtype.name() || e.shape != shape => {
+                return self.miss(array, chunk, "was cached with another shape or dtype");
+            }
+            Some(e) => e.file.clone(),
+            None => self.file_name(array, chunk),
+        };
         let header = npy::header(dtype, shape);
         let nbytes = shape.iter().product::<usize>() * dtype.size();
-        match self.map_file(&entry.file, &header, nbytes) {
+        match self.map_file(&file, &header, nbytes) {
             Ok(Some(bytes)) => {
                 self.revived.fetch_add(1, Ordering::Relaxed);
                 Ok(Some(bytes))
             }
+            Ok(None) if logged.is_none() => self.miss(array, chunk, "is not in the cache"),
             Ok(None) => {
                 if !self.warned_missing_file.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
-                        file = %entry.file,
+                        file = %file,
                         dir = %self.dir.display(),
                         "persist=True but cached chunk files are missing (deleted?); they are fetched and decoded again"
                     );
@@ -351,7 +463,7 @@ impl ChunkTier for DiskTier {
                 self.miss(array, chunk, "is logged but its file is missing")
             }
             Err(why) => {
-                tracing::warn!(file = %entry.file, "cached chunk file {why}; it is read from the store instead");
+                tracing::warn!(file = %file, "cached chunk file {why}; it is read from the store instead");
                 self.miss(array, chunk, &format!("has a file that {why}"))
             }
         }
@@ -369,16 +481,11 @@ impl ChunkTier for DiskTier {
             return Ok(None);
         }
         let name = self.file_name(array, chunk);
-        let tmp = self.dir.join(format!("{name}.{}.insitu-tmp", std::process::id()));
+        // Unique per process and call: two datasets of one process may share the directory.
+        let seq = TEMP_SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.dir.join(format!("{name}.{}-{seq}.insitu-tmp", std::process::id()));
         let header = npy::header(dtype, shape);
-        let written = (|| -> std::io::Result<Mmap> {
-            let mut f = File::options().read(true).write(true).create(true).truncate(true).open(&tmp)?;
-            f.write_all(&header)?;
-            f.write_all(data)?;
-            // SAFETY: this file is ours alone until the rename below, and is never written again.
-            unsafe { memmap2::MmapOptions::new().populate().map(&f) }
-        })();
-        let map = match written {
+        let map = match write_mapped(&tmp, &header, data) {
             Ok(m) => m,
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
@@ -391,27 +498,11 @@ impl ChunkTier for DiskTier {
                 return Ok(None);
             }
         };
-        if self.persist {
-            // Replace, never truncate: a reader's mapping of the old file keeps its inode.
-            std::fs::rename(&tmp, self.dir.join(&name)).map_err(|e| Error::Cache {
-                message: format!("cannot rename a chunk file into place ({e})"),
-                key: tmp.display().to_string(),
-            })?;
-            let entry = Entry {
-                array: self.arrays[array as usize].path.clone(),
-                chunk,
-                file: name,
-                pipeline: self.arrays[array as usize].fingerprint.clone(),
-                dtype: dtype.name().into(),
-                shape: shape.to_vec(),
-            };
-            if let Some(log) = &self.log {
-                log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).append(&entry)?;
-            }
-            self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert((array, chunk), entry);
-        } else {
+        if !self.persist {
             // Spill only: the mapping keeps the unlinked inode alive; nothing outlives the run.
             let _ = std::fs::remove_file(&tmp);
+        } else if self.place(&tmp, &name, &header, data.len())? {
+            self.record(array, chunk, dtype, shape, name)?;
         }
         self.stored.fetch_add(1, Ordering::Relaxed);
         Ok(Some(Bytes::from_owner(map).slice(header.len()..)))
@@ -430,10 +521,11 @@ impl ChunkTier for DiskTier {
     }
 
     fn describe(&self) -> String {
-        let mode = match (self.lock.shared, self.persist) {
-            (true, _) => "read-only (shared lock)",
-            (false, true) => "persist (writer lock)",
-            (false, false) => "spill (writer lock)",
+        let mode = match (self.lock.mode, self.persist) {
+            (lock::LockMode::Reader, _) => "read-only (shared lock)",
+            (lock::LockMode::Filler, _) => "persist, shared with other processes (shared lock)",
+            (lock::LockMode::Writer, true) => "persist (writer lock)",
+            (lock::LockMode::Writer, false) => "spill (writer lock)",
         };
         format!("{} [{mode}]", self.dir.display())
     }

@@ -154,3 +154,38 @@ fn damaged_or_missing_files_are_misses_and_temp_files_are_swept() {
     assert!(t.revive(0, 1, DType::Float32, &[1, 2]).unwrap().is_none());
     assert_eq!(t.counters().misses, 2);
 }
+
+#[test]
+fn fillers_find_what_another_wrote_since_they_opened_and_write_each_chunk_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrays = [ident("t2m", "aaaaaaaaaaaaaaaa")];
+    let shared = CacheOptions { shared: true, ..opts(dir.path(), true) };
+    let a = DiskTier::open(&shared, &arrays).unwrap();
+    let b = DiskTier::open(&shared, &arrays).unwrap();
+    assert!(b.describe().ends_with("[persist, shared with other processes (shared lock)]"));
+    let data = bytes_of(&[1.0, 2.0]);
+    assert!(b.revive(0, 0, DType::Float32, &[1, 2]).unwrap().is_none());
+    a.store(0, 0, DType::Float32, &[1, 2], &data).unwrap().unwrap();
+    // b opened before a wrote it: b finds it by name.
+    assert_eq!(&b.revive(0, 0, DType::Float32, &[1, 2]).unwrap().unwrap()[..], &data[..]);
+    // b had read it too: its copy does not replace a's file, and is not logged again.
+    use std::os::unix::fs::MetadataExt;
+    let path = dir.path().join("t2m__aaaaaaaaaaaaaaaa__0.npy");
+    let inode = std::fs::metadata(&path).unwrap().ino();
+    assert_eq!(&b.store(0, 0, DType::Float32, &[1, 2], &data).unwrap().unwrap()[..], &data[..]);
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode, "a valid chunk file was replaced");
+    let logged = log::load(&dir.path().join(log::LOG_FILE)).unwrap().entries;
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    assert!(!names.iter().any(|n| n.ends_with(".insitu-tmp")), "a temporary file was left: {names:?}");
+    // A reset needs the directory alone.
+    let reset = CacheOptions { reset_stale: true, ..shared.clone() };
+    let changed = [ident("t2m", "bbbbbbbbbbbbbbbb")];
+    let e = DiskTier::open(&reset, &changed).unwrap_err().to_string();
+    assert!(e.contains("other processes sharing this cache"), "{e}");
+    drop((a, b));
+    drop(DiskTier::open(&reset, &changed).unwrap());
+    assert!(!path.exists(), "alone, the reset deletes the stale array's file");
+    assert!(CacheOptions { persist: false, ..shared }.validate().unwrap_err().to_string().contains("needs persist"));
+}

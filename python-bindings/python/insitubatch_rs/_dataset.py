@@ -62,6 +62,24 @@ class _DiskTier(TypedDict):
     persist: bool
     readonly_cache: bool
     reset_stale_cache: bool
+    shared_cache: bool
+
+
+def _node_ranks(node_affinity: Any) -> int | None:
+    """Ranks per node for node affinity: ``None`` when off; ``True`` reads the launcher's
+    ``LOCAL_WORLD_SIZE`` (torchrun, Lightning and Ray set it). The engine checks that it
+    divides ``world_size``."""
+    if node_affinity is False or node_affinity is None:
+        return None
+    if node_affinity is True:
+        local = os.environ.get("LOCAL_WORLD_SIZE")
+        if local is None or not local.strip().isdigit():
+            raise ValueError(
+                "node_affinity=True takes the ranks per node from the launcher's LOCAL_WORLD_SIZE, which is "
+                f"{'not set' if local is None else repr(local)}; pass node_affinity=<ranks per node> instead"
+            )
+        return _count("node_affinity", int(local), 1)
+    return _count("node_affinity", node_affinity, 1)
 
 
 def _ranks(rank: Any, world_size: Any) -> tuple[int, int]:
@@ -288,7 +306,9 @@ class InSituDataset:
     ``readonly_cache=True`` reads a complete warm cache shared by many processes and raises
     on a miss; ``reset_stale_cache=True`` drops the chunks of arrays whose pipeline changed
     instead of raising. One writer or many readers per directory (a lock held until
-    ``close()``).
+    ``close()``); ours beyond that: ``shared_cache=True`` (with ``persist=True``) lets any
+    number of processes fill and read one directory together, each chunk written once by
+    whichever process fetched it first (a machine's ranks; docs/distributed.md).
 
     Ours beyond insitubatch 0.2.0's arguments: ``storage_options`` (object_store settings, for a
     URL; a store object carries its own), ``threads`` (the engine's thread-pool size; ``None`` = one per core),
@@ -297,7 +317,11 @@ class InSituDataset:
     ``torch.distributed``, else 0 and 1), and ``first_block_chunks``: a smaller first shuffle
     block for each epoch, so the first batch waits for fewer chunks (fat chunks: a faster
     first batch), at a cost in mixing the epoch's first samples that ``describe()`` reports
-    (``None``: ``block_chunks``, the specified order). ``state_dict()``/``load_state_dict()`` save and resume
+    (``None``: ``block_chunks``, the specified order). ``node_affinity``: each node (a run
+    of ranks per node: ``True`` takes the launcher's ``LOCAL_WORLD_SIZE``, or pass the count)
+    draws the same chunks in every epoch, reshuffled, so with a ``shared_cache`` per node the
+    second epoch reads from it; ``describe()`` reports the mixing cost.
+    ``state_dict()``/``load_state_dict()`` save and resume
     a pass mid-epoch, with the same or another world size (docs/distributed.md).
     ``read_policy``: how reads are made, over the engine's defaults: ``retries``,
     ``backoff_s``, ``request_timeout_s``; ``coalesce_gap_bytes`` and ``coalesce_max_bytes``
@@ -326,8 +350,9 @@ class InSituDataset:
         InsitubatchIOError: the store cannot be opened or read: nothing at the path, an
             unsupported URL scheme, ``storage_options`` for a local store, a failed request,
             malformed metadata.
-        RuntimeError: the disk tier refuses ``cache_dir``: another writer holds its lock, or
-            its chunks are stale and ``reset_stale_cache`` is not set.
+        RuntimeError: the disk tier refuses ``cache_dir``: another writer holds its lock
+            (or readers and ``shared_cache`` fillers meet), or its chunks are stale and
+            ``reset_stale_cache`` is not set.
     """
 
     def __init__(
@@ -347,6 +372,7 @@ class InSituDataset:
         persist: bool = False,
         readonly_cache: bool = False,
         reset_stale_cache: bool = False,
+        shared_cache: bool = False,
         on_bad_chunk: str = _D["on_bad_chunk"],
         chunk_transforms: Sequence[Any] = (),
         batch_transforms: Sequence[Any] = (),
@@ -354,6 +380,7 @@ class InSituDataset:
         threads: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        node_affinity: bool | int = False,
         first_block_chunks: int | None = None,
         read_policy: Mapping[str, Any] | None = None,
     ) -> None:
@@ -366,6 +393,7 @@ class InSituDataset:
         )  # fmt: skip
         self._knobs = k
         self._rank, self._world_size = _ranks(rank, world_size)
+        self._node_ranks = _node_ranks(node_affinity)
         # The stream of the latest pass per split (its checkpoint outlives the pass), and a
         # loaded state waiting for the next pass over its split.
         self._streams: dict[str, _native.NativeStream] = {}
@@ -380,6 +408,7 @@ class InSituDataset:
             "persist": bool(persist),
             "readonly_cache": bool(readonly_cache),
             "reset_stale_cache": bool(reset_stale_cache),
+            "shared_cache": bool(shared_cache),
         }
         self._reuse = _reuse_enabled()
         self._read_policy = None if read_policy is None else dict(read_policy)
@@ -429,6 +458,7 @@ class InSituDataset:
                 batch_transforms=list(self.batch_transforms),
                 rank=self._rank,
                 world_size=self._world_size,
+                node_ranks=self._node_ranks,
                 read_policy=self._read_policy,
                 **self._cache,
             )
@@ -592,10 +622,10 @@ class InSituDataset:
         yield, in order.
 
         Raises:
-            ValueError: an unknown split, or the dataset is closed.
-            OverflowError: a negative ``epoch``.
+            TypeError: ``epoch`` is not an integer.
+            ValueError: an unknown split, ``epoch < 0``, or the dataset is closed.
         """
-        return self._native.draw_order(split_name(split), self.epoch if epoch is None else epoch)
+        return self._native.draw_order(split_name(split), self.epoch if epoch is None else _count("epoch", epoch, 0))
 
     # -- reports ----------------------------------------------------------------------
     def describe(self, iterations: int = 1, *, probe: bool | int = False) -> DatasetReport:

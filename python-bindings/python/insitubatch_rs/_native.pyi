@@ -251,8 +251,10 @@ class NativeDataset:
         persist: bool = False,
         readonly_cache: bool = False,
         reset_stale_cache: bool = False,
+        shared_cache: bool = False,
         rank: int = 0,
         world_size: int = 1,
+        node_ranks: int | None = None,
         first_block_chunks: int | None = None,
         read_policy: dict[str, Any] | None = ...,
     ) -> Self: ...

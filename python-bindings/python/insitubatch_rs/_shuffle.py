@@ -69,8 +69,17 @@ class DrawOrder:
 
         ``mask`` holds one boolean per row. A block emptied outright is dropped; every other
         block keeps its membership.
+
+        Raises:
+            IndexError: ``mask`` does not hold one boolean per row (numpy's error for a
+                boolean index of the wrong length).
         """
-        kept = np.flatnonzero(np.asarray(mask, dtype=bool))
+        flags = np.asarray(mask, dtype=bool).reshape(-1)
+        if len(flags) != len(self.rows):
+            raise IndexError(
+                f"keep() needs one boolean per row: the mask holds {len(flags)} but the order has {len(self.rows)} rows"
+            )
+        kept = np.flatnonzero(flags)
         bounds = np.searchsorted(kept, self.bounds)  # old offset -> surviving rows before it
         nonempty = np.concatenate([[True], np.diff(bounds) > 0])
         return DrawOrder(self.rows[kept], bounds[nonempty].astype(np.int64), self.samples_per_chunk)

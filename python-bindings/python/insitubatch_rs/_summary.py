@@ -61,6 +61,7 @@ class ConfigReport(TypedDict, total=False):
     persist: bool
     readonly_cache: bool
     reset_stale_cache: bool
+    shared_cache: bool  # ours: several processes fill this cache_dir together
     disk_tier: str | None
     on_bad_chunk: str
     chunk_transforms: tuple[str, ...]
@@ -138,7 +139,8 @@ def _variable(v: dict[str, Any]) -> VariableReport:
 
 def dataset_report(raw: dict[str, Any], *, cache: Mapping[str, Any]) -> DatasetReport:
     """Reshape the engine's report. ``cache`` holds the disk-tier arguments the dataset was
-    built with (``cache_dir``, ``persist``, ``readonly_cache``, ``reset_stale_cache``)."""
+    built with (``cache_dir``, ``persist``, ``readonly_cache``, ``reset_stale_cache``,
+    ``shared_cache``)."""
     variables = {v["label"]: _variable(v) for v in raw["variables"]}
     memory: dict[str, Any] = dict(raw["memory"])
     # The automatic budget of one iteration, as the engine sized it (read-once within half
