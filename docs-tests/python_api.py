@@ -119,6 +119,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "StageTimes",
             "StoredChunkRead",
             "bottleneck",
+            "fleet_summary",
             "debug_info",
             "print_debug_info",
         ),

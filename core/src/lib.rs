@@ -29,6 +29,7 @@ pub mod engine;
 #[cfg(test)]
 mod engine_tests;
 pub mod error;
+mod fleet;
 pub mod geometry;
 mod hedge;
 pub mod pass;
@@ -57,6 +58,7 @@ pub use dataset::{
 pub use describe::{DatasetReport, Note, Severity};
 pub use engine::{BadChunk, COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, OnBadChunk, ReadPolicy};
 pub use error::{Error, Result};
+pub use fleet::{FleetSummary, RankReport, STRAGGLER_SHARE, fleet_summary};
 pub use geometry::ArrayGeometry;
 pub use hedge::HedgePolicy;
 /// The n-d array crate batches are viewed through ([`Batch::view`]), re-exported so callers

@@ -51,9 +51,14 @@ const MAX_INFLIGHT: usize = 32;
 
 /// Rank `rank`'s train epoch on a node of its own, every batch checked against the array.
 fn run_rank(array: &GeneratedArray, rank: usize, max_inflight: usize) -> RankRun {
+    run_rank_on(array, options(rank, max_inflight), LINK)
+}
+
+/// A rank's train epoch with `options`, behind `link`.
+fn run_rank_on(array: &GeneratedArray, options: DatasetOptions, link: LinkModel) -> RankRun {
     let sim = SimExecutor::new();
     let exec: Arc<dyn insitubatch_core::Executor> = Arc::new(sim.clone());
-    let storage: Arc<dyn insitubatch_core::Storage> = Arc::new(array.node(exec.clone(), LINK));
+    let storage: Arc<dyn insitubatch_core::Storage> = Arc::new(array.node(exec.clone(), link));
     let st = storage.clone();
     let opened = sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
     let geometry = opened.geometry(0).unwrap();
@@ -62,7 +67,7 @@ fn run_rank(array: &GeneratedArray, rank: usize, max_inflight: usize) -> RankRun
         .opened(vec![opened])
         .variables(vec![Variable { label: "t2m".into(), geometry }])
         .manifest(manifest.unwrap())
-        .options(options(rank, max_inflight))
+        .options(options)
         .build()
         .unwrap();
     let floor_bytes = ds.describe(1).unwrap().memory.floor_bytes;
@@ -168,4 +173,30 @@ fn report(n_chunks: u64, runs: &[RankRun], rates: &[f64], bound: f64) {
     );
     println!("  resident peak per rank (B): {} (floor {} B)", spread(&peaks), runs[0].floor_bytes);
     println!("  virtual epoch per rank (s): {}", spread(&runs.iter().map(|r| r.stats.wall_s).collect::<Vec<_>>()));
+}
+
+#[test]
+fn the_rank_behind_a_slow_link_is_named_the_straggler_waiting_on_its_store() {
+    const WORLD: usize = 4;
+    let array = GeneratedArray::new("t2m", 512, &CHUNK);
+    // Rank 2's node reaches the store at a quarter of the others' rate, with four times
+    // their time to first byte: a slow store for one rank, on the virtual clock.
+    let slow = LinkModel {
+        first_byte: LINK.first_byte * 4,
+        stream_bytes_per_s: LINK.stream_bytes_per_s / 4.0,
+        nic_bytes_per_s: LINK.nic_bytes_per_s / 4.0,
+    };
+    let reports: Vec<insitubatch_core::RankReport> = (0..WORLD)
+        .map(|rank| {
+            let o = DatasetOptions { world_size: WORLD, ..options(rank, MAX_INFLIGHT) };
+            let run = run_rank_on(&array, o, if rank == 2 { slow } else { LINK });
+            (&run.stats).into()
+        })
+        .collect();
+    let summary = insitubatch_core::fleet_summary(&reports);
+    println!("{}", summary.verdict);
+    assert!(summary.straggler, "{}", summary.verdict);
+    let slowest = summary.slowest.expect("a slowest rank");
+    assert_eq!((slowest.rank, slowest.limiting_stage.as_str()), (2, "store"), "{}", summary.verdict);
+    assert!(summary.verdict.starts_with("rank 2 is the straggler"), "{}", summary.verdict);
 }

@@ -17,6 +17,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chunk_permutation, m)?)?;
     m.add_function(wrap_pyfunction!(draw_order_rows, m)?)?;
     m.add_function(wrap_pyfunction!(shuffle_quality, m)?)?;
+    m.add_function(wrap_pyfunction!(fleet_summary_json, m)?)?;
     m.add_function(wrap_pyfunction!(chunk_of, m)?)?;
     m.add_function(wrap_pyfunction!(samples_in_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(inner_shape, m)?)?;
@@ -92,6 +93,15 @@ fn draw_order_rows<'py>(
 #[pyfunction]
 fn shuffle_quality(anchors: Vec<i64>) -> f64 {
     shuffle::shuffle_quality(&anchors)
+}
+
+/// `fleet_summary` over ranks' reports (a JSON list of `RankReport`s), as JSON.
+#[pyfunction]
+fn fleet_summary_json(reports: &str) -> PyResult<String> {
+    let reports: Vec<insitubatch_core::RankReport> = serde_json::from_str(reports)
+        .map_err(|e| PyValueError::new_err(format!("fleet_summary needs one pass report per rank: {e}")))?;
+    serde_json::to_string(&insitubatch_core::fleet_summary(&reports))
+        .map_err(|e| PyValueError::new_err(format!("cannot write the fleet summary: {e}")))
 }
 
 /// The sample-axis chunk holding `sample_index`.

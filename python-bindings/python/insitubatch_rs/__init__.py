@@ -21,7 +21,7 @@ from ._debug import debug_info, print_debug_info
 from . import frameworks  # noqa: F401 - the anchor's insitubatch.frameworks path
 from ._frameworks import as_tf_dataset, as_torch, pin_host_buffers, to_jax, to_jax_global, to_tf, to_torch
 from ._native import InsitubatchIOError, StandardScaler
-from ._runtime import Depths, PassStats, StageTimes, bottleneck
+from ._runtime import Depths, PassStats, StageTimes, bottleneck, fleet_summary
 from ._shuffle import DrawOrder, block_shuffled_order, chunk_permutation, sequential_order, shuffle_quality
 from ._split import SplitManifest, split_by_chunk, valid_anchor_range
 from ._store import (
@@ -96,6 +96,7 @@ __all__ = [
     "InsitubatchIOError",
     "NotAnArrayError",
     "ReshapingChunkTransform",
+    "fleet_summary",
     "pin_host_buffers",
     "to_jax_global",
     "View",

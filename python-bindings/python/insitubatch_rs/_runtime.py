@@ -19,6 +19,8 @@ Two differences from the anchor, both deliberate:
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _native
@@ -237,6 +239,29 @@ def bottleneck(stats: PassStats) -> tuple[str, str]:
     """
     stage, advice, _ = _verdict(stats)
     return stage, advice
+
+
+def fleet_summary(stats: Sequence[PassStats | Mapping[str, Any]]) -> dict[str, Any]:
+    """Which rank is slow, and on what: the verdict over one pass of every rank (ours).
+
+    ``stats``: each rank's ``last_pass`` (a :class:`PassStats`, or its ``as_dict()``), for
+    example gathered with ``torch.distributed.all_gather_object``. A data-parallel job steps
+    at its slowest rank's pace; a rank delivering under four fifths of the ranks' median rate
+    is the straggler, named with the stage it waits on and what to do. Returns ``ranks``,
+    ``median_samples_per_s``, ``slowest`` (its ``rank``, ``samples``, ``wall_s``,
+    ``limiting_stage``, ``advice``), ``slowest_share``, ``straggler`` and ``verdict``.
+
+    Raises:
+        ValueError: an entry without the fields of a pass report.
+    """
+    reports = []
+    for s in stats:
+        d = s.as_dict() if isinstance(s, PassStats) else dict(s)
+        try:
+            reports.append({k: d[k] for k in ("rank", "samples", "wall_s", "limiting_stage", "advice")})
+        except KeyError as e:
+            raise ValueError(f"fleet_summary needs each rank's PassStats (or its as_dict()); an entry lacks {e}") from None
+    return json.loads(_native.fleet_summary_json(json.dumps(reports)))
 
 
 def _verdict(stats: PassStats) -> tuple[str, str, bool]:
