@@ -422,6 +422,12 @@ export interface PassStats {
   bad_chunks: number;
   wall_s: number;
   ttfb_s: number;
+  /** The caller's wait for each batch after the first: median, seconds (within 2%). */
+  batch_wait_p50_s: number;
+  /** ... 95th percentile. */
+  batch_wait_p95_s: number;
+  /** ... 99th percentile. */
+  batch_wait_p99_s: number;
   times: StageTimes;
   /** Consumer wait attributed to each stage, seconds. */
   blocked_s: [Stage, number][];

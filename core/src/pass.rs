@@ -488,6 +488,9 @@ impl BatchStream {
                 });
                 self.recorder.with(|r| {
                     d.timeline.attribute(asked, got, fetch_share, &mut r.blocked);
+                    if r.batches > 0 {
+                        r.batch_waits.record(got.saturating_sub(asked).as_secs_f64());
+                    }
                     r.batches += 1;
                     r.samples += d.batch.len() as u64;
                     r.batch_bytes += d.batch.arrays.values().map(|a| a.data.len() as u64).sum::<u64>();
@@ -559,6 +562,9 @@ impl BatchStream {
             bad_chunks: r.bad_chunks,
             wall_s: (end.saturating_sub(self.started)).as_secs_f64(),
             ttfb_s: r.first_batch_at.map_or(0.0, |t| (t.saturating_sub(self.started)).as_secs_f64()),
+            batch_wait_p50_s: r.batch_waits.quantile(0.50),
+            batch_wait_p95_s: r.batch_waits.quantile(0.95),
+            batch_wait_p99_s: r.batch_waits.quantile(0.99),
             blocked_s: crate::stats::Stage::ALL.iter().copied().zip(r.blocked).collect(),
             depths: crate::stats::Depths {
                 queue_capacity: self.prefetch_depth,

@@ -220,6 +220,13 @@ pub struct PassStats {
     pub wall_s: f64,
     /// Time to the first batch.
     pub ttfb_s: f64,
+    /// The caller's wait for a batch after the first (the first is `ttfb_s`): median, 95th
+    /// and 99th percentiles, seconds (within 2%; 0 with fewer than two batches).
+    pub batch_wait_p50_s: f64,
+    /// The 95th percentile.
+    pub batch_wait_p95_s: f64,
+    /// The 99th percentile.
+    pub batch_wait_p99_s: f64,
     /// Stage totals.
     pub times: StageTimes,
     /// Consumer wait attributed to each stage, seconds.
@@ -381,6 +388,55 @@ pub struct Recorded {
     pub first_batch_at: Option<Duration>,
     /// Last batch received at.
     pub last_batch_at: Option<Duration>,
+    /// The caller's waits for the batches after the first.
+    pub batch_waits: WaitHistogram,
+}
+
+/// Waits in logarithmic buckets, 2% wide, from 1 µs to about 10^4 s, counted. Written here,
+/// not taken from `hdrhistogram`: the record is cloned on every stats snapshot (each
+/// checkpoint and progress line), so it must stay a small fixed array, and 2% is all a
+/// p50/p95/p99 of waits needs.
+#[derive(Debug, Clone)]
+pub struct WaitHistogram {
+    counts: Vec<u32>,
+    total: u64,
+}
+
+/// Bucket ratio and floor of [`WaitHistogram`].
+const WAIT_BUCKET_RATIO: f64 = 1.02;
+const WAIT_FLOOR_S: f64 = 1e-6;
+const WAIT_BUCKETS: usize = 1170; // 1.02^1170 × 1 µs ≈ 10^4 s
+
+impl Default for WaitHistogram {
+    fn default() -> Self {
+        Self { counts: vec![0; WAIT_BUCKETS], total: 0 }
+    }
+}
+
+impl WaitHistogram {
+    /// Count one wait.
+    pub fn record(&mut self, seconds: f64) {
+        let b = if seconds <= WAIT_FLOOR_S { 0.0 } else { (seconds / WAIT_FLOOR_S).ln() / WAIT_BUCKET_RATIO.ln() };
+        let i = (b.ceil() as usize).min(WAIT_BUCKETS - 1);
+        self.counts[i] += 1;
+        self.total += 1;
+    }
+
+    /// The `q` quantile (0..=1) as its bucket's upper edge, seconds; 0 with no waits.
+    pub fn quantile(&self, q: f64) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                return if i == 0 { WAIT_FLOOR_S } else { WAIT_FLOOR_S * WAIT_BUCKET_RATIO.powi(i as i32) };
+            }
+        }
+        WAIT_FLOOR_S * WAIT_BUCKET_RATIO.powi(WAIT_BUCKETS as i32 - 1)
+    }
 }
 
 impl PassRecorder {
@@ -465,6 +521,23 @@ pub fn verdict(r: &Recorded, max_inflight: usize) -> (LimitingStage, String, boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_quantiles_are_within_two_percent_and_zero_without_waits() {
+        let mut h = WaitHistogram::default();
+        assert_eq!(h.quantile(0.5), 0.0);
+        for ms in 1..=100 {
+            h.record(f64::from(ms) / 1000.0);
+        }
+        for (q, want) in [(0.5, 0.050), (0.95, 0.095), (0.99, 0.099)] {
+            let got = h.quantile(q);
+            assert!(got >= want && got <= want * 1.02, "q{q}: {got} for {want}");
+        }
+        h.record(0.0);
+        h.record(1e9);
+        assert_eq!(h.quantile(0.0), 1e-6, "a wait under a microsecond counts in the first bucket");
+        assert!(h.quantile(1.0) > 9e3, "a wait past the last bucket counts in it");
+    }
     // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
     // takes the place of libtest's `#[test]`.
     #[cfg(target_arch = "wasm32")]

@@ -47,6 +47,8 @@ def test_real_pass_reports_go_in_and_a_malformed_entry_is_refused(zstd):
         with ib.InSituDataset(u, manifest, geoms, batch_size=5, rank=rank, world_size=2) as ds:
             assert sum(len(b) for b in ds.train) > 0
             passes.append(ds.last_pass)
+    for p in passes:  # the caller's waits after the first batch, in quantiles
+        assert p.batches >= 2 and 0 < p.batch_wait_p50_s <= p.batch_wait_p95_s <= p.batch_wait_p99_s
     s = ib.fleet_summary(passes)
     assert s["ranks"] == 2 and s["slowest"]["rank"] in (0, 1) and s["verdict"]
     with pytest.raises(ValueError, match="lacks 'wall_s'"):

@@ -130,6 +130,9 @@ class PassStats:
     tiles_read_ahead: int = 0  # inner chunks found read ahead (neighbours in a shard)
     hedged_reads: int = 0  # second requests sent for slow reads
     hedge_wins: int = 0  # hedges answered before the request they hedged
+    batch_wait_p50_s: float = 0.0  # the caller's wait per batch after the first: median (within 2%)
+    batch_wait_p95_s: float = 0.0  # ... 95th percentile
+    batch_wait_p99_s: float = 0.0  # ... 99th percentile
     # The engine's (stage, advice, consumer_idle) for stats from a pass. Not an init field, so
     # `dataclasses.replace` drops it and a changed copy is judged afresh by `rule`.
     _engine_verdict: tuple[str, str, bool] | None = dataclasses.field(
@@ -222,6 +225,9 @@ class PassStats:
             tiles_read_ahead=raw["tiles_read_ahead"],
             hedged_reads=raw["hedged_reads"],
             hedge_wins=raw["hedge_wins"],
+            batch_wait_p50_s=raw["batch_wait_p50_s"],
+            batch_wait_p95_s=raw["batch_wait_p95_s"],
+            batch_wait_p99_s=raw["batch_wait_p99_s"],
         )
         verdict = (raw["limiting_stage"], raw["advice"], raw["consumer_idle"])
         object.__setattr__(stats, "_engine_verdict", verdict)
