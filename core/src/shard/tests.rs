@@ -230,21 +230,27 @@ proptest! {
     }
 }
 
-#[test]
-fn a_checkpoint_with_node_ranks_that_do_not_divide_its_world_is_refused() {
-    let g = Geo {
-        chunks: (0..10).collect(),
+/// A shuffled epoch 0 of `n_chunks` chunks of 8 samples (`n_samples` of them), in blocks of
+/// `block_chunks`, with unit 1 and batches of 4.
+fn shuffled(n_chunks: u64, n_samples: u64, block_chunks: usize, seed: u64) -> Geo {
+    Geo {
+        chunks: (0..n_chunks).collect(),
         ref_spc: 8,
-        n_samples: 80,
-        anchor_range: (0, 80),
-        block_chunks: 2,
-        first_block_chunks: 2,
+        n_samples,
+        anchor_range: (0, n_samples),
+        block_chunks,
+        first_block_chunks: block_chunks,
         shuffle: true,
-        seed: 1,
+        seed,
         epoch: 0,
         unit: 1,
         batch: 4,
-    };
+    }
+}
+
+#[test]
+fn a_checkpoint_with_node_ranks_that_do_not_divide_its_world_is_refused() {
+    let g = shuffled(10, 80, 2, 1);
     let cp = Checkpoint { node_ranks: Some(3), ..checkpoint(&g, 4, 0, Vec::new()) };
     let e = rank_pass(&g.spec(), &g.sharding(0, 4), Some(&cp)).unwrap_err().to_string();
     assert!(e.contains("node_ranks 3 does not divide") && e.contains("world size 4"), "{e}");
@@ -253,20 +259,7 @@ fn a_checkpoint_with_node_ranks_that_do_not_divide_its_world_is_refused() {
 
 #[test]
 fn one_rank_is_the_draw_order_and_a_checkpoint_round_trips() {
-    let chunks: Vec<u64> = (0..10).collect();
-    let g = Geo {
-        chunks,
-        ref_spc: 8,
-        n_samples: 77,
-        anchor_range: (0, 77),
-        block_chunks: 3,
-        first_block_chunks: 3,
-        shuffle: true,
-        seed: 7,
-        epoch: 0,
-        unit: 1,
-        batch: 4,
-    };
+    let g = shuffled(10, 77, 3, 7);
     let one = rank_pass(&g.spec(), &g.sharding(0, 1), None).unwrap();
     assert_eq!(one.order, crate::shuffle::draw_order(&g.spec()));
     assert_eq!(one.dropped, 0);
