@@ -252,7 +252,7 @@ fn fillers_conflict(path: &Path, readonly: bool) -> Error {
 ///
 /// # Errors
 /// [`Error::Cache`] when a writer holds the directory, read-only openers use it, or another
-/// filler's opening does not finish within [`FILLER_OPEN_WAIT`].
+/// filler's opening does not finish within `FILLER_OPEN_WAIT` (30 s).
 pub fn acquire_filler(dir: &Path) -> Result<(DirLock, bool), Error> {
     let path: PathBuf = dir.join(LOCK_FILE);
     let create = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);
