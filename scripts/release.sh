@@ -98,8 +98,15 @@ CRATES=(insitubatch-core insitubatch-object insitubatch-native)
 crates() {
     local c crate listing f
     # Publishing several packages at once, cargo packs them into package/tmp-crate/; one alone
-    # goes to package/. Old files removed first, so a stale one is never checked.
-    for c in "${CRATES[@]}"; do rm -f "$CARGO_TARGET_DIR"/package/{,tmp-crate/}"$c-$version.crate"; done
+    # goes to package/. Old files removed first, so a stale one is never checked. Cargo also
+    # unpacks them into a local registry under $CARGO_HOME/registry/src, and treats what it
+    # built from a registry as unchanging (same name and version): without removing the
+    # unpacked copy and the fingerprints, a later run verifies native against an earlier
+    # run's core. The workspace's own builds of these crates are rebuilt once for it.
+    for c in "${CRATES[@]}"; do
+        rm -f "$CARGO_TARGET_DIR"/package/{,tmp-crate/}"$c-$version.crate"
+        rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$c-$version" "$CARGO_TARGET_DIR"/debug/.fingerprint/"$c"-*
+    done
     cargo publish --dry-run --allow-dirty "${CRATES[@]/#/-p}"
     for c in "${CRATES[@]}"; do
         crate="$CARGO_TARGET_DIR/package/tmp-crate/$c-$version.crate"
