@@ -394,8 +394,8 @@ pub struct Recorded {
 
 /// Waits in logarithmic buckets, 2% wide, from 1 µs to about 10^4 s, counted. Written here,
 /// not taken from `hdrhistogram`: the record is cloned on every stats snapshot (each
-/// checkpoint and progress line), so it must stay a small fixed array, and 2% is all a
-/// p50/p95/p99 of waits needs.
+/// checkpoint and progress line), so it must stay a fixed 4.7 KB of counts whatever the pass
+/// length, and 2% is all a p50/p95/p99 of waits needs.
 #[derive(Debug, Clone)]
 pub struct WaitHistogram {
     counts: Vec<u32>,

@@ -5,7 +5,8 @@
 //! Checked: the ranks' batches are exact; the union of their reads is each chunk once (and
 //! only chunks holding a drawn sample); no rank holds more chunks than its residency floor
 //! (two blocks); and each rank's delivery rate, on the virtual clock, is within reach of
-//! Little's law on its link. Printed (`-- --nocapture`): planning time per rank (host time,
+//! Little's law on its link; and the straggler verdict (`fleet_summary`) names a rank put
+//! behind a slower link. Printed (`-- --nocapture`): planning time per rank (host time,
 //! reported, never asserted), per-rank rate against the bound, and peak residency;
 //! docs/distributed.md quotes a run at a million chunks:
 //!

@@ -289,11 +289,7 @@ fn a_filler_killed_mid_epoch_costs_no_correctness() {
     assert_eq!(digests(&epoch_all(&mut workers, 1)), fx.expected(None, 1));
     workers.into_iter().for_each(Worker::finish);
     // Alone again, an opener sweeps the temporary file and every chunk file reads as the source.
-    let ds = open(
-        "s3://bucket/demo.zarr",
-        options(0, None, Some(CacheOptions { readonly: false, ..shared(&dir) }), &fx.store.base),
-    )
-    .unwrap();
+    let ds = open("s3://bucket/demo.zarr", options(0, None, Some(shared(&dir)), &fx.store.base)).unwrap();
     assert!(!torn_tmp.exists(), "the temporary file a killed filler left was not swept");
     drop(ds);
     let ro = CacheOptions { dir: dir.clone(), readonly: true, ..CacheOptions::default() };

@@ -200,13 +200,7 @@ pub fn acquire(dir: &Path, readonly: bool) -> Result<DirLock, Error> {
     match attempt {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
-            // Who holds it? A shared lock succeeds only when the holders are readers.
-            let held_by_readers = !readonly
-                && File::open(&path).is_ok_and(|probe| {
-                    let ok = probe.try_lock_shared().is_ok();
-                    let _ = probe.unlock();
-                    ok
-                });
+            let held_by_readers = !readonly && readers_hold(&path);
             return Err(locked_error(&path, mode, held_by_readers));
         }
         Err(TryLockError::Error(e)) => return Err(io_error("cannot lock the cache directory", &path, &e)),
@@ -219,6 +213,16 @@ pub fn acquire(dir: &Path, readonly: bool) -> Result<DirLock, Error> {
         write_hint(&file, "writer");
     }
     Ok(DirLock { main: Some(file), fillers: None, mode })
+}
+
+/// Who holds a lockfile that refused an exclusive lock: readers when a shared one is
+/// obtainable (a writer or an opening filler holds it exclusively otherwise).
+fn readers_hold(path: &Path) -> bool {
+    File::open(path).is_ok_and(|probe| {
+        let ok = probe.try_lock_shared().is_ok();
+        let _ = probe.unlock();
+        ok
+    })
 }
 
 /// True while a filler holds `.insitu.fillers` (an exclusive try, let go at once; creates nothing).
@@ -284,13 +288,7 @@ fn lock_for_opening(main: &File, path: &Path) -> Result<(), Error> {
             Err(TryLockError::WouldBlock) => {}
             Err(TryLockError::Error(e)) => return Err(io_error("cannot lock the cache directory", path, &e)),
         }
-        // A shared lock is obtainable only when readers hold it.
-        let readers = File::open(path).is_ok_and(|probe| {
-            let ok = probe.try_lock_shared().is_ok();
-            let _ = probe.unlock();
-            ok
-        });
-        if readers {
+        if readers_hold(path) {
             return Err(Error::Cache {
                 message: format!(
                     "cannot fill this cache (shared_cache=True) while read-only openers (readonly_cache=True) use \

@@ -209,14 +209,6 @@ impl DiskTier {
     fn load_log(&mut self, reset_stale: bool, alone: bool) -> Result<(), Error> {
         let log_path = self.dir.join(log::LOG_FILE);
         let loaded = log::load(&log_path)?;
-        if !alone && reset_stale && (loaded.other_version.is_some() || self.has_stale(&loaded.entries)) {
-            return Err(Error::Cache {
-                message: "reset_stale_cache=True must delete chunk files that other processes sharing this cache may \
-                          be reading; reset it from one process while no other has it open"
-                    .into(),
-                key: self.key(),
-            });
-        }
         let mut rewrite = loaded.torn_tail;
         let mut kept: Vec<Entry> = Vec::new();
         if let Some(other) = &loaded.other_version {
@@ -233,6 +225,9 @@ impl DiskTier {
                     ),
                     key: log_path.display().to_string(),
                 });
+            }
+            if !alone {
+                return Err(self.reset_needs_alone());
             }
             delete_listed_files(&self.dir, &log_path);
             rewrite = true;
@@ -262,6 +257,9 @@ impl DiskTier {
                     key: self.key(),
                 });
             }
+            if !stale.is_empty() && !alone {
+                return Err(self.reset_needs_alone());
+            }
             for e in loaded.entries {
                 if stale.contains(&e.array) {
                     let _ = std::fs::remove_file(self.dir.join(&e.file));
@@ -288,9 +286,14 @@ impl DiskTier {
         Ok(())
     }
 
-    /// True when `entries` hold an array of this run under another fingerprint.
-    fn has_stale(&self, entries: &[Entry]) -> bool {
-        entries.iter().any(|e| self.arrays.iter().any(|a| a.path == e.array && a.fingerprint != e.pipeline))
+    /// A reset deletes files that other processes sharing the directory may be reading.
+    fn reset_needs_alone(&self) -> Error {
+        Error::Cache {
+            message: "reset_stale_cache=True must delete chunk files that other processes sharing this cache may be \
+                      reading; reset it from one process while no other has it open"
+                .into(),
+            key: self.key(),
+        }
     }
 
     fn file_name(&self, array: u32, chunk: u64) -> String {
