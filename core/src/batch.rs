@@ -18,6 +18,28 @@ pub struct Batch {
     pub index: usize,
     /// The epoch it belongs to.
     pub epoch: u64,
+    /// Where each row's patch lies, when the dataset cuts patches (`None`: whole samples).
+    pub patches: Option<BatchPatches>,
+}
+
+/// The patches of a batch's rows: row `i` of every patched label is the box starting at
+/// `origins[i * dims.len()..][..dims.len()]` with extent `size` on the patched axes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPatches {
+    /// The patched axes, by dimension name (or `axis{k}` for an unnamed axis).
+    pub dims: Vec<String>,
+    /// The patch extent on each patched axis.
+    pub size: Vec<u64>,
+    /// Per row, the start index on each patched axis (row-major: `rows × dims.len()`).
+    pub origins: Vec<u64>,
+}
+
+impl BatchPatches {
+    /// Row `i`'s patch origin, one start per patched axis.
+    pub fn origin(&self, i: usize) -> &[u64] {
+        let n = self.dims.len();
+        &self.origins[i * n..(i + 1) * n]
+    }
 }
 
 impl Batch {
@@ -106,7 +128,7 @@ mod tests {
     fn batch() -> Batch {
         let arrays =
             BTreeMap::from([("x".to_string(), f32_array(&[2, 3], 0.0)), ("y".to_string(), f32_array(&[2, 3], 100.0))]);
-        Batch { arrays, sample_indices: vec![4, 9], offsets: BTreeMap::new(), index: 0, epoch: 0 }
+        Batch { arrays, sample_indices: vec![4, 9], offsets: BTreeMap::new(), index: 0, epoch: 0, patches: None }
     }
 
     #[test]

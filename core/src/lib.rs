@@ -33,6 +33,7 @@ mod fleet;
 pub mod geometry;
 mod hedge;
 pub mod pass;
+pub mod patch;
 pub mod plan;
 pub mod pool;
 mod reads;
@@ -51,7 +52,7 @@ mod window;
 pub mod zarr;
 
 pub use array::{DType, Element, NdArray};
-pub use batch::Batch;
+pub use batch::{Batch, BatchPatches};
 pub use dataset::{
     Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, OpenOptions, PROBE_CHUNKS, ProbeReport, Variable, open,
 };
@@ -65,6 +66,7 @@ pub use hedge::HedgePolicy;
 /// use the same version.
 pub use ndarray;
 pub use pass::BatchStream;
+pub use patch::{PatchAxis, PatchMode, PatchOptions};
 pub use runtime::{ByteRange, Executor, Runtime, Storage, StorageError, ThreadPool};
 pub use shard::{Checkpoint, Cut};
 pub use shuffle::{Split, UnknownSplit};

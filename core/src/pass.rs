@@ -16,9 +16,10 @@ use futures::future::AbortHandle;
 use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
 
 use crate::array::NdArray;
-use crate::batch::Batch;
+use crate::batch::{Batch, BatchPatches};
 use crate::engine::{Engine, load_chunk};
 use crate::error::{Error, Result};
+use crate::patch::{Patcher, copy_patch};
 use crate::plan::{ChunkKey, PassPlan};
 use crate::pool::{Admit, Chunk, LoadResult, PassId};
 use crate::runtime::BoxFuture;
@@ -36,6 +37,29 @@ pub(crate) struct GatherVar {
     pub dtype: crate::array::DType,
     pub inner: Vec<usize>,
     pub sample_bytes: usize,
+    /// Where this variable's patch lies (`None`: the whole sample, with or without patches).
+    pub patch: Option<crate::patch::PatchedDims>,
+}
+
+impl GatherVar {
+    /// A row's shape in the batch: the sample's inner shape, cut to the patch on patched axes.
+    fn out_inner(&self, patcher: Option<&Patcher>) -> Vec<usize> {
+        let mut inner = self.inner.clone();
+        if let (Some(dims), Some(p)) = (&self.patch, patcher) {
+            for (&d, &s) in dims.0.iter().zip(&p.size) {
+                inner[d] = s as usize;
+            }
+        }
+        inner
+    }
+}
+
+/// What a patched pass needs to cut its rows: the arithmetic and the stream's words.
+#[derive(Clone)]
+pub(crate) struct Patching {
+    pub patcher: Arc<Patcher>,
+    pub seed: u64,
+    pub split: crate::shuffle::Split,
 }
 
 /// A gathered batch on its way to the consumer.
@@ -61,6 +85,8 @@ pub(crate) struct PassSpec {
     pub max_ahead: usize,
     /// Uses past the next admission whose inner chunks are marked wanted for read-ahead.
     pub ahead_uses: usize,
+    /// How rows are cut into patches (`None`: a row is a whole sample).
+    pub patching: Option<Patching>,
 }
 
 type SendFuture = BoxFuture<'static, std::result::Result<(), async_channel::SendError<Result<Delivered>>>>;
@@ -303,12 +329,14 @@ impl Driver {
         let engine = Arc::clone(&self.spec.engine);
         let rec = Arc::clone(&self.spec.recorder);
         let epoch = self.spec.epoch;
+        let patching = self.spec.patching.clone();
         let index = self.spec.first_index + j;
         let priority = self.spec.engine.admissions.load(std::sync::atomic::Ordering::Relaxed);
         let fut = self.spec.engine.cpu.run(crate::engine::CLASS_GATHER, priority, move || -> Result<Delivered> {
             let t0 = engine.now();
-            let anchors = &plan.anchors[plan.batch_rows(j)];
-            let mut batch = gather(anchors, &vars, &chunks, index, epoch, &engine.recycler)?;
+            let rows = &plan.anchors[plan.batch_rows(j)];
+            let at = BatchAt { index, epoch, patching: patching.as_ref() };
+            let mut batch = gather(rows, &vars, &chunks, &at, &engine.recycler)?;
             drop(chunks);
             let t1 = engine.now();
             for t in transforms.iter() {
@@ -334,26 +362,48 @@ impl Drop for Driver {
     }
 }
 
-/// Copy each row's sample out of its chunk: one contiguous copy per row and variable.
-fn gather(
-    anchors: &[u64],
-    vars: &[GatherVar],
-    chunks: &HashMap<ChunkKey, Arc<Chunk>>,
+/// Where a batch sits: its index and epoch, and how its rows are cut.
+struct BatchAt<'a> {
     index: usize,
     epoch: u64,
+    patching: Option<&'a Patching>,
+}
+
+/// Copy each row's sample (or its patch) out of its chunk: one contiguous copy per row and
+/// variable, or one per row of the patch.
+fn gather(
+    rows: &[u64],
+    vars: &[GatherVar],
+    chunks: &HashMap<ChunkKey, Arc<Chunk>>,
+    at: &BatchAt<'_>,
     recycler: &Arc<crate::array::Recycler>,
 ) -> Result<Batch> {
+    let patcher = at.patching.map(|p| p.patcher.as_ref());
+    let anchors: Vec<u64> = match patcher {
+        Some(p) => rows.iter().map(|&r| p.sample_of(r)).collect(),
+        None => rows.to_vec(),
+    };
+    let patches = at.patching.map(|p| {
+        let mut origins = Vec::with_capacity(rows.len() * p.patcher.dims.len());
+        for &r in rows {
+            p.patcher.origin(r, p.seed, at.epoch, p.split, &mut origins);
+        }
+        BatchPatches { dims: p.patcher.dims.clone(), size: p.patcher.size.clone(), origins }
+    });
     let mut batch = Batch {
         arrays: Default::default(),
-        sample_indices: anchors.to_vec(),
+        sample_indices: anchors,
         offsets: vars.iter().map(|v| (v.label.clone(), v.offset)).collect(),
-        index,
-        epoch,
+        index: at.index,
+        epoch: at.epoch,
+        patches: None,
     };
     for v in vars {
         let row = v.sample_bytes;
-        let mut out = recycler.take(row * anchors.len());
-        for &t in anchors {
+        let inner = v.out_inner(patcher);
+        let out_row = inner.iter().product::<usize>() * v.dtype.size();
+        let mut out = recycler.take(out_row * rows.len());
+        for (i, &t) in batch.sample_indices.iter().enumerate() {
             let s = (i128::from(t) + i128::from(v.offset)) as u64;
             let key = ChunkKey { path: v.path, chunk: s / v.spc };
             let w = (s % v.spc) as usize;
@@ -361,13 +411,20 @@ fn gather(
             let src = chunk.data.bytes().get(w * row..(w + 1) * row).ok_or_else(|| {
                 Error::Internal(format!("chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape()))
             })?;
-            out.extend_from_slice(src);
+            match (&v.patch, &patches, patcher) {
+                (Some(dims), Some(bp), Some(p)) => {
+                    let cut = (dims, bp.origin(i), p.size.as_slice());
+                    copy_patch(src, &v.inner, v.dtype.size(), cut, |run| out.extend_from_slice(run));
+                }
+                _ => out.extend_from_slice(src),
+            }
         }
-        let shape = std::iter::once(anchors.len()).chain(v.inner.iter().copied()).collect();
+        let shape = std::iter::once(rows.len()).chain(inner).collect();
         batch
             .arrays
             .insert(v.label.clone(), NdArray::new(v.dtype, shape, out).map_err(Error::Config)?.recycled_by(recycler));
     }
+    batch.patches = patches;
     Ok(batch)
 }
 

@@ -77,8 +77,10 @@ pub struct Use {
 /// Everything the driver needs to run one pass.
 #[derive(Debug, Clone, Default)]
 pub struct PassPlan {
-    /// Anchors in draw order.
+    /// Rows in draw order: anchors, or with patches rows of `per_sample` per anchor.
     pub anchors: Vec<u64>,
+    /// Rows per anchor (1 without patches): row `r` reads anchor `r / per_sample`.
+    pub per_sample: u64,
     /// Rows per batch (the last may be short).
     pub batch_size: usize,
     /// Uses in admission (first-use) order.
@@ -92,9 +94,10 @@ pub struct PassPlan {
 }
 
 impl PassPlan {
-    /// Plan a pass over `order` for `vars`.
-    pub fn build(order: &DrawOrder, vars: &[PlanVar], batch_size: usize) -> Self {
+    /// Plan a pass over `order` (rows of `per_sample` per anchor) for `vars`.
+    pub fn build(order: &DrawOrder, vars: &[PlanVar], batch_size: usize, per_sample: u64) -> Self {
         let bs = batch_size.max(1);
+        let per_sample = per_sample.max(1);
         let n_rows = order.len();
         let n_batches = n_rows.div_ceil(bs);
         let mut uses: Vec<Use> = Vec::new();
@@ -106,7 +109,7 @@ impl PassPlan {
             in_block.clear();
             for r in order.bounds[b]..order.bounds[b + 1] {
                 let j = r / bs;
-                let t = order.anchors[r];
+                let t = order.anchors[r] / per_sample;
                 for (vi, v) in vars.iter().enumerate() {
                     let key = v.key_of(t);
                     let u = *in_block.entry(key).or_insert_with(|| {
@@ -144,7 +147,7 @@ impl PassPlan {
         for (i, u) in uses.iter().enumerate() {
             releases[u.last_batch].push(i as u32);
         }
-        Self { anchors: order.anchors.clone(), batch_size: bs, uses, batch_uses, releases, row_uses }
+        Self { anchors: order.anchors.clone(), per_sample, batch_size: bs, uses, batch_uses, releases, row_uses }
     }
 
     /// Number of batches.
@@ -286,7 +289,7 @@ mod tests {
             split: Split::Train,
         });
         let vars = [PlanVar { path: 0, offset: 0, spc: 4 }, PlanVar { path: 0, offset: 1, spc: 4 }];
-        let plan = PassPlan::build(&order, &vars, 3);
+        let plan = PassPlan::build(&order, &vars, 3, 1);
         assert_eq!(plan.n_batches(), 8);
         // Every row's uses belong to its batch and cover its keys.
         for j in 0..plan.n_batches() {

@@ -113,6 +113,10 @@ pub struct Checkpoint {
     /// a resume partitions that segment as it was, whatever the dataset says now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_ranks: Option<usize>,
+    /// Rows per sample when the dataset cuts patches (absent without): positions count rows,
+    /// so a resume under other patch options is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_per_sample: Option<u64>,
 }
 
 impl Checkpoint {
@@ -204,6 +208,7 @@ pub fn rank_pass(spec: &OrderSpec<'_>, sh: &Sharding, resume: Option<&Checkpoint
         batches: 0,
         history: Vec::new(),
         node_ranks: sh.node_ranks,
+        rows_per_sample: None,
     };
     let start = match resume {
         None => fresh,

@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
+use insitubatch_native::core::patch::{self, PatchAxis, PatchOptions};
 use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
 use insitubatch_native::core::{DType, ReadPolicy, Result as CoreResult, Split};
 use insitubatch_native::{
@@ -232,6 +233,10 @@ impl Session {
         if self.print_sample_indices {
             let list: Vec<String> = b.sample_indices.iter().map(u64::to_string).collect();
             outln!("samples {} {} {}", b.epoch, b.index, list.join(","));
+            if let Some(p) = &b.patches {
+                let rows: Vec<String> = (0..b.len()).map(|i| format!("{:?}", p.origin(i))).collect();
+                outln!("patches {} {} {}", b.epoch, b.index, rows.join(";").replace(' ', ""));
+            }
             let _ = std::io::stdout().flush();
         }
         *at = it.checkpoint();
@@ -342,6 +347,20 @@ struct Knobs {
     /// reshuffled, so with a --shared-cache per node later epochs read from it.
     #[arg(long, value_name = "K")]
     node_affinity: Option<usize>,
+    /// Cut each sample into patches: AXIS=SIZE per patched axis (a dimension name or an axis
+    /// index), e.g. lat=128,lon=128. Batch rows are then patches; each chunk is still read once.
+    #[arg(long, value_name = "AXIS=SIZE,...", value_parser = parse_axis_sizes)]
+    patch: Option<AxisSizes>,
+    /// grid: every patch of a grid (stepping --patch-stride); random: --patches-per-sample
+    /// patches at random origins per sample and epoch.
+    #[arg(long, default_value = "grid", requires = "patch")]
+    patch_mode: String,
+    /// The grid's step per axis, AXIS=STEP (default: the patch size; smaller overlaps).
+    #[arg(long, value_name = "AXIS=STEP,...", value_parser = parse_axis_sizes, requires = "patch")]
+    patch_stride: Option<AxisSizes>,
+    /// Random patches per sample and epoch (default 1).
+    #[arg(long, requires = "patch")]
+    patches_per_sample: Option<u64>,
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
@@ -410,6 +429,14 @@ fn parse_fractions(s: &str) -> Result<Fractions, String> {
     }
 }
 
+/// `AXIS=N,...` parsed by core (one value: clap would take a `Vec` for a repeated flag).
+#[derive(Debug, Clone)]
+struct AxisSizes(Vec<(PatchAxis, u64)>);
+
+fn parse_axis_sizes(s: &str) -> Result<AxisSizes, String> {
+    patch::parse_axis_sizes(s).map(AxisSizes).map_err(|e| e.to_string())
+}
+
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.to_string()))
@@ -463,6 +490,14 @@ impl Knobs {
 
     /// The `--scale` / `--scaler` chunk transform: the one StandardScaler (core), its file
     /// format from `insitubatch_native::scaler_file`.
+    /// `--patch` and its companions as the engine's options (core decides what they mean).
+    fn patch(&self) -> Result<Option<PatchOptions>> {
+        let Some(size) = &self.patch else { return Ok(None) };
+        let stride = self.patch_stride.as_ref().map(|s| s.0.clone());
+        let options = PatchOptions::from_parts(size.0.clone(), &self.patch_mode, stride, self.patches_per_sample)?;
+        Ok(Some(options))
+    }
+
     fn chunk_transforms(&self) -> Result<Vec<insitubatch_native::core::transform::Scoped>> {
         use insitubatch_native::core::scaler::{ArrayStats, StandardScaler, Stat};
         let scaler = match (&self.scale, &self.scaler) {
@@ -501,6 +536,7 @@ impl Knobs {
 
 fn open_ds(url: &str, knobs: &Knobs, mut opts: OpenOptions) -> Result<NativeDataset> {
     opts.chunk_transforms = knobs.chunk_transforms()?;
+    opts.dataset.patch = knobs.patch()?;
     let ds = open(url, opts)?;
     ds.set_epoch(knobs.epoch);
     Ok(ds)

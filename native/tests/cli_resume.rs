@@ -175,6 +175,7 @@ fn a_checkpoint_that_does_not_fit_is_refused_saying_why() {
         batches: 1,
         history: vec![],
         node_ranks: None,
+        rows_per_sample: None,
     };
     std::fs::write(&file, c.to_json()).unwrap();
     let out = cli("bench", &["--resume", file.to_str().unwrap()]).output().unwrap();
@@ -192,4 +193,47 @@ fn a_checkpoint_that_does_not_fit_is_refused_saying_why() {
     // The checkpoint decides the epoch: giving one too is refused by the parser.
     let out = cli("bench", &["--resume", file.to_str().unwrap(), "--epoch", "1"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `--print-sample-indices` prints a patched batch's origins too: one `[lat,lon]` per row.
+fn printed_patches(stdout: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("patches "))
+        .map(|rest| rest.split(' ').nth(2).unwrap().split(';').map(str::to_string).collect())
+        .collect()
+}
+
+#[test]
+fn patches_from_the_cli_cover_every_grid_patch_once_and_resume_exactly() {
+    let patch = ["--patch", "lat=45,lon=90"];
+    let out = cli("bench", &[&patch[..], &["--epoch", "1"]].concat()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (whole, origins) = (printed(&stdout), printed_patches(&stdout));
+    // The demo field is 91 x 180: a 2 x 2 grid of patches per sample (the last row is not drawn).
+    let rows: Vec<(u64, String)> =
+        whole.iter().zip(&origins).flat_map(|((_, _, s), o)| s.iter().copied().zip(o.iter().cloned())).collect();
+    let unique: std::collections::BTreeSet<&(u64, String)> = rows.iter().collect();
+    assert_eq!(unique.len(), rows.len(), "a (sample, patch) twice");
+    let samples: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(rows.len(), samples.len() * 4);
+    for o in ["[0,0]", "[0,90]", "[45,0]", "[45,90]"] {
+        assert!(rows.iter().any(|r| r.1 == o), "origin {o} never drawn");
+    }
+
+    let file = dir().join("patches.ckpt.json");
+    let (head, code, _) = interrupted("bench", &[&patch[..], &["--epoch", "1"]].concat(), 2, &file, libc::SIGTERM);
+    assert_eq!(code, 143);
+    assert_eq!(read_checkpoint(&file).rows_per_sample, Some(4));
+    let tail = run("bench", &[&patch[..], &["--resume", file.to_str().unwrap()]].concat());
+    let joined: Vec<Printed> = head.iter().chain(&tail).cloned().collect();
+    assert_eq!(joined, whole, "the interrupted and resumed runs differ from the uninterrupted one");
+    let out = cli("bench", &["--resume", file.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("4 rows per sample"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -27,11 +27,11 @@ use insitubatch_core::engine::ReadPolicy;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
 use insitubatch_core::split::{SplitManifest as CoreManifest, SplitOptions};
 use insitubatch_core::transform::{BatchTransform, Scoped};
-use insitubatch_core::{BatchStream, DType, Error as CoreError, NdArray, Split};
+use insitubatch_core::{BatchStream, DType, Error as CoreError, NdArray, PatchAxis, PatchOptions, Split};
 use insitubatch_native::{CacheOptions, NativeError, NativeRuntime, OpenOptions};
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -504,6 +504,40 @@ fn hedge_from(v: &Bound<'_, PyAny>) -> PyResult<Option<HedgePolicy>> {
     Ok(Some(h))
 }
 
+/// Python's patch keys (a dimension name, or an axis index) as core's axes.
+fn patch_axes(pairs: &[(Bound<'_, PyAny>, u64)]) -> PyResult<Vec<(PatchAxis, u64)>> {
+    pairs
+        .iter()
+        .map(|(k, n)| {
+            let axis = if let Ok(a) = k.extract::<usize>() {
+                PatchAxis::Axis(a)
+            } else if let Ok(name) = k.extract::<String>() {
+                PatchAxis::Name(name)
+            } else {
+                return Err(PyTypeError::new_err(format!(
+                    "a patch axis is a dimension name or an axis index, got {}",
+                    k.repr()?
+                )));
+            };
+            Ok((axis, *n))
+        })
+        .collect()
+}
+
+/// A batch's patches for Python: the `(rows, axes)` int64 origins and the axis names, or
+/// `(None, ())` for whole samples.
+pub(crate) fn patches_to_py<'py>(
+    py: Python<'py>,
+    patches: Option<&insitubatch_core::BatchPatches>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let Some(p) = patches else {
+        return Ok((py.None().into_bound(py), PyTuple::empty(py).into_any()));
+    };
+    let flat = i64_numpy(py, p.origins.iter().copied())?;
+    let origins = flat.call_method1("reshape", ((-1i64, p.dims.len()),))?;
+    Ok((origins, PyTuple::new(py, &p.dims)?.into_any()))
+}
+
 #[pymethods]
 impl NativeDataset {
     /// `store`: a URL, an obstore store or a zarr store ([`StoreArg`]). `variables`:
@@ -519,7 +553,8 @@ impl NativeDataset {
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
                         persist = false, readonly_cache = false, reset_stale_cache = false, shared_cache = false,
                         rank = 0, world_size = 1, node_ranks = None, first_block_chunks = None,
-                        read_policy = None))]
+                        read_policy = None, patch = None, patch_mode = "grid", patch_stride = None,
+                        patches_per_sample = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -547,8 +582,24 @@ impl NativeDataset {
         node_ranks: Option<usize>,
         first_block_chunks: Option<usize>,
         read_policy: Option<Bound<'_, PyDict>>,
+        patch: Option<Vec<(Bound<'_, PyAny>, u64)>>,
+        patch_mode: &str,
+        patch_stride: Option<Vec<(Bound<'_, PyAny>, u64)>>,
+        patches_per_sample: Option<u64>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
+        let patch = match patch {
+            None => None,
+            Some(size) => Some(
+                PatchOptions::from_parts(
+                    patch_axes(&size)?,
+                    patch_mode,
+                    patch_stride.as_deref().map(patch_axes).transpose()?,
+                    patches_per_sample,
+                )
+                .map_err(core_err)?,
+            ),
+        };
         let read_policy = read_policy_from(read_policy.as_ref(), on_bad_chunk)?;
         let errors: ErrSlot = Arc::default();
         let chunk_transforms: Vec<Scoped> = chunk_transforms
@@ -579,6 +630,7 @@ impl NativeDataset {
                 rank,
                 world_size,
                 node_ranks,
+                patch,
             },
             threads,
             storage_options,
@@ -792,6 +844,7 @@ impl NativeStream {
                 for (label, o) in &batch.offsets {
                     offsets.set_item(label, o)?;
                 }
+                let (origins, dims) = patches_to_py(py, batch.patches.as_ref())?;
                 Ok(Some(PyTuple::new(
                     py,
                     [
@@ -800,6 +853,8 @@ impl NativeStream {
                         offsets.into_any(),
                         batch.index.into_pyobject(py)?.into_any(),
                         batch.epoch.into_pyobject(py)?.into_any(),
+                        origins,
+                        dims,
                     ],
                 )?))
             }

@@ -252,7 +252,7 @@ impl BatchTransform for PyBatchFn {
     }
 
     fn apply(&self, batch: Batch) -> insitubatch_core::Result<Batch> {
-        let Batch { arrays, sample_indices, offsets, index, epoch } = batch;
+        let Batch { arrays, sample_indices, offsets, index, epoch, patches } = batch;
         with_python(|py| {
             let run = || -> PyResult<Batch> {
                 let d = PyDict::new(py);
@@ -265,7 +265,8 @@ impl BatchTransform for PyBatchFn {
                     offs.set_item(label, o)?;
                 }
                 let cls = py.import("insitubatch_rs")?.getattr("Batch")?;
-                let arg = cls.call1((d, idx, offs, index, epoch))?;
+                let (origins, dims) = crate::patches_to_py(py, patches.as_ref())?;
+                let arg = cls.call1((d, idx, offs, index, epoch, origins, dims))?;
                 let out = self.func.bind(py).call1((arg,))?;
                 let mut new_arrays = BTreeMap::new();
                 for item in out.call_method0("items")?.try_iter()? {
@@ -298,7 +299,9 @@ impl BatchTransform for PyBatchFn {
                         )));
                     }
                 }
-                Ok(Batch { arrays: new_arrays, sample_indices: new_idx, offsets: new_offsets, index, epoch })
+                // Patches follow their rows: a transform that changes the rows drops them.
+                let patches = patches.filter(|p| p.origins.len() == new_idx.len() * p.dims.len());
+                Ok(Batch { arrays: new_arrays, sample_indices: new_idx, offsets: new_offsets, index, epoch, patches })
             };
             run().map_err(|e| fail(py, &self.errors, &self.name, e))
         })?

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::hedge::Hedger;
 use crate::pass::GatherVar;
+use crate::patch::{PatchAxis, PatchOptions, PatchedDims, Patcher};
 use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks};
 use crate::pool::Pool;
 use crate::reads::Coalescer;
@@ -290,6 +291,61 @@ impl DatasetBuilder {
     }
 }
 
+/// Where `options`' axes lie in the variable `label` read by `reader`: the patch dimensions
+/// (positions among its inner dimensions), their names and lengths; `None` when it has none
+/// of them.
+///
+/// # Errors
+/// [`Error::Config`] when it has some of them only, a patched axis is its sample axis, or a
+/// chunk transform changes its inner shape (the patch would not be where the names say).
+fn patched_axes(options: &PatchOptions, label: &str, reader: &ArrayReader) -> Result<Option<PatchedVar>> {
+    let g = &reader.geom;
+    let names = reader.zarr.dimension_names().unwrap_or_default();
+    let physical: Vec<Option<usize>> = options
+        .size
+        .iter()
+        .map(|(axis, _)| match axis {
+            PatchAxis::Axis(a) => (*a < g.shape.len()).then_some(*a),
+            PatchAxis::Name(n) => names.iter().position(|d| d.as_deref() == Some(n.as_str())),
+        })
+        .collect();
+    if physical.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let refuse = |why: String| Err(Error::Config(format!("cannot cut patches from {label:?}: {why}")));
+    let Some(physical) = physical.into_iter().collect::<Option<Vec<usize>>>() else {
+        return refuse(format!("it has some of the patched axes only ({:?} of {names:?})", options.size));
+    };
+    if let Some(a) = physical.iter().find(|&&a| a == g.sample_axis) {
+        return refuse(format!("axis {a} is its sample axis; patch inner axes only"));
+    }
+    let inner: Vec<usize> = g.inner_shape().iter().map(|&d| d as usize).collect();
+    if reader.out_inner != inner {
+        return refuse(format!(
+            "a chunk transform changes its sample shape from {inner:?} to {:?}; patch before transforming, or \
+             scope the transform to other arrays",
+            reader.out_inner
+        ));
+    }
+    let inner_axes: Vec<usize> = g.inner_axes().collect();
+    let dims = physical.iter().map(|a| inner_axes.iter().position(|x| x == a).unwrap_or(0)).collect();
+    let labels =
+        physical.iter().map(|&a| names.get(a).cloned().flatten().unwrap_or_else(|| format!("axis{a}"))).collect();
+    Ok(Some(PatchedVar {
+        dims: PatchedDims(dims),
+        names: labels,
+        extent: physical.iter().map(|&a| g.shape[a]).collect(),
+    }))
+}
+
+/// One variable's patched axes: where they lie among its inner dimensions, their names and
+/// lengths.
+struct PatchedVar {
+    dims: PatchedDims,
+    names: Vec<String>,
+    extent: Vec<u64>,
+}
+
 /// `items` without repeats, in first-seen order.
 fn distinct(items: impl Iterator<Item = String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -336,10 +392,12 @@ impl Assembly {
         self.check_manifest(n_samples)?;
         self.check_transform_scopes()?;
         self.check_unique_labels()?;
-        let Readers { readers, plan_vars, gather_vars } = self.readers()?;
+        let Readers { readers, plan_vars, mut gather_vars } = self.readers()?;
+        let patcher = self.patcher(&readers, &mut gather_vars)?;
         let offsets: Vec<i64> = self.variables.iter().map(|v| v.geometry.offset).collect();
         let anchor_range = valid_anchor_range(&offsets, n_samples);
-        let residency = self.residency(&readers, &plan_vars, anchor_range);
+        let per_sample = patcher.as_ref().map_or(1, |p| p.per_sample());
+        let residency = self.residency(&readers, &plan_vars, anchor_range, per_sample);
         let tier = self.open_tier(&readers)?;
         let read_once_bytes = self.read_once_bytes(&residency, tier.as_ref());
         self.check_budget(residency.floor_max)?;
@@ -388,6 +446,7 @@ impl Assembly {
                 block_chunks: residency.block_chunks,
                 first_block_chunks: residency.first_block_chunks,
                 anchor_range,
+                patcher,
                 unit_chunks,
                 epoch: AtomicU64::new(0),
                 last_pass: Arc::new(Mutex::new(None)),
@@ -479,6 +538,7 @@ impl Assembly {
                 inner: reader.out_inner.clone(),
                 sample_bytes: usize::try_from(reader.out_sample_bytes())
                     .map_err(|_| Error::Geometry(format!("one sample of {:?} does not fit in memory", v.label)))?,
+                patch: None,
             });
         }
         Ok(out)
@@ -510,22 +570,75 @@ impl Assembly {
         ArrayReader::new(Arc::new((*zarr).clone()), base, transforms)
     }
 
-    /// Block size (widened so a block holds a batch) and the residency floor over every view.
-    fn residency(&self, readers: &[ArrayReader], plan_vars: &[PlanVar], anchor_range: (u64, u64)) -> Residency {
+    /// The patch arithmetic, with each patched variable's patch dimensions set in `gather_vars`
+    /// (`None` without patches). A variable with every patched axis is patched, one with none
+    /// is read whole; one with some, or patched axes of another length, is refused.
+    fn patcher(&self, readers: &[ArrayReader], gather_vars: &mut [GatherVar]) -> Result<Option<Arc<Patcher>>> {
+        let Some(options) = &self.options.patch else { return Ok(None) };
+        if options.size.is_empty() {
+            return Err(Error::Config("patch names no axis; give a size per patched axis, e.g. {\"lat\": 128}".into()));
+        }
+        let mut field: Option<(String, Vec<String>, Vec<u64>)> = None;
+        for gv in gather_vars.iter_mut() {
+            let reader = &readers[gv.path as usize];
+            let Some(PatchedVar { dims, names, extent }) = patched_axes(options, &gv.label, reader)? else { continue };
+            match &field {
+                Some((first, _, e)) if *e != extent => {
+                    return Err(Error::Config(format!(
+                        "patched axes have length {e:?} in {first:?} but {extent:?} in {:?}; patch variables of one \
+                         grid, or name the arrays to read",
+                        gv.label
+                    )));
+                }
+                Some(_) => {}
+                None => field = Some((gv.label.clone(), names, extent)),
+            }
+            gv.patch = Some(dims);
+        }
+        let Some((_, names, extent)) = field else {
+            let axes: Vec<String> = options.size.iter().map(|(a, _)| a.to_string()).collect();
+            return Err(Error::Config(format!(
+                "patch names {} but no variable has {}; name dimensions from the arrays' dimension_names or \
+                 _ARRAY_DIMENSIONS, or physical axis indices",
+                axes.join(", "),
+                if axes.len() == 1 { "it" } else { "them all" }
+            )));
+        };
+        Ok(Some(Arc::new(Patcher::new(options, names, extent)?)))
+    }
+
+    /// Block size (widened so a block holds a batch of rows) and the residency floor over
+    /// every view.
+    fn residency(
+        &self,
+        readers: &[ArrayReader],
+        plan_vars: &[PlanVar],
+        anchor_range: (u64, u64),
+        per_sample: u64,
+    ) -> Residency {
         let m = &self.manifest;
         let o = &self.options;
         let ref_spc = m.sample_chunk_size;
         let all_chunks = m.chunks_of(Split::All);
-        let block_chunks =
-            widen_block_chunks(o.block_chunks, o.batch_size, &all_chunks, ref_spc, m.n_samples, anchor_range);
+        // Blocks are widened in rows: patches make a chunk hold `per_sample` rows per sample.
+        let rows_range = (anchor_range.0 * per_sample, anchor_range.1 * per_sample);
+        let widen = |asked: usize| {
+            widen_block_chunks(
+                asked,
+                o.batch_size,
+                &all_chunks,
+                ref_spc * per_sample,
+                m.n_samples * per_sample,
+                rows_range,
+            )
+        };
+        let block_chunks = widen(o.block_chunks);
         if block_chunks > o.block_chunks {
             tracing::info!(requested = o.block_chunks, block_chunks, "block_chunks widened so a block holds a batch");
         }
         // A smaller first block must hold a batch too, or the first batch would reach into
         // the second block and wait for its chunks after all.
-        let first_block_chunks = o.first_block_chunks.map_or(block_chunks, |asked| {
-            widen_block_chunks(asked, o.batch_size, &all_chunks, ref_spc, m.n_samples, anchor_range).min(block_chunks)
-        });
+        let first_block_chunks = o.first_block_chunks.map_or(block_chunks, |asked| widen(asked).min(block_chunks));
         let floor_arrays: Vec<FloorArray> = (0u32..)
             .zip(readers)
             .map(|(i, r)| FloorArray {

@@ -14,7 +14,8 @@ pub use probe::{EpochPrediction, PROBE_CHUNKS, ProbeReport};
 use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
-use crate::pass::{BatchStream, GatherVar, PassSpec, ShardInfo, StatsSink, drive};
+use crate::pass::{BatchStream, GatherVar, PassSpec, Patching, ShardInfo, StatsSink, drive};
+use crate::patch::{PatchOptions, Patcher};
 use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
 use crate::pool::PoolCounters;
 use crate::runtime::{Runtime, Storage};
@@ -83,6 +84,9 @@ pub struct DatasetOptions {
     /// ranks sharing a node's `cache_dir` read epoch 2 from it (`shard.rs`, step 2). `None`:
     /// the specified partition.
     pub node_ranks: Option<usize>,
+    /// Spatial patches: each sample cut into patches on some inner axes (`patch.rs`); `None`:
+    /// whole samples.
+    pub patch: Option<PatchOptions>,
 }
 
 impl Default for DatasetOptions {
@@ -101,6 +105,7 @@ impl Default for DatasetOptions {
             rank: 0,
             world_size: 1,
             node_ranks: None,
+            patch: None,
         }
     }
 }
@@ -140,6 +145,8 @@ struct Inner {
     block_chunks: usize,
     first_block_chunks: usize,
     anchor_range: (u64, u64),
+    /// The patch arithmetic (`None`: whole samples).
+    patcher: Option<Arc<Patcher>>,
     unit_chunks: u64,
     epoch: AtomicU64,
     last_pass: StatsSink,
@@ -255,13 +262,31 @@ impl Dataset {
         }
     }
 
+    /// A sample-axis count in rows: itself, or times the patches per sample.
+    fn rows(&self, samples: u64) -> u64 {
+        self.inner.patcher.as_ref().map_or(samples, |p| p.rows(samples))
+    }
+
+    /// Rows per sample: 1, or the patches per sample.
+    pub fn rows_per_sample(&self) -> u64 {
+        self.rows(1)
+    }
+
+    /// The patch arithmetic, when the dataset cuts patches.
+    pub fn patcher(&self) -> Option<&Patcher> {
+        self.inner.patcher.as_deref()
+    }
+
+    /// The order's inputs. Over rows: with patches, a sample axis `per_sample` times longer
+    /// under the same chunk ids (`patch.rs`).
     fn order_spec<'a>(&self, split: Split, epoch: u64, chunks: &'a [u64]) -> OrderSpec<'a> {
         let i = &self.inner;
+        let (lo, hi) = i.anchor_range;
         OrderSpec {
             chunk_ids: chunks,
-            ref_spc: i.manifest.sample_chunk_size,
-            n_samples: i.manifest.n_samples,
-            anchor_range: i.anchor_range,
+            ref_spc: self.rows(i.manifest.sample_chunk_size),
+            n_samples: self.rows(i.manifest.n_samples),
+            anchor_range: (self.rows(lo), self.rows(hi)),
             block_chunks: i.block_chunks,
             first_block_chunks: i.first_block_chunks,
             shuffle: i.options.shuffle && split == Split::Train,
@@ -285,8 +310,20 @@ impl Dataset {
 
     /// This rank's pass over `split` at `epoch`, resumed from `resume` when given.
     fn rank_pass(&self, split: Split, epoch: u64, resume: Option<&Checkpoint>) -> Result<RankPass> {
+        let per_sample = self.rows_per_sample();
+        if let Some(c) = resume
+            && c.rows_per_sample.unwrap_or(1) != per_sample
+        {
+            return Err(Error::Config(format!(
+                "the checkpoint counts {} rows per sample (patches) but this dataset cuts {per_sample}; resume with \
+                 the checkpoint's patch options",
+                c.rows_per_sample.unwrap_or(1)
+            )));
+        }
         let chunks = self.inner.manifest.chunks_of(split);
-        rank_pass(&self.order_spec(split, epoch, &chunks), &self.sharding(), resume)
+        let mut pass = rank_pass(&self.order_spec(split, epoch, &chunks), &self.sharding(), resume)?;
+        pass.start.rows_per_sample = (per_sample > 1).then_some(per_sample);
+        Ok(pass)
     }
 
     /// Reference chunks per rank-assignment unit (`shard.rs`): 1 unless a variable is chunked
@@ -306,8 +343,18 @@ impl Dataset {
     }
 
     /// The anchors this rank draws in one epoch of a view, in order (what the batches will
-    /// carry): with one rank, the whole epoch.
+    /// carry): with one rank, the whole epoch. With patches, a sample once per patch drawn.
     pub fn draw_order(&self, split: Split, epoch: u64) -> Vec<u64> {
+        let rows = self.draw_rows(split, epoch);
+        match &self.inner.patcher {
+            Some(p) => rows.into_iter().map(|r| p.sample_of(r)).collect(),
+            None => rows,
+        }
+    }
+
+    /// The rows this rank draws in one epoch of a view, in order: [`Self::draw_order`] without
+    /// patches; with them, row `r` is patch `r % per_sample` of sample `r / per_sample`.
+    pub fn draw_rows(&self, split: Split, epoch: u64) -> Vec<u64> {
         self.rank_pass(split, epoch, None).map(|p| p.order.anchors).unwrap_or_default()
     }
 
@@ -364,13 +411,14 @@ impl Dataset {
             batches: 0,
             history: Vec::new(),
             node_ranks: o.node_ranks,
+            rows_per_sample: (self.rows_per_sample() > 1).then(|| self.rows_per_sample()),
         }
     }
 
     fn start(&self, split: Split, rank: RankPass) -> Result<BatchStream> {
         let i = &self.inner;
         let epoch = rank.start.epoch;
-        let plan = Arc::new(PassPlan::build(&rank.order, &i.plan_vars, i.options.batch_size));
+        let plan = Arc::new(PassPlan::build(&rank.order, &i.plan_vars, i.options.batch_size, self.rows_per_sample()));
         let floor = self.floor(split);
         let need = plan.peak_bytes(|k| i.engine.arrays[k.path as usize].charge(k.chunk));
         // A re-partitioned (elastic) segment is blocked greedily over partly consumed chunks, so
@@ -397,6 +445,7 @@ impl Dataset {
             max_gathers: max_gathers(i.engine.cpu.parallelism()),
             max_ahead: max_batches_ahead(i.options.prefetch_depth, i.engine.cpu.parallelism()),
             ahead_uses: AHEAD_BLOCKS * i.block_chunks * i.plan_vars.len(),
+            patching: i.patcher.as_ref().map(|p| Patching { patcher: Arc::clone(p), seed: i.options.seed, split }),
         };
         let (task, abort) = futures::future::abortable(drive(spec, tx));
         i.engine.runtime.executor.spawn(Box::pin(async move {
@@ -454,5 +503,7 @@ pub async fn open(storage: Arc<dyn Storage>, runtime: Runtime, options: OpenOpti
     builder.open().await
 }
 
+#[cfg(test)]
+mod patch_tests;
 #[cfg(test)]
 mod tests;

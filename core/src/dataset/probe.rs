@@ -212,7 +212,7 @@ impl Dataset {
     fn epoch_chunks(&self, split: Split, epoch: u64) -> Result<EpochChunks> {
         let i = &self.inner;
         let pass = self.rank_pass(split, epoch, None)?;
-        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.batch_size);
+        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.batch_size, self.rows_per_sample());
         let mut seen = HashSet::new();
         let keys: Vec<ChunkKey> = plan.uses.iter().map(|u| u.key).filter(|k| seen.insert(*k)).collect();
         let charge = |k: &ChunkKey| i.engine.arrays[k.path as usize].charge(k.chunk);

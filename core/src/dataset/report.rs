@@ -43,7 +43,7 @@ impl Dataset {
     fn reread_bytes_max(&self) -> u64 {
         let i = &self.inner;
         let Ok(pass) = self.rank_pass(Split::Train, self.epoch(), None) else { return 0 };
-        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.batch_size);
+        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.batch_size, self.rows_per_sample());
         let mut seen = HashSet::new();
         plan.uses
             .iter()
@@ -138,6 +138,7 @@ impl Dataset {
                 ),
             ));
         }
+        notes.extend(self.patch_note());
         if i.first_block_chunks < i.block_chunks {
             let c = self.first_block_cost(self.epoch());
             notes.push(Note::new(
@@ -153,6 +154,31 @@ impl Dataset {
             ));
         }
         notes
+    }
+
+    /// With patches: how a sample is cut, and what a patch costs in reads (its whole chunk:
+    /// reading only the tiles a patch touches is not built yet).
+    fn patch_note(&self) -> Option<Note> {
+        let p = self.patcher()?;
+        let field: u64 = p.extent.iter().product();
+        let patch: u64 = p.size.iter().product();
+        let how = match p.mode_name() {
+            "grid" => format!("every patch of a grid, {} per sample", p.per_sample()),
+            _ => format!("{} at random origins per sample and epoch", p.per_sample()),
+        };
+        Some(Note::new(
+            "patches",
+            Severity::Note,
+            "dataset",
+            format!(
+                "rows are patches of {:?} on {:?} ({how}); each row is {:.1}% of its sample's field, and a patch's \
+                 chunk is read and held whole, so reads and memory are those of whole chunks (each chunk still once \
+                 per epoch)",
+                p.size,
+                p.dims,
+                100.0 * patch as f64 / field.max(1) as f64
+            ),
+        ))
     }
 
     /// With several ranks: the samples dropped to equal shares, and the variables whose

@@ -115,6 +115,7 @@ fn checkpoint(g: &Geo, world: usize, position: u64, history: Vec<Cut>) -> Checkp
         batches: position.div_ceil(g.batch as u64),
         history,
         node_ranks: None,
+        rows_per_sample: None,
     }
 }
 

@@ -206,11 +206,12 @@ class BatchIterator(Iterator[Batch]):
         if item is None:
             self._finish()
             raise StopIteration
-        arrays, idx, offsets, index, epoch = item
+        arrays, idx, offsets, index, epoch, origins, dims = item
         if not self._reuse:  # the escape hatch: batches in fresh memory, never a recycled buffer
             arrays = {k: np.array(v, copy=True) for k, v in arrays.items()}
             idx = np.array(idx, copy=True)
-        return Batch(arrays, idx, offsets, index, epoch)
+            origins = None if origins is None else np.array(origins, copy=True)
+        return Batch(arrays, idx, offsets, index, epoch, origins, dims)
 
     def __len__(self) -> int:
         return len(self._stream)
@@ -327,6 +328,14 @@ class InSituDataset:
     ``backoff_s``, ``request_timeout_s``; ``coalesce_gap_bytes`` and ``coalesce_max_bytes``
     (inner chunks of one shard this close are read by one request, up to that size);
     ``hedge=False`` never sends a second request for a slow read (docs/cloud.md).
+    ``patch``: cut each sample into patches, ``{axis: size}`` keyed by dimension name (the
+    arrays' ``dimension_names``/``_ARRAY_DIMENSIONS``) or axis index; a variable without
+    those axes is read whole. ``patch_mode="grid"`` draws every patch of a grid stepping
+    ``patch_stride`` (``{axis: step}``, default the size; a remainder narrower than a patch
+    at the far edge is not drawn); ``"random"`` draws ``patches_per_sample`` patches at
+    random origins per sample and epoch (default 1), the same for the same ``(seed, epoch)``.
+    Each batch row is then a patch (``batch.patch_origins``), every chunk is still read once
+    per epoch, and a patch's chunk is read whole (docs/patches.md).
 
     The split views are ``ds.train``, ``ds.val``, ``ds.test`` and ``ds.all`` (``View``); the
     arguments ``store``, ``chunk_transforms`` and ``batch_transforms`` stay attributes. After
@@ -383,6 +392,10 @@ class InSituDataset:
         node_affinity: bool | int = False,
         first_block_chunks: int | None = None,
         read_policy: Mapping[str, Any] | None = None,
+        patch: Mapping[str | int, int] | None = None,
+        patch_mode: str = "grid",
+        patch_stride: Mapping[str | int, int] | None = None,
+        patches_per_sample: int | None = None,
     ) -> None:
         self.store = store
         self._store = engine_store(store)
@@ -412,6 +425,16 @@ class InSituDataset:
         }
         self._reuse = _reuse_enabled()
         self._read_policy = None if read_policy is None else dict(read_policy)
+        self._patch: dict[str, Any] = {
+            "patch": None if patch is None else [(k, _count(f"patch[{k!r}]", v, 1)) for k, v in patch.items()],
+            "patch_mode": str(patch_mode),
+            "patch_stride": None
+            if patch_stride is None
+            else [(k, _count(f"patch_stride[{k!r}]", v, 1)) for k, v in patch_stride.items()],
+            "patches_per_sample": None
+            if patches_per_sample is None
+            else _count("patches_per_sample", patches_per_sample, 1),
+        }
         self._native = self._open(manifest, geometries, storage_options)
         if cache_dir is not None:
             for message in self._native.cache_warnings():
@@ -460,6 +483,7 @@ class InSituDataset:
                 world_size=self._world_size,
                 node_ranks=self._node_ranks,
                 read_policy=self._read_policy,
+                **self._patch,
                 **self._cache,
             )
 

@@ -219,7 +219,15 @@ class StandardScaler:
 def _storage_conformance(store: Any, can_list: bool = True) -> tuple[list[str], list[tuple[str, str]]]: ...
 def _storage_conformance_fixture() -> list[tuple[str, bytes]]: ...
 
-_BatchTuple = tuple[dict[str, np.ndarray], npt.NDArray[np.int64], dict[str, int], int, int]
+_BatchTuple = tuple[
+    dict[str, np.ndarray],
+    npt.NDArray[np.int64],
+    dict[str, int],
+    int,
+    int,
+    npt.NDArray[np.int64] | None,
+    tuple[str, ...],
+]
 
 @final
 class NativeStream:
@@ -259,6 +267,10 @@ class NativeDataset:
         node_ranks: int | None = None,
         first_block_chunks: int | None = None,
         read_policy: dict[str, Any] | None = ...,
+        patch: list[tuple[str | int, int]] | None = None,
+        patch_mode: str = "grid",
+        patch_stride: list[tuple[str | int, int]] | None = None,
+        patches_per_sample: int | None = None,
     ) -> Self: ...
     def probe(self, split: str, chunks: int) -> tuple[str, str]: ...
     def iter(self, split: str) -> NativeStream: ...

@@ -383,6 +383,11 @@ class Batch(Mapping[str, np.ndarray]):
     offsets: dict[str, int] = dataclasses.field(default_factory=dict)
     index: int = 0
     epoch: int = 0
+    #: With ``patch=...``: each row's patch start on each patched axis, ``(rows, len(patch_dims))``
+    #: int64; ``None`` for whole samples.
+    patch_origins: np.ndarray | None = None
+    #: The patched axes in ``patch_origins``' column order (dimension names, or ``axis{k}``).
+    patch_dims: tuple[str, ...] = ()
 
     def __getitem__(self, label: str) -> np.ndarray:
         return self.arrays[label]

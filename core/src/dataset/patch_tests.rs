@@ -1,0 +1,226 @@
+//! Patched datasets (`patch.rs`): every grid patch once per epoch, random patches per
+//! (seed, epoch), values equal to slicing the array, each chunk read once, resume and ranks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::dataset::{Dataset, DatasetOptions};
+use crate::patch::{PatchAxis, PatchMode, PatchOptions};
+use crate::runtime::{InlinePool, Runtime};
+use crate::shuffle::Split;
+use crate::split::SplitOptions;
+use crate::testing::{MemoryStorage, SimExecutor, write_f32_array};
+use crate::{Batch, Checkpoint, Error};
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
+const LIMIT: Duration = Duration::from_secs(60);
+/// `t2m` is (time 12, lat 6, lon 8), element value = flat index.
+const SHAPE: [u64; 3] = [12, 6, 8];
+
+/// A store with a patched `t2m` (tiled, or sharded over the same inner chunks) and a 1-d
+/// `toa` on the time axis only, which is read whole.
+fn store(sharded: bool) -> MemoryStorage {
+    let storage = MemoryStorage::new();
+    let dims = Some(&["time", "lat", "lon"][..]);
+    if sharded {
+        write_f32_array(&storage, "t2m", &SHAPE, &[4, 6, 8], Some(&[4, 3, 4]), dims, |i| i as f32);
+    } else {
+        write_f32_array(&storage, "t2m", &SHAPE, &[4, 3, 4], None, dims, |i| i as f32);
+    }
+    write_f32_array(&storage, "toa", &[12], &[4], None, Some(&["time"]), |i| 1000.0 + i as f32);
+    storage
+}
+
+fn open(storage: &MemoryStorage, patch: PatchOptions, options: DatasetOptions) -> (SimExecutor, Dataset) {
+    let sim = SimExecutor::new();
+    let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
+    let options = DatasetOptions { batch_size: 5, block_chunks: 1, seed: 3, patch: Some(patch), ..options };
+    let builder = Dataset::builder(Arc::new(storage.clone()), runtime)
+        .arrays(["t2m", "toa"])
+        .options(options)
+        .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..SplitOptions::default() });
+    let ds = sim.run(builder.open(), LIMIT).unwrap().unwrap();
+    (sim, ds)
+}
+
+fn named(size: &[(&str, u64)], mode: PatchMode) -> PatchOptions {
+    PatchOptions { size: size.iter().map(|&(n, s)| (PatchAxis::Name(n.into()), s)).collect(), mode }
+}
+
+fn epoch(sim: &SimExecutor, ds: &Dataset, epoch: u64) -> Vec<Batch> {
+    ds.set_epoch(epoch);
+    let stream = ds.iter(Split::Train).unwrap();
+    drain(sim, stream, None).0
+}
+
+fn drain(sim: &SimExecutor, mut s: crate::BatchStream, take: Option<usize>) -> (Vec<Batch>, Checkpoint) {
+    sim.run(
+        async move {
+            let mut out = Vec::new();
+            while take.is_none_or(|k| out.len() < k) {
+                let Some(b) = s.next_batch().await else { break };
+                out.push(b.unwrap());
+            }
+            (out, s.checkpoint())
+        },
+        LIMIT,
+    )
+    .unwrap()
+}
+
+/// Every row of every batch equals numpy-style slicing of the array at its sample and origin;
+/// returns the (sample, origin) of each row.
+fn check_values(batches: &[Batch], size: (u64, u64)) -> Vec<(u64, Vec<u64>)> {
+    let mut rows = Vec::new();
+    for b in batches {
+        let p = b.patches.as_ref().expect("a patched batch says its patches");
+        assert_eq!(p.dims, ["lat", "lon"]);
+        let t2m = b.view::<f32>("t2m").unwrap();
+        let toa = b.view::<f32>("toa").unwrap();
+        assert_eq!(t2m.shape(), &[b.len(), size.0 as usize, size.1 as usize]);
+        for (i, &t) in b.sample_indices.iter().enumerate() {
+            let o = p.origin(i);
+            for a in 0..size.0 {
+                for c in 0..size.1 {
+                    let want = (t * SHAPE[1] * SHAPE[2] + (o[0] + a) * SHAPE[2] + o[1] + c) as f32;
+                    assert_eq!(t2m[[i, a as usize, c as usize]], want, "sample {t} origin {o:?}");
+                }
+            }
+            assert_eq!(toa[[i]], 1000.0 + t as f32, "an unpatched variable is read whole");
+            rows.push((t, o.to_vec()));
+        }
+    }
+    rows
+}
+
+/// Reads of each chunk object (metadata aside) during one train epoch.
+fn epoch_reads(
+    storage: &MemoryStorage,
+    sim: &SimExecutor,
+    ds: &Dataset,
+    e: u64,
+) -> (Vec<Batch>, BTreeMap<String, u64>) {
+    let before: BTreeMap<String, u64> = storage.keys().iter().map(|k| (k.clone(), storage.reads_of(k))).collect();
+    let batches = epoch(sim, ds, e);
+    let reads = before
+        .into_iter()
+        .filter(|(k, _)| !k.ends_with("zarr.json"))
+        .map(|(k, n)| (k.clone(), storage.reads_of(&k) - n))
+        .collect();
+    (batches, reads)
+}
+
+#[test]
+fn every_grid_patch_of_every_sample_is_drawn_once_and_equals_slicing() {
+    for sharded in [false, true] {
+        let storage = store(sharded);
+        let (sim, ds) =
+            open(&storage, named(&[("lat", 3), ("lon", 4)], PatchMode::Grid { stride: vec![] }), Default::default());
+        assert_eq!(ds.rows_per_sample(), 4);
+        let (batches, reads) = epoch_reads(&storage, &sim, &ds, 1);
+        let rows = check_values(&batches, (3, 4));
+        let drawn: BTreeSet<(u64, Vec<u64>)> = rows.iter().cloned().collect();
+        assert_eq!((rows.len(), drawn.len()), (48, 48), "each (sample, patch) once");
+        for o in [[0, 0], [0, 4], [3, 0], [3, 4]] {
+            assert!(drawn.contains(&(11, o.to_vec())));
+        }
+        // The patches read exactly what an epoch of whole samples reads: each chunk once.
+        let whole = store(sharded);
+        let (sim, unpatched) =
+            open(&whole, named(&[("lat", 6)], PatchMode::Grid { stride: vec![] }), Default::default());
+        assert_eq!(unpatched.rows_per_sample(), 1);
+        assert_eq!(epoch_reads(&whole, &sim, &unpatched, 1).1, reads, "sharded: {sharded}");
+        if !sharded {
+            assert!(reads.values().all(|&n| n == 1), "{reads:?}");
+        }
+        let notes = ds.describe(1).unwrap().notes;
+        assert!(notes.iter().any(|n| n.code == "patches" && n.message.contains("4 per sample")), "{notes:?}");
+    }
+}
+
+#[test]
+fn an_overlapping_grid_drops_a_narrow_remainder_at_the_far_edge() {
+    let storage = store(false);
+    let patch = named(&[("lon", 3)], PatchMode::Grid { stride: vec![2] });
+    let (sim, ds) = open(&storage, patch, Default::default());
+    let rows = epoch(&sim, &ds, 0);
+    let origins: BTreeSet<u64> = rows.iter().flat_map(|b| b.patches.clone().unwrap().origins).collect();
+    assert_eq!(origins, BTreeSet::from([0, 2, 4]), "origin 6 would leave the field");
+    assert_eq!(rows[0].arrays["t2m"].shape, [5, 6, 3]);
+}
+
+#[test]
+fn random_patches_fit_follow_seed_and_epoch_and_equal_slicing() {
+    let storage = store(false);
+    let patch = || named(&[("lat", 2), ("lon", 3)], PatchMode::Random { per_sample: 2 });
+    let (sim, ds) = open(&storage, patch(), Default::default());
+    let rows = check_values(&epoch(&sim, &ds, 2), (2, 3));
+    let mut per_sample: BTreeMap<u64, usize> = BTreeMap::new();
+    for (t, o) in &rows {
+        *per_sample.entry(*t).or_default() += 1;
+        assert!(o[0] <= 4 && o[1] <= 5, "origin {o:?} leaves the field");
+    }
+    assert!(per_sample.len() == 12 && per_sample.values().all(|&n| n == 2), "{per_sample:?}");
+    let (sim2, again) = open(&storage, patch(), Default::default());
+    assert_eq!(check_values(&epoch(&sim2, &again, 2), (2, 3)), rows, "same (seed, epoch), same patches");
+    assert_ne!(check_values(&epoch(&sim, &ds, 3), (2, 3)), rows);
+}
+
+#[test]
+fn a_patched_pass_resumes_bit_for_bit_and_refuses_other_patch_options() {
+    let storage = store(false);
+    let patch = || named(&[("lat", 2), ("lon", 4)], PatchMode::Random { per_sample: 3 });
+    let (sim, ds) = open(&storage, patch(), Default::default());
+    ds.set_epoch(4);
+    let (whole, _) = drain(&sim, ds.iter(Split::Train).unwrap(), None);
+    let (head, cp) = drain(&sim, ds.iter(Split::Train).unwrap(), Some(3));
+    assert_eq!(cp.rows_per_sample, Some(3));
+    let cp = Checkpoint::from_json(&cp.to_json()).unwrap();
+    let (sim, fresh) = open(&storage, patch(), Default::default());
+    let (tail, _) = drain(&sim, fresh.resume(&cp).unwrap(), None);
+    let key = |b: &Batch| (b.index, b.sample_indices.clone(), b.patches.clone(), b.arrays["t2m"].data.to_vec());
+    let joined: Vec<_> = head.iter().chain(&tail).map(key).collect();
+    assert_eq!(joined, whole.iter().map(key).collect::<Vec<_>>());
+
+    let (_, other) = open(&storage, named(&[("lat", 2)], PatchMode::Random { per_sample: 2 }), Default::default());
+    let err = other.resume(&cp).unwrap_err();
+    assert!(matches!(&err, Error::Config(m) if m.contains("3 rows per sample")), "{err}");
+}
+
+#[test]
+fn ranks_draw_disjoint_patches() {
+    let storage = store(false);
+    let mut all = BTreeSet::new();
+    for rank in 0..2 {
+        let options = DatasetOptions { rank, world_size: 2, ..Default::default() };
+        let (sim, ds) = open(&storage, named(&[("lat", 3), ("lon", 4)], PatchMode::Grid { stride: vec![] }), options);
+        for row in check_values(&epoch(&sim, &ds, 1), (3, 4)) {
+            assert!(all.insert(row.clone()), "{row:?} drawn by both ranks");
+        }
+    }
+    // Three chunks over two ranks: one chunk's 16 rows are dropped for equal shares.
+    assert_eq!(all.len(), 32);
+}
+
+#[test]
+fn axes_the_variables_lack_or_hold_in_part_are_refused_with_names() {
+    let storage = store(false);
+    let refused = |patch: PatchOptions| {
+        let sim = SimExecutor::new();
+        let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
+        let options = DatasetOptions { patch: Some(patch), ..Default::default() };
+        let b = Dataset::builder(Arc::new(storage.clone()), runtime).arrays(["t2m", "toa"]).options(options);
+        sim.run(b.open(), LIMIT).unwrap().unwrap_err().to_string()
+    };
+    let grid = || PatchMode::Grid { stride: vec![] };
+    let e = refused(named(&[("level", 2)], grid()));
+    assert!(e.contains("\"level\"") && e.contains("no variable"), "{e}");
+    let e = refused(named(&[("time", 2)], grid()));
+    assert!(e.contains("sample axis") && e.contains("\"t2m\""), "{e}");
+    let e = refused(named(&[("lat", 7)], grid()));
+    assert!(e.contains("axis length 6"), "{e}");
+    let e = refused(PatchOptions { size: vec![(PatchAxis::Axis(1), 2)], mode: PatchMode::Random { per_sample: 0 } });
+    assert!(e.contains("patches_per_sample"), "{e}");
+}

@@ -1,0 +1,390 @@
+//! Spatial patches: each sample cut into patches on some of its inner axes.
+//!
+//! A patched dataset draws *rows*, not samples. Sample `t` has `per_sample` rows; row `v` is
+//! patch `v % per_sample` of sample `v / per_sample`. The draw order is built over rows
+//! exactly as over samples, on a sample axis `per_sample` times longer whose chunks hold
+//! `per_sample` times as many rows under the same chunk ids ([`Patcher::rows`]). So every
+//! rule of the order (splits, blocks, ranks, resume) holds for rows unchanged, and all the
+//! patches of a sample fall in its chunk's block: each chunk is still read once per epoch.
+//!
+//! Grid mode draws every patch of a grid (origins `0, stride, 2·stride, ...` while the patch
+//! fits; a remainder narrower than a patch at the far edge is never drawn). Random mode draws
+//! `per_sample` patches of each sample, each origin uniform over the positions where the
+//! patch fits, from the stream `(seed, epoch, split, PURPOSE_PATCH, row)`: the same on
+//! every target and every resume.
+//!
+//! Not yet: a patch's chunk is read and held whole (every tile), so the budget and
+//! `describe()` count whole chunks; `describe()` says how much of a chunk a patch uses.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::shuffle::{Split, below, key, stream};
+
+/// Purpose word of random patch origins.
+pub const PURPOSE_PATCH: u64 = 6;
+
+/// An inner axis a patch is cut on: a dimension name (zarr v3 `dimension_names`, or v2
+/// `_ARRAY_DIMENSIONS`) or a physical axis index of the array.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PatchAxis {
+    /// A physical axis index, as numpy counts them.
+    Axis(usize),
+    /// A dimension name.
+    Name(String),
+}
+
+impl std::fmt::Display for PatchAxis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Axis(a) => write!(f, "axis {a}"),
+            Self::Name(n) => write!(f, "{n:?}"),
+        }
+    }
+}
+
+/// How patches are placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PatchMode {
+    /// Every patch of a grid, stepping `stride` per patched axis (empty: the patch size, so
+    /// patches tile the field without overlap; a smaller stride overlaps them).
+    Grid {
+        /// Step per patched axis, in the order of [`PatchOptions::size`].
+        stride: Vec<u64>,
+    },
+    /// `per_sample` patches per sample at random origins, drawn anew each epoch.
+    Random {
+        /// Patches per sample and epoch.
+        per_sample: u64,
+    },
+}
+
+/// What to cut: the patch extent per axis, and how patches are placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchOptions {
+    /// Patch extent per patched axis.
+    pub size: Vec<(PatchAxis, u64)>,
+    /// Grid or random placement.
+    pub mode: PatchMode,
+}
+
+impl PatchOptions {
+    /// Non-overlapping grid patches of these sizes.
+    pub fn grid(size: Vec<(PatchAxis, u64)>) -> Self {
+        Self { size, mode: PatchMode::Grid { stride: Vec::new() } }
+    }
+
+    /// The options from the words every binding takes (Python's `patch`, `patch_mode`,
+    /// `patch_stride`, `patches_per_sample`; the CLI's and JS's alike): the mode `grid` or
+    /// `random`, a stride per axis for grids (axes not named step by their size), a count
+    /// for random patches (default 1).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for another mode word, a stride for random patches or a count for a
+    /// grid, or a stride naming an axis the patch does not.
+    pub fn from_parts(
+        size: Vec<(PatchAxis, u64)>,
+        mode: &str,
+        stride: Option<Vec<(PatchAxis, u64)>>,
+        per_sample: Option<u64>,
+    ) -> Result<Self> {
+        let mode = match (mode, stride, per_sample) {
+            ("grid", _, Some(_)) => {
+                return Err(Error::Config(
+                    "patches_per_sample is for patch_mode='random'; a grid draws every patch".into(),
+                ));
+            }
+            ("grid", stride, None) => {
+                let stride = stride.unwrap_or_default();
+                if let Some((a, _)) = stride.iter().find(|(a, _)| !size.iter().any(|(b, _)| a == b)) {
+                    return Err(Error::Config(format!(
+                        "patch_stride names {a}, which patch does not; name patched axes"
+                    )));
+                }
+                let step =
+                    |(axis, s): &(PatchAxis, u64)| stride.iter().find(|(a, _)| a == axis).map_or(*s, |(_, st)| *st);
+                PatchMode::Grid { stride: size.iter().map(step).collect() }
+            }
+            ("random", Some(_), _) => {
+                return Err(Error::Config("patch_stride is for patch_mode='grid'".into()));
+            }
+            ("random", None, n) => PatchMode::Random { per_sample: n.unwrap_or(1) },
+            (other, _, _) => {
+                return Err(Error::Config(format!("patch_mode must be 'grid' or 'random', got {other:?}")));
+            }
+        };
+        Ok(Self { size, mode })
+    }
+}
+
+impl PatchAxis {
+    /// A word as an axis: digits are a physical axis index, anything else a dimension name.
+    pub fn parse(word: &str) -> Self {
+        word.parse().map_or_else(|_| Self::Name(word.to_string()), Self::Axis)
+    }
+}
+
+/// `AXIS=N,AXIS=N` (the CLI's `--patch lat=128,lon=128`) as `(axis, N)` pairs.
+///
+/// # Errors
+/// [`Error::Config`] for a pair without `=` or a count that is not a whole number.
+pub fn parse_axis_sizes(text: &str) -> Result<Vec<(PatchAxis, u64)>> {
+    text.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (axis, n) = pair
+                .split_once('=')
+                .ok_or_else(|| Error::Config(format!("{pair:?} is not AXIS=SIZE; write e.g. lat=128,lon=128")))?;
+            let n = n.trim().parse().map_err(|_| Error::Config(format!("{n:?} in {pair:?} is not a whole number")))?;
+            Ok((PatchAxis::parse(axis.trim()), n))
+        })
+        .collect()
+}
+
+/// The patch arithmetic of one dataset, resolved against its variables at build.
+#[derive(Debug, Clone)]
+pub struct Patcher {
+    /// Names of the patched axes, for the batch (a dimension name, or `axis{k}`).
+    pub dims: Vec<String>,
+    /// The field's extent on each patched axis (the same for every patched variable).
+    pub extent: Vec<u64>,
+    /// The patch extent on each patched axis.
+    pub size: Vec<u64>,
+    /// Grid step per axis (grid mode) or `None` (random mode).
+    stride: Option<Vec<u64>>,
+    /// Grid positions per axis (grid mode).
+    positions: Vec<u64>,
+    /// Rows per sample.
+    per_sample: u64,
+}
+
+impl Patcher {
+    /// Resolve `options` on a field of `extent` (one per patched axis, named `dims`).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a zero or too large size, a stride of the wrong length or zero,
+    /// zero patches per sample, or a grid too large to count.
+    pub fn new(options: &PatchOptions, dims: Vec<String>, extent: Vec<u64>) -> Result<Self> {
+        let size: Vec<u64> = options.size.iter().map(|(_, s)| *s).collect();
+        for ((d, &s), &e) in dims.iter().zip(&size).zip(&extent) {
+            if s == 0 || s > e {
+                return Err(Error::Config(format!(
+                    "patch size {s} on {d} must be between 1 and the axis length {e}; pass a size that fits"
+                )));
+            }
+        }
+        let (stride, per_sample, positions) = match &options.mode {
+            PatchMode::Random { per_sample: 0 } => {
+                return Err(Error::Config("patches_per_sample must be at least 1".into()));
+            }
+            PatchMode::Random { per_sample } => (None, *per_sample, Vec::new()),
+            PatchMode::Grid { stride } => {
+                let stride = if stride.is_empty() { size.clone() } else { stride.clone() };
+                if stride.len() != size.len() || stride.contains(&0) {
+                    return Err(Error::Config(format!(
+                        "patch_stride {stride:?} needs one step of at least 1 per patched axis {dims:?}"
+                    )));
+                }
+                let positions: Vec<u64> =
+                    extent.iter().zip(&size).zip(&stride).map(|((e, s), st)| (e - s) / st + 1).collect();
+                let count = positions.iter().try_fold(1u64, |acc, &p| acc.checked_mul(p));
+                let Some(count) = count.filter(|&c| u32::try_from(c).is_ok()) else {
+                    return Err(Error::Config(format!(
+                        "a grid of {positions:?} patches per sample is too many; raise patch_stride"
+                    )));
+                };
+                (Some(stride), count, positions)
+            }
+        };
+        Ok(Self { dims, extent, size, stride, positions, per_sample })
+    }
+
+    /// Rows per sample: grid positions, or random patches per sample.
+    pub fn per_sample(&self) -> u64 {
+        self.per_sample
+    }
+
+    /// A sample-axis count (samples, samples per chunk, an anchor bound) in rows.
+    pub fn rows(&self, samples: u64) -> u64 {
+        samples.saturating_mul(self.per_sample)
+    }
+
+    /// The sample a row cuts.
+    pub fn sample_of(&self, row: u64) -> u64 {
+        row / self.per_sample
+    }
+
+    /// Row `row`'s patch origin on each patched axis, appended to `out`.
+    pub fn origin(&self, row: u64, seed: u64, epoch: u64, split: Split, out: &mut Vec<u64>) {
+        match &self.stride {
+            Some(stride) => {
+                // The patch index in C order over the grid's positions.
+                let mut p = row % self.per_sample;
+                let start = out.len();
+                out.resize(start + stride.len(), 0);
+                for ax in (0..stride.len()).rev() {
+                    out[start + ax] = (p % self.positions[ax]) * stride[ax];
+                    p /= self.positions[ax];
+                }
+            }
+            None => {
+                let mut rng = stream(&key(seed, epoch, split, PURPOSE_PATCH, row));
+                out.extend(self.extent.iter().zip(&self.size).map(|(e, s)| below(&mut rng, e - s + 1)));
+            }
+        }
+    }
+
+    /// Every patch of a grid is drawn, or `per_sample` random ones.
+    pub fn mode_name(&self) -> &'static str {
+        if self.stride.is_some() { "grid" } else { "random" }
+    }
+}
+
+/// Where one variable's patch lies in its sample: for each patched axis, the position of that
+/// axis among the variable's inner (sample-first) dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchedDims(pub Vec<usize>);
+
+/// Copy the patch at `origin` (one start per patched axis, at `dims`) of one sample (`src`,
+/// C order over `inner`, `item` bytes per element) out through `push`, run by run in C order.
+///
+/// Hand-written: ndarray slices typed elements, and the engine moves untyped bytes; this walks
+/// the patch's rows and copies each as one run of its last axis.
+pub fn copy_patch(
+    src: &[u8],
+    inner: &[usize],
+    item: usize,
+    (dims, origin, size): (&PatchedDims, &[u64], &[u64]),
+    mut push: impl FnMut(&[u8]),
+) {
+    let rank = inner.len();
+    let mut start = vec![0usize; rank];
+    let mut len = inner.to_vec();
+    for ((&d, &o), &s) in dims.0.iter().zip(origin).zip(size) {
+        start[d] = o as usize;
+        len[d] = s as usize;
+    }
+    if rank == 0 {
+        push(&src[..item]);
+        return;
+    }
+    let mut stride = vec![item; rank];
+    for ax in (0..rank - 1).rev() {
+        stride[ax] = stride[ax + 1] * inner[ax + 1];
+    }
+    let run = len[rank - 1] * item;
+    let mut idx = vec![0usize; rank - 1];
+    loop {
+        let at: usize = (0..rank).map(|a| (start[a] + idx.get(a).copied().unwrap_or(0)) * stride[a]).sum();
+        push(&src[at..at + run]);
+        let mut ax = rank - 1;
+        loop {
+            if ax == 0 {
+                return;
+            }
+            ax -= 1;
+            idx[ax] += 1;
+            if idx[ax] < len[ax] {
+                break;
+            }
+            idx[ax] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    fn grid(size: &[u64], stride: &[u64], extent: &[u64]) -> Patcher {
+        let size = size.iter().enumerate().map(|(i, &s)| (PatchAxis::Axis(i + 1), s)).collect();
+        let dims = (0..extent.len()).map(|i| format!("axis{}", i + 1)).collect();
+        Patcher::new(&PatchOptions { size, mode: PatchMode::Grid { stride: stride.to_vec() } }, dims, extent.to_vec())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_grid_steps_by_its_stride_and_drops_a_narrow_remainder() {
+        let p = grid(&[2, 3], &[], &[5, 7]);
+        assert_eq!(p.per_sample(), 2 * 2);
+        let origins: Vec<Vec<u64>> = (0..4)
+            .map(|r| {
+                let mut o = Vec::new();
+                p.origin(r, 0, 0, Split::Train, &mut o);
+                o
+            })
+            .collect();
+        assert_eq!(origins, vec![vec![0, 0], vec![0, 3], vec![2, 0], vec![2, 3]]);
+        let overlapping = grid(&[2], &[1], &[5]);
+        assert_eq!(overlapping.per_sample(), 4);
+        assert_eq!(p.sample_of(9), 2);
+    }
+
+    #[test]
+    fn random_origins_fit_and_follow_seed_and_epoch() {
+        let options =
+            PatchOptions { size: vec![(PatchAxis::Name("x".into()), 3)], mode: PatchMode::Random { per_sample: 2 } };
+        let p = Patcher::new(&options, vec!["x".into()], vec![10]).unwrap();
+        let draw = |seed, epoch| -> Vec<u64> {
+            let mut o = Vec::new();
+            (0..200).for_each(|r| p.origin(r, seed, epoch, Split::Train, &mut o));
+            o
+        };
+        assert!(draw(1, 0).iter().all(|&o| o <= 7));
+        assert_eq!(draw(1, 0), draw(1, 0));
+        assert_ne!(draw(1, 0), draw(1, 1));
+        assert_ne!(draw(1, 0), draw(2, 0));
+        let seen: std::collections::BTreeSet<u64> = draw(1, 0).into_iter().collect();
+        assert_eq!(seen.len(), 8, "every origin that fits is drawn");
+    }
+
+    #[test]
+    fn bad_sizes_and_strides_are_refused_with_the_axis() {
+        let options = |size, mode| PatchOptions { size: vec![(PatchAxis::Name("lat".into()), size)], mode };
+        let e =
+            Patcher::new(&options(9, PatchMode::Grid { stride: vec![] }), vec!["\"lat\"".into()], vec![8]).unwrap_err();
+        assert!(e.to_string().contains("\"lat\"") && e.to_string().contains('8'), "{e}");
+        assert!(Patcher::new(&options(0, PatchMode::Grid { stride: vec![] }), vec!["lat".into()], vec![8]).is_err());
+        assert!(Patcher::new(&options(2, PatchMode::Grid { stride: vec![0] }), vec!["lat".into()], vec![8]).is_err());
+        assert!(
+            Patcher::new(&options(2, PatchMode::Grid { stride: vec![1, 1] }), vec!["lat".into()], vec![8]).is_err()
+        );
+        assert!(Patcher::new(&options(2, PatchMode::Random { per_sample: 0 }), vec!["lat".into()], vec![8]).is_err());
+    }
+
+    #[test]
+    fn the_binding_words_build_the_options_or_say_what_is_wrong() {
+        let size = parse_axis_sizes("lat=4, 2=3").unwrap();
+        assert_eq!(size, vec![(PatchAxis::Name("lat".into()), 4), (PatchAxis::Axis(2), 3)]);
+        let stride = Some(vec![(PatchAxis::Axis(2), 1)]);
+        let o = PatchOptions::from_parts(size.clone(), "grid", stride, None).unwrap();
+        assert_eq!(o.mode, PatchMode::Grid { stride: vec![4, 1] });
+        let o = PatchOptions::from_parts(size.clone(), "random", None, None).unwrap();
+        assert_eq!(o.mode, PatchMode::Random { per_sample: 1 });
+        let refused =
+            |mode, stride, n| PatchOptions::from_parts(size.clone(), mode, stride, n).unwrap_err().to_string();
+        assert!(refused("tiles", None, None).contains("'grid' or 'random'"));
+        assert!(refused("grid", None, Some(2)).contains("patches_per_sample"));
+        assert!(refused("random", Some(vec![]), None).contains("patch_stride"));
+        assert!(refused("grid", Some(vec![(PatchAxis::Name("lon".into()), 2)]), None).contains("\"lon\""));
+        assert!(parse_axis_sizes("lat:4").unwrap_err().to_string().contains("AXIS=SIZE"));
+        assert!(parse_axis_sizes("lat=x").is_err());
+    }
+
+    #[test]
+    fn copy_patch_equals_slicing() {
+        // A (4, 5, 3) sample of u16, patched on its first two dims.
+        let inner = [4usize, 5, 3];
+        let src: Vec<u8> = (0..60u16).flat_map(u16::to_le_bytes).collect();
+        let mut out = Vec::new();
+        copy_patch(&src, &inner, 2, (&PatchedDims(vec![0, 1]), &[1, 2], &[2, 3]), |run| out.extend_from_slice(run));
+        let got: Vec<u16> = out.chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+        let want: Vec<u16> =
+            (1..3).flat_map(|i| (2..5).flat_map(move |j| (0..3).map(move |k| (i * 15 + j * 3 + k) as u16))).collect();
+        assert_eq!(got, want);
+    }
+}
