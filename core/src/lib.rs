@@ -25,6 +25,7 @@ pub mod batch;
 pub mod conformance;
 pub mod dataset;
 pub mod describe;
+pub mod draws;
 pub mod engine;
 #[cfg(test)]
 mod engine_tests;

@@ -335,7 +335,7 @@ impl Driver {
         let fut = self.spec.engine.cpu.run(crate::engine::CLASS_GATHER, priority, move || -> Result<Delivered> {
             let t0 = engine.now();
             let rows = &plan.anchors[plan.batch_rows(j)];
-            let at = BatchAt { index, epoch, patching: patching.as_ref() };
+            let at = BatchAt { index, epoch, per_sample: plan.per_sample, patching: patching.as_ref() };
             let mut batch = gather(rows, &vars, &chunks, &at, &engine.recycler)?;
             drop(chunks);
             let t1 = engine.now();
@@ -366,6 +366,8 @@ impl Drop for Driver {
 struct BatchAt<'a> {
     index: usize,
     epoch: u64,
+    /// Rows per sample (patches times weighted copies): row `r` reads sample `r / per_sample`.
+    per_sample: u64,
     patching: Option<&'a Patching>,
 }
 
@@ -379,10 +381,7 @@ fn gather(
     recycler: &Arc<crate::array::Recycler>,
 ) -> Result<Batch> {
     let patcher = at.patching.map(|p| p.patcher.as_ref());
-    let anchors: Vec<u64> = match patcher {
-        Some(p) => rows.iter().map(|&r| p.sample_of(r)).collect(),
-        None => rows.to_vec(),
-    };
+    let anchors: Vec<u64> = rows.iter().map(|&r| r / at.per_sample.max(1)).collect();
     let patches = at.patching.map(|p| {
         let mut origins = Vec::with_capacity(rows.len() * p.patcher.dims.len());
         for &r in rows {

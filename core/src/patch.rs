@@ -1,10 +1,10 @@
 //! Spatial patches: each sample cut into patches on some of its inner axes.
 //!
 //! A patched dataset draws *rows*, not samples. Sample `t` has `per_sample` rows; row `v` is
-//! patch `v % per_sample` of sample `v / per_sample`. The draw order is built over rows
-//! exactly as over samples, on a sample axis `per_sample` times longer whose chunks hold
-//! `per_sample` times as many rows under the same chunk ids ([`Patcher::rows`]). So every
-//! rule of the order (splits, blocks, ranks, resume) holds for rows unchanged, and all the
+//! patch `v % per_sample` of sample `v / per_sample` (with weights, `draws.rs`, each copy of
+//! a sample is `per_sample` rows). The draw order is built over rows exactly as over samples,
+//! on a sample axis `per_sample` times longer whose chunks hold `per_sample` times as many
+//! rows under the same chunk ids (`Dataset::rows_per_sample`). So every rule of the order (splits, blocks, ranks, resume) holds for rows unchanged, and all the
 //! patches of a sample fall in its chunk's block: each chunk is still read once per epoch.
 //!
 //! Grid mode draws every patch of a grid (origins `0, stride, 2·stride, ...` while the patch
@@ -206,16 +206,6 @@ impl Patcher {
         self.per_sample
     }
 
-    /// A sample-axis count (samples, samples per chunk, an anchor bound) in rows.
-    pub fn rows(&self, samples: u64) -> u64 {
-        samples.saturating_mul(self.per_sample)
-    }
-
-    /// The sample a row cuts.
-    pub fn sample_of(&self, row: u64) -> u64 {
-        row / self.per_sample
-    }
-
     /// Row `row`'s patch origin on each patched axis, appended to `out`.
     pub fn origin(&self, row: u64, seed: u64, epoch: u64, split: Split, out: &mut Vec<u64>) {
         match &self.stride {
@@ -321,7 +311,6 @@ mod tests {
         assert_eq!(origins, vec![vec![0, 0], vec![0, 3], vec![2, 0], vec![2, 3]]);
         let overlapping = grid(&[2], &[1], &[5]);
         assert_eq!(overlapping.per_sample(), 4);
-        assert_eq!(p.sample_of(9), 2);
     }
 
     #[test]

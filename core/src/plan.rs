@@ -202,7 +202,7 @@ pub fn widen_block_chunks(
     n_samples: u64,
     anchor_range: (u64, u64),
 ) -> usize {
-    let mut rows: Vec<u64> = chunk_ids
+    let rows: Vec<u64> = chunk_ids
         .iter()
         .map(|&c| {
             let r = chunk_anchors(c, ref_spc, n_samples, anchor_range);
@@ -210,6 +210,13 @@ pub fn widen_block_chunks(
         })
         .filter(|&n| n > 0)
         .collect();
+    widen_block_chunks_over(requested, batch_size, rows)
+}
+
+/// [`widen_block_chunks`] over each drawable chunk's rows, or the rows it draws in every
+/// epoch when that varies (weights, `draws.rs`; a chunk may guarantee none): `requested`,
+/// raised until the `k` chunks with the fewest sum to `batch_size`.
+pub fn widen_block_chunks_over(requested: usize, batch_size: usize, mut rows: Vec<u64>) -> usize {
     rows.sort_unstable();
     let mut k = 0usize;
     let mut sum = 0u64;
@@ -287,6 +294,7 @@ mod tests {
             seed: 1,
             epoch: 0,
             split: Split::Train,
+            draws: None,
         });
         let vars = [PlanVar { path: 0, offset: 0, spc: 4 }, PlanVar { path: 0, offset: 1, spc: 4 }];
         let plan = PassPlan::build(&order, &vars, 3, 1);

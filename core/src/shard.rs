@@ -117,6 +117,10 @@ pub struct Checkpoint {
     /// so a resume under other patch options is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows_per_sample: Option<u64>,
+    /// The fingerprint of the sample mask and weights (hex; absent without them): a resume
+    /// under other draws is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draws: Option<String>,
 }
 
 impl Checkpoint {
@@ -209,6 +213,7 @@ pub fn rank_pass(spec: &OrderSpec<'_>, sh: &Sharding, resume: Option<&Checkpoint
         history: Vec::new(),
         node_ranks: sh.node_ranks,
         rows_per_sample: None,
+        draws: None,
     };
     let start = match resume {
         None => fresh,

@@ -18,6 +18,7 @@
 use rand_core::Rng;
 use rand_pcg::Pcg64;
 
+use crate::draws::Draws;
 use crate::error::{Error, Result};
 
 /// The PCG stream constant (PCG's default increment).
@@ -182,6 +183,26 @@ pub struct OrderSpec<'a> {
     pub epoch: u64,
     /// The view.
     pub split: Split,
+    /// Masks and weights (`draws.rs`): which rows of each sample this epoch draws; `None`:
+    /// every row.
+    pub draws: Option<DrawRows<'a>>,
+}
+
+/// A dataset's draws over its rows: sample `t`'s rows are `t * copies * patches ..`, copy `k`
+/// being rows `(t * copies + k) * patches ..` (its patches, `patch.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct DrawRows<'a> {
+    /// The mask and weights.
+    pub draws: &'a Draws,
+    /// Rows per copy: the patches per sample (1 without patches).
+    pub patches: u64,
+}
+
+impl DrawRows<'_> {
+    /// Rows per sample.
+    pub fn per_sample(&self) -> u64 {
+        self.draws.copies() * self.patches
+    }
 }
 
 /// Drawable anchors of chunk `c` (saturating: a chunk id past the end has none, however large).
@@ -200,12 +221,7 @@ pub fn draw_order(spec: &OrderSpec<'_>) -> DrawOrder {
 /// Steps 1–2 of the order: the split's drawable chunk ids, ascending, permuted for shuffled
 /// views by [`chunk_permutation`].
 pub fn permuted_chunks(spec: &OrderSpec<'_>) -> Vec<u64> {
-    let drawable: Vec<u64> = spec
-        .chunk_ids
-        .iter()
-        .copied()
-        .filter(|&c| !chunk_anchors(c, spec.ref_spc, spec.n_samples, spec.anchor_range).is_empty())
-        .collect();
+    let drawable: Vec<u64> = spec.chunk_ids.iter().copied().filter(|&c| spec.may_draw(c)).collect();
     if spec.shuffle { chunk_permutation(&drawable, spec.seed, spec.epoch, spec.split) } else { chunk_set(&drawable) }
 }
 
@@ -242,7 +258,7 @@ pub fn blocked_order(spec: &OrderSpec<'_>, chunks: &[u64], block_index: impl Fn(
     for (b, block) in blocks.enumerate() {
         let start = order.anchors.len();
         for &c in block {
-            order.anchors.extend(chunk_anchors(c, spec.ref_spc, spec.n_samples, spec.anchor_range));
+            spec.extend_rows(c, &mut order.anchors);
         }
         if spec.shuffle {
             shuffle(&mut order.anchors[start..], &mut stream(&spec.key(PURPOSE_BLOCK, block_index(b))));
@@ -257,6 +273,32 @@ impl OrderSpec<'_> {
     /// The words of a random stream of this epoch and view.
     pub fn key(&self, purpose: u64, index: u64) -> [u64; 5] {
         key(self.seed, self.epoch, self.split, purpose, index)
+    }
+
+    /// Chunk `c` has rows some epoch may draw (the mask and zero weights aside, a static
+    /// property: the chunk permutation does not change with an epoch's weighted draws).
+    pub fn may_draw(&self, c: u64) -> bool {
+        let rows = chunk_anchors(c, self.ref_spc, self.n_samples, self.anchor_range);
+        match self.draws {
+            None => !rows.is_empty(),
+            Some(d) => (rows.start / d.per_sample()..rows.end.div_ceil(d.per_sample())).any(|t| d.draws.keeps(t)),
+        }
+    }
+
+    /// Append the rows of chunk `c` this epoch draws, ascending.
+    pub fn extend_rows(&self, c: u64, out: &mut Vec<u64>) {
+        let rows = chunk_anchors(c, self.ref_spc, self.n_samples, self.anchor_range);
+        let Some(d) = self.draws else {
+            out.extend(rows);
+            return;
+        };
+        let per = d.per_sample();
+        // The rows of a chunk are whole samples' rows (the ranges are multiples of `per`).
+        for t in rows.start / per..rows.end.div_ceil(per) {
+            let n = d.draws.drawn(t, self.seed, self.epoch, self.split);
+            let first = t * per;
+            out.extend(first..first + n * d.patches);
+        }
     }
 }
 
@@ -343,6 +385,7 @@ impl OrderArgs<'_> {
             seed,
             epoch,
             split,
+            draws: None,
         }))
     }
 }
@@ -386,6 +429,7 @@ mod tests {
             seed: 7,
             epoch,
             split: Split::Train,
+            draws: None,
         }
     }
 

@@ -361,6 +361,14 @@ struct Knobs {
     /// Random patches per sample and epoch (default 1).
     #[arg(long, requires = "patch")]
     patches_per_sample: Option<u64>,
+    /// Draw only the samples whose entry is non-zero: a text file of one number per sample
+    /// (separated by whitespace or commas), e.g. written by `numpy.savetxt`.
+    #[arg(long, value_name = "FILE")]
+    sample_mask: Option<std::path::PathBuf>,
+    /// Per-sample weights (expected draws per epoch, 0 to 1024), a text file as for
+    /// --sample-mask: a weight of 2 is drawn twice as often as one of 1.
+    #[arg(long, value_name = "FILE")]
+    sample_weights: Option<std::path::PathBuf>,
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
@@ -427,6 +435,20 @@ fn parse_fractions(s: &str) -> Result<Fractions, String> {
         [a, b, c] => Ok(Fractions((a, b, c))),
         _ => Err(format!("expected three comma-separated fractions like 0.8,0.1,0.1, got {s:?}")),
     }
+}
+
+/// The numbers of a per-sample text file (whitespace or commas between them); the engine
+/// checks their count and range.
+fn per_sample_numbers(path: &Path) -> Result<Vec<f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    text.split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|w| !w.is_empty())
+        .enumerate()
+        .map(|(i, w)| {
+            w.parse::<f64>()
+                .map_err(|_| anyhow!("entry {i} ({w:?}) is not a number; one number per sample: {}", path.display()))
+        })
+        .collect()
 }
 
 /// `AXIS=N,...` parsed by core (one value: clap would take a `Vec` for a repeated flag).
@@ -537,6 +559,12 @@ impl Knobs {
 fn open_ds(url: &str, knobs: &Knobs, mut opts: OpenOptions) -> Result<NativeDataset> {
     opts.chunk_transforms = knobs.chunk_transforms()?;
     opts.dataset.patch = knobs.patch()?;
+    if let Some(path) = &knobs.sample_mask {
+        opts.dataset.sample_mask = Some(per_sample_numbers(path)?.iter().map(|&x| x != 0.0).collect());
+    }
+    if let Some(path) = &knobs.sample_weights {
+        opts.dataset.sample_weights = Some(per_sample_numbers(path)?.into());
+    }
     let ds = open(url, opts)?;
     ds.set_epoch(knobs.epoch);
     Ok(ds)

@@ -176,6 +176,7 @@ fn a_checkpoint_that_does_not_fit_is_refused_saying_why() {
         history: vec![],
         node_ranks: None,
         rows_per_sample: None,
+        draws: None,
     };
     std::fs::write(&file, c.to_json()).unwrap();
     let out = cli("bench", &["--resume", file.to_str().unwrap()]).output().unwrap();
@@ -236,4 +237,32 @@ fn patches_from_the_cli_cover_every_grid_patch_once_and_resume_exactly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn sample_mask_and_weights_files_select_and_repeat_samples() {
+    let mask = dir().join("mask.txt");
+    let keep = |t: u64| !t.is_multiple_of(3);
+    std::fs::write(&mask, (0..N_TIME).map(|t| if keep(t) { "1\n" } else { "0\n" }).collect::<String>()).unwrap();
+    let drawn: Vec<u64> =
+        run("bench", &["--sample-mask", mask.to_str().unwrap()]).into_iter().flat_map(|(_, _, s)| s).collect();
+    let mut sorted = drawn.clone();
+    sorted.sort_unstable();
+    let want: Vec<u64> = (0..N_TIME).filter(|&t| keep(t) && drawn.contains(&t)).collect();
+    assert!(!drawn.is_empty() && drawn.iter().all(|&t| keep(t)), "a masked sample drawn: {drawn:?}");
+    assert_eq!(sorted, want, "each kept sample at most once");
+
+    let weights = dir().join("weights.txt");
+    std::fs::write(&weights, (0..N_TIME).map(|t| if t < 8 { "2," } else { "1," }).collect::<String>()).unwrap();
+    let drawn: Vec<u64> = run("bench", &["--sample-weights", weights.to_str().unwrap(), "--fractions", "1,0,0"])
+        .into_iter()
+        .flat_map(|(_, _, s)| s)
+        .collect();
+    for t in 0..N_TIME {
+        let n = drawn.iter().filter(|&&d| d == t).count();
+        assert_eq!(n, if t < 8 { 2 } else { 1 }, "sample {t}");
+    }
+    std::fs::write(&weights, "1 x").unwrap();
+    let out = cli("bench", &["--sample-weights", weights.to_str().unwrap()]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("entry 1 (\"x\") is not a number"));
 }

@@ -554,7 +554,7 @@ impl NativeDataset {
                         persist = false, readonly_cache = false, reset_stale_cache = false, shared_cache = false,
                         rank = 0, world_size = 1, node_ranks = None, first_block_chunks = None,
                         read_policy = None, patch = None, patch_mode = "grid", patch_stride = None,
-                        patches_per_sample = None))]
+                        patches_per_sample = None, sample_mask = None, sample_weights = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -586,6 +586,8 @@ impl NativeDataset {
         patch_mode: &str,
         patch_stride: Option<Vec<(Bound<'_, PyAny>, u64)>>,
         patches_per_sample: Option<u64>,
+        sample_mask: Option<Vec<bool>>,
+        sample_weights: Option<Vec<f64>>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
         let patch = match patch {
@@ -631,6 +633,8 @@ impl NativeDataset {
                 world_size,
                 node_ranks,
                 patch,
+                sample_mask: sample_mask.map(Into::into),
+                sample_weights: sample_weights.map(Into::into),
             },
             threads,
             storage_options,

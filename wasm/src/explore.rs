@@ -11,9 +11,9 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
-use insitubatch_core::shuffle::{OrderSpec, Split, draw_order, shuffle_quality};
+use insitubatch_core::shuffle::{Split, shuffle_quality};
 use insitubatch_core::zarr::ZarrArray;
-use insitubatch_core::{Dataset, DatasetReport, Error, valid_anchor_range};
+use insitubatch_core::{Dataset, DatasetReport, Error};
 use serde::Serialize;
 
 use crate::JsOpenOptions;
@@ -182,30 +182,11 @@ impl Model {
     /// The draw order of `split` at `epoch` for `ds`, with its shuffle blocks.
     ///
     /// # Errors
-    /// [`Error::Internal`] if the blocks disagree with the dataset's own
-    /// order, which would mean this picture no longer shows what the engine draws.
+    /// As [`Dataset::epoch_order`].
     pub fn draw_order(ds: &Dataset, split: Split, epoch: u64) -> Result<DrawOrderReport, Error> {
         let m = ds.manifest();
         let o = ds.options();
-        let offsets: Vec<i64> = ds.variables().iter().map(|v| v.geometry.offset).collect();
-        let chunk_ids = m.chunks_of(split);
-        let order = draw_order(&OrderSpec {
-            chunk_ids: &chunk_ids,
-            ref_spc: m.sample_chunk_size,
-            n_samples: m.n_samples,
-            anchor_range: valid_anchor_range(&offsets, m.n_samples),
-            block_chunks: ds.block_chunks(),
-            first_block_chunks: ds.first_block_chunks(),
-            shuffle: o.shuffle && split == Split::Train,
-            seed: o.seed,
-            epoch,
-            split,
-        });
-        if order.anchors != ds.draw_order(split, epoch) {
-            return Err(Error::Internal(format!(
-                "the explorer's draw order of {split} epoch {epoch} differs from the dataset's"
-            )));
-        }
+        let order = ds.epoch_order(split, epoch)?;
         let spc = m.sample_chunk_size.max(1);
         Ok(DrawOrderReport {
             split: split.name().to_string(),

@@ -17,19 +17,21 @@ use super::{Dataset, DatasetOptions, Inner, Variable};
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
 use crate::describe::human_bytes;
+use crate::draws::Draws;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::hedge::Hedger;
 use crate::pass::GatherVar;
 use crate::patch::{PatchAxis, PatchOptions, PatchedDims, Patcher};
-use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks};
+use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks_over};
 use crate::pool::Pool;
 use crate::reads::Coalescer;
 use crate::retry::PolicyStorage;
 use crate::runtime::{Runtime, Storage};
 use crate::shard::unit_chunks;
 use crate::shuffle::Split;
+use crate::shuffle::chunk_anchors;
 use crate::split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 use crate::tier::{ArrayIdentity, ChunkTier, array_fingerprint};
 use crate::transform::{BatchTransform, Scoped};
@@ -291,6 +293,28 @@ impl DatasetBuilder {
     }
 }
 
+/// What a chunk holds in rows: its drawable samples, their patches and weighted copies.
+struct ChunkRows<'a> {
+    anchor_range: (u64, u64),
+    patches: u64,
+    draws: Option<&'a Draws>,
+}
+
+impl ChunkRows<'_> {
+    /// The rows chunk `c` draws in every epoch (`None`: it can never draw one, so no block
+    /// holds it).
+    fn guaranteed(&self, c: u64, ref_spc: u64, n_samples: u64) -> Option<u64> {
+        let samples = chunk_anchors(c, ref_spc, n_samples, self.anchor_range);
+        let n = match self.draws {
+            None if samples.is_empty() => return None,
+            None => samples.end - samples.start,
+            Some(d) if !samples.clone().any(|t| d.keeps(t)) => return None,
+            Some(d) => samples.map(|t| d.guaranteed(t)).sum(),
+        };
+        Some(n * self.patches)
+    }
+}
+
 /// Where `options`' axes lie in the variable `label` read by `reader`: the patch dimensions
 /// (positions among its inner dimensions), their names and lengths; `None` when it has none
 /// of them.
@@ -396,8 +420,11 @@ impl Assembly {
         let patcher = self.patcher(&readers, &mut gather_vars)?;
         let offsets: Vec<i64> = self.variables.iter().map(|v| v.geometry.offset).collect();
         let anchor_range = valid_anchor_range(&offsets, n_samples);
-        let per_sample = patcher.as_ref().map_or(1, |p| p.per_sample());
-        let residency = self.residency(&readers, &plan_vars, anchor_range, per_sample);
+        let draws = self.draws(n_samples)?;
+        let patches = patcher.as_ref().map_or(1, |p| p.per_sample());
+        let rows = ChunkRows { anchor_range, patches, draws: draws.as_deref() };
+        let residency = self.residency(&readers, &plan_vars, &rows);
+        let rows_per_sample = patches * draws.as_ref().map_or(1, |d| d.copies());
         let tier = self.open_tier(&readers)?;
         let read_once_bytes = self.read_once_bytes(&residency, tier.as_ref());
         self.check_budget(residency.floor_max)?;
@@ -447,6 +474,8 @@ impl Assembly {
                 first_block_chunks: residency.first_block_chunks,
                 anchor_range,
                 patcher,
+                draws,
+                rows_per_sample,
                 unit_chunks,
                 epoch: AtomicU64::new(0),
                 last_pass: Arc::new(Mutex::new(None)),
@@ -570,6 +599,15 @@ impl Assembly {
         ArrayReader::new(Arc::new((*zarr).clone()), base, transforms)
     }
 
+    /// The sample mask and weights, checked (`None` when neither is given).
+    fn draws(&self, n_samples: u64) -> Result<Option<Arc<Draws>>> {
+        let o = &self.options;
+        if o.sample_mask.is_none() && o.sample_weights.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(Draws::new(n_samples, o.sample_mask.as_deref(), o.sample_weights.as_deref())?)))
+    }
+
     /// The patch arithmetic, with each patched variable's patch dimensions set in `gather_vars`
     /// (`None` without patches). A variable with every patched axis is patched, one with none
     /// is read whole; one with some, or patched axes of another length, is refused.
@@ -609,29 +647,15 @@ impl Assembly {
 
     /// Block size (widened so a block holds a batch of rows) and the residency floor over
     /// every view.
-    fn residency(
-        &self,
-        readers: &[ArrayReader],
-        plan_vars: &[PlanVar],
-        anchor_range: (u64, u64),
-        per_sample: u64,
-    ) -> Residency {
+    fn residency(&self, readers: &[ArrayReader], plan_vars: &[PlanVar], rows: &ChunkRows<'_>) -> Residency {
         let m = &self.manifest;
         let o = &self.options;
         let ref_spc = m.sample_chunk_size;
         let all_chunks = m.chunks_of(Split::All);
-        // Blocks are widened in rows: patches make a chunk hold `per_sample` rows per sample.
-        let rows_range = (anchor_range.0 * per_sample, anchor_range.1 * per_sample);
-        let widen = |asked: usize| {
-            widen_block_chunks(
-                asked,
-                o.batch_size,
-                &all_chunks,
-                ref_spc * per_sample,
-                m.n_samples * per_sample,
-                rows_range,
-            )
-        };
+        // Blocks are widened on the rows each chunk draws in every epoch.
+        let guaranteed: Vec<u64> =
+            all_chunks.iter().filter_map(|&c| rows.guaranteed(c, ref_spc, m.n_samples)).collect();
+        let widen = |asked: usize| widen_block_chunks_over(asked, o.batch_size, guaranteed.clone());
         let block_chunks = widen(o.block_chunks);
         if block_chunks > o.block_chunks {
             tracing::info!(requested = o.block_chunks, block_chunks, "block_chunks widened so a block holds a batch");

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub use build::DatasetBuilder;
 pub use probe::{EpochPrediction, PROBE_CHUNKS, ProbeReport};
 
+use crate::draws::Draws;
 use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
@@ -20,7 +21,7 @@ use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
 use crate::pool::PoolCounters;
 use crate::runtime::{Runtime, Storage};
 use crate::shard::{Checkpoint, RankPass, Sharding, rank_pass};
-use crate::shuffle::{OrderSpec, Split, draw_order, shuffle_quality};
+use crate::shuffle::{DrawOrder, DrawRows, OrderSpec, Split, draw_order, shuffle_quality};
 use crate::split::SplitManifest;
 use crate::stats::{PassRecorder, PassStats};
 use crate::tier::TierOpener;
@@ -87,6 +88,10 @@ pub struct DatasetOptions {
     /// Spatial patches: each sample cut into patches on some inner axes (`patch.rs`); `None`:
     /// whole samples.
     pub patch: Option<PatchOptions>,
+    /// Per sample: drawn at all (`draws.rs`); `None`: every sample.
+    pub sample_mask: Option<Arc<[bool]>>,
+    /// Per sample: expected draws per epoch (`draws.rs`); `None`: each sample once.
+    pub sample_weights: Option<Arc<[f64]>>,
 }
 
 impl Default for DatasetOptions {
@@ -106,6 +111,8 @@ impl Default for DatasetOptions {
             world_size: 1,
             node_ranks: None,
             patch: None,
+            sample_mask: None,
+            sample_weights: None,
         }
     }
 }
@@ -147,6 +154,10 @@ struct Inner {
     anchor_range: (u64, u64),
     /// The patch arithmetic (`None`: whole samples).
     patcher: Option<Arc<Patcher>>,
+    /// The mask and weights (`None`: every sample once per epoch).
+    draws: Option<Arc<Draws>>,
+    /// Rows per sample (patches times weighted copies).
+    rows_per_sample: u64,
     unit_chunks: u64,
     epoch: AtomicU64,
     last_pass: StatsSink,
@@ -262,14 +273,20 @@ impl Dataset {
         }
     }
 
-    /// A sample-axis count in rows: itself, or times the patches per sample.
+    /// A sample-axis count in rows: times the rows per sample.
     fn rows(&self, samples: u64) -> u64 {
-        self.inner.patcher.as_ref().map_or(samples, |p| p.rows(samples))
+        samples.saturating_mul(self.inner.rows_per_sample)
     }
 
-    /// Rows per sample: 1, or the patches per sample.
+    /// Rows per sample: the patches per sample (`patch.rs`) times the copies of the most
+    /// weighted sample (`draws.rs`); 1 without either.
     pub fn rows_per_sample(&self) -> u64 {
-        self.rows(1)
+        self.inner.rows_per_sample
+    }
+
+    /// The mask and weights, when given.
+    pub fn draws(&self) -> Option<&Draws> {
+        self.inner.draws.as_deref()
     }
 
     /// The patch arithmetic, when the dataset cuts patches.
@@ -279,7 +296,7 @@ impl Dataset {
 
     /// The order's inputs. Over rows: with patches, a sample axis `per_sample` times longer
     /// under the same chunk ids (`patch.rs`).
-    fn order_spec<'a>(&self, split: Split, epoch: u64, chunks: &'a [u64]) -> OrderSpec<'a> {
+    fn order_spec<'a>(&'a self, split: Split, epoch: u64, chunks: &'a [u64]) -> OrderSpec<'a> {
         let i = &self.inner;
         let (lo, hi) = i.anchor_range;
         OrderSpec {
@@ -287,6 +304,10 @@ impl Dataset {
             ref_spc: self.rows(i.manifest.sample_chunk_size),
             n_samples: self.rows(i.manifest.n_samples),
             anchor_range: (self.rows(lo), self.rows(hi)),
+            draws: i
+                .draws
+                .as_deref()
+                .map(|draws| DrawRows { draws, patches: i.patcher.as_ref().map_or(1, |p| p.per_sample()) }),
             block_chunks: i.block_chunks,
             first_block_chunks: i.first_block_chunks,
             shuffle: i.options.shuffle && split == Split::Train,
@@ -315,15 +336,32 @@ impl Dataset {
             && c.rows_per_sample.unwrap_or(1) != per_sample
         {
             return Err(Error::Config(format!(
-                "the checkpoint counts {} rows per sample (patches) but this dataset cuts {per_sample}; resume with \
-                 the checkpoint's patch options",
+                "the checkpoint counts {} rows per sample but this dataset makes {per_sample} (its patches times the \
+                 copies of its most weighted sample); resume with the checkpoint's patch options and sample_weights",
                 c.rows_per_sample.unwrap_or(1)
+            )));
+        }
+        let draws = self.draws_fingerprint();
+        if let Some(c) = resume
+            && c.draws != draws
+        {
+            return Err(Error::Config(format!(
+                "the checkpoint was taken with {} but this dataset has {}; resume with the checkpoint's sample_mask \
+                 and sample_weights",
+                c.draws.as_ref().map_or("no sample mask or weights".into(), |f| format!("draws {f}")),
+                draws.as_ref().map_or("none".into(), |f| format!("draws {f}")),
             )));
         }
         let chunks = self.inner.manifest.chunks_of(split);
         let mut pass = rank_pass(&self.order_spec(split, epoch, &chunks), &self.sharding(), resume)?;
         pass.start.rows_per_sample = (per_sample > 1).then_some(per_sample);
+        pass.start.draws = draws;
         Ok(pass)
+    }
+
+    /// The mask and weights' fingerprint as checkpoints record it.
+    fn draws_fingerprint(&self) -> Option<String> {
+        self.draws().map(|d| format!("{:016x}", d.fingerprint()))
     }
 
     /// Reference chunks per rank-assignment unit (`shard.rs`): 1 unless a variable is chunked
@@ -343,13 +381,23 @@ impl Dataset {
     }
 
     /// The anchors this rank draws in one epoch of a view, in order (what the batches will
-    /// carry): with one rank, the whole epoch. With patches, a sample once per patch drawn.
+    /// carry): with one rank, the whole epoch. With patches or weights, a sample once per row.
     pub fn draw_order(&self, split: Split, epoch: u64) -> Vec<u64> {
-        let rows = self.draw_rows(split, epoch);
-        match &self.inner.patcher {
-            Some(p) => rows.into_iter().map(|r| p.sample_of(r)).collect(),
-            None => rows,
+        self.epoch_order(split, epoch).map(|o| o.anchors).unwrap_or_default()
+    }
+
+    /// This rank's order of one epoch of a view with its shuffle blocks, each row as the
+    /// sample it reads (what the dashboard draws).
+    ///
+    /// # Errors
+    /// As [`Self::iter`] for the rank and world size.
+    pub fn epoch_order(&self, split: Split, epoch: u64) -> Result<DrawOrder> {
+        let mut order = self.rank_pass(split, epoch, None)?.order;
+        let per = self.rows_per_sample();
+        if per > 1 {
+            order.anchors.iter_mut().for_each(|r| *r /= per);
         }
+        Ok(order)
     }
 
     /// The rows this rank draws in one epoch of a view, in order: [`Self::draw_order`] without
@@ -412,6 +460,7 @@ impl Dataset {
             history: Vec::new(),
             node_ranks: o.node_ranks,
             rows_per_sample: (self.rows_per_sample() > 1).then(|| self.rows_per_sample()),
+            draws: self.draws_fingerprint(),
         }
     }
 
@@ -503,6 +552,8 @@ pub async fn open(storage: Arc<dyn Storage>, runtime: Runtime, options: OpenOpti
     builder.open().await
 }
 
+#[cfg(test)]
+mod draws_tests;
 #[cfg(test)]
 mod patch_tests;
 #[cfg(test)]

@@ -139,6 +139,7 @@ impl Dataset {
             ));
         }
         notes.extend(self.patch_note());
+        notes.extend(self.draws_note());
         if i.first_block_chunks < i.block_chunks {
             let c = self.first_block_cost(self.epoch());
             notes.push(Note::new(
@@ -177,6 +178,40 @@ impl Dataset {
                 p.size,
                 p.dims,
                 100.0 * patch as f64 / field.max(1) as f64
+            ),
+        ))
+    }
+
+    /// With a mask or weights: the share of samples kept, the train view's expected rows per
+    /// epoch and the weights' effective sample size; read-once holds (a sample's rows share
+    /// its chunk's block).
+    fn draws_note(&self) -> Option<Note> {
+        let d = self.draws()?;
+        let i = &self.inner;
+        let spc = i.manifest.sample_chunk_size;
+        let train = i.manifest.chunks_of(Split::Train);
+        let samples = train.iter().flat_map(|&c| chunk_anchors(c, spc, i.manifest.n_samples, i.anchor_range));
+        let (expected, ess) = d.expected(samples);
+        let patches = i.patcher.as_ref().map_or(1, |p| p.per_sample());
+        let weights = if d.weighted() {
+            format!(
+                "; weights: about {:.0} train rows per epoch (the sum of the weights{}), an effective sample size of \
+                 {ess:.0}, at most {} draws of one sample",
+                expected * patches as f64,
+                if patches > 1 { " times the patches per sample" } else { "" },
+                d.copies()
+            )
+        } else {
+            String::new()
+        };
+        Some(Note::new(
+            "sample-draws",
+            Severity::Note,
+            "dataset",
+            format!(
+                "{:.1}% of the samples can be drawn (sample_mask and zero weights drop the rest){weights}; each chunk is \
+                 still read once per epoch, as a sample's draws share its chunk's block",
+                100.0 * d.kept_share()
             ),
         ))
     }

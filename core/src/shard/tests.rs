@@ -41,6 +41,7 @@ impl Geo {
             seed: self.seed,
             epoch: self.epoch,
             split: if self.shuffle { Split::Train } else { Split::Val },
+            draws: None,
         }
     }
     fn sharding(&self, rank: usize, world_size: usize) -> Sharding {
@@ -116,6 +117,7 @@ fn checkpoint(g: &Geo, world: usize, position: u64, history: Vec<Cut>) -> Checkp
         history,
         node_ranks: None,
         rows_per_sample: None,
+        draws: None,
     }
 }
 

@@ -110,6 +110,19 @@ def _count(name: str, value: Any, minimum: int) -> int:
     return v
 
 
+def _per_sample(name: str, values: Any, dtype: Any) -> list[Any] | None:
+    """A per-sample array (a numpy array, list, ...) as the list the engine takes; the engine
+    checks its length and values."""
+    if values is None:
+        return None
+    a = np.asarray(values)
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional (one entry per sample), got shape {a.shape}")
+    if dtype is bool and a.dtype != np.bool_:
+        raise TypeError(f"{name} must be booleans, got dtype {a.dtype}; compare to get a mask, e.g. values > 0")
+    return a.astype(dtype).tolist()  # type: ignore[no-any-return]
+
+
 def _probe_chunks(probe: bool | int) -> int:
     """``probe=True``: the engine's default number of chunks read at once; a number: that many."""
     if probe is True:
@@ -336,6 +349,12 @@ class InSituDataset:
     random origins per sample and epoch (default 1), the same for the same ``(seed, epoch)``.
     Each batch row is then a patch (``batch.patch_origins``), every chunk is still read once
     per epoch, and a patch's chunk is read whole (docs/patches.md).
+    ``sample_mask``: one bool per sample on the sample axis; a ``False`` sample is never
+    drawn. ``sample_weights``: one weight per sample, its expected draws per epoch (0 to
+    1024; a weight of 2 is drawn twice as often as a weight of 1, a fractional part is one
+    more draw with that probability, the same for the same ``(seed, epoch)``). Every chunk
+    is still read once per epoch; an epoch has about the sum of the weights in rows, and
+    ``describe()`` says so with the weights' effective sample size (docs/sampling.md).
 
     The split views are ``ds.train``, ``ds.val``, ``ds.test`` and ``ds.all`` (``View``); the
     arguments ``store``, ``chunk_transforms`` and ``batch_transforms`` stay attributes. After
@@ -396,6 +415,8 @@ class InSituDataset:
         patch_mode: str = "grid",
         patch_stride: Mapping[str | int, int] | None = None,
         patches_per_sample: int | None = None,
+        sample_mask: Any = None,
+        sample_weights: Any = None,
     ) -> None:
         self.store = store
         self._store = engine_store(store)
@@ -425,7 +446,7 @@ class InSituDataset:
         }
         self._reuse = _reuse_enabled()
         self._read_policy = None if read_policy is None else dict(read_policy)
-        self._patch: dict[str, Any] = {
+        self._selection: dict[str, Any] = {
             "patch": None if patch is None else [(k, _count(f"patch[{k!r}]", v, 1)) for k, v in patch.items()],
             "patch_mode": str(patch_mode),
             "patch_stride": None
@@ -434,6 +455,8 @@ class InSituDataset:
             "patches_per_sample": None
             if patches_per_sample is None
             else _count("patches_per_sample", patches_per_sample, 1),
+            "sample_mask": _per_sample("sample_mask", sample_mask, bool),
+            "sample_weights": _per_sample("sample_weights", sample_weights, np.float64),
         }
         self._native = self._open(manifest, geometries, storage_options)
         if cache_dir is not None:
@@ -483,7 +506,7 @@ class InSituDataset:
                 world_size=self._world_size,
                 node_ranks=self._node_ranks,
                 read_policy=self._read_policy,
-                **self._patch,
+                **self._selection,
                 **self._cache,
             )
 
