@@ -20,6 +20,24 @@ pub struct Batch {
     pub epoch: u64,
     /// Where each row's patch lies, when the dataset cuts patches (`None`: whole samples).
     pub patches: Option<BatchPatches>,
+    /// This rank's part of every row under model parallelism (`mesh.rs`; `None`: whole rows).
+    pub part: Option<BatchPart>,
+}
+
+/// A model-parallel rank's part of its rows: the slice `start .. start + len` of each row's
+/// box (the field, or the row's patch) along `dim`, for the variables that have `dim`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPart {
+    /// The split axis (a dimension name, or `axis{k}`).
+    pub dim: String,
+    /// This rank's part, `0..of`.
+    pub index: usize,
+    /// Parts per row: the model-parallel group size.
+    pub of: usize,
+    /// Where the part starts in the row's box.
+    pub start: u64,
+    /// Its length.
+    pub len: u64,
 }
 
 /// The patches of a batch's rows: row `i` of every patched label is the box starting at
@@ -128,7 +146,15 @@ mod tests {
     fn batch() -> Batch {
         let arrays =
             BTreeMap::from([("x".to_string(), f32_array(&[2, 3], 0.0)), ("y".to_string(), f32_array(&[2, 3], 100.0))]);
-        Batch { arrays, sample_indices: vec![4, 9], offsets: BTreeMap::new(), index: 0, epoch: 0, patches: None }
+        Batch {
+            arrays,
+            sample_indices: vec![4, 9],
+            offsets: BTreeMap::new(),
+            index: 0,
+            epoch: 0,
+            patches: None,
+            part: None,
+        }
     }
 
     #[test]

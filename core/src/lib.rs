@@ -33,6 +33,7 @@ pub mod error;
 mod fleet;
 pub mod geometry;
 mod hedge;
+pub mod mesh;
 pub mod pass;
 pub mod patch;
 pub mod plan;
@@ -53,7 +54,7 @@ mod window;
 pub mod zarr;
 
 pub use array::{DType, Element, NdArray};
-pub use batch::{Batch, BatchPatches};
+pub use batch::{Batch, BatchPart, BatchPatches};
 pub use dataset::{
     Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, OpenOptions, PROBE_CHUNKS, ProbeReport, Variable, open,
 };
@@ -63,6 +64,7 @@ pub use error::{Error, Result};
 pub use fleet::{FleetSummary, RankReport, STRAGGLER_SHARE, fleet_summary};
 pub use geometry::ArrayGeometry;
 pub use hedge::HedgePolicy;
+pub use mesh::ModelParallel;
 /// The n-d array crate batches are viewed through ([`Batch::view`]), re-exported so callers
 /// use the same version.
 pub use ndarray;

@@ -16,10 +16,10 @@ use futures::future::AbortHandle;
 use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
 
 use crate::array::NdArray;
-use crate::batch::{Batch, BatchPatches};
+use crate::batch::{Batch, BatchPart, BatchPatches};
 use crate::engine::{Engine, load_chunk};
 use crate::error::{Error, Result};
-use crate::patch::{Patcher, copy_patch};
+use crate::patch::{PatchedDims, Patcher, copy_patch};
 use crate::plan::{ChunkKey, PassPlan};
 use crate::pool::{Admit, Chunk, LoadResult, PassId};
 use crate::runtime::BoxFuture;
@@ -39,6 +39,18 @@ pub(crate) struct GatherVar {
     pub sample_bytes: usize,
     /// Where this variable's patch lies (`None`: the whole sample, with or without patches).
     pub patch: Option<crate::patch::PatchedDims>,
+    /// This rank's part of each row under a rank mesh (`mesh.rs`; `None`: whole rows).
+    pub part: Option<VarPart>,
+}
+
+/// A model-parallel rank's part of one variable's rows: `start .. start + len` of the row's
+/// box on inner dimension `dim`.
+#[derive(Debug, Clone)]
+pub(crate) struct VarPart {
+    pub dim: usize,
+    pub name: String,
+    pub start: u64,
+    pub len: u64,
 }
 
 impl GatherVar {
@@ -50,7 +62,33 @@ impl GatherVar {
                 inner[d] = s as usize;
             }
         }
+        if let Some(part) = &self.part {
+            inner[part.dim] = part.len as usize;
+        }
         inner
+    }
+
+    /// The box row `i` of this variable copies, as `(dims, origin, size)` on its inner
+    /// dimensions: the patch, cut to this rank's part; empty for a whole sample.
+    fn row_box(&self, patch: Option<(&[u64], &Patcher)>) -> (Vec<usize>, Vec<u64>, Vec<u64>) {
+        let (mut dims, mut origin, mut size) = match (&self.patch, patch) {
+            (Some(d), Some((o, p))) => (d.0.clone(), o.to_vec(), p.size.clone()),
+            _ => (Vec::new(), Vec::new(), Vec::new()),
+        };
+        if let Some(part) = &self.part {
+            match dims.iter().position(|&d| d == part.dim) {
+                Some(i) => {
+                    origin[i] += part.start;
+                    size[i] = part.len;
+                }
+                None => {
+                    dims.push(part.dim);
+                    origin.push(part.start);
+                    size.push(part.len);
+                }
+            }
+        }
+        (dims, origin, size)
     }
 }
 
@@ -87,6 +125,8 @@ pub(crate) struct PassSpec {
     pub ahead_uses: usize,
     /// How rows are cut into patches (`None`: a row is a whole sample).
     pub patching: Option<Patching>,
+    /// This rank's part and the group size under a rank mesh (`None`: whole rows).
+    pub mesh: Option<(usize, usize)>,
 }
 
 type SendFuture = BoxFuture<'static, std::result::Result<(), async_channel::SendError<Result<Delivered>>>>;
@@ -330,12 +370,14 @@ impl Driver {
         let rec = Arc::clone(&self.spec.recorder);
         let epoch = self.spec.epoch;
         let patching = self.spec.patching.clone();
+        let mesh = self.spec.mesh;
         let index = self.spec.first_index + j;
         let priority = self.spec.engine.admissions.load(std::sync::atomic::Ordering::Relaxed);
         let fut = self.spec.engine.cpu.run(crate::engine::CLASS_GATHER, priority, move || -> Result<Delivered> {
             let t0 = engine.now();
             let rows = &plan.anchors[plan.batch_rows(j)];
-            let at = BatchAt { index, epoch, per_sample: plan.per_sample, patching: patching.as_ref() };
+            let at =
+                BatchAt { index, epoch, per_sample: plan.per_sample, patching: patching.as_ref(), mesh: mesh.as_ref() };
             let mut batch = gather(rows, &vars, &chunks, &at, &engine.recycler)?;
             drop(chunks);
             let t1 = engine.now();
@@ -368,6 +410,8 @@ struct BatchAt<'a> {
     epoch: u64,
     /// Rows per sample (patches times weighted copies): row `r` reads sample `r / per_sample`.
     per_sample: u64,
+    /// This rank's part and the group size under a rank mesh.
+    mesh: Option<&'a (usize, usize)>,
     patching: Option<&'a Patching>,
 }
 
@@ -396,6 +440,7 @@ fn gather(
         index: at.index,
         epoch: at.epoch,
         patches: None,
+        part: None,
     };
     for v in vars {
         let row = v.sample_bytes;
@@ -410,12 +455,12 @@ fn gather(
             let src = chunk.data.bytes().get(w * row..(w + 1) * row).ok_or_else(|| {
                 Error::Internal(format!("chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape()))
             })?;
-            match (&v.patch, &patches, patcher) {
-                (Some(dims), Some(bp), Some(p)) => {
-                    let cut = (dims, bp.origin(i), p.size.as_slice());
-                    copy_patch(src, &v.inner, v.dtype.size(), cut, |run| out.extend_from_slice(run));
-                }
-                _ => out.extend_from_slice(src),
+            let (dims, origin, size) = v.row_box(patches.as_ref().zip(patcher).map(|(bp, p)| (bp.origin(i), p)));
+            if dims.is_empty() {
+                out.extend_from_slice(src);
+            } else {
+                let cut = (&PatchedDims(dims), origin.as_slice(), size.as_slice());
+                copy_patch(src, &v.inner, v.dtype.size(), cut, |run| out.extend_from_slice(run));
             }
         }
         let shape = std::iter::once(rows.len()).chain(inner).collect();
@@ -424,6 +469,13 @@ fn gather(
             .insert(v.label.clone(), NdArray::new(v.dtype, shape, out).map_err(Error::Config)?.recycled_by(recycler));
     }
     batch.patches = patches;
+    batch.part = vars.iter().find_map(|v| v.part.as_ref()).zip(at.mesh).map(|(p, &(index, of))| BatchPart {
+        dim: p.name.clone(),
+        index,
+        of,
+        start: p.start,
+        len: p.len,
+    });
     Ok(batch)
 }
 

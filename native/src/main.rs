@@ -30,7 +30,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use insitubatch_native::core::patch::{self, PatchAxis, PatchOptions};
 use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
-use insitubatch_native::core::{DType, ReadPolicy, Result as CoreResult, Split};
+use insitubatch_native::core::{DType, ModelParallel, ReadPolicy, Result as CoreResult, Split};
 use insitubatch_native::{
     Batch, BatchIter, Checkpoint, DatasetOptions, NativeDataset, OpenOptions, SplitOptions, demo, open, open_storage,
 };
@@ -361,6 +361,13 @@ struct Knobs {
     /// Random patches per sample and epoch (default 1).
     #[arg(long, requires = "patch")]
     patches_per_sample: Option<u64>,
+    /// A rank mesh: groups of K consecutive ranks draw the same rows, each rank taking its
+    /// part of every row along --model-parallel-axis.
+    #[arg(long, value_name = "K", requires = "model_parallel_axis")]
+    model_parallel: Option<usize>,
+    /// The axis a model-parallel group splits its rows along (a dimension name or index).
+    #[arg(long, value_name = "AXIS", requires = "model_parallel")]
+    model_parallel_axis: Option<String>,
     /// Draw only the samples whose entry is non-zero: a text file of one number per sample
     /// (separated by whitespace or commas), e.g. written by `numpy.savetxt`.
     #[arg(long, value_name = "FILE")]
@@ -484,6 +491,10 @@ impl Knobs {
                 rank: self.rank,
                 world_size: self.world_size,
                 node_ranks: self.node_affinity,
+                model_parallel: self
+                    .model_parallel
+                    .zip(self.model_parallel_axis.as_deref())
+                    .map(|(size, axis)| ModelParallel { size, axis: PatchAxis::parse(axis) }),
                 read_policy: self.read_policy(),
                 ..DatasetOptions::default()
             },

@@ -27,7 +27,9 @@ use insitubatch_core::engine::ReadPolicy;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
 use insitubatch_core::split::{SplitManifest as CoreManifest, SplitOptions};
 use insitubatch_core::transform::{BatchTransform, Scoped};
-use insitubatch_core::{BatchStream, DType, Error as CoreError, NdArray, PatchAxis, PatchOptions, Split};
+use insitubatch_core::{
+    BatchStream, DType, Error as CoreError, ModelParallel, NdArray, PatchAxis, PatchOptions, Split,
+};
 use insitubatch_native::{CacheOptions, NativeError, NativeRuntime, OpenOptions};
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::create_exception;
@@ -554,7 +556,8 @@ impl NativeDataset {
                         persist = false, readonly_cache = false, reset_stale_cache = false, shared_cache = false,
                         rank = 0, world_size = 1, node_ranks = None, first_block_chunks = None,
                         read_policy = None, patch = None, patch_mode = "grid", patch_stride = None,
-                        patches_per_sample = None, sample_mask = None, sample_weights = None))]
+                        patches_per_sample = None, sample_mask = None, sample_weights = None,
+                        model_parallel = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -588,6 +591,7 @@ impl NativeDataset {
         patches_per_sample: Option<u64>,
         sample_mask: Option<Vec<bool>>,
         sample_weights: Option<Vec<f64>>,
+        model_parallel: Option<(usize, Bound<'_, PyAny>)>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
         let patch = match patch {
@@ -635,6 +639,10 @@ impl NativeDataset {
                 patch,
                 sample_mask: sample_mask.map(Into::into),
                 sample_weights: sample_weights.map(Into::into),
+                model_parallel: match model_parallel {
+                    None => None,
+                    Some((size, axis)) => Some(ModelParallel { size, axis: patch_axes(&[(axis, 0)])?.remove(0).0 }),
+                },
             },
             threads,
             storage_options,
@@ -849,6 +857,10 @@ impl NativeStream {
                     offsets.set_item(label, o)?;
                 }
                 let (origins, dims) = patches_to_py(py, batch.patches.as_ref())?;
+                let part = match &batch.part {
+                    Some(p) => (p.dim.as_str(), p.start, p.start + p.len).into_pyobject(py)?.into_any(),
+                    None => py.None().into_bound(py),
+                };
                 Ok(Some(PyTuple::new(
                     py,
                     [
@@ -859,6 +871,7 @@ impl NativeStream {
                         batch.epoch.into_pyobject(py)?.into_any(),
                         origins,
                         dims,
+                        part,
                     ],
                 )?))
             }

@@ -252,7 +252,7 @@ impl BatchTransform for PyBatchFn {
     }
 
     fn apply(&self, batch: Batch) -> insitubatch_core::Result<Batch> {
-        let Batch { arrays, sample_indices, offsets, index, epoch, patches } = batch;
+        let Batch { arrays, sample_indices, offsets, index, epoch, patches, part } = batch;
         with_python(|py| {
             let run = || -> PyResult<Batch> {
                 let d = PyDict::new(py);
@@ -266,7 +266,11 @@ impl BatchTransform for PyBatchFn {
                 }
                 let cls = py.import("insitubatch_rs")?.getattr("Batch")?;
                 let (origins, dims) = crate::patches_to_py(py, patches.as_ref())?;
-                let arg = cls.call1((d, idx, offs, index, epoch, origins, dims))?;
+                let model_part = match &part {
+                    Some(p) => (p.dim.as_str(), p.start, p.start + p.len).into_pyobject(py)?.into_any(),
+                    None => py.None().into_bound(py),
+                };
+                let arg = cls.call1((d, idx, offs, index, epoch, origins, dims, model_part))?;
                 let out = self.func.bind(py).call1((arg,))?;
                 let mut new_arrays = BTreeMap::new();
                 for item in out.call_method0("items")?.try_iter()? {
@@ -301,7 +305,15 @@ impl BatchTransform for PyBatchFn {
                 }
                 // Patches follow their rows: a transform that changes the rows drops them.
                 let patches = patches.filter(|p| p.origins.len() == new_idx.len() * p.dims.len());
-                Ok(Batch { arrays: new_arrays, sample_indices: new_idx, offsets: new_offsets, index, epoch, patches })
+                Ok(Batch {
+                    arrays: new_arrays,
+                    sample_indices: new_idx,
+                    offsets: new_offsets,
+                    index,
+                    epoch,
+                    patches,
+                    part: part.clone(),
+                })
             };
             run().map_err(|e| fail(py, &self.errors, &self.name, e))
         })?

@@ -22,7 +22,7 @@ use crate::engine::{ArrayReader, CpuQueue, Engine};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::hedge::Hedger;
-use crate::pass::GatherVar;
+use crate::pass::{GatherVar, VarPart};
 use crate::patch::{PatchAxis, PatchOptions, PatchedDims, Patcher};
 use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks_over};
 use crate::pool::Pool;
@@ -317,12 +317,12 @@ impl ChunkRows<'_> {
 
 /// Where `options`' axes lie in the variable `label` read by `reader`: the patch dimensions
 /// (positions among its inner dimensions), their names and lengths; `None` when it has none
-/// of them.
+/// of them. `what` says what the axes are for, in a refusal ("cut patches from").
 ///
 /// # Errors
 /// [`Error::Config`] when it has some of them only, a patched axis is its sample axis, or a
 /// chunk transform changes its inner shape (the patch would not be where the names say).
-fn patched_axes(options: &PatchOptions, label: &str, reader: &ArrayReader) -> Result<Option<PatchedVar>> {
+fn patched_axes(options: &PatchOptions, label: &str, reader: &ArrayReader, what: &str) -> Result<Option<PatchedVar>> {
     let g = &reader.geom;
     let names = reader.zarr.dimension_names().unwrap_or_default();
     let physical: Vec<Option<usize>> = options
@@ -336,18 +336,18 @@ fn patched_axes(options: &PatchOptions, label: &str, reader: &ArrayReader) -> Re
     if physical.iter().all(Option::is_none) {
         return Ok(None);
     }
-    let refuse = |why: String| Err(Error::Config(format!("cannot cut patches from {label:?}: {why}")));
+    let refuse = |why: String| Err(Error::Config(format!("cannot {what} {label:?}: {why}")));
     let Some(physical) = physical.into_iter().collect::<Option<Vec<usize>>>() else {
         return refuse(format!("it has some of the patched axes only ({:?} of {names:?})", options.size));
     };
     if let Some(a) = physical.iter().find(|&&a| a == g.sample_axis) {
-        return refuse(format!("axis {a} is its sample axis; patch inner axes only"));
+        return refuse(format!("axis {a} is its sample axis; name an inner axis"));
     }
     let inner: Vec<usize> = g.inner_shape().iter().map(|&d| d as usize).collect();
     if reader.out_inner != inner {
         return refuse(format!(
-            "a chunk transform changes its sample shape from {inner:?} to {:?}; patch before transforming, or \
-             scope the transform to other arrays",
+            "a chunk transform changes its sample shape from {inner:?} to {:?}; scope the transform to other \
+             arrays",
             reader.out_inner
         ));
     }
@@ -418,6 +418,7 @@ impl Assembly {
         self.check_unique_labels()?;
         let Readers { readers, plan_vars, mut gather_vars } = self.readers()?;
         let patcher = self.patcher(&readers, &mut gather_vars)?;
+        self.parts(&readers, &mut gather_vars, patcher.as_deref())?;
         let offsets: Vec<i64> = self.variables.iter().map(|v| v.geometry.offset).collect();
         let anchor_range = valid_anchor_range(&offsets, n_samples);
         let draws = self.draws(n_samples)?;
@@ -568,6 +569,7 @@ impl Assembly {
                 sample_bytes: usize::try_from(reader.out_sample_bytes())
                     .map_err(|_| Error::Geometry(format!("one sample of {:?} does not fit in memory", v.label)))?,
                 patch: None,
+                part: None,
             });
         }
         Ok(out)
@@ -599,6 +601,52 @@ impl Assembly {
         ArrayReader::new(Arc::new((*zarr).clone()), base, transforms)
     }
 
+    /// Under a rank mesh, this rank's part of each row of the variables with the split axis
+    /// (`mesh.rs`); the others are read whole.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when no variable has the axis, it is a sample axis, or a row is
+    /// shorter on it than the group has ranks (a rank would get nothing).
+    fn parts(&self, readers: &[ArrayReader], gather_vars: &mut [GatherVar], patcher: Option<&Patcher>) -> Result<()> {
+        let Some(mp) = &self.options.model_parallel else { return Ok(()) };
+        let (_, p) = mp.place(self.options.rank);
+        let axis = PatchOptions::grid(vec![(mp.axis.clone(), 1)]);
+        let mut found = false;
+        for gv in gather_vars.iter_mut() {
+            let Some(PatchedVar { dims, names, extent }) =
+                patched_axes(&axis, &gv.label, &readers[gv.path as usize], "split for model_parallel the rows of")?
+            else {
+                continue;
+            };
+            let dim = dims.0[0];
+            // The row's box on that axis: the patch, where the axis is patched, else the field.
+            let patched = gv
+                .patch
+                .as_ref()
+                .zip(patcher)
+                .and_then(|(d, pt)| d.0.iter().position(|&x| x == dim).map(|i| pt.size[i]));
+            let len = patched.unwrap_or(extent[0]);
+            if len < mp.size as u64 {
+                return Err(Error::Config(format!(
+                    "{:?} has {len} elements on {} for model_parallel={}: every rank of a group needs a part; split \
+                     another axis or use a smaller group",
+                    gv.label, names[0], mp.size
+                )));
+            }
+            let (start, part_len) = crate::mesh::part(p, mp.size, len);
+            gv.part = Some(VarPart { dim, name: names[0].clone(), start, len: part_len });
+            found = true;
+        }
+        if !found {
+            return Err(Error::Config(format!(
+                "model_parallel splits rows along {} but no variable has it; name a dimension from the arrays' \
+                 dimension_names or a physical axis index",
+                mp.axis
+            )));
+        }
+        Ok(())
+    }
+
     /// The sample mask and weights, checked (`None` when neither is given).
     fn draws(&self, n_samples: u64) -> Result<Option<Arc<Draws>>> {
         let o = &self.options;
@@ -619,7 +667,11 @@ impl Assembly {
         let mut field: Option<(String, Vec<String>, Vec<u64>)> = None;
         for gv in gather_vars.iter_mut() {
             let reader = &readers[gv.path as usize];
-            let Some(PatchedVar { dims, names, extent }) = patched_axes(options, &gv.label, reader)? else { continue };
+            let Some(PatchedVar { dims, names, extent }) =
+                patched_axes(options, &gv.label, reader, "cut patches from")?
+            else {
+                continue;
+            };
             match &field {
                 Some((first, _, e)) if *e != extent => {
                     return Err(Error::Config(format!(
@@ -774,6 +826,9 @@ fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
     }
     if let Some(k) = o.node_ranks {
         crate::shard::check_node_ranks(k, o.world_size)?;
+    }
+    if let Some(m) = &o.model_parallel {
+        m.check(o.world_size, o.node_ranks)?;
     }
     if o.first_block_chunks == Some(0) {
         return Err(Error::Config(

@@ -15,6 +15,7 @@ use crate::draws::Draws;
 use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
+use crate::mesh::ModelParallel;
 use crate::pass::{BatchStream, GatherVar, PassSpec, Patching, ShardInfo, StatsSink, drive};
 use crate::patch::{PatchOptions, Patcher};
 use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
@@ -92,6 +93,9 @@ pub struct DatasetOptions {
     pub sample_mask: Option<Arc<[bool]>>,
     /// Per sample: expected draws per epoch (`draws.rs`); `None`: each sample once.
     pub sample_weights: Option<Arc<[f64]>>,
+    /// A rank mesh (`mesh.rs`): groups of ranks that draw the same rows, each taking its part
+    /// of every row along an axis; `None`: every rank its own rows, whole.
+    pub model_parallel: Option<ModelParallel>,
 }
 
 impl Default for DatasetOptions {
@@ -113,6 +117,7 @@ impl Default for DatasetOptions {
             patch: None,
             sample_mask: None,
             sample_weights: None,
+            model_parallel: None,
         }
     }
 }
@@ -318,14 +323,17 @@ impl Dataset {
     }
 
     /// How this dataset's ranks share an epoch.
+    /// How this dataset's ranks share an epoch: under a rank mesh, the data-parallel groups
+    /// share it as ranks do, and the ranks of a group draw alike (`mesh.rs`).
     pub(crate) fn sharding(&self) -> Sharding {
         let o = &self.inner.options;
+        let k = o.model_parallel.as_ref().map_or(1, |m| m.size);
         Sharding {
-            rank: o.rank,
-            world_size: o.world_size,
+            rank: o.rank / k,
+            world_size: o.world_size / k,
             unit_chunks: self.inner.unit_chunks,
             batch_size: o.batch_size,
-            node_ranks: o.node_ranks,
+            node_ranks: o.node_ranks.map(|n| n / k),
         }
     }
 
@@ -454,11 +462,11 @@ impl Dataset {
             epoch,
             split,
             batch_size: o.batch_size,
-            world_size: o.world_size,
+            world_size: self.sharding().world_size,
             position: 0,
             batches: 0,
             history: Vec::new(),
-            node_ranks: o.node_ranks,
+            node_ranks: self.sharding().node_ranks,
             rows_per_sample: (self.rows_per_sample() > 1).then(|| self.rows_per_sample()),
             draws: self.draws_fingerprint(),
         }
@@ -495,6 +503,7 @@ impl Dataset {
             max_ahead: max_batches_ahead(i.options.prefetch_depth, i.engine.cpu.parallelism()),
             ahead_uses: AHEAD_BLOCKS * i.block_chunks * i.plan_vars.len(),
             patching: i.patcher.as_ref().map(|p| Patching { patcher: Arc::clone(p), seed: i.options.seed, split }),
+            mesh: i.options.model_parallel.as_ref().map(|m| (m.place(i.options.rank).1, m.size)),
         };
         let (task, abort) = futures::future::abortable(drive(spec, tx));
         i.engine.runtime.executor.spawn(Box::pin(async move {
@@ -554,6 +563,8 @@ pub async fn open(storage: Arc<dyn Storage>, runtime: Runtime, options: OpenOpti
 
 #[cfg(test)]
 mod draws_tests;
+#[cfg(test)]
+mod mesh_tests;
 #[cfg(test)]
 mod patch_tests;
 #[cfg(test)]

@@ -140,6 +140,7 @@ impl Dataset {
         }
         notes.extend(self.patch_note());
         notes.extend(self.draws_note());
+        notes.extend(self.mesh_note());
         if i.first_block_chunks < i.block_chunks {
             let c = self.first_block_cost(self.epoch());
             notes.push(Note::new(
@@ -212,6 +213,28 @@ impl Dataset {
                 "{:.1}% of the samples can be drawn (sample_mask and zero weights drop the rest){weights}; each chunk is \
                  still read once per epoch, as a sample's draws share its chunk's block",
                 100.0 * d.kept_share()
+            ),
+        ))
+    }
+
+    /// Under a rank mesh: this rank's group and part, and what the group reads.
+    fn mesh_note(&self) -> Option<Note> {
+        let o = &self.inner.options;
+        let m = o.model_parallel.as_ref()?;
+        let (group, part) = m.place(o.rank);
+        Some(Note::new(
+            "model-parallel",
+            Severity::Note,
+            "dataset",
+            format!(
+                "rank {} is part {part} of {} of data-parallel group {group} of {}: it draws its group's rows and \
+                 takes part {part} of each along {}; each rank of a group reads whole chunks, so a group reads \
+                 them {} times (share a cache_dir per node to read them once)",
+                o.rank,
+                m.size,
+                o.world_size / m.size,
+                m.axis,
+                m.size
             ),
         ))
     }

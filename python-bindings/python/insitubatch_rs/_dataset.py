@@ -123,6 +123,18 @@ def _per_sample(name: str, values: Any, dtype: Any) -> list[Any] | None:
     return a.astype(dtype).tolist()  # type: ignore[no-any-return]
 
 
+def _model_parallel(size: Any, axis: str | int | None) -> tuple[int, str | int] | None:
+    """``model_parallel``/``model_parallel_axis`` as the engine's pair; 1 is no mesh."""
+    k = _count("model_parallel", size, 1)
+    if k == 1:
+        return None
+    if axis is None:
+        raise ValueError(
+            f"model_parallel={k} splits every row along an axis: pass model_parallel_axis=<dimension name or index>"
+        )
+    return (k, axis)
+
+
 def _probe_chunks(probe: bool | int) -> int:
     """``probe=True``: the engine's default number of chunks read at once; a number: that many."""
     if probe is True:
@@ -219,12 +231,12 @@ class BatchIterator(Iterator[Batch]):
         if item is None:
             self._finish()
             raise StopIteration
-        arrays, idx, offsets, index, epoch, origins, dims = item
+        arrays, idx, offsets, index, epoch, origins, dims, part = item
         if not self._reuse:  # the escape hatch: batches in fresh memory, never a recycled buffer
             arrays = {k: np.array(v, copy=True) for k, v in arrays.items()}
             idx = np.array(idx, copy=True)
             origins = None if origins is None else np.array(origins, copy=True)
-        return Batch(arrays, idx, offsets, index, epoch, origins, dims)
+        return Batch(arrays, idx, offsets, index, epoch, origins, dims, part)
 
     def __len__(self) -> int:
         return len(self._stream)
@@ -355,6 +367,11 @@ class InSituDataset:
     more draw with that probability, the same for the same ``(seed, epoch)``). Every chunk
     is still read once per epoch; an epoch has about the sum of the weights in rows, and
     ``describe()`` says so with the weights' effective sample size (docs/sampling.md).
+    ``model_parallel=k`` with ``model_parallel_axis``: a rank mesh, ``world_size / k``
+    data-parallel groups of ``k`` consecutive ranks; the ranks of a group draw the same rows
+    and each gets its part of every row along that axis (``numpy.array_split``'s parts,
+    ``batch.model_part``), so a model sharded over the group's devices gets its slices
+    (docs/distributed.md).
 
     The split views are ``ds.train``, ``ds.val``, ``ds.test`` and ``ds.all`` (``View``); the
     arguments ``store``, ``chunk_transforms`` and ``batch_transforms`` stay attributes. After
@@ -417,6 +434,8 @@ class InSituDataset:
         patches_per_sample: int | None = None,
         sample_mask: Any = None,
         sample_weights: Any = None,
+        model_parallel: int = 1,
+        model_parallel_axis: str | int | None = None,
     ) -> None:
         self.store = store
         self._store = engine_store(store)
@@ -457,6 +476,7 @@ class InSituDataset:
             else _count("patches_per_sample", patches_per_sample, 1),
             "sample_mask": _per_sample("sample_mask", sample_mask, bool),
             "sample_weights": _per_sample("sample_weights", sample_weights, np.float64),
+            "model_parallel": _model_parallel(model_parallel, model_parallel_axis),
         }
         self._native = self._open(manifest, geometries, storage_options)
         if cache_dir is not None:

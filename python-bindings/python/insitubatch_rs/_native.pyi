@@ -227,6 +227,7 @@ _BatchTuple = tuple[
     int,
     npt.NDArray[np.int64] | None,
     tuple[str, ...],
+    tuple[str, int, int] | None,
 ]
 
 @final
@@ -273,6 +274,7 @@ class NativeDataset:
         patches_per_sample: int | None = None,
         sample_mask: list[bool] | None = None,
         sample_weights: list[float] | None = None,
+        model_parallel: tuple[int, str | int] | None = None,
     ) -> Self: ...
     def probe(self, split: str, chunks: int) -> tuple[str, str]: ...
     def iter(self, split: str) -> NativeStream: ...

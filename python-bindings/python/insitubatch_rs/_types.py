@@ -388,6 +388,9 @@ class Batch(Mapping[str, np.ndarray]):
     patch_origins: np.ndarray | None = None
     #: The patched axes in ``patch_origins``' column order (dimension names, or ``axis{k}``).
     patch_dims: tuple[str, ...] = ()
+    #: With ``model_parallel=k``: this rank's part of every row, ``(axis, start, stop)`` in the
+    #: row's box (the field, or its patch); ``None`` for whole rows.
+    model_part: tuple[str, int, int] | None = None
 
     def __getitem__(self, label: str) -> np.ndarray:
         return self.arrays[label]
