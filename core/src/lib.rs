@@ -74,6 +74,6 @@ pub use runtime::{ByteRange, Executor, Runtime, Storage, StorageError, ThreadPoo
 pub use shard::{Checkpoint, Cut};
 pub use shuffle::{Split, UnknownSplit};
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
-pub use stats::{LimitingStage, PassStats, Stage};
+pub use stats::{LimitingStage, PassObserver, PassStats, Stage};
 pub use tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
 pub use window::WindowReason;

@@ -24,7 +24,7 @@ use crate::plan::{ChunkKey, PassPlan};
 use crate::pool::{Admit, Chunk, LoadResult, PassId};
 use crate::runtime::BoxFuture;
 use crate::shard::Checkpoint;
-use crate::stats::{BatchTimeline, PassRecorder, PassStats, verdict};
+use crate::stats::{BatchTimeline, PassObserver, PassRecorder, PassStats, verdict};
 use crate::transform::BatchTransform;
 
 /// A labelled variable as the gather sees it.
@@ -534,6 +534,8 @@ pub struct BatchStream {
     pub(crate) epoch: u64,
     pub(crate) prefetch_depth: usize,
     pub(crate) sink: StatsSink,
+    /// Told of the report when the pass ends.
+    pub(crate) observers: Arc<[Arc<dyn PassObserver>]>,
     pub(crate) finished: bool,
     pub(crate) n_batches: usize,
     pub(crate) shard: ShardInfo,
@@ -708,6 +710,9 @@ impl BatchStream {
         self.engine.pool.close_pass(self.pass);
         let stats = self.stats();
         tracing::info!("{}", stats.summary());
+        for o in self.observers.iter() {
+            o.pass_ended(&stats);
+        }
         *self.sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stats);
     }
 

@@ -66,6 +66,10 @@ pub enum LimitingStage {
 }
 
 impl LimitingStage {
+    /// Every limiting stage, in declaration order (exporters set one series per stage).
+    pub const ALL: [Self; 7] =
+        [Self::Consumer, Self::Residency, Self::Store, Self::Decode, Self::Gather, Self::BatchTransform, Self::Unknown];
+
     /// Snake-case name, as serialized.
     pub fn name(self) -> &'static str {
         match self {
@@ -157,6 +161,14 @@ pub struct Depths {
     pub resident_peak_bytes: u64,
     /// The pool's byte budget at the end of the pass.
     pub budget_bytes: u64,
+}
+
+/// Told of every pass's report when the pass ends (a Prometheus exporter, a Python callback):
+/// the one stream of reports every exporter is fed by. Called on the thread that ends the pass,
+/// so it should be quick (hand the report to a queue or update counters).
+pub trait PassObserver: crate::runtime::MaybeSend + crate::runtime::MaybeSync + std::fmt::Debug {
+    /// A pass over `stats.split` ended (finished, closed or dropped).
+    fn pass_ended(&self, stats: &PassStats);
 }
 
 /// One pass over one view.

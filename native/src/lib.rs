@@ -22,6 +22,7 @@
 
 pub mod cache;
 pub mod demo;
+pub mod metrics;
 pub mod runtime;
 pub mod scaler_file;
 pub mod storage;
@@ -109,6 +110,9 @@ pub struct OpenOptions {
     pub chunk_transforms: Vec<Scoped>,
     /// Batch transforms, run on the pool after the gather.
     pub batch_transforms: Vec<Arc<dyn BatchTransform>>,
+    /// Serve the pass reports as Prometheus metrics at this `HOST:PORT` (`metrics.rs`; port 0
+    /// picks a free one, [`NativeDataset::metrics_address`] says which); `None`: no endpoint.
+    pub metrics_address: Option<String>,
 }
 
 impl Default for OpenOptions {
@@ -129,6 +133,7 @@ impl Default for OpenOptions {
             cache: None,
             chunk_transforms: Vec::new(),
             batch_transforms: Vec::new(),
+            metrics_address: None,
         }
     }
 }
@@ -177,6 +182,8 @@ pub struct NativeDataset {
     runtime: NativeRuntime,
     storage: Arc<dyn Storage>,
     url: String,
+    /// Where the Prometheus endpoint listens, when asked for.
+    metrics: Option<std::net::SocketAddr>,
 }
 
 /// Open `url` and build a dataset over its arrays.
@@ -229,11 +236,20 @@ pub fn refuse_storage_options(options: &[(String, String)], location: &str) -> R
 }
 
 /// The body [`open`] and [`open_storage_with`] share.
-fn build_dataset(storage: Arc<dyn Storage>, location: &str, options: OpenOptions) -> Result<NativeDataset> {
+fn build_dataset(storage: Arc<dyn Storage>, location: &str, mut options: OpenOptions) -> Result<NativeDataset> {
     let runtime = NativeRuntime::new(options.threads)?;
+    let metrics = match options.metrics_address.take() {
+        None => None,
+        Some(address) => {
+            let exporter = Arc::new(metrics::PrometheusExporter::default());
+            let bound = exporter.serve(&address, &runtime.handle())?;
+            options.dataset.observers.push(exporter);
+            Some(bound)
+        }
+    };
     let builder = options.builder(Arc::clone(&storage), runtime.runtime.clone())?;
     let dataset = runtime.block_on(builder.open())?;
-    Ok(NativeDataset { dataset, runtime, storage, url: location.to_string() })
+    Ok(NativeDataset { dataset, runtime, storage, url: location.to_string(), metrics })
 }
 
 /// A `file://` URL whose directory does not exist: said before any metadata read, so the
@@ -363,6 +379,11 @@ impl NativeDataset {
     /// The URL as given (or the location a storage handed to [`open_storage_with`] was given).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Where the Prometheus endpoint listens (`OpenOptions::metrics_address`), if asked for.
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.metrics
     }
 }
 

@@ -361,6 +361,10 @@ struct Knobs {
     /// Random patches per sample and epoch (default 1).
     #[arg(long, requires = "patch")]
     patches_per_sample: Option<u64>,
+    /// Serve the pass reports as Prometheus metrics at IP:PORT (port 0: a free one; the
+    /// address is printed to stderr).
+    #[arg(long, value_name = "IP:PORT")]
+    metrics_address: Option<String>,
     /// A rank mesh: groups of K consecutive ranks draw the same rows, each rank taking its
     /// part of every row along --model-parallel-axis.
     #[arg(long, value_name = "K", requires = "model_parallel_axis")]
@@ -507,6 +511,7 @@ impl Knobs {
                 reset_stale: self.reset_stale_cache,
                 shared: self.shared_cache,
             }),
+            metrics_address: self.metrics_address.clone(),
             ..OpenOptions::default()
         }
     }
@@ -577,6 +582,9 @@ fn open_ds(url: &str, knobs: &Knobs, mut opts: OpenOptions) -> Result<NativeData
         opts.dataset.sample_weights = Some(per_sample_numbers(path)?.into());
     }
     let ds = open(url, opts)?;
+    if let Some(address) = ds.metrics_address() {
+        let _ = writeln!(std::io::stderr(), "metrics: http://{address}/metrics");
+    }
     ds.set_epoch(knobs.epoch);
     Ok(ds)
 }

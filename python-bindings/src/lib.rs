@@ -38,6 +38,7 @@ use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+mod observe;
 mod pystore;
 mod reader;
 mod rules;
@@ -557,7 +558,7 @@ impl NativeDataset {
                         rank = 0, world_size = 1, node_ranks = None, first_block_chunks = None,
                         read_policy = None, patch = None, patch_mode = "grid", patch_stride = None,
                         patches_per_sample = None, sample_mask = None, sample_weights = None,
-                        model_parallel = None))]
+                        model_parallel = None, callbacks = Vec::new(), metrics_address = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -592,6 +593,8 @@ impl NativeDataset {
         sample_mask: Option<Vec<bool>>,
         sample_weights: Option<Vec<f64>>,
         model_parallel: Option<(usize, Bound<'_, PyAny>)>,
+        callbacks: Vec<Bound<'_, PyAny>>,
+        metrics_address: Option<String>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
         let patch = match patch {
@@ -639,6 +642,10 @@ impl NativeDataset {
                 patch,
                 sample_mask: sample_mask.map(Into::into),
                 sample_weights: sample_weights.map(Into::into),
+                observers: callbacks
+                    .iter()
+                    .map(|f| Ok(Arc::new(observe::PyPassCallback::new(f)?) as Arc<dyn insitubatch_core::PassObserver>))
+                    .collect::<PyResult<_>>()?,
                 model_parallel: match model_parallel {
                     None => None,
                     Some((size, axis)) => Some(ModelParallel { size, axis: patch_axes(&[(axis, 0)])?.remove(0).0 }),
@@ -659,6 +666,7 @@ impl NativeDataset {
             .map_err(core_err)?,
             chunk_transforms,
             batch_transforms,
+            metrics_address,
             ..OpenOptions::default()
         };
         let url = store.location().to_string();
@@ -758,6 +766,11 @@ impl NativeDataset {
     }
 
     /// Stats of the last pass that ended, as JSON, or `None`.
+    /// Where the Prometheus endpoint listens (`HOST:PORT`), if one was asked for.
+    fn metrics_address(&self) -> PyResult<Option<String>> {
+        Ok(self.get()?.opened.metrics_address().map(|a| a.to_string()))
+    }
+
     fn last_pass_json(&self) -> PyResult<Option<String>> {
         self.get()?.dataset().last_pass().map(|s| stats_to_json(&s)).transpose()
     }
@@ -912,7 +925,7 @@ impl NativeStream {
 
 /// A pass's stats as JSON, with the engine's one-line `summary` (what the `insitubatch`
 /// logger prints) so Python formats nothing itself.
-fn stats_to_json(stats: &insitubatch_core::PassStats) -> PyResult<String> {
+pub(crate) fn stats_to_json(stats: &insitubatch_core::PassStats) -> PyResult<String> {
     let to_err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());
     let mut v = serde_json::to_value(stats).map_err(to_err)?;
     if let Some(o) = v.as_object_mut() {

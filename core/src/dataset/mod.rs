@@ -24,7 +24,7 @@ use crate::runtime::{Runtime, Storage};
 use crate::shard::{Checkpoint, RankPass, Sharding, rank_pass};
 use crate::shuffle::{DrawOrder, DrawRows, OrderSpec, Split, draw_order, shuffle_quality};
 use crate::split::SplitManifest;
-use crate::stats::{PassRecorder, PassStats};
+use crate::stats::{PassObserver, PassRecorder, PassStats};
 use crate::tier::TierOpener;
 use crate::transform::{BatchTransform, Scoped};
 
@@ -96,6 +96,8 @@ pub struct DatasetOptions {
     /// A rank mesh (`mesh.rs`): groups of ranks that draw the same rows, each taking its part
     /// of every row along an axis; `None`: every rank its own rows, whole.
     pub model_parallel: Option<ModelParallel>,
+    /// Told of every pass's report when it ends (exporters, callbacks).
+    pub observers: Vec<Arc<dyn PassObserver>>,
 }
 
 impl Default for DatasetOptions {
@@ -118,6 +120,7 @@ impl Default for DatasetOptions {
             sample_mask: None,
             sample_weights: None,
             model_parallel: None,
+            observers: Vec::new(),
         }
     }
 }
@@ -522,6 +525,7 @@ impl Dataset {
             epoch,
             prefetch_depth: i.options.prefetch_depth,
             sink: Arc::clone(&i.last_pass),
+            observers: i.options.observers.clone().into(),
             finished: false,
             n_batches,
             shard: ShardInfo { rank: i.options.rank, dropped: rank.dropped, skipped: rank.skipped, start: rank.start },

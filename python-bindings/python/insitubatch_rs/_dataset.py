@@ -372,6 +372,11 @@ class InSituDataset:
     and each gets its part of every row along that axis (``numpy.array_split``'s parts,
     ``batch.model_part``), so a model sharded over the group's devices gets its slices
     (docs/distributed.md).
+    ``callbacks``: callables ``(PassStats) -> None``, each called with every pass's report
+    when the pass ends (TensorBoard, W&B, OpenTelemetry; an exception goes to
+    ``sys.unraisablehook``). ``metrics_address="HOST:PORT"``: serve the reports as
+    Prometheus metrics there (port 0 picks a free one: ``ds.metrics_address``), every series
+    labelled with the split, rank and world size (docs/distributed.md).
 
     The split views are ``ds.train``, ``ds.val``, ``ds.test`` and ``ds.all`` (``View``); the
     arguments ``store``, ``chunk_transforms`` and ``batch_transforms`` stay attributes. After
@@ -436,6 +441,8 @@ class InSituDataset:
         sample_weights: Any = None,
         model_parallel: int = 1,
         model_parallel_axis: str | int | None = None,
+        callbacks: Sequence[Any] = (),
+        metrics_address: str | None = None,
     ) -> None:
         self.store = store
         self._store = engine_store(store)
@@ -477,6 +484,8 @@ class InSituDataset:
             "sample_mask": _per_sample("sample_mask", sample_mask, bool),
             "sample_weights": _per_sample("sample_weights", sample_weights, np.float64),
             "model_parallel": _model_parallel(model_parallel, model_parallel_axis),
+            "callbacks": list(callbacks),
+            "metrics_address": None if metrics_address is None else str(metrics_address),
         }
         self._native = self._open(manifest, geometries, storage_options)
         if cache_dir is not None:
@@ -728,6 +737,11 @@ class InSituDataset:
         if probe:
             text += self._native.probe("train", _probe_chunks(probe))[1]
         print(text, end="", file=file)
+
+    @property
+    def metrics_address(self) -> str | None:
+        """Where the Prometheus endpoint listens (``HOST:PORT``), or ``None`` without one."""
+        return self._native.metrics_address()
 
     @property
     def last_pass(self) -> PassStats | None:

@@ -1,0 +1,79 @@
+//! The Prometheus endpoint (`metrics.rs`), scraped over loopback HTTP like a Prometheus server
+//! does: its figures equal the pass reports it was fed.
+
+use std::io::{Read, Write};
+
+use insitubatch_native::{OpenOptions, demo, open};
+
+/// `GET /metrics` over a plain TCP connection: the body.
+fn scrape(address: std::net::SocketAddr) -> String {
+    let mut s = std::net::TcpStream::connect(address).expect("connect to the metrics endpoint");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    reply.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap()
+}
+
+/// The value of the series `name` whose labels include every one of `labels`.
+fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no {name} {labels:?} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn the_scraped_figures_equal_the_pass_reports() {
+    let dir = std::env::temp_dir().join(format!("insitubatch-metrics-{}", std::process::id()));
+    let store = demo::write_demo_store_sized(&dir.join("demo.zarr"), 48).unwrap();
+    let options = OpenOptions { metrics_address: Some("127.0.0.1:0".into()), ..OpenOptions::default() };
+    let ds = open(&store.display().to_string(), options).unwrap();
+    let address = ds.metrics_address().expect("the endpoint is up");
+    assert!(!scrape(address).contains("insitubatch_samples_total{"), "no pass has ended yet");
+
+    let mut reports = Vec::new();
+    for epoch in 0..2 {
+        ds.set_epoch(epoch);
+        for b in ds.train().unwrap() {
+            b.unwrap();
+        }
+        reports.push(ds.last_pass().unwrap());
+    }
+    let text = scrape(address);
+    let train = ["split=\"train\"", "rank=\"0\"", "world_size=\"1\""];
+    let sum = |f: fn(&insitubatch_native::core::PassStats) -> u64| reports.iter().map(f).sum::<u64>() as f64;
+    assert_eq!(value(&text, "insitubatch_passes_total", &train), 2.0);
+    assert_eq!(value(&text, "insitubatch_samples_total", &train), sum(|p| p.samples));
+    assert_eq!(value(&text, "insitubatch_batches_total", &train), sum(|p| p.batches as u64));
+    assert_eq!(value(&text, "insitubatch_bytes_fetched_total", &train), sum(|p| p.bytes_fetched));
+    assert_eq!(value(&text, "insitubatch_storage_reads_total", &train), sum(|p| p.storage_reads));
+    let last = &reports[1];
+    let p95 = value(&text, "insitubatch_batch_wait_seconds", &[train[0], "key=\"0.95\""]);
+    assert!((p95 - last.batch_wait_p95_s).abs() <= 1e-12 * last.batch_wait_p95_s.max(1.0), "{p95}");
+    let decode = value(&text, "insitubatch_stage_seconds_total", &[train[0], "key=\"decode\""]);
+    let decode_sum: f64 = reports.iter().map(|p| p.times.decode_s).sum();
+    assert!((decode - decode_sum).abs() <= 1e-9 * decode_sum.max(1.0), "{decode} vs {decode_sum}");
+    let limiting = format!("key=\"{}\"", last.limiting_stage.name());
+    assert_eq!(value(&text, "insitubatch_limiting_stage", &[train[0], &limiting]), 1.0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_address_that_cannot_be_bound_is_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("insitubatch-metrics-bad-{}", std::process::id()));
+    let store = demo::write_demo_store_sized(&dir.join("demo.zarr"), 16).unwrap();
+    let refused = |address: &str| {
+        let options = OpenOptions { metrics_address: Some(address.into()), ..OpenOptions::default() };
+        open(&store.display().to_string(), options).unwrap_err().to_string()
+    };
+    let err = refused("256.0.0.1:1");
+    assert!(err.contains("must be IP:PORT") && err.contains("256.0.0.1:1"), "{err}");
+    // A port this test holds.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let err = refused(&holder.local_addr().unwrap().to_string());
+    assert!(err.contains("metrics endpoint cannot listen"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
