@@ -75,7 +75,33 @@ export interface OpenOptions {
    * are over it) and refuses it elsewhere, saying why; the explorer ignores it.
    */
   batchViews?: boolean;
+  /**
+   * Cut each sample into patches (docs/patches.md): the patch size on each patched inner axis,
+   * by dimension name (`dimension_names`, or `_ARRAY_DIMENSIONS` in Zarr v2) or axis index
+   * (digits), e.g. `{ lat: 45, lon: 90 }`. Each batch row is then one patch of one sample
+   * (`patchOrigins`), and each chunk is still read once per epoch. The order given is the
+   * column order of `patchOrigins`; an object lists integer-like keys (`{ 2: 8 }`) first, so
+   * to put an index after a name use a `Map` or `[[axis, size], ...]`. A variable without
+   * the patched axes is read whole, its rows repeated per patch. Default: whole samples.
+   */
+  patch?: AxisSizes;
+  /**
+   * `"grid"` (default): every patch of a grid, each once per epoch (a remainder narrower
+   * than a patch at the far edge is never drawn); `"random"`: `patchesPerSample` patches per
+   * sample at uniform origins, drawn anew each epoch from `(seed, epoch, split)`.
+   */
+  patchMode?: 'grid' | 'random';
+  /** A grid's step per patched axis (axes not named step by their size; smaller overlaps). Grid only. */
+  patchStride?: AxisSizes;
+  /** Random patches per sample and epoch. Default 1. Random only. */
+  patchesPerSample?: number;
 }
+
+/**
+ * `OpenOptions.patch` and `patchStride`: a count per axis (a dimension name, or an axis
+ * index as digits or a number), in the order given.
+ */
+export type AxisSizes = Record<string, number> | Map<string | number, number> | [string | number, number][];
 
 /** One labelled variable of `OpenOptions.variables`. */
 export interface VariableSpec {
@@ -183,6 +209,14 @@ export interface Batch {
   /** Position of this batch in its epoch. */
   index: number;
   epoch: number;
+  /**
+   * With `patch`: row i is the patch of sample `sampleIndices[i]` starting at
+   * `patchOrigins[i * patchDims.length + k]` on axis `patchDims[k]` (row-major, rows ×
+   * axes; a `BigUint64Array`, as `sampleIndices`). Absent for whole samples.
+   */
+  patchOrigins?: BigUint64Array;
+  /** With `patch`: the patched axes, in `patch`'s order, by dimension name (`axis{k}` for an unnamed axis). */
+  patchDims?: string[];
 }
 
 /**
@@ -190,8 +224,8 @@ export interface Batch {
  * over the engine's wasm memory, re-made on each read if the memory grew (a non-shared
  * memory's old `ArrayBuffer` is detached when it grows). Valid until the pass's next
  * `next()` or `close()`: a read of `data` after that throws, and a typed array taken from it
- * earlier may show later batches' values (the engine reuses the buffer). `sampleIndices` and
- * `offsets` are the batch's own.
+ * earlier may show later batches' values (the engine reuses the buffer). `sampleIndices`,
+ * `offsets`, `patchOrigins` and `patchDims` are the batch's own.
  */
 export interface ViewBatch extends Batch {
   /** A batch of the default kind, owned by you (nothing in it refers to wasm memory); throws once the views ended. */
@@ -638,7 +672,7 @@ export interface WorkerOptions {
 export interface TransferReport {
   /** Batches posted to the page. */
   batches: number;
-  /** Buffers in their transfer lists (each array's and `sampleIndices`'). */
+  /** Buffers in their transfer lists (each array's, `sampleIndices`' and, when patched, `patchOrigins`'). */
   buffers: number;
   /** Of those, how many had byteLength 0 in the worker after posting (moved, not copied). */
   detached: number;

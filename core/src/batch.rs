@@ -22,6 +22,9 @@ pub struct Batch {
     pub patches: Option<BatchPatches>,
     /// This rank's part of every row under model parallelism (`mesh.rs`; `None`: whole rows).
     pub part: Option<BatchPart>,
+    /// The sample axis's coordinate value of each row's anchor (`coords.rs`), by name; empty
+    /// unless the dataset reads coordinates.
+    pub coords: BTreeMap<String, crate::coords::CoordValues>,
 }
 
 /// A model-parallel rank's part of its rows: the slice `start .. start + len` of each row's
@@ -154,6 +157,7 @@ mod tests {
             epoch: 0,
             patches: None,
             part: None,
+            coords: BTreeMap::new(),
         }
     }
 

@@ -23,6 +23,7 @@ mod assemble;
 pub mod batch;
 #[cfg(any(test, feature = "testing", feature = "conformance"))]
 pub mod conformance;
+pub mod coords;
 pub mod dataset;
 pub mod describe;
 pub mod draws;

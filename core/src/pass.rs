@@ -17,6 +17,7 @@ use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
 
 use crate::array::NdArray;
 use crate::batch::{Batch, BatchPart, BatchPatches};
+use crate::coords::Coordinate;
 use crate::engine::{Engine, load_chunk};
 use crate::error::{Error, Result};
 use crate::patch::{PatchedDims, Patcher, copy_patch};
@@ -127,6 +128,8 @@ pub(crate) struct PassSpec {
     pub patching: Option<Patching>,
     /// This rank's part and the group size under a rank mesh (`None`: whole rows).
     pub mesh: Option<(usize, usize)>,
+    /// The sample axis's coordinate, carried by every batch (`None`: not read).
+    pub coordinate: Option<Arc<Coordinate>>,
 }
 
 type SendFuture = BoxFuture<'static, std::result::Result<(), async_channel::SendError<Result<Delivered>>>>;
@@ -371,13 +374,20 @@ impl Driver {
         let epoch = self.spec.epoch;
         let patching = self.spec.patching.clone();
         let mesh = self.spec.mesh;
+        let coordinate = self.spec.coordinate.clone();
         let index = self.spec.first_index + j;
         let priority = self.spec.engine.admissions.load(std::sync::atomic::Ordering::Relaxed);
         let fut = self.spec.engine.cpu.run(crate::engine::CLASS_GATHER, priority, move || -> Result<Delivered> {
             let t0 = engine.now();
             let rows = &plan.anchors[plan.batch_rows(j)];
-            let at =
-                BatchAt { index, epoch, per_sample: plan.per_sample, patching: patching.as_ref(), mesh: mesh.as_ref() };
+            let at = BatchAt {
+                index,
+                epoch,
+                per_sample: plan.per_sample,
+                patching: patching.as_ref(),
+                mesh: mesh.as_ref(),
+                coordinate: coordinate.as_deref(),
+            };
             let mut batch = gather(rows, &vars, &chunks, &at, &engine.recycler)?;
             drop(chunks);
             let t1 = engine.now();
@@ -412,6 +422,8 @@ struct BatchAt<'a> {
     per_sample: u64,
     /// This rank's part and the group size under a rank mesh.
     mesh: Option<&'a (usize, usize)>,
+    /// The sample axis's coordinate, when the dataset reads it.
+    coordinate: Option<&'a Coordinate>,
     patching: Option<&'a Patching>,
 }
 
@@ -441,7 +453,11 @@ fn gather(
         epoch: at.epoch,
         patches: None,
         part: None,
+        coords: Default::default(),
     };
+    if let Some(c) = at.coordinate {
+        batch.coords.insert(c.name.clone(), c.take(&batch.sample_indices));
+    }
     for v in vars {
         let row = v.sample_bytes;
         let inner = v.out_inner(patcher);

@@ -119,6 +119,32 @@ impl PatchOptions {
     }
 }
 
+impl PatchOptions {
+    /// [`Self::from_parts`] from a binding's optional words: `None` without a size, and the
+    /// mode, stride or count without a size refused (they would be ignored silently).
+    ///
+    /// # Errors
+    /// As [`Self::from_parts`], and [`Error::Config`] for the companions without a size.
+    pub fn from_words(
+        size: Option<Vec<(PatchAxis, u64)>>,
+        mode: Option<&str>,
+        stride: Option<Vec<(PatchAxis, u64)>>,
+        per_sample: Option<u64>,
+    ) -> Result<Option<Self>> {
+        let Some(size) = size else {
+            if mode.is_some() || stride.is_some() || per_sample.is_some() {
+                return Err(Error::Config(
+                    "patch_mode, patch_stride and patches_per_sample shape the patches that patch cuts, and no patch \
+                     was given; pass patch too, e.g. patch={\"lat\": 32, \"lon\": 32}"
+                        .into(),
+                ));
+            }
+            return Ok(None);
+        };
+        Self::from_parts(size, mode.unwrap_or("grid"), stride, per_sample).map(Some)
+    }
+}
+
 impl PatchAxis {
     /// A word as an axis: digits are a physical axis index, anything else a dimension name.
     pub fn parse(word: &str) -> Self {

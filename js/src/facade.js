@@ -65,8 +65,10 @@ export class SplitViews {
  * instance alive). Each read of `data` checks that, then re-derives the typed array if the
  * memory grew since (a non-shared memory detaches its old `ArrayBuffer`; a shared one, the
  * threaded build's, never does), so a read never sees a detached buffer or, through `data`,
- * a later batch. `copy()` gives a batch of the default kind, owned by the caller. Used for
- * `open()`'s passes and, over the worker's shared memory, for `openInWorker`'s.
+ * a later batch. The rest of `raw` (`sampleIndices`, a patched batch's `patchOrigins` and
+ * `patchDims`) is the batch's own already and kept as is. `copy()` gives a batch of the
+ * default kind, owned by the caller. Used for `open()`'s passes and, over the worker's
+ * shared memory, for `openInWorker`'s.
  */
 export function viewBatch(raw, memory, check) {
   const arrays = {};
@@ -104,7 +106,9 @@ function copyBatch(b) {
   for (const [label, a] of Object.entries(b.arrays)) {
     arrays[label] = { data: a.data.slice(), shape: [...a.shape], dtype: a.dtype };
   }
-  return { arrays, sampleIndices: b.sampleIndices.slice(), offsets: { ...b.offsets }, index: b.index, epoch: b.epoch };
+  const out = { arrays, sampleIndices: b.sampleIndices.slice(), offsets: { ...b.offsets }, index: b.index, epoch: b.epoch };
+  if (b.patchOrigins) Object.assign(out, { patchOrigins: b.patchOrigins.slice(), patchDims: [...b.patchDims] });
+  return out;
 }
 
 /**

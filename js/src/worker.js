@@ -2,7 +2,7 @@
 // Web Worker (browsers) or a worker_threads Worker (Node) and posts each batch to the page
 // with its buffers in the transfer list, so they move instead of being copied. Batch
 // buffers are fresh ArrayBuffers the engine copied out of wasm memory (one per array plus
-// `sampleIndices`), so transferring them leaves nothing shared with the wasm heap. Under
+// `sampleIndices` and, for patches, `patchOrigins`), so transferring them leaves nothing shared with the wasm heap. Under
 // `batchViews` (the threaded build only, whose memory is shared with the page) each array is
 // posted as a typed array over that shared memory instead, with no copy: the page reads it
 // in place until its pass's next step (src/worker-client.js), as `open()`'s views.
@@ -83,10 +83,19 @@ function watchDecodeThreads() {
   api.setTrapChannel(name);
 }
 
+/** What a copied batch's reply transfers: every buffer of it (each one fresh, the batch's own). */
 function buffersOf(batch) {
-  const out = [batch.sampleIndices.buffer];
+  const out = ownBuffers(batch);
   for (const a of Object.values(batch.arrays)) out.push(a.data.buffer);
   return out;
+}
+
+/**
+ * The buffers the engine made fresh for a batch of either kind (`sampleIndices` and, when
+ * patched, `patchOrigins`): moved to the page, never views over wasm memory.
+ */
+function ownBuffers(batch) {
+  return batch.patchOrigins ? [batch.sampleIndices.buffer, batch.patchOrigins.buffer] : [batch.sampleIndices.buffer];
 }
 
 /** A view batch as posted: each array's typed array over the shared memory, with its place in it. */
@@ -149,7 +158,7 @@ const ops = {
       passes.delete(pass);
       return { value: { batch: undefined, checkpoint } };
     }
-    if (views) return { value: { batch: viewsOf(batch), checkpoint }, transfer: [batch.sampleIndices.buffer], views: true };
+    if (views) return { value: { batch: viewsOf(batch), checkpoint }, transfer: ownBuffers(batch), views: true };
     return { value: { batch, checkpoint }, transfer: buffersOf(batch) };
   },
   stats: ({ pass }) => passes.get(pass)?.stats(),

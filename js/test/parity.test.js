@@ -2,7 +2,7 @@
 // wasm. The native digests come from wasm/tests/native_digest.rs (file://, tokio + rayon),
 // written to $INSITUBATCH_NATIVE_DIGESTS by scripts/test-wasm.sh; these are wasm in Node
 // over HTTP (fetch), over file:// and over a plain path (node:fs, ranged reads), on one
-// thread. Parameters must match that test.
+// thread; with patches, their origins too. Parameters must match that test.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -16,6 +16,16 @@ const SEED = 3, EPOCH = 2, BATCH = 7, BLOCK_CHUNKS = 2;
 /** The knobs case of native_digest.rs: a labelled window, shuffled splits with their own seed, a sample range, a first block of one chunk. */
 const SHIFT = 3, SPLIT_SEED = 5;
 const noDigests = skip || (!DIGESTS && 'INSITUBATCH_NATIVE_DIGESTS unset');
+/** The patched cases of native_digest.rs (`patched_digests`): store → options of its train pass. */
+const PATCH_CASES = {
+  v3_zstd: { variables: ['t2m', 'u10'], patch: { lat: 3, lon: 3 }, patchStride: { lon: 2 } },
+  v3_ragged: { variables: ['t2m'], patch: [[2, 5], [1, 4]], patchMode: 'random', patchesPerSample: 3 },
+};
+
+/** A patched pass's fingerprint, as native_digest.rs `patched_digest`: the digest, then each batch's `dims:origins`. */
+function patchedDigest(batches) {
+  return [digest(batches), ...batches.map((b) => `${b.patchDims.join(',')}:${[...b.patchOrigins].join(',')}`)].join(' ');
+}
 
 /** Where each store is read from: the HTTP server, a file:// URL, a plain path. */
 const SOURCES = {
@@ -52,6 +62,14 @@ for (const [source, urlOf] of Object.entries(SOURCES)) {
       assert.equal(digest(await collect(knobs.train())), native[key], `${key} (${source}): wasm differs from native`);
       compared++;
       knobs.close();
+    }
+    for (const [store, options] of Object.entries(PATCH_CASES)) {
+      const ds = await open(urlOf({ path: store }), { ...options, seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS });
+      ds.setEpoch(EPOCH);
+      const key = `patch/${store}/train`;
+      assert.equal(patchedDigest(await collect(ds.train())), native[key], `${key} (${source}): wasm differs from native`);
+      compared++;
+      ds.close();
     }
     assert.equal(compared, Object.keys(native).length);
     console.log(`parity (${source}): ${compared} passes equal to native`);

@@ -28,7 +28,7 @@ const noTs = ts ? false : 'IB_TYPESCRIPT is unset: run scripts/test-wasm.sh, whi
 const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange', 'ProbeReport', 'Checkpoint'];
 
 /**
- * Every option `open()` takes, set (storageOptions aside: s3:// only), typed by index.d.ts:
+ * Every option `open()` takes, set (storageOptions and patchStride aside: EVERY_OTHER_OPTION), typed by index.d.ts:
  * checked against the declaration below and then opened, so the engine accepts each
  * declared field with its declared type.
  */
@@ -53,7 +53,12 @@ const EVERY_OPTION = {
   rank: 0,
   worldSize: 1,
   batchViews: true,
+  patch: { 1: 5 },
+  patchMode: 'random',
+  patchesPerSample: 2,
 };
+/** Options core refuses beside EVERY_OPTION's (a stride is for grids): type-checked, not opened. */
+const EVERY_OTHER_OPTION = { storageOptions: { aws_region: 'x' }, patchStride: [[1, 2]] };
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
 const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];
 
@@ -98,7 +103,7 @@ test('the option types of index.d.ts are the fields the engine parses', { skip: 
   assert.deepEqual(sorted(declaredKeys(d, 'OpenOptions')), sorted(names.open), 'OpenOptions vs JsOpenOptions');
   assert.deepEqual(sorted(declaredKeys(d, 'ReadPolicyOptions')), sorted(names.readPolicy), 'ReadPolicyOptions vs JsReadPolicy');
   assert.deepEqual(sorted(declaredKeys(d, 'VariableSpec')), sorted(names.variable), 'VariableSpec vs JsVariable');
-  const sample = { ...EVERY_OPTION, storageOptions: { aws_region: 'x' } };
+  const sample = { ...EVERY_OPTION, ...EVERY_OTHER_OPTION };
   assert.deepEqual(sorted(Object.keys(sample)), sorted(names.open), 'the sample sets every option');
   const r = checkValue(d, 'OpenOptions', sample);
   assert.deepEqual(r.errors, []);

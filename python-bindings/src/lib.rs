@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use insitubatch_core::HedgePolicy;
+use insitubatch_core::coords::{Label, SampleSel};
 use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
 use insitubatch_core::engine::ReadPolicy;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
@@ -507,6 +508,25 @@ fn hedge_from(v: &Bound<'_, PyAny>) -> PyResult<Option<HedgePolicy>> {
     Ok(Some(h))
 }
 
+/// A batch's coordinates for Python: name → numpy array (`datetime64[ns]` for CF time).
+pub(crate) fn coords_to_py<'py>(
+    py: Python<'py>,
+    coords: &std::collections::BTreeMap<String, insitubatch_core::coords::CoordValues>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use insitubatch_core::coords::CoordValues;
+    let d = PyDict::new(py);
+    for (name, values) in coords {
+        let array = match values {
+            CoordValues::Time(ns) => {
+                Buffer::from_i64(ns.clone()).into_numpy(py)?.call_method1("view", ("datetime64[ns]",))?
+            }
+            CoordValues::Number(v) => py.import("numpy")?.getattr("asarray")?.call1((v.clone(), "float64"))?,
+        };
+        d.set_item(name, array)?;
+    }
+    Ok(d.into_any())
+}
+
 /// Python's patch keys (a dimension name, or an axis index) as core's axes.
 fn patch_axes(pairs: &[(Bound<'_, PyAny>, u64)]) -> PyResult<Vec<(PatchAxis, u64)>> {
     pairs
@@ -556,9 +576,10 @@ impl NativeDataset {
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
                         persist = false, readonly_cache = false, reset_stale_cache = false, shared_cache = false,
                         rank = 0, world_size = 1, node_ranks = None, first_block_chunks = None,
-                        read_policy = None, patch = None, patch_mode = "grid", patch_stride = None,
+                        read_policy = None, patch = None, patch_mode = None, patch_stride = None,
                         patches_per_sample = None, sample_mask = None, sample_weights = None,
-                        model_parallel = None, callbacks = Vec::new(), metrics_address = None))]
+                        model_parallel = None, callbacks = Vec::new(), metrics_address = None, coords = false,
+                        sel_time = None, sel_number = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -587,7 +608,7 @@ impl NativeDataset {
         first_block_chunks: Option<usize>,
         read_policy: Option<Bound<'_, PyDict>>,
         patch: Option<Vec<(Bound<'_, PyAny>, u64)>>,
-        patch_mode: &str,
+        patch_mode: Option<&str>,
         patch_stride: Option<Vec<(Bound<'_, PyAny>, u64)>>,
         patches_per_sample: Option<u64>,
         sample_mask: Option<Vec<bool>>,
@@ -595,20 +616,18 @@ impl NativeDataset {
         model_parallel: Option<(usize, Bound<'_, PyAny>)>,
         callbacks: Vec<Bound<'_, PyAny>>,
         metrics_address: Option<String>,
+        coords: bool,
+        sel_time: Option<(String, i64, i64)>,
+        sel_number: Option<(String, f64, f64)>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
-        let patch = match patch {
-            None => None,
-            Some(size) => Some(
-                PatchOptions::from_parts(
-                    patch_axes(&size)?,
-                    patch_mode,
-                    patch_stride.as_deref().map(patch_axes).transpose()?,
-                    patches_per_sample,
-                )
-                .map_err(core_err)?,
-            ),
-        };
+        let patch = PatchOptions::from_words(
+            patch.as_deref().map(patch_axes).transpose()?,
+            patch_mode,
+            patch_stride.as_deref().map(patch_axes).transpose()?,
+            patches_per_sample,
+        )
+        .map_err(core_err)?;
         let read_policy = read_policy_from(read_policy.as_ref(), on_bad_chunk)?;
         let errors: ErrSlot = Arc::default();
         let chunk_transforms: Vec<Scoped> = chunk_transforms
@@ -642,6 +661,10 @@ impl NativeDataset {
                 patch,
                 sample_mask: sample_mask.map(Into::into),
                 sample_weights: sample_weights.map(Into::into),
+                coords,
+                sel: sel_time.map(|(dim, lo, hi)| SampleSel { dim, lo: Label::Time(lo), hi: Label::Time(hi) }).or_else(
+                    || sel_number.map(|(dim, lo, hi)| SampleSel { dim, lo: Label::Number(lo), hi: Label::Number(hi) }),
+                ),
                 observers: callbacks
                     .iter()
                     .map(|f| Ok(Arc::new(observe::PyPassCallback::new(f)?) as Arc<dyn insitubatch_core::PassObserver>))
@@ -870,6 +893,7 @@ impl NativeStream {
                     offsets.set_item(label, o)?;
                 }
                 let (origins, dims) = patches_to_py(py, batch.patches.as_ref())?;
+                let coords = coords_to_py(py, &batch.coords)?;
                 let part = match &batch.part {
                     Some(p) => (p.dim.as_str(), p.start, p.start + p.len).into_pyobject(py)?.into_any(),
                     None => py.None().into_bound(py),
@@ -885,6 +909,7 @@ impl NativeStream {
                         origins,
                         dims,
                         part,
+                        coords,
                     ],
                 )?))
             }

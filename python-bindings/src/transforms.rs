@@ -252,7 +252,7 @@ impl BatchTransform for PyBatchFn {
     }
 
     fn apply(&self, batch: Batch) -> insitubatch_core::Result<Batch> {
-        let Batch { arrays, sample_indices, offsets, index, epoch, patches, part } = batch;
+        let Batch { arrays, sample_indices, offsets, index, epoch, patches, part, coords } = batch;
         with_python(|py| {
             let run = || -> PyResult<Batch> {
                 let d = PyDict::new(py);
@@ -270,7 +270,8 @@ impl BatchTransform for PyBatchFn {
                     Some(p) => (p.dim.as_str(), p.start, p.start + p.len).into_pyobject(py)?.into_any(),
                     None => py.None().into_bound(py),
                 };
-                let arg = cls.call1((d, idx, offs, index, epoch, origins, dims, model_part))?;
+                let py_coords = crate::coords_to_py(py, &coords)?;
+                let arg = cls.call1((d, idx, offs, index, epoch, origins, dims, model_part, py_coords))?;
                 let out = self.func.bind(py).call1((arg,))?;
                 let mut new_arrays = BTreeMap::new();
                 for item in out.call_method0("items")?.try_iter()? {
@@ -305,6 +306,8 @@ impl BatchTransform for PyBatchFn {
                 }
                 // Patches follow their rows: a transform that changes the rows drops them.
                 let patches = patches.filter(|p| p.origins.len() == new_idx.len() * p.dims.len());
+                // Coordinates follow their rows: a transform that changes the rows drops them.
+                let kept_coords = if new_idx == sample_indices { coords.clone() } else { BTreeMap::new() };
                 Ok(Batch {
                     arrays: new_arrays,
                     sample_indices: new_idx,
@@ -313,6 +316,7 @@ impl BatchTransform for PyBatchFn {
                     epoch,
                     patches,
                     part: part.clone(),
+                    coords: kept_coords,
                 })
             };
             run().map_err(|e| fail(py, &self.errors, &self.name, e))

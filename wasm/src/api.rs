@@ -578,8 +578,9 @@ fn typed_over(dtype: DType, buf: &JsValue, byte_offset: u32, n: u32) -> JsValue 
     }
 }
 
-/// `{ arrays: { label: { data, shape, dtype } }, sampleIndices, offsets, index, epoch }`:
-/// the one batch encoding every JS stream (dataset, explorer, worker) receives.
+/// `{ arrays: { label: { data, shape, dtype } }, sampleIndices, offsets, index, epoch }`, with
+/// `patchOrigins` and `patchDims` when patched: the one batch encoding every JS stream
+/// (dataset, explorer, worker) receives.
 pub(crate) fn batch_to_js(b: &Batch) -> Result<JsValue, JsError> {
     batch_object(b, |a, o| set(o, "data", &typed_array(a)))
 }
@@ -634,5 +635,19 @@ pub(crate) fn batch_object(
     set(&out, "offsets", &offsets)?;
     set(&out, "index", &JsValue::from_f64(b.index as f64))?;
     set(&out, "epoch", &JsValue::from_f64(b.epoch as f64))?;
+    if let Some(p) = &b.patches {
+        set_patches(&out, p)?;
+    }
     Ok(out.into())
+}
+
+/// A patched batch's `patchOrigins` (row-major `rows × patchDims.length`, a fresh
+/// `BigUint64Array` as `sampleIndices`, so both are the batch's own under `batchViews` and
+/// can be transferred by the worker) and `patchDims`; absent for whole samples.
+fn set_patches(out: &Object, p: &insitubatch_core::BatchPatches) -> Result<(), JsError> {
+    let origins = js_sys::BigUint64Array::new_with_length(p.origins.len() as u32);
+    origins.copy_from(&p.origins);
+    let dims: Array = p.dims.iter().map(|d| JsValue::from_str(d)).collect();
+    set(out, "patchOrigins", &origins)?;
+    set(out, "patchDims", &dims)
 }

@@ -89,6 +89,10 @@ pub const OPTION_NAMES: &[&str] = &[
     "rank",
     "worldSize",
     "batchViews",
+    "patch",
+    "patchMode",
+    "patchStride",
+    "patchesPerSample",
 ];
 
 /// The fields of a labelled variable's object (of [`JsVariable`]).
@@ -149,6 +153,83 @@ pub struct JsOpenOptions {
     /// Batches as views into wasm memory, valid until the pass's next step, instead of copies
     /// (default false; `open()`'s passes only: the explorer and `openInWorker` copy).
     pub batch_views: Option<bool>,
+    /// Cut each sample into patches on these inner axes (core/src/patch.rs): the patch size
+    /// per axis, in the order given, which is the column order of a batch's `patchOrigins`.
+    pub patch: Option<JsAxisSizes>,
+    /// `"grid"` (default: every patch of a grid) or `"random"`, read by core's
+    /// [`PatchOptions::from_parts`](insitubatch_core::PatchOptions::from_parts).
+    pub patch_mode: Option<String>,
+    /// A grid's step per patched axis, in `patch`'s forms (axes not named step by their size).
+    pub patch_stride: Option<JsAxisSizes>,
+    /// Random patches per sample and epoch (default 1).
+    pub patches_per_sample: Option<u64>,
+}
+
+/// `patch` and `patchStride`: `(axis, count)` pairs in the caller's order, since that order
+/// sets the columns of `patchOrigins`. JS gives it as an object `{ lat: 32, lon: 32 }` (its
+/// own-key order: insertion order, but integer-like keys such as `"1"` first, ascending), a
+/// `Map` (insertion order, whatever the keys), or `[[axis, size], ...]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JsAxisSizes(pub Vec<(insitubatch_core::PatchAxis, u64)>);
+
+/// Hand-written, as [`JsVariables`]: a map into a `BTreeMap` would lose the caller's order,
+/// and a derived `untagged` enum would not say what was wrong.
+impl<'de> serde::Deserialize<'de> for JsAxisSizes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = JsAxisSizes;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("{ axis: size } (a dimension name or an axis index), a Map, or [[axis, size], ...]")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<JsAxisSizes, A::Error> {
+                let mut out = Vec::new();
+                while let Some((axis, n)) = seq.next_element::<(JsPatchAxis, u64)>()? {
+                    out.push((axis.0, n));
+                }
+                Ok(JsAxisSizes(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JsAxisSizes, A::Error> {
+                let mut out = Vec::new();
+                while let Some((axis, n)) = map.next_entry::<JsPatchAxis, u64>()? {
+                    out.push((axis.0, n));
+                }
+                Ok(JsAxisSizes(out))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// A patched axis as JS writes it: a dimension name, or an axis index as a number or as an
+/// object key's digits (a JS object's keys are strings, so `{ 1: 8 }` is axis 1, as core's
+/// [`PatchAxis::parse`](insitubatch_core::PatchAxis::parse) reads a word).
+struct JsPatchAxis(insitubatch_core::PatchAxis);
+
+impl<'de> serde::Deserialize<'de> for JsPatchAxis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = JsPatchAxis;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a dimension name or a non-negative axis index")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<JsPatchAxis, E> {
+                Ok(JsPatchAxis(insitubatch_core::PatchAxis::parse(s)))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<JsPatchAxis, E> {
+                let axis = usize::try_from(n).map_err(|_| E::custom(format!("axis index {n} is too large")))?;
+                Ok(JsPatchAxis(insitubatch_core::PatchAxis::Axis(axis)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<JsPatchAxis, E> {
+                let n = u64::try_from(n).map_err(|_| {
+                    E::custom(format!("axis index {n} is negative; count axes from 0, or name the dimension"))
+                })?;
+                self.visit_u64(n)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 /// `readPolicy`: core's [`ReadPolicy`](insitubatch_core::ReadPolicy) in JS units
@@ -298,7 +379,8 @@ impl JsOpenOptions {
     ///
     /// # Errors
     /// [`Error::Config`](insitubatch_core::Error::Config) for an `onBadChunk` word core does
-    /// not know, or a read-policy duration that is negative or not finite.
+    /// not know, a read-policy duration that is negative or not finite, patch options core
+    /// refuses (`PatchOptions::from_parts`), or a patch option without `patch`.
     pub fn to_core(
         &self,
     ) -> Result<(insitubatch_core::SplitOptions, insitubatch_core::DatasetOptions), insitubatch_core::Error> {
@@ -331,6 +413,7 @@ impl JsOpenOptions {
             read_policy,
             rank: self.rank.unwrap_or(d.rank),
             world_size: self.world_size.unwrap_or(d.world_size),
+            patch: self.patch_options()?,
             // The disk tier (cache_dir) is native only.
             ..d
         };
@@ -342,6 +425,18 @@ impl JsOpenOptions {
             sample_range: self.sample_range.or(split.sample_range),
         };
         Ok((split, dataset))
+    }
+
+    /// Core's patch options from `patch`, `patchMode`, `patchStride` and `patchesPerSample`:
+    /// core's `from_parts` decides what is valid, as for Python and the CLI, so every
+    /// binding refuses the same mixes with the same message.
+    fn patch_options(&self) -> Result<Option<insitubatch_core::PatchOptions>, insitubatch_core::Error> {
+        insitubatch_core::PatchOptions::from_words(
+            self.patch.as_ref().map(|s| s.0.clone()),
+            self.patch_mode.as_deref(),
+            self.patch_stride.as_ref().map(|s| s.0.clone()),
+            self.patches_per_sample,
+        )
     }
 
     /// The array paths whose metadata `open()` reads; `None`: discover the store's arrays.
@@ -505,6 +600,32 @@ mod tests {
         for name in READ_POLICY_NAMES {
             let json = format!("{{\"readPolicy\": {{\"{name}\": null}}}}");
             assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn patches_reach_core_in_the_order_given() {
+        use insitubatch_core::{PatchAxis, PatchMode};
+        let patch = |json: &str| serde_json::from_str::<JsOpenOptions>(json).map(|o| o.to_core());
+        let (_, d) = patch(r#"{"patch":{"lon":4,"lat":3,"2":5},"patchStride":{"lat":1}}"#).unwrap().unwrap();
+        let p = d.patch.unwrap();
+        let want =
+            vec![(PatchAxis::Name("lon".into()), 4), (PatchAxis::Name("lat".into()), 3), (PatchAxis::Axis(2), 5)];
+        assert_eq!(p.size, want, "the object's order is the origins' column order; digits are axis indices");
+        assert_eq!(p.mode, PatchMode::Grid { stride: vec![4, 1, 5] });
+        let (_, d) =
+            patch(r#"{"patch":[[2,5],["lat",3]],"patchMode":"random","patchesPerSample":3}"#).unwrap().unwrap();
+        let p = d.patch.unwrap();
+        assert_eq!(p.size, vec![(PatchAxis::Axis(2), 5), (PatchAxis::Name("lat".into()), 3)]);
+        assert_eq!(p.mode, PatchMode::Random { per_sample: 3 });
+        assert_eq!(patch("{}").unwrap().unwrap().1.patch, None);
+        // Core's refusals come through with its message; options without a patch are refused here.
+        let refused = |json: &str| patch(json).unwrap().unwrap_err().to_string();
+        assert!(refused(r#"{"patch":{"lat":3},"patchMode":"tiles"}"#).contains("'grid' or 'random'"));
+        assert!(refused(r#"{"patch":{"lat":3},"patchesPerSample":2}"#).contains("patches_per_sample"));
+        assert!(refused(r#"{"patchesPerSample":2}"#).contains("pass patch too"));
+        for bad in [r#"{"patch":{"lat":-1}}"#, r#"{"patch":[[-1,2]]}"#, r#"{"patch":[["lat"]]}"#, r#"{"patch":3}"#] {
+            assert!(serde_json::from_str::<JsOpenOptions>(bad).is_err(), "{bad}");
         }
     }
 

@@ -1,14 +1,15 @@
 //! The native half of the cross-target parity check: the SHA-256 digest of every batch of
 //! one epoch (sample indices as LE u64, then each label and its bytes, in label order; the
 //! same as `insitubatch_tests::digest`) for every zarr-python fixture, read natively from
-//! file://. `js/test/parity.test.js` computes the same digests from wasm in Node over HTTP
-//! and compares. Writes JSON to `$INSITUBATCH_NATIVE_DIGESTS` (`scripts/test-wasm.sh`).
+//! file://, and of a few patched passes (their origins appended). `js/test/parity.test.js`
+//! computes the same digests from wasm in Node over HTTP and compares. Writes JSON to
+//! `$INSITUBATCH_NATIVE_DIGESTS` (`scripts/test-wasm.sh`).
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use insitubatch_native::core::{Batch, DatasetOptions, Split};
+use insitubatch_native::core::{Batch, DatasetOptions, PatchAxis, PatchOptions, Split};
 use insitubatch_native::{OpenOptions, Variable, open};
 use insitubatch_tests::{digest, skip};
 
@@ -96,10 +97,68 @@ fn native_digests_for_the_parity_check() {
             knobs.iter(Split::Train).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{name}: {e}"));
         out.insert(format!("{name}/knobs/train"), digest(&batches));
     }
+    patched_digests(&dir, &mut out);
     let json = serde_json::to_string_pretty(&out).unwrap();
     println!("{json}");
     if let Ok(p) = std::env::var("INSITUBATCH_NATIVE_DIGESTS") {
         std::fs::write(&p, json).unwrap_or_else(|e| panic!("cannot write {p}: {e}"));
     }
     assert!(out.len() >= 30, "expected every fixture store");
+}
+
+/// The patched cases (`patch/STORE/train`): a grid with a stride on named axes over two
+/// variables tiled differently, and random patches on axis indices given out of order, on
+/// ragged chunks. JS: `PATCH_CASES` in js/test/parity.test.js.
+fn patched_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
+    let name = |n: &str| PatchAxis::Name(n.into());
+    let cases = [
+        (
+            "v3_zstd",
+            vec!["t2m", "u10"],
+            PatchOptions::from_parts(
+                vec![(name("lat"), 3), (name("lon"), 3)],
+                "grid",
+                Some(vec![(name("lon"), 2)]),
+                None,
+            ),
+        ),
+        (
+            "v3_ragged",
+            vec!["t2m"],
+            PatchOptions::from_parts(vec![(PatchAxis::Axis(2), 5), (PatchAxis::Axis(1), 4)], "random", None, Some(3)),
+        ),
+    ];
+    for (store, vars, patch) in cases {
+        let ds = open(
+            &format!("file://{}", dir.join(store).display()),
+            OpenOptions {
+                variables: Some(vars.iter().map(ToString::to_string).collect()),
+                dataset: DatasetOptions {
+                    batch_size: BATCH,
+                    block_chunks: BLOCK_CHUNKS,
+                    seed: SEED,
+                    patch: Some(patch.unwrap()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{store} (patch): {e}"));
+        ds.set_epoch(EPOCH);
+        let batches: Vec<Batch> =
+            ds.iter(Split::Train).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{store}: {e}"));
+        out.insert(format!("patch/{store}/train"), patched_digest(&batches));
+    }
+}
+
+/// A patched pass's fingerprint: the batches' digest (which leaves patches out), then each
+/// batch's patched axes and origins as text: `DIGEST dims:o,o,... dims:o,o,...`.
+fn patched_digest(batches: &[Batch]) -> String {
+    let mut s = digest(batches);
+    for b in batches {
+        let p = b.patches.as_ref().expect("a patched pass's batches carry their patches");
+        let origins: Vec<String> = p.origins.iter().map(u64::to_string).collect();
+        s.push_str(&format!(" {}:{}", p.dims.join(","), origins.join(",")));
+    }
+    s
 }

@@ -16,6 +16,7 @@ use async_lock::Semaphore;
 use super::{Dataset, DatasetOptions, Inner, Variable};
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
+use crate::coords::{Coordinate, read_coordinate};
 use crate::describe::human_bytes;
 use crate::draws::Draws;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
@@ -81,6 +82,8 @@ pub struct DatasetBuilder {
     options: DatasetOptions,
     chunk_transforms: Vec<Scoped>,
     batch_transforms: Vec<Arc<dyn BatchTransform>>,
+    /// The sample axis's coordinate, once read ([`Self::read_coordinate`]).
+    coordinate: Option<Arc<Coordinate>>,
 }
 
 impl std::fmt::Debug for DatasetBuilder {
@@ -108,6 +111,7 @@ impl Dataset {
             options: DatasetOptions::default(),
             chunk_transforms: Vec::new(),
             batch_transforms: Vec::new(),
+            coordinate: None,
         }
     }
 }
@@ -185,7 +189,65 @@ impl DatasetBuilder {
     /// Whatever opening an array reports ([`Error::NotFound`], [`Error::Metadata`]), and
     /// whatever [`Self::build`] refuses.
     pub async fn open(self) -> Result<Dataset> {
-        self.read_metadata().await?.build()
+        self.read_metadata().await?.read_coordinate().await?.build()
+    }
+
+    /// With `coords` or `sel` in the options: read the sample axis's coordinate (`coords.rs`)
+    /// and apply `sel` as the split's sample range. Nothing to do otherwise.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a `sel` on another dimension, on a store without the coordinate,
+    /// or next to an explicit manifest; what reading the coordinate reports.
+    pub async fn read_coordinate(mut self) -> Result<Self> {
+        if !self.options.coords && self.options.sel.is_none() {
+            return Ok(self);
+        }
+        let variables = self.resolve_variables()?;
+        let g = &variables[0].geometry;
+        let dim = self.find_opened(&g.path)?.dimension_names().and_then(|d| d.get(g.sample_axis).cloned().flatten());
+        let storage = PolicyStorage::new(
+            Arc::clone(&self.storage),
+            Arc::clone(&self.runtime.executor),
+            self.options.read_policy.clone(),
+        );
+        let coordinate = match &dim {
+            Some(d) => read_coordinate(&storage, &g.path, d, g.n_samples()).await?,
+            None => None,
+        };
+        if let Some(sel) = self.options.sel.clone() {
+            let Some(c) = coordinate.as_ref().filter(|c| c.name == sel.dim) else {
+                return Err(Error::Config(format!(
+                    "sel on {:?} needs the sample axis's coordinate of that name; the sample axis is {} and the store \
+                     has {}",
+                    sel.dim,
+                    dim.as_deref().map_or("unnamed".to_string(), |d| format!("{d:?}")),
+                    coordinate.as_ref().map_or("no coordinate array for it".to_string(), |c| format!("{:?}", c.name))
+                )));
+            };
+            if self.manifest.is_some() {
+                return Err(Error::Config(
+                    "sel with a manifest: the manifest already fixes the samples; pass one".into(),
+                ));
+            }
+            let (start, stop) = c.select(sel.lo, sel.hi)?;
+            let split =
+                self.split.take().unwrap_or(SplitOptions { seed: self.options.seed, ..SplitOptions::default() });
+            let range = match split.sample_range {
+                Some((a, b)) => (a.max(start), b.min(stop)),
+                None => (start, stop),
+            };
+            self.split = Some(SplitOptions { sample_range: Some(range), ..split });
+            // The range snaps outward to whole chunks; the mask keeps exactly the selection (a
+            // user's mask of the wrong length is left for `Draws` to refuse).
+            let n = g.n_samples();
+            let mask = self.options.sample_mask.take();
+            self.options.sample_mask = Some(match mask {
+                Some(m) if m.len() as u64 != n => m,
+                m => (0..n).map(|t| (start..stop).contains(&t) && m.as_ref().is_none_or(|m| m[t as usize])).collect(),
+            });
+        }
+        self.coordinate = coordinate.map(Arc::new);
+        Ok(self)
     }
 
     /// Read the metadata of the selected arrays not yet [`Self::opened`] (all data arrays,
@@ -244,6 +306,7 @@ impl DatasetBuilder {
             }
         };
         Assembly {
+            coordinate: self.coordinate,
             storage: self.storage,
             runtime: self.runtime,
             arrays: self.opened,
@@ -383,6 +446,7 @@ fn distinct(items: impl Iterator<Item = String>) -> Vec<String> {
 
 /// The resolved parts of a dataset, checked and wired by [`Assembly::assemble`].
 struct Assembly {
+    coordinate: Option<Arc<Coordinate>>,
     storage: Arc<dyn Storage>,
     runtime: Runtime,
     arrays: Vec<ZarrArray>,
@@ -477,6 +541,7 @@ impl Assembly {
                 patcher,
                 draws,
                 rows_per_sample,
+                coordinate: self.coordinate,
                 unit_chunks,
                 epoch: AtomicU64::new(0),
                 last_pass: Arc::new(Mutex::new(None)),

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub use build::DatasetBuilder;
 pub use probe::{EpochPrediction, PROBE_CHUNKS, ProbeReport};
 
+use crate::coords::{Coordinate, SampleSel};
 use crate::draws::Draws;
 use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
@@ -98,6 +99,11 @@ pub struct DatasetOptions {
     pub model_parallel: Option<ModelParallel>,
     /// Told of every pass's report when it ends (exporters, callbacks).
     pub observers: Vec<Arc<dyn PassObserver>>,
+    /// Read the sample axis's coordinate at open and carry it in every batch (`coords.rs`).
+    pub coords: bool,
+    /// Select samples by their coordinate (implies `coords`); applied as the split's
+    /// sample range.
+    pub sel: Option<SampleSel>,
 }
 
 impl Default for DatasetOptions {
@@ -121,6 +127,8 @@ impl Default for DatasetOptions {
             sample_weights: None,
             model_parallel: None,
             observers: Vec::new(),
+            coords: false,
+            sel: None,
         }
     }
 }
@@ -166,6 +174,8 @@ struct Inner {
     draws: Option<Arc<Draws>>,
     /// Rows per sample (patches times weighted copies).
     rows_per_sample: u64,
+    /// The sample axis's coordinate, when read.
+    coordinate: Option<Arc<Coordinate>>,
     unit_chunks: u64,
     epoch: AtomicU64,
     last_pass: StatsSink,
@@ -295,6 +305,11 @@ impl Dataset {
     /// The mask and weights, when given.
     pub fn draws(&self) -> Option<&Draws> {
         self.inner.draws.as_deref()
+    }
+
+    /// The sample axis's coordinate, when the dataset reads it.
+    pub fn coordinate(&self) -> Option<&Coordinate> {
+        self.inner.coordinate.as_deref()
     }
 
     /// The patch arithmetic, when the dataset cuts patches.
@@ -507,6 +522,7 @@ impl Dataset {
             ahead_uses: AHEAD_BLOCKS * i.block_chunks * i.plan_vars.len(),
             patching: i.patcher.as_ref().map(|p| Patching { patcher: Arc::clone(p), seed: i.options.seed, split }),
             mesh: i.options.model_parallel.as_ref().map(|m| (m.place(i.options.rank).1, m.size)),
+            coordinate: i.coordinate.clone(),
         };
         let (task, abort) = futures::future::abortable(drive(spec, tx));
         i.engine.runtime.executor.spawn(Box::pin(async move {

@@ -135,6 +135,25 @@ def _model_parallel(size: Any, axis: str | int | None) -> tuple[int, str | int] 
     return (k, axis)
 
 
+def _sel(sel: Mapping[str, tuple[Any, Any]] | None) -> dict[str, Any]:
+    """``sel={"time": (lo, hi)}`` as the engine's bounds: dates (strings, ``datetime``,
+    ``datetime64``) as nanoseconds since 1970, numbers as floats; the engine checks them
+    against the coordinate."""
+    if not sel:
+        return {}
+    if len(sel) != 1:
+        raise ValueError(f"sel selects on the sample axis's coordinate only, one name; got {list(sel)}")
+    ((dim, bounds),) = sel.items()
+    try:
+        lo, hi = bounds
+    except (TypeError, ValueError):
+        raise ValueError(f"sel[{dim!r}] must be a (low, high) pair, got {bounds!r}") from None
+    if isinstance(lo, (int, float, np.number)) and isinstance(hi, (int, float, np.number)):
+        return {"sel_number": (str(dim), float(lo), float(hi))}
+    ns = [int(np.datetime64(b, "ns").astype(np.int64)) for b in (lo, hi)]
+    return {"sel_time": (str(dim), ns[0], ns[1])}
+
+
 def _probe_chunks(probe: bool | int) -> int:
     """``probe=True``: the engine's default number of chunks read at once; a number: that many."""
     if probe is True:
@@ -231,12 +250,12 @@ class BatchIterator(Iterator[Batch]):
         if item is None:
             self._finish()
             raise StopIteration
-        arrays, idx, offsets, index, epoch, origins, dims, part = item
+        arrays, idx, offsets, index, epoch, origins, dims, part, coords = item
         if not self._reuse:  # the escape hatch: batches in fresh memory, never a recycled buffer
             arrays = {k: np.array(v, copy=True) for k, v in arrays.items()}
             idx = np.array(idx, copy=True)
             origins = None if origins is None else np.array(origins, copy=True)
-        return Batch(arrays, idx, offsets, index, epoch, origins, dims, part)
+        return Batch(arrays, idx, offsets, index, epoch, origins, dims, part, coords)
 
     def __len__(self) -> int:
         return len(self._stream)
@@ -355,9 +374,9 @@ class InSituDataset:
     ``hedge=False`` never sends a second request for a slow read (docs/cloud.md).
     ``patch``: cut each sample into patches, ``{axis: size}`` keyed by dimension name (the
     arrays' ``dimension_names``/``_ARRAY_DIMENSIONS``) or axis index; a variable without
-    those axes is read whole. ``patch_mode="grid"`` draws every patch of a grid stepping
-    ``patch_stride`` (``{axis: step}``, default the size; a remainder narrower than a patch
-    at the far edge is not drawn); ``"random"`` draws ``patches_per_sample`` patches at
+    those axes is read whole. ``patch_mode="grid"`` (the default) draws every patch of a
+    grid stepping ``patch_stride`` (``{axis: step}``, default the size; a remainder narrower
+    than a patch at the far edge is not drawn); ``"random"`` draws ``patches_per_sample`` patches at
     random origins per sample and epoch (default 1), the same for the same ``(seed, epoch)``.
     Each batch row is then a patch (``batch.patch_origins``), every chunk is still read once
     per epoch, and a patch's chunk is read whole (docs/patches.md).
@@ -377,6 +396,11 @@ class InSituDataset:
     ``sys.unraisablehook``). ``metrics_address="HOST:PORT"``: serve the reports as
     Prometheus metrics there (port 0 picks a free one: ``ds.metrics_address``), every series
     labelled with the split, rank and world size (docs/distributed.md).
+    ``coords=True``: read the sample axis's coordinate (the 1-d array named like its
+    dimension, CF time decoded to ``datetime64[ns]``) once at open; every batch carries each
+    row's value in ``batch.coords``. ``sel={"time": ("2010-01-01", "2019-12-31")}``: only
+    the samples whose coordinate lies in that range (inclusive), split as ``sample_range``
+    is (docs/coordinates.md).
 
     The split views are ``ds.train``, ``ds.val``, ``ds.test`` and ``ds.all`` (``View``); the
     arguments ``store``, ``chunk_transforms`` and ``batch_transforms`` stay attributes. After
@@ -434,7 +458,7 @@ class InSituDataset:
         first_block_chunks: int | None = None,
         read_policy: Mapping[str, Any] | None = None,
         patch: Mapping[str | int, int] | None = None,
-        patch_mode: str = "grid",
+        patch_mode: str | None = None,
         patch_stride: Mapping[str | int, int] | None = None,
         patches_per_sample: int | None = None,
         sample_mask: Any = None,
@@ -443,6 +467,8 @@ class InSituDataset:
         model_parallel_axis: str | int | None = None,
         callbacks: Sequence[Any] = (),
         metrics_address: str | None = None,
+        coords: bool = False,
+        sel: Mapping[str, tuple[Any, Any]] | None = None,
     ) -> None:
         self.store = store
         self._store = engine_store(store)
@@ -474,7 +500,7 @@ class InSituDataset:
         self._read_policy = None if read_policy is None else dict(read_policy)
         self._selection: dict[str, Any] = {
             "patch": None if patch is None else [(k, _count(f"patch[{k!r}]", v, 1)) for k, v in patch.items()],
-            "patch_mode": str(patch_mode),
+            "patch_mode": None if patch_mode is None else str(patch_mode),
             "patch_stride": None
             if patch_stride is None
             else [(k, _count(f"patch_stride[{k!r}]", v, 1)) for k, v in patch_stride.items()],
@@ -486,6 +512,8 @@ class InSituDataset:
             "model_parallel": _model_parallel(model_parallel, model_parallel_axis),
             "callbacks": list(callbacks),
             "metrics_address": None if metrics_address is None else str(metrics_address),
+            "coords": bool(coords),
+            **_sel(sel),
         }
         self._native = self._open(manifest, geometries, storage_options)
         if cache_dir is not None:

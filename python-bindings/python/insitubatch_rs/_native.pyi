@@ -228,6 +228,7 @@ _BatchTuple = tuple[
     npt.NDArray[np.int64] | None,
     tuple[str, ...],
     tuple[str, int, int] | None,
+    dict[str, np.ndarray],
 ]
 
 @final
@@ -269,7 +270,7 @@ class NativeDataset:
         first_block_chunks: int | None = None,
         read_policy: dict[str, Any] | None = ...,
         patch: list[tuple[str | int, int]] | None = None,
-        patch_mode: str = "grid",
+        patch_mode: str | None = None,
         patch_stride: list[tuple[str | int, int]] | None = None,
         patches_per_sample: int | None = None,
         sample_mask: list[bool] | None = None,
@@ -277,6 +278,9 @@ class NativeDataset:
         model_parallel: tuple[int, str | int] | None = None,
         callbacks: list[Any] = ...,
         metrics_address: str | None = None,
+        coords: bool = False,
+        sel_time: tuple[str, int, int] | None = None,
+        sel_number: tuple[str, float, float] | None = None,
     ) -> Self: ...
     def probe(self, split: str, chunks: int) -> tuple[str, str]: ...
     def iter(self, split: str) -> NativeStream: ...

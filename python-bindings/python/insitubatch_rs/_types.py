@@ -391,6 +391,9 @@ class Batch(Mapping[str, np.ndarray]):
     #: With ``model_parallel=k``: this rank's part of every row, ``(axis, start, stop)`` in the
     #: row's box (the field, or its patch); ``None`` for whole rows.
     model_part: tuple[str, int, int] | None = None
+    #: With ``coords=True`` (or ``sel``): the sample axis's coordinate value of each row,
+    #: ``{"time": datetime64[ns] array}``; empty otherwise.
+    coords: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, label: str) -> np.ndarray:
         return self.arrays[label]

@@ -1,0 +1,249 @@
+//! The sample axis's coordinate: its values read once at open, CF time decoded, carried by
+//! every batch (`Batch::coords`) and used to select samples by label.
+//!
+//! The coordinate is the 1-d array named like the sample axis's dimension (`time` for a
+//! variable whose `dimension_names`/`_ARRAY_DIMENSIONS` say `time` there) beside the first
+//! variable, with one value per sample. A CF time (`units = "<unit> since <date>"`, with the
+//! standard, gregorian or proleptic_gregorian calendar) becomes nanoseconds since
+//! 1970-01-01 (numpy's `datetime64[ns]`); other calendars and other units stay numbers.
+
+use crate::array::{DType, NdArray};
+use crate::error::{Error, Result};
+use crate::runtime::Storage;
+use crate::zarr::{TileLocation, ZarrArray};
+
+/// A coordinate's values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CoordValues {
+    /// CF time as nanoseconds since 1970-01-01T00:00:00.
+    Time(Vec<i64>),
+    /// Any other numbers.
+    Number(Vec<f64>),
+}
+
+/// One coordinate of the sample axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Coordinate {
+    /// Its name (the sample axis's dimension name).
+    pub name: String,
+    /// Its values, one per sample.
+    pub values: CoordValues,
+}
+
+/// Samples selected by their coordinate: `dim`'s values in `[lo, hi]`, inclusive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleSel {
+    /// The sample axis's dimension name (its coordinate's name).
+    pub dim: String,
+    /// The lowest value selected.
+    pub lo: Label,
+    /// The highest value selected.
+    pub hi: Label,
+}
+
+/// A label bound of a selection: a time (ns since 1970) or a number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Label {
+    /// Nanoseconds since 1970-01-01.
+    Time(i64),
+    /// A number.
+    Number(f64),
+}
+
+impl Coordinate {
+    /// The samples whose value lies in `[lo, hi]` (inclusive, as xarray's `sel` with a slice)
+    /// as a range `[start, stop)`, on an increasing coordinate.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a time bound on a numeric coordinate (or the reverse), a
+    /// coordinate that does not increase, or a range that selects nothing.
+    pub fn select(&self, lo: Label, hi: Label) -> Result<(u64, u64)> {
+        let (start, stop) = match (&self.values, lo, hi) {
+            (CoordValues::Time(v), Label::Time(a), Label::Time(b)) => range_in(v, &a, &b),
+            (CoordValues::Number(v), Label::Number(a), Label::Number(b)) => range_in(v, &a, &b),
+            _ => {
+                return Err(Error::Config(format!(
+                    "sel on {:?} needs {} bounds; give the bounds as {}",
+                    self.name,
+                    self.kind(),
+                    if self.kind() == "time" { "dates, e.g. \"2010-01-01\"" } else { "numbers" }
+                )));
+            }
+        }?;
+        if start >= stop {
+            return Err(Error::Config(format!("sel on {:?} selects no sample; widen the range", self.name)));
+        }
+        Ok((start as u64, stop as u64))
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.values {
+            CoordValues::Time(_) => "time",
+            CoordValues::Number(_) => "number",
+        }
+    }
+
+    /// The values of samples `samples`, in order, as the batch carries them.
+    pub fn take(&self, samples: &[u64]) -> CoordValues {
+        match &self.values {
+            CoordValues::Time(v) => CoordValues::Time(samples.iter().map(|&t| v[t as usize]).collect()),
+            CoordValues::Number(v) => CoordValues::Number(samples.iter().map(|&t| v[t as usize]).collect()),
+        }
+    }
+}
+
+/// `[start, stop)` of the values in `[lo, hi]` of increasing `v`.
+fn range_in<T: PartialOrd>(v: &[T], lo: &T, hi: &T) -> Result<(usize, usize)> {
+    // NaN compares as unordered, so it counts as not increasing.
+    if v.windows(2).any(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less)) {
+        return Err(Error::Config("sel needs a strictly increasing coordinate".into()));
+    }
+    Ok((v.partition_point(|x| x < lo), v.partition_point(|x| x <= hi)))
+}
+
+/// Read the sample-axis coordinate `name` beside the variable at `variable_path`, if the store
+/// has one of `n_samples` values (`None` when it has none).
+///
+/// # Errors
+/// [`Error::Config`] for a coordinate of another length, type or a sharded layout;
+/// otherwise what reading it reports.
+pub async fn read_coordinate(
+    storage: &dyn Storage,
+    variable_path: &str,
+    name: &str,
+    n_samples: u64,
+) -> Result<Option<Coordinate>> {
+    let parent = variable_path.rsplit_once('/').map_or("", |(p, _)| p);
+    let path = if parent.is_empty() { name.to_string() } else { format!("{parent}/{name}") };
+    let array = match crate::zarr::open_array(storage, &path).await {
+        Ok(a) => a,
+        Err(Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if array.shape() != [n_samples] {
+        return Err(Error::Config(format!(
+            "the coordinate {path:?} has shape {:?} but the sample axis has {n_samples} samples",
+            array.shape()
+        )));
+    }
+    let raw = read_numbers(storage, &array).await?;
+    let units = array.attributes().get("units").and_then(|u| u.as_str());
+    let calendar = array.attributes().get("calendar").and_then(|c| c.as_str());
+    let values = match units.and_then(|u| cf_time(&raw, u, calendar)) {
+        Some(ns) => CoordValues::Time(ns),
+        None => CoordValues::Number(raw),
+    };
+    Ok(Some(Coordinate { name: name.to_string(), values }))
+}
+
+/// Every value of a 1-d, unsharded numeric array, as `f64` (integers up to 2^53 exactly).
+async fn read_numbers(storage: &dyn Storage, array: &ZarrArray) -> Result<Vec<f64>> {
+    let n = array.shape()[0] as usize;
+    let per = array.tile_shape()[0].max(1);
+    let mut out = Vec::with_capacity(n);
+    for k in 0..(n as u64).div_ceil(per) {
+        let TileLocation::Object { key } = array.tile_location(&[k]) else {
+            return Err(Error::Config(format!(
+                "the coordinate {:?} is sharded; reading sharded coordinates is not supported",
+                array.path()
+            )));
+        };
+        let located = format!("{}/{key}", storage.location().trim_end_matches('/'));
+        let bytes = storage
+            .get(&key)
+            .await
+            .map_err(|e| Error::Storage { message: format!("cannot read the coordinate ({e})"), key: located })?;
+        let tile = array.decode_tile(bytes, &key)?;
+        out.extend(numbers(&tile, array.path())?);
+    }
+    out.truncate(n);
+    Ok(out)
+}
+
+/// A decoded tile's elements as `f64`.
+fn numbers(a: &NdArray, path: &str) -> Result<Vec<f64>> {
+    fn all<T: bytemuck::Pod>(a: &NdArray, f: impl Fn(T) -> f64) -> Option<Vec<f64>> {
+        a.as_slice::<T>().map(|s| s.iter().map(|&x| f(x)).collect())
+    }
+    let v = match a.dtype {
+        DType::Float64 => all::<f64>(a, |x| x),
+        DType::Float32 => all::<f32>(a, f64::from),
+        DType::Int64 => all::<i64>(a, |x| x as f64),
+        DType::Int32 => all::<i32>(a, f64::from),
+        DType::Uint32 => all::<u32>(a, f64::from),
+        DType::Uint64 => all::<u64>(a, |x| x as f64),
+        _ => None,
+    };
+    v.ok_or_else(|| Error::Config(format!("the coordinate {path:?} has dtype {:?}, not a number type", a.dtype)))
+}
+
+/// CF time values (`<unit> since <date>`) as nanoseconds since 1970, for the calendars that
+/// are the proleptic Gregorian one; `None` for anything else (kept as numbers).
+pub fn cf_time(raw: &[f64], units: &str, calendar: Option<&str>) -> Option<Vec<i64>> {
+    if !matches!(calendar.unwrap_or("standard"), "standard" | "gregorian" | "proleptic_gregorian") {
+        return None;
+    }
+    let (unit, since) = units.split_once(" since ")?;
+    let ns_per: f64 = match unit.trim() {
+        "days" | "day" | "d" => 86_400e9,
+        "hours" | "hour" | "h" => 3_600e9,
+        "minutes" | "minute" | "min" => 60e9,
+        "seconds" | "second" | "s" => 1e9,
+        "milliseconds" | "ms" => 1e6,
+        "microseconds" | "us" => 1e3,
+        "nanoseconds" | "ns" => 1.0,
+        _ => return None,
+    };
+    let origin = epoch_ns(since.trim())?;
+    raw.iter().map(|&x| x.is_finite().then(|| origin + (x * ns_per).round() as i64)).collect()
+}
+
+/// `YYYY-MM-DD[ T]HH:MM[:SS]` (UTC; a trailing `Z` or `+00:00` allowed) as ns since 1970.
+///
+/// Hand-written (a dozen lines of civil-date arithmetic): core takes no date crate for the
+/// one origin a CF unit names.
+fn epoch_ns(text: &str) -> Option<i64> {
+    let text = text.trim_end_matches('Z').trim_end_matches("+00:00").trim_end_matches(" UTC");
+    let (date, time) = text.split_once(['T', ' ']).unwrap_or((text, "0:0:0"));
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':').map(|p| p.parse::<f64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next().flatten().unwrap_or(0.0), t.next().flatten().unwrap_or(0.0));
+    // Days from 1970-01-01 in the proleptic Gregorian calendar (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400_000_000_000 + ((hh * 3600.0 + mm * 60.0 + ss) * 1e9) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn cf_units_decode_to_nanoseconds_since_1970() {
+        assert_eq!(epoch_ns("1970-01-01"), Some(0));
+        assert_eq!(epoch_ns("2000-03-01T12:00:00Z"), Some(951_912_000 * 1_000_000_000));
+        assert_eq!(epoch_ns("1900-01-01 00:00:00"), Some(-2_208_988_800 * 1_000_000_000));
+        let hours = cf_time(&[0.0, 6.0], "hours since 2020-01-01", Some("proleptic_gregorian")).unwrap();
+        assert_eq!(hours, [1_577_836_800_000_000_000, 1_577_858_400_000_000_000]);
+        assert_eq!(cf_time(&[0.0], "days since 2000-01-01", Some("360_day")), None, "kept as numbers");
+        assert_eq!(cf_time(&[0.0], "metres", None), None);
+    }
+
+    #[test]
+    fn a_selection_is_inclusive_and_refuses_the_wrong_bounds() {
+        let c = Coordinate { name: "time".into(), values: CoordValues::Time(vec![10, 20, 30, 40]) };
+        assert_eq!(c.select(Label::Time(20), Label::Time(30)).unwrap(), (1, 3));
+        assert_eq!(c.select(Label::Time(0), Label::Time(25)).unwrap(), (0, 2));
+        assert!(c.select(Label::Number(1.0), Label::Number(2.0)).unwrap_err().to_string().contains("dates"));
+        assert!(c.select(Label::Time(41), Label::Time(50)).unwrap_err().to_string().contains("no sample"));
+        let down = Coordinate { name: "lat".into(), values: CoordValues::Number(vec![3.0, 2.0]) };
+        assert!(down.select(Label::Number(2.0), Label::Number(3.0)).is_err());
+    }
+}

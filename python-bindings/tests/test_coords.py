@@ -1,0 +1,50 @@
+"""Coordinates in every batch and selection by label (``coords=True``, ``sel=``) over the CF
+stores written by zarr-python (v3 and v2): the sample axis's CF time decoded to
+``datetime64[ns]`` (truth: numpy's own date arithmetic on the stored units), and ``sel``
+equal to selecting those dates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import url
+
+from insitubatch_rs import InSituDataset
+
+# cf: time = arange(24) * 6, "hours since 2020-01-01", proleptic_gregorian.
+TIMES = np.datetime64("2020-01-01T00:00", "ns") + np.arange(24) * np.timedelta64(6, "h")
+
+
+@pytest.mark.parametrize("name", ["cf", "cf_v2"])
+def test_every_batch_carries_its_decoded_times(fixtures, name):
+    ds = InSituDataset(url(fixtures, name), batch_size=5, coords=True)
+    seen = 0
+    for b in ds.all:
+        t = b.coords["time"]
+        assert t.dtype == np.dtype("datetime64[ns]")
+        np.testing.assert_array_equal(t, TIMES[b.sample_indices])
+        seen += len(b)
+    assert seen == 24
+    plain = next(iter(InSituDataset(url(fixtures, name), batch_size=5).all))
+    assert plain.coords == {}, "coordinates are read only when asked for"
+
+
+def test_sel_by_dates_draws_exactly_those_samples(fixtures):
+    lo, hi = "2020-01-02", "2020-01-04T06:00"
+    ds = InSituDataset(url(fixtures, "cf"), batch_size=4, sel={"time": (lo, hi)})
+    drawn = sorted(int(t) for b in ds.all for t in b.sample_indices)
+    want = [i for i, t in enumerate(TIMES) if np.datetime64(lo) <= t <= np.datetime64(hi)]
+    assert drawn == want and want == list(range(4, 14))
+    times = np.concatenate([b.coords["time"] for b in ds.all])
+    assert times.min() >= np.datetime64(lo) and times.max() <= np.datetime64(hi)
+
+
+def test_bad_selections_are_clear_errors(fixtures):
+    with pytest.raises(ValueError, match="no sample"):
+        InSituDataset(url(fixtures, "cf"), sel={"time": ("2030-01-01", "2030-02-01")})
+    with pytest.raises(ValueError, match="needs time bounds"):
+        InSituDataset(url(fixtures, "cf"), sel={"time": (0, 5)})
+    with pytest.raises(ValueError, match="sample axis's coordinate"):
+        InSituDataset(url(fixtures, "cf"), sel={"level": (0, 5)})
+    with pytest.raises(ValueError, match="no patch was given"):
+        InSituDataset(url(fixtures, "cf"), patches_per_sample=2)
