@@ -65,6 +65,14 @@ def source(fixtures: Path, array: dict, sample_axis: int) -> np.ndarray:
     return np.moveaxis(raw.reshape(array["shape"]), sample_axis, 0)
 
 
+def stored(fixtures: Path, name: str, label: str) -> np.ndarray:
+    """Array ``label`` of store ``name`` in its stored axis order, from the values file the
+    fixture writer saved beside it: no zarr-python needed (the free-threaded venv has none)."""
+    manifest = json.loads((fixtures / "manifest.json").read_text())
+    array = store(manifest, name)["arrays"][label]
+    return source(fixtures, array, 0)
+
+
 @pytest.fixture
 def zstd(fixtures: Path, manifest: dict) -> tuple[str, dict[str, np.ndarray]]:
     """The v3 zstd store: its URL and each array's source values."""

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zarr
-from conftest import url
+from conftest import stored, url
 from test_distributed import need_torch
 
 import insitubatch_rs as ib
@@ -22,7 +21,7 @@ JOB = Path(__file__).with_name("mesh_job.py")
 
 
 def _truth(fixtures) -> np.ndarray:
-    return zarr.open_array(str(fixtures / "v3_zstd" / "t2m"), mode="r")[...]
+    return stored(fixtures, "v3_zstd", "t2m")
 
 
 def test_the_ranks_of_a_group_draw_alike_and_split_each_patch(fixtures):

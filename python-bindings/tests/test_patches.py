@@ -1,13 +1,12 @@
 """Spatial patches (``patch=``) over stores written by zarr-python: every grid patch of every
 sample once per epoch, random patches per (seed, epoch), values equal to numpy slicing of
-the same arrays read by zarr-python, each chunk read as often as for whole samples, resume."""
+the values the fixture writer saved, each chunk read as often as for whole samples, resume."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import zarr
-from conftest import url
+from conftest import stored, url
 
 from insitubatch_rs import InSituDataset
 
@@ -17,7 +16,7 @@ def _open(fixtures, name: str, **kw) -> InSituDataset:
 
 
 def _truth(fixtures, name: str, label: str) -> np.ndarray:
-    return zarr.open_array(str(fixtures / name / label), mode="r")[...]
+    return stored(fixtures, name, label)
 
 
 def _rows(view, truth: dict[str, np.ndarray], size: tuple[int, int], axes: tuple[int, int] = (1, 2)):

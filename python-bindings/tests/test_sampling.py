@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import zarr
-from conftest import url
+from conftest import stored, url
 
 from insitubatch_rs import InSituDataset
 
@@ -25,7 +24,7 @@ def _drawn(view) -> list[int]:
 def test_masked_samples_are_never_drawn(fixtures):
     mask = np.arange(N) % 4 != 1
     ds = _open(fixtures, sample_mask=mask)
-    truth = zarr.open_array(str(fixtures / "v3_zstd" / "t2m"), mode="r")[...]
+    truth = stored(fixtures, "v3_zstd", "t2m")
     for epoch in range(3):
         ds.set_epoch(epoch)
         for b in ds.all:
