@@ -194,8 +194,11 @@ impl PrometheusExporter {
                     let answer = hyper::service::service_fn(move |_: Request<hyper::body::Incoming>| {
                         let text = exporter.render();
                         async move {
+                            // Any page may read it (the dashboard watches a job from its own
+                            // origin); the endpoint is opt-in and holds loader counters only.
                             Response::builder()
                                 .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+                                .header("access-control-allow-origin", "*")
                                 .body(Full::new(Bytes::from(text)))
                         }
                     });

@@ -12,6 +12,7 @@ import 'uplot/dist/uPlot.min.css';
 // /insitubatch-js/ and copies them into the build, and `openInWorker` is told where.
 const workerUrl = new URL('/insitubatch-js/src/worker.js', location.href);
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
+import { jobTable, parseMetrics, rankRows } from './job.js';
 import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, probeView, progressLine, row, splitRows } from './components.js';
 
 const $ = (id) => document.getElementById(id);
@@ -36,6 +37,8 @@ const state = {
   errors: [],
   /** The progress texts shown when a slow step started (`preview` or `live`), oldest first (the last 100). */
   progress: [],
+  /** A watched job: its endpoint, the rows of its last scrape, scrapes so far, the last error. */
+  job: { url: null, rows: [], scrapes: 0, error: null, timer: null },
 };
 window.__ib = state;
 
@@ -785,3 +788,48 @@ if (params.has('store')) {
 } else {
   $('url').value = new URL(DEMO, location.href).href;
 }
+
+// ---------- 5. a running job ----------
+
+/** How often a watched job's endpoint is read (its series change when a pass ends). */
+const JOB_POLL_MS = 2000;
+
+/** Read the watched endpoint once and show its ranks. */
+async function scrapeJob() {
+  const J = state.job;
+  try {
+    const r = await fetch(J.url, { cache: 'no-store' });
+    if (!r.ok) throw new Error(`HTTP ${r.status} from ${J.url}`);
+    J.rows = rankRows(parseMetrics(await r.text()));
+    J.scrapes += 1;
+    J.error = null;
+    $('job-table').replaceChildren(jobTable(J.rows));
+    $('job-state').textContent = J.rows.length
+      ? `${J.rows.length} rank and split row${J.rows.length === 1 ? '' : 's'}, read ${new Date().toLocaleTimeString()}`
+      : 'the job has not finished a pass yet';
+    $('job-state').dataset.state = 'ok';
+    $('job-state').dataset.scrapes = String(J.scrapes);
+  } catch (e) {
+    J.error = e.message;
+    $('job-state').textContent = `cannot read ${J.url}: ${e.message}`;
+    $('job-state').dataset.state = 'error';
+  }
+}
+
+function stopWatching() {
+  clearInterval(state.job.timer);
+  state.job.timer = null;
+  $('unwatch').disabled = true;
+}
+
+$('job-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  stopWatching();
+  const url = $('job-url').value.trim();
+  if (!url) return;
+  Object.assign(state.job, { url, rows: [], scrapes: 0, error: null });
+  $('unwatch').disabled = false;
+  scrapeJob();
+  state.job.timer = setInterval(scrapeJob, JOB_POLL_MS);
+});
+$('unwatch').addEventListener('click', stopWatching);

@@ -6,7 +6,7 @@
 // store (721 × 1440, 33 MB chunks) is written once by test-support/era5-store.mjs.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -384,6 +384,45 @@ describe('dashboard', () => {
     await page.focus('#banner-close');
     await page.keyboard.press('Enter');
     await page.waitForSelector('#banner[hidden]', { state: 'attached' });
+  });
+
+  it('watches a running job: its Prometheus endpoint, one row per rank, the figures the job reports', async () => {
+    // A real job: the CLI over the store, its endpoint on a free port, held after its first
+    // epoch's pass ended (one 48-sample batch) and one batch into the next (no sleeps: the test
+    // acts on the lines the CLI prints).
+    const job = spawn(CLI, ['bench', STORE, '--epochs', '2', '--batch-size', '48', '--fractions', '1,0,0',
+      '--metrics-address', '127.0.0.1:0', '--pause-after-batches', '2', '--threads', '1']);
+    try {
+      const lines = async (stream, re) => {
+        let text = '';
+        for await (const chunk of stream) {
+          text += chunk;
+          const m = re.exec(text);
+          if (m) return m;
+        }
+        throw new Error(`the job ended before printing ${re}: ${text}`);
+      };
+      const [[, endpoint]] = await Promise.all([lines(job.stderr, /metrics: (\S+)/), lines(job.stdout, /paused after 2 batches/)]);
+      await page.fill('#job-url', endpoint);
+      await page.click('#watch');
+      await page.waitForSelector('#job-state[data-state=ok], #job-state[data-state=error]');
+      assert.equal(await page.getAttribute('#job-state', 'data-state'), 'ok', await page.textContent('#job-state'));
+      const cells = await page.$$eval('#job-table tr[data-rank="0"][data-split="train"] td', (tds) =>
+        Object.fromEntries(tds.map((td) => [td.dataset.key, td.textContent])));
+      assert.equal(cells.rank, '0 of 1');
+      assert.equal(cells.passes, '1', "the first epoch's pass ended; the second is held");
+      assert.equal(cells.samples, '48');
+      assert.match(cells.rate, /^[0-9.]+$/);
+      assert.notEqual(cells.stage, '–');
+      // The page shows what the endpoint says: compare with a direct read.
+      const text = await (await fetch(endpoint)).text();
+      assert.match(text, /insitubatch_samples_total\{split="train",rank="0",world_size="1"\} 48/);
+      await page.click('#unwatch');
+      await shot('15-job');
+    } finally {
+      job.kill('SIGKILL');
+    }
+    assert.deepEqual(pageErrors, []);
   });
 
   it('lays out the side panel beside the views at 1280×800 and above them at 390×844, without sideways scrolling', async () => {
