@@ -114,7 +114,17 @@ pub async fn read_coordinate(
     n_samples: u64,
 ) -> Result<Option<Coordinate>> {
     let parent = variable_path.rsplit_once('/').map_or("", |(p, _)| p);
-    let path = if parent.is_empty() { name.to_string() } else { format!("{parent}/{name}") };
+    read_group_coordinate(storage, parent, name, n_samples).await
+}
+
+/// [`read_coordinate`] of the group at `group` (`""`: the root).
+async fn read_group_coordinate(
+    storage: &dyn Storage,
+    group: &str,
+    name: &str,
+    n_samples: u64,
+) -> Result<Option<Coordinate>> {
+    let path = if group.is_empty() { name.to_string() } else { format!("{group}/{name}") };
     let array = match crate::zarr::open_array(storage, &path).await {
         Ok(a) => a,
         Err(Error::NotFound { .. }) => return Ok(None),
@@ -134,6 +144,89 @@ pub async fn read_coordinate(
         None => CoordValues::Number(raw),
     };
     Ok(Some(Coordinate { name: name.to_string(), values }))
+}
+
+/// The sample axis's coordinate `name` of every group holding a variable (`variable_paths`,
+/// the first variable's group first): where two or more groups have one (variables in
+/// several groups of a store, or in joined stores), their values must be equal, since their
+/// samples are paired by index and a shifted axis would pair the wrong fields without a
+/// sign. Returns the first variable's group's coordinate. A coordinate this engine cannot
+/// read (sharded, not numbers) is left out of the comparison, so a store that opened before
+/// still opens; with `need_first`, the first group's must be readable.
+///
+/// # Errors
+/// [`Error::Config`] naming both coordinates, the first sample where they differ and the
+/// store, when two disagree; with `need_first`, what [`read_coordinate`] reports for the
+/// first group's.
+pub async fn read_agreed_coordinate(
+    storage: &dyn Storage,
+    variable_paths: &[&str],
+    name: &str,
+    n_samples: u64,
+    need_first: bool,
+) -> Result<Option<Coordinate>> {
+    let mut groups: Vec<&str> = Vec::new();
+    for p in variable_paths {
+        let parent = p.rsplit_once('/').map_or("", |(g, _)| g);
+        if !groups.contains(&parent) {
+            groups.push(parent);
+        }
+    }
+    let mut first: Option<(String, Coordinate)> = None;
+    let mut mine = None;
+    for (i, g) in groups.iter().enumerate() {
+        let c = match read_group_coordinate(storage, g, name, n_samples).await {
+            Ok(Some(c)) => c,
+            Err(e) if i == 0 && need_first => return Err(e),
+            Ok(None) | Err(_) => continue,
+        };
+        let path = if g.is_empty() { name.to_string() } else { format!("{g}/{name}") };
+        match &first {
+            None => first = Some((path, c.clone())),
+            Some((seen, f)) => disagree(seen, &f.values, &path, &c.values, storage)?,
+        }
+        if i == 0 {
+            mine = Some(c);
+        }
+    }
+    Ok(mine)
+}
+
+/// `Ok` when two coordinates are equal, else the error that names where they part.
+fn disagree(a_path: &str, a: &CoordValues, b_path: &str, b: &CoordValues, storage: &dyn Storage) -> Result<()> {
+    let at = |v: &CoordValues, i: usize| match v {
+        CoordValues::Time(ns) => ns.get(i).map_or("-".into(), |&t| iso_utc(t)),
+        CoordValues::Number(x) => x.get(i).map_or("-".into(), ToString::to_string),
+    };
+    let n = match (a, b) {
+        (CoordValues::Time(x), CoordValues::Time(y)) => x.iter().zip(y).position(|(p, q)| p != q),
+        (CoordValues::Number(x), CoordValues::Number(y)) => x.iter().zip(y).position(|(p, q)| p != q),
+        _ => Some(0),
+    };
+    let Some(i) = n else { return Ok(()) };
+    Err(Error::Config(format!(
+        "the variables' sample axes disagree: {a_path:?} and {b_path:?} differ first at sample {i} ({} against {}); \
+         join stores (or groups) whose sample axes hold the same values, or select the same span of each: {}",
+        at(a, i),
+        at(b, i),
+        storage.location()
+    )))
+}
+
+/// Nanoseconds since 1970 as `YYYY-MM-DDTHH:MM:SS` (UTC), for messages.
+fn iso_utc(ns: i64) -> String {
+    let (days, secs) = (ns.div_euclid(86_400_000_000_000), ns.rem_euclid(86_400_000_000_000) / 1_000_000_000);
+    // The civil date of a day count (Howard Hinnant's algorithm, the inverse of `epoch_ns`'s).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
 /// Every value of a 1-d, unsharded numeric array, as `f64` (integers up to 2^53 exactly).
@@ -234,6 +327,13 @@ mod tests {
         assert_eq!(hours, [1_577_836_800_000_000_000, 1_577_858_400_000_000_000]);
         assert_eq!(cf_time(&[0.0], "days since 2000-01-01", Some("360_day")), None, "kept as numbers");
         assert_eq!(cf_time(&[0.0], "metres", None), None);
+    }
+
+    #[test]
+    fn times_print_as_their_civil_date() {
+        for text in ["1970-01-01T00:00:00", "2020-02-29T18:30:05", "1899-12-31T23:59:59", "2100-03-01T00:00:00"] {
+            assert_eq!(iso_utc(epoch_ns(text).unwrap()), text);
+        }
     }
 
     #[test]

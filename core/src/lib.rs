@@ -34,6 +34,7 @@ pub mod error;
 mod fleet;
 pub mod geometry;
 mod hedge;
+mod join;
 pub mod mesh;
 pub mod pass;
 pub mod patch;
@@ -65,6 +66,7 @@ pub use error::{Error, Result};
 pub use fleet::{FleetSummary, RankReport, STRAGGLER_SHARE, fleet_summary};
 pub use geometry::ArrayGeometry;
 pub use hedge::HedgePolicy;
+pub use join::JoinedStorage;
 pub use mesh::ModelParallel;
 /// The n-d array crate batches are viewed through ([`Batch::view`]), re-exported so callers
 /// use the same version.

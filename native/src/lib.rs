@@ -218,6 +218,33 @@ pub fn open_url_storage(url: &str, options: &[(String, String)]) -> Result<Arc<d
     Ok(storage)
 }
 
+/// One store of a join ([`open_joined_storage`]).
+pub enum JoinPart {
+    /// Opened as [`open_url_storage`] opens it, with the join's storage options.
+    Url(String),
+    /// A storage the caller already built (a store object handed over by the Python package).
+    Built(Arc<dyn Storage>),
+}
+
+/// Several stores read as one (core's [`insitubatch_core::JoinedStorage`]): store `name`'s
+/// arrays are `name/path`. The storage options apply to every store given by URL; a built
+/// store carries its own configuration.
+///
+/// # Errors
+/// As [`open_url_storage`] for each URL; a configuration error for a bad or repeated name,
+/// or for no stores.
+pub fn open_joined_storage(parts: Vec<(String, JoinPart)>, options: &[(String, String)]) -> Result<Arc<dyn Storage>> {
+    let mut mounts = Vec::with_capacity(parts.len());
+    for (name, part) in parts {
+        let storage = match part {
+            JoinPart::Url(url) => open_url_storage(&url, options)?,
+            JoinPart::Built(storage) => storage,
+        };
+        mounts.push((name, storage));
+    }
+    Ok(Arc::new(insitubatch_core::JoinedStorage::new(mounts)?))
+}
+
 /// Storage options are for stores opened by URL; a store built elsewhere carries its own
 /// configuration.
 ///

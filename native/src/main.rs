@@ -30,9 +30,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use insitubatch_native::core::patch::{self, PatchAxis, PatchOptions};
 use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
-use insitubatch_native::core::{DType, ModelParallel, ReadPolicy, Result as CoreResult, Split};
+use insitubatch_native::core::{DType, ModelParallel, ReadPolicy, Result as CoreResult, Split, Storage};
 use insitubatch_native::{
-    Batch, BatchIter, Checkpoint, DatasetOptions, NativeDataset, OpenOptions, SplitOptions, demo, open, open_storage,
+    Batch, BatchIter, Checkpoint, DatasetOptions, JoinPart, NativeDataset, OpenOptions, SplitOptions, demo, open,
+    open_joined_storage, open_storage, open_storage_with,
 };
 use rayon::prelude::*;
 use serde_json::json;
@@ -383,6 +384,10 @@ struct Knobs {
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
+    /// Join another store on the same sample axis, NAME=URL (repeatable): its arrays are
+    /// NAME/path. The positional store is then named too, as NAME=URL.
+    #[arg(long = "join", value_name = "NAME=URL", value_parser = parse_kv)]
+    join: Vec<(String, String)>,
     /// Spill decoded chunks to memory-mapped files in this directory (local disk).
     #[arg(long)]
     cache_dir: Option<std::path::PathBuf>,
@@ -477,6 +482,20 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
 }
 
 impl Knobs {
+    /// The store to read: `url`, or with --join every store joined by name (`url` then
+    /// `NAME=URL` too); storage options go to each.
+    fn storage(&self, url: &str) -> Result<Arc<dyn Storage>> {
+        if self.join.is_empty() {
+            return Ok(open_storage(url, &self.storage_options)?);
+        }
+        let first = parse_kv(url).map_err(|_| {
+            anyhow!("with --join, name the positional store too, as NAME=URL (its arrays are then NAME/path): {url}")
+        })?;
+        let parts = std::iter::once(first).chain(self.join.iter().cloned());
+        let parts = parts.map(|(name, url)| (name, JoinPart::Url(url))).collect();
+        Ok(open_joined_storage(parts, &self.storage_options)?)
+    }
+
     fn open_options(&self) -> OpenOptions {
         OpenOptions {
             variables: if self.vars.is_empty() { None } else { Some(self.vars.clone()) },
@@ -581,7 +600,13 @@ fn open_ds(url: &str, knobs: &Knobs, mut opts: OpenOptions) -> Result<NativeData
     if let Some(path) = &knobs.sample_weights {
         opts.dataset.sample_weights = Some(per_sample_numbers(path)?.into());
     }
-    let ds = open(url, opts)?;
+    let ds = if knobs.join.is_empty() {
+        open(url, opts)?
+    } else {
+        let storage = knobs.storage(url)?;
+        let location = storage.location();
+        open_storage_with(storage, &location, OpenOptions { storage_options: Vec::new(), ..opts })?
+    };
     if let Some(address) = ds.metrics_address() {
         let _ = writeln!(std::io::stderr(), "metrics: http://{address}/metrics");
     }
@@ -926,7 +951,7 @@ impl ChunkTier for PausingTier {
 fn cmd_decode_limit(url: &str, knobs: &Knobs, as_json: bool) -> Result<()> {
     use zarrs::array::{Array, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions};
     let rt = insitubatch_native::NativeRuntime::new(knobs.threads)?;
-    let storage = open_storage(url, &knobs.storage_options)?;
+    let storage = knobs.storage(url)?;
     let first = match knobs.vars.first() {
         Some(v) => v.clone(),
         None => {

@@ -376,13 +376,7 @@ fn open_geometries(
     sample_axis: usize,
     storage_options: Vec<(String, String)>,
 ) -> PyResult<Vec<PyGeometry>> {
-    let storage = match StoreArg::from_py(store)? {
-        StoreArg::Url(url) => insitubatch_native::open_url_storage(&url, &storage_options),
-        StoreArg::Built { storage, location } => {
-            insitubatch_native::refuse_storage_options(&storage_options, &location).map(|()| storage)
-        }
-    }
-    .map_err(native_err)?;
+    let storage = StoreArg::from_py(store)?.storage(&storage_options).map_err(native_err)?;
     let runtime = NativeRuntime::new(Some(1)).map_err(native_err)?;
     let arrays = py
         .detach(|| runtime.block_on(insitubatch_core::zarr::open_arrays(storage.as_ref(), variables.as_deref())))
@@ -692,15 +686,21 @@ impl NativeDataset {
             metrics_address,
             ..OpenOptions::default()
         };
-        let url = store.location().to_string();
         let opened = py
             .detach(|| match store {
                 StoreArg::Url(url) => insitubatch_native::open(&url, options),
                 StoreArg::Built { storage, location } => {
                     insitubatch_native::open_storage_with(storage, &location, options)
                 }
+                joined @ StoreArg::Joined(_) => {
+                    let storage = joined.storage(&options.storage_options)?;
+                    let location = storage.location();
+                    let options = OpenOptions { storage_options: Vec::new(), ..options };
+                    insitubatch_native::open_storage_with(storage, &location, options)
+                }
             })
             .map_err(native_err)?;
+        let url = opened.url().to_string();
         Ok(Self { open: Mutex::new(Some(Arc::new(Open { opened, errors }))), url })
     }
 

@@ -31,12 +31,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use futures::channel::oneshot;
 use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, exact_bounded, suffix_or_whole};
-use insitubatch_native::ObjectStoreStorage;
+use insitubatch_native::{JoinPart, ObjectStoreStorage};
 use pyo3::exceptions::{
     PyConnectionError, PyFileNotFoundError, PyKeyError, PyRuntimeError, PyTimeoutError, PyTypeError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCFunction, PyModule, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyCFunction, PyDict, PyModule, PyString, PyTuple};
 use pyo3_object_store::AnyObjectStore;
 
 use crate::transforms::with_python;
@@ -52,11 +52,30 @@ pub enum StoreArg {
         /// `str(store)`: a URL-like name for messages and the cache fingerprint.
         location: String,
     },
+    /// A `{name: store}` dict: several stores read as one, store `name`'s arrays as
+    /// `name/path` (`insitubatch_native::open_joined_storage`).
+    Joined(Vec<(String, StoreArg)>),
 }
 
 impl StoreArg {
-    /// Convert a URL string, an obstore store or a zarr-python store.
+    /// Convert a URL string, an obstore store, a zarr-python store, or a dict of them by name.
     pub fn from_py(store: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(joined) = store.cast::<PyDict>() {
+            let mut parts = Vec::with_capacity(joined.len());
+            for (name, one) in joined.iter() {
+                let Ok(name) = name.extract::<String>() else {
+                    let kind = name.get_type().name()?;
+                    return Err(PyTypeError::new_err(format!("a joined store's name must be a str, got {kind}")));
+                };
+                parts.push((name, Self::from_one(&one)?));
+            }
+            return Ok(Self::Joined(parts));
+        }
+        Self::from_one(store)
+    }
+
+    /// One store: a URL string, an obstore store or a zarr-python store.
+    fn from_one(store: &Bound<'_, PyAny>) -> PyResult<Self> {
         if let Ok(url) = store.cast::<PyString>() {
             return Ok(Self::Url(url.to_str()?.to_string()));
         }
@@ -76,11 +95,34 @@ impl StoreArg {
         )))
     }
 
-    /// The URL or location, for messages.
-    pub fn location(&self) -> &str {
+    /// The storage to read: a URL opened with `options`, a store object as it is (options
+    /// refused: it carries its own), a join of them (the options go to each URL).
+    ///
+    /// # Errors
+    /// As `insitubatch_native::open_url_storage`, `refuse_storage_options` and
+    /// `open_joined_storage`.
+    pub fn storage(self, options: &[(String, String)]) -> insitubatch_native::Result<Arc<dyn Storage>> {
         match self {
-            Self::Url(url) => url,
-            Self::Built { location, .. } => location,
+            Self::Url(url) => insitubatch_native::open_url_storage(&url, options),
+            Self::Built { storage, location } => {
+                insitubatch_native::refuse_storage_options(options, &location).map(|()| storage)
+            }
+            Self::Joined(parts) => {
+                let mut mounts = Vec::with_capacity(parts.len());
+                for (name, part) in parts {
+                    let part = match part {
+                        Self::Url(url) => JoinPart::Url(url),
+                        Self::Built { storage, .. } => JoinPart::Built(storage),
+                        Self::Joined(_) => {
+                            let why =
+                                format!("the joined store {name:?} is itself a join; join every store at one level");
+                            return Err(insitubatch_core::Error::Config(why).into());
+                        }
+                    };
+                    mounts.push((name, part));
+                }
+                insitubatch_native::open_joined_storage(mounts, options)
+            }
         }
     }
 }

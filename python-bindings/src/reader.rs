@@ -47,13 +47,7 @@ impl StoreReader {
     #[new]
     #[pyo3(signature = (store, storage_options = Vec::new()))]
     fn new(store: &Bound<'_, PyAny>, storage_options: Vec<(String, String)>) -> PyResult<Self> {
-        let storage = match StoreArg::from_py(store)? {
-            StoreArg::Url(url) => insitubatch_native::open_url_storage(&url, &storage_options),
-            StoreArg::Built { storage, location } => {
-                insitubatch_native::refuse_storage_options(&storage_options, &location).map(|()| storage)
-            }
-        }
-        .map_err(native_err)?;
+        let storage = StoreArg::from_py(store)?.storage(&storage_options).map_err(native_err)?;
         Ok(Self { storage, runtime: NativeRuntime::new(Some(1)).map_err(native_err)? })
     }
 

@@ -177,6 +177,8 @@ async fn open_on(
         let variables = opts.variables_over(arrays, arrays, opts.shift.unwrap_or(0)).map_err(err)?;
         builder = builder.variables(variables);
     }
+    // Variables in several groups: their sample-axis coordinates must agree (core's rule).
+    builder = builder.read_coordinate().await.map_err(err)?;
     let inner = builder.build().map_err(err)?;
     Ok(Dataset {
         _keep: KeepAlive(Some(inner.clone())),

@@ -16,7 +16,7 @@ use async_lock::Semaphore;
 use super::{Dataset, DatasetOptions, Inner, Variable};
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
-use crate::coords::{Coordinate, read_coordinate};
+use crate::coords::{Coordinate, read_agreed_coordinate};
 use crate::describe::human_bytes;
 use crate::draws::Draws;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
@@ -193,16 +193,24 @@ impl DatasetBuilder {
     }
 
     /// With `coords` or `sel` in the options: read the sample axis's coordinate (`coords.rs`)
-    /// and apply `sel` as the split's sample range. Nothing to do otherwise.
+    /// and apply `sel` as the split's sample range. With variables in several groups (or
+    /// joined stores, `join.rs`), check that the coordinates they have agree. Nothing to do
+    /// otherwise.
     ///
     /// # Errors
     /// [`Error::Config`] for a `sel` on another dimension, on a store without the coordinate,
-    /// or next to an explicit manifest; what reading the coordinate reports.
+    /// or next to an explicit manifest, and for groups whose coordinates disagree; what
+    /// reading the coordinate reports.
     pub async fn read_coordinate(mut self) -> Result<Self> {
-        if !self.options.coords && self.options.sel.is_none() {
+        let variables = self.resolve_variables()?;
+        let paths: Vec<&str> = variables.iter().map(|v| v.geometry.path.as_str()).collect();
+        let several_groups = paths.iter().any(|p| parent_of(p) != parent_of(paths[0]));
+        let wanted = self.options.coords || self.options.sel.is_some();
+        let one_length = variables.iter().all(|v| v.geometry.n_samples() == variables[0].geometry.n_samples());
+        // Unequal lengths are refused by `build`, naming every variable and store.
+        if !one_length || (!wanted && !several_groups) {
             return Ok(self);
         }
-        let variables = self.resolve_variables()?;
         let g = &variables[0].geometry;
         let dim = self.find_opened(&g.path)?.dimension_names().and_then(|d| d.get(g.sample_axis).cloned().flatten());
         let storage = PolicyStorage::new(
@@ -211,7 +219,7 @@ impl DatasetBuilder {
             self.options.read_policy.clone(),
         );
         let coordinate = match &dim {
-            Some(d) => read_coordinate(&storage, &g.path, d, g.n_samples()).await?,
+            Some(d) => read_agreed_coordinate(&storage, &paths, d, g.n_samples(), wanted).await?,
             None => None,
         };
         if let Some(sel) = self.options.sel.clone() {
@@ -246,7 +254,7 @@ impl DatasetBuilder {
                 m => (0..n).map(|t| (start..stop).contains(&t) && m.as_ref().is_none_or(|m| m[t as usize])).collect(),
             });
         }
-        self.coordinate = coordinate.map(Arc::new);
+        self.coordinate = coordinate.filter(|_| wanted).map(Arc::new);
         Ok(self)
     }
 
@@ -444,6 +452,11 @@ fn distinct(items: impl Iterator<Item = String>) -> Vec<String> {
     out
 }
 
+/// The group holding the array at `path` (`""`: the root).
+fn parent_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
 /// The resolved parts of a dataset, checked and wired by [`Assembly::assemble`].
 struct Assembly {
     coordinate: Option<Arc<Coordinate>>,
@@ -559,9 +572,11 @@ impl Assembly {
         match lengths.len() {
             1 => Ok(lengths.into_iter().next().unwrap_or(0)),
             _ => Err(Error::Config(format!(
-                "All variables must share the same sample-axis length; got n_samples={:?} for {:?}",
+                "All variables must share the same sample-axis length; got n_samples={:?} for {:?} (arrays {:?}): {}",
                 self.variables.iter().map(|v| v.geometry.n_samples()).collect::<Vec<_>>(),
-                self.variables.iter().map(|v| v.label.as_str()).collect::<Vec<_>>()
+                self.variables.iter().map(|v| v.label.as_str()).collect::<Vec<_>>(),
+                self.variables.iter().map(|v| v.geometry.path.as_str()).collect::<Vec<_>>(),
+                self.storage.location()
             ))),
         }
     }

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::dataset::patch_tests::drain;
 use crate::dataset::{Dataset, DatasetOptions};
 use crate::patch::{PatchAxis, PatchOptions};
 use crate::runtime::{InlinePool, Runtime};
@@ -39,21 +40,6 @@ fn open(storage: &MemoryStorage, options: DatasetOptions) -> (SimExecutor, Datas
 
 fn weighted(weights: Vec<f64>) -> DatasetOptions {
     DatasetOptions { sample_weights: Some(weights.into()), ..Default::default() }
-}
-
-fn drain(sim: &SimExecutor, mut s: crate::BatchStream, take: Option<usize>) -> (Vec<Batch>, Checkpoint) {
-    sim.run(
-        async move {
-            let mut out = Vec::new();
-            while take.is_none_or(|k| out.len() < k) {
-                let Some(b) = s.next_batch().await else { break };
-                out.push(b.unwrap());
-            }
-            (out, s.checkpoint())
-        },
-        LIMIT,
-    )
-    .unwrap()
 }
 
 /// One train epoch: its batches (values checked against their samples) and the reads of each

@@ -584,6 +584,8 @@ pub async fn open(storage: Arc<dyn Storage>, runtime: Runtime, options: OpenOpti
 #[cfg(test)]
 mod draws_tests;
 #[cfg(test)]
+mod join_tests;
+#[cfg(test)]
 mod mesh_tests;
 #[cfg(test)]
 mod patch_tests;

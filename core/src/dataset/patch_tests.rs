@@ -55,7 +55,8 @@ fn epoch(sim: &SimExecutor, ds: &Dataset, epoch: u64) -> Vec<Batch> {
     drain(sim, stream, None).0
 }
 
-fn drain(sim: &SimExecutor, mut s: crate::BatchStream, take: Option<usize>) -> (Vec<Batch>, Checkpoint) {
+/// Up to `take` batches of a stream (all when `None`), and its checkpoint after them.
+pub(super) fn drain(sim: &SimExecutor, mut s: crate::BatchStream, take: Option<usize>) -> (Vec<Batch>, Checkpoint) {
     sim.run(
         async move {
             let mut out = Vec::new();

@@ -334,8 +334,12 @@ class InSituDataset:
     ``http(s)://``) or a local path, an obstore store (read in Rust, at the URL's speed; a
     zarr ``ObjectStore`` over one, as ``obstore_store`` makes, is unwrapped), or any
     zarr-python v3 ``Store`` (``FsspecStore``, an Icechunk session's store, ...: read through
-    its async API, slower). ``manifest`` defaults to ``split_by_chunk`` of the
-    first variable. ``geometries`` maps batch labels to ``ArrayGeometry`` (several labels may
+    its async API, slower). A dict ``{name: store}`` of these joins several stores that share
+    the sample axis into one dataset: store ``name``'s arrays are ``name/path`` (labels,
+    ``geometries``, ``patch`` and transforms name them so), read under one plan, one
+    ``max_inflight`` and one byte budget; their sample-axis lengths and, where each has
+    the sample axis's coordinate, its values must agree (docs/joins.md). ``manifest`` defaults
+    to ``split_by_chunk`` of the first variable. ``geometries`` maps batch labels to ``ArrayGeometry`` (several labels may
     read one array at different offsets via ``geom.shift(k)``); ``None`` discovers every
     data array.
 
@@ -516,6 +520,7 @@ class InSituDataset:
             **_sel(sel),
         }
         self._native = self._open(manifest, geometries, storage_options)
+        self._url = self._native.url  # a join's names every store
         if cache_dir is not None:
             for message in self._native.cache_warnings():
                 warnings.warn(message, RuntimeWarning, stacklevel=2)

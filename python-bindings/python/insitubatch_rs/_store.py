@@ -71,8 +71,12 @@ def engine_store(store: Any) -> Any:
     unwrapped, so the engine reads the obstore store itself (in Rust, without the GIL). An
     obstore ``MemoryStore`` is the exception both ways: its contents cannot be shared with
     the engine's copy of obstore, so it is read through zarr (as ``zarr.storage.ObjectStore``).
-    Anything else is handed over as it is, and the extension says what it cannot take.
+    Anything else is handed over as it is, and the extension says what it cannot take. A
+    mapping ``{name: store}`` (stores joined, each store's arrays as ``name/path``) becomes a
+    dict of each store converted.
     """
+    if isinstance(store, Mapping):
+        return {name: engine_store(one) for name, one in store.items()}
     if isinstance(store, os.PathLike):
         from pathlib import Path
 
@@ -197,6 +201,10 @@ def close_store(store: Any) -> None:
     """
     import asyncio
 
+    if isinstance(store, Mapping):  # stores joined by name
+        for one in store.values():
+            close_store(one)
+        return
     fs = getattr(store, "fs", None)
     if fs is None:
         return
@@ -241,8 +249,9 @@ def open_geometries(
 ) -> dict[str, ArrayGeometry]:
     """Read each array's geometry from the store's metadata (no chunk reads).
 
-    ``store`` is a URL (or a local path), an obstore store or a zarr-python v3 ``Store``.
-    ``variables=None`` discovers every data array, skipping CF coordinates (0-D arrays, 1-D
+    ``store`` is a URL (or a local path), an obstore store or a zarr-python v3 ``Store``, or
+    a dict ``{name: store}`` of them joined (each store's arrays as ``name/path``; see
+    ``InSituDataset``). ``variables=None`` discovers every data array, skipping CF coordinates (0-D arrays, 1-D
     arrays named after their own dimension). ``sample_axis`` applies to every array.
     ``storage_opts`` are object_store settings for a URL (``aws_region="..."``); a store
     object has its own.
