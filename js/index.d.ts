@@ -635,10 +635,17 @@ export declare class Dataset<B extends Batch = Batch> {
  * Open a Zarr store and build a dataset: `http://` or `https://` (fetch, with Range
  * requests); in Node also `s3://` (with `storageOptions`), `file://` URLs and plain paths
  * (node:fs, ranged reads); or a `Storage` object of your own. A browser refuses local paths,
- * saying what to use instead. With `batchViews: true` its batches are `ViewBatch`es.
+ * saying what to use instead. With `batchViews: true` its batches are `ViewBatch`es. A
+ * `JoinedStores` reads several stores as one (docs/joins.md).
  */
-export declare function open(source: string | URL | Storage, options: OpenOptions & { batchViews: true }): Promise<Dataset<ViewBatch>>;
-export declare function open(source: string | URL | Storage, options?: OpenOptions): Promise<Dataset>;
+export declare function open(source: string | URL | Storage | JoinedStores, options: OpenOptions & { batchViews: true }): Promise<Dataset<ViewBatch>>;
+export declare function open(source: string | URL | Storage | JoinedStores, options?: OpenOptions): Promise<Dataset>;
+/**
+ * Several stores that share the sample axis, by name: store `name`'s arrays are `name/path`
+ * (labels, `variables`, `patch` axes), read under one plan and one budget. Their sample-axis
+ * lengths, and where each has it the sample axis's coordinate, must agree.
+ */
+export type JoinedStores = { [name: string]: string | URL | Storage } | Map<string, string | URL | Storage>;
 /** Node entry only: the `Storage` `open()` uses for a `file://` URL or a path (node:fs, ranged reads). */
 export declare function nodeFileStorage(url: string | URL): Promise<Storage & { location: string; list(prefix: string): Promise<string[]> }>;
 /**
@@ -748,9 +755,14 @@ export declare class WorkerDataset {
  * Open the store at `url` in a new dedicated Web Worker (browsers) or worker_threads Worker
  * (Node), with every option of `open()`. Batches arrive transferred or, under `batchViews`
  * (the threaded build only), as views over the worker's shared memory, valid until the
- * pass's next step (`copy()` keeps one). A URL only: a `Storage` object cannot be posted.
+ * pass's next step (`copy()` keeps one). URLs only (one, or a join of them by name): a
+ * `Storage` object cannot be posted.
  */
-export declare function openInWorker(url: string | URL, options?: OpenOptions, how?: WorkerOptions): Promise<WorkerDataset>;
+export declare function openInWorker(
+  url: string | URL | { [name: string]: string | URL } | Map<string, string | URL>,
+  options?: OpenOptions,
+  how?: WorkerOptions,
+): Promise<WorkerDataset>;
 
 // ---- The dashboard's questions (src/explore.js; wasm/src/explore.rs) ----
 

@@ -31,9 +31,11 @@ impl JoinedStorage {
             return Err(Error::Config("joining stores needs at least one { name: store }".into()));
         }
         for (i, (name, storage)) in mounts.iter().enumerate() {
-            if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            let metadata_name = name == "zarr.json" || name.starts_with(".z");
+            if name.is_empty() || name == "." || name == ".." || name.contains('/') || metadata_name {
                 return Err(Error::Config(format!(
-                    "a joined store's name is a path segment (no '/', not empty, '.' or '..'), got {name:?}: {}",
+                    "a joined store's name is a path segment (no '/', not empty, '.', '..', or a Zarr metadata \
+                     name such as zarr.json or .zgroup), got {name:?}: {}",
                     storage.location()
                 )));
             }
@@ -49,22 +51,50 @@ impl JoinedStorage {
         self.mounts.iter().map(|(n, _)| n.as_str())
     }
 
+    /// The root `zarr.json` of a join: a group (of stores) without consolidated metadata, so
+    /// discovery lists the join ([`Self::list_all`]) and, where it cannot, asks for the
+    /// arrays to be named.
+    const ROOT_GROUP: &'static [u8] = br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#;
+
     /// The store a key belongs to and the key inside it; `None` for a key under no name.
     fn route<'k>(&self, key: &'k str) -> Option<(&dyn Storage, &'k str)> {
         let (name, rest) = key.split_once('/').unwrap_or((key, ""));
         self.mounts.iter().find(|(n, _)| n == name).map(|(_, s)| (s.as_ref(), rest))
     }
 
-    /// Every store's keys under `prefix` inside it, each under its name; `None` when a store
-    /// cannot list.
+    /// Every store's keys, each under its name ([`metadata_keys`] for each store); `None`
+    /// when a store can neither list nor has consolidated metadata.
     async fn list_all(&self) -> std::result::Result<Option<Vec<String>>, StorageError> {
         let mut out = Vec::new();
         for (name, storage) in &self.mounts {
-            let Some(keys) = storage.list("").await? else { return Ok(None) };
+            let Some(keys) = metadata_keys(storage.as_ref()).await? else { return Ok(None) };
             out.extend(keys.into_iter().map(|k| format!("{name}/{k}")));
         }
         Ok(Some(out))
     }
+}
+
+/// The keys of a store's array metadata as its consolidated metadata names them (v3
+/// `zarr.json`, then v2 `.zmetadata`), else its listing. Discovery over a join lists the
+/// join (`zarr.rs` `from_listing`), and a store that cannot list (plain HTTP) is then found
+/// by its consolidated metadata, as it is when read alone.
+async fn metadata_keys(storage: &dyn Storage) -> std::result::Result<Option<Vec<String>>, StorageError> {
+    let json = |b: Option<bytes::Bytes>| b.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    if let Some(root) = json(storage.get("zarr.json").await?) {
+        if root.get("node_type").and_then(|t| t.as_str()) == Some("array") {
+            return Ok(Some(vec!["zarr.json".into()]));
+        }
+        if let Some(meta) = root.pointer("/consolidated_metadata/metadata").and_then(|m| m.as_object()) {
+            let arrays = meta.iter().filter(|(_, m)| m.get("node_type").and_then(|t| t.as_str()) == Some("array"));
+            return Ok(Some(arrays.map(|(path, _)| format!("{path}/zarr.json")).collect()));
+        }
+    }
+    if let Some(meta) = json(storage.get(".zmetadata").await?).and_then(|m| m.get("metadata").cloned())
+        && let Some(meta) = meta.as_object()
+    {
+        return Ok(Some(meta.keys().filter(|k| k.ends_with(".zarray")).cloned().collect()));
+    }
+    storage.list("").await
 }
 
 impl Storage for JoinedStorage {
@@ -109,7 +139,7 @@ impl Storage for JoinedStorage {
     ) -> BoxFuture<'a, std::result::Result<Option<Body<'a>>, StorageError>> {
         match self.route(key) {
             Some((storage, rest)) => storage.start_read(rest, range),
-            None => Box::pin(async { Ok(None) }),
+            None => Box::pin(async move { Ok(self.read(key, range).await?.map(crate::runtime::ready_body)) }),
         }
     }
 
@@ -120,6 +150,9 @@ impl Storage for JoinedStorage {
     ) -> BoxFuture<'a, std::result::Result<Option<bytes::Bytes>, StorageError>> {
         match self.route(key) {
             Some((storage, rest)) => storage.read(rest, range),
+            None if key == "zarr.json" && range.is_none() => {
+                Box::pin(async { Ok(Some(bytes::Bytes::from_static(Self::ROOT_GROUP))) })
+            }
             None => Box::pin(async { Ok(None) }),
         }
     }
@@ -169,7 +202,10 @@ mod tests {
             .unwrap();
         assert_eq!(chunk.as_deref(), Some(&b"a-chunk"[..]));
         assert_eq!(other.as_deref(), Some(&b"b-chunk"[..]));
-        assert_eq!(root, None, "the join has no root object of its own");
+        assert!(
+            root.is_some_and(|r| r.starts_with(br#"{"zarr_format": 3, "node_type": "group""#)),
+            "a group of stores"
+        );
         assert_eq!(missing, None);
         let mut all = all;
         all.sort();
@@ -180,7 +216,7 @@ mod tests {
     #[test]
     fn bad_names_are_refused_saying_which() {
         let s = || Arc::new(MemoryStorage::new()) as Arc<dyn Storage>;
-        for bad in ["", ".", "..", "a/b"] {
+        for bad in ["", ".", "..", "a/b", "zarr.json", ".zgroup"] {
             let e = JoinedStorage::new(vec![(bad.into(), s())]).unwrap_err().to_string();
             assert!(e.contains("path segment"), "{e}");
         }

@@ -309,16 +309,41 @@ export function isStorage(source) {
 }
 
 /**
+ * Whether `source` joins several stores (docs/joins.md): a `Map`, or an object that is
+ * neither a `URL` nor a storage object (it has no `get` function), `{ name: url or storage }`.
+ */
+export function isJoin(source) {
+  return source instanceof Map || (isStorage(source) && typeof source.get !== 'function');
+}
+
+/** A join's `[name, store]` pairs, in the order given. */
+export function joinEntries(source) {
+  return (source instanceof Map ? [...source.entries()] : Object.entries(source)).map(([n, one]) => [String(n), one]);
+}
+
+/**
  * `open(source, options)` over an engine (src/engine.js: a fresh wasm instance after a
- * trap). `source`: a URL, or a storage object (wasm/src/js_storage.rs). `local`, in Node
+ * trap). `source`: a URL, a storage object (wasm/src/js_storage.rs), or a join of them by
+ * name (`isJoin`). `local`, in Node
  * only: `{ isLocal(url), nodeFileStorage(url) }` (src/node-storage.js), which turns `file://`
  * URLs and plain paths into a storage object; elsewhere the engine refuses them with what to
  * use instead.
  */
 export function makeOpen(engine, local) {
+  /** One store of a join, as `openJoined` takes it: a URL, or a storage object. */
+  const joinPart = async (one) => {
+    if (isStorage(one)) return one;
+    const url = String(one);
+    return local?.isLocal(url) ? local.nodeFileStorage(url) : url;
+  };
   return async function open(source, options = {}) {
     const inst = await engine.instance();
     const opened = (f) => inst.wait(inst.call(f)).then((ds) => new Dataset(inst, ds));
+    if (isJoin(source)) {
+      const entries = joinEntries(source);
+      const parts = await Promise.all(entries.map(([, one]) => joinPart(one)));
+      return opened((w) => w.openJoined(entries.map(([name]) => name), parts, options));
+    }
     if (isStorage(source)) {
       if (!inst.wasm.openWithStorage) {
         throw new Error('this build (the threaded one, inside openInWorker) opens URLs only; open a storage object with open() from the main entry');

@@ -5,7 +5,7 @@
 // transferred (moved, not copied) from the worker or, under `batchViews` (the threaded
 // build), as views over the worker's shared memory, valid until the pass's next step.
 
-import { AsyncBatches, SplitViews, checkSplit, isStorage, viewBatch, staleViewError } from './facade.js';
+import { AsyncBatches, SplitViews, checkSplit, isJoin, isStorage, joinEntries, viewBatch, staleViewError } from './facade.js';
 import { EngineTrapError } from './engine.js';
 
 const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof window === 'undefined' && typeof self === 'undefined';
@@ -285,12 +285,15 @@ export class WorkerDataset extends SplitViews {
  * `how.workerUrl`: where src/worker.js is served, if a bundler moved it.
  */
 export async function openInWorker(url, options = {}, how = {}) {
-  if (isStorage(url)) {
+  const stores = isJoin(url) ? joinEntries(url) : [['', url]];
+  if (stores.some(([, one]) => isStorage(one))) {
     throw new Error('openInWorker takes a URL: a storage object cannot be sent to a worker (its functions do not survive postMessage); open it with open() on this thread, or give the worker a URL');
   }
+  // A join crosses as a plain object of URLs; the worker's open() joins them.
+  const source = isJoin(url) ? Object.fromEntries(stores.map(([n, one]) => [n, String(one)])) : String(url);
   const ch = new Channel(await spawn(how.workerUrl));
   try {
-    const info = await ch.call('open', { url: String(url), options, threads: how.threads ?? 'auto', nThreads: how.nThreads, fetchWorker: how.fetchWorker ?? true });
+    const info = await ch.call('open', { url: source, options, threads: how.threads ?? 'auto', nThreads: how.nThreads, fetchWorker: how.fetchWorker ?? true });
     return new WorkerDataset(ch, info);
   } catch (e) {
     ch.terminate();

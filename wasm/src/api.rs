@@ -154,6 +154,48 @@ pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: J
     open_on(Arc::new(storage), url, &opts).await
 }
 
+/// Open several stores as one (core's `JoinedStorage`, docs/joins.md): store `names[i]`'s
+/// arrays are `names[i]/path`, under one plan and one budget. `parts[i]`: a URL, read as
+/// [`open`] reads it, or (not in the threaded build) a storage object, as [`open_with_storage`].
+#[wasm_bindgen(js_name = openJoined)]
+pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsError> {
+    let opts = parse_options(options)?;
+    if names.len() != parts.len() {
+        return Err(JsError::new("openJoined takes one name per store"));
+    }
+    let mut mounts = Vec::with_capacity(names.len());
+    for (name, part) in names.into_iter().zip(parts) {
+        let storage = match part.as_string() {
+            Some(url) => storage_for(&url, &opts)?,
+            None => storage_object(&part, &name)?,
+        };
+        mounts.push((name, storage));
+    }
+    let joined = insitubatch_core::JoinedStorage::new(mounts).map_err(err)?;
+    let url = insitubatch_core::Storage::location(&joined);
+    #[allow(
+        clippy::arc_with_non_send_sync,
+        reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
+    )]
+    let joined = Arc::new(joined);
+    open_on(joined, url, &opts).await
+}
+
+/// A joined store given as a storage object.
+#[cfg(not(feature = "threads"))]
+fn storage_object(part: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
+    let storage = crate::JsStorage::new(part, &format!("(the JS storage object of {name:?})"));
+    Ok(Arc::new(storage.map_err(|e| JsError::new(&e))?))
+}
+
+/// The threaded build reads URLs only (as `openWithStorage` is not in it).
+#[cfg(feature = "threads")]
+fn storage_object(_: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
+    Err(JsError::new(&format!(
+        "this build (the threaded one, inside openInWorker) joins URLs only; give the store {name:?} as a URL"
+    )))
+}
+
 /// Read the metadata of the arrays `opts` names (or discover them), then build the dataset
 /// with core's builder: labelled by path unless the options ask for labels or a window.
 async fn open_on(

@@ -393,6 +393,8 @@ describe('dashboard', () => {
     const job = spawn(CLI, ['bench', STORE, '--epochs', '2', '--batch-size', '48', '--fractions', '1,0,0',
       '--metrics-address', '127.0.0.1:0', '--pause-after-batches', '2', '--threads', '1']);
     try {
+      // The first match of `re` in what `stream` printed; `re` ends at a newline, as a chunk
+      // may end mid-line.
       const lines = async (stream, re) => {
         let text = '';
         for await (const chunk of stream) {
@@ -402,7 +404,7 @@ describe('dashboard', () => {
         }
         throw new Error(`the job ended before printing ${re}: ${text}`);
       };
-      const [[, endpoint]] = await Promise.all([lines(job.stderr, /metrics: (\S+)/), lines(job.stdout, /paused after 2 batches/)]);
+      const [[, endpoint]] = await Promise.all([lines(job.stderr, /metrics: (\S+)\r?\n/), lines(job.stdout, /paused after 2 batches\r?\n/)]);
       await page.fill('#job-url', endpoint);
       await page.click('#watch');
       await page.waitForSelector('#job-state[data-state=ok], #job-state[data-state=error]');

@@ -116,3 +116,34 @@ fn a_join_whose_coordinates_disagree_is_refused_saying_where() {
     let want: Vec<f64> = batches[0].sample_indices.iter().map(|&t| t as f64).collect();
     assert_eq!(batches[0].coords["time"], crate::coords::CoordValues::Number(want));
 }
+
+#[test]
+fn discovery_finds_every_stores_arrays_by_listing_or_by_consolidated_metadata() {
+    let (_, b) = stores(N, |i| i as f32);
+    // `a` as a plain HTTP server is: no listing, but consolidated metadata naming its arrays.
+    let a = MemoryStorage::new().unlistable();
+    write_f32_array(&a, "x", &[N, 3], &[4, 3], None, Some(&["time", "c"]), |i| i as f32);
+    write_f32_array(&a, "time", &[N], &[N], None, Some(&["time"]), |i| i as f32);
+    let consolidated = r#"{"zarr_format": 3, "node_type": "group", "consolidated_metadata": {"kind": "inline",
+        "must_understand": false, "metadata": {"x": {"node_type": "array"}, "time": {"node_type": "array"}}}}"#;
+    a.insert("zarr.json", consolidated);
+    let discover = |a: &MemoryStorage| {
+        let joined = JoinedStorage::new(vec![
+            ("era5".into(), Arc::new(a.clone()) as Arc<dyn Storage>),
+            ("static".into(), Arc::new(b.clone())),
+        ])
+        .unwrap();
+        let sim = SimExecutor::new();
+        let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
+        let builder =
+            Dataset::builder(Arc::new(joined), runtime).options(DatasetOptions { batch_size: 4, ..Default::default() });
+        sim.run(builder.open(), LIMIT).unwrap()
+    };
+    let ds = discover(&a).unwrap();
+    let labels: Vec<String> = ds.variables().iter().map(|v| v.label.clone()).collect();
+    assert_eq!(labels, ["era5/x", "static/y"], "coordinates are skipped, as for one store");
+    // Without consolidated metadata the unlistable store cannot be discovered: said so.
+    a.remove("zarr.json");
+    let e = discover(&a).unwrap_err().to_string();
+    assert!(e.contains("cannot be listed") && e.ends_with("join(era5=memory://, static=memory://)"), "{e}");
+}
