@@ -62,23 +62,27 @@ impl JoinedStorage {
         self.mounts.iter().find(|(n, _)| n == name).map(|(_, s)| (s.as_ref(), rest))
     }
 
-    /// Every store's keys, each under its name ([`metadata_keys`] for each store); `None`
-    /// when a store can neither list nor has consolidated metadata.
+    /// Every store's keys, each under its name (for a store that cannot list, the metadata
+    /// keys of its consolidated metadata: [`keys_or_metadata_keys`]); `None` when a store can neither
+    /// list nor has consolidated metadata.
     async fn list_all(&self) -> std::result::Result<Option<Vec<String>>, StorageError> {
         let mut out = Vec::new();
         for (name, storage) in &self.mounts {
-            let Some(keys) = metadata_keys(storage.as_ref()).await? else { return Ok(None) };
+            let Some(keys) = keys_or_metadata_keys(storage.as_ref()).await? else { return Ok(None) };
             out.extend(keys.into_iter().map(|k| format!("{name}/{k}")));
         }
         Ok(Some(out))
     }
 }
 
-/// The keys of a store's array metadata as its consolidated metadata names them (v3
-/// `zarr.json`, then v2 `.zmetadata`), else its listing. Discovery over a join lists the
-/// join (`zarr.rs` `from_listing`), and a store that cannot list (plain HTTP) is then found
-/// by its consolidated metadata, as it is when read alone.
-async fn metadata_keys(storage: &dyn Storage) -> std::result::Result<Option<Vec<String>>, StorageError> {
+/// A store's keys; for a store that cannot list (plain HTTP), the keys of the array
+/// metadata its consolidated metadata names (v3 `zarr.json`, then v2 `.zmetadata`). Discovery
+/// over a join lists the join (`zarr.rs` `from_listing`), so such a store is found by its
+/// consolidated metadata, as when it is read alone.
+async fn keys_or_metadata_keys(storage: &dyn Storage) -> std::result::Result<Option<Vec<String>>, StorageError> {
+    if let Some(keys) = storage.list("").await? {
+        return Ok(Some(keys));
+    }
     let json = |b: Option<bytes::Bytes>| b.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
     if let Some(root) = json(storage.get("zarr.json").await?) {
         if root.get("node_type").and_then(|t| t.as_str()) == Some("array") {
@@ -94,7 +98,7 @@ async fn metadata_keys(storage: &dyn Storage) -> std::result::Result<Option<Vec<
     {
         return Ok(Some(meta.keys().filter(|k| k.ends_with(".zarray")).cloned().collect()));
     }
-    storage.list("").await
+    Ok(None)
 }
 
 impl Storage for JoinedStorage {
@@ -110,6 +114,8 @@ impl Storage for JoinedStorage {
         self.read(key, Some(range))
     }
 
+    /// Keys under `prefix`, each under its store's name. At the root, a store that cannot
+    /// list answers with the array metadata keys its consolidated metadata names.
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, std::result::Result<Option<Vec<String>>, StorageError>> {
         Box::pin(async move {
             if prefix.is_empty() {
