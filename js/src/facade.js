@@ -308,12 +308,16 @@ export function isStorage(source) {
   return typeof source === 'object' && source !== null && !(source instanceof URL);
 }
 
+/** The members that make an object a storage object, even a faulty one (the engine says what is wrong). */
+const STORAGE_MEMBERS = ['get', 'list', 'location'];
+
 /**
  * Whether `source` joins several stores (docs/joins.md): a `Map`, or an object that is
- * neither a `URL` nor a storage object (it has no `get` function), `{ name: url or storage }`.
+ * neither a `URL` nor a storage object (none of `get`, `list`, `location`),
+ * `{ name: url or storage }`. Stores named like those members are joined with a `Map`.
  */
 export function isJoin(source) {
-  return source instanceof Map || (isStorage(source) && typeof source.get !== 'function');
+  return source instanceof Map || (isStorage(source) && !STORAGE_MEMBERS.some((k) => k in source));
 }
 
 /** A join's `[name, store]` pairs, in the order given. */
