@@ -50,7 +50,7 @@ export function jobTable(rows) {
   const t = document.createElement('table');
   t.className = 'ib-table';
   const head = t.createTHead().insertRow();
-  for (const h of ['rank', 'split', 'passes', 'samples', 'samples/s (last pass)', 'wait p95 (last pass)', 'limited by']) {
+  for (const h of ['rank', 'split', 'passes', 'samples', 'per s', 'p95 wait', 'limit']) {
     const th = document.createElement('th');
     th.textContent = h;
     head.append(th);

@@ -804,8 +804,9 @@ async function scrapeJob() {
     J.scrapes += 1;
     J.error = null;
     $('job-table').replaceChildren(jobTable(J.rows));
+    const rows = `${J.rows.length} rank and split row${J.rows.length === 1 ? '' : 's'}`;
     $('job-state').textContent = J.rows.length
-      ? `${J.rows.length} rank and split row${J.rows.length === 1 ? '' : 's'}, read ${new Date().toLocaleTimeString()}`
+      ? `${rows} (per s, p95 wait and limit: each row's last pass), read ${new Date().toLocaleTimeString()}`
       : 'the job has not finished a pass yet';
     $('job-state').dataset.state = 'ok';
     $('job-state').dataset.scrapes = String(J.scrapes);
