@@ -31,7 +31,23 @@ fn stores(n_b: u64, time_b: impl Fn(u64) -> f32) -> (MemoryStorage, MemoryStorag
     (a, b)
 }
 
+/// `era5/x` and `static/y` of `a` and `b` joined, all in train.
 fn open(a: &MemoryStorage, b: &MemoryStorage, options: DatasetOptions) -> (SimExecutor, crate::Result<Dataset>) {
+    open_join(
+        a,
+        b,
+        Some(&["era5/x", "static/y"]),
+        DatasetOptions { batch_size: 6, block_chunks: 2, seed: 3, ..options },
+    )
+}
+
+/// `a` as `era5` and `b` as `static`, joined: the arrays named, or discovered (`None`).
+fn open_join(
+    a: &MemoryStorage,
+    b: &MemoryStorage,
+    arrays: Option<&[&str]>,
+    options: DatasetOptions,
+) -> (SimExecutor, crate::Result<Dataset>) {
     let joined = JoinedStorage::new(vec![
         ("era5".into(), Arc::new(a.clone()) as Arc<dyn Storage>),
         ("static".into(), Arc::new(b.clone())),
@@ -39,10 +55,12 @@ fn open(a: &MemoryStorage, b: &MemoryStorage, options: DatasetOptions) -> (SimEx
     .unwrap();
     let sim = SimExecutor::new();
     let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
-    let builder = Dataset::builder(Arc::new(joined), runtime)
-        .arrays(["era5/x", "static/y"])
-        .options(DatasetOptions { batch_size: 6, block_chunks: 2, seed: 3, ..options })
+    let mut builder = Dataset::builder(Arc::new(joined), runtime)
+        .options(options)
         .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..SplitOptions::default() });
+    if let Some(arrays) = arrays {
+        builder = builder.arrays(arrays.iter().copied());
+    }
     let ds = sim.run(builder.open(), LIMIT).unwrap();
     (sim, ds)
 }
@@ -127,18 +145,7 @@ fn discovery_finds_every_stores_arrays_by_listing_or_by_consolidated_metadata() 
     let consolidated = r#"{"zarr_format": 3, "node_type": "group", "consolidated_metadata": {"kind": "inline",
         "must_understand": false, "metadata": {"x": {"node_type": "array"}, "time": {"node_type": "array"}}}}"#;
     a.insert("zarr.json", consolidated);
-    let discover = |a: &MemoryStorage| {
-        let joined = JoinedStorage::new(vec![
-            ("era5".into(), Arc::new(a.clone()) as Arc<dyn Storage>),
-            ("static".into(), Arc::new(b.clone())),
-        ])
-        .unwrap();
-        let sim = SimExecutor::new();
-        let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
-        let builder =
-            Dataset::builder(Arc::new(joined), runtime).options(DatasetOptions { batch_size: 4, ..Default::default() });
-        sim.run(builder.open(), LIMIT).unwrap()
-    };
+    let discover = |a: &MemoryStorage| open_join(a, &b, None, DatasetOptions { batch_size: 4, ..Default::default() }).1;
     let ds = discover(&a).unwrap();
     let labels: Vec<String> = ds.variables().iter().map(|v| v.label.clone()).collect();
     assert_eq!(labels, ["era5/x", "static/y"], "coordinates are skipped, as for one store");
