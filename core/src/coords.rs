@@ -113,8 +113,17 @@ pub async fn read_coordinate(
     name: &str,
     n_samples: u64,
 ) -> Result<Option<Coordinate>> {
-    let parent = variable_path.rsplit_once('/').map_or("", |(p, _)| p);
-    read_group_coordinate(storage, parent, name, n_samples).await
+    read_group_coordinate(storage, group_of(variable_path), name, n_samples).await
+}
+
+/// The group holding the array at `path` (`""`: the root).
+pub(crate) fn group_of(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// The path of `name` in `group`.
+fn in_group(group: &str, name: &str) -> String {
+    if group.is_empty() { name.to_string() } else { format!("{group}/{name}") }
 }
 
 /// [`read_coordinate`] of the group at `group` (`""`: the root).
@@ -124,7 +133,7 @@ async fn read_group_coordinate(
     name: &str,
     n_samples: u64,
 ) -> Result<Option<Coordinate>> {
-    let path = if group.is_empty() { name.to_string() } else { format!("{group}/{name}") };
+    let path = in_group(group, name);
     let array = match crate::zarr::open_array(storage, &path).await {
         Ok(a) => a,
         Err(Error::NotFound { .. }) => return Ok(None),
@@ -167,7 +176,7 @@ pub async fn read_agreed_coordinate(
 ) -> Result<Option<Coordinate>> {
     let mut groups: Vec<&str> = Vec::new();
     for p in variable_paths {
-        let parent = p.rsplit_once('/').map_or("", |(g, _)| g);
+        let parent = group_of(p);
         if !groups.contains(&parent) {
             groups.push(parent);
         }
@@ -180,7 +189,7 @@ pub async fn read_agreed_coordinate(
             Err(e) if i == 0 && need_first => return Err(e),
             Ok(None) | Err(_) => continue,
         };
-        let path = if g.is_empty() { name.to_string() } else { format!("{g}/{name}") };
+        let path = in_group(g, name);
         match &first {
             None => first = Some((path, c.clone())),
             Some((seen, f)) => disagree(seen, &f.values, &path, &c.values, storage)?,

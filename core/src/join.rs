@@ -46,11 +46,6 @@ impl JoinedStorage {
         Ok(Self { mounts })
     }
 
-    /// The names, in the order given.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.mounts.iter().map(|(n, _)| n.as_str())
-    }
-
     /// The root `zarr.json` of a join: a group (of stores) without consolidated metadata, so
     /// discovery lists the join ([`Self::list_all`]) and, where it cannot, asks for the
     /// arrays to be named.

@@ -245,6 +245,17 @@ pub fn open_joined_storage(parts: Vec<(String, JoinPart)>, options: &[(String, S
     Ok(Arc::new(insitubatch_core::JoinedStorage::new(mounts)?))
 }
 
+/// Open stores joined by name ([`open_joined_storage`], the storage options going to each
+/// URL) and build a dataset over them, named by the join's location.
+///
+/// # Errors
+/// As [`open_joined_storage`], then as [`open`].
+pub fn open_joined(parts: Vec<(String, JoinPart)>, options: OpenOptions) -> Result<NativeDataset> {
+    let storage = open_joined_storage(parts, &options.storage_options)?;
+    let location = storage.location();
+    build_dataset(storage, &location, OpenOptions { storage_options: Vec::new(), ..options })
+}
+
 /// Storage options are for stores opened by URL; a store built elsewhere carries its own
 /// configuration.
 ///

@@ -33,7 +33,7 @@ use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, Tie
 use insitubatch_native::core::{DType, ModelParallel, ReadPolicy, Result as CoreResult, Split, Storage};
 use insitubatch_native::{
     Batch, BatchIter, Checkpoint, DatasetOptions, JoinPart, NativeDataset, OpenOptions, SplitOptions, demo, open,
-    open_joined_storage, open_storage, open_storage_with,
+    open_joined, open_joined_storage, open_storage,
 };
 use rayon::prelude::*;
 use serde_json::json;
@@ -485,15 +485,22 @@ impl Knobs {
     /// The store to read: `url`, or with --join every store joined by name (`url` then
     /// `NAME=URL` too); storage options go to each.
     fn storage(&self, url: &str) -> Result<Arc<dyn Storage>> {
+        Ok(match self.joined(url)? {
+            None => open_storage(url, &self.storage_options)?,
+            Some(parts) => open_joined_storage(parts, &self.storage_options)?,
+        })
+    }
+
+    /// With --join, every store by name (the positional one first); `None` without.
+    fn joined(&self, url: &str) -> Result<Option<Vec<(String, JoinPart)>>> {
         if self.join.is_empty() {
-            return Ok(open_storage(url, &self.storage_options)?);
+            return Ok(None);
         }
         let first = parse_kv(url).map_err(|_| {
             anyhow!("with --join, name the positional store too, as NAME=URL (its arrays are then NAME/path): {url}")
         })?;
         let parts = std::iter::once(first).chain(self.join.iter().cloned());
-        let parts = parts.map(|(name, url)| (name, JoinPart::Url(url))).collect();
-        Ok(open_joined_storage(parts, &self.storage_options)?)
+        Ok(Some(parts.map(|(name, url)| (name, JoinPart::Url(url))).collect()))
     }
 
     fn open_options(&self) -> OpenOptions {
@@ -600,12 +607,9 @@ fn open_ds(url: &str, knobs: &Knobs, mut opts: OpenOptions) -> Result<NativeData
     if let Some(path) = &knobs.sample_weights {
         opts.dataset.sample_weights = Some(per_sample_numbers(path)?.into());
     }
-    let ds = if knobs.join.is_empty() {
-        open(url, opts)?
-    } else {
-        let storage = knobs.storage(url)?;
-        let location = storage.location();
-        open_storage_with(storage, &location, OpenOptions { storage_options: Vec::new(), ..opts })?
+    let ds = match knobs.joined(url)? {
+        None => open(url, opts)?,
+        Some(parts) => open_joined(parts, opts)?,
     };
     if let Some(address) = ds.metrics_address() {
         let _ = writeln!(std::io::stderr(), "metrics: http://{address}/metrics");

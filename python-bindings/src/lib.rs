@@ -692,12 +692,7 @@ impl NativeDataset {
                 StoreArg::Built { storage, location } => {
                     insitubatch_native::open_storage_with(storage, &location, options)
                 }
-                joined @ StoreArg::Joined(_) => {
-                    let storage = joined.storage(&options.storage_options)?;
-                    let location = storage.location();
-                    let options = OpenOptions { storage_options: Vec::new(), ..options };
-                    insitubatch_native::open_storage_with(storage, &location, options)
-                }
+                StoreArg::Joined(parts) => insitubatch_native::open_joined(StoreArg::join_parts(parts)?, options),
             })
             .map_err(native_err)?;
         let url = opened.url().to_string();

@@ -107,23 +107,28 @@ impl StoreArg {
             Self::Built { storage, location } => {
                 insitubatch_native::refuse_storage_options(options, &location).map(|()| storage)
             }
-            Self::Joined(parts) => {
-                let mut mounts = Vec::with_capacity(parts.len());
-                for (name, part) in parts {
-                    let part = match part {
-                        Self::Url(url) => JoinPart::Url(url),
-                        Self::Built { storage, .. } => JoinPart::Built(storage),
-                        Self::Joined(_) => {
-                            let why =
-                                format!("the joined store {name:?} is itself a join; join every store at one level");
-                            return Err(insitubatch_core::Error::Config(why).into());
-                        }
-                    };
-                    mounts.push((name, part));
-                }
-                insitubatch_native::open_joined_storage(mounts, options)
-            }
+            Self::Joined(parts) => insitubatch_native::open_joined_storage(Self::join_parts(parts)?, options),
         }
+    }
+
+    /// A join's stores as the native opener takes them.
+    ///
+    /// # Errors
+    /// A configuration error for a store that is itself a join.
+    pub fn join_parts(parts: Vec<(String, Self)>) -> insitubatch_native::Result<Vec<(String, JoinPart)>> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (name, part) in parts {
+            let part = match part {
+                Self::Url(url) => JoinPart::Url(url),
+                Self::Built { storage, .. } => JoinPart::Built(storage),
+                Self::Joined(_) => {
+                    let why = format!("the joined store {name:?} is itself a join; join every store at one level");
+                    return Err(insitubatch_core::Error::Config(why).into());
+                }
+            };
+            out.push((name, part));
+        }
+        Ok(out)
     }
 }
 

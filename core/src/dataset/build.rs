@@ -16,7 +16,7 @@ use async_lock::Semaphore;
 use super::{Dataset, DatasetOptions, Inner, Variable};
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
-use crate::coords::{Coordinate, read_agreed_coordinate};
+use crate::coords::{Coordinate, group_of, read_agreed_coordinate};
 use crate::describe::human_bytes;
 use crate::draws::Draws;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
@@ -204,7 +204,7 @@ impl DatasetBuilder {
     pub async fn read_coordinate(mut self) -> Result<Self> {
         let variables = self.resolve_variables()?;
         let paths: Vec<&str> = variables.iter().map(|v| v.geometry.path.as_str()).collect();
-        let several_groups = paths.iter().any(|p| parent_of(p) != parent_of(paths[0]));
+        let several_groups = paths.iter().any(|p| group_of(p) != group_of(paths[0]));
         let wanted = self.options.coords || self.options.sel.is_some();
         let one_length = variables.iter().all(|v| v.geometry.n_samples() == variables[0].geometry.n_samples());
         // Unequal lengths are refused by `build`, naming every variable and store.
@@ -450,11 +450,6 @@ fn distinct(items: impl Iterator<Item = String>) -> Vec<String> {
         }
     }
     out
-}
-
-/// The group holding the array at `path` (`""`: the root).
-fn parent_of(path: &str) -> &str {
-    path.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
 /// The resolved parts of a dataset, checked and wired by [`Assembly::assemble`].
