@@ -160,19 +160,6 @@ impl Recycler {
         b
     }
 
-    /// A buffer of exactly `len` initialized bytes whose contents are unspecified: a recycled
-    /// buffer keeps its old bytes (only a tail past its old length is zeroed), a fresh one is
-    /// zeroed. For slots every byte of which is about to be overwritten.
-    pub fn take_initialized(&self, len: usize) -> AlignedBytes {
-        let mut b = self.take_keeping(len);
-        if b.len() >= len {
-            b.truncate(len);
-        } else {
-            b.resize(len, 0);
-        }
-        b
-    }
-
     fn take_keeping(&self, len: usize) -> AlignedBytes {
         if len >= RECYCLE_MIN {
             let mut free = self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

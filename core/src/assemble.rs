@@ -123,6 +123,8 @@ pub(crate) struct TiledSlot {
     /// is zeroed when allocated, so that no byte is left unwritten.
     covers: bool,
     claimed: Vec<AtomicBool>,
+    /// Tiles to be placed before the slot is done: all, or the few a patch needs.
+    expected: usize,
     placed: AtomicUsize,
     /// The buffer: allocated by the first tile placed (a chunk's reads can wait long before
     /// its first decode), taken by [`TiledSlot::finish`].
@@ -155,10 +157,21 @@ impl TiledSlot {
             whole,
             covers: covered == shape.iter().product::<usize>(),
             claimed: (0..n_tiles).map(|_| AtomicBool::new(false)).collect(),
+            expected: n_tiles as usize,
             placed: AtomicUsize::new(0),
             buf: Mutex::new(None),
             base: OnceLock::new(),
         }
+    }
+
+    /// The slot of chunk `c` of which only `n` tiles will be placed (a patched pass's subset,
+    /// `PassPlan::tiles`): zeroed when allocated, so the bytes no tile writes are zeros.
+    pub(crate) fn some_tiles(g: &ArrayGeometry, c: u64, n: usize) -> Self {
+        let all = Self::new(g, c);
+        if n == all.expected {
+            return all;
+        }
+        Self { whole: false, covers: false, expected: n, ..all }
     }
 
     /// Place tile number `t` (its decoded bytes, full tile shape, physical order); the tile's
@@ -209,7 +222,10 @@ impl TiledSlot {
     }
 
     fn allocate(&self, recycler: &Recycler) -> Base {
-        let mut b = if self.covers { recycler.take(self.len) } else { recycler.take_initialized(self.len) };
+        let mut b = recycler.take(self.len);
+        if !self.covers {
+            b.resize(self.len, 0);
+        }
         let base = Base(b.as_mut_ptr());
         *self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(b);
         base
@@ -221,15 +237,16 @@ impl TiledSlot {
     /// A message when a tile is missing or the slot was taken before: a bug, never bad input.
     pub(crate) fn finish(&self) -> Result<AlignedBytes, String> {
         let placed = self.placed.load(Ordering::Acquire);
-        if placed != self.claimed.len() {
-            return Err(format!("{placed} of {} tiles placed", self.claimed.len()));
+        if placed != self.expected {
+            return Err(format!("{placed} of {} tiles placed", self.expected));
         }
         let taken = self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         let mut b = taken.ok_or_else(|| "the slot was taken before".to_string())?;
         if !self.whole && b.len() < self.len {
-            // SAFETY: every tile has been placed, each once, and their writes happened before
-            // the `Acquire` load above; their regions cover `0..len` (`covers`), and where
-            // they might not, the buffer was zeroed to `len` when allocated.
+            // SAFETY: every expected tile has been placed, each once, and their writes happened
+            // before the `Acquire` load above; their regions cover `0..len` (`covers`), and
+            // where they might not (or only some tiles are placed), the buffer was zeroed to
+            // `len` when allocated.
             unsafe { b.set_len(self.len) };
         }
         Ok(b)

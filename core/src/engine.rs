@@ -300,12 +300,12 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// The inner chunks of chunk `key` by shard object (empty for an array that is not
-    /// sharded): what a pass marks as wanted for read-ahead.
-    pub fn inner_chunks(&self, key: ChunkKey) -> Vec<(String, Vec<u32>)> {
+    /// The inner chunks of chunk `key` (of its tiles `tiles`, or all) by shard object (empty
+    /// for an array that is not sharded): what a pass marks as wanted for read-ahead.
+    pub fn inner_chunks(&self, key: ChunkKey, tiles: Option<&[u64]>) -> Vec<(String, Vec<u32>)> {
         let r = &self.arrays[key.path as usize];
         let mut by_shard: Vec<(String, Vec<u32>)> = Vec::new();
-        for t in 0..r.geom.n_tiles() {
+        for t in tile_numbers(&r.geom, tiles) {
             let coord = r.geom.physical_tile_coord(key.chunk, &r.geom.inner_coord(t));
             if let TileLocation::InShard { key: shard, index } = r.zarr.tile_location(&coord)
                 && let Ok(i) = u32::try_from(index)
@@ -319,12 +319,13 @@ impl Engine {
         by_shard
     }
 
-    /// Mark (or, `want = false`, unmark) chunk `key`'s inner chunks as wanted soon.
-    pub fn want_chunk(&self, key: ChunkKey, want: bool) {
+    /// Mark (or, `want = false`, unmark) the inner chunks of chunk `key` (its tiles `tiles`,
+    /// or all) as wanted soon.
+    pub fn want_chunk(&self, key: ChunkKey, tiles: Option<&[u64]>, want: bool) {
         if self.ahead.is_off() || self.arrays[key.path as usize].geom.shard.is_none() {
             return;
         }
-        for (shard, indices) in self.inner_chunks(key) {
+        for (shard, indices) in self.inner_chunks(key, tiles) {
             if want {
                 self.ahead.want(&shard, indices);
             } else {
@@ -470,19 +471,28 @@ async fn read_whole_shard(
     Ok(Some(index))
 }
 
-/// Load one chunk: revived from a persisting tier, or all its tiles fetched, decoded and
-/// assembled into a sample-first slot, transformed, and handed to the tier.
+/// Load one chunk: revived from a persisting tier, or its tiles (`tiles`, or all) fetched,
+/// decoded and assembled into a sample-first slot, transformed, and handed to the tier.
+/// A chunk of some tiles only (patches) is never revived nor handed to a tier: the pass
+/// plans it only where the array has no tier and no chunk transform (`PassPlan::tiles`).
 pub(crate) fn load_chunk(
     engine: Arc<Engine>,
     key: ChunkKey,
+    tiles: Option<Arc<[u64]>>,
     rec: Arc<PassRecorder>,
     priority: u64,
 ) -> BoxFuture<'static, LoadResult> {
     Box::pin(async move {
+        if let Some(tiles) = tiles {
+            let (data, mut times, bad) = load_tiles(&engine, key, Some(&tiles), &rec, priority).await?;
+            rec.with(|r| r.bad_chunks += u64::from(bad));
+            times.ready = engine.now();
+            return Ok(Arc::new(Chunk { data: ChunkData::Heap(data), bad, times, tiles: Some(tiles) }));
+        }
         if let Some(chunk) = revive(&engine, key, &rec, priority).await? {
             return Ok(chunk);
         }
-        let (data, mut times, bad) = load_tiles(&engine, key, &rec, priority).await?;
+        let (data, mut times, bad) = load_tiles(&engine, key, None, &rec, priority).await?;
         if bad {
             // PassStats.bad_chunks: chunks of this pass with a tile filled under "nan".
             rec.with(|r| r.bad_chunks += 1);
@@ -490,7 +500,7 @@ pub(crate) fn load_chunk(
         let data = transform_chunk(&engine, key, &rec, priority, data).await?;
         let data = if bad { ChunkData::Heap(data) } else { spill(&engine, key, priority, data).await? };
         times.ready = engine.now();
-        Ok(Arc::new(Chunk { data, bad, times }))
+        Ok(Arc::new(Chunk { data, bad, times, tiles: None }))
     })
 }
 
@@ -521,11 +531,12 @@ async fn revive(engine: &Arc<Engine>, key: ChunkKey, rec: &PassRecorder, priorit
     let now = engine.now();
     let times = LoadTimes { permitted: now, fetched: now, ready: now };
     let data = ChunkData::Tier { dtype: reader.out_dtype, shape: out_shape, bytes };
-    Ok(Some(Arc::new(Chunk { data, bad: false, times })))
+    Ok(Some(Arc::new(Chunk { data, bad: false, times, tiles: None })))
 }
 
-/// Fetch, decode and place every tile of a chunk: the assembled slot, when its reads were
-/// permitted and done, and whether any tile was filled under `on_bad_chunk = "nan"`.
+/// Fetch, decode and place the tiles of a chunk (`tiles`, or every one; the slot is zeros
+/// where no tile is placed): the assembled slot, when its reads were permitted and done, and
+/// whether any tile was filled under `on_bad_chunk = "nan"`.
 ///
 /// Every tile is located first (a shard's index read, shared), and every range is
 /// registered with the coalescer before any tile asks for a read, so the tiles of one chunk
@@ -533,14 +544,18 @@ async fn revive(engine: &Arc<Engine>, key: ChunkKey, rec: &PassRecorder, priorit
 pub(crate) async fn load_tiles(
     engine: &Arc<Engine>,
     key: ChunkKey,
+    tiles: Option<&[u64]>,
     rec: &Arc<PassRecorder>,
     priority: u64,
 ) -> Result<(NdArray, LoadTimes, bool)> {
     let reader = &engine.arrays[key.path as usize];
     let g = &reader.geom;
-    let slot = Arc::new(TiledSlot::new(g, key.chunk));
+    let slot = Arc::new(match tiles {
+        Some(t) => TiledSlot::some_tiles(g, key.chunk, t.len()),
+        None => TiledSlot::new(g, key.chunk),
+    });
     let located: Vec<Located> =
-        futures::future::join_all((0..g.n_tiles()).map(|t| locate_tile(engine, key, t, rec))).await;
+        futures::future::join_all(tile_numbers(g, tiles).map(|t| locate_tile(engine, key, t, rec))).await;
     let mut tiles: FuturesUnordered<_> = located
         .into_iter()
         .map(|l| load_tile(Arc::clone(engine), l, Arc::clone(&slot), Arc::clone(rec), priority))
@@ -558,6 +573,14 @@ pub(crate) async fn load_tiles(
         .map_err(|m| Error::Decode { message: m, key: reader.geom.path.clone() })?
         .recycled_by(&engine.recycler);
     Ok((data, times, bad))
+}
+
+/// Tile numbers `tiles`, or every tile of a chunk of `g`.
+fn tile_numbers<'a>(g: &ArrayGeometry, tiles: Option<&'a [u64]>) -> Box<dyn Iterator<Item = u64> + 'a> {
+    match tiles {
+        Some(t) => Box::new(t.iter().copied()),
+        None => Box::new(0..g.n_tiles()),
+    }
 }
 
 /// Run the array's chunk transforms on the pool, checking each one's output against what it

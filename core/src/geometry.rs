@@ -166,6 +166,45 @@ impl ArrayGeometry {
         unravel_index(i, &self.inner_grid())
     }
 
+    /// Mark in `touched` (one flag per tile number) every tile holding part of the box
+    /// `origin .. origin + size` on inner axes `dims` (inner positions, sample axis left out;
+    /// the other inner axes whole): the tiles a patch, or a rank's part of a row, needs.
+    pub fn mark_tiles_in_box(&self, (dims, origin, size): (&[usize], &[u64], &[u64]), touched: &mut [bool]) {
+        let grid = self.inner_grid();
+        let tile = self.inner_tile();
+        let mut lo = vec![0u64; grid.len()];
+        let mut hi = grid.clone();
+        for ((&d, &o), &s) in dims.iter().zip(origin).zip(size) {
+            if s == 0 || d >= grid.len() {
+                return;
+            }
+            lo[d] = o / tile[d];
+            hi[d] = ((o + s - 1) / tile[d] + 1).min(grid[d]);
+        }
+        if lo.iter().zip(&hi).any(|(l, h)| l >= h) {
+            return;
+        }
+        let mut at = lo.clone();
+        loop {
+            if let Some(flag) = usize::try_from(ravel_index(&at, &grid)).ok().and_then(|i| touched.get_mut(i)) {
+                *flag = true;
+            }
+            // Step the box's tile coordinates in C order.
+            let mut ax = grid.len();
+            loop {
+                if ax == 0 {
+                    return;
+                }
+                ax -= 1;
+                at[ax] += 1;
+                if at[ax] < hi[ax] {
+                    break;
+                }
+                at[ax] = lo[ax];
+            }
+        }
+    }
+
     /// The tile number of inner coordinate `inner`: the inverse of [`Self::inner_coord`].
     ///
     /// # Errors

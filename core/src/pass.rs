@@ -170,9 +170,26 @@ impl Driver {
     fn want_ahead(&mut self) {
         let end = (self.next_admit + 1 + self.spec.ahead_uses).min(self.spec.plan.uses.len());
         while self.wanted_upto < end {
-            self.spec.engine.want_chunk(self.spec.plan.uses[self.wanted_upto].key, true);
+            let u = self.wanted_upto;
+            self.spec.engine.want_chunk(self.spec.plan.uses[u].key, self.tiles(u), true);
             self.wanted_upto += 1;
         }
+    }
+
+    /// The tiles use `u` reads, when not all.
+    fn tiles(&self, u: usize) -> Option<&[u64]> {
+        self.spec.plan.tiles_of(u).map(|t| &t[..])
+    }
+
+    /// The chunk a load or the pool gave use `u`, checked to hold the tiles `u` reads.
+    fn check_tiles(&self, u: usize, chunk: &Chunk) -> Result<()> {
+        if chunk.tiles.as_deref() == self.tiles(u) {
+            return Ok(());
+        }
+        Err(Error::Internal(format!(
+            "chunk {:?} holds other tiles than its use reads (a tile-set fingerprint collision); please report this",
+            self.spec.plan.uses[u].key
+        )))
     }
 
     fn key_bytes(&self, key: ChunkKey) -> u64 {
@@ -220,11 +237,12 @@ impl Driver {
             let engine = Arc::clone(&self.spec.engine);
             let rec = Arc::clone(&self.spec.recorder);
             let priority = self.spec.engine.admissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tiles = self.spec.plan.tiles_of(u).cloned();
             let admitted = self
                 .spec
                 .engine
                 .pool
-                .admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, rec, priority))?;
+                .admit(self.spec.pass, key, bytes, move || load_chunk(engine, key, tiles, rec, priority))?;
             match admitted {
                 Admit::NoRoom => {
                     if self.parked_since.is_none() {
@@ -233,13 +251,14 @@ impl Driver {
                     break;
                 }
                 Admit::Ready(chunk) => {
+                    self.check_tiles(u, &chunk)?;
                     self.spec.recorder.with(|r| r.hits += 1);
-                    self.spec.engine.want_chunk(key, false); // resident: nothing to read
+                    self.spec.engine.want_chunk(key, self.tiles(u), false); // resident: nothing to read
                     self.data[u] = Some(chunk);
                 }
                 Admit::Load { load, generation, started } => {
                     if !started {
-                        self.spec.engine.want_chunk(key, false); // another pass's load reads it
+                        self.spec.engine.want_chunk(key, self.tiles(u), false); // another pass's load reads it
                     }
                     let reread = started && !self.loaded.insert(key);
                     self.spec.recorder.with(|r| {
@@ -267,7 +286,9 @@ impl Driver {
         while let Poll::Ready(Some((u, generation, result))) = self.loads.poll_next_unpin(cx) {
             let key = self.spec.plan.uses[u].key;
             self.spec.engine.pool.publish(key, generation, &result);
-            self.data[u] = Some(result?);
+            let chunk = result?;
+            self.check_tiles(u, &chunk)?;
+            self.data[u] = Some(chunk);
             progressed = true;
         }
         Ok(progressed)
@@ -354,7 +375,7 @@ impl Driver {
 
     fn start_gather(&self, j: usize) -> GatherFuture {
         let plan = Arc::clone(&self.spec.plan);
-        let mut chunks: HashMap<ChunkKey, Arc<Chunk>> = HashMap::new();
+        let mut chunks: HashMap<u32, Arc<Chunk>> = HashMap::new();
         let mut tl = BatchTimeline::default();
         for &u in &plan.batch_uses[j] {
             let c = self.data[u as usize].clone().expect("batch is ready");
@@ -362,7 +383,7 @@ impl Driver {
             tl.permitted = tl.permitted.max(c.times.permitted);
             tl.fetched = tl.fetched.max(c.times.fetched);
             tl.ready = tl.ready.max(c.times.ready);
-            chunks.insert(plan.uses[u as usize].key, c);
+            chunks.insert(u, c);
         }
         // Chunks that were already resident count as ready when admitted.
         tl.ready = tl.ready.max(tl.admitted);
@@ -380,6 +401,7 @@ impl Driver {
         let fut = self.spec.engine.cpu.run(crate::engine::CLASS_GATHER, priority, move || -> Result<Delivered> {
             let t0 = engine.now();
             let rows = &plan.anchors[plan.batch_rows(j)];
+            let uses = &plan.row_uses[plan.batch_rows(j).start * vars.len()..plan.batch_rows(j).end * vars.len()];
             let at = BatchAt {
                 index,
                 epoch,
@@ -388,7 +410,7 @@ impl Driver {
                 mesh: mesh.as_ref(),
                 coordinate: coordinate.as_deref(),
             };
-            let mut batch = gather(rows, &vars, &chunks, &at, &engine.recycler)?;
+            let mut batch = gather((rows, uses), &vars, &chunks, &at, &engine.recycler)?;
             drop(chunks);
             let t1 = engine.now();
             for t in transforms.iter() {
@@ -409,7 +431,7 @@ impl Drop for Driver {
     /// The pass is over (finished, failed or dropped): what it marked wanted is not any more.
     fn drop(&mut self) {
         for u in self.next_admit..self.wanted_upto {
-            self.spec.engine.want_chunk(self.spec.plan.uses[u].key, false);
+            self.spec.engine.want_chunk(self.spec.plan.uses[u].key, self.tiles(u), false);
         }
     }
 }
@@ -428,11 +450,12 @@ struct BatchAt<'a> {
 }
 
 /// Copy each row's sample (or its patch) out of its chunk: one contiguous copy per row and
-/// variable, or one per row of the patch.
+/// variable, or one per row of the patch. `uses` names the use each row reads per variable
+/// (`PassPlan::row_uses`), and `chunks` holds each use's chunk.
 fn gather(
-    rows: &[u64],
+    (rows, uses): (&[u64], &[u32]),
     vars: &[GatherVar],
-    chunks: &HashMap<ChunkKey, Arc<Chunk>>,
+    chunks: &HashMap<u32, Arc<Chunk>>,
     at: &BatchAt<'_>,
     recycler: &Arc<crate::array::Recycler>,
 ) -> Result<Batch> {
@@ -458,16 +481,17 @@ fn gather(
     if let Some(c) = at.coordinate {
         batch.coords.insert(c.name.clone(), c.take(&batch.sample_indices));
     }
-    for v in vars {
+    for (vi, v) in vars.iter().enumerate() {
         let row = v.sample_bytes;
         let inner = v.out_inner(patcher);
         let out_row = inner.iter().product::<usize>() * v.dtype.size();
         let mut out = recycler.take(out_row * rows.len());
         for (i, &t) in batch.sample_indices.iter().enumerate() {
             let s = (i128::from(t) + i128::from(v.offset)) as u64;
-            let key = ChunkKey { path: v.path, chunk: s / v.spc };
+            let key = ChunkKey { path: v.path, chunk: s / v.spc, part: 0 };
             let w = (s % v.spc) as usize;
-            let chunk = chunks.get(&key).ok_or_else(|| Error::Internal(format!("chunk {key:?} missing at gather")))?;
+            let u = uses[i * vars.len() + vi];
+            let chunk = chunks.get(&u).ok_or_else(|| Error::Internal(format!("chunk {key:?} missing at gather")))?;
             let src = chunk.data.bytes().get(w * row..(w + 1) * row).ok_or_else(|| {
                 Error::Internal(format!("chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape()))
             })?;
@@ -493,6 +517,79 @@ fn gather(
         len: p.len,
     });
     Ok(batch)
+}
+
+/// A chunk of more tiles than this is always read whole (the per-use flags would cost more
+/// than they save).
+const MAX_PLANNED_TILES: u64 = 1 << 16;
+
+/// Restrict each use of `plan` to the inner tiles its rows' boxes touch (patches, or a
+/// rank's part of each row), where that is not all of them: the load then fetches and
+/// decodes those tiles only, and each use's key gets the set's fingerprint
+/// ([`ChunkKey::part`]). Each use is one chunk in one block, so every tile is still read at
+/// most once per block. Arrays with a chunk transform (its output need not match the
+/// tiles) or under a disk tier (which keeps whole chunks for later epochs) are read whole.
+pub(crate) fn plan_tiles(
+    plan: &mut PassPlan,
+    vars: &[GatherVar],
+    engine: &Engine,
+    patching: Option<&Patching>,
+    epoch: u64,
+) {
+    if (patching.is_none() && vars.iter().all(|v| v.part.is_none())) || engine.tier.is_some() {
+        return;
+    }
+    let eligible: Vec<bool> = vars
+        .iter()
+        .map(|v| {
+            let r = &engine.arrays[v.path as usize];
+            r.transforms.is_empty() && (2..=MAX_PLANNED_TILES).contains(&r.geom.n_tiles())
+        })
+        .collect();
+    if !eligible.contains(&true) {
+        return;
+    }
+    // Per use: `None` while no row has asked, flags per tile, or whole (an empty Vec).
+    let mut touched: Vec<Option<Vec<bool>>> = vec![None; plan.uses.len()];
+    let mut origin = Vec::new();
+    for (r, &row) in plan.anchors.iter().enumerate() {
+        origin.clear();
+        if let Some(p) = patching {
+            p.patcher.origin(row, p.seed, epoch, p.split, &mut origin);
+        }
+        for (vi, v) in vars.iter().enumerate() {
+            let u = plan.row_uses[r * vars.len() + vi] as usize;
+            let geom = &engine.arrays[v.path as usize].geom;
+            let (dims, o, size) = v.row_box(patching.map(|p| (origin.as_slice(), p.patcher.as_ref())));
+            let flags = touched[u]
+                .get_or_insert_with(|| if eligible[vi] { vec![false; geom.n_tiles() as usize] } else { Vec::new() });
+            if dims.is_empty() {
+                flags.clear();
+            } else if !flags.is_empty() {
+                geom.mark_tiles_in_box((&dims, &o, &size), flags);
+            }
+        }
+    }
+    plan.tiles = touched
+        .into_iter()
+        .map(|flags| {
+            let flags = flags.filter(|f| f.contains(&false) && !f.is_empty())?;
+            Some(flags.iter().enumerate().filter(|(_, on)| **on).map(|(t, _)| t as u64).collect())
+        })
+        .collect();
+    for (u, tiles) in plan.tiles.iter().enumerate() {
+        if let Some(t) = tiles {
+            plan.uses[u].key.part = fingerprint(t);
+        }
+    }
+}
+
+/// A tile set's fingerprint, never 0 (0 is the whole chunk).
+fn fingerprint(tiles: &[u64]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    tiles.hash(&mut h);
+    h.finish().max(1)
 }
 
 /// Run a pass to completion (or until the stream is dropped).

@@ -13,8 +13,9 @@
 //! patch fits, from the stream `(seed, epoch, split, PURPOSE_PATCH, row)`: the same on
 //! every target and every resume.
 //!
-//! Not yet: a patch's chunk is read and held whole (every tile), so the budget and
-//! `describe()` count whole chunks; `describe()` says how much of a chunk a patch uses.
+//! Reads: a pass reads of each chunk only the inner tiles its rows' patches touch in that
+//! block (`pass::plan_tiles`), each once. Not yet: the chunk is still held whole (zeros where
+//! no tile was read), so the budget and `describe()`'s memory model count whole chunks.
 
 use serde::{Deserialize, Serialize};
 

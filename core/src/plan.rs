@@ -21,6 +21,10 @@ pub struct ChunkKey {
     pub path: u32,
     /// Chunk index along that array's sample axis.
     pub chunk: u64,
+    /// Which of the chunk's inner tiles a use reads: 0 for all of them, else a fingerprint of
+    /// the subset a patched or model-parallel use needs ([`PassPlan::tiles`]), so the pool
+    /// never serves a chunk read for one subset to a use that needs another.
+    pub part: u64,
 }
 
 /// One labelled variable as the plan sees it.
@@ -38,7 +42,7 @@ impl PlanVar {
     /// The chunk anchor `t` reads.
     pub fn key_of(&self, anchor: u64) -> ChunkKey {
         let s = (i128::from(anchor) + i128::from(self.offset)) as u64;
-        ChunkKey { path: self.path, chunk: s / self.spc }
+        ChunkKey { path: self.path, chunk: s / self.spc, part: 0 }
     }
 
     /// Most distinct chunks of this variable one reference chunk of `ref_spc` anchors can
@@ -91,6 +95,9 @@ pub struct PassPlan {
     pub releases: Vec<Vec<u32>>,
     /// Per row: the use it reads, per variable (`row * n_vars + var`).
     pub row_uses: Vec<u32>,
+    /// Per use, the inner tiles it reads when that is not all of them (ascending tile numbers,
+    /// `ArrayGeometry::inner_coord` order); empty when every use reads whole chunks.
+    pub tiles: Vec<Option<std::sync::Arc<[u64]>>>,
 }
 
 impl PassPlan {
@@ -147,7 +154,21 @@ impl PassPlan {
         for (i, u) in uses.iter().enumerate() {
             releases[u.last_batch].push(i as u32);
         }
-        Self { anchors: order.anchors.clone(), per_sample, batch_size: bs, uses, batch_uses, releases, row_uses }
+        Self {
+            anchors: order.anchors.clone(),
+            per_sample,
+            batch_size: bs,
+            uses,
+            batch_uses,
+            releases,
+            row_uses,
+            tiles: Vec::new(),
+        }
+    }
+
+    /// The tiles use `u` reads, when not all of its chunk's.
+    pub fn tiles_of(&self, u: usize) -> Option<&std::sync::Arc<[u64]>> {
+        self.tiles.get(u).and_then(Option::as_ref)
     }
 
     /// Number of batches.

@@ -35,6 +35,25 @@ def test_masked_samples_are_never_drawn(fixtures):
     assert "75.0%" in note["message"]
 
 
+def test_a_mask_computed_at_open_from_a_cheap_variable(fixtures):
+    u10 = stored(fixtures, "v3_zstd", "u10")
+    want = u10.mean(axis=(1, 2)) > np.median(u10.mean(axis=(1, 2)))
+    seen = []
+
+    def windy(values):
+        seen.append(values.shape)
+        np.testing.assert_array_equal(values, u10)  # the variable whole, sample axis first
+        return values.mean(axis=(1, 2)) > np.median(values.mean(axis=(1, 2)))
+
+    ds = _open(fixtures, sample_mask=("u10", windy))
+    assert seen == [u10.shape]
+    assert sorted(_drawn(ds.all)) == [t for t in range(N) if want[t]]
+    with pytest.raises(ValueError, match="one bool per sample"):
+        _open(fixtures, sample_mask=("u10", lambda v: v.mean(axis=(1, 2))))
+    with pytest.raises(KeyError, match="nope"):
+        _open(fixtures, sample_mask=("nope", lambda v: v > 0))
+
+
 def test_draw_frequencies_follow_the_weights(fixtures):
     w = np.where(np.arange(N) < 40, 3.0, 0.5)
     plain = _open(fixtures)

@@ -17,7 +17,7 @@ use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::mesh::ModelParallel;
-use crate::pass::{BatchStream, GatherVar, PassSpec, Patching, ShardInfo, StatsSink, drive};
+use crate::pass::{BatchStream, GatherVar, PassSpec, Patching, ShardInfo, StatsSink, drive, plan_tiles};
 use crate::patch::{PatchOptions, Patcher};
 use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
 use crate::pool::PoolCounters;
@@ -490,10 +490,25 @@ impl Dataset {
         }
     }
 
+    /// How a pass over `split` cuts its rows into patches (`None` without patches).
+    fn patching(&self, split: Split) -> Option<Patching> {
+        let i = &self.inner;
+        i.patcher.as_ref().map(|p| Patching { patcher: Arc::clone(p), seed: i.options.seed, split })
+    }
+
+    /// The read plan of a pass over `order`: its uses, and the tiles each reads.
+    pub(crate) fn pass_plan(&self, order: &DrawOrder, patching: Option<&Patching>, epoch: u64) -> PassPlan {
+        let i = &self.inner;
+        let mut plan = PassPlan::build(order, &i.plan_vars, i.options.batch_size, self.rows_per_sample());
+        plan_tiles(&mut plan, &i.gather_vars, &i.engine, patching, epoch);
+        plan
+    }
+
     fn start(&self, split: Split, rank: RankPass) -> Result<BatchStream> {
         let i = &self.inner;
         let epoch = rank.start.epoch;
-        let plan = Arc::new(PassPlan::build(&rank.order, &i.plan_vars, i.options.batch_size, self.rows_per_sample()));
+        let patching = self.patching(split);
+        let plan = Arc::new(self.pass_plan(&rank.order, patching.as_ref(), epoch));
         let floor = self.floor(split);
         let need = plan.peak_bytes(|k| i.engine.arrays[k.path as usize].charge(k.chunk));
         // A re-partitioned (elastic) segment is blocked greedily over partly consumed chunks, so
@@ -520,7 +535,7 @@ impl Dataset {
             max_gathers: max_gathers(i.engine.cpu.parallelism()),
             max_ahead: max_batches_ahead(i.options.prefetch_depth, i.engine.cpu.parallelism()),
             ahead_uses: AHEAD_BLOCKS * i.block_chunks * i.plan_vars.len(),
-            patching: i.patcher.as_ref().map(|p| Patching { patcher: Arc::clone(p), seed: i.options.seed, split }),
+            patching,
             mesh: i.options.model_parallel.as_ref().map(|m| (m.place(i.options.rank).1, m.size)),
             coordinate: i.coordinate.clone(),
         };

@@ -225,3 +225,59 @@ fn axes_the_variables_lack_or_hold_in_part_are_refused_with_names() {
     let e = refused(PatchOptions { size: vec![(PatchAxis::Axis(1), 2)], mode: PatchMode::Random { per_sample: 0 } });
     assert!(e.contains("patches_per_sample"), "{e}");
 }
+
+/// A patch reads only the tiles it touches: per epoch, each touched tile of a chunk is read
+/// once and the others never, on tiled and sharded stores, and the values equal slicing.
+#[test]
+fn random_patches_read_only_the_tiles_they_touch_once_each() {
+    const SHAPE: [u64; 3] = [8, 12, 16];
+    const TILE: [u64; 3] = [4, 3, 4];
+    for sharded in [false, true] {
+        let storage = MemoryStorage::new();
+        let dims = Some(&["time", "y", "x"][..]);
+        let (chunks, inner) = if sharded { ([4, 12, 16], Some(&TILE[..])) } else { (TILE, None) };
+        write_f32_array(&storage, "f", &SHAPE, &chunks, inner, dims, |i| i as f32);
+        let sim = SimExecutor::new();
+        let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
+        let patch = named(&[("y", 3), ("x", 4)], PatchMode::Random { per_sample: 1 });
+        let options =
+            DatasetOptions { batch_size: 3, block_chunks: 1, seed: 5, patch: Some(patch), ..Default::default() };
+        let builder = Dataset::builder(Arc::new(storage.clone()), runtime)
+            .arrays(["f"])
+            .options(options)
+            .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..SplitOptions::default() });
+        let ds = sim.run(builder.open(), LIMIT).unwrap().unwrap();
+        let (batches, reads) = epoch_reads(&storage, &sim, &ds, 0);
+        // The truth: the tiles each (sample, origin) covers, and its values by slicing.
+        let mut touched: BTreeSet<(u64, u64, u64)> = BTreeSet::new();
+        for b in &batches {
+            let p = b.patches.as_ref().unwrap();
+            let f = b.view::<f32>("f").unwrap();
+            for (i, &t) in b.sample_indices.iter().enumerate() {
+                let o = p.origin(i);
+                for (a, c) in (0..3).flat_map(|a| (0..4).map(move |c| (a, c))) {
+                    let want = (t * SHAPE[1] * SHAPE[2] + (o[0] + a) * SHAPE[2] + o[1] + c) as f32;
+                    assert_eq!(f[[i, a as usize, c as usize]], want, "sample {t} origin {o:?}");
+                }
+                for ty in o[0] / TILE[1]..=(o[0] + 2) / TILE[1] {
+                    for tx in o[1] / TILE[2]..=(o[1] + 3) / TILE[2] {
+                        touched.insert((t / TILE[0], ty, tx));
+                    }
+                }
+            }
+        }
+        assert!(touched.len() < 32, "the seed should leave some of the 32 tiles untouched: {touched:?}");
+        let stats = ds.last_pass().unwrap();
+        assert_eq!(stats.tiles_read, touched.len() as u64, "sharded: {sharded}");
+        let notes = ds.describe(1).unwrap().notes;
+        let said = format!("{} of the 32 tiles", touched.len());
+        assert!(notes.iter().any(|n| n.code == "patches" && n.message.contains(&said)), "{said}: {notes:?}");
+        if !sharded {
+            for (key, n) in &reads {
+                let parts: Vec<u64> = key.rsplit('/').take(3).filter_map(|p| p.parse().ok()).collect();
+                let want = u64::from(touched.contains(&(parts[2], parts[1], parts[0])));
+                assert_eq!(*n, want, "{key} read {n} times: {reads:?}");
+            }
+        }
+    }
+}

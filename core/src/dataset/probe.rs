@@ -181,8 +181,9 @@ impl Dataset {
         let batch: Vec<ChunkKey> = plan.keys.iter().copied().skip(1).take(chunks.max(1)).collect();
         // The probe's chunks are wanted as a pass's would be, so its requests coalesce and
         // read ahead as a pass's do (`ahead.rs`); what is left wanted is unmarked after.
-        let mark =
-            |want: bool| std::iter::once(first).chain(batch.iter().copied()).for_each(|k| engine.want_chunk(k, want));
+        let mark = |want: bool| {
+            std::iter::once(first).chain(batch.iter().copied()).for_each(|k| engine.want_chunk(k, None, want));
+        };
         mark(true);
         let measured = self.time_loads(first, &batch).await;
         mark(false);
@@ -196,10 +197,10 @@ impl Dataset {
     async fn time_loads(&self, first: ChunkKey, batch: &[ChunkKey]) -> Result<(Recorded, Recorded, f64)> {
         let engine = &self.inner.engine;
         let alone = Arc::new(PassRecorder::default());
-        let _ = load_tiles(engine, first, &alone, 0).await?;
+        let _ = load_tiles(engine, first, None, &alone, 0).await?;
         let together = Arc::new(PassRecorder::default());
         let t0 = engine.now();
-        let loads = batch.iter().enumerate().map(|(i, &k)| load_tiles(engine, k, &together, 1 + i as u64));
+        let loads = batch.iter().enumerate().map(|(i, &k)| load_tiles(engine, k, None, &together, 1 + i as u64));
         let loaded = futures::future::try_join_all(loads).await?;
         let fetched_by = loaded.iter().map(|(_, t, _)| t.fetched).max().unwrap_or(t0);
         let span = fetched_by.saturating_sub(t0).max(Duration::from_micros(1));

@@ -158,8 +158,8 @@ impl Dataset {
         notes
     }
 
-    /// With patches: how a sample is cut, and what a patch costs in reads (its whole chunk:
-    /// reading only the tiles a patch touches is not built yet).
+    /// With patches: how a sample is cut, and what the patches of this train epoch read:
+    /// the tiles they touch out of the tiles of the chunks they read (`PassPlan::tiles`).
     fn patch_note(&self) -> Option<Note> {
         let p = self.patcher()?;
         let field: u64 = p.extent.iter().product();
@@ -168,19 +168,48 @@ impl Dataset {
             "grid" => format!("every patch of a grid, {} per sample", p.per_sample()),
             _ => format!("{} at random origins per sample and epoch", p.per_sample()),
         };
+        let reads = match self.patch_tiles() {
+            Some((read, all)) if read < all => format!(
+                "train epoch {} fetches and decodes {read} of the {all} tiles of the chunks it reads ({:.0}%), only \
+                 those its patches touch, each once; memory and the budget still count whole chunks",
+                self.epoch(),
+                100.0 * read as f64 / all.max(1) as f64
+            ),
+            _ if self.inner.engine.tier.is_some() => {
+                "with cache_dir a patch's chunk is read whole (the disk tier keeps whole chunks for later epochs), \
+                 each chunk once per epoch"
+                    .into()
+            }
+            _ => "a patch's chunk is read whole (its tiles span the patched axes, or the patches touch every tile), \
+                  each chunk once per epoch; chunks tiled on the patched axes let a patch read only its tiles"
+                .into(),
+        };
         Some(Note::new(
             "patches",
             Severity::Note,
             "dataset",
             format!(
-                "rows are patches of {:?} on {:?} ({how}); each row is {:.1}% of its sample's field, and a patch's \
-                 chunk is read and held whole, so reads and memory are those of whole chunks (each chunk still once \
-                 per epoch)",
+                "rows are patches of {:?} on {:?} ({how}); each row is {:.1}% of its sample's field; {reads}",
                 p.size,
                 p.dims,
                 100.0 * patch as f64 / field.max(1) as f64
             ),
         ))
+    }
+
+    /// Tiles this train epoch's plan reads, and the tiles of the chunks it reads.
+    fn patch_tiles(&self) -> Option<(u64, u64)> {
+        let epoch = self.epoch();
+        let pass = self.rank_pass(Split::Train, epoch, None).ok()?;
+        let plan = self.pass_plan(&pass.order, self.patching(Split::Train).as_ref(), epoch);
+        let arrays = &self.inner.engine.arrays;
+        let mut counts = (0u64, 0u64);
+        for (u, use_) in plan.uses.iter().enumerate() {
+            let all = arrays[use_.key.path as usize].geom.n_tiles();
+            counts.0 += plan.tiles_of(u).map_or(all, |t| t.len() as u64);
+            counts.1 += all;
+        }
+        Some(counts)
     }
 
     /// With a mask or weights: the share of samples kept, the train view's expected rows per

@@ -123,6 +123,35 @@ def _per_sample(name: str, values: Any, dtype: Any) -> list[Any] | None:
     return a.astype(dtype).tolist()  # type: ignore[no-any-return]
 
 
+def _computed_mask(store: Any, spec: Any, storage_options: Mapping[str, Any] | None) -> Any:
+    """``sample_mask=(variable, fn)``: ``variable`` (an array path of the store, sample axis 0)
+    read whole once at open, through the engine (the same store, options and reads as the
+    dataset), and ``fn`` called on its values, sample axis first; what it returns is the mask.
+    Any other ``sample_mask`` is returned as given."""
+    if not (isinstance(spec, tuple) and len(spec) == 2 and callable(spec[1])):
+        return spec
+    variable, fn = spec
+    from ._store import open_geometries
+
+    geom = open_geometries(store, [str(variable)], **dict(storage_options or {}))[str(variable)]
+    n = geom.n_samples
+    values: np.ndarray | None = None
+    with InSituDataset(
+        store, geometries={"v": geom}, batch_size=geom.sample_chunk_size, shuffle=False, storage_options=storage_options
+    ) as reader:
+        for b in reader.all:
+            if values is None:
+                values = np.empty((n, *b["v"].shape[1:]), b["v"].dtype)
+            values[b.sample_indices] = b["v"]
+    mask = np.asarray(fn(values))
+    if mask.shape != (n,) or mask.dtype != np.bool_:
+        raise ValueError(
+            f"sample_mask's function must return one bool per sample ({n} for {variable!r}), got "
+            f"{mask.dtype} of shape {mask.shape}; return a comparison, e.g. lambda v: v.mean(axis=(1, 2)) > 0"
+        )
+    return mask
+
+
 def _model_parallel(size: Any, axis: str | int | None) -> tuple[int, str | int] | None:
     """``model_parallel``/``model_parallel_axis`` as the engine's pair; 1 is no mesh."""
     k = _count("model_parallel", size, 1)
@@ -382,10 +411,13 @@ class InSituDataset:
     grid stepping ``patch_stride`` (``{axis: step}``, default the size; a remainder narrower
     than a patch at the far edge is not drawn); ``"random"`` draws ``patches_per_sample`` patches at
     random origins per sample and epoch (default 1), the same for the same ``(seed, epoch)``.
-    Each batch row is then a patch (``batch.patch_origins``), every chunk is still read once
-    per epoch, and a patch's chunk is read whole (docs/patches.md).
+    Each batch row is then a patch (``batch.patch_origins``), every chunk is read at most once
+    per epoch, and of a chunk tiled on the patched axes only the tiles the patches touch
+    (chunks are still held whole; docs/patches.md).
     ``sample_mask``: one bool per sample on the sample axis; a ``False`` sample is never
-    drawn. ``sample_weights``: one weight per sample, its expected draws per epoch (0 to
+    drawn. Or ``(variable, fn)``: the array ``variable`` of the store (a cheap one: a
+    per-sample series, a coarse field) is read whole at open and ``fn(values)`` (sample axis
+    first) returns the mask, e.g. ``("land_frac", lambda v: v.mean(axis=(1, 2)) > 0.3)``. ``sample_weights``: one weight per sample, its expected draws per epoch (0 to
     1024; a weight of 2 is drawn twice as often as a weight of 1, a fractional part is one
     more draw with that probability, the same for the same ``(seed, epoch)``). Every chunk
     is still read once per epoch; an epoch has about the sum of the weights in rows, and
@@ -511,7 +543,7 @@ class InSituDataset:
             "patches_per_sample": None
             if patches_per_sample is None
             else _count("patches_per_sample", patches_per_sample, 1),
-            "sample_mask": _per_sample("sample_mask", sample_mask, bool),
+            "sample_mask": _per_sample("sample_mask", _computed_mask(store, sample_mask, storage_options), bool),
             "sample_weights": _per_sample("sample_weights", sample_weights, np.float64),
             "model_parallel": _model_parallel(model_parallel, model_parallel_axis),
             "callbacks": list(callbacks),
