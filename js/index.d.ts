@@ -95,6 +95,32 @@ export interface OpenOptions {
   patchStride?: AxisSizes;
   /** Random patches per sample and epoch. Default 1. Random only. */
   patchesPerSample?: number;
+  /**
+   * One boolean per sample of the sample axis (docs/sampling.md): a `false` sample is never
+   * drawn, and a chunk whose samples are all masked is never read. Default: every sample.
+   */
+  sampleMask?: boolean[];
+  /**
+   * One weight per sample (an array or a `Float64Array`): its expected draws per epoch (a
+   * weight of 2 is drawn twice as often as 1; a fractional part is one more draw with that
+   * probability, per `(seed, epoch)`). Each chunk is still read once per epoch.
+   */
+  sampleWeights?: number[] | Float64Array;
+  /**
+   * A rank mesh (docs/distributed.md): groups of this many consecutive ranks draw the same
+   * rows, each rank taking its part of every row along `modelParallelAxis` (`batch.part`).
+   * Default 1: none.
+   */
+  modelParallel?: number;
+  /** The axis `modelParallel` splits rows along: a dimension name or an axis index. */
+  modelParallelAxis?: string | number;
+  /** Carry the sample axis's coordinate in every batch (`batch.coords`; docs/coordinates.md). */
+  coords?: boolean;
+  /**
+   * Select samples by the sample axis's coordinate, inclusive (implies `coords`):
+   * `{ time: ['2010-01-01', '2019-12-31'] }` (dates `YYYY-MM-DD[THH:MM[:SS]]`, UTC) or numbers.
+   */
+  sel?: Record<string, [string | number, string | number]>;
 }
 
 /**
@@ -217,6 +243,14 @@ export interface Batch {
   patchOrigins?: BigUint64Array;
   /** With `patch`: the patched axes, in `patch`'s order, by dimension name (`axis{k}` for an unnamed axis). */
   patchDims?: string[];
+  /**
+   * With `coords` or `sel`: the sample axis's coordinate value of each row, by name; CF time
+   * as nanoseconds since 1970 (`BigInt64Array`; `new Date(Number(ns / 1000000n))`), other
+   * coordinates as numbers.
+   */
+  coords?: Record<string, BigInt64Array | Float64Array>;
+  /** With `modelParallel`: this rank's slice `start .. start + len` of every row along `dim`, part `index` of `of`. */
+  part?: { dim: string; index: number; of: number; start: number; len: number };
 }
 
 /**
@@ -225,7 +259,7 @@ export interface Batch {
  * memory's old `ArrayBuffer` is detached when it grows). Valid until the pass's next
  * `next()` or `close()`: a read of `data` after that throws, and a typed array taken from it
  * earlier may show later batches' values (the engine reuses the buffer). `sampleIndices`,
- * `offsets`, `patchOrigins` and `patchDims` are the batch's own.
+ * `offsets`, `patchOrigins`, `patchDims`, `coords` and `part` are the batch's own.
  */
 export interface ViewBatch extends Batch {
   /** A batch of the default kind, owned by you (nothing in it refers to wasm memory); throws once the views ended. */
@@ -679,7 +713,7 @@ export interface WorkerOptions {
 export interface TransferReport {
   /** Batches posted to the page. */
   batches: number;
-  /** Buffers in their transfer lists (each array's, `sampleIndices`' and, when patched, `patchOrigins`'). */
+  /** Buffers in their transfer lists (each array's, `sampleIndices`' and, when present, `patchOrigins`' and each coordinate's). */
   buffers: number;
   /** Of those, how many had byteLength 0 in the worker after posting (moved, not copied). */
   detached: number;

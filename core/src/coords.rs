@@ -50,6 +50,36 @@ pub enum Label {
     Number(f64),
 }
 
+impl Label {
+    /// A bound as a binding without a date type writes it (JS, the command line): a number,
+    /// or a date `YYYY-MM-DD[THH:MM[:SS]]` in UTC.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for text that is neither, naming it.
+    pub fn from_text(text: &str) -> Result<Self> {
+        let text = text.trim();
+        if let Ok(x) = text.parse::<f64>() {
+            return Ok(Self::Number(x));
+        }
+        epoch_ns(text).map(Self::Time).ok_or_else(|| {
+            Error::Config(format!(
+                "sel bound {text:?} is neither a number nor a date; write dates as YYYY-MM-DD, optionally with \
+                 THH:MM:SS (UTC)"
+            ))
+        })
+    }
+}
+
+impl SampleSel {
+    /// `dim` between two bounds in [`Label::from_text`]'s forms.
+    ///
+    /// # Errors
+    /// As [`Label::from_text`].
+    pub fn from_text(dim: &str, lo: &str, hi: &str) -> Result<Self> {
+        Ok(Self { dim: dim.to_string(), lo: Label::from_text(lo)?, hi: Label::from_text(hi)? })
+    }
+}
+
 impl Coordinate {
     /// The samples whose value lies in `[lo, hi]` (inclusive, as xarray's `sel` with a slice)
     /// as a range `[start, stop)`, on an increasing coordinate.
@@ -343,6 +373,16 @@ mod tests {
         for text in ["1970-01-01T00:00:00", "2020-02-29T18:30:05", "1899-12-31T23:59:59", "2100-03-01T00:00:00"] {
             assert_eq!(iso_utc(epoch_ns(text).unwrap()), text);
         }
+    }
+
+    #[test]
+    fn text_bounds_are_numbers_or_dates() {
+        assert_eq!(Label::from_text(" 2.5 ").unwrap(), Label::Number(2.5));
+        assert_eq!(Label::from_text("1970-01-02").unwrap(), Label::Time(86_400_000_000_000));
+        assert_eq!(Label::from_text("2000-03-01T12:00:00Z").unwrap(), Label::Time(951_912_000 * 1_000_000_000));
+        assert!(Label::from_text("soon").unwrap_err().to_string().contains("\"soon\""));
+        let sel = SampleSel::from_text("time", "2010-01-01", "2010-12-31").unwrap();
+        assert!(matches!((sel.lo, sel.hi), (Label::Time(a), Label::Time(b)) if a < b));
     }
 
     #[test]

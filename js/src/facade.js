@@ -66,7 +66,7 @@ export class SplitViews {
  * memory grew since (a non-shared memory detaches its old `ArrayBuffer`; a shared one, the
  * threaded build's, never does), so a read never sees a detached buffer or, through `data`,
  * a later batch. The rest of `raw` (`sampleIndices`, a patched batch's `patchOrigins` and
- * `patchDims`) is the batch's own already and kept as is. `copy()` gives a batch of the
+ * `patchDims`, `coords`, `part`) is the batch's own already and kept as is. `copy()` gives a batch of the
  * default kind, owned by the caller. Used for `open()`'s passes and, over the worker's
  * shared memory, for `openInWorker`'s.
  */
@@ -108,6 +108,8 @@ function copyBatch(b) {
   }
   const out = { arrays, sampleIndices: b.sampleIndices.slice(), offsets: { ...b.offsets }, index: b.index, epoch: b.epoch };
   if (b.patchOrigins) Object.assign(out, { patchOrigins: b.patchOrigins.slice(), patchDims: [...b.patchDims] });
+  if (b.coords) out.coords = Object.fromEntries(Object.entries(b.coords).map(([k, v]) => [k, v.slice()]));
+  if (b.part) out.part = { ...b.part };
   return out;
 }
 

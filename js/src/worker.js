@@ -92,10 +92,14 @@ function buffersOf(batch) {
 
 /**
  * The buffers the engine made fresh for a batch of either kind (`sampleIndices` and, when
- * patched, `patchOrigins`): moved to the page, never views over wasm memory.
+ * present, `patchOrigins` and each coordinate's values): moved to the page, never views over
+ * wasm memory.
  */
 function ownBuffers(batch) {
-  return batch.patchOrigins ? [batch.sampleIndices.buffer, batch.patchOrigins.buffer] : [batch.sampleIndices.buffer];
+  const out = [batch.sampleIndices.buffer];
+  if (batch.patchOrigins) out.push(batch.patchOrigins.buffer);
+  for (const v of Object.values(batch.coords ?? {})) out.push(v.buffer);
+  return out;
 }
 
 /** A view batch as posted: each array's typed array over the shared memory, with its place in it. */

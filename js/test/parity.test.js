@@ -22,6 +22,15 @@ const PATCH_CASES = {
   v3_ragged: { variables: ['t2m'], patch: [[2, 5], [1, 4]], patchMode: 'random', patchesPerSample: 3 },
 };
 
+/** The mask, weights and mesh cases of native_digest.rs (`drawn_digests`): key → options of its train pass. */
+const DRAWN_CASES = {
+  'draws/v3_zstd/train': {
+    sampleMask: Array.from({ length: 80 }, (_, t) => t % 4 !== 1),
+    sampleWeights: Float64Array.from({ length: 80 }, (_, t) => 0.5 + (t % 5) * 0.5),
+  },
+  'mesh/v3_zstd/train': { rank: 1, worldSize: 2, modelParallel: 2, modelParallelAxis: 'lat' },
+};
+
 /** A patched pass's fingerprint, as native_digest.rs `patched_digest`: the digest, then each batch's `dims:origins`. */
 function patchedDigest(batches) {
   return [digest(batches), ...batches.map((b) => `${b.patchDims.join(',')}:${[...b.patchOrigins].join(',')}`)].join(' ');
@@ -68,6 +77,15 @@ for (const [source, urlOf] of Object.entries(SOURCES)) {
       ds.setEpoch(EPOCH);
       const key = `patch/${store}/train`;
       assert.equal(patchedDigest(await collect(ds.train())), native[key], `${key} (${source}): wasm differs from native`);
+      compared++;
+      ds.close();
+    }
+    for (const [key, options] of Object.entries(DRAWN_CASES)) {
+      const ds = await open(urlOf({ path: 'v3_zstd' }), {
+        variables: ['t2m', 'u10'], ...options, seed: SEED, batchSize: BATCH, blockChunks: BLOCK_CHUNKS,
+      });
+      ds.setEpoch(EPOCH);
+      assert.equal(digest(await collect(ds.train())), native[key], `${key} (${source}): wasm differs from native`);
       compared++;
       ds.close();
     }

@@ -381,6 +381,11 @@ struct Knobs {
     /// --sample-mask: a weight of 2 is drawn twice as often as one of 1.
     #[arg(long, value_name = "FILE")]
     sample_weights: Option<std::path::PathBuf>,
+    /// Draw only the samples whose sample-axis coordinate lies in [LO, HI], inclusive:
+    /// DIM=LO,HI with dates (YYYY-MM-DD[THH:MM[:SS]], UTC) or numbers, e.g.
+    /// time=2010-01-01,2019-12-31 (CF time coordinates are decoded).
+    #[arg(long, value_name = "DIM=LO,HI", value_parser = parse_sel)]
+    sel: Option<insitubatch_native::core::coords::SampleSel>,
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
@@ -481,6 +486,13 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
 
+/// `--sel DIM=LO,HI` as core's selection (core reads the bounds: `SampleSel::from_text`).
+fn parse_sel(s: &str) -> Result<insitubatch_native::core::coords::SampleSel, String> {
+    let (dim, bounds) = parse_kv(s)?;
+    let (lo, hi) = bounds.split_once(',').ok_or_else(|| format!("expected DIM=LO,HI, got {s:?}"))?;
+    insitubatch_native::core::coords::SampleSel::from_text(&dim, lo, hi).map_err(|e| e.to_string())
+}
+
 impl Knobs {
     /// The store to read: `url`, or with --join every store joined by name (`url` then
     /// `NAME=URL` too); storage options go to each.
@@ -526,6 +538,7 @@ impl Knobs {
                     .zip(self.model_parallel_axis.as_deref())
                     .map(|(size, axis)| ModelParallel { size, axis: PatchAxis::parse(axis) }),
                 read_policy: self.read_policy(),
+                sel: self.sel.clone(),
                 ..DatasetOptions::default()
             },
             threads: self.threads,

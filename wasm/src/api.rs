@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
+use insitubatch_core::coords::CoordValues;
 #[cfg(not(feature = "threads"))]
 use insitubatch_core::runtime::InlinePool;
 use insitubatch_core::{Batch, Checkpoint, DType, NdArray, Runtime, Split};
@@ -682,7 +683,43 @@ pub(crate) fn batch_object(
     if let Some(p) = &b.patches {
         set_patches(&out, p)?;
     }
+    if !b.coords.is_empty() {
+        set(&out, "coords", &coords_to_js(&b.coords)?.into())?;
+    }
+    if let Some(p) = &b.part {
+        set(&out, "part", &part_to_js(p)?.into())?;
+    }
     Ok(out.into())
+}
+
+/// `batch.coords`: each coordinate's value per row, CF time as nanoseconds since 1970 in a
+/// `BigInt64Array`, numbers in a `Float64Array` (fresh arrays, the batch's own).
+fn coords_to_js(coords: &std::collections::BTreeMap<String, CoordValues>) -> Result<Object, JsError> {
+    let out = Object::new();
+    for (name, values) in coords {
+        let v: JsValue = match values {
+            CoordValues::Time(ns) => {
+                let a = js_sys::BigInt64Array::new_with_length(ns.len() as u32);
+                a.copy_from(ns);
+                a.into()
+            }
+            CoordValues::Number(x) => js_sys::Float64Array::from(x.as_slice()).into(),
+        };
+        set(&out, name, &v)?;
+    }
+    Ok(out)
+}
+
+/// `batch.part` under a rank mesh: `{ dim, index, of, start, len }`, this rank's slice of
+/// every row along `dim` (as Python's `batch.model_part`).
+fn part_to_js(p: &insitubatch_core::BatchPart) -> Result<Object, JsError> {
+    let out = Object::new();
+    set(&out, "dim", &JsValue::from_str(&p.dim))?;
+    set(&out, "index", &JsValue::from_f64(p.index as f64))?;
+    set(&out, "of", &JsValue::from_f64(p.of as f64))?;
+    set(&out, "start", &JsValue::from_f64(p.start as f64))?;
+    set(&out, "len", &JsValue::from_f64(p.len as f64))?;
+    Ok(out)
 }
 
 /// A patched batch's `patchOrigins` (row-major `rows × patchDims.length`, a fresh

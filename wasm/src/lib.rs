@@ -93,6 +93,12 @@ pub const OPTION_NAMES: &[&str] = &[
     "patchMode",
     "patchStride",
     "patchesPerSample",
+    "sampleMask",
+    "sampleWeights",
+    "modelParallel",
+    "modelParallelAxis",
+    "coords",
+    "sel",
 ];
 
 /// The fields of a labelled variable's object (of [`JsVariable`]).
@@ -163,6 +169,41 @@ pub struct JsOpenOptions {
     pub patch_stride: Option<JsAxisSizes>,
     /// Random patches per sample and epoch (default 1).
     pub patches_per_sample: Option<u64>,
+    /// One boolean per sample of the sample axis: a `false` sample is never drawn
+    /// (core/src/draws.rs).
+    pub sample_mask: Option<Vec<bool>>,
+    /// One weight per sample: its expected draws per epoch (core/src/draws.rs).
+    pub sample_weights: Option<Vec<f64>>,
+    /// Groups of this many consecutive ranks draw the same rows, each taking its part of
+    /// every row along `modelParallelAxis` (core/src/mesh.rs; default 1: none).
+    pub model_parallel: Option<usize>,
+    /// The axis `modelParallel` splits rows along: a dimension name or an axis index.
+    pub model_parallel_axis: Option<JsPatchAxis>,
+    /// Carry the sample axis's coordinate in every batch (`batch.coords`; CF time as
+    /// nanoseconds since 1970 in a `BigInt64Array`, numbers in a `Float64Array`).
+    pub coords: Option<bool>,
+    /// `{ time: [lo, hi] }`: the samples whose coordinate lies in `[lo, hi]` (inclusive); bounds
+    /// are numbers or dates `YYYY-MM-DD[THH:MM[:SS]]` (UTC), read by core's `Label::from_text`.
+    pub sel: Option<std::collections::BTreeMap<String, (JsBound, JsBound)>>,
+}
+
+/// A `sel` bound as JS writes it: a number or a date string.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum JsBound {
+    /// A number (a numeric coordinate).
+    Number(f64),
+    /// A date (or a number written as text).
+    Text(String),
+}
+
+impl JsBound {
+    fn to_core(&self) -> Result<insitubatch_core::coords::Label, insitubatch_core::Error> {
+        match self {
+            Self::Number(x) => Ok(insitubatch_core::coords::Label::Number(*x)),
+            Self::Text(t) => insitubatch_core::coords::Label::from_text(t),
+        }
+    }
 }
 
 /// `patch` and `patchStride`: `(axis, count)` pairs in the caller's order, since that order
@@ -204,7 +245,8 @@ impl<'de> serde::Deserialize<'de> for JsAxisSizes {
 /// A patched axis as JS writes it: a dimension name, or an axis index as a number or as an
 /// object key's digits (a JS object's keys are strings, so `{ 1: 8 }` is axis 1, as core's
 /// [`PatchAxis::parse`](insitubatch_core::PatchAxis::parse) reads a word).
-struct JsPatchAxis(insitubatch_core::PatchAxis);
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsPatchAxis(insitubatch_core::PatchAxis);
 
 impl<'de> serde::Deserialize<'de> for JsPatchAxis {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -414,6 +456,11 @@ impl JsOpenOptions {
             rank: self.rank.unwrap_or(d.rank),
             world_size: self.world_size.unwrap_or(d.world_size),
             patch: self.patch_options()?,
+            sample_mask: self.sample_mask.clone().map(Into::into),
+            sample_weights: self.sample_weights.clone().map(Into::into),
+            model_parallel: self.mesh()?,
+            coords: self.coords.unwrap_or(d.coords),
+            sel: self.sample_sel()?,
             // The disk tier (cache_dir) is native only.
             ..d
         };
@@ -437,6 +484,35 @@ impl JsOpenOptions {
             self.patch_stride.as_ref().map(|s| s.0.clone()),
             self.patches_per_sample,
         )
+    }
+
+    /// `modelParallel` and `modelParallelAxis` as core's mesh: 1 (or absent) is none; a size
+    /// without an axis, or an axis without a size, is refused as Python refuses it.
+    fn mesh(&self) -> Result<Option<insitubatch_core::ModelParallel>, insitubatch_core::Error> {
+        match (self.model_parallel.unwrap_or(1), &self.model_parallel_axis) {
+            (1, None) => Ok(None),
+            (1, Some(_)) => Err(insitubatch_core::Error::Config(
+                "modelParallelAxis names the axis modelParallel splits rows along; pass modelParallel too".into(),
+            )),
+            (_, None) => Err(insitubatch_core::Error::Config(
+                "modelParallel splits every row along an axis: pass modelParallelAxis (a dimension name or index)"
+                    .into(),
+            )),
+            (size, Some(axis)) => Ok(Some(insitubatch_core::ModelParallel { size, axis: axis.0.clone() })),
+        }
+    }
+
+    /// `sel` as core's selection: one dimension (the sample axis's coordinate).
+    fn sample_sel(&self) -> Result<Option<insitubatch_core::coords::SampleSel>, insitubatch_core::Error> {
+        let Some(sel) = &self.sel else { return Ok(None) };
+        let mut entries = sel.iter();
+        let (Some((dim, (lo, hi))), None) = (entries.next(), entries.next()) else {
+            return Err(insitubatch_core::Error::Config(format!(
+                "sel selects on the sample axis's coordinate only, one name; got {:?}",
+                sel.keys().collect::<Vec<_>>()
+            )));
+        };
+        Ok(Some(insitubatch_core::coords::SampleSel { dim: dim.clone(), lo: lo.to_core()?, hi: hi.to_core()? }))
     }
 
     /// The array paths whose metadata `open()` reads; `None`: discover the store's arrays.

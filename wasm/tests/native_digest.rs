@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use insitubatch_native::core::{Batch, DatasetOptions, PatchAxis, PatchOptions, Split};
+use insitubatch_native::core::{Batch, DatasetOptions, ModelParallel, PatchAxis, PatchOptions, Split};
 use insitubatch_native::{OpenOptions, Variable, open};
 use insitubatch_tests::{digest, skip};
 
@@ -98,6 +98,7 @@ fn native_digests_for_the_parity_check() {
         out.insert(format!("{name}/knobs/train"), digest(&batches));
     }
     patched_digests(&dir, &mut out);
+    drawn_digests(&dir, &mut out);
     let json = serde_json::to_string_pretty(&out).unwrap();
     println!("{json}");
     if let Ok(p) = std::env::var("INSITUBATCH_NATIVE_DIGESTS") {
@@ -148,6 +149,40 @@ fn patched_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
         let batches: Vec<Batch> =
             ds.iter(Split::Train).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{store}: {e}"));
         out.insert(format!("patch/{store}/train"), patched_digest(&batches));
+    }
+}
+
+/// The cases of masks, weights and the rank mesh (`draws/STORE/train`, `mesh/STORE/train`):
+/// every fourth sample masked and weights of 0.5 to 2.5 (fractional draws per (seed,
+/// epoch)); rank 1 of 2 in one group of 2 splitting rows along `lat`. JS: `DRAWN_CASES` in
+/// js/test/parity.test.js.
+fn drawn_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
+    let n = 80; // samples of v3_zstd
+    let draws = DatasetOptions {
+        sample_mask: Some((0..n).map(|t| t % 4 != 1).collect()),
+        sample_weights: Some((0..n).map(|t| 0.5 + f64::from(t % 5) * 0.5).collect()),
+        ..Default::default()
+    };
+    let mesh = DatasetOptions {
+        rank: 1,
+        world_size: 2,
+        model_parallel: Some(ModelParallel { size: 2, axis: PatchAxis::Name("lat".into()) }),
+        ..Default::default()
+    };
+    for (key, options) in [("draws/v3_zstd/train", draws), ("mesh/v3_zstd/train", mesh)] {
+        let ds = open(
+            &format!("file://{}", dir.join("v3_zstd").display()),
+            OpenOptions {
+                variables: Some(vec!["t2m".into(), "u10".into()]),
+                dataset: DatasetOptions { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..options },
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+        ds.set_epoch(EPOCH);
+        let batches: Vec<Batch> =
+            ds.iter(Split::Train).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{key}: {e}"));
+        out.insert(key.to_string(), digest(&batches));
     }
 }
 
