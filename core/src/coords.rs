@@ -269,7 +269,7 @@ fn iso_utc(ns: i64) -> String {
 }
 
 /// Every value of a 1-d, unsharded numeric array, as `f64` (integers up to 2^53 exactly).
-async fn read_numbers(storage: &dyn Storage, array: &ZarrArray) -> Result<Vec<f64>> {
+pub(crate) async fn read_numbers(storage: &dyn Storage, array: &ZarrArray) -> Result<Vec<f64>> {
     let n = array.shape()[0] as usize;
     let per = array.tile_shape()[0].max(1);
     let mut out = Vec::with_capacity(n);

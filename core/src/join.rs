@@ -74,7 +74,9 @@ impl JoinedStorage {
 /// metadata its consolidated metadata names (v3 `zarr.json`, then v2 `.zmetadata`). Discovery
 /// over a join lists the join (`zarr.rs` `from_listing`), so such a store is found by its
 /// consolidated metadata, as when it is read alone.
-async fn keys_or_metadata_keys(storage: &dyn Storage) -> std::result::Result<Option<Vec<String>>, StorageError> {
+pub(crate) async fn keys_or_metadata_keys(
+    storage: &dyn Storage,
+) -> std::result::Result<Option<Vec<String>>, StorageError> {
     if let Some(keys) = storage.list("").await? {
         return Ok(Some(keys));
     }

@@ -21,6 +21,7 @@ mod ahead;
 pub mod array;
 mod assemble;
 pub mod batch;
+mod concat;
 #[cfg(any(test, feature = "testing", feature = "conformance"))]
 pub mod conformance;
 pub mod coords;
@@ -57,6 +58,7 @@ pub mod zarr;
 
 pub use array::{DType, Element, NdArray};
 pub use batch::{Batch, BatchPart, BatchPatches};
+pub use concat::ConcatStorage;
 pub use dataset::{
     Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, OpenOptions, PROBE_CHUNKS, ProbeReport, Variable, open,
 };

@@ -256,6 +256,42 @@ pub fn open_joined(parts: Vec<(String, JoinPart)>, options: OpenOptions) -> Resu
     build_dataset(storage, &location, OpenOptions { storage_options: Vec::new(), ..options })
 }
 
+/// Several stores read as one along the sample axis (core's
+/// [`insitubatch_core::ConcatStorage`]): every array with a dimension named `dim` (for
+/// arrays without names, physical axis `axis`) is the stores' arrays end to end; the others
+/// come from the first store. The storage options apply to every store given by URL.
+///
+/// # Errors
+/// As [`open_url_storage`] for each URL; a configuration error for fewer than two stores,
+/// or stores whose arrays cannot be concatenated (core's message names array and store).
+pub fn open_concat_storage(
+    parts: Vec<JoinPart>,
+    (dim, axis): (&str, usize),
+    options: &[(String, String)],
+) -> Result<Arc<dyn Storage>> {
+    let parts = parts
+        .into_iter()
+        .map(|part| match part {
+            JoinPart::Url(url) => open_url_storage(&url, options),
+            JoinPart::Built(storage) => Ok(storage),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // The metadata of every part is read once here, before any dataset exists.
+    let runtime = NativeRuntime::new(Some(1))?;
+    Ok(Arc::new(runtime.block_on(insitubatch_core::ConcatStorage::open(parts, dim, axis))?))
+}
+
+/// Open stores concatenated along the sample axis ([`open_concat_storage`], along
+/// `options.sample_axis`) and build a dataset over them, named by the concatenation.
+///
+/// # Errors
+/// As [`open_concat_storage`], then as [`open`].
+pub fn open_concat(parts: Vec<JoinPart>, dim: &str, options: OpenOptions) -> Result<NativeDataset> {
+    let storage = open_concat_storage(parts, (dim, options.sample_axis), &options.storage_options)?;
+    let location = storage.location();
+    build_dataset(storage, &location, OpenOptions { storage_options: Vec::new(), ..options })
+}
+
 /// Storage options are for stores opened by URL; a store built elsewhere carries its own
 /// configuration.
 ///

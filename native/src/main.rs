@@ -33,7 +33,7 @@ use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, Tie
 use insitubatch_native::core::{DType, ModelParallel, ReadPolicy, Result as CoreResult, Split, Storage};
 use insitubatch_native::{
     Batch, BatchIter, Checkpoint, DatasetOptions, JoinPart, NativeDataset, OpenOptions, SplitOptions, demo, open,
-    open_joined, open_joined_storage, open_storage,
+    open_concat, open_concat_storage, open_joined, open_joined_storage, open_storage,
 };
 use rayon::prelude::*;
 use serde_json::json;
@@ -393,6 +393,14 @@ struct Knobs {
     /// NAME/path. The positional store is then named too, as NAME=URL.
     #[arg(long = "join", value_name = "NAME=URL", value_parser = parse_kv)]
     join: Vec<(String, String)>,
+    /// Concatenate another store after the positional one along the sample axis (repeatable,
+    /// in order): every array with the dimension --concat-dim is the stores end to end.
+    #[arg(long = "concat", value_name = "URL")]
+    concat: Vec<String>,
+    /// The dimension --concat concatenates along (arrays without dimension names: the
+    /// sample axis).
+    #[arg(long, value_name = "NAME", default_value = "time", requires = "concat")]
+    concat_dim: String,
     /// Spill decoded chunks to memory-mapped files in this directory (local disk).
     #[arg(long)]
     cache_dir: Option<std::path::PathBuf>,
@@ -497,10 +505,26 @@ impl Knobs {
     /// The store to read: `url`, or with --join every store joined by name (`url` then
     /// `NAME=URL` too); storage options go to each.
     fn storage(&self, url: &str) -> Result<Arc<dyn Storage>> {
+        if let Some(parts) = self.concatenated(url)? {
+            return Ok(open_concat_storage(parts, (&self.concat_dim, self.sample_axis), &self.storage_options)?);
+        }
         Ok(match self.joined(url)? {
             None => open_storage(url, &self.storage_options)?,
             Some(parts) => open_joined_storage(parts, &self.storage_options)?,
         })
+    }
+
+    /// With --concat, the positional store and then each --concat store, in order; `None`
+    /// without.
+    fn concatenated(&self, url: &str) -> Result<Option<Vec<JoinPart>>> {
+        if self.concat.is_empty() {
+            return Ok(None);
+        }
+        if !self.join.is_empty() {
+            return Err(anyhow!("--concat and --join cannot be combined yet; concatenate the stores or join them"));
+        }
+        let urls = std::iter::once(url.to_string()).chain(self.concat.iter().cloned());
+        Ok(Some(urls.map(JoinPart::Url).collect()))
     }
 
     /// With --join, every store by name (the positional one first); `None` without.
@@ -620,9 +644,10 @@ fn open_ds(url: &str, knobs: &Knobs, mut opts: OpenOptions) -> Result<NativeData
     if let Some(path) = &knobs.sample_weights {
         opts.dataset.sample_weights = Some(per_sample_numbers(path)?.into());
     }
-    let ds = match knobs.joined(url)? {
-        None => open(url, opts)?,
-        Some(parts) => open_joined(parts, opts)?,
+    let ds = match (knobs.concatenated(url)?, knobs.joined(url)?) {
+        (Some(parts), _) => open_concat(parts, &knobs.concat_dim, opts)?,
+        (None, None) => open(url, opts)?,
+        (None, Some(parts)) => open_joined(parts, opts)?,
     };
     if let Some(address) = ds.metrics_address() {
         let _ = writeln!(std::io::stderr(), "metrics: http://{address}/metrics");

@@ -573,7 +573,7 @@ impl NativeDataset {
                         read_policy = None, patch = None, patch_mode = None, patch_stride = None,
                         patches_per_sample = None, sample_mask = None, sample_weights = None,
                         model_parallel = None, callbacks = Vec::new(), metrics_address = None, coords = false,
-                        sel_time = None, sel_number = None))]
+                        sel_time = None, sel_number = None, concat_dim = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -613,6 +613,7 @@ impl NativeDataset {
         coords: bool,
         sel_time: Option<(String, i64, i64)>,
         sel_number: Option<(String, f64, f64)>,
+        concat_dim: Option<String>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
         let patch = PatchOptions::from_words(
@@ -693,6 +694,10 @@ impl NativeDataset {
                     insitubatch_native::open_storage_with(storage, &location, options)
                 }
                 StoreArg::Joined(parts) => insitubatch_native::open_joined(StoreArg::join_parts(parts)?, options),
+                StoreArg::Concat(parts) => {
+                    let dim = concat_dim.as_deref().unwrap_or(pystore::DEFAULT_CONCAT_DIM);
+                    insitubatch_native::open_concat(StoreArg::concat_parts(parts)?, dim, options)
+                }
             })
             .map_err(native_err)?;
         let url = opened.url().to_string();

@@ -36,7 +36,7 @@ use pyo3::exceptions::{
     PyConnectionError, PyFileNotFoundError, PyKeyError, PyRuntimeError, PyTimeoutError, PyTypeError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCFunction, PyDict, PyModule, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyCFunction, PyDict, PyList, PyModule, PyString, PyTuple};
 use pyo3_object_store::AnyObjectStore;
 
 use crate::transforms::with_python;
@@ -55,7 +55,13 @@ pub enum StoreArg {
     /// A `{name: store}` dict: several stores read as one, store `name`'s arrays as
     /// `name/path` (`insitubatch_native::open_joined_storage`).
     Joined(Vec<(String, StoreArg)>),
+    /// A list of stores: read end to end along the sample axis
+    /// (`insitubatch_native::open_concat_storage`).
+    Concat(Vec<StoreArg>),
 }
+
+/// The dimension a list of stores is concatenated along unless `concat_dim` says otherwise.
+pub const DEFAULT_CONCAT_DIM: &str = "time";
 
 impl StoreArg {
     /// Convert a URL string, an obstore store, a zarr-python store, or a dict of them by name.
@@ -70,6 +76,12 @@ impl StoreArg {
                 parts.push((name, Self::from_one(&one)?));
             }
             return Ok(Self::Joined(parts));
+        }
+        if let Ok(list) = store.cast::<PyList>() {
+            return list.iter().map(|one| Self::from_one(&one)).collect::<PyResult<_>>().map(Self::Concat);
+        }
+        if let Ok(tuple) = store.cast::<PyTuple>() {
+            return tuple.iter().map(|one| Self::from_one(&one)).collect::<PyResult<_>>().map(Self::Concat);
         }
         Self::from_one(store)
     }
@@ -108,7 +120,28 @@ impl StoreArg {
                 insitubatch_native::refuse_storage_options(options, &location).map(|()| storage)
             }
             Self::Joined(parts) => insitubatch_native::open_joined_storage(Self::join_parts(parts)?, options),
+            Self::Concat(parts) => {
+                insitubatch_native::open_concat_storage(Self::concat_parts(parts)?, (DEFAULT_CONCAT_DIM, 0), options)
+            }
         }
+    }
+
+    /// A concatenation's stores as the native opener takes them.
+    ///
+    /// # Errors
+    /// A configuration error for a store that is itself a join or a concatenation.
+    pub fn concat_parts(parts: Vec<Self>) -> insitubatch_native::Result<Vec<JoinPart>> {
+        parts
+            .into_iter()
+            .map(|part| match part {
+                Self::Url(url) => Ok(JoinPart::Url(url)),
+                Self::Built { storage, .. } => Ok(JoinPart::Built(storage)),
+                Self::Joined(_) | Self::Concat(_) => Err(insitubatch_core::Error::Config(
+                    "a concatenated store is itself a join or a list; concatenate stores, URLs or paths".into(),
+                )
+                .into()),
+            })
+            .collect()
     }
 
     /// A join's stores as the native opener takes them.
@@ -121,8 +154,10 @@ impl StoreArg {
             let part = match part {
                 Self::Url(url) => JoinPart::Url(url),
                 Self::Built { storage, .. } => JoinPart::Built(storage),
-                Self::Joined(_) => {
-                    let why = format!("the joined store {name:?} is itself a join; join every store at one level");
+                Self::Joined(_) | Self::Concat(_) => {
+                    let why = format!(
+                        "the joined store {name:?} is itself a join or a list; join stores, URLs or paths at one level"
+                    );
                     return Err(insitubatch_core::Error::Config(why).into());
                 }
             };

@@ -597,6 +597,8 @@ pub async fn open(storage: Arc<dyn Storage>, runtime: Runtime, options: OpenOpti
 }
 
 #[cfg(test)]
+mod concat_tests;
+#[cfg(test)]
 mod draws_tests;
 #[cfg(test)]
 mod join_tests;

@@ -367,7 +367,12 @@ class InSituDataset:
     the sample axis into one dataset: store ``name``'s arrays are ``name/path`` (labels,
     ``geometries``, ``patch`` and transforms name them so), read under one plan, one
     ``max_inflight`` and one byte budget; their sample-axis lengths and, where each has
-    the sample axis's coordinate, its values must agree (docs/joins.md). ``manifest`` defaults
+    the sample axis's coordinate, its values must agree (docs/joins.md). A list ``[store, ...]``
+    reads the stores end to end along the sample axis (a decade kept one store per year):
+    every array with the dimension ``concat_dim`` (default ``"time"``; for arrays without
+    dimension names, the sample axis) is the stores' arrays in order, the others come from
+    the first store; the stores must agree on all but that length, and each but the last hold
+    whole chunks along it (docs/joins.md). ``manifest`` defaults
     to ``split_by_chunk`` of the first variable. ``geometries`` maps batch labels to ``ArrayGeometry`` (several labels may
     read one array at different offsets via ``geom.shift(k)``); ``None`` discovers every
     data array.
@@ -505,7 +510,10 @@ class InSituDataset:
         metrics_address: str | None = None,
         coords: bool = False,
         sel: Mapping[str, tuple[Any, Any]] | None = None,
+        concat_dim: str | None = None,
     ) -> None:
+        if concat_dim is not None and not isinstance(store, (list, tuple)):
+            raise ValueError("concat_dim names the dimension a list of stores is concatenated along; pass a list")
         self.store = store
         self._store = engine_store(store)
         self._url = self._store if isinstance(self._store, str) else str(self._store)
@@ -550,6 +558,7 @@ class InSituDataset:
             "metrics_address": None if metrics_address is None else str(metrics_address),
             "coords": bool(coords),
             **_sel(sel),
+            "concat_dim": concat_dim,
         }
         self._native = self._open(manifest, geometries, storage_options)
         self._url = self._native.url  # a join's names every store

@@ -73,10 +73,13 @@ def engine_store(store: Any) -> Any:
     the engine's copy of obstore, so it is read through zarr (as ``zarr.storage.ObjectStore``).
     Anything else is handed over as it is, and the extension says what it cannot take. A
     mapping ``{name: store}`` (stores joined, each store's arrays as ``name/path``) becomes a
-    dict of each store converted.
+    dict of each store converted, a list of stores (concatenated along the sample axis) a
+    list.
     """
     if isinstance(store, Mapping):
         return {name: engine_store(one) for name, one in store.items()}
+    if isinstance(store, (list, tuple)):
+        return [engine_store(one) for one in store]
     if isinstance(store, os.PathLike):
         from pathlib import Path
 
@@ -203,6 +206,10 @@ def close_store(store: Any) -> None:
 
     if isinstance(store, Mapping):  # stores joined by name
         for one in store.values():
+            close_store(one)
+        return
+    if isinstance(store, (list, tuple)):  # stores concatenated
+        for one in store:
             close_store(one)
         return
     fs = getattr(store, "fs", None)
