@@ -189,18 +189,8 @@ impl ArrayGeometry {
             if let Some(flag) = usize::try_from(ravel_index(&at, &grid)).ok().and_then(|i| touched.get_mut(i)) {
                 *flag = true;
             }
-            // Step the box's tile coordinates in C order.
-            let mut ax = grid.len();
-            loop {
-                if ax == 0 {
-                    return;
-                }
-                ax -= 1;
-                at[ax] += 1;
-                if at[ax] < hi[ax] {
-                    break;
-                }
-                at[ax] = lo[ax];
+            if !step_in_box(&mut at, &lo, &hi) {
+                return;
             }
         }
     }
@@ -316,6 +306,22 @@ pub fn sample_element_index(shape: &[u64], sample_axis: usize, s: u64, e: u64) -
     let mut p = unravel_index(e, &inner);
     p.insert(sample_axis, s);
     ravel_index(&p, shape)
+}
+
+/// Step `at` to the next coordinate of the box `lo .. hi` in C order (the last axis
+/// fastest); `false` once the box is done (`at` is then back at `lo`).
+pub fn step_in_box<T>(at: &mut [T], lo: &[T], hi: &[T]) -> bool
+where
+    T: Copy + PartialOrd + std::ops::AddAssign + From<u8>,
+{
+    for ax in (0..at.len()).rev() {
+        at[ax] += T::from(1);
+        if at[ax] < hi[ax] {
+            return true;
+        }
+        at[ax] = lo[ax];
+    }
+    false
 }
 
 /// The row-major (C-order) flat index of `coord` in `shape`: the inverse of [`unravel_index`].

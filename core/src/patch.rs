@@ -293,20 +293,12 @@ pub fn copy_patch(
     }
     let run = len[rank - 1] * item;
     let mut idx = vec![0usize; rank - 1];
+    let zeros = vec![0usize; rank - 1];
     loop {
         let at: usize = (0..rank).map(|a| (start[a] + idx.get(a).copied().unwrap_or(0)) * stride[a]).sum();
         push(&src[at..at + run]);
-        let mut ax = rank - 1;
-        loop {
-            if ax == 0 {
-                return;
-            }
-            ax -= 1;
-            idx[ax] += 1;
-            if idx[ax] < len[ax] {
-                break;
-            }
-            idx[ax] = 0;
+        if !crate::geometry::step_in_box(&mut idx, &zeros, &len[..rank - 1]) {
+            return;
         }
     }
 }

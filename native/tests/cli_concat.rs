@@ -2,24 +2,13 @@
 //! the summed length, `bench` reads every sample of both), and stores that cannot be
 //! concatenated refused, naming the array and the store.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-use insitubatch_native::demo;
-
-fn store(name: &str, n_time: u64) -> String {
-    let dir = std::env::temp_dir().join(format!("insitubatch-cli-concat-{}", std::process::id()));
-    let path: PathBuf = demo::write_demo_store_sized(&dir.join(name), n_time).expect("write demo store");
-    path.display().to_string()
-}
-
-fn cli(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_insitubatch")).args(args).env("RUST_LOG", "warn").output().expect("start")
-}
+use common::{cli, demo_store};
 
 #[test]
 fn describe_and_bench_read_concatenated_stores_end_to_end() {
-    let (a, b) = (store("a.zarr", 24), store("b.zarr", 24));
+    let (a, b) = (demo_store("cli-concat", "a.zarr", 24), demo_store("cli-concat", "b.zarr", 24));
     let out = cli(&["describe", &a, "--concat", &b, "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -38,13 +27,13 @@ fn stores_of_other_lengths_concatenate_and_a_first_store_ending_inside_a_chunk_i
     // The demo keeps its time coordinate in one chunk per store: a 24- and a 16-sample store
     // chunk it differently, so it is concatenated in memory; t2m (chunks of 8) and u10 (12)
     // end on chunk boundaries in the first store.
-    let (a, short) = (store("a2.zarr", 24), store("short.zarr", 16));
+    let (a, short) = (demo_store("cli-concat", "a2.zarr", 24), demo_store("cli-concat", "short.zarr", 16));
     let out = cli(&["bench", &a, "--concat", &short, "--fractions", "1,0,0", "--epochs", "1", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(row["epochs"][0]["samples"], 40, "both stores, end to end");
 
-    let odd = store("odd.zarr", 20);
+    let odd = demo_store("cli-concat", "odd.zarr", 20);
     let out = cli(&["describe", &odd, "--concat", &short]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -2,24 +2,13 @@
 //! arrays as NAME/path, `bench` reads an epoch of them), and a join whose sample axes differ
 //! refused, naming both arrays and every store.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-use insitubatch_native::demo;
-
-fn store(name: &str, n_time: u64) -> String {
-    let dir = std::env::temp_dir().join(format!("insitubatch-cli-join-{}", std::process::id()));
-    let path: PathBuf = demo::write_demo_store_sized(&dir.join(name), n_time).expect("write demo store");
-    path.display().to_string()
-}
-
-fn cli(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_insitubatch")).args(args).env("RUST_LOG", "warn").output().expect("start")
-}
+use common::{cli, demo_store};
 
 #[test]
 fn describe_and_bench_read_joined_stores_by_name() {
-    let (a, b) = (store("a.zarr", 24), store("b.zarr", 24));
+    let (a, b) = (demo_store("cli-join", "a.zarr", 24), demo_store("cli-join", "b.zarr", 24));
     let out = cli(&["describe", &format!("era5={a}"), "--join", &format!("again={b}"), "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -45,7 +34,7 @@ fn describe_and_bench_read_joined_stores_by_name() {
 
 #[test]
 fn a_join_of_unequal_lengths_or_an_unnamed_store_is_refused_saying_what_to_do() {
-    let (a, short) = (store("a2.zarr", 24), store("short.zarr", 16));
+    let (a, short) = (demo_store("cli-join", "a2.zarr", 24), demo_store("cli-join", "short.zarr", 16));
     let out = cli(&["describe", &format!("era5={a}"), "--join", &format!("short={short}")]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
