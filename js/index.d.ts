@@ -121,6 +121,8 @@ export interface OpenOptions {
    * `{ time: ['2010-01-01', '2019-12-31'] }` (dates `YYYY-MM-DD[THH:MM[:SS]]`, UTC) or numbers.
    */
   sel?: Record<string, [string | number, string | number]>;
+  /** With a list of stores (`open([a, b])`): the dimension they are concatenated along. Default `"time"`. */
+  concatDim?: string;
 }
 
 /**
@@ -670,10 +672,18 @@ export declare class Dataset<B extends Batch = Batch> {
  * requests); in Node also `s3://` (with `storageOptions`), `file://` URLs and plain paths
  * (node:fs, ranged reads); or a `Storage` object of your own. A browser refuses local paths,
  * saying what to use instead. With `batchViews: true` its batches are `ViewBatch`es. A
- * `JoinedStores` reads several stores as one (docs/joins.md).
+ * `JoinedStores` reads several stores as one (docs/joins.md); `ConcatenatedStores` reads
+ * them end to end along the sample axis.
  */
-export declare function open(source: string | URL | Storage | JoinedStores, options: OpenOptions & { batchViews: true }): Promise<Dataset<ViewBatch>>;
-export declare function open(source: string | URL | Storage | JoinedStores, options?: OpenOptions): Promise<Dataset>;
+export declare function open(source: string | URL | Storage | JoinedStores | ConcatenatedStores, options: OpenOptions & { batchViews: true }): Promise<Dataset<ViewBatch>>;
+export declare function open(source: string | URL | Storage | JoinedStores | ConcatenatedStores, options?: OpenOptions): Promise<Dataset>;
+/**
+ * Stores read end to end along the sample axis, in order (a decade kept one store per year):
+ * every array with the dimension `concatDim` (default `"time"`) is the stores' arrays end to
+ * end; the others come from the first store. They must agree on all but that length, and
+ * each but the last must hold whole chunks along it (docs/joins.md).
+ */
+export type ConcatenatedStores = Array<string | URL | Storage>;
 /**
  * Several stores that share the sample axis, by name: store `name`'s arrays are `name/path`
  * (labels, `variables`, `patch` axes), read under one plan and one budget. Their sample-axis
@@ -793,7 +803,7 @@ export declare class WorkerDataset {
  * `Storage` object cannot be posted.
  */
 export declare function openInWorker(
-  url: string | URL | { [name: string]: string | URL } | Map<string, string | URL>,
+  url: string | URL | { [name: string]: string | URL } | Map<string, string | URL> | Array<string | URL>,
   options?: OpenOptions,
   how?: WorkerOptions,
 ): Promise<WorkerDataset>;

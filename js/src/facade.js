@@ -319,6 +319,7 @@ const STORAGE_MEMBERS = ['get', 'list', 'location'];
  * `{ name: url or storage }`. Stores named like those members are joined with a `Map`.
  */
 export function isJoin(source) {
+  if (Array.isArray(source)) return false; // a list of stores is concatenated
   return source instanceof Map || (isStorage(source) && !STORAGE_MEMBERS.some((k) => k in source));
 }
 
@@ -329,8 +330,8 @@ export function joinEntries(source) {
 
 /**
  * `open(source, options)` over an engine (src/engine.js: a fresh wasm instance after a
- * trap). `source`: a URL, a storage object (wasm/src/js_storage.rs), or a join of them by
- * name (`isJoin`). `local`, in Node
+ * trap). `source`: a URL, a storage object (wasm/src/js_storage.rs), a join of them by
+ * name (`isJoin`), or an array of them, concatenated along the sample axis. `local`, in Node
  * only: `{ isLocal(url), nodeFileStorage(url) }` (src/node-storage.js), which turns `file://`
  * URLs and plain paths into a storage object; elsewhere the engine refuses them with what to
  * use instead.
@@ -345,6 +346,10 @@ export function makeOpen(engine, local) {
   return async function open(source, options = {}) {
     const inst = await engine.instance();
     const opened = (f) => inst.wait(inst.call(f)).then((ds) => new Dataset(inst, ds));
+    if (Array.isArray(source)) {
+      const parts = await Promise.all(source.map(joinPart));
+      return opened((w) => w.openConcat(parts, options));
+    }
     if (isJoin(source)) {
       const entries = joinEntries(source);
       const parts = await Promise.all(entries.map(([, one]) => joinPart(one)));

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { open, openInWorker } from '../src/index.js';
-import { FIXTURES, HTTP, skip } from '../test-support/helpers.js';
+import { FIXTURES, HTTP, skip, collect } from '../test-support/helpers.js';
 
 const OPTS = { seed: 4, batchSize: 7, blockChunks: 2 };
 /** (80, 6, 7) t2m and u10; (80, 10, 12) sharded t2m; (48, 6, 6) v2 t2m. */
@@ -80,4 +80,30 @@ test('a join whose lengths differ, or with a bad name, is refused with core\'s m
     return true;
   });
   await assert.rejects(open({ 'a/b': ZSTD }, OPTS), /path segment/);
+});
+
+test('a list of stores is read end to end along the sample axis, on this thread and in a worker', { skip }, async () => {
+  // cf: t2m (24, 5, 6) in chunks of 6, time = 6 h steps from 2020-01-01, one chunk.
+  const cf = `${HTTP}/cf`;
+  const one = await open(cf, { variables: ['t2m'], batchSize: 5 });
+  const whole = new Map();
+  for (const b of await collect(one.all())) {
+    b.sampleIndices.forEach((t, i) => whole.set(Number(t), b.arrays.t2m.data.slice(i * 30, (i + 1) * 30)));
+  }
+  one.close();
+  for (const ds of [await open([cf, cf], { variables: ['t2m'], batchSize: 5, coords: true }), await openInWorker([cf, cf], { variables: ['t2m'], batchSize: 5, coords: true })]) {
+    const seen = [];
+    for (const b of await collect(ds.all())) {
+      b.sampleIndices.forEach((t, i) => {
+        const n = Number(t);
+        assert.deepEqual(b.arrays.t2m.data.slice(i * 30, (i + 1) * 30), whole.get(n % 24), `sample ${n}`);
+        assert.equal(b.coords.time[i], BigInt(Date.UTC(2020, 0, 1)) * 1000000n + BigInt(n % 24) * 6n * 3600n * 1000000000n);
+        seen.push(n);
+      });
+    }
+    assert.deepEqual(seen.sort((x, y) => x - y), [...Array(48).keys()]);
+    await ds.close();
+  }
+  await assert.rejects(open([cf, `${HTTP}/cf_v2`], { batchSize: 5 }), /"t2m" differs between concatenated stores/);
+  await assert.rejects(open([cf, cf], { batchSize: 5, concatDim: 'valid_time' }), /no array has a dimension named "valid_time"/);
 });

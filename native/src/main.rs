@@ -381,8 +381,8 @@ struct Knobs {
     /// --sample-mask: a weight of 2 is drawn twice as often as one of 1.
     #[arg(long, value_name = "FILE")]
     sample_weights: Option<std::path::PathBuf>,
-    /// Draw only the samples whose sample-axis coordinate lies in [LO, HI], inclusive:
-    /// DIM=LO,HI with dates (YYYY-MM-DD[THH:MM[:SS]], UTC) or numbers, e.g.
+    /// Draw only the samples whose sample-axis coordinate lies from LO to HI, inclusive:
+    /// DIM=LO,HI with dates (YYYY-MM-DD, optionally THH:MM:SS, UTC) or numbers, e.g.
     /// time=2010-01-01,2019-12-31 (CF time coordinates are decoded).
     #[arg(long, value_name = "DIM=LO,HI", value_parser = parse_sel)]
     sel: Option<insitubatch_native::core::coords::SampleSel>,

@@ -182,6 +182,31 @@ pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsVal
     open_on(joined, url, &opts).await
 }
 
+/// Open several stores end to end along the sample axis (core's `ConcatStorage`,
+/// docs/joins.md): every array with the dimension `concatDim` (default `"time"`) is the
+/// stores' arrays in order. `parts[i]`: a URL, or (not in the threaded build) a storage object.
+#[wasm_bindgen(js_name = openConcat)]
+pub async fn open_concat(parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsError> {
+    let opts = parse_options(options)?;
+    let mut storages = Vec::with_capacity(parts.len());
+    for (i, part) in parts.into_iter().enumerate() {
+        storages.push(match part.as_string() {
+            Some(url) => storage_for(&url, &opts)?,
+            None => storage_object(&part, &format!("#{i}"))?,
+        });
+    }
+    let dim = opts.concat_dim.as_deref().unwrap_or(crate::DEFAULT_CONCAT_DIM);
+    let axis = opts.sample_axis.unwrap_or_default();
+    let concat = insitubatch_core::ConcatStorage::open(storages, dim, axis).await.map_err(err)?;
+    let url = insitubatch_core::Storage::location(&concat);
+    #[allow(
+        clippy::arc_with_non_send_sync,
+        reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
+    )]
+    let concat = Arc::new(concat);
+    open_on(concat, url, &opts).await
+}
+
 /// A joined store given as a storage object.
 #[cfg(not(feature = "threads"))]
 fn storage_object(part: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {

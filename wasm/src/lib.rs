@@ -99,7 +99,12 @@ pub const OPTION_NAMES: &[&str] = &[
     "modelParallelAxis",
     "coords",
     "sel",
+    "concatDim",
 ];
+
+/// The dimension `open([store, ...])` concatenates along unless `concatDim` says otherwise
+/// (as Python's `concat_dim`).
+pub const DEFAULT_CONCAT_DIM: &str = "time";
 
 /// The fields of a labelled variable's object (of [`JsVariable`]).
 pub const VARIABLE_NAMES: &[&str] = &["path", "shift", "sampleAxis"];
@@ -185,6 +190,8 @@ pub struct JsOpenOptions {
     /// `{ time: [lo, hi] }`: the samples whose coordinate lies in `[lo, hi]` (inclusive); bounds
     /// are numbers or dates `YYYY-MM-DD[THH:MM[:SS]]` (UTC), read by core's `Label::from_text`.
     pub sel: Option<std::collections::BTreeMap<String, (JsBound, JsBound)>>,
+    /// With a list of stores: the dimension they are concatenated along (default `"time"`).
+    pub concat_dim: Option<String>,
 }
 
 /// A `sel` bound as JS writes it: a number or a date string.
