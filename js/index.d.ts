@@ -248,7 +248,8 @@ export interface Batch {
   /**
    * With `coords` or `sel`: the sample axis's coordinate value of each row, by name; CF time
    * as nanoseconds since 1970 (`BigInt64Array`; `new Date(Number(ns / 1000000n))`), other
-   * coordinates as numbers.
+   * coordinates as numbers. With `patch`, also each patched axis's coordinate values that
+   * each row's patch covers: rows × patch extent, row-major.
    */
   coords?: Record<string, BigInt64Array | Float64Array>;
   /** With `modelParallel`: this rank's slice `start .. start + len` of every row along `dim`, part `index` of `of`. */

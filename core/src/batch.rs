@@ -22,8 +22,9 @@ pub struct Batch {
     pub patches: Option<BatchPatches>,
     /// This rank's part of every row under model parallelism (`mesh.rs`; `None`: whole rows).
     pub part: Option<BatchPart>,
-    /// The sample axis's coordinate value of each row's anchor (`coords.rs`), by name; empty
-    /// unless the dataset reads coordinates.
+    /// The sample axis's coordinate value of each row's anchor (`coords.rs`), by name, and
+    /// with patches each patched axis's coordinate values that each row's patch covers (rows
+    /// × patch extent, row by row); empty unless the dataset reads coordinates.
     pub coords: BTreeMap<String, crate::coords::CoordValues>,
 }
 

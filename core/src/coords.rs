@@ -113,6 +113,32 @@ impl Coordinate {
         }
     }
 
+    /// Its number of values.
+    pub fn len(&self) -> usize {
+        match &self.values {
+            CoordValues::Time(v) => v.len(),
+            CoordValues::Number(v) => v.len(),
+        }
+    }
+
+    /// True when it has no value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values `start .. start + len` after each start in `starts`, one run per start,
+    /// in order: what a batch carries for a patched axis (rows × patch extent). A patch fits
+    /// its field, whose length the coordinate has, so every run is whole.
+    pub fn runs(&self, starts: impl Iterator<Item = u64>, len: u64) -> CoordValues {
+        fn cut<T: Copy>(v: &[T], starts: impl Iterator<Item = u64>, len: u64) -> Vec<T> {
+            starts.flat_map(|s| v.get(s as usize..(s + len) as usize).unwrap_or_default().iter().copied()).collect()
+        }
+        match &self.values {
+            CoordValues::Time(v) => CoordValues::Time(cut(v, starts, len)),
+            CoordValues::Number(v) => CoordValues::Number(cut(v, starts, len)),
+        }
+    }
+
     /// The values of samples `samples`, in order, as the batch carries them.
     pub fn take(&self, samples: &[u64]) -> CoordValues {
         match &self.values {

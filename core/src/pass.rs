@@ -481,6 +481,15 @@ fn gather(
     if let Some(c) = at.coordinate {
         batch.coords.insert(c.name.clone(), c.take(&batch.sample_indices));
     }
+    if let (Some(p), Some(bp)) = (patcher, &patches) {
+        // Each patched axis's coordinate: the values each row's patch covers (rows × size).
+        for (k, c) in p.coordinates.iter().enumerate() {
+            if let Some(c) = c {
+                let starts = (0..rows.len()).map(|i| bp.origin(i)[k]);
+                batch.coords.insert(c.name.clone(), c.runs(starts, p.size[k]));
+            }
+        }
+    }
     for (vi, v) in vars.iter().enumerate() {
         let row = v.sample_bytes;
         let inner = v.out_inner(patcher);
@@ -523,6 +532,10 @@ fn gather(
 /// than they save).
 const MAX_PLANNED_TILES: u64 = 1 << 16;
 
+/// A pass whose uses times tiles per chunk exceed this reads whole chunks: the planning
+/// flags (a byte per tile and use) stay under 64 MiB.
+const MAX_PLANNED_FLAGS: u64 = 1 << 26;
+
 /// Restrict each use of `plan` to the inner tiles its rows' boxes touch (patches, or a
 /// rank's part of each row), where that is not all of them: the load then fetches and
 /// decodes those tiles only, and each use's key gets the set's fingerprint
@@ -546,7 +559,11 @@ pub(crate) fn plan_tiles(
             r.transforms.is_empty() && (2..=MAX_PLANNED_TILES).contains(&r.geom.n_tiles())
         })
         .collect();
-    if !eligible.contains(&true) {
+    let most_tiles = (vars.iter().zip(&eligible).filter(|(_, e)| **e))
+        .map(|(v, _)| engine.arrays[v.path as usize].geom.n_tiles())
+        .max()
+        .unwrap_or(0);
+    if !eligible.contains(&true) || (plan.uses.len() as u64).saturating_mul(most_tiles) > MAX_PLANNED_FLAGS {
         return;
     }
     // Per use: `None` while no row has asked, flags per tile, or whole (an empty Vec).

@@ -185,6 +185,9 @@ pub struct Patcher {
     positions: Vec<u64>,
     /// Rows per sample.
     per_sample: u64,
+    /// Per patched axis, its coordinate when the dataset reads coordinates and the store has
+    /// one (`None` otherwise): each batch then carries the values each patch covers.
+    pub coordinates: Vec<Option<std::sync::Arc<crate::coords::Coordinate>>>,
 }
 
 impl Patcher {
@@ -225,7 +228,7 @@ impl Patcher {
                 (Some(stride), count, positions)
             }
         };
-        Ok(Self { dims, extent, size, stride, positions, per_sample })
+        Ok(Self { dims, extent, size, stride, positions, per_sample, coordinates: Vec::new() })
     }
 
     /// Rows per sample: grid positions, or random patches per sample.

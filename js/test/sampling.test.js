@@ -98,3 +98,23 @@ test("bad mask, weights, mesh and sel options are refused with core's message", 
   await refused({ sel: { time: ['soon', '2020-01-02'] } }, /"soon" is neither a number nor a date/);
   await refused({ sel: { time: [0, 1], lat: [0, 1] } }, /one name/);
 });
+
+test('with coords, each patched row carries the coordinate values its patch covers', { skip }, async () => {
+  // cf: lat = linspace(60, 40, 5), lon = linspace(0, 5, 6).
+  const lat = [60, 55, 50, 45, 40], lon = [0, 1, 2, 3, 4, 5];
+  const ds = await open(CF, { batchSize: 5, coords: true, patch: { lat: 2, lon: 3 }, patchMode: 'random', patchesPerSample: 2 });
+  let rows = 0;
+  for (const b of await collect(ds.all())) {
+    const n = b.sampleIndices.length;
+    assert.equal(b.coords.lat.length, n * 2);
+    assert.equal(b.coords.lon.length, n * 3);
+    for (let i = 0; i < n; i++) {
+      const [y, x] = [Number(b.patchOrigins[2 * i]), Number(b.patchOrigins[2 * i + 1])];
+      assert.deepEqual([...b.coords.lat.subarray(2 * i, 2 * i + 2)], lat.slice(y, y + 2));
+      assert.deepEqual([...b.coords.lon.subarray(3 * i, 3 * i + 3)], lon.slice(x, x + 3));
+    }
+    rows += n;
+  }
+  assert.equal(rows, 48);
+  ds.close();
+});

@@ -502,20 +502,27 @@ fn hedge_from(v: &Bound<'_, PyAny>) -> PyResult<Option<HedgePolicy>> {
     Ok(Some(h))
 }
 
-/// A batch's coordinates for Python: name → numpy array (`datetime64[ns]` for CF time).
+/// A batch's coordinates for Python: name → numpy array (`datetime64[ns]` for CF time); a
+/// patched axis's values shaped `(rows, patch extent)`, as core lays them out row by row.
 pub(crate) fn coords_to_py<'py>(
     py: Python<'py>,
     coords: &std::collections::BTreeMap<String, insitubatch_core::coords::CoordValues>,
+    patches: Option<&insitubatch_core::BatchPatches>,
 ) -> PyResult<Bound<'py, PyAny>> {
     use insitubatch_core::coords::CoordValues;
     let d = PyDict::new(py);
     for (name, values) in coords {
-        let array = match values {
+        let mut array = match values {
             CoordValues::Time(ns) => {
                 Buffer::from_i64(ns.clone()).into_numpy(py)?.call_method1("view", ("datetime64[ns]",))?
             }
             CoordValues::Number(v) => py.import("numpy")?.getattr("asarray")?.call1((v.clone(), "float64"))?,
         };
+        if let Some(p) = patches
+            && let Some(k) = p.dims.iter().position(|dim| dim == name)
+        {
+            array = array.call_method1("reshape", ((-1i64, p.size[k]),))?;
+        }
         d.set_item(name, array)?;
     }
     Ok(d.into_any())
@@ -893,7 +900,7 @@ impl NativeStream {
                     offsets.set_item(label, o)?;
                 }
                 let (origins, dims) = patches_to_py(py, batch.patches.as_ref())?;
-                let coords = coords_to_py(py, &batch.coords)?;
+                let coords = coords_to_py(py, &batch.coords, batch.patches.as_ref())?;
                 let part = match &batch.part {
                     Some(p) => (p.dim.as_str(), p.start, p.start + p.len).into_pyobject(py)?.into_any(),
                     None => py.None().into_bound(py),

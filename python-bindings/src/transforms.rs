@@ -270,7 +270,7 @@ impl BatchTransform for PyBatchFn {
                     Some(p) => (p.dim.as_str(), p.start, p.start + p.len).into_pyobject(py)?.into_any(),
                     None => py.None().into_bound(py),
                 };
-                let py_coords = crate::coords_to_py(py, &coords)?;
+                let py_coords = crate::coords_to_py(py, &coords, patches.as_ref())?;
                 let arg = cls.call1((d, idx, offs, index, epoch, origins, dims, model_part, py_coords))?;
                 let out = self.func.bind(py).call1((arg,))?;
                 let mut new_arrays = BTreeMap::new();

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import url
+from conftest import stored, url
 
 from insitubatch_rs import InSituDataset
 
@@ -48,3 +48,18 @@ def test_bad_selections_are_clear_errors(fixtures):
         InSituDataset(url(fixtures, "cf"), sel={"level": (0, 5)})
     with pytest.raises(ValueError, match="no patch was given"):
         InSituDataset(url(fixtures, "cf"), patches_per_sample=2)
+
+
+def test_patches_carry_the_coordinates_they_cover(fixtures):
+    lat, lon = stored(fixtures, "cf", "lat"), stored(fixtures, "cf", "lon")
+    kw = dict(patch={"lat": 2, "lon": 3}, patch_mode="random", patches_per_sample=2, coords=True)
+    ds = InSituDataset(url(fixtures, "cf"), batch_size=5, **kw)
+    rows = 0
+    for b in ds.all:
+        assert b.coords["lat"].shape == (len(b), 2) and b.coords["lon"].shape == (len(b), 3)
+        for i, (y, x) in enumerate(b.patch_origins):
+            np.testing.assert_array_equal(b.coords["lat"][i], lat[y : y + 2])
+            np.testing.assert_array_equal(b.coords["lon"][i], lon[x : x + 3])
+        np.testing.assert_array_equal(b.coords["time"], TIMES[b.sample_indices])
+        rows += len(b)
+    assert rows == 48

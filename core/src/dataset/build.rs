@@ -84,6 +84,8 @@ pub struct DatasetBuilder {
     batch_transforms: Vec<Arc<dyn BatchTransform>>,
     /// The sample axis's coordinate, once read ([`Self::read_coordinate`]).
     coordinate: Option<Arc<Coordinate>>,
+    /// With `coords` and patches: the coordinates of the patched axes the store has.
+    patch_coordinates: Vec<Arc<Coordinate>>,
 }
 
 impl std::fmt::Debug for DatasetBuilder {
@@ -112,6 +114,7 @@ impl Dataset {
             chunk_transforms: Vec::new(),
             batch_transforms: Vec::new(),
             coordinate: None,
+            patch_coordinates: Vec::new(),
         }
     }
 }
@@ -255,7 +258,35 @@ impl DatasetBuilder {
             });
         }
         self.coordinate = coordinate.filter(|_| wanted).map(Arc::new);
+        self.patch_coordinates = self.read_patch_coordinates(&storage, &variables).await;
         Ok(self)
+    }
+
+    /// With `coords` and patches: each patched axis's coordinate (a 1-d array named after
+    /// its dimension beside the first variable that has the axis), for the values of each
+    /// patch. One the store lacks, or cannot be read as numbers, is left out: patches work
+    /// without it, as before coordinates were asked for.
+    async fn read_patch_coordinates(&self, storage: &dyn Storage, variables: &[Variable]) -> Vec<Arc<Coordinate>> {
+        let Some(patch) = self.options.patch.as_ref().filter(|_| self.options.coords || self.options.sel.is_some())
+        else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (axis, _) in &patch.size {
+            let found = variables.iter().find_map(|v| {
+                let names = self.find_opened(&v.geometry.path).ok()?.dimension_names()?;
+                let a = match axis {
+                    PatchAxis::Name(n) => names.iter().position(|x| x.as_deref() == Some(n.as_str()))?,
+                    PatchAxis::Axis(a) => *a,
+                };
+                Some((v, names.get(a)?.clone()?, *v.geometry.shape.get(a)?))
+            });
+            let Some((v, name, extent)) = found else { continue };
+            if let Ok(Some(c)) = crate::coords::read_coordinate(storage, &v.geometry.path, &name, extent).await {
+                out.push(Arc::new(c));
+            }
+        }
+        out
     }
 
     /// Read the metadata of the selected arrays not yet [`Self::opened`] (all data arrays,
@@ -315,6 +346,7 @@ impl DatasetBuilder {
         };
         Assembly {
             coordinate: self.coordinate,
+            patch_coordinates: self.patch_coordinates,
             storage: self.storage,
             runtime: self.runtime,
             arrays: self.opened,
@@ -455,6 +487,7 @@ fn distinct(items: impl Iterator<Item = String>) -> Vec<String> {
 /// The resolved parts of a dataset, checked and wired by [`Assembly::assemble`].
 struct Assembly {
     coordinate: Option<Arc<Coordinate>>,
+    patch_coordinates: Vec<Arc<Coordinate>>,
     storage: Arc<dyn Storage>,
     runtime: Runtime,
     arrays: Vec<ZarrArray>,
@@ -769,7 +802,11 @@ impl Assembly {
                 if axes.len() == 1 { "it" } else { "them all" }
             )));
         };
-        Ok(Some(Arc::new(Patcher::new(options, names, extent)?)))
+        let mut patcher = Patcher::new(options, names, extent)?;
+        patcher.coordinates = (patcher.dims.iter().zip(&patcher.extent))
+            .map(|(d, &e)| self.patch_coordinates.iter().find(|c| c.name == *d && c.len() as u64 == e).cloned())
+            .collect();
+        Ok(Some(Arc::new(patcher)))
     }
 
     /// Block size (widened so a block holds a batch of rows) and the residency floor over

@@ -281,3 +281,31 @@ fn random_patches_read_only_the_tiles_they_touch_once_each() {
         }
     }
 }
+
+/// With `coords`, each batch carries the values of each patched axis's coordinate that each
+/// row's patch covers (rows × patch extent), beside the patches.
+#[test]
+fn with_coords_each_row_carries_its_patch_coordinates() {
+    let storage = store(false);
+    write_f32_array(&storage, "lat", &[6], &[6], None, Some(&["lat"]), |i| 10.0 * i as f32);
+    write_f32_array(&storage, "lon", &[8], &[8], None, Some(&["lon"]), |i| 100.0 + i as f32);
+    let options = DatasetOptions { coords: true, ..Default::default() };
+    let (sim, ds) = open(&storage, named(&[("lat", 2), ("lon", 3)], PatchMode::Random { per_sample: 2 }), options);
+    let mut rows = 0;
+    for b in epoch(&sim, &ds, 1) {
+        let p = b.patches.as_ref().unwrap();
+        let crate::coords::CoordValues::Number(lat) = &b.coords["lat"] else { panic!("numbers") };
+        let crate::coords::CoordValues::Number(lon) = &b.coords["lon"] else { panic!("numbers") };
+        assert_eq!((lat.len(), lon.len()), (b.len() * 2, b.len() * 3), "rows × patch extent");
+        for i in 0..b.len() {
+            let o = p.origin(i);
+            assert_eq!(&lat[i * 2..i * 2 + 2], &[10.0 * o[0] as f64, 10.0 * (o[0] + 1) as f64]);
+            let want: Vec<f64> = (0..3).map(|c| 100.0 + (o[1] + c) as f64).collect();
+            assert_eq!(&lon[i * 3..i * 3 + 3], want.as_slice());
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, 24);
+    let (sim, plain) = open(&storage, named(&[("lat", 2)], PatchMode::Random { per_sample: 1 }), Default::default());
+    assert!(epoch(&sim, &plain, 0)[0].coords.is_empty(), "coordinates only when asked for");
+}

@@ -392,7 +392,8 @@ class Batch(Mapping[str, np.ndarray]):
     #: row's box (the field, or its patch); ``None`` for whole rows.
     model_part: tuple[str, int, int] | None = None
     #: With ``coords=True`` (or ``sel``): the sample axis's coordinate value of each row,
-    #: ``{"time": datetime64[ns] array}``; empty otherwise.
+    #: ``{"time": datetime64[ns] array}``, and with patches each patched axis's coordinate
+    #: values that each row's patch covers, ``{"lat": (rows, patch extent)}``; empty otherwise.
     coords: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, label: str) -> np.ndarray:
