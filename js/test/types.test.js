@@ -57,8 +57,21 @@ const EVERY_OPTION = {
   patchMode: 'random',
   patchesPerSample: 2,
 };
-/** Options core refuses beside EVERY_OPTION's (a stride is for grids): type-checked, not opened. */
-const EVERY_OTHER_OPTION = { storageOptions: { aws_region: 'x' }, patchStride: [[1, 2]] };
+/**
+ * Options core refuses beside EVERY_OPTION's (a stride is for grids), or that need another
+ * store (a coordinate, a mesh axis, one mask entry per sample): type-checked, not opened.
+ */
+const EVERY_OTHER_OPTION = {
+  storageOptions: { aws_region: 'x' },
+  patchStride: [[1, 2]],
+  sampleMask: [true, false],
+  sampleWeights: new Float64Array([1, 2]),
+  modelParallel: 2,
+  modelParallelAxis: 'lat',
+  coords: true,
+  sel: { time: ['2020-01-01', '2020-01-02T06:00'] },
+  concatDim: 'time',
+};
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
 const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];
 
