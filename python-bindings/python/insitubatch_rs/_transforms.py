@@ -149,7 +149,7 @@ def _cache_token(transform: Any) -> str:
     if key is not None:
         return f"key:{key}"
     try:
-        import cloudpickle  # type: ignore[import-not-found]
+        import cloudpickle
 
         return "pickle:" + hashlib.sha256(cloudpickle.dumps(transform)).hexdigest()
     except Exception:  # not installed, or not picklable: fall back to the source
