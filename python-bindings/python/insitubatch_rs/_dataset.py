@@ -422,7 +422,8 @@ class InSituDataset:
     ``sample_mask``: one bool per sample on the sample axis; a ``False`` sample is never
     drawn. Or ``(variable, fn)``: the array ``variable`` of the store (a cheap one: a
     per-sample series, a coarse field) is read whole at open and ``fn(values)`` (sample axis
-    first) returns the mask, e.g. ``("land_frac", lambda v: v.mean(axis=(1, 2)) > 0.3)``. ``sample_weights``: one weight per sample, its expected draws per epoch (0 to
+    first) returns the mask, e.g. ``("land_frac", lambda v: v.mean(axis=(1, 2)) > 0.3)``.
+    ``sample_weights``: one weight per sample, its expected draws per epoch (0 to
     1024; a weight of 2 is drawn twice as often as a weight of 1, a fractional part is one
     more draw with that probability, the same for the same ``(seed, epoch)``). Every chunk
     is still read once per epoch; an epoch has about the sum of the weights in rows, and
