@@ -172,14 +172,21 @@ pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsVal
         };
         mounts.push((name, storage));
     }
-    let joined = insitubatch_core::JoinedStorage::new(mounts).map_err(err)?;
-    let url = insitubatch_core::Storage::location(&joined);
+    open_named(insitubatch_core::JoinedStorage::new(mounts).map_err(err)?, &opts).await
+}
+
+/// Open a storage built of several (a join, a concatenation), named by its own location.
+async fn open_named<S: insitubatch_core::Storage + 'static>(
+    storage: S,
+    opts: &JsOpenOptions,
+) -> Result<Dataset, JsError> {
+    let url = insitubatch_core::Storage::location(&storage);
     #[allow(
         clippy::arc_with_non_send_sync,
         reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
     )]
-    let joined = Arc::new(joined);
-    open_on(joined, url, &opts).await
+    let storage = Arc::new(storage);
+    open_on(storage, url, opts).await
 }
 
 /// Open several stores end to end along the sample axis (core's `ConcatStorage`,
@@ -197,14 +204,7 @@ pub async fn open_concat(parts: Vec<JsValue>, options: JsValue) -> Result<Datase
     }
     let dim = opts.concat_dim.as_deref().unwrap_or(crate::DEFAULT_CONCAT_DIM);
     let axis = opts.sample_axis.unwrap_or_default();
-    let concat = insitubatch_core::ConcatStorage::open(storages, dim, axis).await.map_err(err)?;
-    let url = insitubatch_core::Storage::location(&concat);
-    #[allow(
-        clippy::arc_with_non_send_sync,
-        reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
-    )]
-    let concat = Arc::new(concat);
-    open_on(concat, url, &opts).await
+    open_named(insitubatch_core::ConcatStorage::open(storages, dim, axis).await.map_err(err)?, &opts).await
 }
 
 /// A joined store given as a storage object.
