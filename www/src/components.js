@@ -1,7 +1,8 @@
 // The rendering pieces the dashboard (main.js) and the notebook widget (widget.js) share:
 // sizes as text, the memory and split tables of a describe report, the memory model as a
 // stacked bar, the draw-order plot, a batch as a grid of pictures on one colour scale with
-// the value under the cursor, a probe report, and a progress line for slow reads. Each builds DOM nodes
+// the value under the cursor, a patched batch's patch map, the notes of a report, a probe
+// report, and a progress line for slow reads. Each builds DOM nodes
 // from the engine's reports and leaves page layout (ids, sections, controls) to its caller;
 // their few style rules are COMPONENTS_CSS (class names prefixed `ib-`, safe in a notebook).
 import { VIRIDIS } from './colormap.js';
@@ -29,6 +30,20 @@ export const COMPONENTS_CSS = `
 .ib-probe-group th { font-weight: normal; color: #555; text-align: left; padding-right: 10px; }
 .ib-probe-notes { margin: 6px 0 0; padding-left: 18px; font-size: 13px; }
 .ib-hover { display: block; min-height: 1.4em; font-variant-numeric: tabular-nums; font-size: 13px; color: #333; margin-bottom: 6px; }
+
+.ib-notes { margin: 0; padding-left: 18px; font-size: 13px; }
+.ib-notes li.warn { color: #8a5a00; }
+.ib-notes li.ib-note-key { background: #eef7f6; border-left: 3px solid #21918c; padding: 2px 6px; margin: 2px 0; list-style: none; margin-left: -18px; }
+.ib-patchmap { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: flex-start; margin: 6px 0; }
+.ib-patchmap svg { width: min(420px, 100%); height: auto; border: 1px solid #bbb; background: #f4f4f4; display: block; }
+.ib-patchmap-caption { flex: 1 1 240px; font-size: 13px; color: #333; margin: 0; }
+.ib-patch rect, .ib-patch-grid { vector-effect: non-scaling-stroke; }
+.ib-patch rect { fill-opacity: 0.2; stroke-width: 1.5; }
+.ib-patch-label { font-family: system-ui, sans-serif; font-weight: 600; fill: #000; pointer-events: none; }
+.ib-patch.ib-hl rect { fill-opacity: 0.55; stroke-width: 3; }
+.ib-patch-grid { fill: none; stroke: #aaa; stroke-width: 1; stroke-dasharray: 3 2; }
+.ib-patch-swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; vertical-align: baseline; }
+figure.ib-hl .pics canvas { outline: 3px solid var(--ib-row-colour, #21918c); outline-offset: -1px; }
 `;
 
 /** `1.5 GiB`-style sizes, as the engine's `human_bytes`. */
@@ -140,6 +155,8 @@ export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shi
   for (let r = 0; r < rows; r++) {
     const fig = document.createElement('figure');
     fig.className = 'sample';
+    fig.dataset.row = String(r);
+    const at = patchAt(b, r);
     const pics = document.createElement('div');
     pics.className = 'pics';
     labels.forEach((l, k) => {
@@ -148,7 +165,7 @@ export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shi
       cv.dataset.sample = String(b.sampleIndices[r]);
       cv.dataset.label = l;
       const sample = k === 0 ? Number(b.sampleIndices[r]) : Number(b.sampleIndices[r]) + shift;
-      cv.title = k === 0 ? `${l} at sample ${sample}` : `${l}: target, sample ${sample}`;
+      cv.title = `${k === 0 ? `${l} at sample ${sample}` : `${l}: target, sample ${sample}`}${at ? `, the patch at ${at}` : ''}`;
       drawSlice(cv, values[k], layout, r, extra, vmin, vmax);
       if (scale) {
         cv.style.width = `${layout.width * scale}px`;
@@ -163,7 +180,7 @@ export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shi
           const fy = (e.clientY - rect.top - cv.clientTop) / Math.max(1, cv.clientHeight);
           const x = Math.min(layout.width - 1, Math.max(0, Math.floor(fx * layout.width)));
           const y = Math.min(layout.height - 1, Math.max(0, Math.floor(fy * layout.height)));
-          onHover({ label: l, sample, x, y, value: values[k][base + y * layout.width + x] });
+          onHover({ label: l, sample, x, y, value: values[k][base + y * layout.width + x], patch: at });
         });
         cv.addEventListener('mouseleave', () => onHover(null));
       }
@@ -171,6 +188,14 @@ export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shi
     });
     const cap = document.createElement('figcaption');
     cap.textContent = shift ? `sample ${b.sampleIndices[r]} → target ${Number(b.sampleIndices[r]) + shift}` : `sample ${b.sampleIndices[r]}`;
+    if (at) {
+      // The row's colour and number, as its rectangle in the patch map (`patchMap`).
+      const sw = el('span', { className: 'ib-patch-swatch' });
+      sw.style.background = rowColour(r);
+      fig.style.setProperty('--ib-row-colour', rowColour(r));
+      cap.prepend(sw, `#${r} `);
+      cap.append(`, patch at ${at}`);
+    }
     fig.append(pics, cap);
     figs.push(fig);
   }
@@ -181,7 +206,20 @@ export function batchFigures(b, { labels, values, layout, extra, vmin, vmax, shi
 export function hoverText(h, units) {
   if (!h) return 'hover over a picture to read its values';
   const v = Number.isFinite(h.value) ? Number(h.value.toPrecision(7)) : h.value;
-  return `${h.label}, sample ${h.sample}, column ${h.x}, row ${h.y}: ${v}${units ? ` ${units}` : ''}`;
+  return `${h.label}, sample ${h.sample}, column ${h.x}, row ${h.y}${h.patch ? ` of the patch at ${h.patch}` : ''}: ${v}${units ? ` ${units}` : ''}`;
+}
+
+/** Row `r`'s colour in a patch map and its picture's caption: neighbours differ (the golden ratio, as the draw order's blocks). */
+export function rowColour(r) {
+  const k = Math.floor(((r * 0.618034) % 1) * 200) + 28;
+  return `rgb(${VIRIDIS[k * 3]},${VIRIDIS[k * 3 + 1]},${VIRIDIS[k * 3 + 2]})`;
+}
+
+/** Row `r`'s patch origin in words (`lat 45, lon 90`), or `null` for a batch of whole samples. */
+export function patchAt(b, r) {
+  if (!b.patchOrigins || !b.patchDims) return null;
+  const n = b.patchDims.length;
+  return b.patchDims.map((d, k) => `${d} ${b.patchOrigins[r * n + k]}`).join(', ');
 }
 
 /** The stacked bar's parts, in the order the engine adds them up to `accounted_bytes`. */
@@ -243,6 +281,158 @@ export function memoryBar(m) {
     );
   }
   return box;
+}
+
+/** The notes that say what a row is and how often a sample is drawn: shown first, marked. */
+export const KEY_NOTES = ['patches', 'sample-draws'];
+
+/**
+ * The `<li>`s of a report's notes (`report.notes`): the patches and mask/weights notes first
+ * and marked (a preview of patched or weighted data is misread without them), then the rest
+ * in the engine's order. Each has `data-code` (tests find a note by it).
+ */
+export function notesList(notes) {
+  if (!notes.length) return [el('li', { textContent: 'none' })];
+  const key = (n) => KEY_NOTES.includes(n.code);
+  return [...notes.filter(key), ...notes.filter((n) => !key(n))].map((n) => {
+    const li = el('li', { className: `${n.severity}${key(n) ? ' ib-note-key' : ''}` }, el('strong', { textContent: n.code }), ` (${n.subject}, ${n.severity}): ${n.message}`);
+    li.dataset.code = n.code;
+    return li;
+  });
+}
+
+/**
+ * The patched axes of array `meta` (`Explorer.arrays()`' entry) for a batch's `patchDims`:
+ * each dimension name (or `axis{k}`, the engine's name for an unnamed axis) as its axis index
+ * and full length. `null` when the array lacks one of them (it is read whole).
+ */
+export function patchAxes(meta, dims) {
+  const axes = dims.map((d) => {
+    let axis = (meta.dimension_names ?? []).indexOf(d);
+    const m = /^axis(\d+)$/.exec(d);
+    if (axis < 0 && m) axis = Number(m[1]);
+    return axis >= 0 && axis < meta.shape.length ? { dim: d, axis, length: meta.shape[axis] } : null;
+  });
+  return axes.every(Boolean) ? axes : null;
+}
+
+/** `patchStride`-style sizes (an object, a `Map` or `[axis, size]` pairs) as a `Map`, keys as strings. */
+function sizesByAxis(sizes) {
+  if (!sizes) return new Map();
+  const pairs = sizes instanceof Map || Array.isArray(sizes) ? [...sizes] : Object.entries(sizes);
+  return new Map(pairs.map(([k, v]) => [String(k), Number(v)]));
+}
+
+/** Grid origins on one axis: from 0 by `step` while the patch fits (a remainder is never drawn). */
+function gridStarts(length, size, step) {
+  const out = [];
+  for (let p = 0; p + size <= length; p += Math.max(1, step)) out.push(p);
+  return out;
+}
+
+const SVG = 'http://www.w3.org/2000/svg';
+const svg = (tag, attrs = {}) => {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  return e;
+};
+
+/** More grid positions than this are not drawn (a 721 × 1440 field in 8 × 8 patches has 16 000). */
+const MAX_GRID_CELLS = 2500;
+
+/**
+ * Where the rows of patched batch `b` lie in a sample's field: an SVG of the field (the
+ * patched axes' full lengths, from `meta`, the array drawn; `shape` the batch array's shape,
+ * rows first) with each row's patch as a rectangle at its origin (`patchOrigins`), in the
+ * row's colour and numbered as its picture's caption; in grid mode the grid's positions
+ * (`stride`: `patchStride` as given, default the patch size) faintly behind. The last two
+ * patched axes in array order are the map's rows and columns, as in the pictures; one patched
+ * axis is a strip. `figures` (`batchFigures` of `b`, one per row) are linked both ways:
+ * hovering a picture or a rectangle highlights the pair. Rectangles carry `data-row`,
+ * `data-sample` and `data-origin` (the origin in `patchDims` order; tests read them).
+ * Returns `null` for a batch of whole samples or an array without the patched axes.
+ */
+export function patchMap(b, { meta, shape, mode = 'grid', stride, figures = [] }) {
+  if (!b.patchOrigins || !b.patchDims) return null;
+  const axes = patchAxes(meta, b.patchDims);
+  if (!axes) return null;
+  const nd = axes.length;
+  // Batch arrays are [rows, ...the array's axes without the sample axis 0]: axis a is shape[a].
+  const size = axes.map((a) => shape[a.axis]);
+  const byAxis = [...axes.keys()].sort((i, j) => axes[i].axis - axes[j].axis);
+  const xk = byAxis[nd - 1];
+  const yk = nd >= 2 ? byAxis[nd - 2] : null;
+  const W = axes[xk].length;
+  const H = yk === null ? Math.max(1, Math.round(W / 12)) : axes[yk].length;
+  const box = (k, o) => (k === null ? [0, H] : [o[k], size[k]]);
+  const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', preserveAspectRatio: 'xMidYMid meet' });
+  root.setAttribute('aria-label', `patch map: ${b.patchDims.join(' × ')} field with ${shape[0]} patches`);
+  Object.assign(root.dataset, { width: String(W), height: String(H), x: axes[xk].dim, y: yk === null ? '' : axes[yk].dim });
+  const steps = sizesByAxis(stride);
+  const step = (k) => steps.get(axes[k].dim) ?? steps.get(String(axes[k].axis)) ?? size[k];
+  const xs = gridStarts(W, size[xk], step(xk));
+  const ys = yk === null ? [0] : gridStarts(H, size[yk], step(yk));
+  const drawGrid = mode === 'grid' && xs.length * ys.length <= MAX_GRID_CELLS;
+  if (drawGrid) {
+    for (const y of ys) for (const x of xs) root.append(svg('rect', { class: 'ib-patch-grid', x, y, width: size[xk], height: yk === null ? H : size[yk] }));
+  }
+  const rows = shape[0];
+  const groups = [];
+  // Rows of different samples often share an origin (a grid has few): one label per place.
+  const labels = new Map();
+  for (let r = 0; r < rows; r++) {
+    const o = [...b.patchOrigins.subarray(r * nd, (r + 1) * nd)].map(Number);
+    const [x, w] = box(xk, o);
+    const [y, h] = box(yk, o);
+    const g = svg('g', { class: 'ib-patch' });
+    Object.assign(g.dataset, { row: String(r), sample: String(b.sampleIndices[r]), origin: o.join(',') });
+    const colour = rowColour(r);
+    g.append(svg('rect', { x, y, width: w, height: h, fill: colour, stroke: colour }));
+    const place = `${x},${y}`;
+    if (!labels.has(place)) labels.set(place, { x, y, w, h, rows: [] });
+    labels.get(place).rows.push(r);
+    const title = svg('title');
+    title.textContent = `#${r}: sample ${b.sampleIndices[r]}, patch at ${patchAt(b, r)}`;
+    g.append(title);
+    root.append(g);
+    groups.push(g);
+  }
+  if (rows <= 64) {
+    for (const { x, y, w, h, rows: here } of labels.values()) {
+      const text = here.join(' ');
+      // In the patch's top-left corner (random patches' centres crowd; their corners less),
+      // as large as fits: a third of its height, its width for the digits.
+      const fontSize = Math.max(1, Math.min(h * 0.3, (w * 0.85) / (0.6 * text.length)));
+      const t = svg('text', { class: 'ib-patch-label', x: x + fontSize * 0.2, y: y + fontSize * 0.1, 'dominant-baseline': 'hanging', 'font-size': fontSize });
+      t.textContent = text;
+      root.append(t);
+    }
+  }
+  const highlight = (r, on) => {
+    groups[r]?.classList.toggle('ib-hl', on);
+    figures[r]?.classList.toggle('ib-hl', on);
+  };
+  groups.forEach((g, r) => {
+    g.addEventListener('mouseenter', () => highlight(r, true));
+    g.addEventListener('mouseleave', () => highlight(r, false));
+  });
+  figures.forEach((f, r) => {
+    f.addEventListener('mouseenter', () => highlight(r, true));
+    f.addEventListener('mouseleave', () => highlight(r, false));
+  });
+  const ext = (k) => `${axes[k].dim} ${size[k]} of ${axes[k].length}`;
+  const others = axes.filter((_, k) => k !== xk && k !== yk).map((a) => a.dim);
+  const cap = el(
+    'p',
+    { className: 'ib-patchmap-caption' },
+    `Where each row's patch lies in its sample's field: patches of ${[yk, xk].filter((k) => k !== null).map(ext).join(' × ')} ` +
+      `(${mode}${mode === 'grid' ? `, ${xs.length * ys.length} grid positions${drawGrid ? ' dashed' : ', too many to draw'}` : ''}). ` +
+      `Rectangles are numbered and coloured as the pictures below; hover either to pair them. Rows of different samples share the map.` +
+      (others.length ? ` Also patched: ${others.join(', ')} (each picture's caption gives its origin).` : ''),
+  );
+  const out = el('div', { className: 'ib-patchmap' }, root, cap);
+  out.dataset.rows = String(rows);
+  return out;
 }
 
 const MB = (bytesPerS) => `${(bytesPerS / 1e6).toFixed(1)} MB/s`;

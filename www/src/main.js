@@ -13,7 +13,7 @@ import 'uplot/dist/uPlot.min.css';
 const workerUrl = new URL('/insitubatch-js/src/worker.js', location.href);
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
 import { jobTable, parseMetrics, rankRows } from './job.js';
-import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, probeView, progressLine, row, splitRows } from './components.js';
+import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, notesList, patchMap, probeView, progressLine, row, splitRows } from './components.js';
 
 const $ = (id) => document.getElementById(id);
 const MiB = 1024 * 1024;
@@ -33,6 +33,8 @@ const state = {
   live: { ds: null, ticks: [], done: null, error: null, stop: false, build: null },
   /** The last probe: its report (or error), and the configuration it measured (`probeKey()`). */
   probe: { report: null, error: null, key: null, stale: false },
+  /** The banner's text when it shows a refused configuration (cleared once the controls are accepted again). */
+  configError: null,
   /** The errors the banner showed, oldest first (the last 100: the page stays open for long). */
   errors: [],
   /** The progress texts shown when a slow step started (`preview` or `live`), oldest first (the last 100). */
@@ -210,11 +212,44 @@ function num(id) {
   return v === '' ? undefined : Number(v);
 }
 
-/** The configuration the controls describe, in `open()`'s option names. */
+/**
+ * `lat=45,lon=90` (the CLI's `--patch` spelling) as `[axis, size]` pairs, in the order
+ * typed (the order of `patchOrigins`' columns): a name, or digits for an axis index. Empty
+ * text is `undefined`; anything else not AXIS=SIZE is an error naming `what`. The engine
+ * checks the rest (an axis no variable has, a size beyond the axis).
+ */
+export function parseAxisSizes(text, what) {
+  const t = text.trim();
+  if (t === '') return undefined;
+  return t.split(',').map((part) => {
+    const m = /^\s*([^=\s]+)\s*=\s*(\d+)\s*$/.exec(part);
+    if (!m) throw new Error(`${what}: ${JSON.stringify(part.trim())} is not AXIS=SIZE; write sizes as lat=45,lon=90 (a dimension name or an axis index)`);
+    return [/^\d+$/.test(m[1]) ? Number(m[1]) : m[1], Number(m[2])];
+  });
+}
+
+/**
+ * The patch options of the controls (`patch`, `patchMode`, and the stride of a grid or the
+ * patches per sample of a random draw); none without a patch size, as the engine asks.
+ */
+function patchOptions() {
+  const patch = parseAxisSizes($('patch').value, 'patch size');
+  const random = $('patchMode').value === 'random';
+  // Each mode's own knob only: the other is disabled, and the engine refuses it.
+  $('patchStride').disabled = random;
+  $('patchesPerSample').disabled = !random;
+  if (!patch) return {};
+  return random
+    ? { patch, patchMode: 'random', patchesPerSample: num('patchesPerSample') }
+    : { patch, patchMode: 'grid', patchStride: parseAxisSizes($('patchStride').value, 'patch stride') };
+}
+
+/** The configuration the controls describe, in `open()`'s option names (an Error for unparsable patch text). */
 export function currentOptions() {
   const variables = [...document.querySelectorAll('input[name=var]:checked')].map((i) => i.value);
   const budget = num('budgetMiB');
   return {
+    ...patchOptions(),
     variables,
     batchSize: num('batchSize'),
     blockChunks: num('blockChunks'),
@@ -244,17 +279,25 @@ function scheduleUpdate() {
 
 function update() {
   if (!state.explorer) return;
-  const opts = currentOptions();
   const w = whatIf();
   const err = $('config-error');
+  let opts;
   try {
+    opts = currentOptions();
     state.report = state.explorer.describe(opts, w);
     $('describe-text').textContent = state.explorer.describeText(opts, w);
     state.error = null;
     err.textContent = '';
+    // A refusal the banner showed is answered once the controls describe a dataset again.
+    if ($('banner').dataset.error === state.configError) clearError();
+    state.configError = null;
   } catch (e) {
     state.error = e.message;
     err.textContent = e.message;
+    // The banner too: a refused patch (an axis no variable has, a size beyond the axis) is
+    // the engine's error, and the preview and live run would meet it next.
+    showError('the configuration was refused', e);
+    state.configError = $('banner').dataset.error;
     document.body.dataset.describeGen = String(Number(document.body.dataset.describeGen ?? 0) + 1);
     return;
   }
@@ -297,16 +340,7 @@ function showReport(r) {
       return tr;
     }),
   );
-  $('notes').replaceChildren(
-    ...(r.notes.length
-      ? r.notes.map((n) => {
-          const li = document.createElement('li');
-          li.className = n.severity;
-          li.textContent = `[${n.severity}] ${n.code} (${n.subject}): ${n.message}`;
-          return li;
-        })
-      : [Object.assign(document.createElement('li'), { textContent: 'none' })]),
-  );
+  $('notes').replaceChildren(...notesList(r.notes));
 }
 
 /** A chart's size: its box's width, `height` tall (uPlot draws at a fixed size). */
@@ -366,7 +400,13 @@ const probeProgress = timedProgress($('probe-progress'), 'probe');
 /** What a probe depends on: the store, the options and the what-if's epoch, shift and threads. */
 function probeKey() {
   const w = whatIf();
-  return JSON.stringify([state.url, currentOptions(), w.epoch, w.shift, w.threads]);
+  let opts;
+  try {
+    opts = currentOptions();
+  } catch (e) {
+    opts = e.message; // unparsable controls: no probe is for them
+  }
+  return JSON.stringify([state.url, opts, w.epoch, w.shift, w.threads]);
 }
 
 function resetProbe() {
@@ -555,14 +595,33 @@ function showBatch() {
   };
   onHover(null);
   const figs = batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift: p.shift, onHover });
+  showPatchMap(b, label, arr.shape, p.opts, figs);
   const box = $('batch');
   box.replaceChildren(...figs);
   box.dataset.label = label;
   box.dataset.batch = String(b.index);
   box.dataset.epoch = String(b.epoch);
-  p.shown = { label, labels, batch: b.index, epoch: b.epoch, sampleIndices: [...b.sampleIndices].map(Number), vmin, vmax, extra, shift: p.shift };
+  p.shown = {
+    label, labels, batch: b.index, epoch: b.epoch, sampleIndices: [...b.sampleIndices].map(Number), vmin, vmax, extra, shift: p.shift,
+    patchDims: b.patchDims ?? null,
+    patchOrigins: b.patchOrigins ? [...b.patchOrigins].map(Number) : null,
+  };
   $('preview-pos').textContent = `epoch ${b.epoch}, batch ${b.index + 1} of ${p.pass?.length ?? '?'} (${rows} samples, ${labels.join(' | ')} [${inner.join(', ')}])`;
   $('preview-pos').dataset.ended = 'false';
+}
+
+/**
+ * A patched batch's patch map above its pictures (`patchMap`: each row's patch in the field,
+ * paired with its picture on hover); hidden for whole samples. A variable without the
+ * patched axes is read whole, its rows repeated per patch: the map says so instead.
+ */
+function showPatchMap(b, label, shape, opts, figs) {
+  const box = $('patch-map');
+  const meta = state.arrays.find((a) => a.path === label);
+  const map = meta && patchMap(b, { meta, shape, mode: opts.patchMode, stride: opts.patchStride, figures: figs });
+  const whole = b.patchOrigins && !map ? [Object.assign(document.createElement('p'), { className: 'muted small', textContent: `${label} has no ${b.patchDims.join(', ')} axes: each row is its whole sample, repeated for each patch` })] : [];
+  box.replaceChildren(...(map ? [map] : whole));
+  box.hidden = !map && !whole.length;
 }
 
 // ---------- 4. live run ----------

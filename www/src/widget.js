@@ -1,8 +1,8 @@
 // The notebook widget's front end (anywidget; the Python side is
 // python-bindings/python/insitubatch_rs/widgets.py). The wasm engine runs in the notebook's
-// browser tab with the dashboard's knobs and shows the describe report, the draw order and
-// real shuffled batches with a colour bar, drawn by the dashboard's own components; a button
-// probes the store for a predicted epoch.
+// browser tab with the dashboard's knobs and shows the describe report and its notes, the draw
+// order and real shuffled batches with a colour bar (a patched batch with its patch map),
+// drawn by the dashboard's own components; a button probes the store for a predicted epoch.
 //
 // Where the store is read: a public http(s) store is fetched by the browser; any other
 // (local path, private bucket, a store object) through the kernel, by a storage object
@@ -12,7 +12,7 @@
 // comes from the kernel as the `_wasm` bytes trait, so the bundle needs no URL of its own.
 import { initialize, openExplorer } from 'insitubatch';
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
-import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, probeView, progressLine, row, splitRows } from './components.js';
+import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, notesList, patchMap, probeView, progressLine, row, splitRows } from './components.js';
 
 const CSS = `
 .ib-widget { font: 13px system-ui, sans-serif; color: #222; }
@@ -86,8 +86,12 @@ function table(rows) {
   return el('table', {}, el('tbody', {}, ...rows));
 }
 
-/** Show one batch of `pass` in `box`: each sample's slice, input | target when windowed. */
-function showBatch(root, box, b, { label, shift, units }) {
+/**
+ * Show one batch of `pass` in `box`: each sample's slice, input | target when windowed; a
+ * patched batch's rows are its patches, with the patch map (`meta`: the drawn array's entry
+ * of `arrays()`; `options`: the widget's, for the patch mode and stride) above them.
+ */
+function showBatch(root, box, b, { label, shift, units, meta, options }) {
   const labels = shift ? [label, `${label}@${shift > 0 ? '+' : ''}${shift}`] : [label];
   const arr = b.arrays[label];
   if (!arr) throw new Error(`the batch has no array ${JSON.stringify(label)}; it has ${Object.keys(b.arrays).join(', ')}`);
@@ -108,11 +112,14 @@ function showBatch(root, box, b, { label, shift, units }) {
   const onHover = (h) => {
     hover.textContent = hoverText(h, units);
   };
-  const grid = el('div', { className: 'ib-grid' }, ...batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift, scale, onHover }));
+  const figs = batchFigures(b, { labels, values, layout, extra, vmin, vmax, shift, scale, onHover });
+  const grid = el('div', { className: 'ib-grid' }, ...figs);
+  const map = meta ? patchMap(b, { meta, shape: arr.shape, mode: options.patchMode, stride: options.patchStride, figures: figs }) : null;
   box.replaceChildren(
     el('div', { className: 'ib-cb' }, el('span', { textContent: vmin.toPrecision(5) }), cb, el('span', { textContent: `${vmax.toPrecision(5)} ${units ?? ''}` })),
     el('div', { textContent: `epoch ${b.epoch}, batch ${b.index + 1}: ${labels.join(' | ')}, ${arr.shape[0]} samples [${arr.shape.slice(1).join(', ')}]` }),
     hover,
+    ...(map ? [map] : []),
     grid,
   );
   Object.assign(box.dataset, { label, batch: String(b.index), epoch: String(b.epoch), vmin: String(vmin), vmax: String(vmax) });
@@ -240,6 +247,7 @@ async function render({ model, el: host }) {
     describeBox.replaceChildren(
       memoryBar(report.memory),
       el('div', { className: 'ib-cols' }, table(memoryRows(report.memory)), table(splitRows(report.config))),
+      el('ul', { className: 'ib-notes' }, ...notesList(report.notes)),
       el('details', {}, el('summary', { textContent: 'describe report (text)' }), el('pre', { textContent: explorer.describeText(options, w) })),
     );
     const split = model.get('split');
@@ -260,7 +268,7 @@ async function render({ model, el: host }) {
         status.textContent = `end of the epoch (${pass.length ?? ''} batches)`;
         return;
       }
-      showBatch(root, batchBox, b, { label, shift: w.shift, units });
+      showBatch(root, batchBox, b, { label, shift: w.shift, units, meta: arrays.find((a) => a.path === label), options });
       status.textContent = `${location}: ${arrays.length} arrays; ${label}, batch ${b.index + 1} of ${pass.length}`;
       next.disabled = false;
     };

@@ -15,6 +15,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
+import { open } from 'insitubatch';
 import { VIRIDIS, lutIndex } from '../src/colormap.js';
 
 const env = (k) => {
@@ -202,6 +203,18 @@ async function checkPixels(widget, { shift = 0, rows = 4 } = {}) {
   return shown.canvases.filter((c) => c.label === 't2m').map((c) => c.sample);
 }
 
+/** t2m of each `[sample, lat, lon]` patch of `h` × `w`, as zarr-python reads it (float32, row-major [n, h, w]). */
+function patchSourceValues(patches, h, w) {
+  const out = path.join(dir, 'patches.f32');
+  const code = `import json, sys, zarr, numpy as np
+a = zarr.open_array(sys.argv[1], path='t2m', mode='r')
+h, w = int(sys.argv[4]), int(sys.argv[5])
+np.stack([a[s, y : y + h, x : x + w] for s, y, x in json.loads(sys.argv[3])]).astype('<f4').tofile(sys.argv[2])`;
+  execFileSync(SOURCE_PY, ['-c', code, STORE, out, JSON.stringify(patches), String(h), String(w)]);
+  const b = fs.readFileSync(out);
+  return new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4);
+}
+
 describe('notebook widget in marimo (marimo run)', () => {
   it('a local store through the kernel and the HTTP store from the browser: pixels equal the source through the colour map', async () => {
     const cell = (store) => `@app.cell
@@ -268,6 +281,61 @@ describe('notebook widget in JupyterLab', () => {
     const samples = await checkPixels(widget);
     if (localSamples) assert.deepEqual(samples, localSamples, 'same knobs, same store: the same first batch');
     await widget.screenshot({ path: path.join(ARTIFACTS, 'widget-http.png') });
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  it('patched and weighted (numpy weights) through the kernel: the notes, a patch map at the engine’s origins, each picture its patch', async () => {
+    // Random patches and per-sample weights, the weights a numpy array: the knobs must reach
+    // the engine as Python gave them, so the first batch is the one a JS open() with the same
+    // options reads (another engine instance on the store's directory).
+    const patchKnobs = 'patch={"lat": 45, "lon": 90}, patch_mode="random", patches_per_sample=2, sample_weights=np.where(np.arange(48) % 2 == 0, 2.0, 1.0)';
+    notebook('patches.ipynb', `import numpy as np\nfrom insitubatch_rs.widgets import Preview\nPreview(${JSON.stringify(STORE)}, ${KNOBS}, ${patchKnobs})`);
+    const { page, widget, errors } = await runNotebook('patches.ipynb');
+    const notes = await widget.evaluate((r) => [...r.querySelectorAll('.ib-notes li')].map((li) => ({ code: li.dataset.code, key: li.classList.contains('ib-note-key'), text: li.textContent })));
+    assert.deepEqual(notes.slice(0, 2).map((n) => [n.code, n.key]), [['patches', true], ['sample-draws', true]], JSON.stringify(notes));
+    assert.match(notes[0].text, /2 at random origins per sample and epoch/);
+    assert.match(notes[1].text, /weights: about \d+ train rows per epoch \(the sum of the weights times the patches per sample\), an effective sample size of \d+/);
+    const ds = await open(STORE, {
+      variables: ['t2m'], batchSize: 4, blockChunks: 2, seed: 7, patch: { lat: 45, lon: 90 }, patchMode: 'random', patchesPerSample: 2,
+      sampleWeights: Array.from({ length: 48 }, (_, i) => (i % 2 === 0 ? 2 : 1)),
+    });
+    let want;
+    try {
+      const pass = ds.train();
+      want = await pass.next();
+      pass.close();
+    } finally {
+      ds.close();
+    }
+    const shown = await widget.evaluate((r) => {
+      const svg = r.querySelector('.ib-patchmap svg');
+      return {
+        field: svg && [Number(svg.dataset.height), Number(svg.dataset.width)],
+        grid: svg?.querySelectorAll('.ib-patch-grid').length,
+        patches: [...r.querySelectorAll('.ib-patchmap g.ib-patch')].map((g) => ({ sample: Number(g.dataset.sample), origin: g.dataset.origin.split(',').map(Number) })),
+        vmin: Number(r.querySelector('.ib-batch').dataset.vmin),
+        vmax: Number(r.querySelector('.ib-batch').dataset.vmax),
+        pics: [...r.querySelectorAll('.ib-grid canvas')].map((c) => ({ w: c.width, h: c.height, px: Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data) })),
+        captions: [...r.querySelectorAll('.ib-grid figcaption')].map((c) => c.textContent),
+      };
+    });
+    assert.deepEqual(shown.field, [91, 180]);
+    assert.equal(shown.grid, 0, 'no grid behind random patches');
+    const rows = [0, 1, 2, 3].map((r) => ({ sample: Number(want.sampleIndices[r]), origin: [...want.patchOrigins.subarray(2 * r, 2 * r + 2)].map(Number) }));
+    assert.deepEqual(shown.patches, rows, 'one rectangle per row, at the origins the engine gives');
+    assert.deepEqual(shown.captions, rows.map((p, r) => `#${r} sample ${p.sample}, patch at lat ${p.origin[0]}, lon ${p.origin[1]}`));
+    // Each picture is its patch of the source, through the colour map.
+    const src = patchSourceValues(rows.map((p) => [p.sample, ...p.origin]), 45, 90);
+    for (const [r, pic] of shown.pics.entries()) {
+      assert.deepEqual([pic.w, pic.h], [90, 45]);
+      for (let i = 0; i < 45 * 90; i++) {
+        const j = lutIndex(src[r * 45 * 90 + i], shown.vmin, shown.vmax);
+        const got = pic.px.slice(i * 4, i * 4 + 3);
+        if (got.some((g, q) => g !== VIRIDIS[j * 3 + q])) assert.fail(`row ${r} pixel (${i % 90}, ${Math.floor(i / 90)}): ${got} is not viridis[${j}] of ${src[r * 45 * 90 + i]}`);
+      }
+    }
+    await widget.screenshot({ path: path.join(ARTIFACTS, 'widget-patches.png') });
     assert.deepEqual(errors, []);
     await page.close();
   });

@@ -12,6 +12,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { open } from 'insitubatch';
 import { preview } from 'vite';
 import { VIRIDIS, lutIndex } from '../src/colormap.js';
 import { MEMORY_PARTS } from '../src/components.js';
@@ -108,10 +109,11 @@ async function cliDescribe(args) {
   return JSON.parse(stdout);
 }
 
-/** Set a control the way a user does (typing fires `input`), then wait for the new report. */
+/** Set a control the way a user does (typing fires `input`; a select, its choice), then wait for the new report. */
 async function setControl(id, value) {
   const gen = await page.evaluate(() => Number(document.body.dataset.describeGen ?? 0));
-  await page.fill(`#${id}`, String(value));
+  if ((await page.$eval(`#${id}`, (e) => e.tagName)) === 'SELECT') await page.selectOption(`#${id}`, String(value));
+  else await page.fill(`#${id}`, String(value));
   await page.waitForFunction((g) => Number(document.body.dataset.describeGen ?? 0) > g, gen);
 }
 
@@ -355,6 +357,156 @@ describe('dashboard', () => {
     const report = await page.evaluate(() => window.__ib.report);
     assert.equal(report.config.windowed, true);
     assert.equal(live.done.stats.samples, Object.fromEntries(report.config.drawable_samples).train, 'anchors past the window are not drawn');
+  });
+
+  /**
+   * Read the next preview batch, and the same first batch of a dataset `open()`ed in Node on
+   * the store's directory with the options the preview used (another engine instance, another
+   * storage): the origins and samples the page shows must be the engine's.
+   */
+  async function previewAgainstOpen() {
+    await page.click('#next-batch');
+    await page.waitForFunction(() => window.__ib.preview.shown?.patchOrigins);
+    const { shown, opts } = await page.evaluate(() => ({ shown: window.__ib.preview.shown, opts: window.__ib.preview.opts }));
+    const ds = await open(STORE, opts);
+    try {
+      const pass = ds.train();
+      const b = await pass.next();
+      pass.close();
+      assert.deepEqual(shown.patchDims, b.patchDims);
+      assert.deepEqual(shown.sampleIndices, [...b.sampleIndices].map(Number));
+      assert.deepEqual(shown.patchOrigins, [...b.patchOrigins].map(Number));
+    } finally {
+      ds.close();
+    }
+    return shown;
+  }
+
+  /** The patch map's rectangles (`data-*` and geometry) and grid cells. */
+  const patchMapShown = () =>
+    page.evaluate(() => {
+      const svg = document.querySelector('#patch-map svg');
+      const num = (e, k) => Number(e.getAttribute(k));
+      return {
+        hidden: document.getElementById('patch-map').hidden,
+        field: [Number(svg.dataset.height), Number(svg.dataset.width)],
+        axes: [svg.dataset.y, svg.dataset.x],
+        grid: [...svg.querySelectorAll('.ib-patch-grid')].map((r) => [num(r, 'y'), num(r, 'x')]),
+        patches: [...svg.querySelectorAll('g.ib-patch')].map((g) => {
+          const r = g.querySelector('rect');
+          return { row: Number(g.dataset.row), sample: Number(g.dataset.sample), origin: g.dataset.origin, box: ['y', 'x', 'height', 'width'].map((k) => num(r, k)) };
+        }),
+      };
+    });
+
+  it('previews grid patches: the patches note, one rectangle per row at the origins the engine gives, each picture its patch', async () => {
+    await openDemo();
+    await setControl('batchSize', 8);
+    await setControl('blockChunks', 2);
+    await setControl('patch', 'lat=45,lon=90');
+    // The whole report is the CLI's for the same patches (as for the other controls).
+    const ours = await page.evaluate(() => window.__ib.report);
+    const cli = await cliDescribe(['--batch-size', '8', '--block-chunks', '2', '--threads', '1', '--patch', 'lat=45,lon=90']);
+    assert.deepEqual({ ...ours, memory: { ...ours.memory, memory_available_bytes: 0 } }, { ...cli, memory: { ...cli.memory, memory_available_bytes: 0 } });
+    // The patches note is on screen, first and marked.
+    const notes = await page.$$eval('#notes li', (lis) => lis.map((li) => ({ code: li.dataset.code, key: li.classList.contains('ib-note-key'), text: li.textContent })));
+    assert.equal(notes[0].code, 'patches', JSON.stringify(notes));
+    assert.ok(notes[0].key);
+    assert.equal(notes[0].text, `patches (dataset, note): ${cli.notes.find((n) => n.code === 'patches').message}`);
+    assert.match(notes[0].text, /every patch of a grid, 4 per sample/);
+    // The draw order counts rows: 4 patches of each train sample.
+    const order = await page.evaluate(() => window.__ib.order);
+    assert.equal(order.anchors.length, 4 * Object.fromEntries(ours.config.drawable_samples).train);
+
+    const shown = await previewAgainstOpen();
+    assert.deepEqual(shown.patchDims, ['lat', 'lon']);
+    const map = await patchMapShown();
+    assert.equal(map.hidden, false);
+    assert.deepEqual([map.field, map.axes], [[91, 180], ['lat', 'lon']], "the map is the sample's field, lat down, lon across as in the pictures");
+    // The 2 × 2 grid (a 91st latitude and no more: patches never leave the field), dashed behind.
+    assert.deepEqual(map.grid, [[0, 0], [0, 90], [45, 0], [45, 90]]);
+    assert.equal(map.patches.length, 8, 'one rectangle per batch row');
+    for (const [r, p] of map.patches.entries()) {
+      const [y, x] = shown.patchOrigins.slice(2 * r, 2 * r + 2);
+      assert.deepEqual([p.row, p.sample, p.origin], [r, shown.sampleIndices[r], `${y},${x}`]);
+      assert.deepEqual(p.box, [y, x, 45, 90], `row ${r}'s rectangle is its patch`);
+    }
+    // Each picture is its row's patch: its pixels are the source values from the origin on.
+    const pics = await page.$$eval('#batch canvas', (cs) => cs.map((c) => ({ w: c.width, h: c.height, px: Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data) })));
+    assert.equal(pics.length, 8);
+    for (const [r, pic] of pics.entries()) {
+      assert.deepEqual([pic.w, pic.h], [90, 45]);
+      const [oy, ox] = shown.patchOrigins.slice(2 * r, 2 * r + 2);
+      for (const [y, x] of [[0, 0], [44, 89], [20, 33], [44, 0]]) {
+        const want = lutIndex(t2m(shown.sampleIndices[r], oy + y, ox + x), shown.vmin, shown.vmax);
+        const got = pic.px.slice((y * 90 + x) * 4, (y * 90 + x) * 4 + 3);
+        const near = [want - 1, want, want + 1].filter((j) => j >= 0 && j < 256);
+        assert.ok(near.some((j) => VIRIDIS[j * 3] === got[0] && VIRIDIS[j * 3 + 1] === got[1] && VIRIDIS[j * 3 + 2] === got[2]), `row ${r} (${x}, ${y}): ${got} vs viridis[${want}]`);
+      }
+    }
+    // Captions name the patch; hovering a picture highlights its rectangle, and the reverse.
+    assert.match(await page.textContent('#batch figure[data-row="3"] figcaption'), new RegExp(`^#3 sample ${shown.sampleIndices[3]}, patch at lat ${shown.patchOrigins[6]}, lon ${shown.patchOrigins[7]}$`));
+    await page.hover('#batch figure[data-row="3"]');
+    await page.waitForSelector('#patch-map g.ib-patch.ib-hl[data-row="3"]');
+    assert.equal(await page.locator('#patch-map g.ib-patch.ib-hl').count(), 1);
+    // Rectangles of rows at one origin overlap, so the event goes to the rectangle itself.
+    await page.dispatchEvent('#patch-map g.ib-patch[data-row="5"]', 'mouseenter');
+    assert.equal(await page.getAttribute('#batch figure[data-row="5"]', 'class'), 'sample ib-hl');
+    await page.locator('#preview-section').screenshot({ path: path.join(ARTIFACTS, '09-patches.png') });
+    await shotsAtSizes(page, '09-patches', '#preview-section');
+
+    // The live run streams the patched epoch: every batch the report counts.
+    await page.click('#run');
+    await page.waitForSelector('#live-state[data-state=done], #live-state[data-state=error]');
+    const live = await page.evaluate(() => ({ done: window.__ib.live.done, error: window.__ib.live.error }));
+    assert.equal(live.error, null);
+    assert.equal(live.done.stats.batches, Object.fromEntries(ours.config.batches_per_epoch).train);
+    assert.deepEqual(pageErrors, []);
+  });
+
+  it('previews random patches: per-sample draws in the note, the stride off, rectangles at the drawn origins', async () => {
+    await openDemo();
+    await setControl('batchSize', 6);
+    await setControl('patch', 'lat=32,lon=32');
+    await setControl('patchMode', 'random');
+    await setControl('patchesPerSample', 3);
+    assert.equal(await page.isDisabled('#patchStride'), true, 'a stride is for grids');
+    assert.equal(await page.isDisabled('#patchesPerSample'), false);
+    const notes = await page.$$eval('#notes li[data-code="patches"]', (lis) => lis.map((li) => li.textContent));
+    assert.equal(notes.length, 1);
+    assert.match(notes[0], /3 at random origins per sample and epoch/);
+    const shown = await previewAgainstOpen();
+    const map = await patchMapShown();
+    assert.deepEqual(map.grid, [], 'no grid behind random patches');
+    assert.deepEqual(map.patches.map((p) => p.origin), [0, 1, 2, 3, 4, 5].map((r) => shown.patchOrigins.slice(2 * r, 2 * r + 2).join(',')));
+    for (const p of map.patches) assert.ok(p.box[0] + 32 <= 91 && p.box[1] + 32 <= 180, `a patch never leaves the field: ${p.box}`);
+  });
+
+  it("shows a refused patch in the banner with the engine's words, and clears it once the patch fits", async () => {
+    await openDemo();
+    for (const [text, re] of [
+      ['lat=400', /^the configuration was refused: patch size 400 on lat must be between 1 and the axis length 91/],
+      ['height=8', /^the configuration was refused: patch names "height" but no variable has it/],
+      ['lat', /^the configuration was refused: patch size: "lat" is not AXIS=SIZE/],
+    ]) {
+      await setControl('patch', text);
+      await page.waitForSelector('#banner:not([hidden])');
+      assert.match(await page.textContent('#banner-text'), re);
+      assert.equal(`the configuration was refused: ${await page.textContent('#config-error')}`, await page.textContent('#banner-text'));
+    }
+    await shot('09-patch-refused');
+    // The preview meets the same refusal, in the banner too, never a crash.
+    await setControl('patch', 'lon=999');
+    await page.click('#next-batch');
+    await page.waitForFunction(() => document.getElementById('banner-text').textContent.startsWith('reading a preview batch failed'));
+    assert.match(await page.textContent('#banner-text'), /patch size 999 on lon must be between 1 and the axis length 180/);
+    await setControl('patch', 'lat=45');
+    await setControl('patch', 'lat=45,lon=90');
+    assert.equal(await page.textContent('#config-error'), '');
+    await setControl('patch', 'lat=400');
+    await setControl('patch', 'lat=45');
+    assert.equal(await page.isHidden('#banner'), true, "the refusal's banner goes once the patch fits");
+    assert.deepEqual(pageErrors, []);
   });
 
   it('opens an s3:// URL path-style through an endpoint (anonymous GETs)', async () => {

@@ -1,8 +1,9 @@
 """Notebook widgets (anywidget: JupyterLab, Jupyter Notebook, VS Code, Colab, marimo).
 
 ``Preview(store_or_url, **knobs)`` shows what the loader would feed a model: the describe
-report, the draw order of an epoch and real shuffled batches as images with a colour bar; a
-button probes the store (a few timed reads and decodes) for a predicted epoch.
+report with its notes, the draw order of an epoch and real shuffled batches as images with a
+colour bar (with ``patch=``, each row's patch and a map of where the patches lie in the
+field); a button probes the store (a few timed reads and decodes) for a predicted epoch.
 The wasm engine runs in the notebook's browser tab (the dashboard's engine and drawing
 code, ``www/src``); a public ``http(s)://`` store is fetched by the browser, any other
 store (a local path, a private bucket, a store object) is read through the kernel: the
@@ -53,13 +54,35 @@ def _camel(name: str) -> str:
     return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
 
 
+# Knobs of sizes per axis: sent as ``[axis, size]`` pairs, since JSON would turn an axis index
+# into a string key and a JS object lists integer-like keys first, reordering the columns
+# of the batch's patch origins.
+_AXIS_SIZES = ("patch", "patch_stride")
+
+
+def _option(name: str, value: Any) -> Any:
+    """A knob as the widget's JSON options take it (``open()``'s in JS).
+
+    Tuples become lists, numpy arrays (``sample_mask``, ``sample_weights``) lists of their
+    values, and a ``patch`` or ``patch_stride`` mapping ``[axis, size]`` pairs in its order.
+    """
+    if name in _AXIS_SIZES and isinstance(value, dict):
+        return [[k, v] for k, v in value.items()]
+    if isinstance(value, tuple):
+        return list(value)
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) else value
+
+
 class Preview(anywidget.AnyWidget):
     """Describe, draw order and batch images of ``store`` under ``knobs``.
 
     ``store``: a URL (``http(s)://``, ``s3://``, ``gs://``, ``file://``), a local path or a
     store object, as ``InSituDataset`` takes. ``knobs``: ``open()``'s options in Python
     spelling (``variables``, ``batch_size``, ``block_chunks``, ``seed``, ``fractions``,
-    ``cache_budget_bytes``, ...; the engine checks them and the widget shows its error),
+    ``cache_budget_bytes``, ``patch``, ``patch_mode``, ``patch_stride``,
+    ``patches_per_sample``, ``sample_mask``, ``sample_weights`` (a list or a numpy array),
+    ...; the engine checks them and the widget shows its error),
     plus ``epoch``, ``shift`` (a windowed view: input | target pairs), ``iterations`` and
     ``threads`` for the what-if, ``split`` (default ``"train"``) and ``variable`` (the one
     drawn; default the first). ``via_kernel``: force reads through the kernel (default: only
@@ -106,7 +129,7 @@ class Preview(anywidget.AnyWidget):
             url=str(target) if is_http else "",
             location=location,
             via_kernel=kernel,
-            options={_camel(k): list(v) if isinstance(v, tuple) else v for k, v in knobs.items()},
+            options={_camel(k): _option(k, v) for k, v in knobs.items()},
             what_if=what_if,
             split=split,
             variable=variable or "",
