@@ -41,17 +41,39 @@ pub fn slot_shape(g: &ArrayGeometry, c: u64) -> Vec<usize> {
 /// form of [`TiledSlot::place`], which the tests check it against.
 #[cfg(test)]
 pub fn place_tile(g: &ArrayGeometry, c: u64, inner: &[u64], tile: &[u8], slot: &mut [u8]) {
-    for_each_run(g, c, inner, |src, dst, n| slot[dst..dst + n].copy_from_slice(&tile[src..src + n]));
+    let p = placement(g, c, inner);
+    let dest = Dest::whole(g, c, &p);
+    for_each_run(g, &p, &dest, |src, dst, n| slot[dst..dst + n].copy_from_slice(&tile[src..src + n]));
 }
 
-/// Call `copy(src, dst, bytes)` for each contiguous run of tile `inner` of chunk `c`: `bytes`
-/// at byte offset `src` of the tile land at byte offset `dst` of the slot. The runs of one
-/// tile are disjoint, and so are those of two tiles of one chunk (see [`TiledSlot`]).
-fn for_each_run(g: &ArrayGeometry, c: u64, inner: &[u64], mut copy: impl FnMut(usize, usize, usize)) {
+/// Where a tile's elements go: a sample-first box of `shape` (slot axis order) starting
+/// `base` elements into the buffer, the tile's first element at `origin` (per physical axis).
+struct Dest {
+    shape: Vec<usize>,
+    origin: Vec<usize>,
+    base: usize,
+}
+
+impl Dest {
+    /// The whole chunk's slot: the tile lands at its place in the chunk.
+    fn whole(g: &ArrayGeometry, c: u64, p: &Placement) -> Self {
+        Self { shape: slot_shape(g, c), origin: p.slot_origin.clone(), base: 0 }
+    }
+
+    /// The tile's own region of a compact slot ([`TileLayout`]), starting at `base`.
+    fn region(g: &ArrayGeometry, p: &Placement, base: usize) -> Self {
+        let shape = std::iter::once(g.sample_axis).chain(g.inner_axes()).map(|a| p.extent[a]).collect();
+        Self { shape, origin: vec![0; p.extent.len()], base }
+    }
+}
+
+/// Call `copy(src, dst, bytes)` for each contiguous run of the tile placed at `p`: `bytes` at
+/// byte offset `src` of the tile land at byte offset `dst` of the buffer `dest` describes.
+/// The runs of one tile are disjoint, and so are those of two tiles of one chunk (see
+/// [`TiledSlot`]).
+fn for_each_run(g: &ArrayGeometry, p: &Placement, dest: &Dest, mut copy: impl FnMut(usize, usize, usize)) {
     let item = g.dtype.size();
-    let p = placement(g, c, inner);
     let rank = g.shape.len();
-    let sshape = slot_shape(g, c);
     // Element strides of the tile (physical, C order) and of the slot, per physical axis.
     let mut tile_stride = vec![0usize; rank];
     let mut acc = 1usize;
@@ -65,7 +87,7 @@ fn for_each_run(g: &ArrayGeometry, c: u64, inner: &[u64], mut copy: impl FnMut(u
     let mut acc = 1usize;
     for (pos, &ax) in slot_axes.iter().enumerate().rev() {
         slot_stride[ax] = acc;
-        acc *= sshape[pos];
+        acc *= dest.shape[pos];
     }
     if p.extent.contains(&0) {
         return;
@@ -76,7 +98,7 @@ fn for_each_run(g: &ArrayGeometry, c: u64, inner: &[u64], mut copy: impl FnMut(u
     let mut idx = vec![0usize; rank];
     loop {
         let src: usize = (0..rank).map(|a| idx[a] * tile_stride[a]).sum();
-        let dst: usize = (0..rank).map(|a| (idx[a] + p.slot_origin[a]) * slot_stride[a]).sum();
+        let dst: usize = dest.base + (0..rank).map(|a| (idx[a] + dest.origin[a]) * slot_stride[a]).sum::<usize>();
         if contiguous {
             copy(src * item, dst * item, run * item);
         } else {
@@ -98,6 +120,134 @@ fn for_each_run(g: &ArrayGeometry, c: u64, inner: &[u64], mut copy: impl FnMut(u
             idx[ax] = 0;
         }
     }
+}
+
+/// A chunk held in part (the tiles a patched pass reads, `PassPlan::tiles`): each tile's
+/// region of the sample-first slot, `(rows, in-bounds tile extents)` in C order, stored one
+/// after another in the order of `tiles`. So a chunk read in part takes the bytes of its
+/// tiles in memory and in the budget, not those of the whole chunk, and no byte of it is
+/// left unwritten (the regions fill the buffer exactly).
+#[derive(Debug)]
+pub struct TileLayout {
+    rows: usize,
+    /// The sample's inner shape and the tile extents on it (slot order).
+    inner: Vec<usize>,
+    tile: Vec<usize>,
+    /// Tiles per inner axis (the numbering of `ArrayGeometry::inner_coord`).
+    grid: Vec<u64>,
+    /// The tile numbers held, ascending.
+    tiles: std::sync::Arc<[u64]>,
+    /// Per held tile, the element offset of its region; then the total.
+    offsets: Vec<usize>,
+}
+
+impl TileLayout {
+    /// The layout of tiles `tiles` (ascending tile numbers) of chunk `c`.
+    pub fn new(g: &ArrayGeometry, c: u64, tiles: std::sync::Arc<[u64]>) -> Self {
+        let rows = slot_shape(g, c)[0];
+        let inner: Vec<usize> = g.inner_shape().iter().map(|&d| d as usize).collect();
+        let tile: Vec<usize> = g.inner_tile().iter().map(|&d| d as usize).collect();
+        let grid = g.inner_grid();
+        let mut offsets = Vec::with_capacity(tiles.len() + 1);
+        let mut at = 0usize;
+        for &t in tiles.iter() {
+            offsets.push(at);
+            let k = crate::geometry::unravel_index(t, &grid);
+            at += rows * region_extent(&inner, &tile, &k).iter().product::<usize>();
+        }
+        offsets.push(at);
+        Self { rows, inner, tile, grid, tiles, offsets }
+    }
+
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        self.offsets.last().copied().unwrap_or(0)
+    }
+
+    /// Whether no element is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The tile numbers held, ascending.
+    pub fn tiles(&self) -> &std::sync::Arc<[u64]> {
+        &self.tiles
+    }
+
+    /// The element offset of tile `t`'s region, if held.
+    fn offset_of(&self, t: u64) -> Option<usize> {
+        self.tiles.binary_search(&t).ok().map(|i| self.offsets[i])
+    }
+
+    /// Copy the box `start .. start + len` (inner positions, slot order) of row `row` out of
+    /// `data` (this layout's buffer, `item` bytes per element) through `push`, run by run in
+    /// C order; a run crossing tiles on the last axis is pushed piece by piece.
+    ///
+    /// # Errors
+    /// A message when the box reaches a tile not held or outside the buffer: a bug of the
+    /// tile plan, never bad input.
+    pub fn copy_box(
+        &self,
+        data: &[u8],
+        item: usize,
+        row: usize,
+        (start, len): (&[usize], &[usize]),
+        mut push: impl FnMut(&[u8]),
+    ) -> Result<(), String> {
+        let rank = self.inner.len();
+        if rank == 0 || row >= self.rows {
+            return Err(format!("row {row} of {} or a box of rank 0 is not in a chunk held in part", self.rows));
+        }
+        let mut idx = vec![0usize; rank - 1];
+        let zeros = vec![0usize; rank - 1];
+        let mut pos = vec![0usize; rank];
+        loop {
+            for a in 0..rank - 1 {
+                pos[a] = start[a] + idx[a];
+            }
+            let (mut at, end) = (start[rank - 1], start[rank - 1] + len[rank - 1]);
+            while at < end {
+                pos[rank - 1] = at;
+                let piece = (self.tile[rank - 1] - at % self.tile[rank - 1]).min(end - at);
+                let from = self.element(row, &pos).ok_or_else(|| format!("position {pos:?} is in no tile held"))?;
+                let bytes = data
+                    .get(from * item..(from + piece) * item)
+                    .ok_or_else(|| format!("position {pos:?} lies outside the {} bytes held", data.len()))?;
+                push(bytes);
+                at += piece;
+            }
+            if !crate::geometry::step_in_box(&mut idx, &zeros, &len[..rank - 1]) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The element offset of inner position `pos` of row `row`, when its tile is held.
+    fn element(&self, row: usize, pos: &[usize]) -> Option<usize> {
+        let k: Vec<u64> = pos.iter().zip(&self.tile).map(|(p, t)| (p / t) as u64).collect();
+        let t = crate::geometry::ravel_index(&k, &self.grid);
+        let base = self.offset_of(t)?;
+        let extent = region_extent(&self.inner, &self.tile, &k);
+        let local = pos.iter().zip(&self.tile).zip(&extent).fold(row, |acc, ((p, t), e)| acc * e + p % t);
+        Some(base + local)
+    }
+}
+
+/// Elements of the tiles `tiles` of chunk `c` (their regions of its slot): what a chunk read
+/// in part holds ([`TileLayout::len`]).
+pub fn held_elements(g: &ArrayGeometry, c: u64, tiles: &[u64]) -> usize {
+    let rows = slot_shape(g, c)[0];
+    let inner: Vec<usize> = g.inner_shape().iter().map(|&d| d as usize).collect();
+    let tile: Vec<usize> = g.inner_tile().iter().map(|&d| d as usize).collect();
+    let grid = g.inner_grid();
+    let region =
+        |&t: &u64| region_extent(&inner, &tile, &crate::geometry::unravel_index(t, &grid)).iter().product::<usize>();
+    rows * tiles.iter().map(region).sum::<usize>()
+}
+
+/// The in-bounds extents of the tile at inner grid coordinate `k`.
+fn region_extent(inner: &[usize], tile: &[usize], k: &[u64]) -> Vec<usize> {
+    inner.iter().zip(tile).zip(k).map(|((&s, &t), &k)| t.min(s.saturating_sub(k as usize * t))).collect()
 }
 
 /// A chunk's slot while its tiles are placed into it, from several pool threads at once.
@@ -125,6 +275,8 @@ pub(crate) struct TiledSlot {
     claimed: Vec<AtomicBool>,
     /// Tiles to be placed before the slot is done: all, or the few a patch needs.
     expected: usize,
+    /// With only some tiles: where each lands in the compact slot.
+    layout: Option<std::sync::Arc<TileLayout>>,
     placed: AtomicUsize,
     /// The buffer: allocated by the first tile placed (a chunk's reads can wait long before
     /// its first decode), taken by [`TiledSlot::finish`].
@@ -158,20 +310,19 @@ impl TiledSlot {
             covers: covered == shape.iter().product::<usize>(),
             claimed: (0..n_tiles).map(|_| AtomicBool::new(false)).collect(),
             expected: n_tiles as usize,
+            layout: None,
             placed: AtomicUsize::new(0),
             buf: Mutex::new(None),
             base: OnceLock::new(),
         }
     }
 
-    /// The slot of chunk `c` of which only `n` tiles will be placed (a patched pass's subset,
-    /// `PassPlan::tiles`): zeroed when allocated, so the bytes no tile writes are zeros.
-    pub(crate) fn some_tiles(g: &ArrayGeometry, c: u64, n: usize) -> Self {
+    /// The slot of chunk `c` of which only the tiles of `layout` will be placed (a patched
+    /// pass's subset, `PassPlan::tiles`): compact, each tile's region after the other's.
+    pub(crate) fn some_tiles(g: &ArrayGeometry, c: u64, layout: std::sync::Arc<TileLayout>) -> Self {
         let all = Self::new(g, c);
-        if n == all.expected {
-            return all;
-        }
-        Self { whole: false, covers: false, expected: n, ..all }
+        let len = layout.len() * g.dtype.size();
+        Self { len, whole: false, covers: true, expected: layout.tiles().len(), layout: Some(layout), ..all }
     }
 
     /// Place tile number `t` (its decoded bytes, full tile shape, physical order); the tile's
@@ -200,9 +351,17 @@ impl TiledSlot {
             tile.truncate(self.len);
             *self.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tile);
         } else {
+            let p = placement(g, c, &g.inner_coord(t));
+            let dest = match &self.layout {
+                None => Dest::whole(g, c, &p),
+                Some(l) => match l.offset_of(t) {
+                    Some(at) => Dest::region(g, &p, at),
+                    None => return Err(format!("tile {t} of chunk {c} is not among the tiles planned")),
+                },
+            };
             let base = self.base.get_or_init(|| self.allocate(recycler)).0;
             let mut short = false;
-            for_each_run(g, c, &g.inner_coord(t), |src, dst, n| {
+            for_each_run(g, &p, &dest, |src, dst, n| {
                 if src + n > tile.len() || dst + n > self.len {
                     short = true;
                     return;
@@ -244,9 +403,9 @@ impl TiledSlot {
         let mut b = taken.ok_or_else(|| "the slot was taken before".to_string())?;
         if !self.whole && b.len() < self.len {
             // SAFETY: every expected tile has been placed, each once, and their writes happened
-            // before the `Acquire` load above; their regions cover `0..len` (`covers`), and
-            // where they might not (or only some tiles are placed), the buffer was zeroed to
-            // `len` when allocated.
+            // before the `Acquire` load above; their regions cover `0..len` (`covers`; a
+            // compact slot's regions fill it by construction), and where they might not, the
+            // buffer was zeroed to `len` when allocated.
             unsafe { b.set_len(self.len) };
         }
         Ok(b)
@@ -397,5 +556,64 @@ mod tests {
         let out = slot.finish().unwrap();
         assert_eq!(out.as_ptr(), at);
         assert_slot(&g, 3, &out);
+    }
+    /// Place every other tile of every chunk into a compact slot (`TileLayout`), dirty
+    /// recycled buffers and all, and check each box inside the held tiles against the same
+    /// box of the whole slot: the layout's copy equals slicing, and a box reaching a tile
+    /// not held is an error.
+    fn check_part(shape: Vec<u64>, tile: Vec<u64>, sample_axis: usize) {
+        let g = ArrayGeometry::new("a", shape, tile, DType::Uint32, sample_axis).unwrap();
+        let inner: Vec<usize> = g.inner_shape().iter().map(|&d| d as usize).collect();
+        let tiles_per = g.inner_tile().iter().map(|&t| t as usize).collect::<Vec<_>>();
+        for c in 0..g.n_chunks() {
+            let held: std::sync::Arc<[u64]> = (0..g.n_tiles()).filter(|t| t % 2 == 0).collect();
+            let layout = std::sync::Arc::new(TileLayout::new(&g, c, std::sync::Arc::clone(&held)));
+            assert_eq!(layout.len(), held_elements(&g, c, &held));
+            let recycler = dirty_recycler(layout.len() * 4);
+            let part = TiledSlot::some_tiles(&g, c, std::sync::Arc::clone(&layout));
+            for &t in held.iter().rev() {
+                part.place(&g, c, t, tile_bytes(&g, c, t), &recycler).unwrap();
+            }
+            assert!(part.place(&g, c, 1, tile_bytes(&g, c, 1), &recycler).is_err(), "tile 1 is not planned");
+            let part = part.finish().unwrap();
+            let mut whole = vec![0u8; slot_shape(&g, c).iter().product::<usize>() * 4];
+            for t in 0..g.n_tiles() {
+                place_tile(&g, c, &g.inner_coord(t), &tile_bytes(&g, c, t), &mut whole);
+            }
+            let row_len = inner.iter().product::<usize>() * 4;
+            for row in 0..slot_shape(&g, c)[0] {
+                for t in 0..g.n_tiles() {
+                    // The box of tile t, cut one short at its far edge where it can be.
+                    let k = g.inner_coord(t);
+                    let start: Vec<usize> = k.iter().zip(&tiles_per).map(|(&k, &n)| k as usize * n).collect();
+                    let len: Vec<usize> = (start.iter().zip(&tiles_per).zip(&inner))
+                        .map(|((&s, &n), &d)| n.min(d - s).saturating_sub(1).max(1))
+                        .collect();
+                    let mut got = Vec::new();
+                    let r = layout.copy_box(&part, 4, row, (&start, &len), |run| got.extend_from_slice(run));
+                    if held.contains(&t) {
+                        r.unwrap();
+                        let mut want = Vec::new();
+                        let src = &whole[row * row_len..(row + 1) * row_len];
+                        let dims: Vec<usize> = (0..inner.len()).collect();
+                        let origin: Vec<u64> = start.iter().map(|&s| s as u64).collect();
+                        let size: Vec<u64> = len.iter().map(|&l| l as u64).collect();
+                        let cut = (&crate::patch::PatchedDims(dims), origin.as_slice(), size.as_slice());
+                        crate::patch::copy_patch(src, &inner, 4, cut, |run| want.extend_from_slice(run));
+                        assert_eq!(got, want, "chunk {c} row {row} tile {t}");
+                    } else {
+                        assert!(r.is_err(), "tile {t} is not held");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_chunk_held_in_part_copies_boxes_like_the_whole_slot() {
+        check_part(vec![10, 4, 6], vec![3, 2, 3], 0);
+        check_part(vec![9, 5, 7], vec![2, 4, 3], 1);
+        check_part(vec![5, 7, 4], vec![2, 3, 4], 2);
+        check_part(vec![1, 2, 9, 5, 4], vec![1, 1, 4, 2, 3], 2);
     }
 }

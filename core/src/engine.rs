@@ -18,7 +18,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::ahead::ReadAhead;
 use crate::array::{DType, NdArray, Recycler, filled_bytes};
-use crate::assemble::{TiledSlot, slot_shape};
+use crate::assemble::{TileLayout, TiledSlot, slot_shape};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::hedge::{HedgePolicy, Hedger, hedged};
@@ -263,6 +263,16 @@ impl ArrayReader {
         if self.transforms.is_empty() { assembled } else { assembled.max(rows * self.out_sample_bytes()) }
     }
 
+    /// What the pool charges for chunk `c` read in part (its tiles `tiles`; all when `None`):
+    /// the bytes of those tiles' regions ([`TileLayout`]; a chunk read in part has no
+    /// transforms, `PassPlan::tiles`).
+    pub fn charge_part(&self, c: u64, tiles: Option<&[u64]>) -> u64 {
+        match tiles {
+            None => self.charge(c),
+            Some(t) => crate::assemble::held_elements(&self.geom, c, t) as u64 * self.geom.dtype.size() as u64,
+        }
+    }
+
     /// The full-chunk charge: the residency unit in the memory model.
     pub fn max_charge(&self) -> u64 {
         let spc = self.geom.sample_chunk_size().min(self.geom.n_samples());
@@ -484,10 +494,11 @@ pub(crate) fn load_chunk(
 ) -> BoxFuture<'static, LoadResult> {
     Box::pin(async move {
         if let Some(tiles) = tiles {
-            let (data, mut times, bad) = load_tiles(&engine, key, Some(&tiles), &rec, priority).await?;
+            let layout = Arc::new(TileLayout::new(&engine.arrays[key.path as usize].geom, key.chunk, tiles));
+            let (data, mut times, bad) = load_tiles(&engine, key, Some(&layout), &rec, priority).await?;
             rec.with(|r| r.bad_chunks += u64::from(bad));
             times.ready = engine.now();
-            return Ok(Arc::new(Chunk { data: ChunkData::Heap(data), bad, times, tiles: Some(tiles) }));
+            return Ok(Arc::new(Chunk { data: ChunkData::Heap(data), bad, times, layout: Some(layout) }));
         }
         if let Some(chunk) = revive(&engine, key, &rec, priority).await? {
             return Ok(chunk);
@@ -500,7 +511,7 @@ pub(crate) fn load_chunk(
         let data = transform_chunk(&engine, key, &rec, priority, data).await?;
         let data = if bad { ChunkData::Heap(data) } else { spill(&engine, key, priority, data).await? };
         times.ready = engine.now();
-        Ok(Arc::new(Chunk { data, bad, times, tiles: None }))
+        Ok(Arc::new(Chunk { data, bad, times, layout: None }))
     })
 }
 
@@ -531,12 +542,12 @@ async fn revive(engine: &Arc<Engine>, key: ChunkKey, rec: &PassRecorder, priorit
     let now = engine.now();
     let times = LoadTimes { permitted: now, fetched: now, ready: now };
     let data = ChunkData::Tier { dtype: reader.out_dtype, shape: out_shape, bytes };
-    Ok(Some(Arc::new(Chunk { data, bad: false, times, tiles: None })))
+    Ok(Some(Arc::new(Chunk { data, bad: false, times, layout: None })))
 }
 
-/// Fetch, decode and place the tiles of a chunk (`tiles`, or every one; the slot is zeros
-/// where no tile is placed): the assembled slot, when its reads were permitted and done, and
-/// whether any tile was filled under `on_bad_chunk = "nan"`.
+/// Fetch, decode and place the tiles of a chunk (those of `layout`, compact and flat, or
+/// every one into its sample-first slot): the assembled slot, when its reads were permitted
+/// and done, and whether any tile was filled under `on_bad_chunk = "nan"`.
 ///
 /// Every tile is located first (a shard's index read, shared), and every range is
 /// registered with the coalescer before any tile asks for a read, so the tiles of one chunk
@@ -544,16 +555,18 @@ async fn revive(engine: &Arc<Engine>, key: ChunkKey, rec: &PassRecorder, priorit
 pub(crate) async fn load_tiles(
     engine: &Arc<Engine>,
     key: ChunkKey,
-    tiles: Option<&[u64]>,
+    layout: Option<&Arc<TileLayout>>,
     rec: &Arc<PassRecorder>,
     priority: u64,
 ) -> Result<(NdArray, LoadTimes, bool)> {
     let reader = &engine.arrays[key.path as usize];
     let g = &reader.geom;
-    let slot = Arc::new(match tiles {
-        Some(t) => TiledSlot::some_tiles(g, key.chunk, t.len()),
+    let slot = Arc::new(match layout {
+        Some(l) => TiledSlot::some_tiles(g, key.chunk, Arc::clone(l)),
         None => TiledSlot::new(g, key.chunk),
     });
+    let tiles = layout.map(|l| &l.tiles()[..]);
+    let shape = layout.map_or_else(|| slot_shape(g, key.chunk), |l| vec![l.len()]);
     let located: Vec<Located> =
         futures::future::join_all(tile_numbers(g, tiles).map(|t| locate_tile(engine, key, t, rec))).await;
     let mut tiles: FuturesUnordered<_> = located
@@ -569,7 +582,7 @@ pub(crate) async fn load_tiles(
         bad |= tile_bad;
     }
     let bytes = slot.finish().map_err(assembly_bug(g, key))?;
-    let data = NdArray::new(g.dtype, slot_shape(g, key.chunk), bytes)
+    let data = NdArray::new(g.dtype, shape, bytes)
         .map_err(|m| Error::Decode { message: m, key: reader.geom.path.clone() })?
         .recycled_by(&engine.recycler);
     Ok((data, times, bad))

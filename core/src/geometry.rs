@@ -166,10 +166,10 @@ impl ArrayGeometry {
         unravel_index(i, &self.inner_grid())
     }
 
-    /// Mark in `touched` (one flag per tile number) every tile holding part of the box
-    /// `origin .. origin + size` on inner axes `dims` (inner positions, sample axis left out;
-    /// the other inner axes whole): the tiles a patch, or a rank's part of a row, needs.
-    pub fn mark_tiles_in_box(&self, (dims, origin, size): (&[usize], &[u64], &[u64]), touched: &mut [bool]) {
+    /// Call `visit` with the number of every tile holding part of the box `origin .. origin +
+    /// size` on inner axes `dims` (inner positions, sample axis left out; the other inner
+    /// axes whole): the tiles a patch, or a rank's part of a row, needs. Ascending.
+    pub fn tiles_in_box(&self, (dims, origin, size): (&[usize], &[u64], &[u64]), mut visit: impl FnMut(u64)) {
         let grid = self.inner_grid();
         let tile = self.inner_tile();
         let mut lo = vec![0u64; grid.len()];
@@ -186,13 +186,25 @@ impl ArrayGeometry {
         }
         let mut at = lo.clone();
         loop {
-            if let Some(flag) = usize::try_from(ravel_index(&at, &grid)).ok().and_then(|i| touched.get_mut(i)) {
-                *flag = true;
-            }
+            visit(ravel_index(&at, &grid));
             if !step_in_box(&mut at, &lo, &hi) {
                 return;
             }
         }
+    }
+
+    /// The most tiles a box of `size` on inner axes `dims` can touch, wherever it lies: on
+    /// a boxed axis `s` elements starting `r` into a tile of `t` reach `(r + s - 1) / t + 1`
+    /// tiles, at most `(s + t - 2) / t + 1` (and the axis's tiles); other axes whole.
+    pub fn most_tiles_in_box(&self, dims: &[usize], size: &[u64]) -> u64 {
+        let (grid, tile) = (self.inner_grid(), self.inner_tile());
+        let mut per_axis = grid.clone();
+        for (&d, &s) in dims.iter().zip(size) {
+            if let Some(n) = per_axis.get_mut(d) {
+                *n = (*n).min((s.max(1) + tile[d] - 2) / tile[d] + 1);
+            }
+        }
+        per_axis.iter().product()
     }
 
     /// The tile number of inner coordinate `inner`: the inverse of [`Self::inner_coord`].

@@ -18,9 +18,9 @@ use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
 use crate::array::NdArray;
 use crate::batch::{Batch, BatchPart, BatchPatches};
 use crate::coords::Coordinate;
-use crate::engine::{Engine, load_chunk};
+use crate::engine::{ArrayReader, Engine, load_chunk};
 use crate::error::{Error, Result};
-use crate::patch::{PatchedDims, Patcher, copy_patch};
+use crate::patch::{PatchedDims, Patcher, box_in_row, copy_patch};
 use crate::plan::{ChunkKey, PassPlan};
 use crate::pool::{Admit, Chunk, LoadResult, PassId};
 use crate::runtime::BoxFuture;
@@ -183,7 +183,7 @@ impl Driver {
 
     /// The chunk a load or the pool gave use `u`, checked to hold the tiles `u` reads.
     fn check_tiles(&self, u: usize, chunk: &Chunk) -> Result<()> {
-        if chunk.tiles.as_deref() == self.tiles(u) {
+        if chunk.layout.as_ref().map(|l| &l.tiles()[..]) == self.tiles(u) {
             return Ok(());
         }
         Err(Error::Internal(format!(
@@ -192,8 +192,10 @@ impl Driver {
         )))
     }
 
-    fn key_bytes(&self, key: ChunkKey) -> u64 {
-        self.spec.engine.arrays[key.path as usize].charge(key.chunk)
+    /// What the pool charges for use `u`: its chunk, or the tiles it reads of it.
+    fn use_bytes(&self, u: usize) -> u64 {
+        let key = self.spec.plan.uses[u].key;
+        self.spec.engine.arrays[key.path as usize].charge_part(key.chunk, self.tiles(u))
     }
 
     fn batch_ready(&self, j: usize) -> bool {
@@ -233,7 +235,7 @@ impl Driver {
             self.want_ahead();
             let u = self.next_admit;
             let key = self.spec.plan.uses[u].key;
-            let bytes = self.key_bytes(key);
+            let bytes = self.use_bytes(u);
             let engine = Arc::clone(&self.spec.engine);
             let rec = Arc::clone(&self.spec.recorder);
             let priority = self.spec.engine.admissions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -324,7 +326,7 @@ impl Driver {
             let j = delivered.batch.index - self.spec.first_index;
             for &u in &self.spec.plan.releases[j] {
                 let key = self.spec.plan.uses[u as usize].key;
-                self.spec.engine.pool.release(self.spec.pass, key, self.key_bytes(key));
+                self.spec.engine.pool.release(self.spec.pass, key, self.use_bytes(u as usize));
                 self.data[u as usize] = None;
             }
             self.unsent.push_back(delivered);
@@ -501,10 +503,17 @@ fn gather(
             let w = (s % v.spc) as usize;
             let u = uses[i * vars.len() + vi];
             let chunk = chunks.get(&u).ok_or_else(|| Error::Internal(format!("chunk {key:?} missing at gather")))?;
+            let (dims, origin, size) = v.row_box(patches.as_ref().zip(patcher).map(|(bp, p)| (bp.origin(i), p)));
+            if let Some(layout) = &chunk.layout {
+                let (start, len) = box_in_row(&v.inner, (&dims, &origin, &size));
+                layout
+                    .copy_box(chunk.data.bytes(), v.dtype.size(), w, (&start, &len), |run| out.extend_from_slice(run))
+                    .map_err(|m| Error::Internal(format!("chunk {key:?} held in part: {m}; please report this")))?;
+                continue;
+            }
             let src = chunk.data.bytes().get(w * row..(w + 1) * row).ok_or_else(|| {
                 Error::Internal(format!("chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape()))
             })?;
-            let (dims, origin, size) = v.row_box(patches.as_ref().zip(patcher).map(|(bp, p)| (bp.origin(i), p)));
             if dims.is_empty() {
                 out.extend_from_slice(src);
             } else {
@@ -528,20 +537,90 @@ fn gather(
     Ok(batch)
 }
 
-/// A chunk of more tiles than this is always read whole (the per-use flags would cost more
-/// than they save).
+/// A chunk of more tiles than this is always read whole (planning its tiles would cost more
+/// than it saves).
 const MAX_PLANNED_TILES: u64 = 1 << 16;
 
-/// A pass whose uses times tiles per chunk exceed this reads whole chunks: the planning
-/// flags (a byte per tile and use) stay under 64 MiB.
-const MAX_PLANNED_FLAGS: u64 = 1 << 26;
+/// Whether passes read `reader`'s chunks in part where rows need only part of them: not
+/// with a chunk transform (its output need not match the tiles), and only for a chunk of
+/// several tiles, not too many. (A disk tier, which keeps whole chunks, rules it out for
+/// the whole dataset: `plan_tiles`.)
+fn reads_in_part(reader: &ArrayReader) -> bool {
+    reader.transforms.is_empty() && (2..=MAX_PLANNED_TILES).contains(&reader.geom.n_tiles())
+}
+
+/// What one use of a chunk of `reader` can hold at most when passes read it in part (`None`
+/// when they read whole chunks): the tiles `rows` rows of each of `vars` (its variables) can
+/// touch, at most all. The residency floor counts this instead of the whole chunk, so a
+/// patched dataset's budget counts the tiles its patches read.
+pub(crate) fn part_charge_max(
+    reader: &ArrayReader,
+    vars: &[&GatherVar],
+    patcher: Option<&Patcher>,
+    rows: u64,
+) -> Option<u64> {
+    if !reads_in_part(reader) {
+        return None;
+    }
+    let g = &reader.geom;
+    let zeros = vec![0u64; patcher.map_or(0, |p| p.size.len())];
+    let mut tiles = 0u64;
+    for v in vars {
+        let (dims, _, size) = v.row_box(patcher.map(|p| (zeros.as_slice(), p)));
+        if dims.is_empty() {
+            return None;
+        }
+        tiles = tiles.saturating_add(rows.saturating_mul(g.most_tiles_in_box(&dims, &size)));
+    }
+    let region = g.sample_chunk_size().min(g.n_samples()) * g.inner_tile().iter().product::<u64>();
+    Some(tiles.min(g.n_tiles()).saturating_mul(region).saturating_mul(g.dtype.size() as u64))
+}
+
+/// What a use reads of its chunk: nothing asked yet, all of it, or these tiles (ascending,
+/// once each after `settle`).
+enum Touched {
+    Unasked,
+    Whole,
+    Tiles { tiles: Vec<u64>, settled: usize },
+}
+
+impl Touched {
+    /// Add the tiles of one row's box; the list is sorted and deduplicated whenever it has
+    /// doubled, so it stays within twice the distinct tiles.
+    fn add(&mut self, geom: &crate::geometry::ArrayGeometry, row_box: (&[usize], &[u64], &[u64])) {
+        if row_box.0.is_empty() {
+            *self = Self::Whole;
+            return;
+        }
+        if let Self::Unasked = self {
+            *self = Self::Tiles { tiles: Vec::new(), settled: 0 };
+        }
+        if let Self::Tiles { tiles, settled } = self {
+            geom.tiles_in_box(row_box, |t| tiles.push(t));
+            if tiles.len() > 2 * (*settled).max(64) {
+                tiles.sort_unstable();
+                tiles.dedup();
+                *settled = tiles.len();
+            }
+        }
+    }
+
+    /// The tiles, when not every tile of a chunk of `n_tiles`.
+    fn into_part(self, n_tiles: u64) -> Option<std::sync::Arc<[u64]>> {
+        let Self::Tiles { mut tiles, .. } = self else { return None };
+        tiles.sort_unstable();
+        tiles.dedup();
+        (!tiles.is_empty() && (tiles.len() as u64) < n_tiles).then(|| tiles.into())
+    }
+}
 
 /// Restrict each use of `plan` to the inner tiles its rows' boxes touch (patches, or a
 /// rank's part of each row), where that is not all of them: the load then fetches and
-/// decodes those tiles only, and each use's key gets the set's fingerprint
-/// ([`ChunkKey::part`]). Each use is one chunk in one block, so every tile is still read at
-/// most once per block. Arrays with a chunk transform (its output need not match the
-/// tiles) or under a disk tier (which keeps whole chunks for later epochs) are read whole.
+/// decodes those tiles only, holds only their regions (`assemble::TileLayout`), and each
+/// use's key gets the set's fingerprint ([`ChunkKey::part`]). Each use is one chunk in one
+/// block, so every tile is still read at most once per block. Arrays that `reads_in_part`
+/// refuses, and every array under a disk tier (which keeps whole chunks for later epochs),
+/// are read whole.
 pub(crate) fn plan_tiles(
     plan: &mut PassPlan,
     vars: &[GatherVar],
@@ -552,22 +631,11 @@ pub(crate) fn plan_tiles(
     if (patching.is_none() && vars.iter().all(|v| v.part.is_none())) || engine.tier.is_some() {
         return;
     }
-    let eligible: Vec<bool> = vars
-        .iter()
-        .map(|v| {
-            let r = &engine.arrays[v.path as usize];
-            r.transforms.is_empty() && (2..=MAX_PLANNED_TILES).contains(&r.geom.n_tiles())
-        })
-        .collect();
-    let most_tiles = (vars.iter().zip(&eligible).filter(|(_, e)| **e))
-        .map(|(v, _)| engine.arrays[v.path as usize].geom.n_tiles())
-        .max()
-        .unwrap_or(0);
-    if !eligible.contains(&true) || (plan.uses.len() as u64).saturating_mul(most_tiles) > MAX_PLANNED_FLAGS {
+    let eligible: Vec<bool> = vars.iter().map(|v| reads_in_part(&engine.arrays[v.path as usize])).collect();
+    if !eligible.contains(&true) {
         return;
     }
-    // Per use: `None` while no row has asked, flags per tile, or whole (an empty Vec).
-    let mut touched: Vec<Option<Vec<bool>>> = vec![None; plan.uses.len()];
+    let mut touched: Vec<Touched> = (0..plan.uses.len()).map(|_| Touched::Unasked).collect();
     let mut origin = Vec::new();
     for (r, &row) in plan.anchors.iter().enumerate() {
         origin.clear();
@@ -576,23 +644,16 @@ pub(crate) fn plan_tiles(
         }
         for (vi, v) in vars.iter().enumerate() {
             let u = plan.row_uses[r * vars.len() + vi] as usize;
-            let geom = &engine.arrays[v.path as usize].geom;
             let (dims, o, size) = v.row_box(patching.map(|p| (origin.as_slice(), p.patcher.as_ref())));
-            let flags = touched[u]
-                .get_or_insert_with(|| if eligible[vi] { vec![false; geom.n_tiles() as usize] } else { Vec::new() });
-            if dims.is_empty() {
-                flags.clear();
-            } else if !flags.is_empty() {
-                geom.mark_tiles_in_box((&dims, &o, &size), flags);
+            if eligible[vi] {
+                touched[u].add(&engine.arrays[v.path as usize].geom, (&dims, &o, &size));
+            } else {
+                touched[u] = Touched::Whole;
             }
         }
     }
-    plan.tiles = touched
-        .into_iter()
-        .map(|flags| {
-            let flags = flags.filter(|f| f.contains(&false) && !f.is_empty())?;
-            Some(flags.iter().enumerate().filter(|(_, on)| **on).map(|(t, _)| t as u64).collect())
-        })
+    plan.tiles = (touched.into_iter().zip(&plan.uses))
+        .map(|(t, use_)| t.into_part(engine.arrays[use_.key.path as usize].geom.n_tiles()))
         .collect();
     for (u, tiles) in plan.tiles.iter().enumerate() {
         if let Some(t) = tiles {

@@ -14,8 +14,9 @@
 //! every target and every resume.
 //!
 //! Reads: a pass reads of each chunk only the inner tiles its rows' patches touch in that
-//! block (`pass::plan_tiles`), each once. Not yet: the chunk is still held whole (zeros where
-//! no tile was read), so the budget and `describe()`'s memory model count whole chunks.
+//! block (`pass::plan_tiles`), each once, and holds only those (`assemble::TileLayout`): the
+//! pool charges their bytes, and the residency floor counts the most tiles a chunk's rows
+//! can touch (`pass::part_charge_max`).
 
 use serde::{Deserialize, Serialize};
 
@@ -267,6 +268,21 @@ impl Patcher {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PatchedDims(pub Vec<usize>);
 
+/// The box `origin .. origin + size` on inner positions `dims` of a row of inner shape
+/// `inner`, the other axes whole, as a start and a length per inner axis.
+pub(crate) fn box_in_row(
+    inner: &[usize],
+    (dims, origin, size): (&[usize], &[u64], &[u64]),
+) -> (Vec<usize>, Vec<usize>) {
+    let mut start = vec![0usize; inner.len()];
+    let mut len = inner.to_vec();
+    for ((&d, &o), &s) in dims.iter().zip(origin).zip(size) {
+        start[d] = o as usize;
+        len[d] = s as usize;
+    }
+    (start, len)
+}
+
 /// Copy the patch at `origin` (one start per patched axis, at `dims`) of one sample (`src`,
 /// C order over `inner`, `item` bytes per element) out through `push`, run by run in C order.
 ///
@@ -280,12 +296,7 @@ pub fn copy_patch(
     mut push: impl FnMut(&[u8]),
 ) {
     let rank = inner.len();
-    let mut start = vec![0usize; rank];
-    let mut len = inner.to_vec();
-    for ((&d, &o), &s) in dims.0.iter().zip(origin).zip(size) {
-        start[d] = o as usize;
-        len[d] = s as usize;
-    }
+    let (start, len) = box_in_row(inner, (&dims.0, origin, size));
     if rank == 0 {
         push(&src[..item]);
         return;

@@ -181,8 +181,9 @@ impl PassPlan {
         j * self.batch_size..((j + 1) * self.batch_size).min(self.anchors.len())
     }
 
-    /// The most bytes this pass holds at once: distinct keys over the uses live at any batch.
-    pub fn peak_bytes(&self, key_bytes: impl Fn(ChunkKey) -> u64) -> u64 {
+    /// The most bytes this pass holds at once: distinct keys over the uses live at any batch,
+    /// use `u` charging `use_bytes(u)` (the uses of one key charge alike).
+    pub fn peak_bytes(&self, use_bytes: impl Fn(usize) -> u64) -> u64 {
         let mut starts: Vec<Vec<u32>> = vec![Vec::new(); self.n_batches()];
         for (i, u) in self.uses.iter().enumerate() {
             starts[u.first_batch].push(i as u32);
@@ -194,7 +195,7 @@ impl PassPlan {
                 let key = self.uses[u as usize].key;
                 let n = live.entry(key).or_insert(0);
                 if *n == 0 {
-                    bytes += key_bytes(key);
+                    bytes += use_bytes(u as usize);
                 }
                 *n += 1;
             }
@@ -204,7 +205,7 @@ impl PassPlan {
                 let n = live.get_mut(&key).expect("released key is live");
                 *n -= 1;
                 if *n == 0 {
-                    bytes -= key_bytes(key);
+                    bytes -= use_bytes(u as usize);
                 }
             }
         }

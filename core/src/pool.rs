@@ -35,10 +35,11 @@ pub struct Chunk {
     pub bad: bool,
     /// When its load got its last `max_inflight` permit, finished fetching, and was ready.
     pub times: LoadTimes,
-    /// The tiles it holds when not all (`PassPlan::tiles`; the rest of the slot is zeros):
-    /// checked against each use it serves, so a fingerprint collision in `ChunkKey::part`
-    /// is an error, never a patch cut from tiles that were not read.
-    pub tiles: Option<Arc<[u64]>>,
+    /// Where its tiles lie when it holds only some (`PassPlan::tiles`; `data` is then those
+    /// tiles' regions one after another, flat): checked against each use it serves, so a
+    /// fingerprint collision in `ChunkKey::part` is an error, never a patch cut from tiles
+    /// that were not read.
+    pub layout: Option<Arc<crate::assemble::TileLayout>>,
 }
 
 /// Where a resident chunk's bytes live.

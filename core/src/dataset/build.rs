@@ -23,7 +23,7 @@ use crate::engine::{ArrayReader, CpuQueue, Engine};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::hedge::Hedger;
-use crate::pass::{GatherVar, VarPart};
+use crate::pass::{GatherVar, VarPart, part_charge_max};
 use crate::patch::{PatchAxis, PatchOptions, PatchedDims, Patcher};
 use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks_over};
 use crate::pool::Pool;
@@ -529,7 +529,7 @@ impl Assembly {
         let draws = self.draws(n_samples)?;
         let patches = patcher.as_ref().map_or(1, |p| p.per_sample());
         let rows = ChunkRows { anchor_range, patches, draws: draws.as_deref() };
-        let residency = self.residency(&readers, &plan_vars, &rows);
+        let residency = self.residency(&readers, (&plan_vars, &gather_vars, patcher.as_deref()), &rows);
         let rows_per_sample = patches * draws.as_ref().map_or(1, |d| d.copies());
         let tier = self.open_tier(&readers)?;
         let read_once_bytes = self.read_once_bytes(&residency, tier.as_ref());
@@ -811,7 +811,12 @@ impl Assembly {
 
     /// Block size (widened so a block holds a batch of rows) and the residency floor over
     /// every view.
-    fn residency(&self, readers: &[ArrayReader], plan_vars: &[PlanVar], rows: &ChunkRows<'_>) -> Residency {
+    fn residency(
+        &self,
+        readers: &[ArrayReader],
+        (plan_vars, gather_vars, patcher): (&[PlanVar], &[GatherVar], Option<&Patcher>),
+        rows: &ChunkRows<'_>,
+    ) -> Residency {
         let m = &self.manifest;
         let o = &self.options;
         let ref_spc = m.sample_chunk_size;
@@ -831,7 +836,7 @@ impl Assembly {
             .zip(readers)
             .map(|(i, r)| FloorArray {
                 n_chunks: r.geom.n_chunks(),
-                max_slot_bytes: r.max_charge(),
+                max_slot_bytes: self.slot_bytes_max((i, r), gather_vars, patcher, rows),
                 vars: plan_vars.iter().filter(|v| v.path == i).cloned().collect(),
             })
             .collect();
@@ -842,6 +847,28 @@ impl Assembly {
             .unwrap_or(0);
         let shares_chunks = plan_vars.iter().any(|v| v.shares_chunks(ref_spc));
         Residency { block_chunks, first_block_chunks, floor_arrays, floor_max, shares_chunks }
+    }
+
+    /// The most one chunk of array `i` holds: all of it, or, where passes read it in part
+    /// (`pass::plan_tiles`), the tiles its rows can touch. Not under a disk tier (whole
+    /// chunks) nor with weights (a sample drawn several times puts more rows in a block).
+    fn slot_bytes_max(
+        &self,
+        (i, r): (u32, &ArrayReader),
+        gather_vars: &[GatherVar],
+        patcher: Option<&Patcher>,
+        rows: &ChunkRows<'_>,
+    ) -> u64 {
+        let whole = r.max_charge();
+        if self.options.tier.is_some() || rows.draws.is_some() {
+            return whole;
+        }
+        let vars: Vec<&GatherVar> = gather_vars.iter().filter(|v| v.path == i).collect();
+        if vars.is_empty() {
+            return whole;
+        }
+        let chunk_rows = r.geom.sample_chunk_size().saturating_mul(rows.patches);
+        part_charge_max(r, &vars, patcher, chunk_rows).map_or(whole, |part| part.min(whole))
     }
 
     /// The disk tier, opened with each array's identity (so a changed pipeline is stale).

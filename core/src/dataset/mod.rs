@@ -510,7 +510,10 @@ impl Dataset {
         let patching = self.patching(split);
         let plan = Arc::new(self.pass_plan(&rank.order, patching.as_ref(), epoch));
         let floor = self.floor(split);
-        let need = plan.peak_bytes(|k| i.engine.arrays[k.path as usize].charge(k.chunk));
+        let need = plan.peak_bytes(|u| {
+            let key = plan.uses[u].key;
+            i.engine.arrays[key.path as usize].charge_part(key.chunk, plan.tiles_of(u).map(|t| &t[..]))
+        });
         // A re-partitioned (elastic) segment is blocked greedily over partly consumed chunks, so
         // the floor's two-block bound is not proved for it: it reserves its exact peak instead.
         if need > floor && rank.start.history.is_empty() {
@@ -519,7 +522,11 @@ impl Dataset {
                  Workaround: cache_budget_bytes >= {need} with block_chunks raised"
             )));
         }
-        let pass = i.engine.pool.open_pass(floor.max(need))?;
+        // A pass reading chunks in part (patches) holds their tiles, not whole chunks: it
+        // reserves its exact peak, which is all it ever charges (`PassPlan::peak_bytes`), so
+        // the rest of the budget stays free for other iterations and the cache.
+        let reserve = if plan.tiles.iter().any(Option::is_some) { need } else { floor.max(need) };
+        let pass = i.engine.pool.open_pass(reserve)?;
         let recorder = Arc::new(PassRecorder::default());
         let (tx, rx) = async_channel::bounded(i.options.prefetch_depth);
         let n_batches = plan.n_batches();

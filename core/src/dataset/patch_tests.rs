@@ -282,6 +282,56 @@ fn random_patches_read_only_the_tiles_they_touch_once_each() {
     }
 }
 
+/// A chunk read in part is held as its tiles only: the pool charges their bytes, the
+/// residency floor (and so the budget `describe()` asks for) counts the tiles a chunk's rows
+/// can touch, not the whole chunk, and the patches still equal slicing.
+#[test]
+fn a_chunk_read_in_part_is_held_and_charged_as_its_tiles() {
+    const SHAPE: [u64; 3] = [8, 48, 64];
+    let open_field = |chunks: &[u64]| {
+        let storage = MemoryStorage::new();
+        write_f32_array(&storage, "f", &SHAPE, chunks, None, Some(&["time", "y", "x"][..]), |i| i as f32);
+        let sim = SimExecutor::new();
+        let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
+        let patch = named(&[("y", 8), ("x", 8)], PatchMode::Random { per_sample: 1 });
+        let options =
+            DatasetOptions { batch_size: 2, block_chunks: 1, seed: 9, patch: Some(patch), ..Default::default() };
+        let builder = Dataset::builder(Arc::new(storage), runtime)
+            .arrays(["f"])
+            .options(options)
+            .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..SplitOptions::default() });
+        let ds = sim.run(builder.open(), LIMIT).unwrap().unwrap();
+        (sim, ds)
+    };
+    // Whole chunks (one tile each) against 6 × 8 tiles of 8 × 8 per chunk: an 8 × 8 patch
+    // touches at most 2 × 2 of them, so a chunk's 4 rows at most 16 of its 48 tiles.
+    let (_, whole) = open_field(&[4, 48, 64]);
+    let (sim, tiled) = open_field(&[4, 8, 8]);
+    let whole_floor = whole.describe(1).unwrap().memory.floor_bytes;
+    let floor = tiled.describe(1).unwrap().memory.floor_bytes;
+    assert_eq!(floor * 3, whole_floor, "16 of 48 tiles: {floor} against {whole_floor}");
+    for e in 0..3 {
+        let batches = epoch(&sim, &tiled, e);
+        for b in &batches {
+            let (p, f) = (b.patches.as_ref().unwrap(), b.view::<f32>("f").unwrap());
+            for (i, &t) in b.sample_indices.iter().enumerate() {
+                let o = p.origin(i);
+                for (a, c) in (0..8).flat_map(|a| (0..8).map(move |c| (a, c))) {
+                    let want = (t * SHAPE[1] * SHAPE[2] + (o[0] + a) * SHAPE[2] + o[1] + c) as f32;
+                    assert_eq!(f[[i, a as usize, c as usize]], want, "sample {t} origin {o:?}");
+                }
+            }
+        }
+        let touched = tiled.last_pass().unwrap().tiles_read;
+        assert!(touched < 2 * 48, "epoch {e}: the patches should leave tiles unread ({touched} read)");
+    }
+    let peak = tiled.pool_counters().resident_peak_bytes;
+    assert!(peak > 0 && peak <= floor, "resident peak {peak} within the tiles' floor {floor}");
+    // One chunk's tiles are 4 rows × 8 × 8 elements each; a whole chunk is 4 × 48 × 64.
+    assert_eq!(peak % (4 * 8 * 8 * 4), 0, "the pool charges whole tiles: {peak}");
+    assert!(peak < 4 * 48 * 64 * 4, "less than one whole chunk: {peak}");
+}
+
 /// With `coords`, each batch carries the values of each patched axis's coordinate that each
 /// row's patch covers (rows × patch extent), beside the patches.
 #[test]

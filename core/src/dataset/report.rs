@@ -171,7 +171,7 @@ impl Dataset {
         let reads = match self.patch_tiles() {
             Some((read, all)) if read < all => format!(
                 "train epoch {} fetches and decodes {read} of the {all} tiles of the chunks it reads ({:.0}%), only \
-                 those its patches touch, each once; memory and the budget still count whole chunks",
+                 those its patches touch, each once, and holds only those (the budget counts their bytes)",
                 self.epoch(),
                 100.0 * read as f64 / all.max(1) as f64
             ),

@@ -417,8 +417,8 @@ class InSituDataset:
     than a patch at the far edge is not drawn); ``"random"`` draws ``patches_per_sample`` patches at
     random origins per sample and epoch (default 1), the same for the same ``(seed, epoch)``.
     Each batch row is then a patch (``batch.patch_origins``), every chunk is read at most once
-    per epoch, and of a chunk tiled on the patched axes only the tiles the patches touch
-    (chunks are still held whole; docs/patches.md).
+    per epoch, and of a chunk tiled on the patched axes only the tiles the patches touch are
+    read and held (the budget counts them; docs/patches.md).
     ``sample_mask``: one bool per sample on the sample axis; a ``False`` sample is never
     drawn. Or ``(variable, fn)``: the array ``variable`` of the store (a cheap one: a
     per-sample series, a coarse field) is read whole at open and ``fn(values)`` (sample axis
