@@ -33,7 +33,6 @@ The store should sit in the page cache (each store's files are read once before 
 import argparse
 import json
 import os
-import random
 import statistics
 import struct
 import subprocess
@@ -113,7 +112,7 @@ def run_rs_patch(store, url, k, xb_batches, read_policy=None):
     lp = ds.last_pass
     touched, tiles = _touched_bytes(store, rows)
     return dict(rows=len(rows), secs=secs, fetched=lp.bytes_fetched, touched=touched, tiles_touched=tiles,
-                tiles_read=lp.tiles_read)
+                tiles_read=lp.tiles_read, resident_peak=lp.depths.resident_peak_bytes)
 
 
 def run_rs_crop(store, url, k, xb_batches):
@@ -133,7 +132,8 @@ def run_rs_crop(store, url, k, xb_batches):
                                                         rng.integers(0, w - PATCH + 1, k))]
         n += len(np.stack(crops))
     secs = time.perf_counter() - t0
-    return dict(rows=n, secs=secs, fetched=ds.last_pass.bytes_fetched)
+    return dict(rows=n, secs=secs, fetched=ds.last_pass.bytes_fetched,
+                resident_peak=ds.last_pass.depths.resident_peak_bytes)
 
 
 class _XbPatches:
@@ -274,8 +274,8 @@ def write_report(a, engines, results):
         f"Date: {time.strftime('%Y-%m-%d')}; machine: {os.cpu_count()} cores; {where}.",
         "",
         "| store | engine | rows/s median [min–max] | × xbatcher-nw2 | fetched MB | touched-tile MB | fetched ÷ touched "
-        "| requests |",
-        "|---|---|---|---|---|---|---|---|",
+        "| requests | resident peak MB |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in a.only.split(","):
         base = results.get((name, "xbatcher-nw2"))
@@ -297,6 +297,7 @@ def _row(name, e, runs, base_rate):
 
     rate, lo, hi = spread([r["rows"] / r["secs"] for r in runs])
     fetched, touched, requests = med("fetched", 1e6), med("touched", 1e6), med("requests")
+    resident = med("resident_peak", 1e6)
     cells = [
         f"{rate:.0f} [{lo:.0f}–{hi:.0f}]",
         f"{rate / base_rate:.1f}×" if base_rate else "–",
@@ -304,10 +305,10 @@ def _row(name, e, runs, base_rate):
         f"{touched:.0f}" if touched is not None else "–",
         f"{fetched / touched:.2f}" if fetched is not None and touched else "–",
         f"{requests:.0f}" if requests is not None else "–",
+        f"{resident:.0f}" if resident is not None else "–",
     ]
     return f"| {name} | {e} | " + " | ".join(cells) + " |"
 
 
 if __name__ == "__main__":
-    random.seed(0)
     main()
