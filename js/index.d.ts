@@ -117,8 +117,11 @@ export interface OpenOptions {
   /** Carry the sample axis's coordinate in every batch (`batch.coords`; docs/coordinates.md). */
   coords?: boolean;
   /**
-   * Select samples by the sample axis's coordinate, inclusive (implies `coords`):
-   * `{ time: ['2010-01-01', '2019-12-31'] }` (dates `YYYY-MM-DD[THH:MM[:SS]]`, UTC) or numbers.
+   * Select by label, inclusive, one range per dimension: on the sample axis's coordinate the
+   * samples (implies `coords`), `{ time: ['2010-01-01', '2019-12-31'] }` (dates
+   * `YYYY-MM-DD[THH:MM[:SS]]`, UTC) or numbers; on an inner dimension's coordinate the region
+   * every row is cut to, `{ lat: [30, 60] }` (a decreasing coordinate too; patches on that axis
+   * lie inside it, and only the tiles it touches are read).
    */
   sel?: Record<string, [string | number, string | number]>;
   /** With a list of stores (`open([a, b])`): the dimension they are concatenated along. Default `"time"`. */

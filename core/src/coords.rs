@@ -30,10 +30,12 @@ pub struct Coordinate {
     pub values: CoordValues,
 }
 
-/// Samples selected by their coordinate: `dim`'s values in `[lo, hi]`, inclusive.
+/// A selection by label on one dimension: `dim`'s values in `[lo, hi]`, inclusive. On the
+/// sample axis it selects samples (the split's sample range); on an inner axis it cuts every
+/// row to that range (a region: `Dataset`'s `regions`), and only the tiles it touches are read.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SampleSel {
-    /// The sample axis's dimension name (its coordinate's name).
+pub struct LabelRange {
+    /// The dimension's name (its coordinate's name).
     pub dim: String,
     /// The lowest value selected.
     pub lo: Label,
@@ -70,7 +72,7 @@ impl Label {
     }
 }
 
-impl SampleSel {
+impl LabelRange {
     /// `dim` between two bounds in [`Label::from_text`]'s forms.
     ///
     /// # Errors
@@ -81,12 +83,13 @@ impl SampleSel {
 }
 
 impl Coordinate {
-    /// The samples whose value lies in `[lo, hi]` (inclusive, as xarray's `sel` with a slice)
-    /// as a range `[start, stop)`, on an increasing coordinate.
+    /// The positions whose value lies in `[lo, hi]` (inclusive, as xarray's `sel` with a
+    /// slice) as a range `[start, stop)`, on a strictly increasing or decreasing coordinate
+    /// (latitude often runs from 90 to -90).
     ///
     /// # Errors
     /// [`Error::Config`] for a time bound on a numeric coordinate (or the reverse), a
-    /// coordinate that does not increase, or a range that selects nothing.
+    /// coordinate that is not monotonic, or a range that selects nothing.
     pub fn select(&self, lo: Label, hi: Label) -> Result<(u64, u64)> {
         let (start, stop) = match (&self.values, lo, hi) {
             (CoordValues::Time(v), Label::Time(a), Label::Time(b)) => range_in(v, &a, &b),
@@ -101,7 +104,7 @@ impl Coordinate {
             }
         }?;
         if start >= stop {
-            return Err(Error::Config(format!("sel on {:?} selects no sample; widen the range", self.name)));
+            return Err(Error::Config(format!("sel on {:?} selects nothing; widen the range", self.name)));
         }
         Ok((start as u64, stop as u64))
     }
@@ -148,13 +151,18 @@ impl Coordinate {
     }
 }
 
-/// `[start, stop)` of the values in `[lo, hi]` of increasing `v`.
+/// `[start, stop)` of the values in `[lo, hi]` of strictly increasing or decreasing `v`.
 fn range_in<T: PartialOrd>(v: &[T], lo: &T, hi: &T) -> Result<(usize, usize)> {
-    // NaN compares as unordered, so it counts as not increasing.
-    if v.windows(2).any(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less)) {
-        return Err(Error::Config("sel needs a strictly increasing coordinate".into()));
+    use std::cmp::Ordering::{Greater, Less};
+    // NaN compares as unordered, so it counts as neither.
+    let all = |o| v.windows(2).all(|w| w[0].partial_cmp(&w[1]) == Some(o));
+    if all(Less) {
+        Ok((v.partition_point(|x| x < lo), v.partition_point(|x| x <= hi)))
+    } else if all(Greater) {
+        Ok((v.partition_point(|x| x > hi), v.partition_point(|x| x >= lo)))
+    } else {
+        Err(Error::Config("sel needs a strictly increasing or decreasing coordinate".into()))
     }
-    Ok((v.partition_point(|x| x < lo), v.partition_point(|x| x <= hi)))
 }
 
 /// Read the sample-axis coordinate `name` beside the variable at `variable_path`, if the store
@@ -407,7 +415,7 @@ mod tests {
         assert_eq!(Label::from_text("1970-01-02").unwrap(), Label::Time(86_400_000_000_000));
         assert_eq!(Label::from_text("2000-03-01T12:00:00Z").unwrap(), Label::Time(951_912_000 * 1_000_000_000));
         assert!(Label::from_text("soon").unwrap_err().to_string().contains("\"soon\""));
-        let sel = SampleSel::from_text("time", "2010-01-01", "2010-12-31").unwrap();
+        let sel = LabelRange::from_text("time", "2010-01-01", "2010-12-31").unwrap();
         assert!(matches!((sel.lo, sel.hi), (Label::Time(a), Label::Time(b)) if a < b));
     }
 
@@ -417,8 +425,12 @@ mod tests {
         assert_eq!(c.select(Label::Time(20), Label::Time(30)).unwrap(), (1, 3));
         assert_eq!(c.select(Label::Time(0), Label::Time(25)).unwrap(), (0, 2));
         assert!(c.select(Label::Number(1.0), Label::Number(2.0)).unwrap_err().to_string().contains("dates"));
-        assert!(c.select(Label::Time(41), Label::Time(50)).unwrap_err().to_string().contains("no sample"));
-        let down = Coordinate { name: "lat".into(), values: CoordValues::Number(vec![3.0, 2.0]) };
-        assert!(down.select(Label::Number(2.0), Label::Number(3.0)).is_err());
+        assert!(c.select(Label::Time(41), Label::Time(50)).unwrap_err().to_string().contains("selects nothing"));
+        // A decreasing coordinate (latitude from north to south) selects its run too.
+        let down = Coordinate { name: "lat".into(), values: CoordValues::Number(vec![60.0, 50.0, 40.0, 30.0]) };
+        assert_eq!(down.select(Label::Number(35.0), Label::Number(50.0)).unwrap(), (1, 3));
+        assert_eq!(down.select(Label::Number(-90.0), Label::Number(90.0)).unwrap(), (0, 4));
+        let flat = Coordinate { name: "lat".into(), values: CoordValues::Number(vec![1.0, 2.0, 2.0]) };
+        assert!(flat.select(Label::Number(0.0), Label::Number(3.0)).unwrap_err().to_string().contains("decreasing"));
     }
 }

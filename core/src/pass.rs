@@ -40,12 +40,14 @@ pub(crate) struct GatherVar {
     pub sample_bytes: usize,
     /// Where this variable's patch lies (`None`: the whole sample, with or without patches).
     pub patch: Option<crate::patch::PatchedDims>,
+    /// The regions `sel` cut its rows to on inner axes it is not patched on.
+    pub region: Vec<VarPart>,
     /// This rank's part of each row under a rank mesh (`mesh.rs`; `None`: whole rows).
     pub part: Option<VarPart>,
 }
 
-/// A model-parallel rank's part of one variable's rows: `start .. start + len` of the row's
-/// box on inner dimension `dim`.
+/// A part of one variable's rows: `start .. start + len` on inner dimension `dim`. A
+/// model-parallel rank's part (relative to the row's box on `dim`), or a `sel` region.
 #[derive(Debug, Clone)]
 pub(crate) struct VarPart {
     pub dim: usize,
@@ -63,6 +65,9 @@ impl GatherVar {
                 inner[d] = s as usize;
             }
         }
+        for r in &self.region {
+            inner[r.dim] = r.len as usize;
+        }
         if let Some(part) = &self.part {
             inner[part.dim] = part.len as usize;
         }
@@ -70,12 +75,18 @@ impl GatherVar {
     }
 
     /// The box row `i` of this variable copies, as `(dims, origin, size)` on its inner
-    /// dimensions: the patch, cut to this rank's part; empty for a whole sample.
+    /// dimensions: the patch and the `sel` regions, cut to this rank's part; empty for a
+    /// whole sample.
     fn row_box(&self, patch: Option<(&[u64], &Patcher)>) -> (Vec<usize>, Vec<u64>, Vec<u64>) {
         let (mut dims, mut origin, mut size) = match (&self.patch, patch) {
             (Some(d), Some((o, p))) => (d.0.clone(), o.to_vec(), p.size.clone()),
             _ => (Vec::new(), Vec::new(), Vec::new()),
         };
+        for r in &self.region {
+            dims.push(r.dim);
+            origin.push(r.start);
+            size.push(r.len);
+        }
         if let Some(part) = &self.part {
             match dims.iter().position(|&d| d == part.dim) {
                 Some(i) => {
@@ -628,7 +639,8 @@ pub(crate) fn plan_tiles(
     patching: Option<&Patching>,
     epoch: u64,
 ) {
-    if (patching.is_none() && vars.iter().all(|v| v.part.is_none())) || engine.tier.is_some() {
+    let whole_rows = vars.iter().all(|v| v.part.is_none() && v.region.is_empty());
+    if (patching.is_none() && whole_rows) || engine.tier.is_some() {
         return;
     }
     let eligible: Vec<bool> = vars.iter().map(|v| reads_in_part(&engine.arrays[v.path as usize])).collect();

@@ -176,8 +176,12 @@ pub fn parse_axis_sizes(text: &str) -> Result<Vec<(PatchAxis, u64)>> {
 pub struct Patcher {
     /// Names of the patched axes, for the batch (a dimension name, or `axis{k}`).
     pub dims: Vec<String>,
-    /// The field's extent on each patched axis (the same for every patched variable).
+    /// The extent patches are placed in on each patched axis: the field's (the same for
+    /// every patched variable), or the region `sel` picked on it.
     pub extent: Vec<u64>,
+    /// Where that extent starts on each patched axis (0, or the `sel` region's start):
+    /// origins are positions in the whole field.
+    pub offset: Vec<u64>,
     /// The patch extent on each patched axis.
     pub size: Vec<u64>,
     /// Grid step per axis (grid mode) or `None` (random mode).
@@ -229,7 +233,8 @@ impl Patcher {
                 (Some(stride), count, positions)
             }
         };
-        Ok(Self { dims, extent, size, stride, positions, per_sample, coordinates: Vec::new() })
+        let offset = vec![0; extent.len()];
+        Ok(Self { dims, extent, offset, size, stride, positions, per_sample, coordinates: Vec::new() })
     }
 
     /// Rows per sample: grid positions, or random patches per sample.
@@ -246,13 +251,14 @@ impl Patcher {
                 let start = out.len();
                 out.resize(start + stride.len(), 0);
                 for ax in (0..stride.len()).rev() {
-                    out[start + ax] = (p % self.positions[ax]) * stride[ax];
+                    out[start + ax] = self.offset[ax] + (p % self.positions[ax]) * stride[ax];
                     p /= self.positions[ax];
                 }
             }
             None => {
                 let mut rng = stream(&key(seed, epoch, split, PURPOSE_PATCH, row));
-                out.extend(self.extent.iter().zip(&self.size).map(|(e, s)| below(&mut rng, e - s + 1)));
+                let span = self.extent.iter().zip(&self.size).zip(&self.offset);
+                out.extend(span.map(|((e, s), o)| o + below(&mut rng, e - s + 1)));
             }
         }
     }

@@ -1,8 +1,8 @@
 // Masks, weights, the rank mesh and coordinates in the JS package (`sampleMask`,
 // `sampleWeights`, `modelParallel`/`modelParallelAxis`, `coords`, `sel`; docs/sampling.md,
 // docs/coordinates.md): masked samples never drawn, integer weights drawn exactly that often,
-// a group's parts rebuilding the whole rows, CF times decoded and selected by date, and core's
-// refusals reaching JS with core's message. The same batches as the native engine:
+// a group's parts rebuilding the whole rows, CF times decoded and selected by date, rows cut to
+// a region by label on inner axes, and core's refusals reaching JS with core's message. The same batches as the native engine:
 // js/test/parity.test.js (`DRAWN_CASES`).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -96,7 +96,27 @@ test("bad mask, weights, mesh and sel options are refused with core's message", 
   await refused({ modelParallel: 2 }, /modelParallelAxis/);
   await refused({ modelParallelAxis: 'lat' }, /pass modelParallel too/);
   await refused({ sel: { time: ['soon', '2020-01-02'] } }, /"soon" is neither a number nor a date/);
-  await refused({ sel: { time: [0, 1], lat: [0, 1] } }, /one name/);
+  await refused({ sel: { time: [0, 1], lat: [0, 1] } }, /sel on "lat" needs its coordinate/);
+});
+
+test('sel on inner axes cuts every row to the region, as slicing the whole rows', { skip }, async () => {
+  // cf's lat runs 60 to 40 (decreasing), lon 0 to 5: lat 42..56 is rows 1..4, lon 1..4 columns 1..5.
+  const whole = await open(CF, { variables: ['t2m'], batchSize: 5, seed: 2 });
+  const want = await collect(whole.all());
+  whole.close();
+  const ds = await open(CF, { variables: ['t2m'], batchSize: 5, seed: 2, sel: { lat: [42, 56], lon: [1, 4] } });
+  const got = await collect(ds.all());
+  ds.close();
+  assert.equal(got.length, want.length);
+  got.forEach((b, j) => {
+    assert.deepEqual([...b.sampleIndices], [...want[j].sampleIndices], 'a region keeps the draw order');
+    assert.deepEqual(b.arrays.t2m.shape, [b.sampleIndices.length, 3, 4]);
+    const rows = [];
+    for (let i = 0; i < b.sampleIndices.length; i++) {
+      for (let y = 1; y < 4; y++) rows.push(...want[j].arrays.t2m.data.subarray(i * 30 + y * 6 + 1, i * 30 + y * 6 + 5));
+    }
+    assert.deepEqual([...b.arrays.t2m.data], rows, `batch ${j}`);
+  });
 });
 
 test('with coords, each patched row carries the coordinate values its patch covers', { skip }, async () => {

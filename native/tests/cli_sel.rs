@@ -1,6 +1,6 @@
 //! The CLI's `--sel DIM=LO,HI`: the samples whose (CF-decoded) sample-axis coordinate lies in
-//! the range, inclusive, and a bound that is neither a date nor a number refused, saying how
-//! to write one.
+//! the range, inclusive, a region on an inner dimension beside it, and a bound that is neither
+//! a date nor a number refused, saying how to write one.
 
 mod common;
 
@@ -20,4 +20,27 @@ fn sel_reads_the_samples_of_a_date_range_and_refuses_a_bad_bound() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("\"soon\" is neither a number nor a date") && err.contains("YYYY-MM-DD"), "{err}");
+}
+
+#[test]
+fn sel_on_an_inner_dimension_cuts_every_row_to_its_region() {
+    let store = demo_store("cli-sel-region", "demo.zarr", 24);
+    let args = [
+        "describe",
+        &store,
+        "--fractions",
+        "1,0,0",
+        "--json",
+        "--sel",
+        "lat=30,60",
+        "--sel",
+        "time=2000-01-03,2000-01-10",
+    ];
+    let out = cli(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let notes = report["notes"].as_array().unwrap();
+    let region = notes.iter().find(|n| n["code"] == "region").unwrap_or_else(|| panic!("{notes:?}"));
+    let text = region["message"].as_str().unwrap();
+    assert!(text.contains("lat positions") && text.contains("of 91"), "{text}");
 }

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use insitubatch_core::HedgePolicy;
-use insitubatch_core::coords::{Label, SampleSel};
+use insitubatch_core::coords::{Label, LabelRange};
 use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
 use insitubatch_core::engine::ReadPolicy;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
@@ -618,8 +618,8 @@ impl NativeDataset {
         callbacks: Vec<Bound<'_, PyAny>>,
         metrics_address: Option<String>,
         coords: bool,
-        sel_time: Option<(String, i64, i64)>,
-        sel_number: Option<(String, f64, f64)>,
+        sel_time: Option<Vec<(String, i64, i64)>>,
+        sel_number: Option<Vec<(String, f64, f64)>>,
         concat_dim: Option<String>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
@@ -664,9 +664,14 @@ impl NativeDataset {
                 sample_mask: sample_mask.map(Into::into),
                 sample_weights: sample_weights.map(Into::into),
                 coords,
-                sel: sel_time.map(|(dim, lo, hi)| SampleSel { dim, lo: Label::Time(lo), hi: Label::Time(hi) }).or_else(
-                    || sel_number.map(|(dim, lo, hi)| SampleSel { dim, lo: Label::Number(lo), hi: Label::Number(hi) }),
-                ),
+                sel: (sel_time.into_iter().flatten())
+                    .map(|(dim, lo, hi)| LabelRange { dim, lo: Label::Time(lo), hi: Label::Time(hi) })
+                    .chain((sel_number.into_iter().flatten()).map(|(dim, lo, hi)| LabelRange {
+                        dim,
+                        lo: Label::Number(lo),
+                        hi: Label::Number(hi),
+                    }))
+                    .collect(),
                 observers: callbacks
                     .iter()
                     .map(|f| Ok(Arc::new(observe::PyPassCallback::new(f)?) as Arc<dyn insitubatch_core::PassObserver>))

@@ -40,7 +40,7 @@ def test_sel_by_dates_draws_exactly_those_samples(fixtures):
 
 
 def test_bad_selections_are_clear_errors(fixtures):
-    with pytest.raises(ValueError, match="no sample"):
+    with pytest.raises(ValueError, match="selects nothing"):
         InSituDataset(url(fixtures, "cf"), sel={"time": ("2030-01-01", "2030-02-01")})
     with pytest.raises(ValueError, match="needs time bounds"):
         InSituDataset(url(fixtures, "cf"), sel={"time": (0, 5)})
@@ -48,6 +48,8 @@ def test_bad_selections_are_clear_errors(fixtures):
         InSituDataset(url(fixtures, "cf"), sel={"level": (0, 5)})
     with pytest.raises(ValueError, match="no patch was given"):
         InSituDataset(url(fixtures, "cf"), patches_per_sample=2)
+    with pytest.raises(ValueError, match="a list of labels"):
+        InSituDataset(url(fixtures, "cf"), sel={"lat": [45, 55]})
 
 
 def test_patches_carry_the_coordinates_they_cover(fixtures):
@@ -63,3 +65,29 @@ def test_patches_carry_the_coordinates_they_cover(fixtures):
         np.testing.assert_array_equal(b.coords["time"], TIMES[b.sample_indices])
         rows += len(b)
     assert rows == 48
+
+
+def test_sel_on_inner_axes_cuts_every_row_like_numpy_slicing(fixtures):
+    # lat runs 60 to 40 (decreasing), lon 0 to 5: the truth is the positions whose label lies
+    # in each range, inclusive, as xarray's sel with a slice picks them.
+    lat, lon, t2m = (stored(fixtures, "cf", k) for k in ("lat", "lon", "t2m"))
+    ys = np.flatnonzero((lat >= 42) & (lat <= 56))
+    xs = np.flatnonzero((lon >= 1) & (lon <= 4))
+    assert list(ys) == [1, 2, 3] and list(xs) == [1, 2, 3, 4]
+    ds = InSituDataset(url(fixtures, "cf"), batch_size=5, sel={"lat": (42, 56), "lon": slice(1, 4)})
+    seen = 0
+    for b in ds.all:
+        np.testing.assert_array_equal(b["t2m"], t2m[b.sample_indices][:, ys[0] : ys[-1] + 1, xs[0] : xs[-1] + 1])
+        seen += len(b)
+    assert seen == 24
+    assert any(n["code"] == "region" for n in ds.describe()["notes"])
+    # Patches on a selected axis lie inside its region.
+    kw = dict(patch={"lon": 2}, patch_mode="random", patches_per_sample=3)
+    ds = InSituDataset(url(fixtures, "cf"), batch_size=5, sel={"lon": (1, 4)}, **kw)
+    starts = set()
+    for b in ds.all:
+        for i, (x,) in enumerate(b.patch_origins):
+            np.testing.assert_array_equal(b["t2m"][i], t2m[b.sample_indices[i]][:, x : x + 2])
+            starts.add(int(x))
+    assert starts == {1, 2, 3}
+

@@ -187,8 +187,10 @@ pub struct JsOpenOptions {
     /// Carry the sample axis's coordinate in every batch (`batch.coords`; CF time as
     /// nanoseconds since 1970 in a `BigInt64Array`, numbers in a `Float64Array`).
     pub coords: Option<bool>,
-    /// `{ time: [lo, hi] }`: the samples whose coordinate lies in `[lo, hi]` (inclusive); bounds
-    /// are numbers or dates `YYYY-MM-DD[THH:MM[:SS]]` (UTC), read by core's `Label::from_text`.
+    /// `{ time: [lo, hi], lat: [lo, hi] }`: on the sample axis's coordinate, the samples whose
+    /// value lies in `[lo, hi]` (inclusive); on an inner dimension's, the region every row is
+    /// cut to. Bounds are numbers or dates `YYYY-MM-DD[THH:MM[:SS]]` (UTC), read by core's
+    /// `Label::from_text`.
     pub sel: Option<std::collections::BTreeMap<String, (JsBound, JsBound)>>,
     /// With a list of stores: the dimension they are concatenated along (default `"time"`).
     pub concat_dim: Option<String>,
@@ -467,7 +469,7 @@ impl JsOpenOptions {
             sample_weights: self.sample_weights.clone().map(Into::into),
             model_parallel: self.mesh()?,
             coords: self.coords.unwrap_or(d.coords),
-            sel: self.sample_sel()?,
+            sel: self.label_ranges()?,
             // The disk tier (cache_dir) is native only.
             ..d
         };
@@ -509,17 +511,15 @@ impl JsOpenOptions {
         }
     }
 
-    /// `sel` as core's selection: one dimension (the sample axis's coordinate).
-    fn sample_sel(&self) -> Result<Option<insitubatch_core::coords::SampleSel>, insitubatch_core::Error> {
-        let Some(sel) = &self.sel else { return Ok(None) };
-        let mut entries = sel.iter();
-        let (Some((dim, (lo, hi))), None) = (entries.next(), entries.next()) else {
-            return Err(insitubatch_core::Error::Config(format!(
-                "sel selects on the sample axis's coordinate only, one name; got {:?}",
-                sel.keys().collect::<Vec<_>>()
-            )));
-        };
-        Ok(Some(insitubatch_core::coords::SampleSel { dim: dim.clone(), lo: lo.to_core()?, hi: hi.to_core()? }))
+    /// `sel` as core's selections, one range per dimension (core tells the sample axis's
+    /// from inner ones).
+    fn label_ranges(&self) -> Result<Vec<insitubatch_core::coords::LabelRange>, insitubatch_core::Error> {
+        let Some(sel) = &self.sel else { return Ok(Vec::new()) };
+        sel.iter()
+            .map(|(dim, (lo, hi))| {
+                Ok(insitubatch_core::coords::LabelRange { dim: dim.clone(), lo: lo.to_core()?, hi: hi.to_core()? })
+            })
+            .collect()
     }
 
     /// The array paths whose metadata `open()` reads; `None`: discover the store's arrays.

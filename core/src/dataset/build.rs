@@ -16,7 +16,7 @@ use async_lock::Semaphore;
 use super::{Dataset, DatasetOptions, Inner, Variable};
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
-use crate::coords::{Coordinate, group_of, read_agreed_coordinate};
+use crate::coords::{Coordinate, LabelRange, group_of, read_agreed_coordinate};
 use crate::describe::human_bytes;
 use crate::draws::Draws;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
@@ -86,6 +86,8 @@ pub struct DatasetBuilder {
     coordinate: Option<Arc<Coordinate>>,
     /// With `coords` and patches: the coordinates of the patched axes the store has.
     patch_coordinates: Vec<Arc<Coordinate>>,
+    /// Regions `sel` picked on inner axes (`read_coordinate`).
+    regions: Vec<Region>,
 }
 
 impl std::fmt::Debug for DatasetBuilder {
@@ -115,6 +117,7 @@ impl Dataset {
             batch_transforms: Vec::new(),
             coordinate: None,
             patch_coordinates: Vec::new(),
+            regions: Vec::new(),
         }
     }
 }
@@ -206,9 +209,15 @@ impl DatasetBuilder {
     /// reading the coordinate reports.
     pub async fn read_coordinate(mut self) -> Result<Self> {
         let variables = self.resolve_variables()?;
+        let storage = PolicyStorage::new(
+            Arc::clone(&self.storage),
+            Arc::clone(&self.runtime.executor),
+            self.options.read_policy.clone(),
+        );
+        let on_samples = self.read_regions(&storage, &variables).await?;
         let paths: Vec<&str> = variables.iter().map(|v| v.geometry.path.as_str()).collect();
         let several_groups = paths.iter().any(|p| group_of(p) != group_of(paths[0]));
-        let wanted = self.options.coords || self.options.sel.is_some();
+        let wanted = self.options.coords || on_samples.is_some();
         let one_length = variables.iter().all(|v| v.geometry.n_samples() == variables[0].geometry.n_samples());
         // Unequal lengths are refused by `build`, naming every variable and store.
         if !one_length || (!wanted && !several_groups) {
@@ -216,16 +225,11 @@ impl DatasetBuilder {
         }
         let g = &variables[0].geometry;
         let dim = self.find_opened(&g.path)?.dimension_names().and_then(|d| d.get(g.sample_axis).cloned().flatten());
-        let storage = PolicyStorage::new(
-            Arc::clone(&self.storage),
-            Arc::clone(&self.runtime.executor),
-            self.options.read_policy.clone(),
-        );
         let coordinate = match &dim {
             Some(d) => read_agreed_coordinate(&storage, &paths, d, g.n_samples(), wanted).await?,
             None => None,
         };
-        if let Some(sel) = self.options.sel.clone() {
+        if let Some(sel) = on_samples {
             let Some(c) = coordinate.as_ref().filter(|c| c.name == sel.dim) else {
                 return Err(Error::Config(format!(
                     "sel on {:?} needs the sample axis's coordinate of that name; the sample axis is {} and the store \
@@ -262,12 +266,51 @@ impl DatasetBuilder {
         Ok(self)
     }
 
+    /// The regions `sel` picks on inner axes (a dimension some variable has off its sample
+    /// axis), each read from that dimension's coordinate into [`Self::regions`]; returns the
+    /// selection left for the sample axis, if any.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for two selections left for the sample axis, an inner dimension
+    /// without a coordinate array, or bounds that select nothing; what reading reports.
+    async fn read_regions(&mut self, storage: &dyn Storage, variables: &[Variable]) -> Result<Option<LabelRange>> {
+        let mut on_samples = Vec::new();
+        for sel in self.options.sel.clone() {
+            let found = variables.iter().find_map(|v| {
+                let names = self.find_opened(&v.geometry.path).ok()?.dimension_names()?;
+                let a = names.iter().position(|n| n.as_deref() == Some(sel.dim.as_str()))?;
+                (a != v.geometry.sample_axis).then(|| (v, v.geometry.shape[a]))
+            });
+            let Some((v, extent)) = found else {
+                on_samples.push(sel);
+                continue;
+            };
+            let Some(c) = crate::coords::read_coordinate(storage, &v.geometry.path, &sel.dim, extent).await? else {
+                return Err(Error::Config(format!(
+                    "sel on {:?} needs its coordinate: a 1-d array {:?} of {extent} values beside {:?}; select by \
+                     index with a patch, or add the coordinate to the store",
+                    sel.dim, sel.dim, v.geometry.path
+                )));
+            };
+            let (start, stop) = c.select(sel.lo, sel.hi)?;
+            self.regions.push(Region { dim: sel.dim, start, len: stop - start, extent });
+        }
+        if on_samples.len() > 1 {
+            let dims: Vec<&str> = on_samples.iter().map(|s| s.dim.as_str()).collect();
+            return Err(Error::Config(format!(
+                "sel names {dims:?}, which are not inner dimensions of the variables, and only one can be the sample \
+                 axis; name the sample axis's coordinate and inner dimensions"
+            )));
+        }
+        Ok(on_samples.pop())
+    }
+
     /// With `coords` and patches: each patched axis's coordinate (a 1-d array named after
     /// its dimension beside the first variable that has the axis), for the values of each
     /// patch. One the store lacks, or cannot be read as numbers, is left out: patches work
     /// without it, as before coordinates were asked for.
     async fn read_patch_coordinates(&self, storage: &dyn Storage, variables: &[Variable]) -> Vec<Arc<Coordinate>> {
-        let Some(patch) = self.options.patch.as_ref().filter(|_| self.options.coords || self.options.sel.is_some())
+        let Some(patch) = self.options.patch.as_ref().filter(|_| self.options.coords || !self.options.sel.is_empty())
         else {
             return Vec::new();
         };
@@ -347,6 +390,7 @@ impl DatasetBuilder {
         Assembly {
             coordinate: self.coordinate,
             patch_coordinates: self.patch_coordinates,
+            regions: self.regions,
             storage: self.storage,
             runtime: self.runtime,
             arrays: self.opened,
@@ -465,6 +509,16 @@ fn patched_axes(options: &PatchOptions, label: &str, reader: &ArrayReader, what:
     }))
 }
 
+/// A region `sel` picked on an inner dimension: positions `start .. start + len` of its
+/// `extent`. Every row is cut to it; on a patched axis the patches lie inside it.
+#[derive(Debug, Clone)]
+pub(crate) struct Region {
+    pub dim: String,
+    pub start: u64,
+    pub len: u64,
+    pub extent: u64,
+}
+
 /// One variable's patched axes: where they lie among its inner dimensions, their names and
 /// lengths.
 struct PatchedVar {
@@ -487,6 +541,7 @@ fn distinct(items: impl Iterator<Item = String>) -> Vec<String> {
 /// The resolved parts of a dataset, checked and wired by [`Assembly::assemble`].
 struct Assembly {
     coordinate: Option<Arc<Coordinate>>,
+    regions: Vec<Region>,
     patch_coordinates: Vec<Arc<Coordinate>>,
     storage: Arc<dyn Storage>,
     runtime: Runtime,
@@ -523,6 +578,7 @@ impl Assembly {
         self.check_unique_labels()?;
         let Readers { readers, plan_vars, mut gather_vars } = self.readers()?;
         let patcher = self.patcher(&readers, &mut gather_vars)?;
+        self.cut_to_regions(&readers, &mut gather_vars)?;
         self.parts(&readers, &mut gather_vars, patcher.as_deref())?;
         let offsets: Vec<i64> = self.variables.iter().map(|v| v.geometry.offset).collect();
         let anchor_range = valid_anchor_range(&offsets, n_samples);
@@ -580,6 +636,7 @@ impl Assembly {
                 first_block_chunks: residency.first_block_chunks,
                 anchor_range,
                 patcher,
+                regions: self.regions,
                 draws,
                 rows_per_sample,
                 coordinate: self.coordinate,
@@ -677,6 +734,7 @@ impl Assembly {
                 sample_bytes: usize::try_from(reader.out_sample_bytes())
                     .map_err(|_| Error::Geometry(format!("one sample of {:?} does not fit in memory", v.label)))?,
                 patch: None,
+                region: Vec::new(),
                 part: None,
             });
         }
@@ -733,7 +791,8 @@ impl Assembly {
                 .as_ref()
                 .zip(patcher)
                 .and_then(|(d, pt)| d.0.iter().position(|&x| x == dim).map(|i| pt.size[i]));
-            let len = patched.unwrap_or(extent[0]);
+            let region = gv.region.iter().find(|r| r.dim == dim).map(|r| r.len);
+            let len = patched.or(region).unwrap_or(extent[0]);
             if len < mp.size as u64 {
                 return Err(Error::Config(format!(
                     "{:?} has {len} elements on {} for model_parallel={}: every rank of a group needs a part; split \
@@ -802,11 +861,47 @@ impl Assembly {
                 if axes.len() == 1 { "it" } else { "them all" }
             )));
         };
-        let mut patcher = Patcher::new(options, names, extent)?;
-        patcher.coordinates = (patcher.dims.iter().zip(&patcher.extent))
+        let region =
+            |d: &String, e: u64| self.regions.iter().find(|r| r.dim == *d).map_or((0, e), |r| (r.start, r.len));
+        let (offset, span): (Vec<u64>, Vec<u64>) = names.iter().zip(&extent).map(|(d, &e)| region(d, e)).unzip();
+        let mut patcher = Patcher::new(options, names, span)?;
+        patcher.offset = offset;
+        patcher.coordinates = (patcher.dims.iter().zip(&extent))
             .map(|(d, &e)| self.patch_coordinates.iter().find(|c| c.name == *d && c.len() as u64 == e).cloned())
             .collect();
         Ok(Some(Arc::new(patcher)))
+    }
+
+    /// Cut each variable's rows to the regions `sel` picked on its inner axes that are not
+    /// patched (on a patched axis the patcher keeps the patches inside the region).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a variable whose axis has another length than the coordinate the
+    /// region was read from, or one whose chunk transform changes its sample shape.
+    fn cut_to_regions(&self, readers: &[ArrayReader], gather_vars: &mut [GatherVar]) -> Result<()> {
+        for r in &self.regions {
+            let axis = PatchOptions::grid(vec![(PatchAxis::Name(r.dim.clone()), 1)]);
+            for gv in gather_vars.iter_mut() {
+                let reader = &readers[gv.path as usize];
+                let Some(PatchedVar { dims, names, extent }) = patched_axes(&axis, &gv.label, reader, "select on")?
+                else {
+                    continue;
+                };
+                if extent[0] != r.extent {
+                    return Err(Error::Config(format!(
+                        "sel on {:?}: {:?} has {} positions on it but its coordinate {}; select on variables of one \
+                         grid, or name the arrays to read",
+                        r.dim, gv.label, extent[0], r.extent
+                    )));
+                }
+                let dim = dims.0[0];
+                if gv.patch.as_ref().is_some_and(|p| p.0.contains(&dim)) {
+                    continue;
+                }
+                gv.region.push(VarPart { dim, name: names[0].clone(), start: r.start, len: r.len });
+            }
+        }
+        Ok(())
     }
 
     /// Block size (widened so a block holds a batch of rows) and the residency floor over

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub use build::DatasetBuilder;
 pub use probe::{EpochPrediction, PROBE_CHUNKS, ProbeReport};
 
-use crate::coords::{Coordinate, SampleSel};
+use crate::coords::{Coordinate, LabelRange};
 use crate::draws::Draws;
 use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
@@ -101,9 +101,10 @@ pub struct DatasetOptions {
     pub observers: Vec<Arc<dyn PassObserver>>,
     /// Read the sample axis's coordinate at open and carry it in every batch (`coords.rs`).
     pub coords: bool,
-    /// Select samples by their coordinate (implies `coords`); applied as the split's
-    /// sample range.
-    pub sel: Option<SampleSel>,
+    /// Select by label, one range per dimension: on the sample axis's coordinate, samples
+    /// (applied as the split's sample range); on an inner axis's, a region every row is cut
+    /// to (patches then lie inside it).
+    pub sel: Vec<LabelRange>,
 }
 
 impl Default for DatasetOptions {
@@ -128,7 +129,7 @@ impl Default for DatasetOptions {
             model_parallel: None,
             observers: Vec::new(),
             coords: false,
-            sel: None,
+            sel: Vec::new(),
         }
     }
 }
@@ -170,6 +171,8 @@ struct Inner {
     anchor_range: (u64, u64),
     /// The patch arithmetic (`None`: whole samples).
     patcher: Option<Arc<Patcher>>,
+    /// The regions `sel` cut every row to on inner axes.
+    regions: Vec<build::Region>,
     /// The mask and weights (`None`: every sample once per epoch).
     draws: Option<Arc<Draws>>,
     /// Rows per sample (patches times weighted copies).

@@ -332,6 +332,97 @@ fn a_chunk_read_in_part_is_held_and_charged_as_its_tiles() {
     assert!(peak < 4 * 48 * 64 * 4, "less than one whole chunk: {peak}");
 }
 
+/// `store(false)` with its lat (decreasing, 50 to 0) and lon (100 to 107) coordinates.
+fn store_with_grid() -> MemoryStorage {
+    let storage = store(false);
+    write_f32_array(&storage, "lat", &[6], &[6], None, Some(&["lat"]), |i| 50.0 - 10.0 * i as f32);
+    write_f32_array(&storage, "lon", &[8], &[8], None, Some(&["lon"]), |i| 100.0 + i as f32);
+    storage
+}
+
+fn sel(dim: &str, lo: f64, hi: f64) -> crate::coords::LabelRange {
+    use crate::coords::Label::Number;
+    crate::coords::LabelRange { dim: dim.into(), lo: Number(lo), hi: Number(hi) }
+}
+
+fn open_sel(storage: &MemoryStorage, options: DatasetOptions) -> crate::Result<(SimExecutor, Dataset)> {
+    let sim = SimExecutor::new();
+    let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
+    let options = DatasetOptions { batch_size: 5, block_chunks: 1, seed: 3, ..options };
+    let builder = Dataset::builder(Arc::new(storage.clone()), runtime)
+        .arrays(["t2m", "toa"])
+        .options(options)
+        .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..SplitOptions::default() });
+    let ds = sim.run(builder.open(), LIMIT).unwrap()?;
+    Ok((sim, ds))
+}
+
+/// `sel` on inner axes cuts every row to the region (a decreasing coordinate too), values
+/// equal to slicing, variables without the axes untouched, and only the tiles the region
+/// touches read: latitude 45..35 is position 1 and longitude 100..103 positions 0..4, one
+/// of a chunk's 2 × 2 tiles.
+#[test]
+fn sel_on_inner_axes_cuts_every_row_to_the_region_and_reads_its_tiles_only() {
+    let storage = store_with_grid();
+    let options = DatasetOptions { sel: vec![sel("lat", 35.0, 45.0), sel("lon", 100.0, 103.0)], ..Default::default() };
+    let (sim, ds) = open_sel(&storage, options).unwrap();
+    let mut seen = BTreeSet::new();
+    let (batches, reads) = epoch_reads(&storage, &sim, &ds, 0);
+    for b in batches {
+        assert!(b.patches.is_none(), "a region is not a patch");
+        let (t2m, toa) = (b.view::<f32>("t2m").unwrap(), b.view::<f32>("toa").unwrap());
+        assert_eq!(t2m.shape(), &[b.len(), 1, 4]);
+        for (i, &t) in b.sample_indices.iter().enumerate() {
+            for c in 0..4 {
+                let want = (t * SHAPE[1] * SHAPE[2] + SHAPE[2] + c) as f32;
+                assert_eq!(t2m[[i, 0, c as usize]], want, "sample {t}");
+            }
+            assert_eq!(toa[[i]], 1000.0 + t as f32);
+            seen.insert(t);
+        }
+    }
+    assert_eq!(seen.len(), 12, "every sample once");
+    assert_eq!(ds.last_pass().unwrap().tiles_read, 3 + 3, "one t2m tile of each of 3 chunks, and toa's 3 chunks");
+    let t2m: Vec<(&String, &u64)> = reads.iter().filter(|(k, _)| k.starts_with("t2m/")).collect();
+    assert_eq!(t2m.len(), 3 * 4, "{reads:?}");
+    for (key, n) in t2m {
+        assert_eq!(*n, u64::from(key.ends_with("/0/0")), "{key} read {n} times: {reads:?}");
+    }
+    let notes = ds.describe(1).unwrap().notes;
+    assert!(notes.iter().any(|n| n.code == "region" && n.message.contains("lat positions 1..2 of 6")), "{notes:?}");
+}
+
+/// With patches, a region on a patched axis keeps every patch inside it (origins are
+/// positions of the whole field), and the patches equal slicing.
+#[test]
+fn patches_lie_inside_a_region_on_their_axes() {
+    let storage = store_with_grid();
+    let patch = named(&[("lat", 3), ("lon", 2)], PatchMode::Random { per_sample: 3 });
+    let options = DatasetOptions { sel: vec![sel("lon", 101.0, 106.0)], patch: Some(patch), ..Default::default() };
+    let (sim, ds) = open_sel(&storage, options).unwrap();
+    let rows = check_values(&epoch(&sim, &ds, 2), (3, 2));
+    assert_eq!(rows.len(), 36);
+    assert!(rows.iter().all(|(_, o)| (1..=5).contains(&o[1]) && o[0] <= 3), "{rows:?}");
+    assert!(rows.iter().any(|(_, o)| o[1] == 1) && rows.iter().any(|(_, o)| o[1] == 5), "{rows:?}");
+    // A patch wider than the region is refused, naming the axis.
+    let wide = named(&[("lon", 7)], PatchMode::Random { per_sample: 1 });
+    let options = DatasetOptions { sel: vec![sel("lon", 101.0, 106.0)], patch: Some(wide), ..Default::default() };
+    let err = open_sel(&storage, options).err().unwrap().to_string();
+    assert!(err.contains("lon") && err.contains('6'), "{err}");
+}
+
+/// `sel` on an inner axis without a coordinate, or bounds selecting nothing, is refused.
+#[test]
+fn sel_on_an_inner_axis_says_what_is_missing() {
+    let storage = store(false);
+    let err = open_sel(&storage, DatasetOptions { sel: vec![sel("lat", 0.0, 10.0)], ..Default::default() });
+    let err = err.err().unwrap().to_string();
+    assert!(err.contains("sel on \"lat\" needs its coordinate"), "{err}");
+    let storage = store_with_grid();
+    let err = open_sel(&storage, DatasetOptions { sel: vec![sel("lat", 51.0, 60.0)], ..Default::default() });
+    assert!(err.err().unwrap().to_string().contains("selects nothing"));
+}
+
 /// With `coords`, each batch carries the values of each patched axis's coordinate that each
 /// row's patch covers (rows × patch extent), beside the patches.
 #[test]

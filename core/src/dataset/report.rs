@@ -139,6 +139,7 @@ impl Dataset {
             ));
         }
         notes.extend(self.patch_note());
+        notes.extend(self.region_note());
         notes.extend(self.draws_note());
         notes.extend(self.mesh_note());
         if i.first_block_chunks < i.block_chunks {
@@ -193,6 +194,32 @@ impl Dataset {
                 p.size,
                 p.dims,
                 100.0 * patch as f64 / field.max(1) as f64
+            ),
+        ))
+    }
+
+    /// With `sel` on inner axes: the region every row is cut to, and what it reads.
+    fn region_note(&self) -> Option<Note> {
+        let regions = &self.inner.regions;
+        if regions.is_empty() {
+            return None;
+        }
+        let cut: Vec<String> = regions
+            .iter()
+            .map(|r| format!("{} positions {}..{} of {}", r.dim, r.start, r.start + r.len, r.extent))
+            .collect();
+        let patched = self.patcher().map_or(String::new(), |p| {
+            let inside: Vec<&String> = p.dims.iter().filter(|d| regions.iter().any(|r| r.dim == **d)).collect();
+            if inside.is_empty() { String::new() } else { format!("; patches on {inside:?} lie inside it") }
+        });
+        Some(Note::new(
+            "region",
+            Severity::Note,
+            "dataset",
+            format!(
+                "sel cuts every row to {}{patched}; of chunks tiled on those axes only the tiles the region touches \
+                 are read and held",
+                cut.join(", ")
             ),
         ))
     }

@@ -164,23 +164,26 @@ def _model_parallel(size: Any, axis: str | int | None) -> tuple[int, str | int] 
     return (k, axis)
 
 
-def _sel(sel: Mapping[str, tuple[Any, Any]] | None) -> dict[str, Any]:
-    """``sel={"time": (lo, hi)}`` as the engine's bounds: dates (strings, ``datetime``,
-    ``datetime64``) as nanoseconds since 1970, numbers as floats; the engine checks them
-    against the coordinate."""
-    if not sel:
-        return {}
-    if len(sel) != 1:
-        raise ValueError(f"sel selects on the sample axis's coordinate only, one name; got {list(sel)}")
-    ((dim, bounds),) = sel.items()
-    try:
+def _sel(sel: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``sel={"time": (lo, hi), "lat": slice(lo, hi)}`` as the engine's bounds: dates
+    (strings, ``datetime``, ``datetime64``) as nanoseconds since 1970, numbers as floats; the
+    engine checks them against each coordinate and decides which is the sample axis."""
+    out: dict[str, list[tuple[str, Any, Any]]] = {"sel_time": [], "sel_number": []}
+    for dim, bounds in (sel or {}).items():
+        if isinstance(bounds, slice) and bounds.step is None:
+            bounds = (bounds.start, bounds.stop)
+        if not isinstance(bounds, tuple) or len(bounds) != 2 or None in bounds:
+            raise ValueError(
+                f"sel[{dim!r}] must be a range: a (low, high) tuple or slice(low, high), both inclusive; got "
+                f"{bounds!r} (a list of labels, as xarray's sel takes, is not supported: select a range)"
+            )
         lo, hi = bounds
-    except (TypeError, ValueError):
-        raise ValueError(f"sel[{dim!r}] must be a (low, high) pair, got {bounds!r}") from None
-    if isinstance(lo, (int, float, np.number)) and isinstance(hi, (int, float, np.number)):
-        return {"sel_number": (str(dim), float(lo), float(hi))}
-    ns = [int(np.datetime64(b, "ns").astype(np.int64)) for b in (lo, hi)]
-    return {"sel_time": (str(dim), ns[0], ns[1])}
+        if isinstance(lo, (int, float, np.number)) and isinstance(hi, (int, float, np.number)):
+            out["sel_number"].append((str(dim), float(lo), float(hi)))
+        else:
+            ns = [int(np.datetime64(b, "ns").astype(np.int64)) for b in (lo, hi)]
+            out["sel_time"].append((str(dim), ns[0], ns[1]))
+    return {k: v for k, v in out.items() if v}
 
 
 def _probe_chunks(probe: bool | int) -> int:
@@ -442,7 +445,9 @@ class InSituDataset:
     dimension, CF time decoded to ``datetime64[ns]``) once at open; every batch carries each
     row's value in ``batch.coords``. ``sel={"time": ("2010-01-01", "2019-12-31")}``: only
     the samples whose coordinate lies in that range (inclusive), split as ``sample_range``
-    is (docs/coordinates.md).
+    is; a range on an inner dimension's coordinate (``"lat": (30, 60)``, a tuple or a
+    ``slice``; a decreasing coordinate too) cuts every row to that region, reading only the
+    tiles it touches, and patches on that axis lie inside it (docs/coordinates.md).
 
     The split views are ``ds.train``, ``ds.val``, ``ds.test`` and ``ds.all`` (``View``); the
     arguments ``store``, ``chunk_transforms`` and ``batch_transforms`` stay attributes. After
@@ -510,7 +515,7 @@ class InSituDataset:
         callbacks: Sequence[Any] = (),
         metrics_address: str | None = None,
         coords: bool = False,
-        sel: Mapping[str, tuple[Any, Any]] | None = None,
+        sel: Mapping[str, tuple[Any, Any] | slice] | None = None,
         concat_dim: str | None = None,
     ) -> None:
         if concat_dim is not None and not isinstance(store, (list, tuple)):
