@@ -121,9 +121,11 @@ export interface OpenOptions {
    * samples (implies `coords`), `{ time: ['2010-01-01', '2019-12-31'] }` (dates
    * `YYYY-MM-DD[THH:MM[:SS]]`, UTC) or numbers; on an inner dimension's coordinate the region
    * every row is cut to, `{ lat: [30, 60] }` (a decreasing coordinate too; patches on that axis
-   * lie inside it, and only the tiles it touches are read).
+   * lie inside it, and only the tiles it touches are read). `{ labels: [...] }` picks exactly
+   * those labels in that order: `{ level: { labels: [500, 850] } }` (on the sample axis, those
+   * samples).
    */
-  sel?: Record<string, [string | number, string | number]>;
+  sel?: Record<string, [string | number, string | number] | { labels: (string | number)[] }>;
   /** With a list of stores (`open([a, b])`): the dimension they are concatenated along. Default `"time"`. */
   concatDim?: string;
 }

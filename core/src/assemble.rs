@@ -179,47 +179,40 @@ impl TileLayout {
         self.tiles.binary_search(&t).ok().map(|i| self.offsets[i])
     }
 
-    /// Copy the box `start .. start + len` (inner positions, slot order) of row `row` out of
-    /// `data` (this layout's buffer, `item` bytes per element) through `push`, run by run in
-    /// C order; a run crossing tiles on the last axis is pushed piece by piece.
+    /// Copy the elements at `positions` (per inner axis, in order; `patch::row_positions`)
+    /// of row `row` out of `data` (this layout's buffer, `item` bytes per element) through
+    /// `push`, run by run in C order; a run crossing tiles is pushed piece by piece.
     ///
     /// # Errors
-    /// A message when the box reaches a tile not held or outside the buffer: a bug of the
+    /// A message when a position lies in a tile not held or outside the buffer: a bug of the
     /// tile plan, never bad input.
-    pub fn copy_box(
+    pub fn copy_positions(
         &self,
         data: &[u8],
         item: usize,
         row: usize,
-        (start, len): (&[usize], &[usize]),
+        positions: &[Vec<usize>],
         mut push: impl FnMut(&[u8]),
     ) -> Result<(), String> {
-        let rank = self.inner.len();
-        if rank == 0 || row >= self.rows {
+        if self.inner.is_empty() || row >= self.rows {
             return Err(format!("row {row} of {} or a box of rank 0 is not in a chunk held in part", self.rows));
         }
-        let mut idx = vec![0usize; rank - 1];
-        let zeros = vec![0usize; rank - 1];
-        let mut pos = vec![0usize; rank];
-        loop {
-            for a in 0..rank - 1 {
-                pos[a] = start[a] + idx[a];
-            }
-            let (mut at, end) = (start[rank - 1], start[rank - 1] + len[rank - 1]);
-            while at < end {
-                pos[rank - 1] = at;
-                let piece = (self.tile[rank - 1] - at % self.tile[rank - 1]).min(end - at);
+        let last = self.inner.len() - 1;
+        crate::patch::for_each_run_in(positions, |at, n| {
+            let mut pos = at.to_vec();
+            let (mut p, end) = (at[last], at[last] + n);
+            while p < end {
+                pos[last] = p;
+                let piece = (self.tile[last] - p % self.tile[last]).min(end - p);
                 let from = self.element(row, &pos).ok_or_else(|| format!("position {pos:?} is in no tile held"))?;
                 let bytes = data
                     .get(from * item..(from + piece) * item)
                     .ok_or_else(|| format!("position {pos:?} lies outside the {} bytes held", data.len()))?;
                 push(bytes);
-                at += piece;
+                p += piece;
             }
-            if !crate::geometry::step_in_box(&mut idx, &zeros, &len[..rank - 1]) {
-                return Ok(());
-            }
-        }
+            Ok(())
+        })
     }
 
     /// The element offset of inner position `pos` of row `row`, when its tile is held.
@@ -590,14 +583,15 @@ mod tests {
                         .map(|((&s, &n), &d)| n.min(d - s).saturating_sub(1).max(1))
                         .collect();
                     let mut got = Vec::new();
-                    let r = layout.copy_box(&part, 4, row, (&start, &len), |run| got.extend_from_slice(run));
+                    let dims: Vec<usize> = (0..inner.len()).collect();
+                    let origin: Vec<u64> = start.iter().map(|&s| s as u64).collect();
+                    let size: Vec<u64> = len.iter().map(|&l| l as u64).collect();
+                    let positions = crate::patch::row_positions(&inner, (&dims, &origin, &size), &[]);
+                    let r = layout.copy_positions(&part, 4, row, &positions, |run| got.extend_from_slice(run));
                     if held.contains(&t) {
                         r.unwrap();
                         let mut want = Vec::new();
                         let src = &whole[row * row_len..(row + 1) * row_len];
-                        let dims: Vec<usize> = (0..inner.len()).collect();
-                        let origin: Vec<u64> = start.iter().map(|&s| s as u64).collect();
-                        let size: Vec<u64> = len.iter().map(|&l| l as u64).collect();
                         let cut = (&crate::patch::PatchedDims(dims), origin.as_slice(), size.as_slice());
                         crate::patch::copy_patch(src, &inner, 4, cut, |run| want.extend_from_slice(run));
                         assert_eq!(got, want, "chunk {c} row {row} tile {t}");

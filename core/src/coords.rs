@@ -30,17 +30,29 @@ pub struct Coordinate {
     pub values: CoordValues,
 }
 
-/// A selection by label on one dimension: `dim`'s values in `[lo, hi]`, inclusive. On the
-/// sample axis it selects samples (the split's sample range); on an inner axis it cuts every
-/// row to that range (a region: `Dataset`'s `regions`), and only the tiles it touches are read.
+/// A selection by label on one dimension. On the sample axis it selects samples (a range as
+/// the split's sample range, labels as a mask); on an inner axis it cuts every row to the
+/// positions it picks (a region, `dataset/build.rs`), and only the tiles they touch are read.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LabelRange {
+pub struct LabelSel {
     /// The dimension's name (its coordinate's name).
     pub dim: String,
-    /// The lowest value selected.
-    pub lo: Label,
-    /// The highest value selected.
-    pub hi: Label,
+    /// What it picks.
+    pub pick: LabelPick,
+}
+
+/// What a [`LabelSel`] picks of its coordinate's values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LabelPick {
+    /// The values in `[lo, hi]`, inclusive (xarray's `sel` with a slice).
+    Range {
+        /// The lowest value selected.
+        lo: Label,
+        /// The highest value selected.
+        hi: Label,
+    },
+    /// Exactly these values, in this order (xarray's `sel` with a list): a list of levels.
+    Labels(Vec<Label>),
 }
 
 /// A label bound of a selection: a time (ns since 1970) or a number.
@@ -72,13 +84,82 @@ impl Label {
     }
 }
 
-impl LabelRange {
+impl std::fmt::Display for Label {
+    /// A number as written, a time as `YYYY-MM-DDTHH:MM:SS` (UTC): how error messages name a
+    /// label the user gave.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::Number(x) => write!(f, "{x}"),
+            Self::Time(ns) => {
+                let (days, secs) =
+                    (ns.div_euclid(86_400_000_000_000), ns.rem_euclid(86_400_000_000_000) / 1_000_000_000);
+                let (y, m, d) = civil_from_days(days);
+                write!(f, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+            }
+        }
+    }
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's algorithm, the
+/// inverse of the one in `epoch_ns`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+impl LabelSel {
+    /// `dim`'s values in `[lo, hi]`.
+    pub fn range(dim: &str, lo: Label, hi: Label) -> Self {
+        Self { dim: dim.to_string(), pick: LabelPick::Range { lo, hi } }
+    }
+
+    /// `dim`'s values `labels`, in that order.
+    pub fn labels(dim: &str, labels: Vec<Label>) -> Self {
+        Self { dim: dim.to_string(), pick: LabelPick::Labels(labels) }
+    }
+
     /// `dim` between two bounds in [`Label::from_text`]'s forms.
     ///
     /// # Errors
     /// As [`Label::from_text`].
     pub fn from_text(dim: &str, lo: &str, hi: &str) -> Result<Self> {
-        Ok(Self { dim: dim.to_string(), lo: Label::from_text(lo)?, hi: Label::from_text(hi)? })
+        Ok(Self::range(dim, Label::from_text(lo)?, Label::from_text(hi)?))
+    }
+
+    /// The command line's form: `DIM=LO,HI` (a range) or `DIM=[A,B,...]` (labels), each in
+    /// [`Label::from_text`]'s forms.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for text of neither form, or a bound that is neither a number nor a
+    /// date.
+    pub fn from_arg(text: &str) -> Result<Self> {
+        let bad = || Error::Config(format!("expected DIM=LO,HI or DIM=[A,B,...], got {text:?}"));
+        let (dim, pick) = text.split_once('=').ok_or_else(bad)?;
+        if let Some(list) = pick.trim().strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let labels = list.split(',').map(Label::from_text).collect::<Result<Vec<_>>>()?;
+            return Ok(Self::labels(dim.trim(), labels));
+        }
+        let (lo, hi) = pick.split_once(',').ok_or_else(bad)?;
+        Self::from_text(dim.trim(), lo, hi)
+    }
+
+    /// The positions of `coordinate` this picks, ascending for a range, in the given order
+    /// for labels.
+    ///
+    /// # Errors
+    /// As [`Coordinate::select`] and [`Coordinate::positions`].
+    pub fn positions(&self, coordinate: &Coordinate) -> Result<Vec<u64>> {
+        match &self.pick {
+            LabelPick::Range { lo, hi } => coordinate.select(*lo, *hi).map(|(a, b)| (a..b).collect()),
+            LabelPick::Labels(labels) => coordinate.positions(labels),
+        }
     }
 }
 
@@ -94,19 +175,49 @@ impl Coordinate {
         let (start, stop) = match (&self.values, lo, hi) {
             (CoordValues::Time(v), Label::Time(a), Label::Time(b)) => range_in(v, &a, &b),
             (CoordValues::Number(v), Label::Number(a), Label::Number(b)) => range_in(v, &a, &b),
-            _ => {
-                return Err(Error::Config(format!(
-                    "sel on {:?} needs {} bounds; give the bounds as {}",
-                    self.name,
-                    self.kind(),
-                    if self.kind() == "time" { "dates, e.g. \"2010-01-01\"" } else { "numbers" }
-                )));
-            }
+            _ => return Err(self.wrong_kind()),
         }?;
         if start >= stop {
             return Err(Error::Config(format!("sel on {:?} selects nothing; widen the range", self.name)));
         }
         Ok((start as u64, stop as u64))
+    }
+
+    /// The position of each of `labels`, in order (exact matches).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for no labels, a label of the other kind, or one the coordinate
+    /// does not hold, naming it.
+    pub fn positions(&self, labels: &[Label]) -> Result<Vec<u64>> {
+        if labels.is_empty() {
+            return Err(Error::Config(format!("sel on {:?} lists no label; list at least one", self.name)));
+        }
+        labels
+            .iter()
+            .map(|label| {
+                let at = match (&self.values, label) {
+                    (CoordValues::Time(v), Label::Time(x)) => v.iter().position(|y| y == x),
+                    (CoordValues::Number(v), Label::Number(x)) => v.iter().position(|y| y == x),
+                    _ => return Err(self.wrong_kind()),
+                };
+                at.map(|p| p as u64).ok_or_else(|| {
+                    Error::Config(format!(
+                        "sel on {:?}: {label} is not among its {} values; list values the coordinate holds",
+                        self.name,
+                        self.len()
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    fn wrong_kind(&self) -> Error {
+        Error::Config(format!(
+            "sel on {:?} needs {} bounds; give the bounds as {}",
+            self.name,
+            self.kind(),
+            if self.kind() == "time" { "dates, e.g. \"2010-01-01\"" } else { "numbers" }
+        ))
     }
 
     fn kind(&self) -> &'static str {
@@ -415,8 +526,10 @@ mod tests {
         assert_eq!(Label::from_text("1970-01-02").unwrap(), Label::Time(86_400_000_000_000));
         assert_eq!(Label::from_text("2000-03-01T12:00:00Z").unwrap(), Label::Time(951_912_000 * 1_000_000_000));
         assert!(Label::from_text("soon").unwrap_err().to_string().contains("\"soon\""));
-        let sel = LabelRange::from_text("time", "2010-01-01", "2010-12-31").unwrap();
-        assert!(matches!((sel.lo, sel.hi), (Label::Time(a), Label::Time(b)) if a < b));
+        let sel = LabelSel::from_text("time", "2010-01-01", "2010-12-31").unwrap();
+        assert!(matches!(sel.pick, LabelPick::Range { lo: Label::Time(a), hi: Label::Time(b) } if a < b));
+        assert_eq!(Label::Time(951_912_000 * 1_000_000_000).to_string(), "2000-03-01T12:00:00");
+        assert_eq!(Label::Time(-86_400_000_000_000).to_string(), "1969-12-31T00:00:00");
     }
 
     #[test]

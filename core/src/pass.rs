@@ -20,7 +20,7 @@ use crate::batch::{Batch, BatchPart, BatchPatches};
 use crate::coords::Coordinate;
 use crate::engine::{ArrayReader, Engine, load_chunk};
 use crate::error::{Error, Result};
-use crate::patch::{PatchedDims, Patcher, box_in_row, copy_patch};
+use crate::patch::{AxisPicks, PatchedDims, Patcher, copy_patch, copy_positions, row_positions};
 use crate::plan::{ChunkKey, PassPlan};
 use crate::pool::{Admit, Chunk, LoadResult, PassId};
 use crate::runtime::BoxFuture;
@@ -42,6 +42,8 @@ pub(crate) struct GatherVar {
     pub patch: Option<crate::patch::PatchedDims>,
     /// The regions `sel` cut its rows to on inner axes it is not patched on.
     pub region: Vec<VarPart>,
+    /// The positions `sel` lists pick on inner axes, in the labels' order.
+    pub picks: Vec<AxisPicks>,
     /// This rank's part of each row under a rank mesh (`mesh.rs`; `None`: whole rows).
     pub part: Option<VarPart>,
 }
@@ -67,6 +69,9 @@ impl GatherVar {
         }
         for r in &self.region {
             inner[r.dim] = r.len as usize;
+        }
+        for p in &self.picks {
+            inner[p.dim] = p.positions.len();
         }
         if let Some(part) = &self.part {
             inner[part.dim] = part.len as usize;
@@ -101,6 +106,36 @@ impl GatherVar {
             }
         }
         (dims, origin, size)
+    }
+
+    /// The boxes a row reads: [`Self::row_box`], cut into one box per run of consecutive
+    /// positions a `sel` list picks (what `plan_tiles` marks tiles for).
+    fn row_boxes(&self, patch: Option<(&[u64], &Patcher)>) -> Vec<(Vec<usize>, Vec<u64>, Vec<u64>)> {
+        let mut boxes = vec![self.row_box(patch)];
+        for p in &self.picks {
+            let mut sorted = p.positions.to_vec();
+            sorted.sort_unstable();
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            for x in sorted {
+                match runs.last_mut() {
+                    Some((s, n)) if *s + *n == x => *n += 1,
+                    Some((s, n)) if *s + *n > x => {}
+                    _ => runs.push((x, 1)),
+                }
+            }
+            boxes = (boxes.iter())
+                .flat_map(|(d, o, s)| {
+                    runs.iter().map(move |&(start, n)| {
+                        let (mut d, mut o, mut s) = (d.clone(), o.clone(), s.clone());
+                        d.push(p.dim);
+                        o.push(start);
+                        s.push(n);
+                        (d, o, s)
+                    })
+                })
+                .collect();
+        }
+        boxes
     }
 }
 
@@ -515,21 +550,25 @@ fn gather(
             let u = uses[i * vars.len() + vi];
             let chunk = chunks.get(&u).ok_or_else(|| Error::Internal(format!("chunk {key:?} missing at gather")))?;
             let (dims, origin, size) = v.row_box(patches.as_ref().zip(patcher).map(|(bp, p)| (bp.origin(i), p)));
+            let mut push = |run: &[u8]| out.extend_from_slice(run);
             if let Some(layout) = &chunk.layout {
-                let (start, len) = box_in_row(&v.inner, (&dims, &origin, &size));
+                let positions = row_positions(&v.inner, (&dims, &origin, &size), &v.picks);
                 layout
-                    .copy_box(chunk.data.bytes(), v.dtype.size(), w, (&start, &len), |run| out.extend_from_slice(run))
+                    .copy_positions(chunk.data.bytes(), v.dtype.size(), w, &positions, push)
                     .map_err(|m| Error::Internal(format!("chunk {key:?} held in part: {m}; please report this")))?;
                 continue;
             }
             let src = chunk.data.bytes().get(w * row..(w + 1) * row).ok_or_else(|| {
                 Error::Internal(format!("chunk {key:?} has no row {w} (shape {:?})", chunk.data.shape()))
             })?;
-            if dims.is_empty() {
-                out.extend_from_slice(src);
+            if !v.picks.is_empty() {
+                let positions = row_positions(&v.inner, (&dims, &origin, &size), &v.picks);
+                copy_positions(src, &v.inner, v.dtype.size(), &positions, &mut push);
+            } else if dims.is_empty() {
+                push(src);
             } else {
                 let cut = (&PatchedDims(dims), origin.as_slice(), size.as_slice());
-                copy_patch(src, &v.inner, v.dtype.size(), cut, |run| out.extend_from_slice(run));
+                copy_patch(src, &v.inner, v.dtype.size(), cut, push);
             }
         }
         let shape = std::iter::once(rows.len()).chain(inner).collect();
@@ -577,11 +616,12 @@ pub(crate) fn part_charge_max(
     let zeros = vec![0u64; patcher.map_or(0, |p| p.size.len())];
     let mut tiles = 0u64;
     for v in vars {
-        let (dims, _, size) = v.row_box(patcher.map(|p| (zeros.as_slice(), p)));
-        if dims.is_empty() {
-            return None;
+        for (dims, _, size) in v.row_boxes(patcher.map(|p| (zeros.as_slice(), p))) {
+            if dims.is_empty() {
+                return None;
+            }
+            tiles = tiles.saturating_add(rows.saturating_mul(g.most_tiles_in_box(&dims, &size)));
         }
-        tiles = tiles.saturating_add(rows.saturating_mul(g.most_tiles_in_box(&dims, &size)));
     }
     let region = g.sample_chunk_size().min(g.n_samples()) * g.inner_tile().iter().product::<u64>();
     Some(tiles.min(g.n_tiles()).saturating_mul(region).saturating_mul(g.dtype.size() as u64))
@@ -639,7 +679,7 @@ pub(crate) fn plan_tiles(
     patching: Option<&Patching>,
     epoch: u64,
 ) {
-    let whole_rows = vars.iter().all(|v| v.part.is_none() && v.region.is_empty());
+    let whole_rows = vars.iter().all(|v| v.part.is_none() && v.region.is_empty() && v.picks.is_empty());
     if (patching.is_none() && whole_rows) || engine.tier.is_some() {
         return;
     }
@@ -656,11 +696,12 @@ pub(crate) fn plan_tiles(
         }
         for (vi, v) in vars.iter().enumerate() {
             let u = plan.row_uses[r * vars.len() + vi] as usize;
-            let (dims, o, size) = v.row_box(patching.map(|p| (origin.as_slice(), p.patcher.as_ref())));
-            if eligible[vi] {
-                touched[u].add(&engine.arrays[v.path as usize].geom, (&dims, &o, &size));
-            } else {
+            if !eligible[vi] {
                 touched[u] = Touched::Whole;
+                continue;
+            }
+            for (dims, o, size) in v.row_boxes(patching.map(|p| (origin.as_slice(), p.patcher.as_ref()))) {
+                touched[u].add(&engine.arrays[v.path as usize].geom, (&dims, &o, &size));
             }
         }
     }

@@ -301,24 +301,90 @@ pub fn copy_patch(
     (dims, origin, size): (&PatchedDims, &[u64], &[u64]),
     mut push: impl FnMut(&[u8]),
 ) {
-    let rank = inner.len();
-    let (start, len) = box_in_row(inner, (&dims.0, origin, size));
-    if rank == 0 {
+    if inner.is_empty() {
         push(&src[..item]);
         return;
     }
-    let mut stride = vec![item; rank];
-    for ax in (0..rank - 1).rev() {
+    let positions = row_positions(inner, (&dims.0, origin, size), &[]);
+    copy_positions(src, inner, item, &positions, &mut push);
+}
+
+/// Copy the elements at `positions` (per inner axis, in order; [`row_positions`]) of one
+/// sample (`src`, C order over `inner`) out through `push`, run by run in C order.
+pub(crate) fn copy_positions(
+    src: &[u8],
+    inner: &[usize],
+    item: usize,
+    positions: &[Vec<usize>],
+    push: &mut impl FnMut(&[u8]),
+) {
+    let mut stride = vec![item; inner.len()];
+    for ax in (0..inner.len().saturating_sub(1)).rev() {
         stride[ax] = stride[ax + 1] * inner[ax + 1];
     }
-    let run = len[rank - 1] * item;
-    let mut idx = vec![0usize; rank - 1];
-    let zeros = vec![0usize; rank - 1];
+    let _ = for_each_run_in::<()>(positions, |at, n| {
+        let from: usize = at.iter().zip(&stride).map(|(p, s)| p * s).sum();
+        push(&src[from..from + n * item]);
+        Ok(())
+    });
+}
+
+/// A `sel` list's positions on one inner dimension of a variable (`dim` among its inner
+/// dimensions), in the order the labels were given: the batch keeps that order.
+#[derive(Debug, Clone)]
+pub(crate) struct AxisPicks {
+    pub dim: usize,
+    pub positions: std::sync::Arc<[u64]>,
+}
+
+/// The positions a row copies on each inner axis, in order: `origin .. origin + size` on the
+/// box's dimensions `dims`, every position on the others, and a `sel` list's positions where
+/// one picks them.
+pub(crate) fn row_positions(
+    inner: &[usize],
+    row_box: (&[usize], &[u64], &[u64]),
+    picks: &[AxisPicks],
+) -> Vec<Vec<usize>> {
+    let (start, len) = box_in_row(inner, row_box);
+    let mut positions: Vec<Vec<usize>> = start.iter().zip(&len).map(|(&s, &l)| (s..s + l).collect()).collect();
+    for p in picks {
+        positions[p.dim] = p.positions.iter().map(|&x| x as usize).collect();
+    }
+    positions
+}
+
+/// Call `run(at, n)` for each run of a row's `positions` in C order: `at` is the inner
+/// position of its first element, `n` the consecutive positions from it on the last axis.
+///
+/// Hand-written, like [`copy_patch`]: the engine's rows are untyped bytes.
+pub(crate) fn for_each_run_in<E>(
+    positions: &[Vec<usize>],
+    mut run: impl FnMut(&[usize], usize) -> Result<(), E>,
+) -> Result<(), E> {
+    let Some((last, outer)) = positions.split_last() else { return Ok(()) };
+    if positions.iter().any(Vec::is_empty) {
+        return Ok(());
+    }
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < last.len() {
+        let n = (1..last.len() - i).take_while(|&k| last[i + k] == last[i] + k).count() + 1;
+        runs.push((last[i], n));
+        i += n;
+    }
+    let lens: Vec<usize> = outer.iter().map(Vec::len).collect();
+    let (mut idx, zeros) = (vec![0usize; outer.len()], vec![0usize; outer.len()]);
+    let mut at = vec![0usize; positions.len()];
     loop {
-        let at: usize = (0..rank).map(|a| (start[a] + idx.get(a).copied().unwrap_or(0)) * stride[a]).sum();
-        push(&src[at..at + run]);
-        if !crate::geometry::step_in_box(&mut idx, &zeros, &len[..rank - 1]) {
-            return;
+        for (a, p) in outer.iter().enumerate() {
+            at[a] = p[idx[a]];
+        }
+        for &(first, n) in &runs {
+            at[outer.len()] = first;
+            run(&at, n)?;
+        }
+        if !crate::geometry::step_in_box(&mut idx, &zeros, &lens) {
+            return Ok(());
         }
     }
 }
@@ -413,6 +479,25 @@ mod tests {
         let got: Vec<u16> = out.chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
         let want: Vec<u16> =
             (1..3).flat_map(|i| (2..5).flat_map(move |j| (0..3).map(move |k| (i * 15 + j * 3 + k) as u16))).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn picked_positions_copy_like_fancy_indexing() {
+        // A (4, 5, 3) sample of u16: levels [3, 0, 1] (out of order, a run inside) on axis 0,
+        // the box 1..4 on axis 1, columns [2, 0] on the last axis.
+        let inner = [4usize, 5, 3];
+        let src: Vec<u8> = (0..60u16).flat_map(u16::to_le_bytes).collect();
+        let picks =
+            [AxisPicks { dim: 0, positions: vec![3, 0, 1].into() }, AxisPicks { dim: 2, positions: vec![2, 0].into() }];
+        let positions = row_positions(&inner, (&[1], &[1], &[3]), &picks);
+        let mut out = Vec::new();
+        copy_positions(&src, &inner, 2, &positions, &mut |run: &[u8]| out.extend_from_slice(run));
+        let got: Vec<u16> = out.chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+        let want: Vec<u16> = [3u16, 0, 1]
+            .iter()
+            .flat_map(|&i| (1..4u16).flat_map(move |j| [2u16, 0].map(move |k| i * 15 + j * 3 + k)))
+            .collect();
         assert_eq!(got, want);
     }
 }

@@ -117,6 +117,16 @@ test('sel on inner axes cuts every row to the region, as slicing the whole rows'
     }
     assert.deepEqual([...b.arrays.t2m.data], rows, `batch ${j}`);
   });
+  // A list of labels picks those positions in that order: lat 40 and 60 are rows 4 and 0.
+  const picked = await open(CF, { variables: ['t2m'], batchSize: 5, seed: 2, sel: { lat: { labels: [40, 60] } } });
+  const first = (await collect(picked.all()))[0];
+  picked.close();
+  assert.deepEqual(first.arrays.t2m.shape, [5, 2, 6]);
+  for (let i = 0; i < 5; i++) {
+    const whole = want[0].arrays.t2m.data;
+    const row = [...whole.subarray(i * 30 + 24, i * 30 + 30), ...whole.subarray(i * 30, i * 30 + 6)];
+    assert.deepEqual([...first.arrays.t2m.data.subarray(i * 12, (i + 1) * 12)], row, `row ${i}`);
+  }
 });
 
 test('with coords, each patched row carries the coordinate values its patch covers', { skip }, async () => {

@@ -69,7 +69,7 @@ const EVERY_OTHER_OPTION = {
   modelParallel: 2,
   modelParallelAxis: 'lat',
   coords: true,
-  sel: { time: ['2020-01-01', '2020-01-02T06:00'] },
+  sel: { time: ['2020-01-01', '2020-01-02T06:00'], level: { labels: [500, 850] } },
   concatDim: 'time',
 };
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */

@@ -381,12 +381,13 @@ struct Knobs {
     /// --sample-mask: a weight of 2 is drawn twice as often as one of 1.
     #[arg(long, value_name = "FILE")]
     sample_weights: Option<std::path::PathBuf>,
-    /// Select by label, from LO to HI inclusive (repeatable, one per dimension): on the
-    /// sample axis's coordinate, the samples drawn; on an inner dimension's, the region every
-    /// row is cut to (e.g. lat=30,60). DIM=LO,HI with dates (YYYY-MM-DD, optionally
-    /// THH:MM:SS, UTC) or numbers, e.g. time=2010-01-01,2019-12-31 (CF time is decoded).
-    #[arg(long, value_name = "DIM=LO,HI", value_parser = parse_sel)]
-    sel: Vec<insitubatch_native::core::coords::LabelRange>,
+    /// Select by label (repeatable, one per dimension): DIM=LO,HI from LO to HI inclusive, or
+    /// DIM=[A,B,...] exactly those labels in that order. On the sample axis's coordinate, the
+    /// samples drawn; on an inner dimension's, what every row is cut to (e.g. lat=30,60, or
+    /// two pressure levels listed in brackets). Dates (YYYY-MM-DD, optionally THH:MM:SS, UTC)
+    /// or numbers, e.g. time=2010-01-01,2019-12-31 (CF time is decoded).
+    #[arg(long, value_name = "DIM=LO,HI|DIM=[A,B,...]", value_parser = parse_sel)]
+    sel: Vec<insitubatch_native::core::coords::LabelSel>,
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
@@ -495,11 +496,9 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
 
-/// `--sel DIM=LO,HI` as core's selection (core reads the bounds: `LabelRange::from_text`).
-fn parse_sel(s: &str) -> Result<insitubatch_native::core::coords::LabelRange, String> {
-    let (dim, bounds) = parse_kv(s)?;
-    let (lo, hi) = bounds.split_once(',').ok_or_else(|| format!("expected DIM=LO,HI, got {s:?}"))?;
-    insitubatch_native::core::coords::LabelRange::from_text(&dim, lo, hi).map_err(|e| e.to_string())
+/// `--sel DIM=LO,HI` or `DIM=[A,B,...]` as core's selection (`LabelSel::from_arg`).
+fn parse_sel(s: &str) -> Result<insitubatch_native::core::coords::LabelSel, String> {
+    insitubatch_native::core::coords::LabelSel::from_arg(s).map_err(|e| e.to_string())
 }
 
 impl Knobs {

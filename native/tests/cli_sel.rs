@@ -43,4 +43,12 @@ fn sel_on_an_inner_dimension_cuts_every_row_to_its_region() {
     let region = notes.iter().find(|n| n["code"] == "region").unwrap_or_else(|| panic!("{notes:?}"));
     let text = region["message"].as_str().unwrap();
     assert!(text.contains("lat positions") && text.contains("of 91"), "{text}");
+
+    // A list of labels: lat 0 and 90 are positions 45 and 0 of 90 .. -90 by 2.
+    let out = cli(&["describe", &store, "--fractions", "1,0,0", "--json", "--sel", "lat=[0,90]"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let said =
+        report["notes"].as_array().unwrap().iter().any(|n| n["message"].as_str().unwrap().contains("[45, 0] of 91"));
+    assert!(said, "{report}");
 }

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use insitubatch_core::HedgePolicy;
-use insitubatch_core::coords::{Label, LabelRange};
+use insitubatch_core::coords::{Label, LabelSel};
 use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
 use insitubatch_core::engine::ReadPolicy;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
@@ -618,8 +618,8 @@ impl NativeDataset {
         callbacks: Vec<Bound<'_, PyAny>>,
         metrics_address: Option<String>,
         coords: bool,
-        sel_time: Option<Vec<(String, i64, i64)>>,
-        sel_number: Option<Vec<(String, f64, f64)>>,
+        sel_time: Option<Vec<(String, bool, Vec<i64>)>>,
+        sel_number: Option<Vec<(String, bool, Vec<f64>)>>,
         concat_dim: Option<String>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
@@ -664,14 +664,7 @@ impl NativeDataset {
                 sample_mask: sample_mask.map(Into::into),
                 sample_weights: sample_weights.map(Into::into),
                 coords,
-                sel: (sel_time.into_iter().flatten())
-                    .map(|(dim, lo, hi)| LabelRange { dim, lo: Label::Time(lo), hi: Label::Time(hi) })
-                    .chain((sel_number.into_iter().flatten()).map(|(dim, lo, hi)| LabelRange {
-                        dim,
-                        lo: Label::Number(lo),
-                        hi: Label::Number(hi),
-                    }))
-                    .collect(),
+                sel: label_sels(sel_time, sel_number),
                 observers: callbacks
                     .iter()
                     .map(|f| Ok(Arc::new(observe::PyPassCallback::new(f)?) as Arc<dyn insitubatch_core::PassObserver>))
@@ -958,6 +951,23 @@ impl NativeStream {
     fn close(&self, py: Python<'_>) {
         self.stream.lock_py_attached(py).unwrap_or_else(PoisonError::into_inner).take();
     }
+}
+
+/// `_sel`'s `(dim, is_range, values)` lists as core's selections: a range's values are its
+/// two bounds, a list's its labels (dates as ns since 1970, or numbers).
+fn label_sels(
+    times: Option<Vec<(String, bool, Vec<i64>)>>,
+    numbers: Option<Vec<(String, bool, Vec<f64>)>>,
+) -> Vec<LabelSel> {
+    fn one(dim: &str, range: bool, labels: Vec<Label>) -> LabelSel {
+        match (range, labels.as_slice()) {
+            (true, &[lo, hi]) => LabelSel::range(dim, lo, hi),
+            _ => LabelSel::labels(dim, labels),
+        }
+    }
+    let times = times.into_iter().flatten().map(|(d, r, v)| one(&d, r, v.into_iter().map(Label::Time).collect()));
+    let numbers = numbers.into_iter().flatten().map(|(d, r, v)| one(&d, r, v.into_iter().map(Label::Number).collect()));
+    times.chain(numbers).collect()
 }
 
 /// A pass's stats as JSON, with the engine's one-line `summary` (what the `insitubatch`

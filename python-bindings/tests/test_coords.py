@@ -49,7 +49,9 @@ def test_bad_selections_are_clear_errors(fixtures):
     with pytest.raises(ValueError, match="no patch was given"):
         InSituDataset(url(fixtures, "cf"), patches_per_sample=2)
     with pytest.raises(ValueError, match="a list of labels"):
-        InSituDataset(url(fixtures, "cf"), sel={"lat": [45, 55]})
+        InSituDataset(url(fixtures, "cf"), sel={"lat": {45, 55}})
+    with pytest.raises(ValueError, match="47 is not among its 5 values"):
+        InSituDataset(url(fixtures, "cf"), sel={"lat": [45, 47]})
 
 
 def test_patches_carry_the_coordinates_they_cover(fixtures):
@@ -90,4 +92,18 @@ def test_sel_on_inner_axes_cuts_every_row_like_numpy_slicing(fixtures):
             np.testing.assert_array_equal(b["t2m"][i], t2m[b.sample_indices[i]][:, x : x + 2])
             starts.add(int(x))
     assert starts == {1, 2, 3}
+
+
+def test_sel_lists_pick_labels_in_their_order(fixtures):
+    # As xarray's sel with a list: lat [40, 60] is positions [4, 0]; time a list of dates.
+    lat, t2m = stored(fixtures, "cf", "lat"), stored(fixtures, "cf", "t2m")
+    ys = [int(np.flatnonzero(lat == v)[0]) for v in (40, 60)]
+    assert ys == [4, 0]
+    dates = [str(TIMES[i]) for i in (7, 2, 19)]
+    ds = InSituDataset(url(fixtures, "cf"), batch_size=2, sel={"lat": [40, 60], "time": dates})
+    drawn = []
+    for b in ds.all:
+        np.testing.assert_array_equal(b["t2m"], t2m[b.sample_indices][:, ys, :])
+        drawn += [int(t) for t in b.sample_indices]
+    assert sorted(drawn) == [2, 7, 19]
 

@@ -187,13 +187,26 @@ pub struct JsOpenOptions {
     /// Carry the sample axis's coordinate in every batch (`batch.coords`; CF time as
     /// nanoseconds since 1970 in a `BigInt64Array`, numbers in a `Float64Array`).
     pub coords: Option<bool>,
-    /// `{ time: [lo, hi], lat: [lo, hi] }`: on the sample axis's coordinate, the samples whose
-    /// value lies in `[lo, hi]` (inclusive); on an inner dimension's, the region every row is
-    /// cut to. Bounds are numbers or dates `YYYY-MM-DD[THH:MM[:SS]]` (UTC), read by core's
-    /// `Label::from_text`.
-    pub sel: Option<std::collections::BTreeMap<String, (JsBound, JsBound)>>,
+    /// `{ time: [lo, hi], lat: [lo, hi], level: { labels: [500, 850] } }`: on the sample
+    /// axis's coordinate, the samples whose value lies in `[lo, hi]` (inclusive) or is listed;
+    /// on an inner dimension's, what every row is cut to. Values are numbers or dates
+    /// `YYYY-MM-DD[THH:MM[:SS]]` (UTC), read by core's `Label::from_text`.
+    pub sel: Option<std::collections::BTreeMap<String, JsPick>>,
     /// With a list of stores: the dimension they are concatenated along (default `"time"`).
     pub concat_dim: Option<String>,
+}
+
+/// What `sel` picks on one dimension: `[lo, hi]`, or `{ labels: [a, b, ...] }`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum JsPick {
+    /// The values in `[lo, hi]`, inclusive.
+    Range(JsBound, JsBound),
+    /// Exactly these values, in this order.
+    Labels {
+        /// The values.
+        labels: Vec<JsBound>,
+    },
 }
 
 /// A `sel` bound as JS writes it: a number or a date string.
@@ -513,11 +526,15 @@ impl JsOpenOptions {
 
     /// `sel` as core's selections, one range per dimension (core tells the sample axis's
     /// from inner ones).
-    fn label_ranges(&self) -> Result<Vec<insitubatch_core::coords::LabelRange>, insitubatch_core::Error> {
+    fn label_ranges(&self) -> Result<Vec<insitubatch_core::coords::LabelSel>, insitubatch_core::Error> {
         let Some(sel) = &self.sel else { return Ok(Vec::new()) };
+        use insitubatch_core::coords::LabelSel;
         sel.iter()
-            .map(|(dim, (lo, hi))| {
-                Ok(insitubatch_core::coords::LabelRange { dim: dim.clone(), lo: lo.to_core()?, hi: hi.to_core()? })
+            .map(|(dim, pick)| match pick {
+                JsPick::Range(lo, hi) => Ok(LabelSel::range(dim, lo.to_core()?, hi.to_core()?)),
+                JsPick::Labels { labels } => {
+                    Ok(LabelSel::labels(dim, labels.iter().map(JsBound::to_core).collect::<Result<_, _>>()?))
+                }
             })
             .collect()
     }

@@ -16,7 +16,7 @@ use async_lock::Semaphore;
 use super::{Dataset, DatasetOptions, Inner, Variable};
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
-use crate::coords::{Coordinate, LabelRange, group_of, read_agreed_coordinate};
+use crate::coords::{Coordinate, LabelSel, group_of, read_agreed_coordinate};
 use crate::describe::human_bytes;
 use crate::draws::Draws;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::hedge::Hedger;
 use crate::pass::{GatherVar, VarPart, part_charge_max};
-use crate::patch::{PatchAxis, PatchOptions, PatchedDims, Patcher};
+use crate::patch::{AxisPicks, PatchAxis, PatchOptions, PatchedDims, Patcher};
 use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks_over};
 use crate::pool::Pool;
 use crate::reads::Coalescer;
@@ -244,7 +244,8 @@ impl DatasetBuilder {
                     "sel with a manifest: the manifest already fixes the samples; pass one".into(),
                 ));
             }
-            let (start, stop) = c.select(sel.lo, sel.hi)?;
+            let picked = sel.positions(c)?;
+            let (start, stop) = (picked.iter().min().copied().unwrap_or(0), picked.iter().max().map_or(0, |m| m + 1));
             let split =
                 self.split.take().unwrap_or(SplitOptions { seed: self.options.seed, ..SplitOptions::default() });
             let range = match split.sample_range {
@@ -255,10 +256,14 @@ impl DatasetBuilder {
             // The range snaps outward to whole chunks; the mask keeps exactly the selection (a
             // user's mask of the wrong length is left for `Draws` to refuse).
             let n = g.n_samples();
+            let mut keep = vec![false; n as usize];
+            for &t in &picked {
+                keep[t as usize] = true;
+            }
             let mask = self.options.sample_mask.take();
             self.options.sample_mask = Some(match mask {
                 Some(m) if m.len() as u64 != n => m,
-                m => (0..n).map(|t| (start..stop).contains(&t) && m.as_ref().is_none_or(|m| m[t as usize])).collect(),
+                m => keep.iter().enumerate().map(|(t, &k)| k && m.as_ref().is_none_or(|m| m[t])).collect(),
             });
         }
         self.coordinate = coordinate.filter(|_| wanted).map(Arc::new);
@@ -273,7 +278,7 @@ impl DatasetBuilder {
     /// # Errors
     /// [`Error::Config`] for two selections left for the sample axis, an inner dimension
     /// without a coordinate array, or bounds that select nothing; what reading reports.
-    async fn read_regions(&mut self, storage: &dyn Storage, variables: &[Variable]) -> Result<Option<LabelRange>> {
+    async fn read_regions(&mut self, storage: &dyn Storage, variables: &[Variable]) -> Result<Option<LabelSel>> {
         let mut on_samples = Vec::new();
         for sel in self.options.sel.clone() {
             let found = variables.iter().find_map(|v| {
@@ -292,8 +297,8 @@ impl DatasetBuilder {
                     sel.dim, sel.dim, v.geometry.path
                 )));
             };
-            let (start, stop) = c.select(sel.lo, sel.hi)?;
-            self.regions.push(Region { dim: sel.dim, start, len: stop - start, extent });
+            let positions = sel.positions(&c)?;
+            self.regions.push(Region::new(sel.dim, positions, extent));
         }
         if on_samples.len() > 1 {
             let dims: Vec<&str> = on_samples.iter().map(|s| s.dim.as_str()).collect();
@@ -509,14 +514,25 @@ fn patched_axes(options: &PatchOptions, label: &str, reader: &ArrayReader, what:
     }))
 }
 
-/// A region `sel` picked on an inner dimension: positions `start .. start + len` of its
-/// `extent`. Every row is cut to it; on a patched axis the patches lie inside it.
+/// A region `sel` picked on an inner dimension of `extent` positions: `start .. start + len`,
+/// or, for labels that are not one ascending run, the positions `picks` in their order.
+/// Every row is cut to it; on a patched axis the patches lie inside it (a run only).
 #[derive(Debug, Clone)]
 pub(crate) struct Region {
     pub dim: String,
     pub start: u64,
     pub len: u64,
     pub extent: u64,
+    pub picks: Option<Arc<[u64]>>,
+}
+
+impl Region {
+    fn new(dim: String, positions: Vec<u64>, extent: u64) -> Self {
+        let start = positions.first().copied().unwrap_or(0);
+        let run = positions.iter().enumerate().all(|(i, &p)| p == start + i as u64);
+        let len = positions.len() as u64;
+        Self { dim, start, len, extent, picks: (!run).then(|| positions.into()) }
+    }
 }
 
 /// One variable's patched axes: where they lie among its inner dimensions, their names and
@@ -735,6 +751,7 @@ impl Assembly {
                     .map_err(|_| Error::Geometry(format!("one sample of {:?} does not fit in memory", v.label)))?,
                 patch: None,
                 region: Vec::new(),
+                picks: Vec::new(),
                 part: None,
             });
         }
@@ -785,6 +802,12 @@ impl Assembly {
                 continue;
             };
             let dim = dims.0[0];
+            if gv.picks.iter().any(|p| p.dim == dim) {
+                return Err(Error::Config(format!(
+                    "model_parallel splits rows along {}, on which sel lists labels; split another axis",
+                    names[0]
+                )));
+            }
             // The row's box on that axis: the patch, where the axis is patched, else the field.
             let patched = gv
                 .patch
@@ -861,6 +884,13 @@ impl Assembly {
                 if axes.len() == 1 { "it" } else { "them all" }
             )));
         };
+        if let Some(r) = self.regions.iter().find(|r| r.picks.is_some() && names.contains(&r.dim)) {
+            return Err(Error::Config(format!(
+                "patch cuts {:?} into runs of positions, and sel lists labels on it that are not one run; select a \
+                 range on a patched axis",
+                r.dim
+            )));
+        }
         let region =
             |d: &String, e: u64| self.regions.iter().find(|r| r.dim == *d).map_or((0, e), |r| (r.start, r.len));
         let (offset, span): (Vec<u64>, Vec<u64>) = names.iter().zip(&extent).map(|(d, &e)| region(d, e)).unzip();
@@ -898,7 +928,10 @@ impl Assembly {
                 if gv.patch.as_ref().is_some_and(|p| p.0.contains(&dim)) {
                     continue;
                 }
-                gv.region.push(VarPart { dim, name: names[0].clone(), start: r.start, len: r.len });
+                match &r.picks {
+                    Some(positions) => gv.picks.push(AxisPicks { dim, positions: Arc::clone(positions) }),
+                    None => gv.region.push(VarPart { dim, name: names[0].clone(), start: r.start, len: r.len }),
+                }
             }
         }
         Ok(())

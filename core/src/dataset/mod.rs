@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub use build::DatasetBuilder;
 pub use probe::{EpochPrediction, PROBE_CHUNKS, ProbeReport};
 
-use crate::coords::{Coordinate, LabelRange};
+use crate::coords::{Coordinate, LabelSel};
 use crate::draws::Draws;
 use crate::engine::{BadChunk, Engine, ReadPolicy};
 use crate::error::{Error, Result};
@@ -104,7 +104,7 @@ pub struct DatasetOptions {
     /// Select by label, one range per dimension: on the sample axis's coordinate, samples
     /// (applied as the split's sample range); on an inner axis's, a region every row is cut
     /// to (patches then lie inside it).
-    pub sel: Vec<LabelRange>,
+    pub sel: Vec<LabelSel>,
 }
 
 impl Default for DatasetOptions {

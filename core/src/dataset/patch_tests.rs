@@ -340,9 +340,9 @@ fn store_with_grid() -> MemoryStorage {
     storage
 }
 
-fn sel(dim: &str, lo: f64, hi: f64) -> crate::coords::LabelRange {
+fn sel(dim: &str, lo: f64, hi: f64) -> crate::coords::LabelSel {
     use crate::coords::Label::Number;
-    crate::coords::LabelRange { dim: dim.into(), lo: Number(lo), hi: Number(hi) }
+    crate::coords::LabelSel::range(dim, Number(lo), Number(hi))
 }
 
 fn open_sel(storage: &MemoryStorage, options: DatasetOptions) -> crate::Result<(SimExecutor, Dataset)> {
@@ -409,6 +409,49 @@ fn patches_lie_inside_a_region_on_their_axes() {
     let options = DatasetOptions { sel: vec![sel("lon", 101.0, 106.0)], patch: Some(wide), ..Default::default() };
     let err = open_sel(&storage, options).err().unwrap().to_string();
     assert!(err.contains("lon") && err.contains('6'), "{err}");
+}
+
+/// `sel` labels on an inner axis that are not one run pick those positions, in the order
+/// given (as xarray's `sel` with a list), reading only their tiles; labels on the sample axis
+/// draw exactly those samples.
+#[test]
+fn sel_labels_pick_positions_in_their_order() {
+    use crate::coords::Label::Number;
+    let storage = store_with_grid();
+    write_f32_array(&storage, "time", &[12], &[12], None, Some(&["time"]), |i| 2000.0 + i as f32);
+    let lat = crate::coords::LabelSel::labels("lat", vec![Number(0.0), Number(50.0)]);
+    let time = crate::coords::LabelSel::labels("time", vec![Number(2003.0), Number(2001.0), Number(2010.0)]);
+    let options = DatasetOptions { sel: vec![lat, time, sel("lon", 100.0, 103.0)], ..Default::default() };
+    let (sim, ds) = open_sel(&storage, options).unwrap();
+    let (batches, reads) = epoch_reads(&storage, &sim, &ds, 0);
+    let mut drawn = Vec::new();
+    for b in batches {
+        let t2m = b.view::<f32>("t2m").unwrap();
+        assert_eq!(t2m.shape(), &[b.len(), 2, 4]);
+        for (i, &t) in b.sample_indices.iter().enumerate() {
+            for (k, y) in [5u64, 0].into_iter().enumerate() {
+                for c in 0..4 {
+                    let want = (t * SHAPE[1] * SHAPE[2] + y * SHAPE[2] + c) as f32;
+                    assert_eq!(t2m[[i, k, c as usize]], want, "sample {t} lat position {y}");
+                }
+            }
+            drawn.push(t);
+        }
+    }
+    drawn.sort_unstable();
+    assert_eq!(drawn, [1, 3, 10], "the listed times only");
+    // lat positions 5 and 0 lie in lat tiles 1 and 0, lon 0..4 in lon tile 0: of chunks 0 and 2
+    // (samples 1, 3 and 10; chunk 1 draws none), tiles (0, 0) and (1, 0).
+    for (key, n) in reads.iter().filter(|(k, _)| k.starts_with("t2m/")) {
+        let at: Vec<&str> = key.split('/').collect();
+        let want = u64::from(at[2] != "1" && at[4] == "0");
+        assert_eq!(*n, want, "{key} read {n} times: {reads:?}");
+    }
+    let notes = ds.describe(1).unwrap().notes;
+    assert!(notes.iter().any(|n| n.code == "region" && n.message.contains("lat positions [5, 0] of 6")), "{notes:?}");
+    let missing = crate::coords::LabelSel::labels("lat", vec![Number(15.0)]);
+    let err = open_sel(&storage, DatasetOptions { sel: vec![missing], ..Default::default() }).err().unwrap();
+    assert!(err.to_string().contains("15 is not among its 6 values"), "{err}");
 }
 
 /// `sel` on an inner axis without a coordinate, or bounds selecting nothing, is refused.

@@ -206,7 +206,10 @@ impl Dataset {
         }
         let cut: Vec<String> = regions
             .iter()
-            .map(|r| format!("{} positions {}..{} of {}", r.dim, r.start, r.start + r.len, r.extent))
+            .map(|r| match &r.picks {
+                Some(p) => format!("{} positions {:?} of {}", r.dim, &p[..], r.extent),
+                None => format!("{} positions {}..{} of {}", r.dim, r.start, r.start + r.len, r.extent),
+            })
             .collect();
         let patched = self.patcher().map_or(String::new(), |p| {
             let inside: Vec<&String> = p.dims.iter().filter(|d| regions.iter().any(|r| r.dim == **d)).collect();

@@ -165,24 +165,26 @@ def _model_parallel(size: Any, axis: str | int | None) -> tuple[int, str | int] 
 
 
 def _sel(sel: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``sel={"time": (lo, hi), "lat": slice(lo, hi)}`` as the engine's bounds: dates
-    (strings, ``datetime``, ``datetime64``) as nanoseconds since 1970, numbers as floats; the
-    engine checks them against each coordinate and decides which is the sample axis."""
-    out: dict[str, list[tuple[str, Any, Any]]] = {"sel_time": [], "sel_number": []}
-    for dim, bounds in (sel or {}).items():
-        if isinstance(bounds, slice) and bounds.step is None:
-            bounds = (bounds.start, bounds.stop)
-        if not isinstance(bounds, tuple) or len(bounds) != 2 or None in bounds:
+    """``sel={"time": (lo, hi), "lat": slice(lo, hi), "level": [500, 850]}`` as the engine's
+    selections ``(dim, is_range, values)``: a tuple or a slice is an inclusive range, a list
+    exactly those labels in that order (as xarray's ``sel``); dates (strings, ``datetime``,
+    ``datetime64``) as nanoseconds since 1970, numbers as floats. The engine checks them
+    against each coordinate and decides which is the sample axis."""
+    out: dict[str, list[tuple[str, bool, list[Any]]]] = {"sel_time": [], "sel_number": []}
+    for dim, pick in (sel or {}).items():
+        if isinstance(pick, slice) and pick.step is None:
+            pick = (pick.start, pick.stop)
+        is_range = isinstance(pick, tuple)
+        values = list(pick) if isinstance(pick, (tuple, list, np.ndarray)) else None
+        if values is None or (is_range and (len(values) != 2 or None in values)) or not values:
             raise ValueError(
-                f"sel[{dim!r}] must be a range: a (low, high) tuple or slice(low, high), both inclusive; got "
-                f"{bounds!r} (a list of labels, as xarray's sel takes, is not supported: select a range)"
+                f"sel[{dim!r}] must be a (low, high) tuple or slice(low, high), both inclusive, or a list of labels; "
+                f"got {pick!r}"
             )
-        lo, hi = bounds
-        if isinstance(lo, (int, float, np.number)) and isinstance(hi, (int, float, np.number)):
-            out["sel_number"].append((str(dim), float(lo), float(hi)))
+        if all(isinstance(v, (int, float, np.number)) for v in values):
+            out["sel_number"].append((str(dim), is_range, [float(v) for v in values]))
         else:
-            ns = [int(np.datetime64(b, "ns").astype(np.int64)) for b in (lo, hi)]
-            out["sel_time"].append((str(dim), ns[0], ns[1]))
+            out["sel_time"].append((str(dim), is_range, [int(np.datetime64(v, "ns").astype(np.int64)) for v in values]))
     return {k: v for k, v in out.items() if v}
 
 
@@ -445,9 +447,11 @@ class InSituDataset:
     dimension, CF time decoded to ``datetime64[ns]``) once at open; every batch carries each
     row's value in ``batch.coords``. ``sel={"time": ("2010-01-01", "2019-12-31")}``: only
     the samples whose coordinate lies in that range (inclusive), split as ``sample_range``
-    is; a range on an inner dimension's coordinate (``"lat": (30, 60)``, a tuple or a
-    ``slice``; a decreasing coordinate too) cuts every row to that region, reading only the
-    tiles it touches, and patches on that axis lie inside it (docs/coordinates.md).
+    is; a list draws exactly the samples of those labels. On an inner dimension's coordinate
+    a range (``"lat": (30, 60)``, a tuple or a ``slice``; a decreasing coordinate too) cuts
+    every row to that region and a list (``"level": [500, 850]``) picks those positions in
+    that order, reading only the tiles they touch; patches on a selected axis lie inside its
+    range (docs/coordinates.md).
 
     The split views are ``ds.train``, ``ds.val``, ``ds.test`` and ``ds.all`` (``View``); the
     arguments ``store``, ``chunk_transforms`` and ``batch_transforms`` stay attributes. After
@@ -515,7 +519,7 @@ class InSituDataset:
         callbacks: Sequence[Any] = (),
         metrics_address: str | None = None,
         coords: bool = False,
-        sel: Mapping[str, tuple[Any, Any] | slice] | None = None,
+        sel: Mapping[str, tuple[Any, Any] | slice | Sequence[Any]] | None = None,
         concat_dim: str | None = None,
     ) -> None:
         if concat_dim is not None and not isinstance(store, (list, tuple)):
