@@ -337,8 +337,9 @@ export function joinEntries(source) {
  * use instead.
  */
 export function makeOpen(engine, local) {
-  /** One store of a join, as `openJoined` takes it: a URL, or a storage object. */
+  /** One store of a join, as `openJoined` takes it: a URL, a storage object, or an array of them (concatenated first). */
   const joinPart = async (one) => {
+    if (Array.isArray(one)) return Promise.all(one.map(joinPart));
     if (isStorage(one)) return one;
     const url = String(one);
     return local?.isLocal(url) ? local.nodeFileStorage(url) : url;

@@ -286,14 +286,13 @@ export class WorkerDataset extends SplitViews {
  */
 export async function openInWorker(url, options = {}, how = {}) {
   const stores = isJoin(url) ? joinEntries(url) : Array.isArray(url) ? url.map((one) => ['', one]) : [['', url]];
-  if (stores.some(([, one]) => isStorage(one))) {
+  const urls = (one) => (Array.isArray(one) ? one.map(String) : String(one)); // a list inside a join is concatenated
+  if (stores.some(([, one]) => (Array.isArray(one) ? one.some(isStorage) : isStorage(one)))) {
     throw new Error('openInWorker takes a URL: a storage object cannot be sent to a worker (its functions do not survive postMessage); open it with open() on this thread, or give the worker a URL');
   }
   // A join crosses as a plain object of URLs, a concatenation as an array; the worker's
   // open() joins or concatenates them.
-  const source = isJoin(url)
-    ? Object.fromEntries(stores.map(([n, one]) => [n, String(one)]))
-    : Array.isArray(url) ? url.map(String) : String(url);
+  const source = isJoin(url) ? Object.fromEntries(stores.map(([n, one]) => [n, urls(one)])) : urls(url);
   const ch = new Channel(await spawn(how.workerUrl));
   try {
     const info = await ch.call('open', { url: source, options, threads: how.threads ?? 'auto', nThreads: how.nThreads, fetchWorker: how.fetchWorker ?? true });

@@ -107,3 +107,28 @@ test('a list of stores is read end to end along the sample axis, on this thread 
   await assert.rejects(open([cf, `${HTTP}/cf_v2`], { batchSize: 5 }), /"t2m" differs between concatenated stores/);
   await assert.rejects(open([cf, cf], { batchSize: 5, concatDim: 'valid_time' }), /no array has a dimension named "valid_time"/);
 });
+
+test('a list inside a join is concatenated first, on this thread and in a worker', { skip }, async () => {
+  const cf = `${HTTP}/cf`;
+  const one = await open(cf, { variables: ['t2m'], batchSize: 5 });
+  const whole = new Map();
+  for (const b of await collect(one.all())) {
+    b.sampleIndices.forEach((t, i) => whole.set(Number(t), b.arrays.t2m.data.slice(i * 30, (i + 1) * 30)));
+  }
+  one.close();
+  const joined = { a: [cf, cf], b: [cf, cf] };
+  const opts = { variables: ['a/t2m', 'b/t2m'], batchSize: 5 };
+  for (const ds of [await open(joined, opts), await openInWorker(joined, opts)]) {
+    let seen = 0;
+    for (const b of await collect(ds.all())) {
+      b.sampleIndices.forEach((t, i) => {
+        for (const k of ['a/t2m', 'b/t2m']) {
+          assert.deepEqual(b.arrays[k].data.slice(i * 30, (i + 1) * 30), whole.get(Number(t) % 24), `${k} sample ${t}`);
+        }
+        seen++;
+      });
+    }
+    assert.equal(seen, 48);
+    await ds.close();
+  }
+});

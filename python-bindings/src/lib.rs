@@ -368,15 +368,17 @@ fn valid_anchor_range(offsets: Vec<i64>, n_samples: u64) -> (u64, u64) {
 /// Open `store` (a URL, an obstore store or a zarr store: [`StoreArg`]) and read the geometry
 /// of each array (no chunk reads).
 #[pyfunction]
-#[pyo3(signature = (store, variables, sample_axis, storage_options))]
+#[pyo3(signature = (store, variables, sample_axis, storage_options, concat_dim = None))]
 fn open_geometries(
     py: Python<'_>,
     store: &Bound<'_, PyAny>,
     variables: Option<Vec<String>>,
     sample_axis: usize,
     storage_options: Vec<(String, String)>,
+    concat_dim: Option<String>,
 ) -> PyResult<Vec<PyGeometry>> {
-    let storage = StoreArg::from_py(store)?.storage(&storage_options).map_err(native_err)?;
+    let concat = (concat_dim.as_deref().unwrap_or(pystore::DEFAULT_CONCAT_DIM), sample_axis);
+    let storage = StoreArg::from_py(store)?.storage(&storage_options, concat).map_err(native_err)?;
     let runtime = NativeRuntime::new(Some(1)).map_err(native_err)?;
     let arrays = py
         .detach(|| runtime.block_on(insitubatch_core::zarr::open_arrays(storage.as_ref(), variables.as_deref())))
@@ -692,15 +694,21 @@ impl NativeDataset {
             metrics_address,
             ..OpenOptions::default()
         };
+        let dim = concat_dim.as_deref().unwrap_or(pystore::DEFAULT_CONCAT_DIM);
         let opened = py
             .detach(|| match store {
                 StoreArg::Url(url) => insitubatch_native::open(&url, options),
                 StoreArg::Built { storage, location } => {
                     insitubatch_native::open_storage_with(storage, &location, options)
                 }
-                StoreArg::Joined(parts) => insitubatch_native::open_joined(StoreArg::join_parts(parts)?, options),
+                StoreArg::Joined(parts) => {
+                    let concat = (dim, options.sample_axis);
+                    insitubatch_native::open_joined(
+                        StoreArg::join_parts(parts, concat, &options.storage_options)?,
+                        options,
+                    )
+                }
                 StoreArg::Concat(parts) => {
-                    let dim = concat_dim.as_deref().unwrap_or(pystore::DEFAULT_CONCAT_DIM);
                     insitubatch_native::open_concat(StoreArg::concat_parts(parts)?, dim, options)
                 }
             })

@@ -73,10 +73,15 @@ impl StoreArg {
                     let kind = name.get_type().name()?;
                     return Err(PyTypeError::new_err(format!("a joined store's name must be a str, got {kind}")));
                 };
-                parts.push((name, Self::from_one(&one)?));
+                parts.push((name, Self::from_list_or_one(&one)?));
             }
             return Ok(Self::Joined(parts));
         }
+        Self::from_list_or_one(store)
+    }
+
+    /// A list or tuple of stores (concatenated), or one store.
+    fn from_list_or_one(store: &Bound<'_, PyAny>) -> PyResult<Self> {
         if let Ok(list) = store.cast::<PyList>() {
             return list.iter().map(|one| Self::from_one(&one)).collect::<PyResult<_>>().map(Self::Concat);
         }
@@ -108,21 +113,26 @@ impl StoreArg {
     }
 
     /// The storage to read: a URL opened with `options`, a store object as it is (options
-    /// refused: it carries its own), a join of them (the options go to each URL).
+    /// refused: it carries its own), a join of them (the options go to each URL), a list
+    /// concatenated along `concat` (the dimension, and the axis for arrays without names).
     ///
     /// # Errors
-    /// As `insitubatch_native::open_url_storage`, `refuse_storage_options` and
-    /// `open_joined_storage`.
-    pub fn storage(self, options: &[(String, String)]) -> insitubatch_native::Result<Arc<dyn Storage>> {
+    /// As `insitubatch_native::open_url_storage`, `refuse_storage_options`,
+    /// `open_joined_storage` and `open_concat_storage`.
+    pub fn storage(
+        self,
+        options: &[(String, String)],
+        concat: (&str, usize),
+    ) -> insitubatch_native::Result<Arc<dyn Storage>> {
         match self {
             Self::Url(url) => insitubatch_native::open_url_storage(&url, options),
             Self::Built { storage, location } => {
                 insitubatch_native::refuse_storage_options(options, &location).map(|()| storage)
             }
-            Self::Joined(parts) => insitubatch_native::open_joined_storage(Self::join_parts(parts)?, options),
-            Self::Concat(parts) => {
-                insitubatch_native::open_concat_storage(Self::concat_parts(parts)?, (DEFAULT_CONCAT_DIM, 0), options)
+            Self::Joined(parts) => {
+                insitubatch_native::open_joined_storage(Self::join_parts(parts, concat, options)?, options)
             }
+            Self::Concat(parts) => insitubatch_native::open_concat_storage(Self::concat_parts(parts)?, concat, options),
         }
     }
 
@@ -144,20 +154,30 @@ impl StoreArg {
             .collect()
     }
 
-    /// A join's stores as the native opener takes them.
+    /// A join's stores as the native opener takes them; a list among them is concatenated
+    /// along `concat` first (`{"era5": [a, b], "static": c}`), its URLs opened with `options`.
     ///
     /// # Errors
-    /// A configuration error for a store that is itself a join.
-    pub fn join_parts(parts: Vec<(String, Self)>) -> insitubatch_native::Result<Vec<(String, JoinPart)>> {
+    /// A configuration error for a store that is itself a join; as
+    /// `insitubatch_native::open_concat_storage` for a list.
+    pub fn join_parts(
+        parts: Vec<(String, Self)>,
+        concat: (&str, usize),
+        options: &[(String, String)],
+    ) -> insitubatch_native::Result<Vec<(String, JoinPart)>> {
         let mut out = Vec::with_capacity(parts.len());
         for (name, part) in parts {
             let part = match part {
                 Self::Url(url) => JoinPart::Url(url),
                 Self::Built { storage, .. } => JoinPart::Built(storage),
-                Self::Joined(_) | Self::Concat(_) => {
-                    let why = format!(
-                        "the joined store {name:?} is itself a join or a list; join stores, URLs or paths at one level"
-                    );
+                Self::Concat(list) => JoinPart::Built(insitubatch_native::open_concat_storage(
+                    Self::concat_parts(list)?,
+                    concat,
+                    options,
+                )?),
+                Self::Joined(_) => {
+                    let why =
+                        format!("the joined store {name:?} is itself a join; join stores, URLs or paths at one level");
                     return Err(insitubatch_core::Error::Config(why).into());
                 }
             };

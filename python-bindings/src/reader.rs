@@ -47,7 +47,8 @@ impl StoreReader {
     #[new]
     #[pyo3(signature = (store, storage_options = Vec::new()))]
     fn new(store: &Bound<'_, PyAny>, storage_options: Vec<(String, String)>) -> PyResult<Self> {
-        let storage = StoreArg::from_py(store)?.storage(&storage_options).map_err(native_err)?;
+        let concat = (crate::pystore::DEFAULT_CONCAT_DIM, 0);
+        let storage = StoreArg::from_py(store)?.storage(&storage_options, concat).map_err(native_err)?;
         Ok(Self { storage, runtime: NativeRuntime::new(Some(1)).map_err(native_err)? })
     }
 

@@ -42,3 +42,33 @@ def test_stores_that_cannot_be_concatenated_are_refused_naming_array_and_store(f
         InSituDataset([url(fixtures, "cf")] * 2, batch_size=5, concat_dim="valid_time")
     with pytest.raises(ValueError, match="concat_dim"):
         InSituDataset(url(fixtures, "cf"), batch_size=5, concat_dim="time")
+
+
+def test_a_join_of_concatenations_reads_each_list_end_to_end(fixtures):
+    # {"a": [cf, cf], "b": [cf_v2, cf_v2]}: each list concatenated first, then joined by name.
+    stores = {"a": [url(fixtures, "cf")] * 2, "b": [url(fixtures, "cf_v2")] * 2}
+    ds = InSituDataset(stores, batch_size=5)
+    truth = {k: np.concatenate([stored(fixtures, n, "t2m")] * 2) for k, n in (("a", "cf"), ("b", "cf_v2"))}
+    seen = 0
+    for b in ds.all:
+        for k in ("a", "b"):
+            np.testing.assert_array_equal(b[f"{k}/t2m"], truth[k][b.sample_indices])
+        seen += len(b)
+    assert seen == 48
+
+
+def test_a_mask_computed_over_a_list_reads_along_its_concat_dim(tmp_path):
+    # Two stores of x(step, y): concatenated along "step", not the default "time"; the mask's
+    # function sees all 16 steps.
+    import zarr
+
+    paths = []
+    for k in range(2):
+        path = tmp_path / f"part{k}.zarr"
+        x = zarr.create_array(str(path), name="x", shape=(8, 3), chunks=(4, 3), dtype="f4", dimension_names=("step", "y"))
+        x[:] = np.arange(24, dtype="f4").reshape(8, 3) + 100 * k
+        paths.append(str(path))
+    ds = InSituDataset(paths, batch_size=4, concat_dim="step", sample_mask=("x", lambda v: v[:, 0] % 2 == 0))
+    drawn = sorted(int(t) for b in ds.all for t in b.sample_indices)
+    assert drawn == [t for t in range(16) if (3 * (t % 8) + 100 * (t // 8)) % 2 == 0]
+

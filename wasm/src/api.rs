@@ -168,6 +168,10 @@ pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsVal
     for (name, part) in names.into_iter().zip(parts) {
         let storage = match part.as_string() {
             Some(url) => storage_for(&url, &opts)?,
+            // A list inside a join: its stores concatenated first (`{ era5: [a, b], static: c }`).
+            None if js_sys::Array::is_array(&part) => {
+                shared(concat_storage(js_sys::Array::from(&part).iter().collect(), &opts).await?)
+            }
             None => storage_object(&part, &name)?,
         };
         mounts.push((name, storage));
@@ -181,12 +185,16 @@ async fn open_named<S: insitubatch_core::Storage + 'static>(
     opts: &JsOpenOptions,
 ) -> Result<Dataset, JsError> {
     let url = insitubatch_core::Storage::location(&storage);
-    #[allow(
-        clippy::arc_with_non_send_sync,
-        reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
-    )]
-    let storage = Arc::new(storage);
-    open_on(storage, url, opts).await
+    open_on(shared(storage), url, opts).await
+}
+
+/// A storage as the engine shares it.
+#[allow(
+    clippy::arc_with_non_send_sync,
+    reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
+)]
+fn shared<S: insitubatch_core::Storage + 'static>(storage: S) -> Arc<dyn insitubatch_core::Storage> {
+    Arc::new(storage)
 }
 
 /// Open several stores end to end along the sample axis (core's `ConcatStorage`,
@@ -195,16 +203,21 @@ async fn open_named<S: insitubatch_core::Storage + 'static>(
 #[wasm_bindgen(js_name = openConcat)]
 pub async fn open_concat(parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsError> {
     let opts = parse_options(options)?;
+    open_named(concat_storage(parts, &opts).await?, &opts).await
+}
+
+/// Stores end to end along `opts`'s `concatDim` (default `"time"`): URLs or storage objects.
+async fn concat_storage(parts: Vec<JsValue>, opts: &JsOpenOptions) -> Result<insitubatch_core::ConcatStorage, JsError> {
     let mut storages = Vec::with_capacity(parts.len());
     for (i, part) in parts.into_iter().enumerate() {
         storages.push(match part.as_string() {
-            Some(url) => storage_for(&url, &opts)?,
+            Some(url) => storage_for(&url, opts)?,
             None => storage_object(&part, &format!("#{i}"))?,
         });
     }
     let dim = opts.concat_dim.as_deref().unwrap_or(crate::DEFAULT_CONCAT_DIM);
     let axis = opts.sample_axis.unwrap_or_default();
-    open_named(insitubatch_core::ConcatStorage::open(storages, dim, axis).await.map_err(err)?, &opts).await
+    insitubatch_core::ConcatStorage::open(storages, dim, axis).await.map_err(err)
 }
 
 /// A joined store given as a storage object.

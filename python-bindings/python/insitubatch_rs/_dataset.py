@@ -123,7 +123,7 @@ def _per_sample(name: str, values: Any, dtype: Any) -> list[Any] | None:
     return a.astype(dtype).tolist()  # type: ignore[no-any-return]
 
 
-def _computed_mask(store: Any, spec: Any, storage_options: Mapping[str, Any] | None) -> Any:
+def _computed_mask(store: Any, spec: Any, storage_options: Mapping[str, Any] | None, concat_dim: str | None) -> Any:
     """``sample_mask=(variable, fn)``: ``variable`` (an array path of the store, sample axis 0)
     read whole once at open, through the engine (the same store, options and reads as the
     dataset), and ``fn`` called on its values, sample axis first; what it returns is the mask.
@@ -133,11 +133,17 @@ def _computed_mask(store: Any, spec: Any, storage_options: Mapping[str, Any] | N
     variable, fn = spec
     from ._store import open_geometries
 
-    geom = open_geometries(store, [str(variable)], **dict(storage_options or {}))[str(variable)]
+    opts = dict(storage_options or {})
+    geom = open_geometries(store, [str(variable)], concat_dim=concat_dim, **opts)[str(variable)]
     n = geom.n_samples
     values: np.ndarray | None = None
     with InSituDataset(
-        store, geometries={"v": geom}, batch_size=geom.sample_chunk_size, shuffle=False, storage_options=storage_options
+        store,
+        geometries={"v": geom},
+        batch_size=geom.sample_chunk_size,
+        shuffle=False,
+        storage_options=storage_options,
+        concat_dim=concat_dim,
     ) as reader:
         for b in reader.all:
             if values is None:
@@ -377,7 +383,8 @@ class InSituDataset:
     every array with the dimension ``concat_dim`` (default ``"time"``; for arrays without
     dimension names, the sample axis) is the stores' arrays in order, the others come from
     the first store; the stores must agree on all but that length, and each but the last hold
-    whole chunks along it (docs/joins.md). ``manifest`` defaults
+    whole chunks along it (docs/joins.md). A list inside a join (``{"era5": [a, b],
+    "static": c}``) is concatenated first. ``manifest`` defaults
     to ``split_by_chunk`` of the first variable. ``geometries`` maps batch labels to ``ArrayGeometry`` (several labels may
     read one array at different offsets via ``geom.shift(k)``); ``None`` discovers every
     data array.
@@ -522,7 +529,10 @@ class InSituDataset:
         sel: Mapping[str, tuple[Any, Any] | slice | Sequence[Any]] | None = None,
         concat_dim: str | None = None,
     ) -> None:
-        if concat_dim is not None and not isinstance(store, (list, tuple)):
+        lists = isinstance(store, (list, tuple)) or (
+            isinstance(store, Mapping) and any(isinstance(s, (list, tuple)) for s in store.values())
+        )
+        if concat_dim is not None and not lists:
             raise ValueError("concat_dim names the dimension a list of stores is concatenated along; pass a list")
         self.store = store
         self._store = engine_store(store)
@@ -561,7 +571,7 @@ class InSituDataset:
             "patches_per_sample": None
             if patches_per_sample is None
             else _count("patches_per_sample", patches_per_sample, 1),
-            "sample_mask": _per_sample("sample_mask", _computed_mask(store, sample_mask, storage_options), bool),
+            "sample_mask": _per_sample("sample_mask", _computed_mask(store, sample_mask, storage_options, concat_dim), bool),
             "sample_weights": _per_sample("sample_weights", sample_weights, np.float64),
             "model_parallel": _model_parallel(model_parallel, model_parallel_axis),
             "callbacks": list(callbacks),

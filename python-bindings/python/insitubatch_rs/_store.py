@@ -252,14 +252,17 @@ def open_geometries(
     variables: Sequence[str] | None = None,
     *,
     sample_axis: int = 0,
+    concat_dim: str | None = None,
     **storage_opts: Any,
 ) -> dict[str, ArrayGeometry]:
     """Read each array's geometry from the store's metadata (no chunk reads).
 
-    ``store`` is a URL (or a local path), an obstore store or a zarr-python v3 ``Store``, or
-    a dict ``{name: store}`` of them joined (each store's arrays as ``name/path``; see
-    ``InSituDataset``). ``variables=None`` discovers every data array, skipping CF coordinates (0-D arrays, 1-D
-    arrays named after their own dimension). ``sample_axis`` applies to every array.
+    ``store`` is a URL (or a local path), an obstore store or a zarr-python v3 ``Store``, a
+    dict ``{name: store}`` of them joined (each store's arrays as ``name/path``), or a list
+    of them concatenated along ``concat_dim`` (default ``"time"``; also a list inside a
+    join); see ``InSituDataset``. ``variables=None`` discovers every data array, skipping CF
+    coordinates (0-D arrays, 1-D arrays named after their own dimension). ``sample_axis``
+    applies to every array.
     ``storage_opts`` are object_store settings for a URL (``aws_region="..."``); a store
     object has its own.
 
@@ -285,5 +288,6 @@ def open_geometries(
             None if variables is None else [str(v) for v in variables],
             int(sample_axis),
             storage_options(storage_opts),
+            None if concat_dim is None else str(concat_dim),
         )
     return {g.path: ArrayGeometry._wrap(g) for g in geoms}
