@@ -283,11 +283,11 @@ export function memoryBar(m) {
   return box;
 }
 
-/** The notes that say what a row is and how often a sample is drawn: shown first, marked. */
-export const KEY_NOTES = ['patches', 'sample-draws'];
+/** The notes that say what a row is (patches, a `sel` region) and how often a sample is drawn: shown first, marked. */
+export const KEY_NOTES = ['patches', 'region', 'sample-draws'];
 
 /**
- * The `<li>`s of a report's notes (`report.notes`): the patches and mask/weights notes first
+ * The `<li>`s of a report's notes (`report.notes`): the patches, region and mask/weights notes first
  * and marked (a preview of patched or weighted data is misread without them), then the rest
  * in the engine's order. Each has `data-code` (tests find a note by it).
  */
