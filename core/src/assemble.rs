@@ -610,4 +610,72 @@ mod tests {
         check_part(vec![5, 7, 4], vec![2, 3, 4], 2);
         check_part(vec![1, 2, 9, 5, 4], vec![1, 1, 4, 2, 3], 2);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+        /// Any geometry, a ragged last chunk, any box with or without a list of positions
+        /// (out of order, repeated) on one axis: a chunk holding just the tiles they touch
+        /// (and some others) copies every row exactly as the whole slot does.
+        #[test]
+        fn held_tiles_copy_any_box_and_picks_like_the_whole_slot(
+            inner in proptest::collection::vec((1u64..9, 1u64..5), 1..4),
+            rows in 1u64..4,
+            seed in 0u64..u64::MAX,
+        ) {
+            use crate::shuffle::{Split, below, key, stream};
+            let mut rng = stream(&key(seed, 0, Split::Train, 0, 0));
+            let short = below(&mut rng, rows);
+            let shape: Vec<u64> = std::iter::once(2 * rows - short).chain(inner.iter().map(|p| p.0)).collect();
+            let tile: Vec<u64> = std::iter::once(rows).chain(inner.iter().map(|p| p.1)).collect();
+            let g = ArrayGeometry::new("a", shape, tile, DType::Uint32, 0).unwrap();
+            let extents: Vec<usize> = inner.iter().map(|p| p.0 as usize).collect();
+            let (mut origin, mut size) = (Vec::new(), Vec::new());
+            for &e in &inner {
+                let start = below(&mut rng, e.0);
+                origin.push(start);
+                size.push(1 + below(&mut rng, e.0 - start));
+            }
+            let dims: Vec<usize> = (0..inner.len()).collect();
+            let mut picks = Vec::new();
+            if below(&mut rng, 2) == 1 {
+                let a = below(&mut rng, inner.len() as u64) as usize;
+                let n = 1 + below(&mut rng, 2 * inner[a].0);
+                picks.push(crate::patch::AxisPicks { dim: a, positions: (0..n).map(|_| below(&mut rng, inner[a].0)).collect() });
+            }
+            let positions = crate::patch::row_positions(&extents, (&dims, &origin, &size), &picks);
+            // The tiles the positions touch, and every third other tile.
+            let mut held = std::collections::BTreeSet::new();
+            let _ = crate::patch::for_each_run_in::<()>(&positions, |at, n| {
+                for k in 0..n {
+                    let mut p: Vec<u64> = at.iter().map(|&x| x as u64).collect();
+                    *p.last_mut().unwrap() += k as u64;
+                    let coord: Vec<u64> = p.iter().zip(g.inner_tile()).map(|(x, t)| x / t).collect();
+                    held.insert(crate::geometry::ravel_index(&coord, &g.inner_grid()));
+                }
+                Ok(())
+            });
+            held.extend((0..g.n_tiles()).filter(|t| t % 3 == 2));
+            let c = 1;
+            let held: std::sync::Arc<[u64]> = held.into_iter().collect();
+            let layout = std::sync::Arc::new(TileLayout::new(&g, c, std::sync::Arc::clone(&held)));
+            let recycler = dirty_recycler(layout.len() * 4);
+            let part = TiledSlot::some_tiles(&g, c, std::sync::Arc::clone(&layout));
+            for &t in held.iter() {
+                part.place(&g, c, t, tile_bytes(&g, c, t), &recycler).unwrap();
+            }
+            let part = part.finish().unwrap();
+            let mut whole = vec![0u8; slot_shape(&g, c).iter().product::<usize>() * 4];
+            for t in 0..g.n_tiles() {
+                place_tile(&g, c, &g.inner_coord(t), &tile_bytes(&g, c, t), &mut whole);
+            }
+            let row_len = extents.iter().product::<usize>() * 4;
+            for row in 0..slot_shape(&g, c)[0] {
+                let (mut got, mut want) = (Vec::new(), Vec::new());
+                layout.copy_positions(&part, 4, row, &positions, |run| got.extend_from_slice(run)).unwrap();
+                let src = &whole[row * row_len..(row + 1) * row_len];
+                crate::patch::copy_positions(src, &extents, 4, &positions, &mut |run: &[u8]| want.extend_from_slice(run));
+                proptest::prop_assert_eq!(got, want, "row {}", row);
+            }
+        }
+    }
 }
