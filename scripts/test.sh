@@ -25,55 +25,69 @@ WARM_PID=$!
 trap 'kill -- "-$WARM_PID" 2>/dev/null || true' EXIT
 # Run a test command, keep its output for the final count.
 t() { "$@" 2>&1 | tee -a "$LOG"; }
+# Each phase's wall time, listed at the end: where a run's minutes go.
+PHASES=()
+PHASE_NAME=""
+PHASE_START=$SECONDS
+phase() {
+    [ -n "$PHASE_NAME" ] && PHASES+=("$(printf '%5d s  %s' $((SECONDS - PHASE_START)) "$PHASE_NAME")")
+    PHASE_NAME="$1"
+    PHASE_START=$SECONDS
+    [ -n "$1" ] && echo "== $1"
+    return 0
+}
 
-echo "== static checks: fmt, clippy (host and wasm32), rustdoc"
+phase "static checks: fmt, clippy (host and wasm32), rustdoc"
 bash scripts/check.sh
 
-echo "== unit, simulation and property tests"
+phase "unit, simulation and property tests"
 t cargo test -p insitubatch-core -p insitubatch-native
 
-echo "== the Rust examples on the demo store (examples/: a tokio stream, a candle training loop)"
+phase "the Rust examples on the demo store (examples/: a tokio stream, a candle training loop)"
 t cargo run -q -p insitubatch-examples --example stream
 t cargo run -q -p insitubatch-examples --example train
 
-echo "== core for wasm32 (no runtime in its dependency tree)"
+phase "core for wasm32 (no runtime in its dependency tree)"
 cargo build -q -p insitubatch-core --target wasm32-unknown-unknown
 cargo build -q -p insitubatch-core --target wasm32-unknown-unknown --no-default-features
 bash scripts/check-core-deps.sh
 
-echo "== fixtures written by zarr-python, and loopback servers"
+phase "fixtures written by zarr-python, and loopback servers"
 source scripts/pyenv.sh
 ib_test_venv
 export INSITUBATCH_FIXTURES="$INSITUBATCH_CACHE/fixtures"
 "$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES"
 
-echo "== fuzzing: every parser of untrusted bytes, ${IB_FUZZ_SECONDS:-30} s per target (scripts/fuzz.sh)"
+phase "fuzzing: every parser of untrusted bytes, ${IB_FUZZ_SECONDS:-30} s per target (scripts/fuzz.sh)"
 t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"
 source tests/servers/start_all.sh
 ib_start_servers "$INSITUBATCH_FIXTURES"
 
-echo "== end-to-end tests"
+phase "end-to-end tests"
 t cargo test -p insitubatch-tests
 
-echo "== wasm/JS: Node tests, cross-target parity, headless Chromium"
+phase "wasm/JS: Node tests, cross-target parity, headless Chromium"
 t bash scripts/test-wasm.sh
 t bash scripts/test-www.sh   # the dashboard in headless Chromium (Playwright)
 
-echo "== Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
+phase "Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
 t bash scripts/test-python.sh
 t bash scripts/test-widget.sh   # the notebook widget in JupyterLab (Playwright)
 ib_stop_servers
 
-echo "== packages as users install them, outside the repo (sdist, npm tarball in Node, tsc, Vite)"
+phase "packages as users install them, outside the repo (sdist, npm tarball in Node, tsc, Vite)"
 t bash scripts/test-packages.sh
-echo "== release artifacts as a user receives them (manylinux_2_28 wheels, twine, npm and cargo publish --dry-run)"
+phase "release artifacts as a user receives them (manylinux_2_28 wheels, twine, npm and cargo publish --dry-run)"
 t bash scripts/release.sh --check
 
-echo "== the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
+phase "the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
 t bash scripts/test-docs.sh
 
+phase ""
 wait "$WARM_PID" 2>/dev/null || true
 cat "$INSITUBATCH_CACHE/warm.log"
+echo "== phases (wall time; $((SECONDS / 60)) min in all)"
+printf '%s\n' "${PHASES[@]}"
 
 # One closing line over every runner above.
 awk '/^test result:/ { p += $4; f += $6; next }
