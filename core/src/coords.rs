@@ -90,28 +90,9 @@ impl std::fmt::Display for Label {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
             Self::Number(x) => write!(f, "{x}"),
-            Self::Time(ns) => {
-                let (days, secs) =
-                    (ns.div_euclid(86_400_000_000_000), ns.rem_euclid(86_400_000_000_000) / 1_000_000_000);
-                let (y, m, d) = civil_from_days(days);
-                write!(f, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
-            }
+            Self::Time(ns) => f.write_str(&iso_utc(ns)),
         }
     }
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's algorithm, the
-/// inverse of the one in `epoch_ns`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 impl LabelSel {

@@ -82,15 +82,20 @@ test('a join whose lengths differ, or with a bad name, is refused with core\'s m
   await assert.rejects(open({ 'a/b': ZSTD }, OPTS), /path segment/);
 });
 
-test('a list of stores is read end to end along the sample axis, on this thread and in a worker', { skip }, async () => {
-  // cf: t2m (24, 5, 6) in chunks of 6, time = 6 h steps from 2020-01-01, one chunk.
-  const cf = `${HTTP}/cf`;
+/** cf's t2m rows by sample: (24, 5, 6), time = 6 h steps from 2020-01-01, in chunks of 6. */
+async function cfRows(cf) {
   const one = await open(cf, { variables: ['t2m'], batchSize: 5 });
   const whole = new Map();
   for (const b of await collect(one.all())) {
     b.sampleIndices.forEach((t, i) => whole.set(Number(t), b.arrays.t2m.data.slice(i * 30, (i + 1) * 30)));
   }
   one.close();
+  return whole;
+}
+
+test('a list of stores is read end to end along the sample axis, on this thread and in a worker', { skip }, async () => {
+  const cf = `${HTTP}/cf`;
+  const whole = await cfRows(cf);
   for (const ds of [await open([cf, cf], { variables: ['t2m'], batchSize: 5, coords: true }), await openInWorker([cf, cf], { variables: ['t2m'], batchSize: 5, coords: true })]) {
     const seen = [];
     for (const b of await collect(ds.all())) {
@@ -110,12 +115,7 @@ test('a list of stores is read end to end along the sample axis, on this thread 
 
 test('a list inside a join is concatenated first, on this thread and in a worker', { skip }, async () => {
   const cf = `${HTTP}/cf`;
-  const one = await open(cf, { variables: ['t2m'], batchSize: 5 });
-  const whole = new Map();
-  for (const b of await collect(one.all())) {
-    b.sampleIndices.forEach((t, i) => whole.set(Number(t), b.arrays.t2m.data.slice(i * 30, (i + 1) * 30)));
-  }
-  one.close();
+  const whole = await cfRows(cf);
   const joined = { a: [cf, cf], b: [cf, cf] };
   const opts = { variables: ['a/t2m', 'b/t2m'], batchSize: 5 };
   for (const ds of [await open(joined, opts), await openInWorker(joined, opts)]) {
