@@ -310,12 +310,20 @@ impl TiledSlot {
         }
     }
 
-    /// The slot of chunk `c` of which only the tiles of `layout` will be placed (a patched
+    /// The slot of the chunk `layout` was made for, of which only its tiles are placed (a patched
     /// pass's subset, `PassPlan::tiles`): compact, each tile's region after the other's.
-    pub(crate) fn some_tiles(g: &ArrayGeometry, c: u64, layout: std::sync::Arc<TileLayout>) -> Self {
-        let all = Self::new(g, c);
-        let len = layout.len() * g.dtype.size();
-        Self { len, whole: false, covers: true, expected: layout.tiles().len(), layout: Some(layout), ..all }
+    pub(crate) fn some_tiles(g: &ArrayGeometry, layout: std::sync::Arc<TileLayout>) -> Self {
+        Self {
+            len: layout.len() * g.dtype.size(),
+            whole: false,
+            covers: true,
+            claimed: (0..g.n_tiles()).map(|_| AtomicBool::new(false)).collect(),
+            expected: layout.tiles().len(),
+            layout: Some(layout),
+            placed: AtomicUsize::new(0),
+            buf: Mutex::new(None),
+            base: OnceLock::new(),
+        }
     }
 
     /// Place tile number `t` (its decoded bytes, full tile shape, physical order); the tile's
@@ -550,6 +558,15 @@ mod tests {
         assert_eq!(out.as_ptr(), at);
         assert_slot(&g, 3, &out);
     }
+    /// Chunk `c`'s whole slot, every tile placed by [`place_tile`].
+    fn whole_slot(g: &ArrayGeometry, c: u64) -> Vec<u8> {
+        let mut whole = vec![0u8; slot_shape(g, c).iter().product::<usize>() * 4];
+        for t in 0..g.n_tiles() {
+            place_tile(g, c, &g.inner_coord(t), &tile_bytes(g, c, t), &mut whole);
+        }
+        whole
+    }
+
     /// Place every other tile of every chunk into a compact slot (`TileLayout`), dirty
     /// recycled buffers and all, and check each box inside the held tiles against the same
     /// box of the whole slot: the layout's copy equals slicing, and a box reaching a tile
@@ -563,16 +580,13 @@ mod tests {
             let layout = std::sync::Arc::new(TileLayout::new(&g, c, std::sync::Arc::clone(&held)));
             assert_eq!(layout.len(), held_elements(&g, c, &held));
             let recycler = dirty_recycler(layout.len() * 4);
-            let part = TiledSlot::some_tiles(&g, c, std::sync::Arc::clone(&layout));
+            let part = TiledSlot::some_tiles(&g, std::sync::Arc::clone(&layout));
             for &t in held.iter().rev() {
                 part.place(&g, c, t, tile_bytes(&g, c, t), &recycler).unwrap();
             }
             assert!(part.place(&g, c, 1, tile_bytes(&g, c, 1), &recycler).is_err(), "tile 1 is not planned");
             let part = part.finish().unwrap();
-            let mut whole = vec![0u8; slot_shape(&g, c).iter().product::<usize>() * 4];
-            for t in 0..g.n_tiles() {
-                place_tile(&g, c, &g.inner_coord(t), &tile_bytes(&g, c, t), &mut whole);
-            }
+            let whole = whole_slot(&g, c);
             let row_len = inner.iter().product::<usize>() * 4;
             for row in 0..slot_shape(&g, c)[0] {
                 for t in 0..g.n_tiles() {
@@ -640,7 +654,7 @@ mod tests {
             if below(&mut rng, 2) == 1 {
                 let a = below(&mut rng, inner.len() as u64) as usize;
                 let n = 1 + below(&mut rng, 2 * inner[a].0);
-                picks.push(crate::patch::AxisPicks { dim: a, positions: (0..n).map(|_| below(&mut rng, inner[a].0)).collect() });
+                picks.push(crate::patch::AxisPicks::new(a, (0..n).map(|_| below(&mut rng, inner[a].0)).collect()));
             }
             let positions = crate::patch::row_positions(&extents, (&dims, &origin, &size), &picks);
             // The tiles the positions touch, and every third other tile.
@@ -659,15 +673,12 @@ mod tests {
             let held: std::sync::Arc<[u64]> = held.into_iter().collect();
             let layout = std::sync::Arc::new(TileLayout::new(&g, c, std::sync::Arc::clone(&held)));
             let recycler = dirty_recycler(layout.len() * 4);
-            let part = TiledSlot::some_tiles(&g, c, std::sync::Arc::clone(&layout));
+            let part = TiledSlot::some_tiles(&g, std::sync::Arc::clone(&layout));
             for &t in held.iter() {
                 part.place(&g, c, t, tile_bytes(&g, c, t), &recycler).unwrap();
             }
             let part = part.finish().unwrap();
-            let mut whole = vec![0u8; slot_shape(&g, c).iter().product::<usize>() * 4];
-            for t in 0..g.n_tiles() {
-                place_tile(&g, c, &g.inner_coord(t), &tile_bytes(&g, c, t), &mut whole);
-            }
+            let whole = whole_slot(&g, c);
             let row_len = extents.iter().product::<usize>() * 4;
             for row in 0..slot_shape(&g, c)[0] {
                 let (mut got, mut want) = (Vec::new(), Vec::new());

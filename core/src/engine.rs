@@ -562,7 +562,7 @@ pub(crate) async fn load_tiles(
     let reader = &engine.arrays[key.path as usize];
     let g = &reader.geom;
     let slot = Arc::new(match layout {
-        Some(l) => TiledSlot::some_tiles(g, key.chunk, Arc::clone(l)),
+        Some(l) => TiledSlot::some_tiles(g, Arc::clone(l)),
         None => TiledSlot::new(g, key.chunk),
     });
     let tiles = layout.map(|l| &l.tiles()[..]);

@@ -113,16 +113,7 @@ impl GatherVar {
     fn row_boxes(&self, patch: Option<(&[u64], &Patcher)>) -> Vec<(Vec<usize>, Vec<u64>, Vec<u64>)> {
         let mut boxes = vec![self.row_box(patch)];
         for p in &self.picks {
-            let mut sorted = p.positions.to_vec();
-            sorted.sort_unstable();
-            let mut runs: Vec<(u64, u64)> = Vec::new();
-            for x in sorted {
-                match runs.last_mut() {
-                    Some((s, n)) if *s + *n == x => *n += 1,
-                    Some((s, n)) if *s + *n > x => {}
-                    _ => runs.push((x, 1)),
-                }
-            }
+            let runs = &p.runs;
             boxes = (boxes.iter())
                 .flat_map(|(d, o, s)| {
                     runs.iter().map(move |&(start, n)| {

@@ -335,6 +335,24 @@ pub(crate) fn copy_positions(
 pub(crate) struct AxisPicks {
     pub dim: usize,
     pub positions: std::sync::Arc<[u64]>,
+    /// The distinct positions as ascending runs `(start, len)`: the boxes tiles are planned for.
+    pub runs: std::sync::Arc<[(u64, u64)]>,
+}
+
+impl AxisPicks {
+    pub(crate) fn new(dim: usize, positions: std::sync::Arc<[u64]>) -> Self {
+        let mut sorted = positions.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for x in sorted {
+            match runs.last_mut() {
+                Some((s, n)) if *s + *n == x => *n += 1,
+                _ => runs.push((x, 1)),
+            }
+        }
+        Self { dim, positions, runs: runs.into() }
+    }
 }
 
 /// The positions a row copies on each inner axis, in order: `origin .. origin + size` on the
@@ -488,8 +506,7 @@ mod tests {
         // the box 1..4 on axis 1, columns [2, 0] on the last axis.
         let inner = [4usize, 5, 3];
         let src: Vec<u8> = (0..60u16).flat_map(u16::to_le_bytes).collect();
-        let picks =
-            [AxisPicks { dim: 0, positions: vec![3, 0, 1].into() }, AxisPicks { dim: 2, positions: vec![2, 0].into() }];
+        let picks = [AxisPicks::new(0, vec![3, 0, 1].into()), AxisPicks::new(2, vec![2, 0].into())];
         let positions = row_positions(&inner, (&[1], &[1], &[3]), &picks);
         let mut out = Vec::new();
         copy_positions(&src, &inner, 2, &positions, &mut |run: &[u8]| out.extend_from_slice(run));

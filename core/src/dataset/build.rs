@@ -929,7 +929,7 @@ impl Assembly {
                     continue;
                 }
                 match &r.picks {
-                    Some(positions) => gv.picks.push(AxisPicks { dim, positions: Arc::clone(positions) }),
+                    Some(positions) => gv.picks.push(AxisPicks::new(dim, Arc::clone(positions))),
                     None => gv.region.push(VarPart { dim, name: names[0].clone(), start: r.start, len: r.len }),
                 }
             }
