@@ -33,6 +33,22 @@ W=(-- -D warnings)
 WASM=(--target wasm32-unknown-unknown)
 
 check "fmt" cargo fmt --all --check
+# scripts/test.sh holds the one list of test phases; the justfile names each once more, as a
+# recipe that runs it, so that `just --list` shows it. The pinned just parses the justfile (a
+# syntax error fails here), and a phase without its recipe fails.
+justfile_covers_phases() {
+    source scripts/tools.sh
+    ib_tool just || return 1
+    local recipes name missing=()
+    recipes=" $("$IB_JUST" --justfile justfile --summary) " || return 1
+    for name in $(bash scripts/test.sh --list | awk '{ print $1 }'); do
+        [[ "$recipes" == *" $name "* ]] \
+            && "$IB_JUST" --justfile justfile --show "$name" | grep -q "scripts/test\.sh $name\$" \
+            || missing+=("$name")
+    done
+    [ ${#missing[@]} -eq 0 ] || { echo "justfile: no recipe runs these phases of scripts/test.sh: ${missing[*]}"; return 1; }
+}
+check "justfile: a recipe per phase of scripts/test.sh" justfile_covers_phases
 # Host: every crate with its tests, benches and examples (core's `testing` feature comes on
 # through native's dev-dependency), then core alone, without that feature.
 check "clippy (host, all crates)" cargo clippy -q --workspace --all-targets "${W[@]}"

@@ -10,87 +10,175 @@
 # built, link-checked, and every code block in it run (scripts/test-docs.sh); libFuzzer on
 # every parser of untrusted bytes (scripts/fuzz.sh; IB_FUZZ_SECONDS per target).
 # Installs what it needs first.
+#   scripts/test.sh                # every phase, in order (the README's command; CI runs this)
+#   scripts/test.sh PHASE...       # only those phases, still in the order below
+#   scripts/test.sh --list         # the phases: name and what each runs
+# This file holds the one list of phases and their order (PHASES below). The justfile's
+# recipes of the same names (`just --list`) call `scripts/test.sh NAME`; `just test` is this
+# script with no arguments. A phase run alone gets what it needs from the earlier ones set up
+# (the fixtures, the loopback servers); what another phase builds it takes from the cache
+# (release-check fails without test-python's wheels; docs skips the blocks whose builds are
+# missing, saying so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The phases, in the order a full run takes them: "NAME|TITLE". NAME is the argument (and the
+# justfile recipe), run_NAME (with _ for -) below runs it, TITLE heads it and its row of the
+# closing time table. Where a test needs the loopback servers, SERVER_PHASES says so.
+PHASES=(
+    "check|static checks: fmt, clippy (host and wasm32), rustdoc"
+    "test-rust|unit, simulation and property tests"
+    "examples|the Rust examples on the demo store (examples/: a tokio stream, a candle training loop)"
+    "wasm32-core|core for wasm32 (no runtime in its dependency tree)"
+    "fixtures|fixtures written by zarr-python"
+    "fuzz|fuzzing: every parser of untrusted bytes, ${IB_FUZZ_SECONDS:-30} s per target (scripts/fuzz.sh)"
+    "test-e2e|end-to-end tests (loopback HTTP and S3 servers, the cloud-like store)"
+    "test-wasm|wasm/JS: Node tests, cross-target parity, headless Chromium"
+    "test-www|the dashboard (www/) in headless Chromium (Playwright)"
+    "test-python|Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
+    "test-widget|the notebook widget in JupyterLab and marimo (Playwright)"
+    "test-packages|packages as users install them, outside the repo (sdist, npm tarball in Node, tsc, Vite)"
+    "release-check|release artifacts as a user receives them (manylinux_2_28 wheels, twine, npm and cargo publish --dry-run)"
+    "docs|the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
+)
+# The phases whose tests read the loopback servers (tests/servers/start_all.sh). They are
+# started before the first of these that runs and stopped after the last.
+SERVER_PHASES=" test-e2e test-wasm test-python "
+
+if [ "${1:-}" = "--list" ]; then
+    for p in "${PHASES[@]}"; do printf '%-14s %s\n' "${p%%|*}" "${p#*|}"; done
+    exit 0
+fi
+# Which phases to run: all, or the named ones (in PHASES' order, whatever order they came in).
+SELECTED=()
+for p in "${PHASES[@]}"; do
+    name="${p%%|*}"
+    if [ $# -eq 0 ] || [[ " $* " == *" $name "* ]]; then SELECTED+=("$p"); fi
+done
+for a in "$@"; do
+    if [[ " $(printf '%s ' "${PHASES[@]%%|*}") " != *" $a "* ]]; then
+        echo "scripts/test.sh: no phase '$a'; the phases are: ${PHASES[*]%%|*}" >&2
+        exit 2
+    fi
+done
+ALL=0
+[ $# -eq 0 ] && ALL=1
+
 source scripts/env.sh
 ib_prereqs
-LOG="$INSITUBATCH_CACHE/last-test.log"
-: >"$LOG"
+source scripts/pyenv.sh
+source tests/servers/start_all.sh
+export INSITUBATCH_FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures}"
+# This run's test output, for the closing count: a file of its own, so a phase run beside a
+# full one (another checkout, the same cache) cannot change the full run's count. Kept as
+# last-test.log when the run ends.
+LOG="$(mktemp "$INSITUBATCH_CACHE/test-log.XXXXXX")"
 
-# The Python phase's slow installs (free-threaded CPython, the framework venvs), warmed in the
-# background at nice 19 while the builds run (scripts/warm.sh; nothing to do when warm). Its
-# own process group, so a run that stops early stops it too.
-setsid nice -n 19 bash scripts/warm.sh >"$INSITUBATCH_CACHE/warm.log" 2>&1 &
-WARM_PID=$!
-trap 'kill -- "-$WARM_PID" 2>/dev/null || true' EXIT
+WARM_PID=""
+on_exit() {
+    [ -n "$WARM_PID" ] && { kill -- "-$WARM_PID" 2>/dev/null || true; }
+    ib_stop_servers
+    mv -f "$LOG" "$INSITUBATCH_CACHE/last-test.log" 2>/dev/null || true
+}
+trap on_exit EXIT
+# A full run: the Python phase's slow installs (free-threaded CPython, the framework venvs)
+# and the pinned tools, warmed in the background at nice 19 while the builds run
+# (scripts/warm.sh; nothing to do when warm). Its own process group, so a run that stops
+# early stops it too. Not for a few phases: it would start installs they do not need.
+if [ "$ALL" = 1 ]; then
+    setsid nice -n 19 bash scripts/warm.sh >"$INSITUBATCH_CACHE/warm.log" 2>&1 &
+    WARM_PID=$!
+fi
+
 # Run a test command, keep its output for the final count.
 t() { "$@" 2>&1 | tee -a "$LOG"; }
+
+# The fixtures and the servers, each set up once however many phases want them.
+FIXTURES_READY=0
+need_fixtures() {
+    [ "$FIXTURES_READY" = 1 ] && return 0
+    ib_test_venv
+    "$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES"
+    FIXTURES_READY=1
+}
+SERVERS_UP=0
+# ib_start_servers and ib_stop_servers set and clear their own EXIT trap; this script's
+# (which also stops warm.sh and keeps the log) is put back after each.
+start_servers() {
+    need_fixtures
+    ib_start_servers "$INSITUBATCH_FIXTURES"
+    trap on_exit EXIT
+    SERVERS_UP=1
+}
+stop_servers() {
+    ib_stop_servers
+    trap on_exit EXIT
+    SERVERS_UP=0
+}
+
+# The phases' bodies.
+run_check() { bash scripts/check.sh; }
+run_test_rust() { t cargo test -p insitubatch-core -p insitubatch-native; }
+run_examples() {
+    t cargo run -q -p insitubatch-examples --example stream
+    t cargo run -q -p insitubatch-examples --example train
+}
+run_wasm32_core() {
+    cargo build -q -p insitubatch-core --target wasm32-unknown-unknown
+    cargo build -q -p insitubatch-core --target wasm32-unknown-unknown --no-default-features
+    bash scripts/check-core-deps.sh
+}
+run_fixtures() { need_fixtures; }
+# Seeds its corpora from the fixtures when they are there (scripts/fuzz.sh).
+run_fuzz() { t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"; }
+run_test_e2e() { t cargo test -p insitubatch-tests; }
+run_test_wasm() { t bash scripts/test-wasm.sh; }
+run_test_www() { t bash scripts/test-www.sh; }
+run_test_python() { t bash scripts/test-python.sh; }
+run_test_widget() { t bash scripts/test-widget.sh; }
+run_test_packages() { t bash scripts/test-packages.sh; }
+run_release_check() { t bash scripts/release.sh --check; }
+run_docs() { t bash scripts/test-docs.sh; }
+
 # Each phase's wall time, listed at the end: where a run's minutes go.
-PHASES=()
+TIMES=()
 PHASE_NAME=""
 PHASE_START=$SECONDS
 phase() {
-    [ -n "$PHASE_NAME" ] && PHASES+=("$(printf '%5d s  %s' $((SECONDS - PHASE_START)) "$PHASE_NAME")")
+    [ -n "$PHASE_NAME" ] && TIMES+=("$(printf '%5d s  %s' $((SECONDS - PHASE_START)) "$PHASE_NAME")")
     PHASE_NAME="$1"
     PHASE_START=$SECONDS
     [ -n "$1" ] && echo "== $1"
     return 0
 }
 
-phase "static checks: fmt, clippy (host and wasm32), rustdoc"
-bash scripts/check.sh
-
-phase "unit, simulation and property tests"
-t cargo test -p insitubatch-core -p insitubatch-native
-
-phase "the Rust examples on the demo store (examples/: a tokio stream, a candle training loop)"
-t cargo run -q -p insitubatch-examples --example stream
-t cargo run -q -p insitubatch-examples --example train
-
-phase "core for wasm32 (no runtime in its dependency tree)"
-cargo build -q -p insitubatch-core --target wasm32-unknown-unknown
-cargo build -q -p insitubatch-core --target wasm32-unknown-unknown --no-default-features
-bash scripts/check-core-deps.sh
-
-phase "fixtures written by zarr-python, and loopback servers"
-source scripts/pyenv.sh
-ib_test_venv
-export INSITUBATCH_FIXTURES="$INSITUBATCH_CACHE/fixtures"
-"$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES"
-
-phase "fuzzing: every parser of untrusted bytes, ${IB_FUZZ_SECONDS:-30} s per target (scripts/fuzz.sh)"
-t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"
-source tests/servers/start_all.sh
-ib_start_servers "$INSITUBATCH_FIXTURES"
-
-phase "end-to-end tests"
-t cargo test -p insitubatch-tests
-
-phase "wasm/JS: Node tests, cross-target parity, headless Chromium"
-t bash scripts/test-wasm.sh
-t bash scripts/test-www.sh   # the dashboard in headless Chromium (Playwright)
-
-phase "Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
-t bash scripts/test-python.sh
-t bash scripts/test-widget.sh   # the notebook widget in JupyterLab (Playwright)
-ib_stop_servers
-
-phase "packages as users install them, outside the repo (sdist, npm tarball in Node, tsc, Vite)"
-t bash scripts/test-packages.sh
-phase "release artifacts as a user receives them (manylinux_2_28 wheels, twine, npm and cargo publish --dry-run)"
-t bash scripts/release.sh --check
-
-phase "the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
-t bash scripts/test-docs.sh
+for i in "${!SELECTED[@]}"; do
+    name="${SELECTED[$i]%%|*}"
+    phase "${SELECTED[$i]#*|}"
+    if [[ "$SERVER_PHASES" == *" $name "* ]] && [ "$SERVERS_UP" = 0 ]; then start_servers; fi
+    "run_${name//-/_}"
+    # The servers go as soon as no later phase of this run needs them.
+    if [ "$SERVERS_UP" = 1 ]; then
+        later=0
+        for q in "${SELECTED[@]:$((i + 1))}"; do
+            [[ "$SERVER_PHASES" == *" ${q%%|*} "* ]] && later=1
+        done
+        [ "$later" = 1 ] || stop_servers
+    fi
+done
 
 phase ""
-wait "$WARM_PID" 2>/dev/null || true
-cat "$INSITUBATCH_CACHE/warm.log"
+if [ -n "$WARM_PID" ]; then
+    wait "$WARM_PID" 2>/dev/null || true
+    WARM_PID=""
+    cat "$INSITUBATCH_CACHE/warm.log"
+fi
 echo "== phases (wall time; $((SECONDS / 60)) min in all)"
-printf '%s\n' "${PHASES[@]}"
+printf '%s\n' "${TIMES[@]}"
 
-# One closing line over every runner above.
-awk '/^test result:/ { p += $4; f += $6; next }
+# One closing line over every runner above (a run of phases with no test runner, such as
+# `scripts/test.sh check`, has none).
+awk -v all="$ALL" '/^test result:/ { p += $4; f += $6; next }
      /^ℹ pass [0-9]+/ { p += $3 } /^ℹ fail [0-9]+/ { f += $3 }
      /^=* *[0-9]+ (passed|failed)/ { for (i = 2; i <= NF; i++) { if ($i ~ /^passed/) p += $(i - 1); if ($i ~ /^failed/) f += $(i - 1) } }
-     END { printf "%d passed, %d failed\n", p, f; exit (f > 0) }' "$LOG"
+     END { if (all || p + f > 0) printf "%d passed, %d failed\n", p, f; exit (f > 0) }' "$LOG"

@@ -3,7 +3,7 @@
 # function that installs it only when it is missing or at another version. Each holds its own
 # lock (flock), so scripts/warm.sh can install them in the background while the builds run,
 # and a foreground caller waits for that install and then finds it done.
-#   ib_tool cargo-fuzz | wasm-bindgen | mdbook | npm | chromium
+#   ib_tool cargo-fuzz | wasm-bindgen | mdbook | npm | just | chromium
 # The cargo installs build in a temporary target dir of their own (`env -u CARGO_TARGET_DIR`):
 # the shared one would make the workspace's builds wait on its lock.
 
@@ -12,15 +12,25 @@ IB_CARGO_FUZZ_ROOT="$INSITUBATCH_CACHE/cargo-fuzz-$IB_CARGO_FUZZ_VERSION"
 IB_WASM_BINDGEN_VERSION=0.2.130   # must equal the wasm-bindgen crate pinned in wasm/Cargo.toml
 IB_MDBOOK_VERSION=0.5.4
 IB_MDBOOK="$INSITUBATCH_CACHE/tools/bin/mdbook"
-# playwright-core drives Debian's chromium for the browser tests; binaryen's wasm-opt (apt's
-# 108 breaks the glue); typescript's compiler API checks index.d.ts (js/test/types.test.js).
-IB_NPM_PREFIX="$INSITUBATCH_CACHE/npm"
-IB_NPM_TOOLS=(playwright-core@1.65.1 binaryen@132.0.0 typescript@6.0.3)
+# The npm tools (playwright-core, binaryen's wasm-opt, typescript: tools/npm/package.json says
+# what each is for), pinned with their integrity hashes by tools/npm/package-lock.json and
+# installed by `npm ci` into a folder keyed by the hash of that package.json and lockfile:
+# a changed pin installs anew beside the old (a run of another checkout keeps its own), and an
+# unchanged one never runs npm. Users take them from $IB_NPM_PREFIX/node_modules.
+IB_NPM_PREFIX="$INSITUBATCH_CACHE/tools/npm-$(cat "$IB_ROOT/tools/npm/package.json" \
+    "$IB_ROOT/tools/npm/package-lock.json" | sha256sum | cut -c1-16)"
+# just, the task runner of the justfile (`just --list`; scripts/just runs this one): the
+# PyPI wheel rust-just, pinned with its hashes in tools/just/requirements.txt, in a venv keyed
+# by that file's hash. The wheel, not `cargo install just`: on a cold machine it is one 2.4 MB
+# download that installs in seconds, where `cargo install` compiles just and its dependency
+# tree from source on the two cores that a cold CI run needs for its own builds.
+IB_JUST_VENV="$INSITUBATCH_CACHE/tools/just-$(sha256sum "$IB_ROOT/tools/just/requirements.txt" | cut -c1-16)"
+IB_JUST="$IB_JUST_VENV/bin/just"
 
 ib_tool() {
     local name="$1" fn
     case "$name" in
-        cargo-fuzz | wasm-bindgen | mdbook | npm | chromium) fn="_ib_tool_${name//-/_}" ;;
+        cargo-fuzz | wasm-bindgen | mdbook | npm | just | chromium) fn="_ib_tool_${name//-/_}" ;;
         *) echo "ib_tool: unknown tool '$name'" >&2; return 2 ;;
     esac
     mkdir -p "$INSITUBATCH_CACHE"
@@ -50,16 +60,31 @@ _ib_tool_mdbook() {
 }
 
 _ib_tool_npm() {
-    local p have missing=()
-    for p in "${IB_NPM_TOOLS[@]}"; do
-        have=$(node -p "require('$IB_NPM_PREFIX/node_modules/${p%@*}/package.json').version" 2>/dev/null || true)
-        [ "$have" = "${p##*@}" ] || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    echo "installing ${missing[*]} into $IB_NPM_PREFIX" >&2
+    # The marker is written last: an install cut short is done again (npm ci starts from an
+    # empty node_modules).
+    [ -f "$IB_NPM_PREFIX/.ib-installed" ] && return 0
+    echo "installing the npm tools of tools/npm/package-lock.json into $IB_NPM_PREFIX" >&2
+    rm -rf "$IB_NPM_PREFIX"
     mkdir -p "$IB_NPM_PREFIX"
-    [ -f "$IB_NPM_PREFIX/package.json" ] || echo '{ "private": true }' >"$IB_NPM_PREFIX/package.json"
-    npm install -s --no-audit --no-fund --prefix "$IB_NPM_PREFIX" "${IB_NPM_TOOLS[@]}" >&2
+    cp "$IB_ROOT/tools/npm/package.json" "$IB_ROOT/tools/npm/package-lock.json" "$IB_NPM_PREFIX/"
+    # npm's cache is the one the other npm installs share; --prefer-offline takes what it
+    # holds without asking the registry again (the lockfile's hashes still check it).
+    (cd "$IB_NPM_PREFIX" && npm_config_cache="$INSITUBATCH_CACHE/npm-cache" \
+        npm ci --prefer-offline --no-audit --no-fund --loglevel=error >&2) || return 1
+    touch "$IB_NPM_PREFIX/.ib-installed"
+}
+
+_ib_tool_just() {
+    [ -f "$IB_JUST_VENV/.ib-installed" ] && [ -x "$IB_JUST" ] && return 0
+    echo "installing just ($(sed -n 's/^rust-just==\([^ ]*\).*/\1/p' "$IB_ROOT/tools/just/requirements.txt"), tools/just/requirements.txt) into $IB_JUST_VENV" >&2
+    # A venv needs Debian's python3-venv, which ib_prereqs installs.
+    python3 -c 'import venv, ensurepip' 2>/dev/null || ib_prereqs || return 1
+    rm -rf "$IB_JUST_VENV"
+    python3 -m venv "$IB_JUST_VENV" \
+        && "$IB_JUST_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+            --only-binary :all: --require-hashes -r "$IB_ROOT/tools/just/requirements.txt" >&2 \
+        || { rm -rf "$IB_JUST_VENV"; return 1; }
+    touch "$IB_JUST_VENV/.ib-installed"
 }
 
 # Debian's chromium and chromium-driver (playwright-core and wasm-bindgen-test drive them).
