@@ -55,27 +55,27 @@ struct AheadState {
 
 impl ReadAhead {
     /// Hold at most `budget` bytes read ahead (0 turns read-ahead off).
-    pub fn new(budget: u64) -> Self {
+    pub(crate) fn new(budget: u64) -> Self {
         Self { budget, ..Self::default() }
     }
 
     /// True when nothing is ever read ahead (a budget of 0).
-    pub fn is_off(&self) -> bool {
+    pub(crate) fn is_off(&self) -> bool {
         self.budget == 0
     }
 
     /// The most bytes read ahead may hold.
-    pub fn budget(&self) -> u64 {
+    pub(crate) fn budget(&self) -> u64 {
         self.budget
     }
 
     /// The most bytes held at once so far.
-    pub fn peak(&self) -> u64 {
+    pub(crate) fn peak(&self) -> u64 {
         self.lock().peak
     }
 
     /// A pass will want these inner chunks of `object` (after what it admitted so far).
-    pub fn want(&self, object: &str, indices: impl IntoIterator<Item = u32>) {
+    pub(crate) fn want(&self, object: &str, indices: impl IntoIterator<Item = u32>) {
         if self.budget == 0 {
             return;
         }
@@ -87,7 +87,7 @@ impl ReadAhead {
     }
 
     /// A pass that ended will not want these any more; held bytes no pass wants are dropped.
-    pub fn unwant(&self, object: &str, indices: impl IntoIterator<Item = u32>) {
+    pub(crate) fn unwant(&self, object: &str, indices: impl IntoIterator<Item = u32>) {
         let mut st = self.lock();
         let mut dropped = Vec::new();
         if let Some(wanted) = st.wanted.get_mut(object) {
@@ -112,7 +112,7 @@ impl ReadAhead {
     /// A load asks for inner chunk `index` of `object`: its held bytes, or the request
     /// bringing them; `None` when neither (the load reads it). Either way it is no longer
     /// wanted: it is being read now.
-    pub fn take(&self, object: &str, index: u32) -> Option<Found> {
+    pub(crate) fn take(&self, object: &str, index: u32) -> Option<Found> {
         let mut st = self.lock();
         if let Some(w) = st.wanted.get_mut(object) {
             w.remove(&index);
@@ -134,7 +134,7 @@ impl ReadAhead {
     }
 
     /// The wanted inner chunks of `object` that nothing holds or reads yet.
-    pub fn wanted_in(&self, object: &str) -> Vec<u32> {
+    pub(crate) fn wanted_in(&self, object: &str) -> Vec<u32> {
         let st = self.lock();
         let held = st.held.get(object);
         st.wanted
@@ -145,7 +145,7 @@ impl ReadAhead {
 
     /// A request will read inner chunk `index` of `object` (`bytes` long) ahead: true when
     /// the budget has room (and it is reserved), false when it has not.
-    pub fn begin(&self, object: &str, index: u32, bytes: u64) -> bool {
+    pub(crate) fn begin(&self, object: &str, index: u32, bytes: u64) -> bool {
         let mut st = self.lock();
         if st.held_bytes.saturating_add(bytes) > self.budget {
             return false;
@@ -159,7 +159,7 @@ impl ReadAhead {
     /// The request of [`Self::begin`] answered: loads waiting for the bytes get them, and
     /// they are held for a later one if a pass still wants them (and dropped if not, or on
     /// an error).
-    pub fn fill(&self, object: &str, index: u32, bytes: Result<Bytes>) {
+    pub(crate) fn fill(&self, object: &str, index: u32, bytes: Result<Bytes>) {
         let mut st = self.lock();
         let still_wanted = st.wanted.get(object).is_some_and(|w| w.contains_key(&index));
         let Some((slot, size)) = st.held.get_mut(object).and_then(|slots| slots.remove(&index)) else { return };
@@ -185,7 +185,7 @@ impl ReadAhead {
     /// The request of [`Self::begin`] was dropped before it answered (its pass closed): the
     /// reservation goes back to the budget, and the loads waiting for the bytes see their
     /// sender gone and read the chunk themselves. A no-op once it was filled.
-    pub fn abandon(&self, object: &str, index: u32) {
+    pub(crate) fn abandon(&self, object: &str, index: u32) {
         let mut st = self.lock();
         let Some(slots) = st.held.get_mut(object) else { return };
         if let Some((Slot::Reading(_), bytes)) = slots.get(&index) {

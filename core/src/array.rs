@@ -112,7 +112,7 @@ pub fn zeroed_bytes(len: usize) -> AlignedBytes {
 }
 
 /// Allocate `len` aligned bytes filled by repeating `element` (a fill value or a NaN).
-pub fn filled_bytes(len_elements: usize, element: &[u8]) -> AlignedBytes {
+pub(crate) fn filled_bytes(len_elements: usize, element: &[u8]) -> AlignedBytes {
     let mut out = AVec::with_capacity(BUFFER_ALIGN, len_elements * element.len());
     if element.iter().all(|b| *b == 0) {
         out.resize(len_elements * element.len(), 0);
@@ -135,8 +135,14 @@ pub fn filled_bytes(len_elements: usize, element: &[u8]) -> AlignedBytes {
 pub struct Recycler {
     free: Mutex<Vec<AlignedBytes>>,
     cap_bytes: usize,
-    prefault: Option<crate::runtime::Prefault>,
+    prefault: Option<Prefault>,
 }
+
+/// Faults in a fresh buffer's pages before it is written (see [`crate::Runtime::prefault`]):
+/// called with a fresh, empty buffer whose capacity is about to be written. It may do
+/// nothing; it must not change the buffer's length or contents. Defined here, beside the
+/// recycler that applies it, so the buffer module depends on nothing of the runtime's.
+pub type Prefault = fn(&mut AlignedBytes);
 
 /// Buffers smaller than this are not worth recycling.
 const RECYCLE_MIN: usize = 1 << 16;
@@ -148,7 +154,7 @@ impl Recycler {
     }
 
     /// A recycler that hands each fresh buffer to `prefault` (see [`crate::Runtime::prefault`]).
-    pub fn with_prefault(cap_bytes: usize, prefault: Option<crate::runtime::Prefault>) -> Arc<Self> {
+    pub fn with_prefault(cap_bytes: usize, prefault: Option<Prefault>) -> Arc<Self> {
         Arc::new(Self { free: Mutex::new(Vec::new()), cap_bytes, prefault })
     }
 

@@ -40,7 +40,7 @@ pub fn slot_shape(g: &ArrayGeometry, c: u64) -> Vec<usize> {
 /// Copy the in-bounds part of `tile` (full tile shape, physical order) into `slot`: the safe
 /// form of [`TiledSlot::place`], which the tests check it against.
 #[cfg(test)]
-pub fn place_tile(g: &ArrayGeometry, c: u64, inner: &[u64], tile: &[u8], slot: &mut [u8]) {
+pub(crate) fn place_tile(g: &ArrayGeometry, c: u64, inner: &[u64], tile: &[u8], slot: &mut [u8]) {
     let p = placement(g, c, inner);
     let dest = Dest::whole(g, c, &p);
     for_each_run(g, &p, &dest, |src, dst, n| slot[dst..dst + n].copy_from_slice(&tile[src..src + n]));
@@ -128,7 +128,7 @@ fn for_each_run(g: &ArrayGeometry, p: &Placement, dest: &Dest, mut copy: impl Fn
 /// tiles in memory and in the budget, not those of the whole chunk, and no byte of it is
 /// left unwritten (the regions fill the buffer exactly).
 #[derive(Debug)]
-pub struct TileLayout {
+pub(crate) struct TileLayout {
     rows: usize,
     /// The sample's inner shape and the tile extents on it (slot order).
     inner: Vec<usize>,
@@ -143,7 +143,7 @@ pub struct TileLayout {
 
 impl TileLayout {
     /// The layout of tiles `tiles` (ascending tile numbers) of chunk `c`.
-    pub fn new(g: &ArrayGeometry, c: u64, tiles: std::sync::Arc<[u64]>) -> Self {
+    pub(crate) fn new(g: &ArrayGeometry, c: u64, tiles: std::sync::Arc<[u64]>) -> Self {
         let rows = slot_shape(g, c)[0];
         let inner: Vec<usize> = g.inner_shape().iter().map(|&d| d as usize).collect();
         let tile: Vec<usize> = g.inner_tile().iter().map(|&d| d as usize).collect();
@@ -160,17 +160,12 @@ impl TileLayout {
     }
 
     /// Elements held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.offsets.last().copied().unwrap_or(0)
     }
 
-    /// Whether no element is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The tile numbers held, ascending.
-    pub fn tiles(&self) -> &std::sync::Arc<[u64]> {
+    pub(crate) fn tiles(&self) -> &std::sync::Arc<[u64]> {
         &self.tiles
     }
 
@@ -186,7 +181,7 @@ impl TileLayout {
     /// # Errors
     /// A message when a position lies in a tile not held or outside the buffer: a bug of the
     /// tile plan, never bad input.
-    pub fn copy_positions(
+    pub(crate) fn copy_positions(
         &self,
         data: &[u8],
         item: usize,
@@ -228,7 +223,7 @@ impl TileLayout {
 
 /// Elements of the tiles `tiles` of chunk `c` (their regions of its slot): what a chunk read
 /// in part holds ([`TileLayout::len`]).
-pub fn held_elements(g: &ArrayGeometry, c: u64, tiles: &[u64]) -> usize {
+pub(crate) fn held_elements(g: &ArrayGeometry, c: u64, tiles: &[u64]) -> usize {
     let rows = slot_shape(g, c)[0];
     let inner: Vec<usize> = g.inner_shape().iter().map(|&d| d as usize).collect();
     let tile: Vec<usize> = g.inner_tile().iter().map(|&d| d as usize).collect();

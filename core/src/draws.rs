@@ -17,11 +17,11 @@ use crate::error::{Error, Result};
 use crate::shuffle::{Split, key, stream};
 
 /// Purpose word of a weighted sample's extra draw.
-pub const PURPOSE_WEIGHT: u64 = 7;
+pub(crate) const PURPOSE_WEIGHT: u64 = 7;
 
 /// The most rows one sample may have per epoch: a weight above this is refused (it would be
 /// a sample drawn that many times per epoch; scale the weights down).
-pub const MAX_COPIES: u64 = 1024;
+pub(crate) const MAX_COPIES: u64 = 1024;
 
 /// A mask and weights over the samples, checked.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,104 +21,17 @@ use crate::array::{DType, NdArray, Recycler, filled_bytes};
 use crate::assemble::{TileLayout, TiledSlot, slot_shape};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
-use crate::hedge::{HedgePolicy, Hedger, hedged};
+use crate::hedge::{Hedger, hedged};
 use crate::plan::ChunkKey;
 use crate::pool::{Chunk, ChunkData, LoadResult, LoadTimes, Pool};
 use crate::reads::{Coalescer, Delivery, TileRead};
-use crate::retry::with_policy;
+use crate::retry::{OnBadChunk, ReadPolicy, with_policy};
 use crate::runtime::{BoxFuture, ByteRange, Cancelled, Job, MaybeSend, Runtime, Storage, ThreadPool};
 use crate::stats::PassRecorder;
 use crate::tier::ChunkTier;
 use crate::transform::{ChunkTransform, DecodedChunk};
-use crate::window::ReadWindow;
+use crate::window::{ReadWindow, SmallestFirst};
 use crate::zarr::{ShardIndex, TileLocation, ZarrArray};
-
-/// What to do with a chunk that cannot be fetched or decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnBadChunk {
-    /// Fail the pass, naming the chunk.
-    #[default]
-    Raise,
-    /// Fill the tile with NaN (floats) or the fill value, record it, and go on.
-    Nan,
-}
-
-impl OnBadChunk {
-    /// The word the bindings and reports use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Raise => "raise",
-            Self::Nan => "nan",
-        }
-    }
-}
-
-/// The one parser of `on_bad_chunk` words (Python, JS and the CLI pass strings).
-impl std::str::FromStr for OnBadChunk {
-    type Err = crate::error::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "raise" => Ok(Self::Raise),
-            "nan" => Ok(Self::Nan),
-            other => {
-                Err(crate::error::Error::Config(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}")))
-            }
-        }
-    }
-}
-
-/// How reads are made: retries and timeouts, coalescing, hedging, and what a bad chunk does.
-#[derive(Debug, Clone)]
-pub struct ReadPolicy {
-    /// Attempts after the first for a transient failure.
-    pub retries: u32,
-    /// First backoff; doubles per attempt.
-    pub backoff: Duration,
-    /// A request with no answer after this long is a transient failure.
-    pub request_timeout: Duration,
-    /// Bad chunk policy.
-    pub on_bad_chunk: OnBadChunk,
-    /// Ranges of one object (the inner chunks of a shard) at most this many bytes apart are
-    /// read by one request; the bytes between them are read and dropped.
-    pub coalesce_gap_bytes: u64,
-    /// A coalesced request spans at most this many bytes (one range longer than that is
-    /// still read whole). Larger requests mean fewer of them, and fewer connections sharing
-    /// a store's per-connection rate.
-    pub coalesce_max_bytes: u64,
-    /// Hedged requests against a remote store's slow tail; `None` turns them off. Reads of a
-    /// local store are never hedged.
-    pub hedge: Option<HedgePolicy>,
-    /// Stored bytes read ahead for inner chunks a pass needs soon (neighbours in a shard)
-    /// may hold at most this much; `None`: a quarter of the residency floor; 0 turns
-    /// read-ahead off.
-    pub read_ahead_bytes: Option<u64>,
-}
-
-/// Default of [`ReadPolicy::coalesce_gap_bytes`]: object_store's own default for the ranges
-/// of one call (1 MiB). Measured on the cloud-like store, the gap hardly matters once
-/// read-ahead takes the interleaved neighbours (docs/cloud.md).
-pub const COALESCE_GAP_BYTES: u64 = 1 << 20;
-/// Default of [`ReadPolicy::coalesce_max_bytes`]: the ranged-GET size object stores serve at
-/// full speed per connection (8-16 MB). Larger requests mean fewer of them, but a request
-/// holds one connection, whose rate is capped: on the cloud-like store 64 MiB requests cost
-/// a quarter of the throughput and half again the time to first batch (docs/cloud.md).
-pub const COALESCE_MAX_BYTES: u64 = 16 << 20;
-
-impl Default for ReadPolicy {
-    fn default() -> Self {
-        Self {
-            retries: 4,
-            backoff: Duration::from_millis(100),
-            request_timeout: Duration::from_secs(120),
-            on_bad_chunk: OnBadChunk::Raise,
-            coalesce_gap_bytes: COALESCE_GAP_BYTES,
-            coalesce_max_bytes: COALESCE_MAX_BYTES,
-            hedge: Some(HedgePolicy::default()),
-            read_ahead_bytes: None,
-        }
-    }
-}
 
 /// A chunk filled under `on_bad_chunk = "nan"`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -146,30 +59,6 @@ pub(crate) struct CpuQueue {
     seq: AtomicU64,
 }
 
-/// A heap entry served smallest key first (`BinaryHeap` is a max-heap); the item takes no
-/// part in the order. For the CPU queue and the read window's waiting reads.
-pub(crate) struct SmallestFirst<K, T> {
-    pub key: K,
-    pub item: T,
-}
-
-impl<K: Ord, T> PartialEq for SmallestFirst<K, T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
-    }
-}
-impl<K: Ord, T> Eq for SmallestFirst<K, T> {}
-impl<K: Ord, T> PartialOrd for SmallestFirst<K, T> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl<K: Ord, T> Ord for SmallestFirst<K, T> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.key.cmp(&self.key)
-    }
-}
-
 /// A CPU job keyed by (class, priority, sequence).
 type Prioritized = SmallestFirst<(u8, u64, u64), Job>;
 
@@ -179,21 +68,26 @@ pub(crate) const CLASS_GATHER: u8 = 0;
 pub(crate) const CLASS_LOAD: u8 = 1;
 
 impl CpuQueue {
-    pub fn new(pool: Arc<dyn ThreadPool>) -> Self {
+    pub(crate) fn new(pool: Arc<dyn ThreadPool>) -> Self {
         Self { pool, heap: Arc::new(Mutex::new(BinaryHeap::new())), seq: AtomicU64::new(0) }
     }
 
-    pub fn parallelism(&self) -> usize {
+    pub(crate) fn parallelism(&self) -> usize {
         self.pool.parallelism().get()
     }
 
     /// Jobs submitted and not yet started.
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.heap.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
     /// Run `f` at (`class`, `priority`) and await its result.
-    pub fn run<R, F>(&self, class: u8, priority: u64, f: F) -> impl Future<Output = Result<R, Cancelled>> + use<R, F>
+    pub(crate) fn run<R, F>(
+        &self,
+        class: u8,
+        priority: u64,
+        f: F,
+    ) -> impl Future<Output = Result<R, Cancelled>> + use<R, F>
     where
         R: MaybeSend + 'static,
         F: FnOnce() -> R + MaybeSend + 'static,
@@ -235,7 +129,11 @@ pub(crate) struct ArrayReader {
 }
 
 impl ArrayReader {
-    pub fn new(zarr: Arc<ZarrArray>, geom: ArrayGeometry, transforms: Vec<Arc<dyn ChunkTransform>>) -> Result<Self> {
+    pub(crate) fn new(
+        zarr: Arc<ZarrArray>,
+        geom: ArrayGeometry,
+        transforms: Vec<Arc<dyn ChunkTransform>>,
+    ) -> Result<Self> {
         let mut dtype = geom.dtype;
         let mut inner: Vec<usize> = geom.inner_shape().iter().map(|&d| d as usize).collect();
         let mut declared = Vec::with_capacity(transforms.len());
@@ -248,13 +146,13 @@ impl ArrayReader {
     }
 
     /// Bytes of one output sample.
-    pub fn out_sample_bytes(&self) -> u64 {
+    pub(crate) fn out_sample_bytes(&self) -> u64 {
         self.out_inner.iter().product::<usize>() as u64 * self.out_dtype.size() as u64
     }
 
     /// What the pool charges for chunk `c`: the larger of the assembled chunk and its
     /// transformed output (both exist while the transforms run).
-    pub fn charge(&self, c: u64) -> u64 {
+    pub(crate) fn charge(&self, c: u64) -> u64 {
         let rows = {
             let r = self.geom.samples_in_chunk(c);
             r.end - r.start
@@ -266,7 +164,7 @@ impl ArrayReader {
     /// What the pool charges for chunk `c` read in part (its tiles `tiles`; all when `None`):
     /// the bytes of those tiles' regions ([`TileLayout`]; a chunk read in part has no
     /// transforms, `PassPlan::tiles`).
-    pub fn charge_part(&self, c: u64, tiles: Option<&[u64]>) -> u64 {
+    pub(crate) fn charge_part(&self, c: u64, tiles: Option<&[u64]>) -> u64 {
         match tiles {
             None => self.charge(c),
             Some(t) => crate::assemble::held_elements(&self.geom, c, t) as u64 * self.geom.dtype.size() as u64,
@@ -274,7 +172,7 @@ impl ArrayReader {
     }
 
     /// The full-chunk charge: the residency unit in the memory model.
-    pub fn max_charge(&self) -> u64 {
+    pub(crate) fn max_charge(&self) -> u64 {
         let spc = self.geom.sample_chunk_size().min(self.geom.n_samples());
         let assembled = spc * self.geom.sample_bytes();
         if self.transforms.is_empty() { assembled } else { assembled.max(spc * self.out_sample_bytes()) }
@@ -312,7 +210,7 @@ pub(crate) struct Engine {
 impl Engine {
     /// The inner chunks of chunk `key` (of its tiles `tiles`, or all) by shard object (empty
     /// for an array that is not sharded): what a pass marks as wanted for read-ahead.
-    pub fn inner_chunks(&self, key: ChunkKey, tiles: Option<&[u64]>) -> Vec<(String, Vec<u32>)> {
+    pub(crate) fn inner_chunks(&self, key: ChunkKey, tiles: Option<&[u64]>) -> Vec<(String, Vec<u32>)> {
         let r = &self.arrays[key.path as usize];
         let mut by_shard: Vec<(String, Vec<u32>)> = Vec::new();
         for t in tile_numbers(&r.geom, tiles) {
@@ -331,7 +229,7 @@ impl Engine {
 
     /// Mark (or, `want = false`, unmark) the inner chunks of chunk `key` (its tiles `tiles`,
     /// or all) as wanted soon.
-    pub fn want_chunk(&self, key: ChunkKey, tiles: Option<&[u64]>, want: bool) {
+    pub(crate) fn want_chunk(&self, key: ChunkKey, tiles: Option<&[u64]>, want: bool) {
         if self.ahead.is_off() || self.arrays[key.path as usize].geom.shard.is_none() {
             return;
         }
@@ -344,11 +242,11 @@ impl Engine {
         }
     }
 
-    pub fn now(&self) -> Duration {
+    pub(crate) fn now(&self) -> Duration {
         self.runtime.executor.now()
     }
 
-    pub fn url(&self, key: &str) -> String {
+    pub(crate) fn url(&self, key: &str) -> String {
         let loc = self.storage.location();
         if loc.ends_with('/') { format!("{loc}{key}") } else { format!("{loc}/{key}") }
     }
@@ -357,7 +255,7 @@ impl Engine {
     /// timed out by [`crate::retry::with_policy`], each attempt hedged while the store has
     /// not answered ([`Storage::start_read`]; a store that cannot tell its answer from its
     /// bytes is hedged on the whole read, compared at size).
-    pub async fn fetch(
+    pub(crate) async fn fetch(
         &self,
         key: &str,
         range: Option<ByteRange>,
@@ -791,7 +689,7 @@ fn bad_or_raise(engine: &Arc<Engine>, key: ChunkKey, tile: u64, slot: &TiledSlot
     // An internal error is a bug of ours, not a bad chunk: never filled over.
     if engine.policy.on_bad_chunk == OnBadChunk::Raise || matches!(error, Error::Internal(_)) {
         return Err(match error {
-            // The hint once: zarr.rs's own decode errors already carry it.
+            // The hint once: zarr's own decode errors already carry it.
             Error::Decode { message, key } if !message.contains("on_bad_chunk") => Error::Decode {
                 message: format!("{message} (pass on_bad_chunk=\"nan\" to fill bad chunks and go on)"),
                 key,

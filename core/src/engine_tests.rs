@@ -8,8 +8,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use crate::dataset::{Dataset, DatasetOptions, Variable};
-use crate::engine::OnBadChunk;
 use crate::error::Error;
+use crate::retry::OnBadChunk;
 use crate::runtime::{InlinePool, Runtime};
 use crate::shuffle::Split;
 use crate::split::{SplitOptions, split_by_chunk};

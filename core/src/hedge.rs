@@ -60,7 +60,7 @@ struct HedgeState {
 }
 
 impl Hedger {
-    pub fn new(policy: HedgePolicy) -> Self {
+    pub(crate) fn new(policy: HedgePolicy) -> Self {
         Self { policy, state: Mutex::default() }
     }
 

@@ -72,7 +72,7 @@ impl JoinedStorage {
 
 /// A store's keys; for a store that cannot list (plain HTTP), the keys of the array
 /// metadata its consolidated metadata names (v3 `zarr.json`, then v2 `.zmetadata`). Discovery
-/// over a join lists the join (`zarr.rs` `from_listing`), so such a store is found by its
+/// over a join lists the join (`zarr/open.rs` `from_listing`), so such a store is found by its
 /// consolidated metadata, as when it is read alone.
 pub(crate) async fn keys_or_metadata_keys(
     storage: &dyn Storage,

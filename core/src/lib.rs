@@ -9,6 +9,9 @@
 //! ([`runtime`]), implemented by `insitubatch-native` (tokio, object_store, rayon), by the
 //! wasm crate (fetch, `spawn_local`) and by [`testing`] (a simulated store and clock).
 //! Read `ARCHITECTURE.md` at the repository root first.
+// Every `pub` is reachable from outside, so the public API is what lib.rs lists; the rest
+// is `pub(crate)`.
+#![warn(unreachable_pub)]
 #![cfg_attr(
     target_arch = "wasm32",
     allow(
@@ -17,53 +20,73 @@
     )
 )]
 
+// The machinery: private. Its vocabulary is re-exported below (quinn-proto's lib.rs is the
+// model): a caller names `insitubatch_core::Dataset`, not the module that happens to hold it.
 mod ahead;
-pub mod array;
+mod array;
 mod assemble;
-pub mod batch;
+mod batch;
 mod concat;
-#[cfg(any(test, feature = "testing", feature = "conformance"))]
-pub mod conformance;
-pub mod coords;
-pub mod dataset;
-pub mod describe;
-pub mod draws;
-pub mod engine;
+mod dataset;
+mod describe;
+mod draws;
+mod engine;
 #[cfg(test)]
 mod engine_tests;
-pub mod error;
+mod error;
 mod fleet;
-pub mod geometry;
 mod hedge;
 mod join;
-pub mod mesh;
-pub mod pass;
-pub mod patch;
-pub mod plan;
-pub mod pool;
+mod mesh;
+mod pass;
+mod patch;
+mod plan;
+mod pool;
 mod reads;
-pub mod retry;
+mod retry;
+mod shard;
+mod split;
+mod stats;
+mod tier;
+mod window;
+mod zarr;
+
+// Public namespaces: what a backend or a binding implements or calls by name.
+#[cfg(any(test, feature = "testing", feature = "conformance"))]
+pub mod conformance;
+// Coordinate labels and selections by label (`sel`).
+pub mod coords;
+// Tile geometry: which stored tiles a sample touches and where they land.
+pub mod geometry;
+// The runtime seam: storage, executor and thread pool, which each target implements.
 pub mod runtime;
+// The numpy-exact streaming statistics behind `StandardScaler`.
 pub mod scaler;
-pub mod shard;
+// The cross-target draw-order specification (ARCHITECTURE.md): the same `(seed, epoch,
+// split)` gives the same order on every target.
 pub mod shuffle;
-pub mod split;
-pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod tier;
+// Chunk and batch transforms: the user's code that runs on the pool.
 pub mod transform;
-mod window;
-pub mod zarr;
 
-pub use array::{DType, Element, NdArray};
+/// Internals that the fuzz targets, the bindings' explorer and the tests reach into (the
+/// metadata parser, the retry wrapper, the stage verdict). Not a stable API: it changes
+/// with the engine.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::array::{BUFFER_ALIGN, zeroed_bytes};
+    pub use crate::retry::PolicyStorage;
+    pub use crate::stats::{Recorded, verdict};
+    pub use crate::zarr::{TileLocation, ZarrArray, open_array, open_arrays};
+}
+
+pub use array::{AlignedBytes, DType, Element, NdArray, Prefault};
 pub use batch::{Batch, BatchPart, BatchPatches};
 pub use concat::ConcatStorage;
-pub use dataset::{
-    Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, OpenOptions, PROBE_CHUNKS, ProbeReport, Variable, open,
-};
-pub use describe::{DatasetReport, Note, Severity};
-pub use engine::{BadChunk, COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, OnBadChunk, ReadPolicy};
+pub use dataset::{Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, PROBE_CHUNKS, ProbeReport, Variable};
+pub use describe::{DatasetReport, Note, Severity, human_bytes};
+pub use engine::BadChunk;
 pub use error::{Error, Result};
 pub use fleet::{FleetSummary, RankReport, STRAGGLER_SHARE, fleet_summary};
 pub use geometry::ArrayGeometry;
@@ -74,7 +97,8 @@ pub use mesh::ModelParallel;
 /// use the same version.
 pub use ndarray;
 pub use pass::BatchStream;
-pub use patch::{PatchAxis, PatchMode, PatchOptions};
+pub use patch::{PatchAxis, PatchMode, PatchOptions, parse_axis_sizes};
+pub use retry::{COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, OnBadChunk, ReadPolicy};
 pub use runtime::{ByteRange, Executor, Runtime, Storage, StorageError, ThreadPool};
 pub use shard::{Checkpoint, Cut};
 pub use shuffle::{Split, UnknownSplit};

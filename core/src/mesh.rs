@@ -51,7 +51,7 @@ impl ModelParallel {
 }
 
 /// Part `p` of `k` of a length `len`: `(start, len)`, as `numpy.array_split` cuts it.
-pub fn part(p: usize, k: usize, len: u64) -> (u64, u64) {
+pub(crate) fn part(p: usize, k: usize, len: u64) -> (u64, u64) {
     let (k, p) = (k as u64, p as u64);
     let (base, extra) = (len / k, len % k);
     (p * base + p.min(extra), base + u64::from(p < extra))

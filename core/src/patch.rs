@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::shuffle::{Split, below, key, stream};
 
 /// Purpose word of random patch origins.
-pub const PURPOSE_PATCH: u64 = 6;
+pub(crate) const PURPOSE_PATCH: u64 = 6;
 
 /// An inner axis a patch is cut on: a dimension name (zarr v3 `dimension_names`, or v2
 /// `_ARRAY_DIMENSIONS`) or a physical axis index of the array.
@@ -272,7 +272,7 @@ impl Patcher {
 /// Where one variable's patch lies in its sample: for each patched axis, the position of that
 /// axis among the variable's inner (sample-first) dimensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PatchedDims(pub Vec<usize>);
+pub(crate) struct PatchedDims(pub Vec<usize>);
 
 /// The box `origin .. origin + size` on inner positions `dims` of a row of inner shape
 /// `inner`, the other axes whole, as a start and a length per inner axis.
@@ -294,7 +294,7 @@ pub(crate) fn box_in_row(
 ///
 /// Hand-written: ndarray slices typed elements, and the engine moves untyped bytes; this walks
 /// the patch's rows and copies each as one run of its last axis.
-pub fn copy_patch(
+pub(crate) fn copy_patch(
     src: &[u8],
     inner: &[usize],
     item: usize,

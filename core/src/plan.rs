@@ -5,18 +5,18 @@
 //! to the last one. Uses are admitted in first-use order and released after their last
 //! batch is gathered, so the bytes a pass holds at batch `j` are exactly the distinct keys
 //! of the uses live at `j` ([`PassPlan::peak_bytes`]). Blocks are widened so any block holds
-//! at least one batch ([`widen_block_chunks`]); then a batch meets at most two blocks, and
+//! at least one batch ([`widen_block_chunks_over`]); then a batch meets at most two blocks, and
 //! [`residency_floor`] — two blocks' worth of keys — bounds every epoch's peak. That bound
 //! is each pass's reservation, so a pass can always make progress inside it: a stall is
 //! impossible by construction, and the driver still proves it and raises if it ever saw one.
 
 use std::collections::HashMap;
 
-use crate::shuffle::{DrawOrder, chunk_anchors};
+use crate::shuffle::DrawOrder;
 
 /// One chunk of one array: the unit of residency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChunkKey {
+pub(crate) struct ChunkKey {
     /// Index into the dataset's array paths.
     pub path: u32,
     /// Chunk index along that array's sample axis.
@@ -29,7 +29,7 @@ pub struct ChunkKey {
 
 /// One labelled variable as the plan sees it.
 #[derive(Debug, Clone)]
-pub struct PlanVar {
+pub(crate) struct PlanVar {
     /// Index into the dataset's array paths.
     pub path: u32,
     /// Window offset.
@@ -40,14 +40,14 @@ pub struct PlanVar {
 
 impl PlanVar {
     /// The chunk anchor `t` reads.
-    pub fn key_of(&self, anchor: u64) -> ChunkKey {
+    pub(crate) fn key_of(&self, anchor: u64) -> ChunkKey {
         let s = (i128::from(anchor) + i128::from(self.offset)) as u64;
         ChunkKey { path: self.path, chunk: s / self.spc, part: 0 }
     }
 
     /// Most distinct chunks of this variable one reference chunk of `ref_spc` anchors can
     /// read: the span of `ref_spc` consecutive samples starting at the worst residue.
-    pub fn keys_per_ref_chunk(&self, ref_spc: u64) -> u64 {
+    pub(crate) fn keys_per_ref_chunk(&self, ref_spc: u64) -> u64 {
         let g = gcd(ref_spc, self.spc);
         let worst_start = self.spc - g + self.offset.rem_euclid(g as i64) as u64;
         (worst_start + ref_spc - 1) / self.spc + 1
@@ -55,7 +55,7 @@ impl PlanVar {
 
     /// True when one of this variable's chunks can be read by two reference chunks, so by
     /// two shuffle blocks (windows, or a coarser sample-axis chunking than the reference).
-    pub fn shares_chunks(&self, ref_spc: u64) -> bool {
+    pub(crate) fn shares_chunks(&self, ref_spc: u64) -> bool {
         !ref_spc.is_multiple_of(self.spc) || self.offset.rem_euclid(self.spc as i64) != 0
     }
 }
@@ -69,7 +69,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 
 /// One referenced chunk within one block.
 #[derive(Debug, Clone, Copy)]
-pub struct Use {
+pub(crate) struct Use {
     /// The chunk.
     pub key: ChunkKey,
     /// First batch that reads it in this block.
@@ -80,7 +80,7 @@ pub struct Use {
 
 /// Everything the driver needs to run one pass.
 #[derive(Debug, Clone, Default)]
-pub struct PassPlan {
+pub(crate) struct PassPlan {
     /// Rows in draw order: anchors, or with patches rows of `per_sample` per anchor.
     pub anchors: Vec<u64>,
     /// Rows per anchor (1 without patches): row `r` reads anchor `r / per_sample`.
@@ -102,7 +102,7 @@ pub struct PassPlan {
 
 impl PassPlan {
     /// Plan a pass over `order` (rows of `per_sample` per anchor) for `vars`.
-    pub fn build(order: &DrawOrder, vars: &[PlanVar], batch_size: usize, per_sample: u64) -> Self {
+    pub(crate) fn build(order: &DrawOrder, vars: &[PlanVar], batch_size: usize, per_sample: u64) -> Self {
         let bs = batch_size.max(1);
         let per_sample = per_sample.max(1);
         let n_rows = order.len();
@@ -167,23 +167,23 @@ impl PassPlan {
     }
 
     /// The tiles use `u` reads, when not all of its chunk's.
-    pub fn tiles_of(&self, u: usize) -> Option<&std::sync::Arc<[u64]>> {
+    pub(crate) fn tiles_of(&self, u: usize) -> Option<&std::sync::Arc<[u64]>> {
         self.tiles.get(u).and_then(Option::as_ref)
     }
 
     /// Number of batches.
-    pub fn n_batches(&self) -> usize {
+    pub(crate) fn n_batches(&self) -> usize {
         self.batch_uses.len()
     }
 
     /// Rows of batch `j`.
-    pub fn batch_rows(&self, j: usize) -> std::ops::Range<usize> {
+    pub(crate) fn batch_rows(&self, j: usize) -> std::ops::Range<usize> {
         j * self.batch_size..((j + 1) * self.batch_size).min(self.anchors.len())
     }
 
     /// The most bytes this pass holds at once: distinct keys over the uses live at any batch,
     /// use `u` charging `use_bytes(u)` (the uses of one key charge alike).
-    pub fn peak_bytes(&self, use_bytes: impl Fn(usize) -> u64) -> u64 {
+    pub(crate) fn peak_bytes(&self, use_bytes: impl Fn(usize) -> u64) -> u64 {
         let mut starts: Vec<Vec<u32>> = vec![Vec::new(); self.n_batches()];
         for (i, u) in self.uses.iter().enumerate() {
             starts[u.first_batch].push(i as u32);
@@ -213,32 +213,11 @@ impl PassPlan {
     }
 }
 
-/// The smallest `block_chunks` at which any block of full chunks holds at least one batch:
-/// `requested`, raised until the `k` chunks with the fewest drawable anchors sum to
-/// `batch_size` (capped at the number of chunks).
-pub fn widen_block_chunks(
-    requested: usize,
-    batch_size: usize,
-    chunk_ids: &[u64],
-    ref_spc: u64,
-    n_samples: u64,
-    anchor_range: (u64, u64),
-) -> usize {
-    let rows: Vec<u64> = chunk_ids
-        .iter()
-        .map(|&c| {
-            let r = chunk_anchors(c, ref_spc, n_samples, anchor_range);
-            r.end - r.start
-        })
-        .filter(|&n| n > 0)
-        .collect();
-    widen_block_chunks_over(requested, batch_size, rows)
-}
-
-/// [`widen_block_chunks`] over each drawable chunk's rows, or the rows it draws in every
-/// epoch when that varies (weights, `draws.rs`; a chunk may guarantee none): `requested`,
-/// raised until the `k` chunks with the fewest sum to `batch_size`.
-pub fn widen_block_chunks_over(requested: usize, batch_size: usize, mut rows: Vec<u64>) -> usize {
+/// The smallest `block_chunks` at which any block of full chunks holds at least one batch,
+/// over each drawable chunk's rows, or the rows it draws in every epoch when that varies
+/// (weights, `draws.rs`; a chunk may guarantee none): `requested`, raised until the `k`
+/// chunks with the fewest sum to `batch_size` (capped at the number of chunks).
+pub(crate) fn widen_block_chunks_over(requested: usize, batch_size: usize, mut rows: Vec<u64>) -> usize {
     rows.sort_unstable();
     let mut k = 0usize;
     let mut sum = 0u64;
@@ -251,7 +230,7 @@ pub fn widen_block_chunks_over(requested: usize, batch_size: usize, mut rows: Ve
 
 /// Per-array inputs to the memory arithmetic.
 #[derive(Debug, Clone)]
-pub struct FloorArray {
+pub(crate) struct FloorArray {
     /// Chunks along the array's sample axis.
     pub n_chunks: u64,
     /// Bytes of one full resident chunk.
@@ -262,7 +241,7 @@ pub struct FloorArray {
 
 /// Bytes one block can reference: per array, its keys per reference chunk times the block's
 /// chunks, capped at the array's chunk count.
-pub fn block_bytes(arrays: &[FloorArray], block_chunks: u64, ref_spc: u64) -> u64 {
+pub(crate) fn block_bytes(arrays: &[FloorArray], block_chunks: u64, ref_spc: u64) -> u64 {
     arrays
         .iter()
         .map(|a| {
@@ -274,7 +253,7 @@ pub fn block_bytes(arrays: &[FloorArray], block_chunks: u64, ref_spc: u64) -> u6
 
 /// One iteration's residency floor: two blocks (a batch meets at most two), capped by the
 /// whole split (`split_chunks` reference chunks).
-pub fn residency_floor(arrays: &[FloorArray], block_chunks: u64, split_chunks: u64, ref_spc: u64) -> u64 {
+pub(crate) fn residency_floor(arrays: &[FloorArray], block_chunks: u64, split_chunks: u64, ref_spc: u64) -> u64 {
     let chunks = (2 * block_chunks).min(split_chunks.max(1));
     block_bytes(arrays, chunks, ref_spc)
 }
@@ -282,6 +261,7 @@ pub fn residency_floor(arrays: &[FloorArray], block_chunks: u64, split_chunks: u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shuffle::chunk_anchors;
     use crate::shuffle::{OrderSpec, Split, draw_order};
 
     // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
@@ -340,10 +320,18 @@ mod tests {
 
     #[test]
     fn widening_holds_a_batch() {
-        let ids: Vec<u64> = (0..10).collect();
-        assert_eq!(widen_block_chunks(1, 32, &ids, 8, 80, (0, 80)), 4);
-        assert_eq!(widen_block_chunks(1, 32, &ids, 8, 77, (0, 77)), 5); // short final chunk
-        assert_eq!(widen_block_chunks(16, 32, &ids, 8, 80, (0, 80)), 16);
-        assert_eq!(widen_block_chunks(1, 1000, &ids, 8, 80, (0, 80)), 10);
+        // Ten chunks of 8 rows; the last one short when the array is.
+        let rows = |n_samples: u64| -> Vec<u64> {
+            (0..10).map(|c| chunk_anchors(c, 8, n_samples, (0, n_samples))).map(|r| r.end - r.start).collect()
+        };
+        assert_eq!(widen_block_chunks_over(1, 32, rows(80)), 4);
+        assert_eq!(widen_block_chunks_over(1, 32, rows(77)), 5); // short final chunk
+        assert_eq!(widen_block_chunks_over(16, 32, rows(80)), 16);
+        assert_eq!(widen_block_chunks_over(1, 1000, rows(80)), 10);
+        assert_eq!(
+            widen_block_chunks_over(1, 32, vec![0, 0, 40]),
+            3,
+            "a chunk that may draw nothing counts for nothing"
+        );
     }
 }

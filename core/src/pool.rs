@@ -27,7 +27,7 @@ use crate::runtime::BoxFuture;
 
 /// A resident chunk: sample-first, clipped to its real rows, after chunk transforms.
 #[derive(Debug)]
-pub struct Chunk {
+pub(crate) struct Chunk {
     /// `(rows, *inner)` elements.
     pub data: ChunkData,
     /// Some tiles failed and were filled (NaN or the fill value) under `on_bad_chunk = "nan"`;
@@ -44,7 +44,7 @@ pub struct Chunk {
 
 /// Where a resident chunk's bytes live.
 #[derive(Debug)]
-pub enum ChunkData {
+pub(crate) enum ChunkData {
     /// On the heap; the buffer goes back to the recycler when the chunk is dropped.
     Heap(NdArray),
     /// Held by the disk tier (a memory mapping), read in place.
@@ -60,7 +60,7 @@ pub enum ChunkData {
 
 impl ChunkData {
     /// The elements, row-major, native endianness.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         match self {
             Self::Heap(a) => &a.data,
             Self::Tier { bytes, .. } => bytes,
@@ -68,7 +68,7 @@ impl ChunkData {
     }
 
     /// `(rows, *inner)`.
-    pub fn shape(&self) -> &[usize] {
+    pub(crate) fn shape(&self) -> &[usize] {
         match self {
             Self::Heap(a) => &a.shape,
             Self::Tier { shape, .. } => shape,
@@ -76,7 +76,7 @@ impl ChunkData {
     }
 
     /// Element type.
-    pub fn dtype(&self) -> DType {
+    pub(crate) fn dtype(&self) -> DType {
         match self {
             Self::Heap(a) => a.dtype,
             Self::Tier { dtype, .. } => *dtype,
@@ -86,7 +86,7 @@ impl ChunkData {
 
 /// Executor-clock timestamps of one load (for critical-path attribution).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LoadTimes {
+pub(crate) struct LoadTimes {
     /// Latest permit grant among its tiles.
     pub permitted: std::time::Duration,
     /// Latest fetch completion among its tiles.
@@ -96,12 +96,12 @@ pub struct LoadTimes {
 }
 
 /// What a load resolves to. `Error` is `Clone`, so every waiter gets the same error.
-pub type LoadResult = std::result::Result<Arc<Chunk>, Error>;
+pub(crate) type LoadResult = std::result::Result<Arc<Chunk>, Error>;
 /// A load any holder can await and drive.
-pub type SharedLoad = Shared<BoxFuture<'static, LoadResult>>;
+pub(crate) type SharedLoad = Shared<BoxFuture<'static, LoadResult>>;
 
 /// Identifies one pass's account.
-pub type PassId = u64;
+pub(crate) type PassId = u64;
 
 enum SlotState {
     Loading(SharedLoad),
@@ -182,7 +182,7 @@ impl State {
 }
 
 /// What [`Pool::admit`] decided.
-pub enum Admit {
+pub(crate) enum Admit {
     /// Resident and ready: a hit.
     Ready(Arc<Chunk>),
     /// Loading (started now, or by another pass): await it, then [`Pool::publish`].
@@ -199,7 +199,7 @@ pub enum Admit {
 }
 
 /// The byte-budgeted pool shared by every view of a dataset.
-pub struct Pool {
+pub(crate) struct Pool {
     state: Mutex<State>,
 }
 
@@ -218,7 +218,7 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     /// A pool with an explicit budget, or an automatic one that is at least `auto_min` and
     /// grows to the sum of live reservations.
-    pub fn new(explicit_budget: Option<u64>, auto_min: u64) -> Self {
+    pub(crate) fn new(explicit_budget: Option<u64>, auto_min: u64) -> Self {
         Self {
             state: Mutex::new(State {
                 explicit_budget,
@@ -242,22 +242,22 @@ impl Pool {
     }
 
     /// The budget in force now.
-    pub fn budget(&self) -> u64 {
+    pub(crate) fn budget(&self) -> u64 {
         self.lock().budget()
     }
 
     /// Resident bytes now.
-    pub fn resident_bytes(&self) -> u64 {
+    pub(crate) fn resident_bytes(&self) -> u64 {
         self.lock().resident
     }
 
     /// Live passes.
-    pub fn live_passes(&self) -> usize {
+    pub(crate) fn live_passes(&self) -> usize {
         self.lock().passes.len()
     }
 
     /// Counters so far.
-    pub fn counters(&self) -> PoolCounters {
+    pub(crate) fn counters(&self) -> PoolCounters {
         self.lock().counters
     }
 
@@ -266,7 +266,7 @@ impl Pool {
     /// # Errors
     /// [`Error::Config`] when an explicit budget cannot hold this pass next to the live
     /// ones; the message names the number to pass.
-    pub fn open_pass(&self, reservation: u64) -> Result<PassId> {
+    pub(crate) fn open_pass(&self, reservation: u64) -> Result<PassId> {
         let mut s = self.lock();
         let live: u64 = s.passes.values().map(|p| p.reservation).sum();
         if let Some(budget) = s.explicit_budget
@@ -288,7 +288,7 @@ impl Pool {
     }
 
     /// Release everything a pass holds and close its account. Idempotent.
-    pub fn close_pass(&self, pass: PassId) {
+    pub(crate) fn close_pass(&self, pass: PassId) {
         let mut s = self.lock();
         let Some(acct) = s.passes.remove(&pass) else { return };
         for (key, (_, generation)) in acct.refs {
@@ -322,7 +322,7 @@ impl Pool {
     ///
     /// # Errors
     /// [`Error::Stall`] on a broken invariant; [`Error::Cancelled`] for a closed pass.
-    pub fn admit(
+    pub(crate) fn admit(
         &self,
         pass: PassId,
         key: ChunkKey,
@@ -409,7 +409,7 @@ impl Pool {
 
     /// Record how a load ended. A success becomes a ready slot (the cache); a failure drops
     /// the slot so the next epoch loads it again. Idempotent across the load's holders.
-    pub fn publish(&self, key: ChunkKey, generation: u64, result: &LoadResult) {
+    pub(crate) fn publish(&self, key: ChunkKey, generation: u64, result: &LoadResult) {
         let mut s = self.lock();
         let Some(slot) = s.slots.get_mut(&key) else { return };
         if slot.generation != generation || matches!(slot.state, SlotState::Ready(_)) {
@@ -426,7 +426,7 @@ impl Pool {
     }
 
     /// Drop one of `pass`'s references to `key`, uncharging the pass at its last reference.
-    pub fn release(&self, pass: PassId, key: ChunkKey, bytes: u64) {
+    pub(crate) fn release(&self, pass: PassId, key: ChunkKey, bytes: u64) {
         let mut s = self.lock();
         let Some(acct) = s.passes.get_mut(&pass) else { return };
         let Some((count, generation)) = acct.refs.get_mut(&key) else { return };
@@ -441,12 +441,12 @@ impl Pool {
     }
 
     /// Bytes a pass has charged (for tests and reports).
-    pub fn charged(&self, pass: PassId) -> u64 {
+    pub(crate) fn charged(&self, pass: PassId) -> u64 {
         self.lock().passes.get(&pass).map_or(0, |a| a.charged)
     }
 
     /// Bytes reserved for a pass (its residency floor), for error messages.
-    pub fn reservation(&self, pass: PassId) -> u64 {
+    pub(crate) fn reservation(&self, pass: PassId) -> u64 {
         self.lock().passes.get(&pass).map_or(0, |a| a.reservation)
     }
 }

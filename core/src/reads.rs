@@ -106,7 +106,7 @@ struct Claim {
 
 impl Coalescer {
     /// Coalesce ranges of one object at most `gap` bytes apart, into requests of at most `max`.
-    pub fn new(gap: u64, max: u64) -> Self {
+    pub(crate) fn new(gap: u64, max: u64) -> Self {
         Self { gap, max, ..Self::default() }
     }
 
@@ -215,7 +215,7 @@ enum Source {
 impl TileRead {
     /// Register `range` of `object` (`None`: the whole object, read alone); `shard` is the
     /// inner chunk's index in its shard and the shard's index.
-    pub fn register(
+    pub(crate) fn register(
         engine: &Arc<Engine>,
         object: String,
         range: Option<ByteRange>,
@@ -235,7 +235,7 @@ impl TileRead {
     }
 
     /// The tile's stored bytes, at decode priority `priority`.
-    pub async fn read(mut self, priority: u64, rec: &Arc<PassRecorder>) -> Delivery {
+    pub(crate) async fn read(mut self, priority: u64, rec: &Arc<PassRecorder>) -> Delivery {
         let engine = Arc::clone(&self.engine);
         match std::mem::replace(&mut self.source, Source::Taken) {
             Source::Alone => return alone(&engine, &self.object, self.range, priority, rec).await,

@@ -7,12 +7,100 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::{Either, select};
 
-use crate::engine::ReadPolicy;
+use crate::hedge::HedgePolicy;
 use crate::runtime::{BoxFuture, ByteRange, Executor, Storage, StorageError, StorageErrorKind};
+
+/// What to do with a chunk that cannot be fetched or decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadChunk {
+    /// Fail the pass, naming the chunk.
+    #[default]
+    Raise,
+    /// Fill the tile with NaN (floats) or the fill value, record it, and go on.
+    Nan,
+}
+
+impl OnBadChunk {
+    /// The word the bindings and reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Raise => "raise",
+            Self::Nan => "nan",
+        }
+    }
+}
+
+/// The one parser of `on_bad_chunk` words (Python, JS and the CLI pass strings).
+impl std::str::FromStr for OnBadChunk {
+    type Err = crate::error::Error;
+    fn from_str(s: &str) -> crate::error::Result<Self> {
+        match s {
+            "raise" => Ok(Self::Raise),
+            "nan" => Ok(Self::Nan),
+            other => {
+                Err(crate::error::Error::Config(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}")))
+            }
+        }
+    }
+}
+
+/// How reads are made: retries and timeouts, coalescing, hedging, and what a bad chunk does.
+#[derive(Debug, Clone)]
+pub struct ReadPolicy {
+    /// Attempts after the first for a transient failure.
+    pub retries: u32,
+    /// First backoff; doubles per attempt.
+    pub backoff: Duration,
+    /// A request with no answer after this long is a transient failure.
+    pub request_timeout: Duration,
+    /// Bad chunk policy.
+    pub on_bad_chunk: OnBadChunk,
+    /// Ranges of one object (the inner chunks of a shard) at most this many bytes apart are
+    /// read by one request; the bytes between them are read and dropped.
+    pub coalesce_gap_bytes: u64,
+    /// A coalesced request spans at most this many bytes (one range longer than that is
+    /// still read whole). Larger requests mean fewer of them, and fewer connections sharing
+    /// a store's per-connection rate.
+    pub coalesce_max_bytes: u64,
+    /// Hedged requests against a remote store's slow tail; `None` turns them off. Reads of a
+    /// local store are never hedged.
+    pub hedge: Option<HedgePolicy>,
+    /// Stored bytes read ahead for inner chunks a pass needs soon (neighbours in a shard)
+    /// may hold at most this much; `None`: a quarter of the residency floor; 0 turns
+    /// read-ahead off.
+    pub read_ahead_bytes: Option<u64>,
+}
+
+/// Default of [`ReadPolicy::coalesce_gap_bytes`]: object_store's own default for the ranges
+/// of one call (1 MiB). Measured on the cloud-like store, the gap hardly matters once
+/// read-ahead takes the interleaved neighbours (docs/cloud.md).
+pub const COALESCE_GAP_BYTES: u64 = 1 << 20;
+/// Default of [`ReadPolicy::coalesce_max_bytes`]: the ranged-GET size object stores serve at
+/// full speed per connection (8-16 MB). Larger requests mean fewer of them, but a request
+/// holds one connection, whose rate is capped: on the cloud-like store 64 MiB requests cost
+/// a quarter of the throughput and half again the time to first batch (docs/cloud.md).
+pub const COALESCE_MAX_BYTES: u64 = 16 << 20;
+
+impl Default for ReadPolicy {
+    fn default() -> Self {
+        Self {
+            retries: 4,
+            backoff: Duration::from_millis(100),
+            request_timeout: Duration::from_secs(120),
+            on_bad_chunk: OnBadChunk::Raise,
+            coalesce_gap_bytes: COALESCE_GAP_BYTES,
+            coalesce_max_bytes: COALESCE_MAX_BYTES,
+            hedge: Some(HedgePolicy::default()),
+            read_ahead_bytes: None,
+        }
+    }
+}
 
 /// A request that failed for good: its last error and how many attempts were made.
 #[derive(Debug)]

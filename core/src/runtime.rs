@@ -253,12 +253,8 @@ pub struct Runtime {
     /// Faults in the pages of each fresh large buffer the engine allocates (chunk slots,
     /// batches) in one call, before they are written: cheaper and steadier than a fault per
     /// page on the first write (bench/fault_cost.py). `None` where the target has no such call.
-    pub prefault: Option<Prefault>,
+    pub prefault: Option<crate::array::Prefault>,
 }
-
-/// See [`Runtime::prefault`]: called with a fresh, empty buffer whose capacity is about to
-/// be written. It may do nothing; it must not change the buffer's length or contents.
-pub type Prefault = fn(&mut crate::array::AlignedBytes);
 
 impl Runtime {
     /// A runtime over `executor` and `pool`, with no memory limit known.
@@ -268,7 +264,7 @@ impl Runtime {
 
     /// The same runtime, faulting fresh buffers in with `prefault`.
     #[must_use]
-    pub fn with_prefault(mut self, prefault: Prefault) -> Self {
+    pub fn with_prefault(mut self, prefault: crate::array::Prefault) -> Self {
         self.prefault = Some(prefault);
         self
     }

@@ -51,18 +51,18 @@ use crate::error::{Error, Result};
 use crate::shuffle::{DrawOrder, OrderSpec, Split, blocked_order, draw_order, key, permuted_chunks, shuffle, stream};
 
 /// Purpose word of the in-block shuffle of a re-partitioned (elastic) segment.
-pub const PURPOSE_RESUME: u64 = 4;
+pub(crate) const PURPOSE_RESUME: u64 = 4;
 
 /// Purpose word of node affinity's assignment of units to nodes (epoch word 0, so it holds
 /// across epochs).
-pub const PURPOSE_NODES: u64 = 5;
+pub(crate) const PURPOSE_NODES: u64 = 5;
 
 /// The checkpoint format this build writes and reads.
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub(crate) const CHECKPOINT_VERSION: u32 = 1;
 
 /// A rank's place in the job, and the grain of its share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sharding {
+pub(crate) struct Sharding {
     /// This process's rank, `0..world_size`.
     pub rank: usize,
     /// Processes sharing each epoch.
@@ -90,7 +90,7 @@ pub struct Cut {
 /// [`crate::Dataset::resume`], with any world size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    /// [`CHECKPOINT_VERSION`].
+    /// The checkpoint format's version (1); a checkpoint of another version is refused.
     pub version: u32,
     /// The dataset seed (a resume under another seed is refused).
     pub seed: u64,
@@ -154,7 +154,7 @@ impl Checkpoint {
 
 /// One rank's pass: its order (already resumed), and what the stats and checkpoints need.
 #[derive(Debug, Clone)]
-pub struct RankPass {
+pub(crate) struct RankPass {
     /// The anchors this pass draws, in blocks.
     pub order: DrawOrder,
     /// Samples of this segment no rank draws (job-wide; the same on every rank).
@@ -177,7 +177,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// `(spc, offset)` with a chunk-aligned offset tiles exactly. Variables whose offset is not a
 /// multiple of their chunk size (windows reaching into a neighbour) cannot be aligned by any
 /// unit and are left out.
-pub fn unit_chunks(ref_spc: u64, vars: impl IntoIterator<Item = (u64, i64)>) -> u64 {
+pub(crate) fn unit_chunks(ref_spc: u64, vars: impl IntoIterator<Item = (u64, i64)>) -> u64 {
     let mut unit = 1u64;
     for (spc, offset) in vars {
         if spc == 0 || offset.rem_euclid(spc as i64) != 0 {
@@ -194,7 +194,7 @@ pub fn unit_chunks(ref_spc: u64, vars: impl IntoIterator<Item = (u64, i64)>) -> 
 /// # Errors
 /// [`Error::Config`] for a rank outside the world, or a checkpoint of another seed, epoch,
 /// view or batch size, or whose positions are past the end of their segment.
-pub fn rank_pass(spec: &OrderSpec<'_>, sh: &Sharding, resume: Option<&Checkpoint>) -> Result<RankPass> {
+pub(crate) fn rank_pass(spec: &OrderSpec<'_>, sh: &Sharding, resume: Option<&Checkpoint>) -> Result<RankPass> {
     if sh.world_size == 0 || sh.rank >= sh.world_size {
         return Err(Error::Config(format!(
             "rank must be in 0..world_size, got rank={} world_size={}",
@@ -284,7 +284,7 @@ fn check_matches(c: &Checkpoint, now: &Checkpoint) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::Config`] saying what to pass.
-pub fn check_node_ranks(node_ranks: usize, world_size: usize) -> Result<()> {
+pub(crate) fn check_node_ranks(node_ranks: usize, world_size: usize) -> Result<()> {
     if node_ranks == 0 || !world_size.is_multiple_of(node_ranks) {
         return Err(Error::Config(format!(
             "node affinity needs ranks per node (local_world_size) that divide world_size, got {node_ranks} ranks per \
@@ -296,7 +296,7 @@ pub fn check_node_ranks(node_ranks: usize, world_size: usize) -> Result<()> {
 
 /// Steps 2–4 of the module spec: every rank's order for segment 0, and the samples dropped.
 /// `node_ranks`: node affinity's ranks per node (checked to divide `world` by the caller).
-pub fn partition(
+pub(crate) fn partition(
     spec: &OrderSpec<'_>,
     unit_chunks: u64,
     world: usize,

@@ -303,7 +303,7 @@ impl PassStats {
 
 /// The critical path of one batch, on the executor clock.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct BatchTimeline {
+pub(crate) struct BatchTimeline {
     /// Latest admission among its chunks.
     pub admitted: Duration,
     /// Latest `max_inflight` permit grant among its chunks' tiles.
@@ -322,7 +322,7 @@ pub struct BatchTimeline {
 
 impl BatchTimeline {
     /// Split a consumer wait `[from, to)` over the stages this batch was in.
-    pub fn attribute(&self, from: Duration, to: Duration, fetch_share_of_permit_wait: f64, out: &mut [f64; 5]) {
+    pub(crate) fn attribute(&self, from: Duration, to: Duration, fetch_share_of_permit_wait: f64, out: &mut [f64; 5]) {
         let overlap = |a: Duration, b: Duration| -> f64 {
             let (a, b) = (a.max(from), b.min(to));
             b.saturating_sub(a).as_secs_f64()
@@ -339,7 +339,7 @@ impl BatchTimeline {
 
 /// Counters the driver, the loads and the consumer update during a pass.
 #[derive(Debug, Default)]
-pub struct PassRecorder {
+pub(crate) struct PassRecorder {
     inner: Mutex<Recorded>,
 }
 
@@ -453,11 +453,11 @@ impl WaitHistogram {
 
 impl PassRecorder {
     /// Update the record.
-    pub fn with<R>(&self, f: impl FnOnce(&mut Recorded) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Recorded) -> R) -> R {
         f(&mut self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
     /// A copy of the record.
-    pub fn snapshot(&self) -> Recorded {
+    pub(crate) fn snapshot(&self) -> Recorded {
         self.with(|r| r.clone())
     }
 }

@@ -40,7 +40,7 @@ pub struct ArrayIdentity {
 /// `location` is the store URL, `metadata` the array's stored metadata document (codecs,
 /// fill value, shape, chunk grid), and each transform contributes its
 /// [`ChunkTransform::cache_token`] for this array, in pipeline order.
-pub fn array_fingerprint(
+pub(crate) fn array_fingerprint(
     location: &str,
     path: &str,
     sample_axis: usize,

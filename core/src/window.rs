@@ -50,8 +50,6 @@ use std::time::Duration;
 
 use futures::channel::oneshot;
 
-use crate::engine::SmallestFirst;
-
 /// Weight of the newest sample in the running means.
 const WINDOW_EWMA: f64 = 0.2;
 /// Completions the delivered rate is measured over.
@@ -129,7 +127,7 @@ impl ReadWindow {
     /// A window for `threads` decoders and at most `max_inflight` reads; `local` stores
     /// start narrow (their reads are fast), remote ones at `first_reads`, the requests the
     /// first batch needs.
-    pub fn new(threads: usize, max_inflight: usize, local: bool, first_reads: usize) -> Arc<Self> {
+    pub(crate) fn new(threads: usize, max_inflight: usize, local: bool, first_reads: usize) -> Arc<Self> {
         let ceiling = max_inflight.max(1);
         let floor = (threads + 1).min(ceiling);
         let start = if local { floor } else { first_reads.clamp(floor, ceiling) };
@@ -152,7 +150,7 @@ impl ReadWindow {
 
     /// A place in the window for a read of decode priority `priority` (smaller first),
     /// given back when the returned slot is dropped (when its decode starts).
-    pub fn enter(self: &Arc<Self>, priority: u64) -> Entering {
+    pub(crate) fn enter(self: &Arc<Self>, priority: u64) -> Entering {
         let mut st = self.lock();
         if st.held < st.size && st.waiting.is_empty() {
             st.take_place();
@@ -171,29 +169,29 @@ impl ReadWindow {
     /// The most reads the window lets ahead of the decoders over a pass: the start for a
     /// local store (whose reads only widen it when they are slower than decodes), the
     /// ceiling for a remote one. What `describe()` counts.
-    pub fn reach(&self, local: bool) -> usize {
+    pub(crate) fn reach(&self, local: bool) -> usize {
         if local { self.start } else { self.ceiling }
     }
 
     /// True when a read gives its place back as its bytes arrive (remote stores), false
     /// when it keeps it until its decode starts (local ones).
-    pub fn frees_on_arrival(&self) -> bool {
+    pub(crate) fn frees_on_arrival(&self) -> bool {
         self.frees_on_arrival
     }
 
     /// Reads now allowed ahead of the decoders.
-    pub fn target(&self) -> usize {
+    pub(crate) fn target(&self) -> usize {
         self.lock().target
     }
 
     /// What set [`Self::target`] last.
-    pub fn reason(&self) -> WindowReason {
+    pub(crate) fn reason(&self) -> WindowReason {
         self.lock().reason
     }
 
     /// A read of `tiles` tiles and `bytes` bytes took `latency` from its permit to its
     /// bytes, which arrived at `done` (the executor's clock).
-    pub fn read_took(&self, latency: Duration, tiles: usize, bytes: u64, done: Duration) {
+    pub(crate) fn read_took(&self, latency: Duration, tiles: usize, bytes: u64, done: Duration) {
         let mut st = self.lock();
         st.latency = Some(ewma(st.latency, latency.as_secs_f64()));
         st.tiles_per_read = Some(ewma(st.tiles_per_read, tiles.max(1) as f64));
@@ -211,7 +209,7 @@ impl ReadWindow {
     }
 
     /// A decode took `took`.
-    pub fn decode_took(&self, took: Duration) {
+    pub(crate) fn decode_took(&self, took: Duration) {
         let mut st = self.lock();
         st.decode = Some(ewma(st.decode, took.as_secs_f64()));
         self.retarget(&mut st);
@@ -367,6 +365,30 @@ impl Drop for WindowSlot {
         if let Some(w) = self.window.take() {
             w.give_back();
         }
+    }
+}
+
+/// A heap entry served smallest key first (`BinaryHeap` is a max-heap); the item takes no
+/// part in the order. For the CPU queue and the read window's waiting reads.
+pub(crate) struct SmallestFirst<K, T> {
+    pub key: K,
+    pub item: T,
+}
+
+impl<K: Ord, T> PartialEq for SmallestFirst<K, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl<K: Ord, T> Eq for SmallestFirst<K, T> {}
+impl<K: Ord, T> PartialOrd for SmallestFirst<K, T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<K: Ord, T> Ord for SmallestFirst<K, T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.key.cmp(&self.key)
     }
 }
 

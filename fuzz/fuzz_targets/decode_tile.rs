@@ -6,7 +6,7 @@
 #![no_main]
 
 use insitubatch_core::Error;
-use insitubatch_core::array::{AlignedBytes, BUFFER_ALIGN};
+use insitubatch_core::{AlignedBytes, internals::BUFFER_ALIGN};
 use insitubatch_fuzz::{chain_arrays, decode_seeds, write_seeds_if_asked};
 use libfuzzer_sys::fuzz_target;
 

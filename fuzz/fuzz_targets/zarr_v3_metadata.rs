@@ -4,7 +4,7 @@
 #![no_main]
 
 use insitubatch_core::testing::MemoryStorage;
-use insitubatch_core::zarr::{ZarrArray, open_arrays};
+use insitubatch_core::internals::{ZarrArray, open_arrays};
 use insitubatch_fuzz::{block_on, check_array, metadata_seeds, write_seeds_if_asked};
 use libfuzzer_sys::fuzz_target;
 

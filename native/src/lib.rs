@@ -31,12 +31,12 @@ use std::sync::Arc;
 
 pub use cache::CacheOptions;
 pub use insitubatch_core as core;
-pub use insitubatch_core::describe::{DatasetReport, human_bytes};
 use insitubatch_core::transform::{BatchTransform, Scoped};
 pub use insitubatch_core::{
     Batch, BatchStream, Checkpoint, Cut, DType, Dataset, DatasetBuilder, DatasetOptions, NdArray, OnBadChunk,
     PassStats, ReadPolicy, Split, SplitManifest, SplitOptions, Storage, Variable,
 };
+pub use insitubatch_core::{DatasetReport, human_bytes};
 pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
 pub use storage::{ObjectStoreStorage, open_storage};
 

@@ -28,9 +28,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
-use insitubatch_native::core::patch::{self, PatchAxis, PatchOptions};
-use insitubatch_native::core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+use insitubatch_native::core::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
 use insitubatch_native::core::{DType, ModelParallel, ReadPolicy, Result as CoreResult, Split, Storage};
+use insitubatch_native::core::{PatchAxis, PatchOptions, parse_axis_sizes as parse_patch_axis_sizes};
 use insitubatch_native::{
     Batch, BatchIter, Checkpoint, DatasetOptions, JoinPart, NativeDataset, OpenOptions, SplitOptions, demo, open,
     open_concat, open_concat_storage, open_joined, open_joined_storage, open_storage,
@@ -487,7 +487,7 @@ fn per_sample_numbers(path: &Path) -> Result<Vec<f64>> {
 struct AxisSizes(Vec<(PatchAxis, u64)>);
 
 fn parse_axis_sizes(s: &str) -> Result<AxisSizes, String> {
-    patch::parse_axis_sizes(s).map(AxisSizes).map_err(|e| e.to_string())
+    parse_patch_axis_sizes(s).map(AxisSizes).map_err(|e| e.to_string())
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -997,7 +997,7 @@ fn cmd_decode_limit(url: &str, knobs: &Knobs, as_json: bool) -> Result<()> {
     let first = match knobs.vars.first() {
         Some(v) => v.clone(),
         None => {
-            let arrays = rt.block_on(insitubatch_native::core::zarr::open_arrays(storage.as_ref(), None))?;
+            let arrays = rt.block_on(insitubatch_native::core::internals::open_arrays(storage.as_ref(), None))?;
             arrays.first().map(|a| a.path().to_string()).ok_or_else(|| anyhow!("no arrays: {url}"))?
         }
     };

@@ -175,7 +175,7 @@ pub fn memory_available() -> Option<u64> {
 /// No crate wraps madvise over memory we did not map ourselves (memmap2 advises only its own
 /// mappings), hence libc.
 #[cfg(target_os = "linux")]
-fn populate_pages(buf: &mut insitubatch_core::array::AlignedBytes) {
+fn populate_pages(buf: &mut insitubatch_core::AlignedBytes) {
     const PAGE: usize = 4096;
     let start = buf.as_mut_ptr() as usize;
     let end = start + buf.capacity();
@@ -196,7 +196,7 @@ mod prefault_tests {
     #[test]
     fn populating_a_fresh_buffer_keeps_it_empty_and_writable() {
         for cap in [1usize, 4095, 1 << 16, (3 << 20) + 17] {
-            let mut buf: insitubatch_core::array::AlignedBytes = AVec::with_capacity(128, cap);
+            let mut buf: insitubatch_core::AlignedBytes = AVec::with_capacity(128, cap);
             super::populate_pages(&mut buf);
             assert!(buf.is_empty() && buf.capacity() >= cap);
             buf.resize(cap, 7);

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
+use insitubatch_native::core::internals::open_array;
 use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
-use insitubatch_native::core::zarr::open_array;
 use insitubatch_native::core::{Dataset, DatasetOptions, Split, SplitOptions, Storage, Variable, split_by_chunk};
 use insitubatch_native::{BatchDigest, CacheOptions, NativeRuntime, OpenOptions, demo, open};
 use serde_json::Value;

@@ -15,13 +15,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
+use insitubatch_core::PassStats;
+use insitubatch_core::internals::open_array;
 use insitubatch_core::runtime::{InlinePool, Runtime};
 use insitubatch_core::shuffle::Split;
-use insitubatch_core::split::{SplitOptions, split_by_chunk};
-use insitubatch_core::stats::PassStats;
 use insitubatch_core::testing::{GeneratedArray, LinkModel, SimExecutor};
-use insitubatch_core::zarr::open_array;
+use insitubatch_core::{Dataset, DatasetOptions, Variable};
+use insitubatch_core::{SplitOptions, split_by_chunk};
 
 const RANKS: usize = 64;
 /// Two samples of 8 × 16 float32 per chunk: 1 KiB.

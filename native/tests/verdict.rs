@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use insitubatch_native::NativeRuntime;
+use insitubatch_native::core::internals::open_array;
 use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
 use insitubatch_native::core::transform::BatchTransform;
-use insitubatch_native::core::zarr::open_array;
 use insitubatch_native::core::{
     Batch, Dataset, DatasetOptions, LimitingStage, Split, SplitOptions, Storage, Variable, split_by_chunk,
 };

@@ -22,15 +22,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use insitubatch_core::HedgePolicy;
+use insitubatch_core::ReadPolicy;
 use insitubatch_core::coords::{Label, LabelSel};
-use insitubatch_core::dataset::{Dataset, DatasetOptions, Variable};
-use insitubatch_core::engine::ReadPolicy;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
-use insitubatch_core::split::{SplitManifest as CoreManifest, SplitOptions};
 use insitubatch_core::transform::{BatchTransform, Scoped};
 use insitubatch_core::{
     BatchStream, DType, Error as CoreError, ModelParallel, NdArray, PatchAxis, PatchOptions, Split,
 };
+use insitubatch_core::{Dataset, DatasetOptions, Variable};
+use insitubatch_core::{SplitManifest as CoreManifest, SplitOptions};
 use insitubatch_native::{CacheOptions, NativeError, NativeRuntime, OpenOptions};
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::create_exception;
@@ -381,7 +381,7 @@ fn open_geometries(
     let storage = StoreArg::from_py(store)?.storage(&storage_options, concat).map_err(native_err)?;
     let runtime = NativeRuntime::new(Some(1)).map_err(native_err)?;
     let arrays = py
-        .detach(|| runtime.block_on(insitubatch_core::zarr::open_arrays(storage.as_ref(), variables.as_deref())))
+        .detach(|| runtime.block_on(insitubatch_core::internals::open_arrays(storage.as_ref(), variables.as_deref())))
         .map_err(core_err)?;
     arrays.iter().map(|a| Ok(PyGeometry { inner: a.geometry(sample_axis).map_err(core_err)? })).collect()
 }
@@ -1002,10 +1002,10 @@ fn verdict(
     inflight_peak: usize,
     max_inflight: usize,
 ) -> (String, String, bool) {
-    let mut r = insitubatch_core::stats::Recorded { queue_samples, inflight_peak, blocked, ..Default::default() };
+    let mut r = insitubatch_core::internals::Recorded { queue_samples, inflight_peak, blocked, ..Default::default() };
     r.times.consumer_s = consumer_s;
     r.times.consumer_wait_s = consumer_wait_s;
-    let (stage, advice, idle) = insitubatch_core::stats::verdict(&r, max_inflight);
+    let (stage, advice, idle) = insitubatch_core::internals::verdict(&r, max_inflight);
     (stage.to_string(), advice, idle)
 }
 

@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use insitubatch_core::array::zeroed_bytes;
-use insitubatch_core::batch::Batch;
+use insitubatch_core::Batch;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
+use insitubatch_core::internals::zeroed_bytes;
 use insitubatch_core::scaler::{StandardScaler, Stat, StatDType};
 use insitubatch_core::transform::{BatchTransform, ChunkTransform, DecodedChunk};
 use insitubatch_core::{DType, Error as CoreError, NdArray};

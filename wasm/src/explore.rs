@@ -10,9 +10,9 @@
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
+use insitubatch_core::internals::ZarrArray;
 use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
 use insitubatch_core::shuffle::{Split, shuffle_quality};
-use insitubatch_core::zarr::ZarrArray;
 use insitubatch_core::{Dataset, DatasetReport, Error};
 use serde::Serialize;
 
@@ -262,7 +262,7 @@ mod js {
     use crate::LocalExecutor;
     use crate::api::{PassCursor, batch_to_js, err, parse_options, probe_chunks, probe_promise, to_js, whole};
     use crate::storage::FetchStorage;
-    use insitubatch_core::retry::PolicyStorage;
+    use insitubatch_core::internals::PolicyStorage;
     use wasm_bindgen::prelude::*;
 
     fn signed(name: &str, v: f64) -> Result<i64, JsError> {
@@ -310,11 +310,11 @@ mod js {
         // The metadata reads are retried as a dataset's would be (core's default ReadPolicy).
         let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
         let reads = PolicyStorage::new(Arc::clone(&storage), executor, insitubatch_core::ReadPolicy::default());
-        let arrays = insitubatch_core::zarr::open_arrays(&reads, variables.as_deref()).await.map_err(err)?;
+        let arrays = insitubatch_core::internals::open_arrays(&reads, variables.as_deref()).await.map_err(err)?;
         let mut coordinates = Vec::new();
         for name in coordinate_names(&arrays) {
             // A dimension without an array of its name is common (no coordinate stored).
-            match insitubatch_core::zarr::open_array(&reads, &name).await {
+            match insitubatch_core::internals::open_array(&reads, &name).await {
                 Ok(a) if a.is_coordinate() => coordinates.push(a),
                 Ok(_) | Err(Error::NotFound { .. }) => {}
                 Err(e) => return Err(err(e)),
@@ -535,10 +535,10 @@ mod tests {
     fn model(rt: &NativeRuntime, url: &str) -> (Model, Arc<dyn Storage>) {
         let storage = open_storage(url, &[]).expect("storage");
         rt.block_on(async {
-            let arrays = insitubatch_core::zarr::open_arrays(storage.as_ref(), None).await.unwrap();
+            let arrays = insitubatch_core::internals::open_arrays(storage.as_ref(), None).await.unwrap();
             let mut coordinates = Vec::new();
             for n in coordinate_names(&arrays) {
-                if let Ok(a) = insitubatch_core::zarr::open_array(storage.as_ref(), &n).await {
+                if let Ok(a) = insitubatch_core::internals::open_array(storage.as_ref(), &n).await {
                     coordinates.push(a);
                 }
             }

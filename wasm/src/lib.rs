@@ -32,7 +32,7 @@ mod threads;
 #[cfg(target_arch = "wasm32")]
 mod trap;
 
-use insitubatch_core::zarr::ZarrArray;
+use insitubatch_core::internals::ZarrArray;
 
 #[cfg(target_arch = "wasm32")]
 pub use api::*;

@@ -1,6 +1,6 @@
 //! The one way to build a [`Dataset`]: [`DatasetBuilder`].
 //!
-//! Every caller (core's [`crate::open`], the native backend, the Python and wasm bindings and
+//! Every caller (the native backend, the Python and wasm bindings and
 //! the tests) says what it wants with the builder's setters and gets a dataset from
 //! [`DatasetBuilder::open`] (reads metadata it does not have yet) or
 //! [`DatasetBuilder::build`] (no I/O). The defaults (which arrays, their labels, the split)
@@ -1123,7 +1123,7 @@ fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
 
 /// What read-ahead may hold: the policy's figure, or a quarter of the residency floor for a
 /// store with sharded arrays (none without: only inner chunks are read ahead).
-pub(crate) fn read_ahead_budget(policy: &crate::engine::ReadPolicy, sharded: bool, floor: u64) -> u64 {
+pub(crate) fn read_ahead_budget(policy: &crate::retry::ReadPolicy, sharded: bool, floor: u64) -> u64 {
     match policy.read_ahead_bytes {
         Some(b) => b,
         None if sharded => floor / 4,

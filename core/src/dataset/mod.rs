@@ -13,7 +13,7 @@ pub use probe::{EpochPrediction, PROBE_CHUNKS, ProbeReport};
 
 use crate::coords::{Coordinate, LabelSel};
 use crate::draws::Draws;
-use crate::engine::{BadChunk, Engine, ReadPolicy};
+use crate::engine::{BadChunk, Engine};
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::mesh::ModelParallel;
@@ -21,13 +21,13 @@ use crate::pass::{BatchStream, GatherVar, PassSpec, Patching, ShardInfo, StatsSi
 use crate::patch::{PatchOptions, Patcher};
 use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
 use crate::pool::PoolCounters;
-use crate::runtime::{Runtime, Storage};
+use crate::retry::ReadPolicy;
 use crate::shard::{Checkpoint, RankPass, Sharding, rank_pass};
 use crate::shuffle::{DrawOrder, DrawRows, OrderSpec, Split, draw_order, shuffle_quality};
 use crate::split::SplitManifest;
 use crate::stats::{PassObserver, PassRecorder, PassStats};
 use crate::tier::TierOpener;
-use crate::transform::{BatchTransform, Scoped};
+use crate::transform::BatchTransform;
 
 /// Shuffle blocks past the next admission whose inner chunks a pass marks wanted for
 /// read-ahead: far enough that a shard's neighbouring chunks are usually among them, near
@@ -572,38 +572,6 @@ impl Dataset {
             shard: ShardInfo { rank: i.options.rank, dropped: rank.dropped, skipped: rank.skipped, start: rank.start },
         })
     }
-}
-
-/// What [`open`] needs besides the runtime and the store.
-#[derive(Debug, Clone, Default)]
-pub struct OpenOptions {
-    /// Array paths to read (labels = paths); `None` discovers them, skipping CF coordinates.
-    pub variables: Option<Vec<String>>,
-    /// The sample axis of every variable.
-    pub sample_axis: usize,
-    /// How to split the reference (first) variable's chunks.
-    pub split: crate::split::SplitOptions,
-    /// The dataset knobs.
-    pub dataset: DatasetOptions,
-    /// Chunk transforms (cached with the chunk), each scoped to some arrays or to all.
-    pub chunk_transforms: Vec<Scoped>,
-}
-
-/// Open the arrays of a store and build a dataset over them in one call
-/// (a shorthand for [`Dataset::builder`]).
-///
-/// # Errors
-/// Whatever opening the arrays or building the dataset reports.
-pub async fn open(storage: Arc<dyn Storage>, runtime: Runtime, options: OpenOptions) -> Result<Dataset> {
-    let mut builder = Dataset::builder(storage, runtime)
-        .sample_axis(options.sample_axis)
-        .split(options.split)
-        .options(options.dataset)
-        .chunk_transforms(options.chunk_transforms);
-    if let Some(paths) = options.variables {
-        builder = builder.arrays(paths);
-    }
-    builder.open().await
 }
 
 #[cfg(test)]

@@ -1,10 +1,14 @@
-//! Tests for `zarr.rs`: arrays are written by zarrs itself into its `MemoryStore`, copied
+//! Tests for `zarr.rs` and its parts: arrays are written by zarrs itself into its `MemoryStore`, copied
 //! into [`MemoryStorage`], then opened and decoded tile by tile with our code.
 
 use super::*;
+use crate::array::BUFFER_ALIGN;
+use crate::runtime::{ByteRange, Storage};
 use crate::testing::MemoryStorage;
+use bytes::Bytes;
 use futures::executor::block_on;
 use serde_json::json;
+use zarrs::array::ArrayMetadata;
 use zarrs::storage::store::MemoryStore;
 use zarrs::storage::{ListableStorageTraits, ReadableStorageTraits};
 // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use insitubatch_core::tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+use insitubatch_core::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
 use insitubatch_core::{DType, Error};
 use memmap2::Mmap;
 
