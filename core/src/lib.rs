@@ -48,6 +48,7 @@ mod shard;
 mod split;
 mod stats;
 mod tier;
+mod whatif;
 mod window;
 mod zarr;
 
@@ -105,4 +106,5 @@ pub use shuffle::{Split, UnknownSplit};
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 pub use stats::{LimitingStage, PassObserver, PassStats, Stage};
 pub use tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+pub use whatif::{DrawOrderReport, QualityPoint};
 pub use window::WindowReason;

@@ -36,7 +36,7 @@ pub use insitubatch_core::{
     Batch, BatchStream, Checkpoint, Cut, DType, Dataset, DatasetBuilder, DatasetOptions, NdArray, OnBadChunk,
     PassStats, ReadPolicy, Split, SplitManifest, SplitOptions, Storage, Variable,
 };
-pub use insitubatch_core::{DatasetReport, human_bytes};
+pub use insitubatch_core::{DatasetReport, QualityPoint, human_bytes};
 pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
 pub use storage::{ObjectStoreStorage, open_storage};
 
@@ -179,6 +179,9 @@ impl OpenOptions {
 #[derive(Debug, Clone)]
 pub struct NativeDataset {
     dataset: Dataset,
+    /// The builder the dataset came from, its metadata read: what-ifs build from it with no
+    /// I/O ([`Self::quality_curve`]).
+    builder: Arc<DatasetBuilder>,
     runtime: NativeRuntime,
     storage: Arc<dyn Storage>,
     url: String,
@@ -322,8 +325,10 @@ fn build_dataset(storage: Arc<dyn Storage>, location: &str, mut options: OpenOpt
         }
     };
     let builder = options.builder(Arc::clone(&storage), runtime.runtime.clone())?;
-    let dataset = runtime.block_on(builder.open())?;
-    Ok(NativeDataset { dataset, runtime, storage, url: location.to_string(), metrics })
+    let builder = runtime.block_on(async { builder.read_metadata().await?.read_coordinate().await })?;
+    let dataset = builder.clone().build()?;
+    let builder = Arc::new(builder);
+    Ok(NativeDataset { dataset, builder, runtime, storage, url: location.to_string(), metrics })
 }
 
 /// A `file://` URL whose directory does not exist: said before any metadata read, so the
@@ -418,6 +423,16 @@ impl NativeDataset {
     /// [`NativeError::Core`] when the configuration cannot be evaluated.
     pub fn describe(&self, iterations: usize) -> Result<DatasetReport> {
         Ok(self.dataset.describe(iterations)?)
+    }
+
+    /// Shuffle quality and memory for each `block_chunks` in `values`, the rest of this
+    /// dataset's options kept (core's `DatasetBuilder::quality_curve`; no I/O). The disk tier
+    /// is left out of these builds: one dataset at a time holds a cache directory.
+    ///
+    /// # Errors
+    /// [`NativeError::Core`] for a point the engine refuses.
+    pub fn quality_curve(&self, values: &[usize]) -> Result<Vec<QualityPoint>> {
+        Ok(self.builder.quality_curve(values)?)
     }
 
     /// Time a few real reads and decodes of the store, and predict an epoch of `split`

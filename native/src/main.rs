@@ -83,6 +83,10 @@ enum Command {
         /// the measured latency (reads one chunk, then this many more at once).
         #[arg(long, value_name = "CHUNKS", num_args = 0..=1, default_missing_value = "16")]
         probe: Option<usize>,
+        /// Also answer "what if block_chunks were N?" for each N: the shuffle quality, the
+        /// residency floor and the estimated peak, built from the same metadata (no reads).
+        #[arg(long, value_name = "N,...", value_delimiter = ',')]
+        sweep_block_chunks: Vec<usize>,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -677,20 +681,27 @@ fn main() -> ExitCode {
 fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Demo { url, resume, knobs } => cmd_demo(url, &resume, &knobs),
-        Command::Describe { url, iterations, json, probe, knobs } => {
+        Command::Describe { url, iterations, json, probe, sweep_block_chunks, knobs } => {
             let ds = open_ds(&url, &knobs, knobs.open_options())?;
             let report = ds.describe(iterations)?;
             let probed = probe.map(|chunks| ds.probe(Split::Train, chunks)).transpose()?;
+            let curve = ds.quality_curve(&sweep_block_chunks)?;
             if json {
                 let mut doc = serde_json::to_value(&report)?;
                 if let Some(p) = &probed {
                     doc["probe"] = serde_json::to_value(p)?;
+                }
+                if !curve.is_empty() {
+                    doc["quality_curve"] = serde_json::to_value(&curve)?;
                 }
                 outln!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
                 outln!("{}", report.render());
                 if let Some(p) = &probed {
                     outln!("{}", p.render());
+                }
+                if !curve.is_empty() {
+                    outln!("{}", render_quality_curve(&curve));
                 }
             }
             Ok(())
@@ -715,6 +726,23 @@ fn run(cmd: Command) -> Result<()> {
             }
         }
     }
+}
+
+/// `describe --sweep-block-chunks` as a table, one row per value asked.
+fn render_quality_curve(curve: &[insitubatch_native::QualityPoint]) -> String {
+    let mut out =
+        String::from("what if block_chunks were ...\n  block_chunks  widened  quality  floor       est. peak\n");
+    for p in curve {
+        out.push_str(&format!(
+            "  {:>12}  {:>7}  {:>7.3}  {:<10}  {}\n",
+            p.block_chunks,
+            p.block_chunks_widened,
+            p.quality,
+            insitubatch_native::human_bytes(p.floor_bytes),
+            insitubatch_native::human_bytes(p.estimated_peak_bytes)
+        ));
+    }
+    out
 }
 
 fn cmd_demo(url: Option<String>, resume: &ResumeArgs, knobs: &Knobs) -> Result<()> {

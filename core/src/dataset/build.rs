@@ -371,6 +371,11 @@ impl DatasetBuilder {
         Ok(self)
     }
 
+    /// The dataset knobs as set so far ([`Self::options`]).
+    pub(crate) fn dataset_options(&self) -> &DatasetOptions {
+        &self.options
+    }
+
     /// The arrays whose metadata has been read ([`Self::opened`], [`Self::read_metadata`]).
     pub fn opened_arrays(&self) -> &[ZarrArray] {
         &self.opened
