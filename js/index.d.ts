@@ -1,4 +1,22 @@
-// Types of the `insitubatch` package (hand-written over the wasm-bindgen output).
+// Types of the `insitubatch` package: the API, hand-written over the wasm-bindgen output; the
+// reports and stats the engine returns (`DatasetReport`, `PassStats`, `ProbeReport`,
+// `Checkpoint`, the explorer's `ArrayInfo`, `DrawOrderReport`, `QualityPoint`, and their parts:
+// `VariableReport`, `Depths`, `SplitName`, `DTypeName`, ...) are generated from the Rust report
+// types into src/reports.d.ts (tools/boundary-types; `cargo run -p insitubatch-boundary-types`
+// rewrites it, and CI fails when it is stale), re-exported here.
+import type {
+  ArrayInfo,
+  Checkpoint,
+  DatasetReport,
+  DrawOrderReport,
+  DTypeName,
+  PassStats,
+  ProbeReport,
+  QualityPoint,
+  SplitName,
+} from './src/reports.js';
+
+export * from './src/reports.js';
 
 /**
  * The options of `open()` and `openInWorker()` (wasm/src/lib.rs `JsOpenOptions`; the engine
@@ -213,10 +231,6 @@ export interface BadChunk {
   error: string;
 }
 
-export type DTypeName =
-  | 'bool' | 'int8' | 'int16' | 'int32' | 'int64' | 'uint8' | 'uint16' | 'uint32' | 'uint64'
-  | 'float16' | 'bfloat16' | 'float32' | 'float64';
-
 /** float16/bfloat16 come as raw Uint16Array bits; bool as Uint8Array. */
 export type TypedData =
   | Float32Array | Float64Array | Int8Array | Int16Array | Int32Array | BigInt64Array
@@ -272,345 +286,6 @@ export interface Batch {
 export interface ViewBatch extends Batch {
   /** A batch of the default kind, owned by you (nothing in it refers to wasm memory); throws once the views ended. */
   copy(): Batch;
-}
-
-// The report types below mirror the engine's serde structs (core/src/describe.rs,
-// core/src/stats.rs, core/src/dataset/probe.rs, wasm/src/explore.rs) key for key: js/test/types.test.js checks the
-// values the engine returns against them and fails on any missing, extra or mistyped field.
-
-/** One variable's geometry and per-chunk bytes (snake_case keys, as in the Rust and JSON reports). */
-export interface VariableReport {
-  label: string;
-  /** Array path. */
-  path: string;
-  dtype: DTypeName;
-  /** Array shape (physical order). */
-  shape: number[];
-  /** Fetch unit: the stored chunk, or the inner chunk of a shard. */
-  chunks: number[];
-  /** Shard shape, when sharded. */
-  shard: number[] | null;
-  codecs: string[];
-  sample_axis: number;
-  /** Samples per chunk. */
-  sample_chunk_size: number;
-  n_samples: number;
-  /** Chunks along the sample axis. */
-  n_chunks: number;
-  /** Window offset. */
-  offset: number;
-  /** One sample's shape. */
-  inner_shape: number[];
-  /** Tile extents on the inner axes. */
-  inner_chunks: number[];
-  stored_chunks_per_chunk: number;
-  /** Bytes of one decoded tile (padding included). */
-  stored_chunk_bytes: number;
-  /** Bytes of one full assembled chunk (what the pool holds). */
-  slot_bytes: number;
-  /** Padded tiles over logical bytes: decode work spent on edge padding. */
-  ragged_multiplier: number;
-  /** Contiguous bytes per gather copy (one sample). */
-  gather_run_bytes: number;
-  /** Per-sample shape after chunk transforms. */
-  output_inner_shape: number[];
-  output_dtype: DTypeName;
-}
-
-/** What the dataset resolved to. */
-export interface ConfigReport {
-  batch_size: number;
-  /** Chunks per shuffle block after widening. */
-  block_chunks: number;
-  block_chunks_requested: number;
-  /** `block_chunks` unless a smaller first block was asked for. */
-  first_block_chunks: number;
-  max_inflight: number;
-  prefetch_depth: number;
-  shuffle: boolean;
-  seed: number;
-  epoch: number;
-  /** The explicit budget, if any. */
-  cache_budget_bytes: number | null;
-  /** The disk tier (`cache_dir` and its mode), if any; never in wasm. */
-  disk_tier: string | null;
-  on_bad_chunk: 'raise' | 'nan';
-  /** Chunk transforms with their scopes (`scale[t2m]`). */
-  chunk_transforms: string[];
-  batch_transforms: string[];
-  /** Any variable has a non-zero offset. */
-  windowed: boolean;
-  /** [label, offset] pairs. */
-  offsets: [string, number][];
-  /** Reference samples per chunk (the anchor grid). */
-  samples_per_chunk: number;
-  n_chunks: number;
-  /** [split, chunks] pairs. */
-  split_chunks: [string, number][];
-  /** [split, drawable anchors] pairs. */
-  drawable_samples: [string, number][];
-  /** This process's rank (`rank`). */
-  rank: number;
-  /** Ranks sharing each epoch (`worldSize`). */
-  world_size: number;
-  /** Reference chunks per rank-assignment unit (1 unless a variable is chunked more coarsely). */
-  unit_chunks: number;
-  /** [split, samples this rank draws this epoch] pairs. */
-  rank_samples: [string, number][];
-  /** [split, samples no rank draws this epoch, so that every rank draws as many] pairs. */
-  dropped_samples: [string, number][];
-  /** [split, batches per epoch] pairs (this rank's). */
-  batches_per_epoch: [string, number][];
-  /** Mixing score of this epoch's train order (0..1). */
-  shuffle_quality: number;
-}
-
-/** The memory model evaluated for this configuration. */
-export interface MemoryReport {
-  iterations: number;
-  floor_bytes: number;
-  read_once_bytes: number;
-  residency_bytes: number;
-  /** The most the pool can hold: the budget, or every chunk of the arrays when that is less; the estimate counts this. */
-  resident_max_bytes: number;
-  budget_is_automatic: boolean;
-  /** What an automatic budget holds for one iteration (read-once, within half the memory). */
-  automatic_budget_bytes: number;
-  /** The instance's maximum memory; the automatic budget takes at most half. */
-  memory_available_bytes: number | null;
-  /** Below read-once: at most this many chunk bytes are fetched again per train epoch. */
-  reread_bytes_max: number;
-  inflight_bytes: number;
-  /** Stored bytes of a shard's inner chunks read ahead for chunks a pass needs soon, at most. */
-  read_ahead_bytes: number;
-  queue_bytes: number;
-  scratch_bytes: number;
-  recycled_bytes: number;
-  accounted_bytes: number;
-  estimated_peak_bytes: number;
-}
-
-export interface Note {
-  /** Stable code, e.g. `block-chunks-widened`. */
-  code: string;
-  /** `warn` (act on it) or `note` (worth knowing). */
-  severity: 'warn' | 'note';
-  /** The variable label, or `dataset`. */
-  subject: string;
-  message: string;
-}
-
-/** The engine's DatasetReport (snake_case keys, as in the Rust and JSON reports). */
-export interface DatasetReport {
-  variables: VariableReport[];
-  config: ConfigReport;
-  memory: MemoryReport;
-  notes: Note[];
-}
-
-/** A stage a wait can be attributed to. */
-export type Stage = 'residency' | 'store' | 'decode' | 'gather' | 'batch_transform';
-
-/** Summed stage seconds (task-seconds: concurrent work adds up). */
-export interface StageTimes {
-  fetch_wait_s: number;
-  admission_parked_s: number;
-  /** Codec decode (and disk-tier revives) on the pool. */
-  decode_s: number;
-  /** Tile placement and chunk transforms on the pool. */
-  assemble_s: number;
-  gather_s: number;
-  batch_transform_s: number;
-  /** The caller's time between receiving a batch and asking for the next. */
-  consumer_s: number;
-  /** Time the caller spent waiting for a batch. */
-  consumer_wait_s: number;
-}
-
-/** Queue, in-flight and residency depths. */
-export interface Depths {
-  /** Batch queue capacity (`prefetchDepth`). */
-  queue_capacity: number;
-  /** Batches waiting for the caller when these stats were taken (0 once the pass ended). */
-  queue_now: number;
-  queue_peak: number;
-  /** Times the caller asked for a batch. */
-  queue_samples: number;
-  /** Times the queue was empty when asked. */
-  queue_empty: number;
-  /** Times the queue was at least half full when asked (the caller was fed). */
-  queue_full_enough: number;
-  /** Most decode jobs waiting for a pool thread at once. */
-  decode_queue_peak: number;
-  inflight_peak: number;
-  max_inflight: number;
-  /** Reads allowed ahead of the decoders when the pass ended (the adaptive read window). */
-  read_window: number;
-  /** What set `read_window` last. */
-  read_window_reason: 'start' | 'decoders' | 'link' | 'floor' | 'ceiling';
-  decode_threads: number;
-  /** Most stored bytes held read ahead at once (engine-wide). */
-  read_ahead_peak_bytes: number;
-  resident_peak_chunks: number;
-  resident_peak_bytes: number;
-  /** The pool's byte budget at the end of the pass. */
-  budget_bytes: number;
-}
-
-/** The engine's PassStats (snake_case keys). */
-export interface PassStats {
-  split: SplitName;
-  epoch: number;
-  /** This process's rank. */
-  rank: number;
-  /** Ranks sharing the epoch. */
-  world_size: number;
-  /** Samples of the epoch no rank draws, so that every rank draws as many (0 with one rank). */
-  dropped_samples: number;
-  /** Samples this rank had consumed before a resumed pass started (0 for a fresh pass). */
-  resumed_at: number;
-  batches: number;
-  samples: number;
-  batch_bytes: number;
-  cache_hits: number;
-  cache_misses: number;
-  /** Chunks loaded that an earlier block of this pass had already loaded (evicted between). */
-  reread_chunks: number;
-  /** Chunks served by the disk tier with no fetch or decode (native `cache_dir` only; 0 here). */
-  revived_chunks: number;
-  /** Storage requests for chunk data (one may bring several inner chunks of a shard). */
-  storage_reads: number;
-  /** Shard-index requests. */
-  index_reads: number;
-  /** Tiles (stored or inner chunks) the requests brought. */
-  tiles_read: number;
-  /** Stored bytes fetched, gaps between coalesced ranges included. */
-  bytes_fetched: number;
-  /** Fetched bytes that no tile needed (`readPolicy.coalesceGapBytes` bounds each gap). */
-  gap_bytes: number;
-  /** Tiles found already read ahead (a shard's neighbouring inner chunks). */
-  tiles_read_ahead: number;
-  /** Second requests sent for slow reads (hedging). */
-  hedged_reads: number;
-  /** Hedges answered before the request they hedged. */
-  hedge_wins: number;
-  decoded_bytes: number;
-  bad_chunks: number;
-  wall_s: number;
-  ttfb_s: number;
-  /** The caller's wait for each batch after the first: median, seconds (within 2%). */
-  batch_wait_p50_s: number;
-  /** ... 95th percentile. */
-  batch_wait_p95_s: number;
-  /** ... 99th percentile. */
-  batch_wait_p99_s: number;
-  times: StageTimes;
-  /** Consumer wait attributed to each stage, seconds. */
-  blocked_s: [Stage, number][];
-  depths: Depths;
-  /** The verdict. */
-  limiting_stage: Stage | 'consumer' | 'unknown';
-  /** What to do about it. */
-  advice: string;
-  /** True when the caller's loop did essentially nothing (a throughput measurement). */
-  consumer_idle: boolean;
-}
-
-export type SplitName = 'train' | 'val' | 'test' | 'all';
-
-/** One finished segment of an epoch in a `Checkpoint`'s history (core/src/shard.rs `Cut`). */
-export interface Cut {
-  /** Ranks in that segment. */
-  world_size: number;
-  /** Samples each rank had consumed when it was cut. */
-  position: number;
-}
-
-/**
- * Where a pass stands (core/src/shard.rs `Checkpoint`, snake_case keys): small, plain JSON,
- * the same on every rank of a job that steps in lockstep, and the same format as Python's
- * `state_dict()` and the CLI's `--checkpoint` file. Resume it with `ds.resume()`.
- */
-export interface Checkpoint {
-  /** The checkpoint format (1). */
-  version: number;
-  /** The dataset seed (a resume under another seed is refused). */
-  seed: number;
-  epoch: number;
-  split: SplitName;
-  /** Rows per batch (a resume under another batch size is refused). */
-  batch_size: number;
-  /** Ranks in the current segment. */
-  world_size: number;
-  /** Samples each rank consumed in the current segment. */
-  position: number;
-  /** Batches each rank yielded in the current segment. */
-  batches: number;
-  /** Earlier segments of this epoch (resumes with another world size), oldest first. */
-  history: Cut[];
-  /** Ranks per node of the epoch's first segment under node affinity (absent without it). */
-  node_ranks?: number;
-}
-
-/** One epoch as the probe predicts it (core/src/dataset/probe.rs `EpochPrediction`). */
-export interface EpochPrediction {
-  /** Seconds from the pass's start to its last batch. */
-  seconds: number;
-  /** Decoded megabytes (10^6 bytes) per second delivered. */
-  mb_per_s: number;
-  /** Seconds to the first batch. */
-  first_batch_s: number;
-  /** The slower of the two rates. */
-  limiting_stage: 'store' | 'decode';
-  /** Decoded bytes the epoch's chunks hold. */
-  decoded_bytes: number;
-  /** Stored bytes they take (decoded ÷ the measured ratio). */
-  stored_bytes: number;
-  /** Storage requests, shard indexes included. */
-  requests: number;
-  /** Decoded bytes per second the store can deliver at `maxInflight`. */
-  store_bytes_per_s: number;
-  /** Decoded bytes per second the decode threads can produce. */
-  decode_bytes_per_s: number;
-}
-
-/**
- * What `probe()` measured with a few real reads and decodes, the epoch it predicts, and what
- * it suggests (core/src/dataset/probe.rs `ProbeReport`; snake_case keys).
- */
-export interface ProbeReport {
-  split: SplitName;
-  epoch: number;
-  /** Storage requests the probe made (shard indexes included). */
-  requests: number;
-  /** Stored bytes the probe read. */
-  bytes_read: number;
-  /** Seconds to read one byte of an object: the store's time to first byte. */
-  first_byte_s: number;
-  /** Seconds one request of the epoch's typical size took, alone. */
-  request_s: number;
-  /** That typical request's stored bytes. */
-  request_bytes: number;
-  /** Stored bytes per second of one connection, after its first byte. */
-  connection_bytes_per_s: number;
-  /** Requests the concurrent part made at once (at most `maxInflight`). */
-  concurrent_requests: number;
-  /** Stored bytes per second those requests reached together. */
-  concurrent_bytes_per_s: number;
-  /** True when they went markedly slower together than as many single ones: a shared link (or the store) caps the rate. */
-  link_capped: boolean;
-  /** Decoded bytes per second of one decode thread. */
-  decode_bytes_per_s_per_thread: number;
-  decode_threads: number;
-  /** Decoded ÷ stored bytes of what the probe read. */
-  compression_ratio: number;
-  predicted: EpochPrediction;
-  /** A `maxInflight` that fills what the store and the decoders can take at this latency. */
-  suggested_max_inflight: number;
-  /** A `blockChunks` whose two admitted blocks hold that many requests (never below the current one). */
-  suggested_block_chunks: number;
-  /** What the figures mean, in words. */
-  notes: string[];
 }
 
 /**
@@ -815,50 +490,6 @@ export declare function openInWorker(
 ): Promise<WorkerDataset>;
 
 // ---- The dashboard's questions (src/explore.js; wasm/src/explore.rs) ----
-
-/** One array of a store as `Explorer.arrays()` lists it. */
-export interface ArrayInfo {
-  path: string;
-  shape: number[];
-  /** Fetch unit: the stored chunk, or the inner chunk of a shard. */
-  chunks: number[];
-  shard: number[] | null;
-  dtype: DTypeName;
-  codecs: string[];
-  dimension_names: (string | null)[] | null;
-  zarr_format: 2 | 3;
-  /** A CF coordinate: skipped by discovery, listed here. */
-  coordinate: boolean;
-  attributes: Record<string, unknown>;
-}
-
-/** The draw order of one epoch of one split. */
-export interface DrawOrderReport {
-  split: SplitName;
-  epoch: number;
-  /** Anchor sample indices in draw order (what `batch.sampleIndices` will carry). */
-  anchors: number[];
-  /** The reference-grid chunk of each anchor. */
-  chunks: number[];
-  /** `n_blocks + 1` offsets into `anchors`. */
-  bounds: number[];
-  block_chunks: number[][];
-  samples_per_chunk: number;
-  n_chunks: number;
-  batch_size: number;
-  block_chunks_widened: number;
-  /** Shuffle quality of this order, 0..1. */
-  quality: number;
-}
-
-/** One point of the mixing/memory trade-off. */
-export interface QualityPoint {
-  block_chunks: number;
-  block_chunks_widened: number;
-  quality: number;
-  floor_bytes: number;
-  estimated_peak_bytes: number;
-}
 
 export interface WhatIf {
   epoch?: number;

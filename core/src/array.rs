@@ -13,6 +13,7 @@ pub type AlignedBytes = AVec<u8, ConstAlign<BUFFER_ALIGN>>;
 
 /// The fixed-size numeric element types the engine moves (native endianness in memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "DTypeName"))]
 #[serde(rename_all = "lowercase")]
 #[allow(missing_docs, reason = "each variant is the numpy dtype of its name")]
 pub enum DType {

@@ -1,23 +1,42 @@
 //! `describe()`: what a dataset will do, from geometry and configuration alone — it never
 //! touches the store. The residency numbers come from the same functions the engine uses
 //! ([`crate::plan::residency_floor`]), so the report cannot drift from the behaviour.
+//!
+//! These types are also the one definition of the report in JS and Python: with the `schema`
+//! feature they derive `schemars::JsonSchema`, and tools/boundary-types writes
+//! `js/src/reports.d.ts` and the Python package's `_reports.py` from it. An `x-python`
+//! extension says where the Python package shows a field otherwise (the anchor's shapes:
+//! `tuple` for a list, `dict` for `[name, value]` pairs, a Python `type` where the package
+//! replaces the value; on a struct, `extra` fields it adds, `total`, a Python `doc`), so adding
+//! a field here and regenerating updates every binding (CONTRIBUTING.md).
 
 use serde::Serialize;
 
 /// One variable's geometry and per-chunk bytes.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-python" = {"total": false, "extra": {
+        "logical_chunk_bytes": "int  # the first chunk after chunk transforms, no padding (the anchor's)"
+    }}))
+)]
 pub struct VariableReport {
     /// Label.
     pub label: String,
     /// Array path.
     pub path: String,
     /// Element type.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::DType"))]
     pub dtype: String,
     /// Array shape (physical order).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
     pub shape: Vec<u64>,
     /// Fetch unit: stored chunk, or inner chunk when sharded.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
     pub chunks: Vec<u64>,
     /// Shard shape, when sharded.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
     pub shard: Option<Vec<u64>>,
     /// Codec chain.
     pub codecs: Vec<String>,
@@ -32,8 +51,10 @@ pub struct VariableReport {
     /// Window offset.
     pub offset: i64,
     /// One sample's shape.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
     pub inner_shape: Vec<u64>,
     /// Tile extents on the inner axes.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
     pub inner_chunks: Vec<u64>,
     /// Stored tiles per chunk.
     pub stored_chunks_per_chunk: u64,
@@ -46,13 +67,27 @@ pub struct VariableReport {
     /// Contiguous bytes per gather copy (one sample).
     pub gather_run_bytes: u64,
     /// Per-sample shape after chunk transforms.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
     pub output_inner_shape: Vec<usize>,
     /// Element type after chunk transforms.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::DType"))]
     pub output_dtype: String,
 }
 
 /// What the dataset resolved to.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-python" = {"total": false, "extra": {
+        "cache_dir": "str | None",
+        "persist": "bool",
+        "readonly_cache": "bool",
+        "reset_stale_cache": "bool",
+        "shared_cache": "bool  # ours: several processes fill this cache_dir together",
+        "assembles": "bool"
+    }}))
+)]
 pub struct ConfigReport {
     /// Rows per batch.
     pub batch_size: usize,
@@ -74,27 +109,41 @@ pub struct ConfigReport {
     /// Current epoch.
     pub epoch: u64,
     /// Explicit budget, if any.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-python" = {"type": "int  # the budget in force for one iteration (explicit or automatic)"}))
+    )]
     pub cache_budget_bytes: Option<u64>,
     /// The disk tier (`cache_dir` and its mode), if any.
     #[serde(default)]
     pub disk_tier: Option<String>,
     /// `raise` or `nan`.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::OnBadChunk"))]
     pub on_bad_chunk: String,
     /// Chunk transforms with their scopes (`scale[t2m]`).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
     pub chunk_transforms: Vec<String>,
     /// Batch transforms.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
     pub batch_transforms: Vec<String>,
     /// Any variable has a non-zero offset.
     pub windowed: bool,
     /// Label → offset.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub offsets: Vec<(String, i64)>,
     /// Reference samples per chunk (the anchor grid).
     pub samples_per_chunk: u64,
     /// Reference chunks.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-python" = {"type": "dict[str, int]  # label -> chunks (the anchor's)"}))
+    )]
     pub n_chunks: u64,
     /// Chunks per split.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub split_chunks: Vec<(String, usize)>,
     /// Drawable anchors per split.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub drawable_samples: Vec<(String, u64)>,
     /// This process's rank.
     pub rank: usize,
@@ -107,13 +156,25 @@ pub struct ConfigReport {
     /// Samples per split no rank draws this epoch, so every rank draws as many (0 with one rank).
     pub dropped_samples: Vec<(String, u64)>,
     /// Batches per epoch per split, for this rank.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub batches_per_epoch: Vec<(String, usize)>,
     /// Mixing score of this epoch's train order (0..1).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-python" = {"type": "float | None  # None with under two train anchors"}))
+    )]
     pub shuffle_quality: f64,
 }
 
 /// The memory model evaluated for this configuration.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-python" = {"total": false, "extra": {
+        "working_set_bytes": "int  # the automatic budget for one iteration (the anchor's name)"
+    }}))
+)]
 pub struct MemoryReport {
     /// Concurrent iterations assumed.
     pub iterations: usize,
@@ -162,6 +223,7 @@ pub struct MemoryReport {
 
 /// How much a finding matters; serialized as `warn` / `note` (the dashboard styles by it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Something will go wrong or cost a lot: act on it.
@@ -188,6 +250,7 @@ impl std::fmt::Display for Severity {
 
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Note {
     /// Stable code, e.g. `block-chunks-widened`.
     pub code: String,
@@ -208,8 +271,22 @@ impl Note {
 
 /// The whole static picture.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-python" = {
+        "total": true,
+        "extra": {"probe?": "ProbeReport  # with describe(probe=True)"},
+        "doc": concat!(
+            "The whole static picture, returned by ``InSituDataset.describe``; with ``probe=True``\n",
+            "also ``probe``: what a few timed reads measured and the epoch they predict (the engine's\n",
+            "``ProbeReport``, docs/cloud.md)."
+        )
+    }))
+)]
 pub struct DatasetReport {
     /// Per variable.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"type": "dict[str, VariableReport]  # by label"})))]
     pub variables: Vec<VariableReport>,
     /// Resolved configuration.
     pub config: ConfigReport,

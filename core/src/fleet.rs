@@ -15,6 +15,7 @@ pub const STRAGGLER_SHARE: f64 = 0.8;
 /// What the verdict needs of one rank's pass (a [`PassStats`], or the same fields from a
 /// binding's copy of it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RankReport {
     /// The rank.
     pub rank: usize,
@@ -49,6 +50,7 @@ impl RankReport {
 
 /// The job's pace and its slowest rank.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FleetSummary {
     /// Ranks reported.
     pub ranks: usize,

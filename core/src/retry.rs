@@ -17,6 +17,7 @@ use crate::runtime::{BoxFuture, ByteRange, Executor, Storage, StorageError, Stor
 
 /// What to do with a chunk that cannot be fetched or decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OnBadChunk {
     /// Fail the pass, naming the chunk.

@@ -77,6 +77,7 @@ pub(crate) struct Sharding {
 
 /// One finished segment of an epoch: its world size and the samples each rank consumed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Cut {
     /// Ranks in that segment.
     pub world_size: usize,
@@ -89,6 +90,7 @@ pub struct Cut {
 /// Take it between batches ([`crate::BatchStream::checkpoint`]); start a pass from it with
 /// [`crate::Dataset::resume`], with any world size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Checkpoint {
     /// The checkpoint format's version (1); a checkpoint of another version is refused.
     pub version: u32,

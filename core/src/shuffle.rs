@@ -71,6 +71,7 @@ pub fn shuffle<T>(items: &mut [T], rng: &mut Pcg64) {
 
 /// Which view an order is for; part of the random key so splits draw independent streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "SplitName"))]
 #[serde(rename_all = "lowercase")]
 pub enum Split {
     /// Shuffled when the dataset shuffles.

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 /// Stages a wait can be attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Waiting for a read-ahead slot in this pass's residency reservation.
@@ -46,6 +47,7 @@ impl Stage {
 /// What limited a pass: a pipeline [`Stage`], the caller's own loop, or nothing clear.
 /// Serialized as the same snake-case words (`store`, `consumer`, `unknown`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum LimitingStage {
     /// The caller's training step: the loader kept up, which is the goal.
@@ -104,6 +106,7 @@ impl std::fmt::Display for LimitingStage {
 
 /// Summed stage seconds (task-seconds: concurrent work adds up).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StageTimes {
     /// Storage requests, summed over concurrent tiles.
     pub fetch_wait_s: f64,
@@ -124,19 +127,28 @@ pub struct StageTimes {
 }
 
 /// Queue, in-flight and residency depths.
+// The Python package's `Depths` names some of these as insitubatch 0.2.0 does: the `x-python`
+// `name`s below (tools/boundary-types writes them into its table); JS and the JSON keep ours.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Depths {
     /// Batch queue capacity (`prefetch_depth`).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_capacity"})))]
     pub queue_capacity: usize,
     /// Batches waiting for the caller when these stats were taken (0 once the pass ended).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_now"})))]
     pub queue_now: usize,
     /// Most batches ever waiting in the queue.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_peak"})))]
     pub queue_peak: usize,
     /// Times the caller asked for a batch.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_samples"})))]
     pub queue_samples: u64,
     /// Times the queue was empty when asked.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_empty"})))]
     pub queue_empty: u64,
     /// Times the queue was at least half full when asked (the caller was fed).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_full_enough"})))]
     pub queue_full_enough: u64,
     /// Most decode jobs waiting for a pool thread at once.
     pub decode_queue_peak: usize,
@@ -156,6 +168,7 @@ pub struct Depths {
     /// Most stored bytes held read ahead at once (engine-wide, since it opened).
     pub read_ahead_peak_bytes: u64,
     /// Most chunks resident at once (pool-wide).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "resident_peak"})))]
     pub resident_peak_chunks: u64,
     /// Most bytes resident at once (pool-wide).
     pub resident_peak_bytes: u64,
@@ -173,8 +186,10 @@ pub trait PassObserver: crate::runtime::MaybeSend + crate::runtime::MaybeSync + 
 
 /// One pass over one view.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PassStats {
     /// `train`, `val`, `test` or `all`.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::Split"))]
     pub split: String,
     /// The epoch.
     pub epoch: u64,
@@ -242,6 +257,7 @@ pub struct PassStats {
     /// Stage totals.
     pub times: StageTimes,
     /// Consumer wait attributed to each stage, seconds.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub blocked_s: Vec<(Stage, f64)>,
     /// Depths.
     pub depths: Depths,

@@ -14,6 +14,7 @@ use crate::shuffle::{Split, shuffle_quality};
 
 /// One point of the mixing/memory trade-off: a `block_chunks` value and what it costs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct QualityPoint {
     /// As asked.
     pub block_chunks: usize,
@@ -29,6 +30,7 @@ pub struct QualityPoint {
 
 /// The draw order of one epoch of one split: which chunk every drawn sample comes from.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DrawOrderReport {
     /// The split.
     pub split: Split,
@@ -55,8 +57,8 @@ pub struct DrawOrderReport {
 }
 
 impl DatasetBuilder {
-    /// Shuffle quality and memory for each `block_chunks` in `values`, everything else as
-    /// this builder says, at the epoch the dataset would start in. An explicit
+    /// Shuffle quality and memory for each `block_chunks` in `values` at `epoch`, everything
+    /// else as this builder says. An explicit
     /// `cache_budget_bytes` is dropped: sized for one block size, it would refuse most points.
     /// So is a disk tier: opening one is I/O, and one dataset at a time holds a cache
     /// directory (the floors are then those of RAM alone; with patches or a region a tier
@@ -66,16 +68,18 @@ impl DatasetBuilder {
     /// # Errors
     /// Whatever [`Self::build`] or `describe` refuses at a point (a variable not opened, a
     /// zero `block_chunks`, ...).
-    pub fn quality_curve(&self, values: &[usize]) -> Result<Vec<QualityPoint>> {
-        values.iter().map(|&block_chunks| self.quality_at(block_chunks)).collect()
+    pub fn quality_curve(&self, values: &[usize], epoch: u64) -> Result<Vec<QualityPoint>> {
+        values.iter().map(|&block_chunks| self.quality_at(block_chunks, epoch)).collect()
     }
 
-    fn quality_at(&self, block_chunks: usize) -> Result<QualityPoint> {
+    fn quality_at(&self, block_chunks: usize, epoch: u64) -> Result<QualityPoint> {
         let mut options = self.dataset_options().clone();
         options.block_chunks = block_chunks;
         options.cache_budget_bytes = None;
         options.tier = None;
-        let report = self.clone().options(options).build()?.describe(1)?;
+        let dataset = self.clone().options(options).build()?;
+        dataset.set_epoch(epoch);
+        let report = dataset.describe(1)?;
         Ok(QualityPoint {
             block_chunks,
             block_chunks_widened: report.config.block_chunks,
@@ -134,7 +138,7 @@ mod tests {
         let sim = SimExecutor::new();
         let base = DatasetOptions { batch_size: 4, cache_budget_bytes: Some(1 << 30), ..Default::default() };
         let b = builder(&sim, base.clone());
-        let curve = b.quality_curve(&[1, 2, 8]).unwrap();
+        let curve = b.quality_curve(&[1, 2, 8], 0).unwrap();
         assert_eq!(curve.iter().map(|p| p.block_chunks).collect::<Vec<_>>(), [1, 2, 8]);
         for p in &curve {
             let options = DatasetOptions { block_chunks: p.block_chunks, cache_budget_bytes: None, ..base.clone() };
@@ -153,7 +157,7 @@ mod tests {
     fn a_refused_configuration_is_the_builders_error() {
         let sim = SimExecutor::new();
         let b = builder(&sim, DatasetOptions { batch_size: 0, ..Default::default() });
-        let e = b.quality_curve(&[4]).unwrap_err().to_string();
+        let e = b.quality_curve(&[4], 0).unwrap_err().to_string();
         assert!(e.contains("batch_size"), "{e}");
     }
 

@@ -57,6 +57,7 @@ const DELIVERIES: usize = 16;
 
 /// What set the read window's size last (reported with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WindowReason {
     /// No read measured yet: the starting size.

@@ -1,34 +1,41 @@
 // Check values the engine hands to JavaScript against the types js/index.d.ts declares for
 // them, with the TypeScript compiler API (npm `typescript`, loaded by the caller).
 //
-// Why not generate index.d.ts from the Rust types (ts-rs, tsify)? The report structs live in
-// insitubatch-core, which stays free of runtime and binding crates, and the values JS sees
-// are serde_json's output parsed by JSON.parse (wasm/src/api.rs `to_js`), so comparing
-// real values with the declarations checks exactly what a user gets: every key the engine
-// sends must be declared, every required declared key must be sent, and each value must fit
-// its declared type. Hand-written because no library compares a runtime value with a .d.ts.
+// The report types are generated from the Rust report types (tools/boundary-types writes
+// src/reports.d.ts, which index.d.ts re-exports), so they cannot drift key for key; this
+// compares real values with the declarations all the same, which checks what the generator
+// cannot: that schemars reads serde as serde writes (a `skip_serializing_if`, a custom
+// `Serialize`), the narrowings the Rust types state by hand for the schema (`dtype` as a
+// `DTypeName`, `zarr_format` as 2 | 3, ...), and the hand-written rest of index.d.ts (the
+// options, `BadChunk`, `ByteRange`). Hand-written because no library compares a runtime value
+// with a .d.ts.
 
 /**
- * Parse `file` and collect its top-level interfaces and type aliases by name.
- * `diagnostics` holds TypeScript's syntax and semantic errors in the file, as text.
+ * Parse `file` and the package's files it imports, and collect their top-level interfaces and
+ * type aliases by name. `diagnostics` holds TypeScript's syntax and semantic errors in them, as
+ * text; `files` their paths.
  */
 export function loadDeclarations(ts, file) {
   const program = ts.createProgram([file], { noEmit: true, strict: true, skipLibCheck: false, types: [] });
-  const source = program.getSourceFile(file);
-  const diagnostics = [...program.getSyntacticDiagnostics(source), ...program.getSemanticDiagnostics(source)].map(
-    (d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'),
-  );
-  return { ts, diagnostics, decls: collect(ts, source) };
+  // `file` and the package's files it imports (src/reports.d.ts), not TypeScript's own.
+  const own = program
+    .getSourceFiles()
+    .filter((f) => !program.isSourceFileDefaultLibrary(f) && !f.fileName.includes('/node_modules/'));
+  const diagnostics = own
+    .flatMap((source) => [...program.getSyntacticDiagnostics(source), ...program.getSemanticDiagnostics(source)])
+    .map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+  const decls = new Map();
+  own.forEach((source) => collect(ts, source, decls));
+  return { ts, diagnostics, decls, files: own.map((f) => f.fileName) };
 }
 
 /** The same, from source text (the checker's own tests). */
 export function declarationsFromText(ts, text) {
   const source = ts.createSourceFile('inline.d.ts', text, ts.ScriptTarget.ES2022, true);
-  return { ts, diagnostics: [], decls: collect(ts, source) };
+  return { ts, diagnostics: [], decls: collect(ts, source, new Map()) };
 }
 
-function collect(ts, source) {
-  const decls = new Map();
+function collect(ts, source, decls) {
   for (const s of source.statements) {
     if (ts.isInterfaceDeclaration(s) || ts.isTypeAliasDeclaration(s)) decls.set(s.name.text, s);
   }

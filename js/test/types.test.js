@@ -1,11 +1,16 @@
-// js/index.d.ts against what the engine really returns: the reports and stats of the wasm
-// build (serde structs of core/src/describe.rs, core/src/stats.rs, core/src/dataset/probe.rs, wasm/src/explore.rs,
-// turned into JS by JSON.parse) must match their declared interfaces key for key, and
-// index.d.ts must compile. Needs npm `typescript` ($IB_TYPESCRIPT, installed by
-// scripts/test-wasm.sh) and, for the engine's values, the loopback HTTP server.
+// js/index.d.ts against what the engine really returns. The report types (src/reports.d.ts)
+// are generated from the Rust report types by tools/boundary-types, which fails CI when the
+// file is stale; what is checked here is what that cannot see: the values the engine sends
+// (serde structs turned into JS by JSON.parse) must fit their declarations key for key, which
+// covers schemars' reading of serde and the narrowings the Rust types state by hand for the
+// schema (dtype, split and on_bad_chunk words, zarr_format), and the hand-written rest of
+// index.d.ts (the options against the fields the engine parses, `BadChunk`, `ByteRange`) must
+// compile and fit. Needs npm `typescript` ($IB_TYPESCRIPT, installed by scripts/test-wasm.sh)
+// and, for the engine's values, the loopback HTTP server.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
 import { FIXTURES, HTTP, skip as noServer } from '../test-support/helpers.js';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -24,7 +29,7 @@ const TS_PATH = process.env.IB_TYPESCRIPT;
 const ts = TS_PATH ? createRequire(import.meta.url)(TS_PATH) : undefined;
 const noTs = ts ? false : 'IB_TYPESCRIPT is unset: run scripts/test-wasm.sh, which installs npm typescript';
 
-/** The declared types of the engine's values, and where each comes from below. */
+/** The declared types of the engine's values (all but BadChunk and ByteRange generated), and where each comes from below. */
 const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange', 'ProbeReport', 'Checkpoint'];
 
 /**
@@ -75,10 +80,13 @@ const EVERY_OTHER_OPTION = {
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
 const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];
 
-test('index.d.ts compiles', { skip: noTs }, () => {
+test('index.d.ts compiles, with the generated report types it re-exports', { skip: noTs }, () => {
   const d = loadDeclarations(ts, indexDtsPath());
   assert.deepEqual(d.diagnostics, []);
+  assert.ok(d.files.some((f) => f.endsWith('/src/reports.d.ts')), `src/reports.d.ts is loaded: ${d.files}`);
   for (const name of ROOTS) assert.ok(d.decls.has(name), `${name} is declared`);
+  // Re-exported, so users import them from the package (tests/packages/js type-checks that).
+  assert.match(readFileSync(indexDtsPath(), 'utf8'), /^export \* from '\.\/src\/reports\.js';$/m);
 });
 
 test('the checker finds missing, extra, mistyped and unchecked fields', { skip: noTs }, () => {

@@ -425,14 +425,14 @@ impl NativeDataset {
         Ok(self.dataset.describe(iterations)?)
     }
 
-    /// Shuffle quality and memory for each `block_chunks` in `values`, the rest of this
-    /// dataset's options kept (core's `DatasetBuilder::quality_curve`; no I/O). The disk tier
+    /// Shuffle quality and memory for each `block_chunks` in `values` at the current epoch,
+    /// the rest of this dataset's options kept (core's `DatasetBuilder::quality_curve`; no I/O). The disk tier
     /// is left out of these builds: one dataset at a time holds a cache directory.
     ///
     /// # Errors
     /// [`NativeError::Core`] for a point the engine refuses.
     pub fn quality_curve(&self, values: &[usize]) -> Result<Vec<QualityPoint>> {
-        Ok(self.builder.quality_curve(values)?)
+        Ok(self.builder.quality_curve(values, self.dataset.epoch())?)
     }
 
     /// Time a few real reads and decodes of the store, and predict an epoch of `split`

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use insitubatch_core::internals::ZarrArray;
 use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
-use insitubatch_core::shuffle::{Split, shuffle_quality};
-use insitubatch_core::{Dataset, DatasetReport, Error};
+pub use insitubatch_core::{DrawOrderReport, QualityPoint};
+use insitubatch_core::{Dataset, DatasetBuilder, Error};
 use serde::Serialize;
 
 use crate::JsOpenOptions;
@@ -51,6 +51,7 @@ pub struct WhatIf {
 
 /// One array of the store as the dashboard lists it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ArrayInfo {
     /// Array path (the label of a variable).
     pub path: String,
@@ -61,12 +62,14 @@ pub struct ArrayInfo {
     /// Shard shape, when sharded.
     pub shard: Option<Vec<u64>>,
     /// Element type.
+    #[cfg_attr(feature = "schema", schemars(with = "insitubatch_core::DType"))]
     pub dtype: String,
     /// Codec chain.
     pub codecs: Vec<String>,
     /// Dimension names, when the metadata has them.
     pub dimension_names: Option<Vec<Option<String>>>,
     /// Zarr format (2 or 3).
+    #[cfg_attr(feature = "schema", schemars(extend("enum" = [2, 3])))]
     pub zarr_format: u8,
     /// A CF coordinate (skipped by discovery; never a training variable by default).
     pub coordinate: bool,
@@ -91,48 +94,6 @@ impl ArrayInfo {
     }
 }
 
-/// The draw order of one epoch of one split: which chunk every drawn sample comes from.
-#[derive(Debug, Clone, Serialize)]
-pub struct DrawOrderReport {
-    /// The split.
-    pub split: String,
-    /// The epoch.
-    pub epoch: u64,
-    /// Anchor sample indices in draw order (what `batch.sampleIndices` will carry).
-    pub anchors: Vec<u64>,
-    /// The reference-grid chunk of each anchor (`anchor / samples_per_chunk`).
-    pub chunks: Vec<u64>,
-    /// `n_blocks + 1` offsets into `anchors`: block `i` is `anchors[bounds[i]..bounds[i + 1]]`.
-    pub bounds: Vec<usize>,
-    /// The chunk ids of each shuffle block.
-    pub block_chunks: Vec<Vec<u64>>,
-    /// Reference samples per chunk.
-    pub samples_per_chunk: u64,
-    /// Reference chunks in the store.
-    pub n_chunks: u64,
-    /// Rows per batch: batch `k` is `anchors[k * batch_size..]`.
-    pub batch_size: usize,
-    /// Chunks per shuffle block after widening.
-    pub block_chunks_widened: usize,
-    /// The shuffle-quality score of this order (0..1).
-    pub quality: f64,
-}
-
-/// One point of the mixing/memory trade-off: a `block_chunks` value and what it costs.
-#[derive(Debug, Clone, Serialize)]
-pub struct QualityPoint {
-    /// As asked.
-    pub block_chunks: usize,
-    /// After widening (so a block holds a batch).
-    pub block_chunks_widened: usize,
-    /// Shuffle quality of the train order at this epoch.
-    pub quality: f64,
-    /// The residency floor of one iteration.
-    pub floor_bytes: u64,
-    /// The estimated peak for one iteration.
-    pub estimated_peak_bytes: u64,
-}
-
 /// A store's opened arrays (data arrays and coordinates); every question builds a dataset
 /// over them without I/O.
 #[derive(Debug, Clone)]
@@ -149,19 +110,19 @@ impl Model {
         self.arrays.iter().chain(&self.coordinates).map(ArrayInfo::of).collect()
     }
 
-    /// A dataset for `opts` over the opened arrays (`opts.variables` picks among them; no I/O).
+    /// A dataset builder for `opts` over the opened arrays (`opts.variables` picks among
+    /// them): what-ifs build from it with no I/O.
     ///
     /// # Errors
-    /// [`Error::Config`] for a variable that was not opened, and whatever the builder
-    /// refuses (zero knobs, a budget below the floor, bad fractions, ...).
-    pub fn dataset(
+    /// [`Error::Config`] for a variable that was not opened, and bad options.
+    pub fn builder(
         &self,
         storage: Arc<dyn Storage>,
         executor: Arc<dyn insitubatch_core::Executor>,
         opts: &JsOpenOptions,
         at: WhatIf,
-    ) -> Result<Dataset, Error> {
-        let WhatIf { threads, epoch, shift } = at;
+    ) -> Result<DatasetBuilder, Error> {
+        let WhatIf { threads, shift, .. } = at;
         let (split, options) = opts.to_core()?;
         let opened: Vec<ZarrArray> = self.arrays.iter().chain(&self.coordinates).cloned().collect();
         // The what-if's shift, else the options' own window.
@@ -169,44 +130,31 @@ impl Model {
         let variables = opts.variables_over(&opened, &self.arrays, shift)?;
         let pool = WhatIfPool(NonZeroUsize::new(threads).unwrap_or(NonZeroUsize::MIN));
         let runtime = Runtime::new(executor, Arc::new(pool)).with_memory_available(crate::memory_available());
-        let ds = Dataset::builder(storage, runtime)
-            .opened(opened)
-            .variables(variables)
-            .split(split)
-            .options(options)
-            .build()?;
-        ds.set_epoch(epoch);
+        Ok(Dataset::builder(storage, runtime).opened(opened).variables(variables).split(split).options(options))
+    }
+
+    /// A dataset for `opts` over the opened arrays, at the what-if's epoch (no I/O).
+    ///
+    /// # Errors
+    /// As [`Model::builder`], and whatever the builder refuses (zero knobs, a budget below
+    /// the floor, bad fractions, ...).
+    pub fn dataset(
+        &self,
+        storage: Arc<dyn Storage>,
+        executor: Arc<dyn insitubatch_core::Executor>,
+        opts: &JsOpenOptions,
+        at: WhatIf,
+    ) -> Result<Dataset, Error> {
+        let ds = self.builder(storage, executor, opts, at)?.build()?;
+        ds.set_epoch(at.epoch);
         Ok(ds)
     }
 
-    /// The draw order of `split` at `epoch` for `ds`, with its shuffle blocks.
+    /// Shuffle quality and memory for each `block_chunks` in `values`, the rest of `opts`
+    /// kept (core's [`DatasetBuilder::quality_curve`]).
     ///
     /// # Errors
-    /// As [`Dataset::epoch_order`].
-    pub fn draw_order(ds: &Dataset, split: Split, epoch: u64) -> Result<DrawOrderReport, Error> {
-        let m = ds.manifest();
-        let o = ds.options();
-        let order = ds.epoch_order(split, epoch)?;
-        let spc = m.sample_chunk_size.max(1);
-        Ok(DrawOrderReport {
-            split: split.name().to_string(),
-            epoch,
-            chunks: order.anchors.iter().map(|a| a / spc).collect(),
-            quality: shuffle_quality(&order.anchors),
-            anchors: order.anchors,
-            bounds: order.bounds,
-            block_chunks: order.block_chunks,
-            samples_per_chunk: m.sample_chunk_size,
-            n_chunks: m.n_chunks,
-            batch_size: o.batch_size,
-            block_chunks_widened: ds.block_chunks(),
-        })
-    }
-
-    /// Shuffle quality and memory for each `block_chunks` in `values`, the rest of `opts` kept.
-    ///
-    /// # Errors
-    /// As [`Model::dataset`] and `describe`.
+    /// As [`Model::builder`] and [`DatasetBuilder::quality_curve`].
     pub fn quality_curve(
         &self,
         storage: &Arc<dyn Storage>,
@@ -215,24 +163,7 @@ impl Model {
         at: WhatIf,
         values: &[usize],
     ) -> Result<Vec<QualityPoint>, Error> {
-        values
-            .iter()
-            .map(|&bc| {
-                let mut o = opts.clone();
-                o.block_chunks = Some(bc);
-                // An explicit budget sized for another block size would refuse most points.
-                o.cache_budget_bytes = None;
-                let ds = self.dataset(Arc::clone(storage), Arc::clone(executor), &o, at)?;
-                let r: DatasetReport = ds.describe(1)?;
-                Ok(QualityPoint {
-                    block_chunks: bc,
-                    block_chunks_widened: r.config.block_chunks,
-                    quality: r.config.shuffle_quality,
-                    floor_bytes: r.memory.floor_bytes,
-                    estimated_peak_bytes: r.memory.estimated_peak_bytes,
-                })
-            })
-            .collect()
+        self.builder(Arc::clone(storage), Arc::clone(executor), opts, at)?.quality_curve(values, at.epoch)
     }
 }
 
@@ -286,7 +217,7 @@ mod js {
     /// [`open_explorer`] over a JS storage object (`{ get(key, range), list?(prefix),
     /// location? }`, see [`JsStorage`](crate::JsStorage)): the notebook widget's store read
     /// through the kernel. `url`: the store as the caller names it; absent, the object's
-    /// `location`. Not in the threaded build, as `openWithStorage` (`wasm/src/lib.rs`).
+    /// `location`. Not in the threaded build, as `openWithStorage` (`wasm/src/api.rs`).
     #[cfg(not(feature = "threads"))]
     #[wasm_bindgen(js_name = openExplorerWithStorage)]
     pub async fn open_explorer_with_storage(
@@ -405,7 +336,7 @@ mod js {
         pub fn draw_order(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<JsValue, JsError> {
             let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
             let (ds, epoch) = self.dataset(options, epoch, 1.0, shift)?;
-            to_js(&Model::draw_order(&ds, split, epoch).map_err(err)?)
+            to_js(&ds.draw_order_report(split, epoch).map_err(err)?)
         }
 
         /// Shuffle quality and memory for each `block_chunks` in `values`.
@@ -501,6 +432,7 @@ pub use js::*;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
+    use insitubatch_core::Split;
     use insitubatch_native::{NativeRuntime, demo, open_storage};
 
     fn demo_store(n_time: u64) -> (tempfile_dir::Dir, String) {
@@ -585,7 +517,7 @@ mod tests {
             theirs["memory"]["memory_available_bytes"] = serde_json::Value::Null;
             assert_eq!(ours, theirs, "batch {bs} block_chunks {bc} prefetch {pf} epoch {epoch}");
             // The draw order is the dataset's, with chunks and blocks that agree with it.
-            let d = Model::draw_order(&ds, Split::Train, epoch).unwrap();
+            let d = ds.draw_order_report(Split::Train, epoch).unwrap();
             assert_eq!(d.anchors, native.dataset().draw_order(Split::Train, epoch));
             for b in 0..d.bounds.len() - 1 {
                 for k in d.bounds[b]..d.bounds[b + 1] {
@@ -612,7 +544,7 @@ mod tests {
         assert!(r.config.windowed);
         let labels: Vec<&str> = ds.variables().iter().map(|v| v.label.as_str()).collect();
         assert_eq!(labels, ["t2m", "u10", "t2m@+3", "u10@+3"]);
-        let order = Model::draw_order(&ds, Split::All, 1).unwrap();
+        let order = ds.draw_order_report(Split::All, 1).unwrap();
         assert_eq!(*order.anchors.last().unwrap(), 48 - 1 - 3, "targets past the end are not drawn");
         rt.block_on(async {
             let mut stream = ds.iter(Split::Train).unwrap();

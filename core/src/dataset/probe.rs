@@ -29,8 +29,10 @@ pub const PROBE_CHUNKS: usize = 16;
 
 /// What the probe measured, what it predicts for one epoch, and what it suggests.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProbeReport {
     /// The split and epoch predicted.
+    #[cfg_attr(feature = "schema", schemars(with = "crate::Split"))]
     pub split: String,
     /// The epoch predicted.
     pub epoch: u64,
@@ -113,6 +115,7 @@ impl ProbeReport {
 
 /// One epoch, as the probe predicts it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EpochPrediction {
     /// Seconds from the pass's start to its last batch.
     pub seconds: f64,
@@ -121,6 +124,7 @@ pub struct EpochPrediction {
     /// Seconds to the first batch.
     pub first_batch_s: f64,
     /// `store` or `decode`: the slower of the two rates.
+    #[cfg_attr(feature = "schema", schemars(with = "String", extend("enum" = ["store", "decode"])))]
     pub limiting_stage: LimitingStage,
     /// Decoded bytes the epoch's chunks hold.
     pub decoded_bytes: u64,

@@ -14,6 +14,12 @@ Two differences from the anchor, both deliberate:
   check against the engine on every pass they run.
 * **Fields the engine does not measure are ``None``**, never a made-up number (only on
   ``PassStats`` built by hand without them); docs/migration.md lists the differences.
+
+The engine's JSON, and the anchor's names some of its fields take here (``Depths``'
+``batch_queue_*``, ``resident_peak``), come from the Rust type (``core/src/stats.rs``, its
+``x-python`` extension), generated into ``_reports.py``; the dataclasses keep the anchor's
+field order and defaults, so a new engine field also needs its line here (``_from_engine``
+refuses one it cannot place).
 """
 
 from __future__ import annotations
@@ -21,12 +27,24 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from . import _native
+from ._reports import FleetSummary, PassStatsJson, RankReport, Stage
+from ._summary import reshape
 
-# The engine's stages, in its order (core/src/stats.rs `Stage::ALL`): ties go to the later one.
-STAGES = ("residency", "store", "decode", "gather", "batch_transform")
+__all__ = ["Depths", "FleetSummary", "PassStats", "RankReport", "StageTimes", "bottleneck", "fleet_summary"]
+
+# The engine's stages, in its order (the words of core/src/stats.rs `Stage`, declared in the
+# order of `Stage::ALL`): ties go to the later one.
+STAGES: tuple[str, ...] = get_args(Stage)
+
+
+class _EnginePassStats(PassStatsJson):
+    """What ``last_pass_json``/``stats_json`` send: the engine's pass report and its one-line
+    summary (the extension's ``stats_to_json``)."""
+
+    summary: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,73 +183,20 @@ class PassStats:
         return d
 
     @classmethod
-    def _from_engine(cls, raw: dict[str, Any]) -> PassStats:
-        """From the engine's JSON (``core::stats::PassStats``)."""
-        t, d = raw["times"], raw["depths"]
-        times = StageTimes(
-            fetch_wait_s=t["fetch_wait_s"],
-            admission_parked_s=t["admission_parked_s"],
-            decode_s=t["decode_s"],
-            assemble_s=t["assemble_s"],
-            gather_s=t["gather_s"],
-            batch_transform_s=t["batch_transform_s"],
-            consumer_s=t["consumer_s"],
-            consumer_wait_s=t["consumer_wait_s"],
-        )
-        depths = Depths(
-            batch_queue_capacity=d["queue_capacity"],
-            batch_queue_peak=d["queue_peak"],
-            batch_queue_samples=d["queue_samples"],
-            batch_queue_empty=d["queue_empty"],
-            batch_queue_full_enough=d["queue_full_enough"],
-            decode_queue_peak=d["decode_queue_peak"],
-            inflight_peak=d["inflight_peak"],
-            max_inflight=d["max_inflight"],
-            decode_threads=d["decode_threads"],
-            resident_peak=d["resident_peak_chunks"],
-            resident_peak_bytes=d["resident_peak_bytes"],
-            budget_bytes=d["budget_bytes"],
-            batch_queue_now=d["queue_now"],
-            read_window=d["read_window"],
-            read_window_reason=d["read_window_reason"],
-            read_ahead_peak_bytes=d["read_ahead_peak_bytes"],
-        )
-        stats = cls(
-            split=raw["split"],
-            epoch=raw["epoch"],
-            batches=raw["batches"],
-            cache_hits=raw["cache_hits"],
-            cache_misses=raw["cache_misses"],
-            bad_chunks=raw["bad_chunks"],
-            wall_s=raw["wall_s"],
-            times=times,
-            depths=depths,
-            samples=raw["samples"],
-            batch_bytes=raw["batch_bytes"],
-            reread_chunks=raw["reread_chunks"],
-            revived_chunks=raw["revived_chunks"],
-            storage_reads=raw["storage_reads"],
-            decoded_bytes=raw["decoded_bytes"],
-            ttfb_s=raw["ttfb_s"] if raw["batches"] else None,
-            blocked_s={name: secs for name, secs in raw["blocked_s"]},
-            rank=raw["rank"],
-            world_size=raw["world_size"],
-            dropped_samples=raw["dropped_samples"],
-            resumed_at=raw["resumed_at"],
-            index_reads=raw["index_reads"],
-            tiles_read=raw["tiles_read"],
-            bytes_fetched=raw["bytes_fetched"],
-            gap_bytes=raw["gap_bytes"],
-            tiles_read_ahead=raw["tiles_read_ahead"],
-            hedged_reads=raw["hedged_reads"],
-            hedge_wins=raw["hedge_wins"],
-            batch_wait_p50_s=raw["batch_wait_p50_s"],
-            batch_wait_p95_s=raw["batch_wait_p95_s"],
-            batch_wait_p99_s=raw["batch_wait_p99_s"],
-        )
-        verdict = (raw["limiting_stage"], raw["advice"], raw["consumer_idle"])
+    def _from_engine(cls, raw: _EnginePassStats) -> PassStats:
+        """From the engine's JSON (``core::stats::PassStats``), reshaped as ``_reports`` says
+        (pairs as dicts, the anchor's names). An engine field the dataclasses do not declare
+        is a ``TypeError`` here, never dropped."""
+        fields = reshape("PassStats", raw)
+        verdict = (fields.pop("limiting_stage"), fields.pop("advice"), fields.pop("consumer_idle"))
+        summary = fields.pop("summary")
+        fields["times"] = StageTimes(**reshape("StageTimes", raw["times"]))
+        fields["depths"] = Depths(**reshape("Depths", raw["depths"]))
+        if not raw["batches"]:
+            fields["ttfb_s"] = None
+        stats = cls(**fields)
         object.__setattr__(stats, "_engine_verdict", verdict)
-        object.__setattr__(stats, "_engine_summary", raw["summary"])
+        object.__setattr__(stats, "_engine_summary", summary)
         return stats
 
 
@@ -247,7 +212,7 @@ def bottleneck(stats: PassStats) -> tuple[str, str]:
     return stage, advice
 
 
-def fleet_summary(stats: Sequence[PassStats | Mapping[str, Any]]) -> dict[str, Any]:
+def fleet_summary(stats: Sequence[PassStats | Mapping[str, Any]]) -> FleetSummary:
     """Which rank is slow, and on what: the verdict over one pass of every rank (ours).
 
     ``stats``: each rank's ``last_pass`` (a :class:`PassStats`, or its ``as_dict()``), for
@@ -267,7 +232,8 @@ def fleet_summary(stats: Sequence[PassStats | Mapping[str, Any]]) -> dict[str, A
             reports.append({k: d[k] for k in ("rank", "samples", "wall_s", "limiting_stage", "advice")})
         except KeyError as e:
             raise ValueError(f"fleet_summary needs each rank's PassStats (or its as_dict()); an entry lacks {e}") from None
-    return json.loads(_native.fleet_summary_json(json.dumps(reports)))
+    summary: FleetSummary = json.loads(_native.fleet_summary_json(json.dumps(reports)))
+    return summary
 
 
 def _verdict(stats: PassStats) -> tuple[str, str, bool]:

@@ -1,0 +1,314 @@
+//! The report types as the generator sees them: schemars' JSON Schema of the Rust types, read
+//! into a few shapes both writers know. Anything else is refused with a message, so a new
+//! kind of field is taught here once rather than written out wrongly.
+
+use serde_json::{Map, Value};
+
+/// The JSON a field holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ty {
+    /// An integer (`u64`, `usize`, ...).
+    Int,
+    /// A float.
+    Float,
+    /// `true` or `false`.
+    Bool,
+    /// A string.
+    Str,
+    /// An object of arbitrary JSON (`serde_json::Map`).
+    Json,
+    /// A struct or enum defined among the report types.
+    Ref(String),
+    /// A list.
+    Array(Box<Ty>),
+    /// A Rust tuple: a JSON array of a fixed length.
+    Tuple(Vec<Ty>),
+    /// `Option<T>`: the value or `null`.
+    Nullable(Box<Ty>),
+    /// One of these strings.
+    Strs(Vec<String>),
+    /// One of these integers.
+    Ints(Vec<i64>),
+}
+
+/// A field of a struct.
+#[derive(Debug, Clone)]
+pub struct Field {
+    /// The JSON key (serde's name).
+    pub name: String,
+    /// Its doc comment.
+    pub doc: String,
+    /// What it holds.
+    pub ty: Ty,
+    /// False where serde skips it (`skip_serializing_if`): absent rather than `null`.
+    pub required: bool,
+    /// How the Python package shows it (the `x-python` extension).
+    pub python: PyField,
+}
+
+/// A field's `x-python` extension: how the Python package shows it, where not as in the JSON.
+#[derive(Debug, Clone, Default)]
+pub struct PyField {
+    /// A list given as a tuple.
+    pub tuple: bool,
+    /// `[name, value]` pairs given as a dict.
+    pub dict: bool,
+    /// The key in Python (insitubatch 0.2.0's name).
+    pub name: Option<String>,
+    /// The Python type, where the package replaces the value (and a `  # comment`).
+    pub ty: Option<String>,
+}
+
+/// A struct's `x-python` extension.
+#[derive(Debug, Clone)]
+pub struct PyStruct {
+    /// `False`: a `TypedDict` with `total=False`.
+    pub total: bool,
+    /// Keys the Python package adds, with their Python types (`name?`: it may be absent).
+    pub extra: Vec<(String, String)>,
+    /// The docstring in Python, where it says more than the Rust doc comment.
+    pub doc: Option<String>,
+}
+
+/// A report type.
+#[derive(Debug, Clone)]
+pub enum Def {
+    /// A struct: a JSON object.
+    Struct {
+        /// Its doc comment.
+        doc: String,
+        /// Its fields, in declaration order.
+        fields: Vec<Field>,
+        /// How the Python package shows it.
+        python: PyStruct,
+    },
+    /// An enum of unit variants: one of its words, each with its doc comment.
+    Enum {
+        /// Its doc comment.
+        doc: String,
+        /// The serialized words and their docs.
+        words: Vec<(String, String)>,
+    },
+}
+
+/// Every report type, in the schema's order.
+#[derive(Debug)]
+pub struct Model {
+    /// Name (the schema's, which is the Rust name unless `schemars(rename)` says) and type.
+    pub defs: Vec<(String, Def)>,
+}
+
+impl Model {
+    /// Read schemars' `$defs`.
+    ///
+    /// # Panics
+    /// On a schema shape the writers do not know (teach [`ty`]).
+    pub fn from_defs(defs: &Map<String, Value>) -> Self {
+        Self { defs: defs.iter().map(|(name, schema)| (name.clone(), def(name, schema))).collect() }
+    }
+
+    /// The definition named `name`.
+    ///
+    /// # Panics
+    /// When there is none.
+    pub fn get(&self, name: &str) -> &Def {
+        self.defs.iter().find(|(n, _)| n == name).map_or_else(|| panic!("no report type {name}"), |(_, d)| d)
+    }
+
+    /// The names `roots` reach (themselves included), in the schema's order.
+    pub fn reachable(&self, roots: &[&str]) -> Vec<String> {
+        let mut seen: Vec<String> = Vec::new();
+        let mut todo: Vec<String> = roots.iter().map(|r| (*r).to_string()).collect();
+        while let Some(name) = todo.pop() {
+            if seen.contains(&name) {
+                continue;
+            }
+            if let Def::Struct { fields, .. } = self.get(&name) {
+                for f in fields {
+                    refs(&f.ty, &mut todo);
+                }
+            }
+            seen.push(name);
+        }
+        self.defs.iter().map(|(n, _)| n.clone()).filter(|n| seen.contains(n)).collect()
+    }
+}
+
+/// The names a type refers to.
+fn refs(ty: &Ty, out: &mut Vec<String>) {
+    match ty {
+        Ty::Ref(n) => out.push(n.clone()),
+        Ty::Array(t) | Ty::Nullable(t) => refs(t, out),
+        Ty::Tuple(ts) => ts.iter().for_each(|t| refs(t, out)),
+        Ty::Int | Ty::Float | Ty::Bool | Ty::Str | Ty::Json | Ty::Strs(_) | Ty::Ints(_) => {}
+    }
+}
+
+/// A doc comment as prose: rustdoc's intra-doc links (`` [`X`] ``) become plain code spans.
+pub fn doc_text(schema: &Value) -> String {
+    let raw = schema.get("description").and_then(Value::as_str).unwrap_or_default();
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(at) = rest.find("[`") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        match tail[2..].find("`]") {
+            // Not a link when a `(` follows (a markdown link keeps its brackets).
+            Some(end) if !tail[2 + end + 2..].starts_with('(') => {
+                out.push('`');
+                out.push_str(&tail[2..2 + end]);
+                out.push('`');
+                rest = &tail[2 + end + 2..];
+            }
+            _ => {
+                out.push_str("[`");
+                rest = &tail[2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out.trim().to_string()
+}
+
+fn def(name: &str, schema: &Value) -> Def {
+    let doc = doc_text(schema);
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        // Declaration order: `required` lists the fields serde always writes in that order
+        // (whether or not serde_json keeps `properties` in order); the others follow.
+        let required: Vec<&str> =
+            schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        let mut names: Vec<&str> = required.clone();
+        names.extend(props.keys().map(String::as_str).filter(|k| !required.contains(k)));
+        let fields = names
+            .into_iter()
+            .map(|key| {
+                let p = &props[key];
+                Field {
+                    name: key.to_string(),
+                    doc: doc_text(p),
+                    ty: ty(p).unwrap_or_else(|e| panic!("{name}.{key}: {e}")),
+                    required: required.contains(&key),
+                    python: py_field(p).unwrap_or_else(|e| panic!("{name}.{key}: {e}")),
+                }
+            })
+            .collect();
+        let python = py_struct(schema).unwrap_or_else(|e| panic!("{name}: {e}"));
+        return Def::Struct { doc, fields, python };
+    }
+    let words = if let Some(variants) = schema.get("oneOf").and_then(Value::as_array) {
+        variants
+            .iter()
+            .map(|v| match v.get("const").and_then(Value::as_str) {
+                Some(w) => (w.to_string(), doc_text(v)),
+                None => panic!("{name}: an enum variant that is not a unit variant: teach tools/boundary-types"),
+            })
+            .collect()
+    } else if let Ok(Ty::Strs(words)) = ty(schema) {
+        words.into_iter().map(|w| (w, String::new())).collect()
+    } else {
+        panic!("{name}: neither a struct nor an enum of words: teach tools/boundary-types")
+    };
+    Def::Enum { doc, words }
+}
+
+/// The type of one schema.
+///
+/// # Errors
+/// A shape the writers do not know, named.
+pub fn ty(schema: &Value) -> Result<Ty, String> {
+    let o = schema.as_object().ok_or("a schema that is not an object")?;
+    // `extend("enum" = [...])` narrows a field to some words (or numbers): it wins.
+    if let Some(words) = o.get("enum").and_then(Value::as_array) {
+        if let Some(s) = words.iter().map(|w| w.as_str().map(String::from)).collect::<Option<Vec<_>>>() {
+            return Ok(Ty::Strs(s));
+        }
+        if let Some(n) = words.iter().map(Value::as_i64).collect::<Option<Vec<_>>>() {
+            return Ok(Ty::Ints(n));
+        }
+        return Err(format!("an enum of neither strings nor integers: {words:?}"));
+    }
+    if let Some(c) = o.get("const").and_then(Value::as_str) {
+        return Ok(Ty::Strs(vec![c.to_string()]));
+    }
+    if let Some(r) = o.get("$ref").and_then(Value::as_str) {
+        let name = r.strip_prefix("#/$defs/").ok_or_else(|| format!("a $ref outside $defs: {r}"))?;
+        return Ok(Ty::Ref(name.to_string()));
+    }
+    if let Some(alts) = o.get("anyOf").or_else(|| o.get("oneOf")).and_then(Value::as_array) {
+        let is_null = |v: &Value| v.get("type").and_then(Value::as_str) == Some("null");
+        return match alts.as_slice() {
+            [a, b] if is_null(b) => Ok(Ty::Nullable(Box::new(ty(a)?))),
+            [a, b] if is_null(a) => Ok(Ty::Nullable(Box::new(ty(b)?))),
+            _ => Err(format!("a union other than `T or null`: {alts:?}")),
+        };
+    }
+    match o.get("type") {
+        Some(Value::String(t)) => scalar(t, o),
+        Some(Value::Array(ts)) => match ts.as_slice() {
+            [Value::String(t), Value::String(null)] if null == "null" => Ok(Ty::Nullable(Box::new(scalar(t, o)?))),
+            _ => Err(format!("a type list other than [T, \"null\"]: {ts:?}")),
+        },
+        _ => Err(format!("a schema without a type: {schema}")),
+    }
+}
+
+fn scalar(t: &str, o: &Map<String, Value>) -> Result<Ty, String> {
+    Ok(match t {
+        "integer" => Ty::Int,
+        "number" => Ty::Float,
+        "boolean" => Ty::Bool,
+        "string" => Ty::Str,
+        "array" => match (o.get("prefixItems").and_then(Value::as_array), o.get("items")) {
+            (Some(items), _) => Ty::Tuple(items.iter().map(ty).collect::<Result<_, _>>()?),
+            (None, Some(items)) => Ty::Array(Box::new(ty(items)?)),
+            (None, None) => return Err("an array without items".into()),
+        },
+        "object" if !o.contains_key("properties") => Ty::Json,
+        other => return Err(format!("a `{other}` the writers do not know (an inline struct? give it a name)")),
+    })
+}
+
+/// The `x-python` object of a schema, checked against the keys it may hold.
+fn x_python<'a>(schema: &'a Value, keys: &[&str]) -> Result<Option<&'a Map<String, Value>>, String> {
+    let Some(x) = schema.get("x-python") else { return Ok(None) };
+    let x = x.as_object().ok_or("x-python is not an object")?;
+    if let Some(k) = x.keys().find(|k| !keys.contains(&k.as_str())) {
+        return Err(format!("x-python key {k:?} is none of {keys:?}"));
+    }
+    Ok(Some(x))
+}
+
+fn py_field(schema: &Value) -> Result<PyField, String> {
+    let Some(x) = x_python(schema, &["tuple", "dict", "name", "type"])? else { return Ok(PyField::default()) };
+    let flag = |k: &str| x.get(k).is_some_and(|v| v.as_bool() == Some(true));
+    let text = |k: &str| x.get(k).and_then(Value::as_str).map(String::from);
+    let f = PyField { tuple: flag("tuple"), dict: flag("dict"), name: text("name"), ty: text("type") };
+    let t = ty(schema)?;
+    let list = match &t {
+        Ty::Nullable(inner) => inner.as_ref(),
+        other => other,
+    };
+    if f.tuple && !matches!(list, Ty::Array(_)) {
+        return Err("x-python tuple on a field that is not a list".into());
+    }
+    if f.dict && !matches!(list, Ty::Array(item) if matches!(item.as_ref(), Ty::Tuple(p) if p.len() == 2)) {
+        return Err("x-python dict on a field that is not a list of pairs".into());
+    }
+    Ok(f)
+}
+
+fn py_struct(schema: &Value) -> Result<PyStruct, String> {
+    let Some(x) = x_python(schema, &["total", "extra", "doc"])? else {
+        return Ok(PyStruct { total: true, extra: Vec::new(), doc: None });
+    };
+    let extra = match x.get("extra") {
+        None => Vec::new(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| v.as_str().map(|t| (k.clone(), t.to_string())).ok_or("x-python extra types are strings"))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("x-python extra is not an object".into()),
+    };
+    let doc = x.get("doc").and_then(Value::as_str).map(String::from);
+    Ok(PyStruct { total: x.get("total").and_then(Value::as_bool).unwrap_or(true), extra, doc })
+}

@@ -1,0 +1,229 @@
+//! The Python module: a `Literal` per enum, and per struct a `TypedDict` of the engine's JSON
+//! (`<Name>Json`, what `json.loads` gives the package) and, for what the package hands out,
+//! one of the package's own shape (`<Name>`, after the `x-python` reshaping); then the
+//! reshaping as tables, for the code that applies it.
+
+use std::fmt::Write as _;
+
+use crate::model::{Def, Field, Model, Ty};
+
+/// A Python string literal of a name or word (they have no quotes or backslashes).
+fn lit(s: &str) -> String {
+    assert!(!s.contains(['"', '\\', '\n']), "a name or word with a quote, backslash or newline: {s:?}");
+    format!("\"{s}\"")
+}
+
+/// `head` + the items joined by `, ` + `tail`, one item a line when that is over 100 columns.
+fn wrapped(indent: &str, head: &str, items: &[String], tail: &str) -> String {
+    let one = format!("{indent}{head}{}{tail}", items.join(", "));
+    if one.len() <= 100 {
+        return one;
+    }
+    let inner: String = items.iter().map(|i| format!("{indent}    {i},\n")).collect();
+    format!("{indent}{head}\n{inner}{indent}{tail}")
+}
+
+/// `# ...` lines at `indent`.
+fn comment(out: &mut String, doc: &str, indent: &str) {
+    for l in doc.lines() {
+        let _ = writeln!(out, "{indent}#{}{l}", if l.is_empty() { "" } else { " " });
+    }
+}
+
+/// A class docstring.
+fn docstring(out: &mut String, doc: &str) {
+    let doc = doc.replace('\\', "\\\\").replace("\"\"\"", "\\\"\\\"\\\"");
+    let body = doc.lines().map(|l| if l.is_empty() { String::new() } else { format!("    {l}") }).collect::<Vec<_>>();
+    let body = body.join("\n");
+    let body = body.trim_start();
+    let _ = writeln!(out, "    \"\"\"{body}\"\"\"\n");
+}
+
+/// Which of the two `TypedDict`s a type names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The engine's JSON.
+    Json,
+    /// The package's shape.
+    View,
+}
+
+/// A Python type.
+fn ty(model: &Model, t: &Ty, side: Side) -> String {
+    match t {
+        Ty::Int => "int".into(),
+        Ty::Float => "float".into(),
+        Ty::Bool => "bool".into(),
+        Ty::Str => "str".into(),
+        Ty::Json => "dict[str, Any]".into(),
+        Ty::Ref(n) => match (model.get(n), side) {
+            (Def::Struct { .. }, Side::Json) => format!("{n}Json"),
+            _ => n.clone(),
+        },
+        Ty::Array(item) => format!("list[{}]", ty(model, item, side)),
+        Ty::Tuple(items) => {
+            format!("tuple[{}]", items.iter().map(|i| ty(model, i, side)).collect::<Vec<_>>().join(", "))
+        }
+        Ty::Nullable(inner) => format!("{} | None", ty(model, inner, side)),
+        Ty::Strs(words) => format!("Literal[{}]", words.iter().map(|w| lit(w)).collect::<Vec<_>>().join(", ")),
+        Ty::Ints(ns) => format!("Literal[{}]", ns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// A field's type and extra comment in the package's shape.
+fn view_ty(model: &Model, f: &Field) -> (String, Option<String>) {
+    if let Some(t) = &f.python.ty {
+        return match t.split_once("  # ") {
+            Some((t, c)) => (t.to_string(), Some(c.to_string())),
+            None => (t.clone(), None),
+        };
+    }
+    let (list, nullable) = match &f.ty {
+        Ty::Nullable(inner) => (inner.as_ref(), true),
+        other => (other, false),
+    };
+    let shown = match list {
+        Ty::Array(item) if f.python.tuple => format!("tuple[{}, ...]", ty(model, item, Side::View)),
+        Ty::Array(item) if f.python.dict => match item.as_ref() {
+            Ty::Tuple(pair) => {
+                format!("dict[{}, {}]", ty(model, &pair[0], Side::View), ty(model, &pair[1], Side::View))
+            }
+            _ => unreachable!("model.rs checks that a dict field is a list of pairs"),
+        },
+        _ => return (ty(model, &f.ty, Side::View), None),
+    };
+    (if nullable { format!("{shown} | None") } else { shown }, None)
+}
+
+/// One `TypedDict` entry: its doc as comments, then `key: type`.
+struct Entry {
+    key: String,
+    ty: String,
+    doc: String,
+}
+
+/// A `TypedDict` of `required` and `optional` entries: the optional ones in a `total=False`
+/// base class of their own, unless the whole class is `total=False`.
+fn class(out: &mut String, name: &str, doc: &str, required: &[Entry], optional: &[Entry], total: bool) {
+    let entries = |out: &mut String, es: &[Entry]| {
+        for e in es {
+            comment(out, &e.doc, "    ");
+            let _ = writeln!(out, "    {}: {}", e.key, e.ty);
+        }
+    };
+    if !total {
+        let _ = writeln!(out, "\n\nclass {name}(TypedDict, total=False):");
+        docstring(out, doc);
+        entries(out, required);
+        entries(out, optional);
+        return;
+    }
+    let base = if optional.is_empty() {
+        "TypedDict".to_string()
+    } else {
+        let base = format!("_{name}Optional");
+        let _ = writeln!(out, "\n\nclass {base}(TypedDict, total=False):");
+        entries(out, optional);
+        base
+    };
+    let _ = writeln!(out, "\n\nclass {name}({base}):");
+    docstring(out, doc);
+    entries(out, required);
+}
+
+/// A table of struct name → its fields that `pick` keeps, as `Python text` per field.
+fn table(
+    out: &mut String,
+    model: &Model,
+    names: &[String],
+    pick: impl Fn(&Field) -> Option<String>,
+    wrap: (&str, &str),
+) {
+    for n in names {
+        let Def::Struct { fields, .. } = model.get(n) else { continue };
+        let items: Vec<String> = fields.iter().filter_map(&pick).collect();
+        if !items.is_empty() {
+            let _ = writeln!(out, "{},", wrapped("    ", &format!("{}: {}", lit(n), wrap.0), &items, wrap.1));
+        }
+    }
+}
+
+/// The module for `json` (structs typed as the engine's JSON) and `views` (structs typed as
+/// the package hands them out), with their enums.
+pub fn write(model: &Model, json: &[String], views: &[String], header: &str) -> String {
+    let all: Vec<String> =
+        model.defs.iter().map(|(n, _)| n.clone()).filter(|n| json.contains(n) || views.contains(n)).collect();
+    let mut body = String::new();
+    for n in &all {
+        if let Def::Enum { doc, words } = model.get(n) {
+            let _ = writeln!(body, "\n");
+            comment(&mut body, doc, "");
+            for (w, d) in words.iter().filter(|(_, d)| !d.is_empty()) {
+                comment(&mut body, &format!("- `{w}`: {d}"), "");
+            }
+            let words: Vec<String> = words.iter().map(|(w, _)| lit(w)).collect();
+            let _ = writeln!(body, "{}", wrapped("", &format!("{n} = Literal["), &words, "]"));
+        }
+    }
+    for n in json {
+        let Def::Struct { doc, fields, .. } = model.get(n) else { continue };
+        let entry = |f: &Field| Entry { key: f.name.clone(), ty: ty(model, &f.ty, Side::Json), doc: f.doc.clone() };
+        let required: Vec<Entry> = fields.iter().filter(|f| f.required).map(entry).collect();
+        let optional: Vec<Entry> = fields.iter().filter(|f| !f.required).map(entry).collect();
+        let doc = format!("The engine's JSON of ``{n}``: {doc}");
+        class(&mut body, &format!("{n}Json"), &doc, &required, &optional, true);
+    }
+    for n in views {
+        let Def::Struct { doc, fields, python } = model.get(n) else { continue };
+        let mut required = Vec::new();
+        let mut optional = Vec::new();
+        for f in fields {
+            let (t, note) = view_ty(model, f);
+            let doc = match note {
+                Some(c) => format!("{}\n{c}", f.doc),
+                None => f.doc.clone(),
+            };
+            let e = Entry { key: f.python.name.clone().unwrap_or_else(|| f.name.clone()), ty: t, doc };
+            if f.required { required.push(e) } else { optional.push(e) }
+        }
+        for (key, t) in &python.extra {
+            let (t, c) = t.split_once("  # ").map_or((t.as_str(), ""), |(t, c)| (t, c));
+            let doc =
+                if c.is_empty() { "Added by the package.".to_string() } else { format!("Added by the package: {c}") };
+            match key.strip_suffix('?') {
+                Some(k) => optional.push(Entry { key: k.into(), ty: t.into(), doc }),
+                None => required.push(Entry { key: key.clone(), ty: t.into(), doc }),
+            }
+        }
+        class(&mut body, n, python.doc.as_deref().unwrap_or(doc), &required, &optional, python.total);
+    }
+    let _ = writeln!(
+        body,
+        "\n\n# The reshaping, per Rust struct (the `x-python` extension): its lists given as tuples, its\n\
+         # `[name, value]` pair lists given as dicts, and its fields given another name (insitubatch\n\
+         # 0.2.0's).\n\
+         TUPLE_FIELDS: dict[str, frozenset[str]] = {{"
+    );
+    table(&mut body, model, &all, |f| f.python.tuple.then(|| lit(&f.name)), ("frozenset({", "})"));
+    let _ = writeln!(body, "}}\nDICT_FIELDS: dict[str, frozenset[str]] = {{");
+    table(&mut body, model, &all, |f| f.python.dict.then(|| lit(&f.name)), ("frozenset({", "})"));
+    let _ = writeln!(body, "}}\nPYTHON_NAMES: dict[str, dict[str, str]] = {{");
+    table(
+        &mut body,
+        model,
+        &all,
+        |f| f.python.name.as_ref().map(|p| format!("{}: {}", lit(&f.name), lit(p))),
+        ("{", "}"),
+    );
+    let _ = writeln!(body, "}}");
+
+    let mut typing = Vec::new();
+    if body.contains("Any]") {
+        typing.push("Any");
+    }
+    typing.extend(["Literal", "TypedDict"]);
+    let mut out = format!("\"\"\"{}\"\"\"\n\nfrom __future__ import annotations\n\n", header.trim_end());
+    let _ = writeln!(out, "from typing import {}", typing.join(", "));
+    out.push_str(&body);
+    out
+}

@@ -1,0 +1,193 @@
+use serde_json::json;
+
+use super::*;
+use crate::model::{Def, Ty, doc_text, ty};
+
+#[test]
+fn the_generated_files_are_current() {
+    let stale = stale();
+    assert!(
+        stale.is_empty(),
+        "{stale:?} out of date with the Rust report types: run `cargo run -p insitubatch-boundary-types` and commit \
+         the result"
+    );
+}
+
+#[test]
+fn every_report_type_and_field_has_a_doc_comment() {
+    let m = model();
+    for (name, def) in &m.defs {
+        match def {
+            Def::Struct { doc, fields, .. } => {
+                assert!(!doc.is_empty(), "{name} has no doc comment");
+                for f in fields {
+                    assert!(
+                        !f.doc.is_empty(),
+                        "{name}.{} has no doc comment: document it (it is a report field)",
+                        f.name
+                    );
+                }
+            }
+            Def::Enum { doc, .. } => assert!(!doc.is_empty(), "{name} has no doc comment"),
+        }
+    }
+}
+
+#[test]
+fn stage_words_are_in_the_order_of_stage_all() {
+    // The Python package takes its stage order (ties in the verdict, the order of the
+    // `blocked` list `_native.verdict` reads) from the generated `Stage` literal.
+    let m = model();
+    let Def::Enum { words, .. } = m.get("Stage") else { panic!("Stage is an enum") };
+    let all: Vec<&str> = insitubatch_core::Stage::ALL.iter().map(|s| s.name()).collect();
+    assert_eq!(
+        words.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>(),
+        all,
+        "declare Stage's variants in Stage::ALL's order"
+    );
+}
+
+#[test]
+fn schemas_read_as_types() {
+    let t = |v| ty(&v).expect("a known shape");
+    assert_eq!(t(json!({"type": "integer", "format": "uint64"})), Ty::Int);
+    assert_eq!(t(json!({"type": ["number", "null"]})), Ty::Nullable(Box::new(Ty::Float)));
+    assert_eq!(
+        t(json!({"anyOf": [{"$ref": "#/$defs/Cut"}, {"type": "null"}]})),
+        Ty::Nullable(Box::new(Ty::Ref("Cut".into())))
+    );
+    assert_eq!(
+        t(
+            json!({"type": "array", "items": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]}})
+        ),
+        Ty::Array(Box::new(Ty::Tuple(vec![Ty::Str, Ty::Int])))
+    );
+    assert_eq!(
+        t(json!({"type": "array", "items": {"type": ["string", "null"]}})),
+        Ty::Array(Box::new(Ty::Nullable(Box::new(Ty::Str))))
+    );
+    assert_eq!(t(json!({"type": "string", "enum": ["raise", "nan"]})), Ty::Strs(vec!["raise".into(), "nan".into()]));
+    assert_eq!(t(json!({"type": "integer", "enum": [2, 3]})), Ty::Ints(vec![2, 3]));
+    assert_eq!(t(json!({"type": "object", "additionalProperties": true})), Ty::Json);
+    // What the writers do not know is refused, not guessed.
+    assert!(ty(&json!({"anyOf": [{"type": "string"}, {"type": "integer"}]})).is_err());
+    assert!(ty(&json!({"type": "object", "properties": {"a": {"type": "string"}}})).is_err());
+    assert!(ty(&json!({"$ref": "other.json#/X"})).is_err());
+}
+
+#[test]
+fn intra_doc_links_become_code_spans() {
+    let d = |s: &str| doc_text(&json!({ "description": s }));
+    assert_eq!(d("[`CHECKPOINT_VERSION`]."), "`CHECKPOINT_VERSION`.");
+    assert_eq!(d("See [`crate::a::B`] and [`c`](x)."), "See `crate::a::B` and [`c`](x).");
+    assert_eq!(d("  plain  "), "plain");
+}
+
+/// A tiny model: a struct with every kind of field, an enum, and x-python annotations.
+fn sample() -> Model {
+    let defs = json!({
+        "Stage": {"description": "A stage.", "oneOf": [
+            {"type": "string", "const": "store", "description": "The store."},
+            {"type": "string", "const": "decode", "description": "The decoders."}
+        ]},
+        "Report": {
+            "description": "A report.\nTwo lines.",
+            "x-python": {"total": false, "extra": {"own": "int  # computed", "late?": "str"}},
+            "type": "object",
+            "required": ["shape", "pairs", "stage", "peak"],
+            "properties": {
+                "peak": {"type": "integer", "description": "The peak.", "x-python": {"name": "resident_peak"}},
+                "shape": {
+                    "type": ["array", "null"], "items": {"type": "integer"},
+                    "description": "A shape.", "x-python": {"tuple": true}
+                },
+                "pairs": {
+                    "type": "array",
+                    "items": {"type": "array", "prefixItems": [{"$ref": "#/$defs/Stage"}, {"type": "number"}]},
+                    "description": "Pairs.", "x-python": {"dict": true}
+                },
+                "stage": {"$ref": "#/$defs/Stage", "description": "The stage."},
+                "absent": {"type": ["string", "null"], "description": "Skipped when None."}
+            }
+        }
+    });
+    Model::from_defs(defs.as_object().expect("an object"))
+}
+
+#[test]
+fn the_typescript_of_a_sample() {
+    let m = sample();
+    let out = ts::write(&m, &["Stage".into(), "Report".into()], "header");
+    let want = "// header
+
+/**
+ * A stage.
+ *
+ * - `store`: The store.
+ * - `decode`: The decoders.
+ */
+export type Stage = 'store' | 'decode';
+
+/**
+ * A report.
+ * Two lines.
+ */
+export interface Report {
+  /** A shape. */
+  shape: number[] | null;
+  /** Pairs. */
+  pairs: [Stage, number][];
+  /** The stage. */
+  stage: Stage;
+  /** The peak. */
+  peak: number;
+  /** Skipped when None. */
+  absent?: string;
+}
+";
+    assert_eq!(out, want);
+}
+
+#[test]
+fn the_python_of_a_sample() {
+    let m = sample();
+    let all = m.reachable(&["Report"]);
+    assert_eq!(all, ["Stage", "Report"]);
+    let out = py::write(&m, &all, &all, "Header.");
+    for want in [
+        "from typing import Literal, TypedDict\n",
+        "# - `store`: The store.\n",
+        "Stage = Literal[\"store\", \"decode\"]\n",
+        // The engine's JSON: the optional field in a total=False base.
+        "class _ReportJsonOptional(TypedDict, total=False):\n    # Skipped when None.\n    absent: str | None\n",
+        "class ReportJson(_ReportJsonOptional):\n    \"\"\"The engine's JSON of ``Report``: A report.\n    Two lines.\"\"\"\n",
+        "    pairs: list[tuple[Stage, float]]\n",
+        // The package's shape: total=False, reshaped, renamed, with its own fields.
+        "class Report(TypedDict, total=False):\n",
+        "    shape: tuple[int, ...] | None\n",
+        "    pairs: dict[Stage, float]\n",
+        "    resident_peak: int\n",
+        "    # Added by the package: computed\n    own: int\n",
+        "    late: str\n",
+        "TUPLE_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"shape\"}),\n}\n",
+        "DICT_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"pairs\"}),\n}\n",
+        "PYTHON_NAMES: dict[str, dict[str, str]] = {\n    \"Report\": {\"peak\": \"resident_peak\"},\n}\n",
+    ] {
+        assert!(out.contains(want), "missing:\n{want}\nin:\n{out}");
+    }
+}
+
+#[test]
+fn misplaced_python_annotations_are_refused() {
+    for (field, why) in [
+        (json!({"type": "integer", "x-python": {"tuple": true}}), "tuple"),
+        (json!({"type": "array", "items": {"type": "integer"}, "x-python": {"dict": true}}), "dict"),
+        (json!({"type": "integer", "x-python": {"nmae": "x"}}), "nmae"),
+    ] {
+        let defs = json!({"R": {"description": "R.", "type": "object", "required": ["f"], "properties": {"f": field}}});
+        let err =
+            std::panic::catch_unwind(|| Model::from_defs(defs.as_object().expect("an object"))).expect_err("refused");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains(why), "{msg}");
+    }
+}

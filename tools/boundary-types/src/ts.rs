@@ -1,0 +1,93 @@
+//! The TypeScript declarations: one interface per struct, one union of string literals per
+//! enum, keyed as the engine's JSON is (what `JSON.parse` gives JS).
+
+use std::fmt::Write as _;
+
+use crate::model::{Def, Model, Ty};
+
+/// `/** ... */` at `indent`, or nothing for an empty doc.
+fn jsdoc(out: &mut String, doc: &str, indent: &str) {
+    let doc = doc.replace("*/", "*\\/");
+    let lines: Vec<&str> = doc.lines().collect();
+    match lines.as_slice() {
+        [] => {}
+        [one] => {
+            let _ = writeln!(out, "{indent}/** {one} */");
+        }
+        many => {
+            let _ = writeln!(out, "{indent}/**");
+            for l in many {
+                let _ = writeln!(out, "{indent} *{}{l}", if l.is_empty() { "" } else { " " });
+            }
+            let _ = writeln!(out, "{indent} */");
+        }
+    }
+}
+
+/// A type, parenthesized where it is a union inside a list.
+pub fn ty(t: &Ty) -> String {
+    match t {
+        Ty::Int | Ty::Float => "number".into(),
+        Ty::Bool => "boolean".into(),
+        Ty::Str => "string".into(),
+        Ty::Json => "Record<string, unknown>".into(),
+        Ty::Ref(n) => n.clone(),
+        Ty::Array(item) => match item.as_ref() {
+            Ty::Nullable(_) | Ty::Strs(_) | Ty::Ints(_) => format!("({})[]", ty(item)),
+            other => format!("{}[]", ty(other)),
+        },
+        Ty::Tuple(items) => format!("[{}]", items.iter().map(ty).collect::<Vec<_>>().join(", ")),
+        Ty::Nullable(inner) => format!("{} | null", ty(inner)),
+        Ty::Strs(words) => words.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(" | "),
+        Ty::Ints(ns) => ns.iter().map(ToString::to_string).collect::<Vec<_>>().join(" | "),
+    }
+}
+
+/// The declarations of `names`, in that order, under `header` (as comment lines).
+pub fn write(model: &Model, names: &[String], header: &str) -> String {
+    let mut out = String::new();
+    for l in header.lines() {
+        let _ = writeln!(out, "//{}{l}", if l.is_empty() { "" } else { " " });
+    }
+    for name in names {
+        out.push('\n');
+        match model.get(name) {
+            Def::Enum { doc, words } => {
+                let mut doc = doc.clone();
+                if words.iter().any(|(_, d)| !d.is_empty()) {
+                    doc.push('\n');
+                    for (w, d) in words {
+                        let _ = write!(doc, "\n- `{w}`: {d}");
+                    }
+                }
+                jsdoc(&mut out, &doc, "");
+                let one =
+                    format!("export type {name} = {};", ty(&Ty::Strs(words.iter().map(|(w, _)| w.clone()).collect())));
+                if one.len() <= 110 {
+                    let _ = writeln!(out, "{one}");
+                } else {
+                    let _ = writeln!(out, "export type {name} =");
+                    for (i, (w, _)) in words.iter().enumerate() {
+                        let _ = writeln!(out, "  | '{w}'{}", if i + 1 == words.len() { ";" } else { "" });
+                    }
+                }
+            }
+            Def::Struct { doc, fields, .. } => {
+                jsdoc(&mut out, doc, "");
+                let _ = writeln!(out, "export interface {name} {{");
+                for f in fields {
+                    jsdoc(&mut out, &f.doc, "  ");
+                    // A field serde skips when `None` is absent, never `null`.
+                    let (opt, t) = match (&f.ty, f.required) {
+                        (Ty::Nullable(inner), false) => ("?", ty(inner)),
+                        (t, false) => ("?", ty(t)),
+                        (t, true) => ("", ty(t)),
+                    };
+                    let _ = writeln!(out, "  {}{opt}: {t};", f.name);
+                }
+                let _ = writeln!(out, "}}");
+            }
+        }
+    }
+    out
+}
