@@ -27,7 +27,7 @@ impl PassObserver for PyPassCallback {
     fn pass_ended(&self, stats: &PassStats) {
         Python::attach(|py| {
             let call = || -> PyResult<()> {
-                let raw = py.import("json")?.getattr("loads")?.call1((crate::stats_to_json(stats)?,))?;
+                let raw = py.import("json")?.getattr("loads")?.call1((crate::stream::stats_to_json(stats)?,))?;
                 let cls = py.import("insitubatch_rs")?.getattr("PassStats")?;
                 self.func.bind(py).call1((cls.call_method1("_from_engine", (raw,))?,))?;
                 Ok(())

@@ -13,8 +13,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::errors::{InsitubatchIOError, native_err};
 use crate::pystore::StoreArg;
-use crate::{InsitubatchIOError, native_err};
 
 /// A store opened for raw reads: `get(key, start, end, suffix)` and `list(prefix)`.
 #[pyclass(name = "StoreReader", module = "insitubatch_rs._native", frozen)]

@@ -1,16 +1,22 @@
 //! The engine's rules behind the Python package's free functions and `ArrayGeometry`
-//! methods: the draw order and its score (`core/src/shuffle.rs`) and the tile arithmetic of
-//! one array (`core/src/geometry.rs`, `core/src/assemble.rs`). Each function converts its
-//! arguments, lets core check and compute, and converts the result; a bad value is core's
+//! methods: the draw order and its score (`core/src/shuffle.rs`), the tile arithmetic of
+//! one array (`core/src/geometry.rs`, `core/src/assemble.rs`), the verdict on hand-built
+//! stats, the knob defaults, and the rules the Python package applies to its own arguments
+//! (a count's range, a split's word). Each function converts its arguments, lets core check
+//! and compute, and converts the result; a bad value is core's
 //! [`insitubatch_core::Error::Config`] (or `Geometry`), a `ValueError` naming the argument.
 
-use insitubatch_core::DType;
 use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
 use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
+use insitubatch_core::{DType, DatasetOptions, SplitOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
-use crate::{PyGeometry, core_err, i64_numpy, parse_split};
+use crate::buffer::i64_numpy;
+use crate::conversion::SplitArg;
+use crate::errors::core_err;
+use crate::geometry::PyGeometry;
 
 /// Register this module's functions on `_native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -30,11 +36,32 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(slot_shape, m)?)?;
     m.add_function(wrap_pyfunction!(tile_placement, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
+    m.add_function(wrap_pyfunction!(verdict, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(count_arg, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_split, m)?)?;
     Ok(())
 }
 
-fn count(name: &str, value: i128, min: u64) -> PyResult<u64> {
+/// Core's rule for a count argument (`shuffle::checked_count`), as a `ValueError` naming it.
+pub(crate) fn count(name: &str, value: i128, min: u64) -> PyResult<u64> {
     checked_count(name, value, min).map_err(core_err)
+}
+
+/// `value` of the argument `name` checked by core's count rule: at least `minimum`, at most
+/// 2**64 - 1. The Python package's integer arguments go through it before the extension's
+/// unsigned types see them.
+#[pyfunction]
+#[pyo3(name = "checked_count")]
+fn count_arg(name: &str, value: i128, minimum: u64) -> PyResult<u64> {
+    count(name, value, minimum)
+}
+
+/// A split's word as core reads it (`Split: FromStr`), for the Python code that picks by name
+/// (`InSituDataset.view`, `SplitManifest.chunks_of`); an unknown one is core's `ValueError`.
+#[pyfunction]
+fn parse_split(split: SplitArg) -> &'static str {
+    split.0.name()
 }
 
 /// The epoch's permutation of the set of `chunk_ids` for `(seed, epoch, split)`:
@@ -46,11 +73,11 @@ fn chunk_permutation<'py>(
     chunk_ids: Vec<i64>,
     seed: i128,
     epoch: i128,
-    split: &str,
+    split: SplitArg,
 ) -> PyResult<Bound<'py, PyAny>> {
     let ids = checked_chunk_ids(&chunk_ids).map_err(core_err)?;
     let (seed, epoch) = (count("seed", seed, 0)?, count("epoch", epoch, 0)?);
-    i64_numpy(py, shuffle::chunk_permutation(&ids, seed, epoch, parse_split(split)?))
+    i64_numpy(py, shuffle::chunk_permutation(&ids, seed, epoch, split.0))
 }
 
 /// One epoch's order over any chunk ids (`OrderArgs::draw_order`, the dataset's builder):
@@ -67,12 +94,9 @@ fn draw_order_rows<'py>(
     block_chunks: i128,
     first_block_chunks: Option<i128>,
     anchor_range: Option<(i128, i128)>,
-    shuffle: Option<(i128, i128, String)>,
+    shuffle: Option<(i128, i128, SplitArg)>,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let shuffle = match shuffle {
-        None => None,
-        Some((seed, epoch, split)) => Some((seed, epoch, parse_split(&split)?)),
-    };
+    let shuffle = shuffle.map(|(seed, epoch, split)| (seed, epoch, split.0));
     let args = OrderArgs {
         chunk_ids: &chunk_ids,
         samples_per_chunk,
@@ -200,4 +224,46 @@ fn dtype_size(name: &str) -> PyResult<usize> {
     DType::from_zarr_name(name)
         .map(DType::size)
         .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {name:?}")))
+}
+
+/// The engine's verdict rule (`core::stats::verdict`) for stats built by hand in Python:
+/// `(stage, advice, consumer_idle)`. `blocked` is the consumer wait per stage, in
+/// `core::stats::Stage::ALL` order.
+#[pyfunction]
+#[pyo3(signature = (*, queue_samples, consumer_s, consumer_wait_s, blocked, inflight_peak, max_inflight))]
+fn verdict(
+    queue_samples: u64,
+    consumer_s: f64,
+    consumer_wait_s: f64,
+    blocked: [f64; 5],
+    inflight_peak: usize,
+    max_inflight: usize,
+) -> (String, String, bool) {
+    let mut r = insitubatch_core::internals::Recorded { queue_samples, inflight_peak, blocked, ..Default::default() };
+    r.times.consumer_s = consumer_s;
+    r.times.consumer_wait_s = consumer_wait_s;
+    let (stage, advice, idle) = insitubatch_core::internals::verdict(&r, max_inflight);
+    (stage.to_string(), advice, idle)
+}
+
+/// The engine's knob defaults (`DatasetOptions` and `SplitOptions`), so the Python
+/// signatures restate nothing.
+#[pyfunction]
+fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = DatasetOptions::default();
+    let s = SplitOptions::default();
+    let out = PyDict::new(py);
+    out.set_item("batch_size", d.batch_size)?;
+    out.set_item("block_chunks", d.block_chunks)?;
+    out.set_item("max_inflight", d.max_inflight)?;
+    out.set_item("seed", d.seed)?;
+    out.set_item("shuffle", d.shuffle)?;
+    out.set_item("prefetch_depth", d.prefetch_depth)?;
+    out.set_item("cache_budget_bytes", d.cache_budget_bytes)?;
+    out.set_item("on_bad_chunk", d.read_policy.on_bad_chunk.name())?;
+    out.set_item("fractions", s.fractions)?;
+    out.set_item("split_seed", s.seed)?;
+    out.set_item("contiguous", s.contiguous)?;
+    out.set_item("probe_chunks", insitubatch_core::PROBE_CHUNKS)?;
+    Ok(out)
 }

@@ -27,7 +27,10 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::{Buffer, PyGeometry, core_err, i64_numpy};
+use crate::buffer::{Buffer, i64_numpy};
+use crate::errors::core_err;
+use crate::geometry::PyGeometry;
+use crate::stream::{coords_to_py, patches_to_py};
 
 static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 static IN_CALL: AtomicUsize = AtomicUsize::new(0);
@@ -265,12 +268,12 @@ impl BatchTransform for PyBatchFn {
                     offs.set_item(label, o)?;
                 }
                 let cls = py.import("insitubatch_rs")?.getattr("Batch")?;
-                let (origins, dims) = crate::patches_to_py(py, patches.as_ref())?;
+                let (origins, dims) = patches_to_py(py, patches.as_ref())?;
                 let model_part = match &part {
                     Some(p) => (p.dim.as_str(), p.start, p.start + p.len).into_pyobject(py)?.into_any(),
                     None => py.None().into_bound(py),
                 };
-                let py_coords = crate::coords_to_py(py, &coords, patches.as_ref())?;
+                let py_coords = coords_to_py(py, &coords, patches.as_ref())?;
                 let arg = cls.call1((d, idx, offs, index, epoch, origins, dims, model_part, py_coords))?;
                 let out = self.func.bind(py).call1((arg,))?;
                 let mut new_arrays = BTreeMap::new();

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use insitubatch_core::internals::ZarrArray;
 use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
-pub use insitubatch_core::{DrawOrderReport, QualityPoint};
 use insitubatch_core::{Dataset, DatasetBuilder, Error};
+pub use insitubatch_core::{DrawOrderReport, QualityPoint};
 use serde::Serialize;
 
 use crate::JsOpenOptions;

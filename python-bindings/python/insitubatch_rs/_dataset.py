@@ -26,7 +26,6 @@ from ._types import ArrayGeometry, Batch, StoredChunkRead, native_geometry, np_d
 
 logger = logging.getLogger("insitubatch")
 
-_SPLITS = ("train", "val", "test", "all")
 # The engine's defaults (DatasetOptions::default()): one home, restated nowhere here.
 _D = _native.defaults()
 DEFAULT_MAX_INFLIGHT = _D["max_inflight"]
@@ -52,7 +51,7 @@ class SchedulerConfig:
     max_inflight: int = DEFAULT_MAX_INFLIGHT
     read_ahead_chunks: int = 0
     decode_threads: int = 0
-    on_bad_chunk: str = "raise"
+    on_bad_chunk: str = _D["on_bad_chunk"]
 
 
 class _DiskTier(TypedDict):
@@ -93,21 +92,17 @@ def _ranks(rank: Any, world_size: Any) -> tuple[int, int]:
     rank = 0 if rank is None else rank
     world_size = 1 if world_size is None else world_size
     world = _count("world_size", world_size, 1)
-    r = _count("rank", rank, 0)
-    if r >= world:
-        raise ValueError(f"rank must be in 0..world_size, got rank={r} world_size={world}")
-    return r, world
+    return _count("rank", rank, 0), world  # rank < world_size: the engine's rule, when it builds
 
 
 def _count(name: str, value: Any, minimum: int) -> int:
-    """An integer knob, checked here so a bad value is a ``ValueError`` naming it."""
+    """An integer knob: converted here (``TypeError`` for a non-integer), then checked by the
+    engine's count rule (``ValueError`` naming it) before the extension's unsigned types see it."""
     try:
         v = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-    if v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    return v
+    return _native.checked_count(name, v, minimum)
 
 
 def _per_sample(name: str, values: Any, dtype: Any) -> list[Any] | None:
@@ -203,8 +198,9 @@ def _probe_chunks(probe: bool | int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _Knobs:
-    """The dataset's numeric and mode arguments, checked so a bad one is a ``ValueError``
-    naming it (rather than an ``OverflowError`` from the extension)."""
+    """The dataset's numeric and mode arguments, counts checked so a bad one is a
+    ``ValueError`` naming it (rather than an ``OverflowError`` from the extension);
+    ``on_bad_chunk`` is the engine's to parse."""
 
     batch_size: int
     block_chunks: int  # as requested; the engine may widen it
@@ -231,8 +227,6 @@ class _Knobs:
         on_bad_chunk: Any,
         first_block_chunks: Any = None,
     ) -> _Knobs:
-        if on_bad_chunk not in ("raise", "nan"):
-            raise ValueError(f"on_bad_chunk must be 'raise' or 'nan', got {on_bad_chunk!r}")
         return cls(
             batch_size=_count("batch_size", batch_size, 1),
             block_chunks=_count("block_chunks", block_chunks, 1),
@@ -709,10 +703,7 @@ class InSituDataset:
         Raises:
             ValueError: an unknown split.
         """
-        name = split_name(split)
-        if name not in _SPLITS:
-            raise ValueError(f"unknown split {name!r}; expected one of {_SPLITS}")
-        return getattr(self, name)
+        return getattr(self, _native.parse_split(split_name(split)))
 
     def set_epoch(self, epoch: int) -> None:
         """Reshuffle deterministically for ``epoch`` (applies to passes started after).

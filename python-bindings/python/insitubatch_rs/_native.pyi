@@ -1,7 +1,7 @@
 """Type stubs for the pyo3 extension `insitubatch_rs._native` (a thin shim over the Rust engine)."""
 
 from os import PathLike
-from typing import Any, TypedDict, final, type_check_only
+from typing import Any, Literal, TypedDict, final, type_check_only
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,8 @@ __all__ = [
     "slot_shape",
     "tile_placement",
     "dtype_size",
+    "checked_count",
+    "parse_split",
 ]
 
 class InsitubatchIOError(OSError):
@@ -112,9 +114,9 @@ class SplitManifest:
 def split_by_chunk(
     geom: ArrayGeometry,
     *,
-    fractions: tuple[float, float, float] = ...,
-    seed: int = 0,
-    contiguous: bool = True,
+    fractions: tuple[float, float, float],
+    seed: int,
+    contiguous: bool,
     sample_range: tuple[int, int] | None = None,
 ) -> SplitManifest: ...
 def valid_anchor_range(offsets: list[int], n_samples: int) -> tuple[int, int]: ...
@@ -140,6 +142,7 @@ class Defaults(TypedDict):
     cache_budget_bytes: int | None
     on_bad_chunk: str
     fractions: tuple[float, float, float]
+    split_seed: int
     contiguous: bool
     probe_chunks: int
 
@@ -183,6 +186,10 @@ def tile_placement(
     geom: ArrayGeometry, chunk_index: int, inner_coord: list[int]
 ) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]], bool]: ...
 def dtype_size(name: str) -> int: ...
+
+# Core's rules for the package's own arguments: a count's range, a split's word.
+def checked_count(name: str, value: int, minimum: int) -> int: ...
+def parse_split(split: str) -> Literal["train", "val", "test", "all"]: ...
 
 @final
 class StoreReader:

@@ -19,7 +19,8 @@ import numpy as np
 from . import _native
 from ._types import ArrayGeometry, native_geometry, split_name
 
-_SPLITS = ("train", "val", "test")
+# The engine's split defaults (SplitOptions::default()): restated nowhere here.
+_D = _native.defaults()
 
 
 @dataclasses.dataclass
@@ -46,11 +47,9 @@ class SplitManifest:
         Raises:
             ValueError: an unknown split.
         """
-        name = split_name(split)
+        name = _native.parse_split(split_name(split))
         if name == "all":
             return sorted({c for ids in self.chunks.values() for c in ids})
-        if name not in _SPLITS:
-            raise ValueError(f"unknown split {name!r}; expected train, val, test or all")
         return list(self.chunks.get(name, []))
 
     def sample_indices(self, split: Any, geom: ArrayGeometry | None = None) -> np.ndarray:
@@ -132,9 +131,9 @@ def native_manifest(m: Any) -> _native.SplitManifest | None:
 def split_by_chunk(
     geom: ArrayGeometry,
     *,
-    fractions: tuple[float, float, float] = _native.defaults()["fractions"],
-    seed: int = 0,
-    contiguous: bool = _native.defaults()["contiguous"],
+    fractions: tuple[float, float, float] = _D["fractions"],
+    seed: int = _D["split_seed"],
+    contiguous: bool = _D["contiguous"],
     sample_range: tuple[int, int] | None = None,
 ) -> SplitManifest:
     """Partition ``geom``'s sample-axis chunks into train/val/test (chunk-aligned).
@@ -149,10 +148,12 @@ def split_by_chunk(
         ValueError: ``fractions`` that are not three non-negative numbers summing to 1,
             ``seed < 0``, or a ``sample_range`` outside ``0 <= start < stop <= n_samples``.
     """
-    if int(seed) < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
     if sample_range is not None and int(sample_range[0]) < 0:
-        raise ValueError(f"sample_range must satisfy 0 <= start < stop <= {geom.n_samples}, got {tuple(sample_range)}")
+        # The engine's range is unsigned: a negative start is refused here, in its words.
+        start, stop = (int(x) for x in sample_range)
+        raise ValueError(
+            f"sample_range ({start}, {stop}) must satisfy 0 <= start < stop <= n_samples = {geom.n_samples}"
+        )
     m = _native.split_by_chunk(
         native_geometry(geom),
         # Three of them: the engine says so otherwise (a wrong count is its error to name).

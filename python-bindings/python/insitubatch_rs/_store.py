@@ -280,13 +280,12 @@ def open_geometries(
     """
     if isinstance(variables, str):
         variables = [variables]
-    if int(sample_axis) < 0:
-        raise ValueError(f"sample_axis must be >= 0, got {sample_axis}")
+    axis = _native.checked_count("sample_axis", int(sample_axis), 0)  # the engine's axis is unsigned
     with anchor_errors():
         geoms = _native.open_geometries(
             engine_store(store),
             None if variables is None else [str(v) for v in variables],
-            int(sample_axis),
+            axis,
             storage_options(storage_opts),
             None if concat_dim is None else str(concat_dim),
         )
