@@ -274,6 +274,14 @@ impl NativeDataset {
         Ok((json, report.render()))
     }
 
+    /// Shuffle quality and memory for each `block_chunks` in `values` at the current epoch
+    /// (core's `DatasetBuilder::quality_curve`: a build and a describe per value, no reads),
+    /// as JSON.
+    fn quality_curve_json(&self, values: Vec<usize>) -> PyResult<String> {
+        let curve = self.get()?.opened.quality_curve(&values).map_err(native_err)?;
+        serde_json::to_string(&curve).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
     /// The static report, rendered for people.
     fn render_summary(&self, iterations: usize) -> PyResult<String> {
         Ok(self.get()?.dataset().describe(iterations).map_err(core_err)?.render())

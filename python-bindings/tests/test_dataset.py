@@ -181,6 +181,31 @@ def test_describe_never_touches_the_store(fixtures, manifest, tmp_path, capsys):
         ds.describe(iterations=0)
 
 
+def test_quality_curve_is_describe_at_each_block_size(fixtures, manifest, tmp_path):
+    """``quality_curve`` (ours): each point is what ``describe()`` says with that
+    ``block_chunks`` (and no explicit budget), built from the metadata already read: the store
+    may be gone. Bad values are the same errors as the knob's."""
+    s = store(manifest, "v3_zstd")
+    copy = tmp_path / "store"
+    shutil.copytree(fixtures / s["path"], copy)
+    ds = ib.InSituDataset(copy.as_uri(), batch_size=8, block_chunks=2, cache_budget_bytes=1 << 30)
+    shutil.rmtree(copy)
+    curve = ds.quality_curve([1, 4, 10])
+    assert [p["block_chunks"] for p in curve] == [1, 4, 10]
+    shutil.copytree(fixtures / s["path"], copy)
+    for p in curve:
+        alone = ib.InSituDataset(copy.as_uri(), batch_size=8, block_chunks=p["block_chunks"]).describe()
+        assert p["block_chunks_widened"] == alone["config"]["block_chunks"]
+        assert p["quality"] == alone["config"]["shuffle_quality"]
+        assert p["floor_bytes"] == alone["memory"]["floor_bytes"]
+        assert p["estimated_peak_bytes"] == alone["memory"]["estimated_peak_bytes"]
+    assert curve[-1]["quality"] > curve[0]["quality"]
+    with pytest.raises(ValueError, match="block_chunks"):
+        ds.quality_curve([0])
+    with pytest.raises(TypeError, match="block_chunks"):
+        ds.quality_curve([2.5])
+
+
 def test_errors_are_the_right_classes(fixtures, manifest):
     bad = manifest["bad"]
     u = url(fixtures, bad["path"])

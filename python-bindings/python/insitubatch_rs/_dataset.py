@@ -20,6 +20,7 @@ from ._runtime import PassStats, format_pass
 from ._split import SplitManifest, native_manifest
 from ._store import anchor_errors, close_store, engine_store
 from ._store import storage_options as _storage_opts
+from ._reports import QualityPoint
 from ._summary import DatasetReport, dataset_report
 from ._transforms import native_chunk_transform
 from ._types import ArrayGeometry, Batch, StoredChunkRead, native_geometry, np_dtype, split_name
@@ -809,6 +810,22 @@ class InSituDataset:
         if probe:
             report["probe"] = json.loads(self._native.probe("train", _probe_chunks(probe))[0])
         return report
+
+    def quality_curve(self, block_chunks: Sequence[int]) -> list[QualityPoint]:
+        """What-ifs (ours): for each ``block_chunks`` value, what :meth:`describe` would say
+        with it, the rest of this dataset's options kept, at the current epoch: the widened
+        block size, ``quality`` (the train order's shuffle quality), ``floor_bytes`` and
+        ``estimated_peak_bytes``. Built from the metadata already read; nothing is fetched.
+        An explicit ``cache_budget_bytes`` and the disk tier are left out of these builds.
+        The dashboard's quality-against-memory plot and the CLI's ``describe
+        --sweep-block-chunks`` are the same function.
+
+        Raises:
+            TypeError: a value is not an integer.
+            ValueError: a value ``< 1``, one the engine refuses, or the dataset is closed.
+        """
+        values = [_count("block_chunks", v, 1) for v in block_chunks]
+        return list(json.loads(self._native.quality_curve_json(values)))
 
     def print_summary(self, iterations: int = 1, file: TextIO | None = None, *, probe: bool | int = False) -> None:
         """Print :meth:`describe` for a human (to ``file``, default stdout); ``probe`` as there.

@@ -723,6 +723,21 @@ class RankReport(TypedDict):
     advice: str
 
 
+class QualityPoint(TypedDict):
+    """One point of the mixing/memory trade-off: a `block_chunks` value and what it costs."""
+
+    # As asked.
+    block_chunks: int
+    # After widening (so a block holds a batch).
+    block_chunks_widened: int
+    # Shuffle quality of the train order at this epoch.
+    quality: float
+    # The residency floor of one iteration.
+    floor_bytes: int
+    # The estimated peak for one iteration.
+    estimated_peak_bytes: int
+
+
 # The reshaping, per Rust struct (the `x-python` extension): its lists given as tuples, its
 # `[name, value]` pair lists given as dicts, and its fields given another name (insitubatch
 # 0.2.0's).
