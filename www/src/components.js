@@ -1,4 +1,4 @@
-// The rendering pieces the dashboard (main.js) and the notebook widget (widget.js) share:
+// The rendering pieces the dashboard (main.js and its sections) and the notebook widget (widget.js) share:
 // sizes as text, the memory and split tables of a describe report, the memory model as a
 // stacked bar, the draw-order plot, a batch as a grid of pictures on one colour scale with
 // the value under the cursor, a patched batch's patch map, the notes of a report, a probe
