@@ -396,8 +396,27 @@ export interface WorkerOptions {
    * memory, so the engine's thread neither drains nor copies it. Default true.
    */
   fetchWorker?: boolean;
-  /** URL of `src/worker.js`, if a bundler moved it. */
+  /**
+   * The worker to run in, started by the app: a module Worker on the package's
+   * `insitubatch/worker` export (`new Worker(new URL('insitubatch/worker', import.meta.url),
+   * { type: 'module' })` in a bundled page; a `worker_threads` Worker in Node), or a function
+   * returning one, called once per `openInWorker`. The dataset owns it: `close()` and a trap
+   * terminate it. Without it (and `workerUrl`) `openInWorker` starts its own, which bundlers
+   * (Vite, webpack 5) bundle with the wasm it loads.
+   */
+  worker?: LoaderWorker | (() => LoaderWorker);
+  /** URL of `src/worker.js` (or `src/worker-web.js`) served as a plain file. */
   workerUrl?: string | URL;
+}
+
+/**
+ * What `openInWorker` needs of a worker it is given: a browser `Worker` or a Node
+ * `worker_threads` Worker (spelled without either's library, so that Node and DOM projects
+ * both type-check).
+ */
+export interface LoaderWorker {
+  postMessage(message: unknown): void;
+  terminate(): unknown;
 }
 
 /** Counters of the worker's batch posts (diagnostics). */

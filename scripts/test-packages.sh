@@ -5,13 +5,17 @@
 #      clean venv in a temp dir and used from a script run there (tests/packages/use_wheel.py).
 #      It compiles the extension (minutes), so it is rebuilt only when its inputs changed since
 #      it last passed;
-#   2. npm: `npm pack` of js/ (with the js/pkg wasm builds) installed into a clean folder with
-#      pinned typescript, vite and playwright-core (tests/packages/js/): a Node script there
-#      imports it by name and checks one epoch row by row against the fixture's values (path,
-#      file:// and loopback HTTP); tsc --noEmit (strict) type-checks an example against the
-#      installed index.d.ts as a Node and as a bundler project, and must reject a wrong knob
-#      type; a Vite app bundles the browser entry and headless Chromium reads the same batches
-#      over loopback HTTP. Needs js/pkg built (scripts/test-wasm.sh --build-only).
+#   2. npm: `npm pack` of js/ (with the js/pkg wasm builds) installed into a clean folder
+#      beside the pinned typescript, vite, webpack, webpack-cli and playwright-core of
+#      tests/packages/js/package-lock.json: a Node script there imports it by name and checks
+#      one epoch row by row against the fixture's values (path, file:// and loopback HTTP),
+#      and a second epoch on its thread and through `openInWorker`; tsc --noEmit (strict)
+#      type-checks examples against the installed index.d.ts as a Node and as a bundler
+#      project, and must reject a wrong knob type; the same page (tests/packages/js/web/) is
+#      bundled by Vite and by webpack 5, with no settings for the package and no warnings,
+#      and headless Chromium reads the same batches with each over loopback HTTP, on the page
+#      and through `openInWorker` with no workerUrl, after forced traps too.
+#      Needs js/pkg built (scripts/test-wasm.sh --build-only).
 # Needs the fixtures (INSITUBATCH_FIXTURES): run after scripts/test-python.sh, as scripts/test.sh does.
 #   scripts/test-packages.sh                  # every section
 #   scripts/test-packages.sh npm              # some of them: python, npm
@@ -34,9 +38,10 @@ trap 'rm -rf "$WORK"' EXIT
 passed=0
 
 # `npm pack` of js/ installed in a clean folder as a user installs it, then
-# tests/packages/js/ run there: Node, tsc (two projects and a must-fail file), Vite + Chromium.
-# npm's cache is $INSITUBATCH_CACHE/npm-cache, so a warm run downloads nothing.
-NPM_APP_PKGS=(typescript@6.0.3 vite@7.3.8 playwright-core@1.65.1 @types/node@20.19.43)
+# tests/packages/js/ run there: Node, tsc (two projects and a must-fail file), Vite and
+# webpack builds + Chromium. The app's tools are pinned, with their dependencies, by
+# tests/packages/js/package-lock.json (npm ci); npm's cache is $INSITUBATCH_CACHE/npm-cache,
+# so a warm run downloads nothing.
 
 # Prints what the npm checks lack (nothing when all is there); installs Debian's chromium.
 npm_missing_prereq() {
@@ -56,28 +61,35 @@ npm_pack_checked() {
     listing="$(tar tzf "$tgz")"
     echo "npm pack: $(basename "$tgz"), $(du -k "$tgz" | cut -f1) KiB, $(wc -l <<<"$listing") files" >&2
     # Among them what the checks below do not load: the license and the threaded build.
-    for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/worker.js src/web-threads.js src/fetch-worker.js \
+    for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/web-engine.js src/worker.js src/worker-core.js \
+        src/worker-web.js src/worker-node.js src/web-threads.js src/fetch-worker.js \
         pkg/node/package.json pkg/web/insitubatch_wasm_bg.wasm pkg/web-threads/insitubatch_wasm_bg.wasm; do
         grep -qx "package/$f" <<<"$listing" || { echo "FAIL: $tgz lacks $f" >&2; return 1; }
     done
     echo "$tgz"
 }
 
-# In the app folder (the cwd): tsc on the Node project (example.ts clean, type-error.ts
-# exactly its one marked error, so a broken setup cannot pass) and the bundler project,
-# then the Vite build. The local bins, never `npx NAME` (which would fetch a package so named).
+# In the app folder (the cwd): tsc on the Node project (example.ts and example-node.ts clean,
+# type-error.ts exactly its one marked error, so a broken setup cannot pass) and the bundler
+# project (example.ts, example-web.ts), then the Vite and webpack builds of web/main.js, each
+# of which must say nothing but what it built (a warning fails). The local bins, never
+# `npx NAME` (which would fetch a package so named).
 npm_app_types_and_build() {
     local out want="type-error.ts(6,3): error TS2322: Type 'string' is not assignable to type 'number'."
-    echo "tsc --noEmit (strict): example.ts and type-error.ts as a Node project (@types/node)"
+    echo "tsc --noEmit (strict): example.ts, example-node.ts and type-error.ts as a Node project (@types/node)"
     if out="$(node_modules/.bin/tsc -p tsconfig.json)"; then
         echo "FAIL: tsc accepted type-error.ts (batchSize: '32')" >&2; return 1
     fi
     [ "$out" = "$want" ] || { echo "FAIL: tsc, want only: $want; got:" >&2; echo "$out" >&2; return 1; }
-    echo "tsc: example.ts clean; type-error.ts refused as expected (TS2322, batchSize: '32')"
-    echo "tsc --noEmit (strict): example.ts as a bundler project (DOM)"
+    echo "tsc: example.ts and example-node.ts clean; type-error.ts refused as expected (TS2322, batchSize: '32')"
+    echo "tsc --noEmit (strict): example.ts and example-web.ts as a bundler project (DOM)"
     node_modules/.bin/tsc -p tsconfig.web.json
-    node_modules/.bin/vite build --logLevel error
+    out="$(node_modules/.bin/vite build --logLevel warn 2>&1)" || { echo "$out" >&2; echo "FAIL: vite build" >&2; return 1; }
+    [ -z "$out" ] || { echo "$out" >&2; echo "FAIL: vite build warned" >&2; return 1; }
     echo "vite build: $(cd dist && find . -type f | sort | tr '\n' ' ')"
+    out="$(node_modules/.bin/webpack --stats errors-warnings 2>&1)" || { echo "$out" >&2; echo "FAIL: webpack build" >&2; return 1; }
+    grep -q "compiled successfully" <<<"$out" || { echo "$out" >&2; echo "FAIL: webpack build warned" >&2; return 1; }
+    echo "webpack build: $(cd dist-webpack && find . -type f | sort | tr '\n' ' ')"
 }
 
 ib_npm_package_checks() {
@@ -91,13 +103,16 @@ ib_npm_package_checks() {
     export npm_config_cache="$INSITUBATCH_CACHE/npm-cache"
     tgz="$(npm_pack_checked)"
     mkdir -p "$app"
-    echo '{ "private": true, "type": "module" }' >"$app/package.json"
-    (cd "$app" && npm install --prefer-offline --no-audit --no-fund --loglevel=error --save-exact "$tgz" "${NPM_APP_PKGS[@]}")
-    cp -r tests/packages/js/use-package.mjs tests/packages/js/*.ts tests/packages/js/tsconfig*.json tests/packages/js/web/. "$app/"
+    cp tests/packages/js/package.json tests/packages/js/package-lock.json "$app/"
+    # The tools exactly as locked, then the tarball beside them (not saved: the lock stays as is).
+    (cd "$app" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error \
+        && npm install --prefer-offline --no-audit --no-fund --loglevel=error --no-save "$tgz")
+    cp -r tests/packages/js/use-package.mjs tests/packages/js/*.ts tests/packages/js/tsconfig*.json \
+        tests/packages/js/webpack.config.js tests/packages/js/web/. "$app/"
     (cd "$app" && npm_app_types_and_build)
-    passed=$((passed + 3))
+    passed=$((passed + 4))
     IB_PY="$IB_PY" node tests/packages/js/check.mjs "$app" "$FIXTURES"
-    passed=$((passed + 2))
+    passed=$((passed + 5))
 }
 
 # A clean venv in the temp dir, the package installed from $1 with its dependencies, and the
@@ -132,7 +147,7 @@ if want python; then
     fi
 fi
 if want npm; then
-    echo "== npm: the packed js/ package installed in a clean folder (Node, tsc, Vite + Chromium)"
+    echo "== npm: the packed js/ package installed in a clean folder (Node, tsc, Vite and webpack + Chromium)"
     ib_npm_package_checks
 fi
 echo "test result: ok. $passed passed; 0 failed (packages)"

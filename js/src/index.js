@@ -3,10 +3,12 @@ import Module from 'node:module';
 import { readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
 import { makeOpen, makeEngineHooks, Dataset, Pass } from './facade.js';
 import { Engine, EngineTrapError, isTrap } from './engine.js';
 import { makeOpenExplorer, Explorer } from './explore.js';
 import { isLocal, nodeFileStorage } from './node-storage.js';
+import { makeOpenInWorker, nodeWorkerPort } from './worker-client.js';
 
 const GLUE = fileURLToPath(new URL('../pkg/node/insitubatch_wasm.js', import.meta.url));
 
@@ -48,7 +50,17 @@ export { Dataset, Pass, EngineTrapError };
 /** Open a store's metadata once for many what-if questions (the dashboard; src/explore.js). */
 export const openExplorer = makeOpenExplorer(engine);
 export { Explorer };
-export { openInWorker, WorkerDataset, WorkerPass } from './worker-client.js';
+/**
+ * `openInWorker`'s worker in Node: the app's (`how.worker`), the file at `how.workerUrl`, or
+ * src/worker-node.js (the Node entry in a worker_threads Worker).
+ */
+function spawnWorker(how) {
+  const given = typeof how.worker === 'function' ? how.worker() : how.worker;
+  return nodeWorkerPort(given ?? new Worker(how.workerUrl ?? new URL('./worker-node.js', import.meta.url)));
+}
+/** Open the store at `url` in a worker_threads Worker (src/worker-client.js). */
+export const openInWorker = makeOpenInWorker(spawnWorker);
+export { WorkerDataset, WorkerPass } from './worker-client.js';
 /** Test and diagnostics hooks (src/facade.js makeEngineHooks). */
 export const { __debugTrap, memoryBytes, heapBytes, engineGeneration } = makeEngineHooks(engine);
 

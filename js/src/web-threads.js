@@ -1,6 +1,6 @@
 // The threaded browser build (`pkg/web-threads`: wasm-bindgen-rayon, shared memory). Only
 // usable where SharedArrayBuffer is (a cross-origin-isolated page) and, because decode
-// threads share locks with the caller, only from a worker: src/worker.js picks it.
+// threads share locks with the caller, only from a worker: src/worker-core.js picks it.
 import init, * as wasm from '../pkg/web-threads/insitubatch_wasm.js';
 import { makeOpen, makeEngineHooks, Dataset, Pass } from './facade.js';
 import { Engine, EngineTrapError } from './engine.js';
@@ -85,6 +85,33 @@ function startFetchWorker() {
   served.running = true;
 }
 
+/**
+ * The glue relative to this file, resolved below against a variable holding
+ * `import.meta.url`: written as `new URL('…', import.meta.url)`, bundlers would emit a copy
+ * of the file (or, for a name in a variable, webpack all of pkg/ as a context).
+ */
+const GLUE = '../pkg/web-threads/insitubatch_wasm.js';
+const HERE = import.meta.url;
+
+/**
+ * Refuses (rejects) unless the glue is its own module at its place in the package, as the
+ * decode threads need: wasm-bindgen-rayon's helper starts each one from its own file and
+ * imports the glue there by the glue's URL. Where this module was moved (bundled: the glue
+ * inlined into a chunk, or `import.meta.url` fixed at build time; src/worker-web.js keeps
+ * bundlers away from it, but a dev server or an app may still move it) that import gets
+ * another module or none, and the helper would wait forever for a thread that never starts;
+ * so the threaded build is refused here, and `threads: "auto"` falls back to one thread.
+ */
+async function checkUnbundled() {
+  const at = new URL(GLUE, HERE).href;
+  const found = await import(/* @vite-ignore */ /* webpackIgnore: true */ at).catch(() => undefined);
+  if (found !== wasm) {
+    throw new Error(
+      `its decode threads load the glue by its own URL (${at}), which a bundler moved; serve the package's src/ and pkg/ as plain files and pass openInWorker's workerUrl (src/worker.js) for threads in a bundled app`,
+    );
+  }
+}
+
 let ready;
 /**
  * Load the module and start `nThreads` decode threads (default: hardwareConcurrency) and,
@@ -93,6 +120,7 @@ let ready;
  */
 export function initialize(input, nThreads, { fetchWorker = true } = {}) {
   ready ??= (async () => {
+    await checkUnbundled();
     await init(input === undefined ? undefined : { module_or_path: input });
     const n = Math.max(1, nThreads ?? globalThis.navigator?.hardwareConcurrency ?? 2);
     await wasm.initThreadPool(n);
@@ -120,7 +148,7 @@ export const open = makeOpen({
   },
 });
 export { Dataset, Pass, EngineTrapError };
-/** Where a trap on a decode thread is reported: a `BroadcastChannel` name (wasm/src/trap.rs, src/worker.js). */
+/** Where a trap on a decode thread is reported: a `BroadcastChannel` name (wasm/src/trap.rs, src/worker-core.js). */
 export function setTrapChannel(name) {
   wasm.setTrapChannel(name);
 }

@@ -8,40 +8,38 @@
 import { AsyncBatches, SplitViews, checkSplit, isJoin, isStorage, joinEntries, viewBatch, staleViewError } from './facade.js';
 import { EngineTrapError } from './engine.js';
 
-const IS_NODE = typeof process !== 'undefined' && !!process.versions?.node && typeof window === 'undefined' && typeof self === 'undefined';
-
-async function spawn(workerUrl) {
-  const url = workerUrl ?? new URL('./worker.js', import.meta.url);
-  if (IS_NODE) {
-    const { Worker } = await import('node:worker_threads');
-    const w = new Worker(url);
-    return {
-      post: (m) => w.postMessage(m),
-      listen: (onMsg, onErr) => {
-        w.on('message', onMsg);
-        w.on('error', onErr);
-        w.on('exit', (code) => onErr(new Error(`the loader worker exited (code ${code})`)));
-      },
-      terminate: () => w.terminate(),
-    };
-  }
-  // Not the `new Worker(new URL(...))` form bundlers rewrite: they would bundle worker.js,
-  // which imports the Node entry too (node:fs, node:path), and fail. Bundled apps pass
-  // `workerUrl`, served as plain files (docs/quickstart/javascript.md).
-  const w = new Worker(url, { type: 'module', name: 'insitubatch' });
+/**
+ * The page side of a browser `Worker` (a dedicated module worker running src/worker-web.js,
+ * src/worker.js or the app's `how.worker`): `{ post, listen, terminate }`. `what` names it
+ * in errors.
+ */
+export function browserWorkerPort(w, what) {
   return {
     post: (m) => w.postMessage(m),
     listen: (onMsg, onErr) => {
       w.addEventListener('message', (e) => onMsg(e.data));
-      w.addEventListener('error', (e) => onErr(new Error(`the loader worker failed: ${e.message ?? 'script error'} (${url})`)));
+      w.addEventListener('error', (e) => onErr(new Error(`the loader worker failed: ${e.message ?? 'script error'} (${what})`)));
       w.addEventListener('messageerror', () => onErr(new Error('a message from the loader worker could not be read')));
     },
     terminate: () => w.terminate(),
   };
 }
 
+/** The parent side of a Node `worker_threads` Worker running src/worker-node.js (or src/worker.js). */
+export function nodeWorkerPort(w) {
+  return {
+    post: (m) => w.postMessage(m),
+    listen: (onMsg, onErr) => {
+      w.on('message', onMsg);
+      w.on('error', onErr);
+      w.on('exit', (code) => onErr(new Error(`the loader worker exited (code ${code})`)));
+    },
+    terminate: () => w.terminate(),
+  };
+}
+
 /**
- * The page side of the worker protocol (see src/worker.js): numbered requests, one reply
+ * The page side of the worker protocol (see src/worker-core.js): numbered requests, one reply
  * each. A worker whose engine trapped, or that died (an error event, an exit, a trap in its
  * decode pool), is terminated and every pending request rejects: nothing waits forever.
  */
@@ -282,23 +280,29 @@ export class WorkerDataset extends SplitViews {
  * `how.fetchWorker`: in the threaded build, read chunks in a worker of their own, which
  *   writes them into the engine's shared memory (default true; false keeps reads on the
  *   engine's thread);
- * `how.workerUrl`: where src/worker.js is served, if a bundler moved it.
+ * `how.worker`: a Worker the app started on the package's `insitubatch/worker` export (or
+ *   a function returning one, called once per `openInWorker`); the dataset owns it from
+ *   then on and terminates it on `close()` or a trap;
+ * `how.workerUrl`: where src/worker.js (or src/worker-web.js) is served as a plain file.
+ * Without either, the entry starts its own (src/web.js, src/index.js: `spawnWorker`).
  */
-export async function openInWorker(url, options = {}, how = {}) {
-  const stores = isJoin(url) ? joinEntries(url) : Array.isArray(url) ? url.map((one) => ['', one]) : [['', url]];
-  const urls = (one) => (Array.isArray(one) ? one.map(String) : String(one)); // a list inside a join is concatenated
-  if (stores.some(([, one]) => (Array.isArray(one) ? one.some(isStorage) : isStorage(one)))) {
-    throw new Error('openInWorker takes a URL: a storage object cannot be sent to a worker (its functions do not survive postMessage); open it with open() on this thread, or give the worker a URL');
-  }
-  // A join crosses as a plain object of URLs, a concatenation as an array; the worker's
-  // open() joins or concatenates them.
-  const source = isJoin(url) ? Object.fromEntries(stores.map(([n, one]) => [n, urls(one)])) : urls(url);
-  const ch = new Channel(await spawn(how.workerUrl));
-  try {
-    const info = await ch.call('open', { url: source, options, threads: how.threads ?? 'auto', nThreads: how.nThreads, fetchWorker: how.fetchWorker ?? true });
-    return new WorkerDataset(ch, info);
-  } catch (e) {
-    ch.terminate();
-    throw e;
-  }
+export function makeOpenInWorker(spawn) {
+  return async function openInWorker(url, options = {}, how = {}) {
+    const stores = isJoin(url) ? joinEntries(url) : Array.isArray(url) ? url.map((one) => ['', one]) : [['', url]];
+    const urls = (one) => (Array.isArray(one) ? one.map(String) : String(one)); // a list inside a join is concatenated
+    if (stores.some(([, one]) => (Array.isArray(one) ? one.some(isStorage) : isStorage(one)))) {
+      throw new Error('openInWorker takes a URL: a storage object cannot be sent to a worker (its functions do not survive postMessage); open it with open() on this thread, or give the worker a URL');
+    }
+    // A join crosses as a plain object of URLs, a concatenation as an array; the worker's
+    // open() joins or concatenates them.
+    const source = isJoin(url) ? Object.fromEntries(stores.map(([n, one]) => [n, urls(one)])) : urls(url);
+    const ch = new Channel(await spawn(how));
+    try {
+      const info = await ch.call('open', { url: source, options, threads: how.threads ?? 'auto', nThreads: how.nThreads, fetchWorker: how.fetchWorker ?? true });
+      return new WorkerDataset(ch, info);
+    } catch (e) {
+      ch.terminate();
+      throw e;
+    }
+  };
 }

@@ -36,12 +36,14 @@ async function collect(pass) {
  * if `mainThread`, on the page too; the worker's build, thread count and transfer report.
  * `churn`: first abandon that many train passes after one batch each.
  */
-export async function workerDigests({ http, stores, epoch, splits, options, threads, mainThread, nThreads, churn = 0, fetchWorker }) {
+export async function workerDigests({ http, stores, epoch, splits, options, threads, mainThread, nThreads, churn = 0, fetchWorker, workerUrl, ownWorker }) {
   const out = { isolated: globalThis.crossOriginIsolated === true, stores: {} };
+  // `ownWorker`: a worker this page starts on that file and hands over (`how.worker`).
+  const worker = ownWorker ? () => new Worker(ownWorker, { type: 'module' }) : undefined;
   for (const s of stores) {
     const opts = { ...options, variables: s.vars, sampleAxis: s.sampleAxis };
     const url = `${http}/${s.path}`;
-    const wds = await openInWorker(url, opts, { threads, nThreads, fetchWorker });
+    const wds = await openInWorker(url, opts, { threads, nThreads, fetchWorker, workerUrl, worker });
     // Passes abandoned after one batch, their decode jobs still queued or running: the
     // engine must stay intact for the passes after them.
     const received = (b) => b.sampleIndices.byteLength + Object.values(b.arrays).reduce((m, a) => m + a.data.byteLength, 0);

@@ -128,6 +128,17 @@ test('Chromium, cross-origin isolated: the worker picks the threaded build, same
   console.log(`chromium worker (threads build, 2 threads): ${STORES.length} stores equal${compared ? ` and ${compared} native digests` : ''}`);
 });
 
+test('Chromium: the plain-file worker (workerUrl: src/worker.js, as the dashboard passes it) and one the page starts (how.worker), one thread and, cross-origin isolated, threaded: same digests', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
+  const some = stores().filter((s) => ['v3_zstd', 'v3_sharded'].includes(s.name));
+  for (const how of [{ workerUrl: '/src/worker.js' }, { ownWorker: '/src/worker-web.js' }]) {
+    const one = await run(plain, 'workerDigests', { http: HTTP, stores: some, ...PARITY, threads: 'auto', mainThread: true, ...how });
+    checkDigests(one, { build: 'web', threads: 1 });
+    const threaded = await run(isolated, 'workerDigests', { http: HTTP, stores: some, ...PARITY, threads: 'auto', nThreads: 2, mainThread: true, ...how });
+    checkDigests(threaded, { build: 'web-threads', threads: 2 });
+    checkFetchWorker(threaded);
+  }
+});
+
 /**
  * The threaded build's chunk reads went through its fetch worker (wasm/src/storage.rs
  * `off_thread`): every store read something there, the worker still runs, and every read it

@@ -124,3 +124,22 @@ test('transient faults on the metadata reads at open are retried', { skip }, asy
     assert.equal(digest(got), want, `${fault}: different batches`);
   }
 });
+
+test('transient faults on the metadata reads at open of concatenated stores are retried', { skip }, async () => {
+  // `open([a, b])` reads every store's metadata (and the time coordinate it concatenates in
+  // memory) before the dataset is built: under readPolicy too, as for a single store.
+  const concat = async (urls) => {
+    const ds = await open(urls, { ...options(), coords: true });
+    try {
+      return digest(await collect(ds.train()));
+    } finally {
+      ds.close();
+    }
+  };
+  const local = pathToFileURL(join(FIXTURES, 'cf')).href;
+  const want = await concat([local, local]);
+  for (const fault of ['503-2', '429-2', 'reset-1', 'cut-1']) {
+    const got = await concat([faulty(`concat-a-${fault}`, fault, 'cf'), faulty(`concat-b-${fault}`, fault, 'cf')]);
+    assert.equal(got, want, `${fault}: different batches`);
+  }
+});

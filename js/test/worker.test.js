@@ -3,6 +3,7 @@
 // The browser half (a dedicated Web Worker in headless Chromium) is js/test/browser.test.js.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { Worker } from 'node:worker_threads';
 import { open, openInWorker } from '../src/index.js';
 import { HTTP, skip, manifest, dataVars, collect, digest } from '../test-support/helpers.js';
 
@@ -77,4 +78,25 @@ test('worker errors reach the page as Error with the engine message', { skip }, 
   assert.throws(() => wds.iter('bogus'), /unknown split/);
   await assert.rejects(wds.setEpoch(-1), /non-negative integer/);
   await wds.close();
+});
+
+test('the worker from a plain file (workerUrl: src/worker.js, both targets in one) or started by the caller (how.worker) yields the same batches', { skip }, async () => {
+  const url = `${HTTP}/v3_zstd`;
+  const opts = { ...OPTS, variables: ['t2m', 'u10'] };
+  const main = await open(url, opts);
+  main.setEpoch(1);
+  const want = digest(await collect(main.train()));
+  main.close();
+  const hows = {
+    'workerUrl src/worker.js': { workerUrl: new URL('../src/worker.js', import.meta.url) },
+    'how.worker (a Worker)': { worker: new Worker(new URL('../src/worker-node.js', import.meta.url)) },
+    'how.worker (a function)': { worker: () => new Worker(new URL('../src/worker-node.js', import.meta.url)) },
+  };
+  for (const [what, how] of Object.entries(hows)) {
+    const wds = await openInWorker(url, opts, how);
+    assert.equal(wds.build, 'node', what);
+    await wds.setEpoch(1);
+    assert.equal(digest(await collect(wds.train())), want, what);
+    await wds.close();
+  }
 });

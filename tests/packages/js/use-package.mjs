@@ -2,8 +2,12 @@
 // the installed `insitubatch` (Node entry), imported by its name, on the v3_zstd fixture
 // store read from a path, a file:// URL and the loopback HTTP server. Every row of one
 // train epoch is compared with the values zarr-python wrote (the fixture's values file), and
-// the three sources must give the same batches. The last stdout line is the HTTP pass as
-// JSON ({ batches, samples, digest }), which the browser check compares with the page's.
+// the three sources must give the same batches. Then epoch 1 over HTTP, on this thread and
+// through `openInWorker` (its worker src/worker-node.js, as the package's `insitubatch/worker`
+// export resolves under the `node` condition; once started by the package, once by this
+// script and handed over). The last stdout line is the HTTP passes as JSON
+// ({ "0": { batches, samples, digest }, "1": ... } by epoch), which the browser check
+// compares with the bundled pages'.
 //
 //   node use-package.mjs FIXTURES_DIR HTTP_STORE_URL
 import assert from 'node:assert/strict';
@@ -11,7 +15,8 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { open } from 'insitubatch';
+import { Worker } from 'node:worker_threads';
+import { open, openInWorker } from 'insitubatch';
 
 const [fixtures, httpUrl] = process.argv.slice(2);
 assert.ok(fixtures && httpUrl, 'usage: node use-package.mjs FIXTURES_DIR HTTP_STORE_URL');
@@ -34,14 +39,23 @@ function sourceRows(label) {
 const rows = Object.fromEntries(OPTIONS.variables.map((v) => [v, sourceRows(v)]));
 const bytesOf = (v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 
-/** One train epoch from `source`, each row checked against the source values. */
-async function trainEpoch(source) {
+/** One train epoch (`epoch`) from `source`, each row checked against the source values. */
+async function trainEpoch(source, epoch = 0) {
   const ds = await open(source, OPTIONS);
+  ds.setEpoch(epoch);
   const drawable = Object.fromEntries(ds.describe().config.drawable_samples).train;
+  const got = await checkedPass(ds.train(), source, drawable);
+  assert.equal(ds.lastPass().batches, got.batches);
+  ds.close();
+  return got;
+}
+
+/** Every batch of `pass`, each row checked against the source values, hashed in order. */
+async function checkedPass(pass, source, drawable) {
   const hash = createHash('sha256');
   const seen = new Set();
   let batches = 0;
-  for await (const b of ds.train()) {
+  for await (const b of pass) {
     batches++;
     hash.update(bytesOf(b.sampleIndices));
     for (const label of Object.keys(b.arrays).sort()) {
@@ -63,9 +77,20 @@ async function trainEpoch(source) {
     }
   }
   assert.equal(seen.size, drawable, `${source}: every drawable train sample once`);
-  assert.equal(ds.lastPass().batches, batches);
-  ds.close();
   return { batches, samples: seen.size, digest: hash.digest('hex') };
+}
+
+/** Epoch `epoch` of the train split in a worker (`how`: openInWorker's third argument). */
+async function workerEpoch(source, epoch, how) {
+  const wds = await openInWorker(source, OPTIONS, how);
+  try {
+    assert.equal(wds.build, 'node');
+    await wds.setEpoch(epoch);
+    const drawable = Object.fromEntries((await wds.describe()).config.drawable_samples).train;
+    return await checkedPass(wds.train(), `${source} (worker)`, drawable);
+  } finally {
+    await wds.close();
+  }
 }
 
 const storeDir = join(fixtures, store.path);
@@ -74,6 +99,13 @@ const fromFileUrl = await trainEpoch(pathToFileURL(storeDir).href);
 const fromHttp = await trainEpoch(httpUrl);
 assert.deepEqual(fromFileUrl, fromPath, 'file:// and a path give the same batches');
 assert.deepEqual(fromHttp, fromPath, 'HTTP and a path give the same batches');
+const epoch1 = await trainEpoch(httpUrl, 1);
+assert.notEqual(epoch1.digest, fromHttp.digest, 'epoch 1 is shuffled anew');
+const workerEntry = fileURLToPath(import.meta.resolve('insitubatch/worker'));
+assert.equal(workerEntry, resolve('node_modules/insitubatch/src/worker-node.js'), 'insitubatch/worker: the Node worker under the node condition');
+assert.deepEqual(await workerEpoch(httpUrl, 1), epoch1, 'openInWorker (its own worker) gives the same batches');
+assert.deepEqual(await workerEpoch(httpUrl, 1, { worker: () => new Worker(new URL(import.meta.resolve('insitubatch/worker'))) }), epoch1, 'openInWorker in a worker on insitubatch/worker gives the same batches');
 console.log(`node: insitubatch from ${entry}`);
 console.log(`node: ${STORE} (path, file://, HTTP): ${fromPath.batches} train batches, ${fromPath.samples} samples, each row equal to zarr-python's values`);
-console.log(JSON.stringify(fromHttp));
+console.log(`node: epoch 1 over HTTP equal on this thread, in openInWorker's worker and in one on insitubatch/worker (${workerEntry})`);
+console.log(JSON.stringify({ 0: fromHttp, 1: epoch1 }));
