@@ -21,7 +21,8 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::runtime::{BoxFuture, ByteRange, Storage, StorageError};
+use crate::retry::{PolicyStorage, ReadPolicy};
+use crate::runtime::{BoxFuture, ByteRange, Executor, Storage, StorageError};
 
 /// Stores concatenated along one dimension.
 #[derive(Debug)]
@@ -145,6 +146,34 @@ impl ConcatStorage {
         }
         out.rewrite_consolidated().await?;
         Ok(out)
+    }
+
+    /// [`Self::open`] with every metadata read it makes under `policy` (retries, backoff,
+    /// the request timeout), as a single store's metadata reads at open are
+    /// (`DatasetBuilder::read_metadata`): a 503 on one part's `zarr.json` is retried, not an
+    /// open that fails. Afterwards the parts are read straight, since the engine's fetch
+    /// applies the policy to chunk reads itself (once, not twice over). Every target opens a
+    /// concatenation through here.
+    ///
+    /// # Errors
+    /// As [`Self::open`], a read failing once the policy's retries are spent.
+    pub async fn open_under_policy(
+        parts: Vec<Arc<dyn Storage>>,
+        dim: &str,
+        axis: usize,
+        executor: Arc<dyn Executor>,
+        policy: ReadPolicy,
+    ) -> Result<Self> {
+        let retried = parts
+            .iter()
+            .map(|part| {
+                let reads = PolicyStorage::new(Arc::clone(part), Arc::clone(&executor), policy.clone());
+                Arc::new(reads) as Arc<dyn Storage>
+            })
+            .collect();
+        let mut opened = Self::open(retried, dim, axis).await?;
+        opened.parts = parts;
+        Ok(opened)
     }
 
     /// The paths of the first store's arrays (by listing it, or by its consolidated metadata).

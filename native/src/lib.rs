@@ -262,7 +262,9 @@ pub fn open_joined(parts: Vec<(String, JoinPart)>, options: OpenOptions) -> Resu
 /// Several stores read as one along the sample axis (core's
 /// [`insitubatch_core::ConcatStorage`]): every array with a dimension named `dim` (for
 /// arrays without names, physical axis `axis`) is the stores' arrays end to end; the others
-/// come from the first store. The storage options apply to every store given by URL.
+/// come from the first store. The storage options apply to every store given by URL; the
+/// metadata reads of the concatenation follow `policy` (core's
+/// [`insitubatch_core::ConcatStorage::open_under_policy`]).
 ///
 /// # Errors
 /// As [`open_url_storage`] for each URL; a configuration error for fewer than two stores,
@@ -271,6 +273,7 @@ pub fn open_concat_storage(
     parts: Vec<JoinPart>,
     (dim, axis): (&str, usize),
     options: &[(String, String)],
+    policy: &ReadPolicy,
 ) -> Result<Arc<dyn Storage>> {
     let parts = parts
         .into_iter()
@@ -281,7 +284,9 @@ pub fn open_concat_storage(
         .collect::<Result<Vec<_>>>()?;
     // The metadata of every part is read once here, before any dataset exists.
     let runtime = NativeRuntime::new(Some(1))?;
-    Ok(Arc::new(runtime.block_on(insitubatch_core::ConcatStorage::open(parts, dim, axis))?))
+    let executor = Arc::clone(&runtime.runtime.executor);
+    let opening = insitubatch_core::ConcatStorage::open_under_policy(parts, dim, axis, executor, policy.clone());
+    Ok(Arc::new(runtime.block_on(opening)?))
 }
 
 /// Open stores concatenated along the sample axis ([`open_concat_storage`], along
@@ -290,7 +295,8 @@ pub fn open_concat_storage(
 /// # Errors
 /// As [`open_concat_storage`], then as [`open`].
 pub fn open_concat(parts: Vec<JoinPart>, dim: &str, options: OpenOptions) -> Result<NativeDataset> {
-    let storage = open_concat_storage(parts, (dim, options.sample_axis), &options.storage_options)?;
+    let concat = (dim, options.sample_axis);
+    let storage = open_concat_storage(parts, concat, &options.storage_options, &options.dataset.read_policy)?;
     let location = storage.location();
     build_dataset(storage, &location, OpenOptions { storage_options: Vec::new(), ..options })
 }

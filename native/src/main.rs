@@ -510,7 +510,8 @@ impl Knobs {
     /// `NAME=URL` too); storage options go to each.
     fn storage(&self, url: &str) -> Result<Arc<dyn Storage>> {
         if let Some(parts) = self.concatenated(url)? {
-            return Ok(open_concat_storage(parts, (&self.concat_dim, self.sample_axis), &self.storage_options)?);
+            let concat = (self.concat_dim.as_str(), self.sample_axis);
+            return Ok(open_concat_storage(parts, concat, &self.storage_options, &self.read_policy())?);
         }
         Ok(match self.joined(url)? {
             None => open_storage(url, &self.storage_options)?,

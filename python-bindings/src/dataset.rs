@@ -76,7 +76,8 @@ fn open_store(
         StoreArg::Built { storage, location } => insitubatch_native::open_storage_with(storage, &location, options),
         StoreArg::Joined(parts) => {
             let concat = (dim, options.sample_axis);
-            insitubatch_native::open_joined(StoreArg::join_parts(parts, concat, &options.storage_options)?, options)
+            let parts = StoreArg::join_parts(parts, concat, &options.storage_options, &options.dataset.read_policy)?;
+            insitubatch_native::open_joined(parts, options)
         }
         StoreArg::Concat(parts) => insitubatch_native::open_concat(StoreArg::concat_parts(parts)?, dim, options),
     }

@@ -3,7 +3,7 @@
 //! `valid_anchor_range`, and the geometries read from a store's metadata.
 
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
-use insitubatch_core::{DType, Split};
+use insitubatch_core::{DType, ReadPolicy, Split};
 use insitubatch_core::{SplitManifest as CoreManifest, SplitOptions};
 use insitubatch_native::NativeRuntime;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -226,7 +226,8 @@ pub(crate) fn open_geometries(
     concat_dim: Option<String>,
 ) -> PyResult<Vec<PyGeometry>> {
     let concat = (concat_dim.as_deref().unwrap_or(pystore::DEFAULT_CONCAT_DIM), sample_axis);
-    let storage = StoreArg::from_py(store)?.storage(&storage_options, concat).map_err(native_err)?;
+    let storage =
+        StoreArg::from_py(store)?.storage(&storage_options, concat, &ReadPolicy::default()).map_err(native_err)?;
     let runtime = NativeRuntime::new(Some(1)).map_err(native_err)?;
     let arrays = py
         .detach(|| runtime.block_on(insitubatch_core::internals::open_arrays(storage.as_ref(), variables.as_deref())))

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures::channel::oneshot;
+use insitubatch_core::ReadPolicy;
 use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError, exact_bounded, suffix_or_whole};
 use insitubatch_native::{JoinPart, ObjectStoreStorage};
 use pyo3::exceptions::{
@@ -114,7 +115,8 @@ impl StoreArg {
 
     /// The storage to read: a URL opened with `options`, a store object as it is (options
     /// refused: it carries its own), a join of them (the options go to each URL), a list
-    /// concatenated along `concat` (the dimension, and the axis for arrays without names).
+    /// concatenated along `concat` (the dimension, and the axis for arrays without names), its
+    /// metadata read under `policy`.
     ///
     /// # Errors
     /// As `insitubatch_native::open_url_storage`, `refuse_storage_options`,
@@ -123,6 +125,7 @@ impl StoreArg {
         self,
         options: &[(String, String)],
         concat: (&str, usize),
+        policy: &ReadPolicy,
     ) -> insitubatch_native::Result<Arc<dyn Storage>> {
         match self {
             Self::Url(url) => insitubatch_native::open_url_storage(&url, options),
@@ -130,9 +133,11 @@ impl StoreArg {
                 insitubatch_native::refuse_storage_options(options, &location).map(|()| storage)
             }
             Self::Joined(parts) => {
-                insitubatch_native::open_joined_storage(Self::join_parts(parts, concat, options)?, options)
+                insitubatch_native::open_joined_storage(Self::join_parts(parts, concat, options, policy)?, options)
             }
-            Self::Concat(parts) => insitubatch_native::open_concat_storage(Self::concat_parts(parts)?, concat, options),
+            Self::Concat(parts) => {
+                insitubatch_native::open_concat_storage(Self::concat_parts(parts)?, concat, options, policy)
+            }
         }
     }
 
@@ -164,6 +169,7 @@ impl StoreArg {
         parts: Vec<(String, Self)>,
         concat: (&str, usize),
         options: &[(String, String)],
+        policy: &ReadPolicy,
     ) -> insitubatch_native::Result<Vec<(String, JoinPart)>> {
         let mut out = Vec::with_capacity(parts.len());
         for (name, part) in parts {
@@ -174,6 +180,7 @@ impl StoreArg {
                     Self::concat_parts(list)?,
                     concat,
                     options,
+                    policy,
                 )?),
                 Self::Joined(_) => {
                     let why =

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use insitubatch_core::ReadPolicy;
 use insitubatch_core::runtime::{ByteRange, Storage};
 use insitubatch_native::NativeRuntime;
 use pyo3::exceptions::PyValueError;
@@ -48,7 +49,8 @@ impl StoreReader {
     #[pyo3(signature = (store, storage_options = Vec::new()))]
     fn new(store: &Bound<'_, PyAny>, storage_options: Vec<(String, String)>) -> PyResult<Self> {
         let concat = (crate::pystore::DEFAULT_CONCAT_DIM, 0);
-        let storage = StoreArg::from_py(store)?.storage(&storage_options, concat).map_err(native_err)?;
+        let storage =
+            StoreArg::from_py(store)?.storage(&storage_options, concat, &ReadPolicy::default()).map_err(native_err)?;
         Ok(Self { storage, runtime: NativeRuntime::new(Some(1)).map_err(native_err)? })
     }
 

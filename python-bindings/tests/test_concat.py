@@ -44,6 +44,36 @@ def test_stores_that_cannot_be_concatenated_are_refused_naming_array_and_store(f
         InSituDataset(url(fixtures, "cf"), batch_size=5, concat_dim="time")
 
 
+def test_a_concatenations_metadata_reads_follow_the_read_policy(fixtures):
+    """A zarr store whose every metadata read fails once (a flaky link) opens in a list: the
+    concatenation's own metadata reads are retried under ``read_policy`` as a single store's
+    are; with no retries the open fails, naming the injected error."""
+    zs = pytest.importorskip("zarr.storage", reason="zarr-python 3 is not installed (its Store API is tested here)")
+
+    class FailsFirstMetadataRead(zs.WrapperStore):
+        def __init__(self, store):
+            super().__init__(store)
+            self.calls: dict[str, int] = {}
+
+        async def get(self, key, prototype, byte_range=None):
+            self.calls[key] = self.calls.get(key, 0) + 1
+            if key.endswith((".json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")) and self.calls[key] == 1:
+                raise ConnectionResetError(f"injected failure of {key}")
+            return await self._store.get(key, prototype, byte_range)
+
+    def flaky():
+        return FailsFirstMetadataRead(zs.LocalStore(Path(fixtures) / "cf", read_only=True))
+
+    second = flaky()
+    ds = InSituDataset([url(fixtures, "cf"), second], batch_size=5)
+    truth = np.concatenate([stored(fixtures, "cf", "t2m")] * 2)
+    for b in ds.all:
+        np.testing.assert_array_equal(b["t2m"], truth[b.sample_indices])
+    assert second.calls.get("t2m/zarr.json", 0) >= 2, second.calls
+    with pytest.raises(Exception, match="injected failure"):
+        InSituDataset([url(fixtures, "cf"), flaky()], batch_size=5, read_policy={"retries": 0})
+
+
 def test_a_join_of_concatenations_reads_each_list_end_to_end(fixtures):
     # {"a": [cf, cf], "b": [cf_v2, cf_v2]}: each list concatenated first, then joined by name.
     stores = {"a": [url(fixtures, "cf")] * 2, "b": [url(fixtures, "cf_v2")] * 2}

@@ -4,14 +4,10 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
 use insitubatch_core::coords::CoordValues;
-use insitubatch_core::internals::PolicyStorage;
 #[cfg(not(feature = "threads"))]
 use insitubatch_core::runtime::InlinePool;
-use insitubatch_core::runtime::{Body, BoxFuture, ByteRange, Storage, StorageError};
 use insitubatch_core::{Batch, Checkpoint, DType, NdArray, Runtime, Split};
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -221,73 +217,12 @@ async fn concat_storage(parts: Vec<JsValue>, opts: &JsOpenOptions) -> Result<ins
     }
     let dim = opts.concat_dim.as_deref().unwrap_or(crate::DEFAULT_CONCAT_DIM);
     let axis = opts.sample_axis.unwrap_or_default();
-    // `ConcatStorage::open` reads every part's metadata before the builder's own reads (which
-    // follow the read policy): under the policy too while it opens, then straight.
+    // Its metadata reads follow the read policy, as the builder's own do (core decides how).
     let (_, options) = opts.to_core().map_err(err)?;
-    let opening = Arc::new(AtomicBool::new(true));
     let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
-    let parts = storages
-        .into_iter()
-        .map(|raw| {
-            let policy = PolicyStorage::new(Arc::clone(&raw), Arc::clone(&executor), options.read_policy.clone());
-            shared(PolicyWhileOpening { raw, policy, opening: Arc::clone(&opening) })
-        })
-        .collect();
-    let opened = insitubatch_core::ConcatStorage::open(parts, dim, axis).await;
-    opening.store(false, Ordering::Relaxed);
-    opened.map_err(err)
-}
-
-/// A part of a concatenation: its reads go through the read policy (retries, backoff, the
-/// request timeout) while `opening` is set, as the metadata reads at open do for a single
-/// store (`DatasetBuilder::read_metadata`); afterwards straight to the store, where the
-/// engine's fetch applies the policy to chunk reads itself (once, not twice over).
-#[derive(Debug)]
-struct PolicyWhileOpening {
-    raw: Arc<dyn Storage>,
-    policy: PolicyStorage,
-    opening: Arc<AtomicBool>,
-}
-
-impl PolicyWhileOpening {
-    fn reads(&self) -> &dyn Storage {
-        if self.opening.load(Ordering::Relaxed) { &self.policy } else { self.raw.as_ref() }
-    }
-}
-
-impl Storage for PolicyWhileOpening {
-    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
-        self.reads().get(key)
-    }
-    fn get_range<'a>(&'a self, key: &'a str, range: ByteRange) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
-        self.reads().get_range(key, range)
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Option<Vec<String>>, StorageError>> {
-        self.reads().list(prefix)
-    }
-    fn location(&self) -> String {
-        self.raw.location()
-    }
-    fn reads_are_local(&self) -> bool {
-        self.raw.reads_are_local()
-    }
-    fn start_read<'a>(
-        &'a self,
-        key: &'a str,
-        range: Option<ByteRange>,
-    ) -> BoxFuture<'a, Result<Option<Body<'a>>, StorageError>> {
-        self.reads().start_read(key, range)
-    }
-    fn read<'a>(
-        &'a self,
-        key: &'a str,
-        range: Option<ByteRange>,
-    ) -> BoxFuture<'a, Result<Option<Bytes>, StorageError>> {
-        self.reads().read(key, range)
-    }
-    fn answers_before_body(&self) -> bool {
-        self.raw.answers_before_body()
-    }
+    insitubatch_core::ConcatStorage::open_under_policy(storages, dim, axis, executor, options.read_policy)
+        .await
+        .map_err(err)
 }
 
 /// A joined store given as a storage object.

@@ -14,7 +14,7 @@ use crate::dataset::{Dataset, DatasetOptions};
 use crate::runtime::{InlinePool, Runtime, Storage};
 use crate::shuffle::Split;
 use crate::split::SplitOptions;
-use crate::testing::{MemoryStorage, SimExecutor, write_f32_array};
+use crate::testing::{Fault, MemoryStorage, SimExecutor, write_f32_array};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -148,4 +148,35 @@ fn parts_that_cannot_be_concatenated_are_refused_naming_array_and_store() {
     let parts: Vec<Arc<dyn Storage>> = vec![Arc::new(part(8, 4, 0.0, 0.0)), Arc::new(part(8, 4, 0.0, 8.0))];
     let e = sim.run(ConcatStorage::open(parts, "valid_time", 0), LIMIT).unwrap().unwrap_err().to_string();
     assert!(e.contains("\"valid_time\"") && e.contains("[\"c\", \"time\"]"), "{e}");
+}
+
+#[test]
+fn a_concatenations_metadata_reads_follow_the_read_policy_and_its_chunk_reads_are_retried_once() {
+    let (a, b) = (part(8, 4, 0.0, 0.0), part(8, 4, 100.0, 8.0));
+    let open_under = |retries: u32| {
+        let sim = SimExecutor::new();
+        let parts: Vec<Arc<dyn Storage>> = vec![Arc::new(a.clone()), Arc::new(b.clone())];
+        let policy = crate::ReadPolicy { retries, ..Default::default() };
+        let executor: Arc<dyn crate::Executor> = Arc::new(sim.clone());
+        let opened = sim.run(ConcatStorage::open_under_policy(parts, "time", 0, executor, policy), LIMIT).unwrap();
+        (sim, opened)
+    };
+    b.set_fault("x/zarr.json", Fault::TransientFailures(2));
+    let (sim, storage) = open_under(2);
+    let storage = storage.expect("two transient failures are within two retries");
+    assert_eq!(b.reads_of("x/zarr.json"), 3);
+    b.set_fault("x/zarr.json", Fault::TransientFailures(3));
+    let err = open_under(1).1.expect_err("three transient failures are past one retry").to_string();
+    assert!(err.contains("gave up after 2 attempts"), "{err}");
+
+    // Opened, the parts are read straight (the engine's fetch applies its own policy to chunk
+    // reads, once): a transient failure reaches the caller.
+    b.set_fault("x/c/0/0", Fault::TransientFailures(1));
+    let storage = Arc::new(storage);
+    let direct = Arc::clone(&storage);
+    let got = sim.run(async move { direct.get("x/c/2/0").await }, LIMIT).unwrap();
+    assert!(got.is_err(), "b's first chunk, read straight, fails once");
+    let ds = open(Arc::into_inner(storage).unwrap(), &sim, &["x"], false).unwrap();
+    let (batches, _) = drain(&sim, ds.iter(Split::Train).unwrap(), None);
+    assert_eq!(batches.iter().map(|b| b.sample_indices.len()).sum::<usize>(), 16);
 }
