@@ -118,7 +118,11 @@ stop_servers() {
 
 # The phases' bodies.
 run_check() { bash scripts/check.sh; }
-run_test_rust() { t cargo test -p insitubatch-core -p insitubatch-native; }
+run_test_rust() {
+    t cargo test -p insitubatch-core -p insitubatch-native
+    # core's criterion benches, each run once as a test: they keep compiling and running.
+    t cargo test -q -p insitubatch-core --features testing --bench engine
+}
 run_examples() {
     t cargo run -q -p insitubatch-examples --example stream
     t cargo run -q -p insitubatch-examples --example train
