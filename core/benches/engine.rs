@@ -9,6 +9,14 @@
 //! and running. The loader's end-to-end figures against the reference implementation and the
 //! peers are `bench/run.py`'s (docs/benchmarks.md); these are for changing one stage.
 
+#![cfg_attr(
+    target_arch = "wasm32",
+    allow(
+        clippy::arc_with_non_send_sync,
+        reason = "on wasm32 the simulated runtime's types are not Send (core's MaybeSend is empty there); clippy checks this file for wasm32 too"
+    )
+)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
