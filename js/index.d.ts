@@ -71,11 +71,21 @@ export interface OpenOptions {
   /** Retries, backoff and request timeout of storage reads. */
   readPolicy?: ReadPolicyOptions;
   /**
-   * For `s3://bucket/prefix` URLs (Node package only): object_store's S3 options as strings,
-   * e.g. `{ aws_endpoint, aws_region, aws_access_key_id, aws_secret_access_key,
-   * aws_allow_http: 'true' }`. wasm cannot read the environment, so pass them here.
+   * For `s3://bucket/prefix` URLs (Node, and in browsers the entry `insitubatch/web-s3`):
+   * object_store's S3 options as strings, the keys of Python's
+   * `storage_options` and the CLI's `--storage-option`, e.g. `{ aws_endpoint, aws_region,
+   * aws_access_key_id, aws_secret_access_key, aws_session_token, aws_allow_http: 'true' }`.
+   * wasm cannot read the environment, so pass them here. Requests are signed (SigV4).
    */
   storageOptions?: Record<string, string>;
+  /**
+   * For `s3://` URLs, short-lived credentials instead of keys in `storageOptions`: called
+   * when a request needs credentials, and again when a request needs them and the last
+   * ones expire within a minute (`expiration`); never on a timer. Concurrent requests share
+   * one call. The AWS SDK's credential providers (`fromCognitoIdentityPool(...)`) fit as
+   * they are. `open()` only: a function cannot be sent to `openInWorker`'s worker.
+   */
+  credentials?: () => Promise<S3Credentials> | S3Credentials;
   /**
    * This process's rank among `worldSize` (default 0): each epoch's chunks are dealt to the
    * ranks, and this one reads and yields only its share; every rank yields the same number of
@@ -162,6 +172,16 @@ export interface VariableSpec {
   shift?: number;
   /** This variable's sample axis. Default: `OpenOptions.sampleAxis`. */
   sampleAxis?: number;
+}
+
+/** What an `OpenOptions.credentials` callback returns (the AWS SDK's `AwsCredentialIdentity`). */
+export interface S3Credentials {
+  accessKeyId: string;
+  secretAccessKey: string;
+  /** The session token of temporary credentials (STS, Cognito). */
+  sessionToken?: string;
+  /** When they expire: a `Date`, ms since 1970, or an ISO 8601 string; absent: never. */
+  expiration?: Date | number | string;
 }
 
 /** `OpenOptions.readPolicy` (core's ReadPolicy; its defaults where absent). */
@@ -350,7 +370,7 @@ export declare class Dataset<B extends Batch = Batch> {
 
 /**
  * Open a Zarr store and build a dataset: `http://` or `https://` (fetch, with Range
- * requests); in Node also `s3://` (with `storageOptions`), `file://` URLs and plain paths
+ * requests); `s3://` (signed, with `storageOptions` or `credentials`); in Node also `file://` URLs and plain paths
  * (node:fs, ranged reads); or a `Storage` object of your own. A browser refuses local paths,
  * saying what to use instead. With `batchViews: true` its batches are `ViewBatch`es. A
  * `JoinedStores` reads several stores as one (docs/joins.md); `ConcatenatedStores` reads

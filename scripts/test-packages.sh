@@ -60,10 +60,12 @@ npm_pack_checked() {
     tgz="$WORK/$(cd js && npm pack --silent --pack-destination "$WORK")"
     listing="$(tar tzf "$tgz")"
     echo "npm pack: $(basename "$tgz"), $(du -k "$tgz" | cut -f1) KiB, $(wc -l <<<"$listing") files" >&2
-    # Among them what the checks below do not load: the license and the threaded build.
+    # Among them what the checks below do not load: the license, the threaded build and web-s3.
     for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/web-engine.js src/worker.js src/worker-core.js \
         src/worker-web.js src/worker-node.js src/web-threads.js src/fetch-worker.js \
-        pkg/node/package.json pkg/web/insitubatch_wasm_bg.wasm pkg/web-threads/insitubatch_wasm_bg.wasm; do
+        src/web-engine-core.js src/web-s3.js src/web-s3-engine.js src/worker-web-s3.js \
+        pkg/node/package.json pkg/web/insitubatch_wasm_bg.wasm pkg/web-threads/insitubatch_wasm_bg.wasm \
+        pkg/web-s3/insitubatch_wasm_bg.wasm; do
         grep -qx "package/$f" <<<"$listing" || { echo "FAIL: $tgz lacks $f" >&2; return 1; }
     done
     echo "$tgz"

@@ -293,6 +293,9 @@ export function makeOpenInWorker(spawn) {
     if (stores.some(([, one]) => (Array.isArray(one) ? one.some(isStorage) : isStorage(one)))) {
       throw new Error('openInWorker takes a URL: a storage object cannot be sent to a worker (its functions do not survive postMessage); open it with open() on this thread, or give the worker a URL');
     }
+    if (typeof options?.credentials === 'function') {
+      throw new Error("openInWorker cannot take a credentials callback: a function does not survive postMessage; pass the keys in storageOptions (aws_access_key_id, aws_secret_access_key, aws_session_token), or open() on this thread with the callback");
+    }
     // A join crosses as a plain object of URLs, a concatenation as an array; the worker's
     // open() joins or concatenates them.
     const source = isJoin(url) ? Object.fromEntries(stores.map(([n, one]) => [n, urls(one)])) : urls(url);

@@ -286,3 +286,67 @@ export async function knobsDigests({ http, stores, epoch, options, threads, nThr
   }
   return out;
 }
+
+/**
+ * Signed S3 from the page (`insitubatch/web-s3`: the one-thread build with object_store's
+ * AmazonS3, SigV4 through ring)
+ * against the signature-checking moto server at `endpoint`, bucket `bucket`:
+ * digests of `splits` at `epoch` with the keys in `storageOptions`, on the page and in a
+ * one-thread worker; with a `credentials` callback whose first answer expires within the
+ * refresh margin (so the next request asks again) and whose second does not (`calls`); and
+ * the errors of a wrong secret, a callback that throws, and a callback sent to a worker.
+ */
+export async function s3Signed({ endpoint, bucket, keyId, secret, store, epoch, splits, options }) {
+  // The entry with signed S3 (pkg/web-s3); src/web.js's build refuses s3:// (plainRefuses).
+  const { open, openInWorker } = await import('../src/web-s3.js');
+  const plain = await openError({ url: `s3://${bucket}/${store.path}`, options: { variables: store.vars } });
+  const url = `s3://${bucket}/${store.path}`;
+  const base = { ...options, variables: store.vars, sampleAxis: store.sampleAxis };
+  const where = { aws_endpoint: endpoint, aws_region: 'us-east-1', aws_allow_http: 'true' };
+  const keys = { ...where, aws_access_key_id: keyId, aws_secret_access_key: secret };
+  const digests = async (ds) => {
+    const out = {};
+    await ds.setEpoch(epoch);
+    for (const split of splits) out[split] = await digest(await collect(ds.iter(split)));
+    await ds.close();
+    return out;
+  };
+  const failure = async (p) => {
+    try {
+      await p;
+      return { ok: true };
+    } catch (e) {
+      return { ok: false, isError: e instanceof Error, message: e.message };
+    }
+  };
+  const out = { url, plain };
+  // The refusals first: a page's HTTP cache may answer a GET it has seen with a right
+  // signature (a private cache may keep answers to requests with Authorization).
+  out.wrong = await failure(open(url, { ...base, storageOptions: { ...keys, aws_secret_access_key: `${secret}-wrong` } }));
+  out.throwing = await failure(
+    open(url, {
+      ...base,
+      storageOptions: where,
+      readPolicy: { retries: 0 },
+      credentials: () => {
+        throw new Error('no session');
+      },
+    }),
+  );
+  out.page = await digests(await open(url, { ...base, storageOptions: keys }));
+  const wds = await openInWorker(url, { ...base, storageOptions: keys }, { threads: false });
+  out.workerBuild = wds.build;
+  out.worker = await digests(wds);
+  let calls = 0;
+  const credentials = async () => {
+    calls++;
+    // The first answer expires in 30 s, inside the engine's one-minute refresh margin: the
+    // next request calls again. The second (an ISO string) is good for an hour.
+    const expiration = calls === 1 ? Date.now() + 30_000 : new Date(Date.now() + 3_600_000).toISOString();
+    return { accessKeyId: keyId, secretAccessKey: secret, expiration };
+  };
+  out.callback = await digests(await open(url, { ...base, storageOptions: where, credentials }));
+  out.calls = calls;
+  out.toWorker = await failure(openInWorker(url, { ...base, storageOptions: where, credentials }, { threads: false }));
+  return out;
+}

@@ -142,6 +142,9 @@ function checkType(cx, t, value, path, owner) {
       return checkMembers(cx, owner, t.members.filter((m) => ts.isPropertySignature(m)), value, path);
     case K.TypeReference:
       return checkReference(cx, t, value, path, owner);
+    case K.FunctionType:
+      // A callback (OpenOptions.credentials): what it returns is checked where it is called.
+      return expect(cx, typeof value === 'function', path, 'a function', value);
     default:
       cx.errors.push(`${path}: the checker does not know the type ${t.getText()}; extend js/test-support/dts-check.js`);
   }

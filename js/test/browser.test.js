@@ -99,6 +99,35 @@ test('Chromium: windows and split knobs in a worker and through a storage object
   checkKnobs(res, 'web');
 });
 
+const S3_AUTH = process.env.INSITUBATCH_S3_AUTH_ENDPOINT;
+test('Chromium (insitubatch/web-s3): signed S3 on the page and in a worker equals native; the credentials callback is called again once its answer expires; a wrong secret is refused', { skip: off || (!S3_AUTH && 'INSITUBATCH_S3_AUTH_ENDPOINT unset: run scripts/test-wasm.sh') }, async () => {
+  // The signature-checking moto server (tests/servers/s3_server.py --auth) holds v3_zstd only.
+  const store = stores().find((s) => s.name === 'v3_zstd');
+  const r = await run(plain, 's3Signed', {
+    endpoint: S3_AUTH, bucket: 'signed', keyId: process.env.INSITUBATCH_S3_AUTH_KEY_ID, secret: process.env.INSITUBATCH_S3_AUTH_SECRET,
+    store, epoch: PARITY.epoch, splits: PARITY.splits, options: PARITY.options,
+  });
+  const native = DIGESTS ? JSON.parse(readFileSync(DIGESTS, 'utf8')) : undefined;
+  assert.match(r.plain.message, /no S3 support.*insitubatch\/web-s3/s, 'the default entry says where S3 is');
+  assert.equal(r.workerBuild, 'web');
+  for (const split of PARITY.splits) {
+    if (native) assert.equal(r.page[split], native[`v3_zstd/${split}`], `${split}: signed S3 on the page differs from native`);
+    assert.equal(r.worker[split], r.page[split], `${split}: the worker differs from the page`);
+    assert.equal(r.callback[split], r.page[split], `${split}: the credentials callback's read differs`);
+  }
+  assert.equal(r.calls, 2, 'called once, and once more because the first answer expires within the refresh margin');
+  assert.equal(r.wrong.ok, false);
+  assert.ok(r.wrong.isError);
+  assert.match(r.wrong.message, /SignatureDoesNotMatch|403/);
+  assert.match(r.wrong.message, /check the access key id and secret/);
+  assert.match(r.wrong.message, /s3:\/\/signed\/v3_zstd\/\S*$/, 'the URL last');
+  assert.ok(!r.wrong.message.includes(process.env.INSITUBATCH_S3_AUTH_SECRET), 'no secret in the error');
+  assert.match(r.throwing.message, /the credentials callback threw: no session/);
+  assert.match(r.throwing.message, /s3:\/\/signed\/v3_zstd\/\S*$/, 'the URL last');
+  assert.match(r.toWorker.message, /openInWorker cannot take a credentials callback/);
+  console.log(`chromium signed S3 (moto with auth at ${S3_AUTH}): page, worker and callback equal${native ? ' to native' : ''}`);
+});
+
 test('Chromium: a local path is refused on the page, saying what to use', { skip: off }, async () => {
   for (const url of ['/data/era5.zarr', 'file:///data/era5.zarr', 'era5.zarr']) {
     const r = await run(plain, 'openError', { url });

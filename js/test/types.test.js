@@ -33,7 +33,7 @@ const noTs = ts ? false : 'IB_TYPESCRIPT is unset: run scripts/test-wasm.sh, whi
 const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange', 'ProbeReport', 'Checkpoint'];
 
 /**
- * Every option `open()` takes, set (storageOptions and patchStride aside: EVERY_OTHER_OPTION), typed by index.d.ts:
+ * Every option `open()` takes, set (storageOptions, credentials and patchStride aside: EVERY_OTHER_OPTION), typed by index.d.ts:
  * checked against the declaration below and then opened, so the engine accepts each
  * declared field with its declared type.
  */
@@ -68,6 +68,7 @@ const EVERY_OPTION = {
  */
 const EVERY_OTHER_OPTION = {
   storageOptions: { aws_region: 'x' },
+  credentials: async () => ({ accessKeyId: 'a', secretAccessKey: 'b' }),
   patchStride: [[1, 2]],
   sampleMask: [true, false],
   sampleWeights: new Float64Array([1, 2]),

@@ -13,6 +13,9 @@ With --auth, moto checks every request's signature (SigV4) after the first three
 which create an IAM user with an access key allowed everything; the fixtures are uploaded with
 that key, and the ready line is `URL ACCESS_KEY_ID SECRET_ACCESS_KEY`. --only PREFIX uploads
 only the files under ROOT/PREFIX.
+
+The bucket answers CORS (any origin, GET and HEAD, any request header; ETag and Content-Range
+exposed), so pages can read it with signed requests.
 """
 import argparse
 import os
@@ -48,6 +51,32 @@ def signed_user(boto3, url):
     return key["AccessKeyId"], key["SecretAccessKey"]
 
 
+def answer_preflights_unsigned():
+    """S3 answers a CORS preflight (OPTIONS) without credentials, since a browser sends none;
+    moto refuses an unsigned request for a key (and checks the signature of a preflight once
+    auth is on). Its answer here is moto's own, less those checks."""
+    from moto.s3.exceptions import MissingBucket
+    from moto.s3.responses import S3Response
+
+    def options(self, headers, bucket_name):
+        try:
+            bucket = self.backend.head_bucket(bucket_name)
+        except MissingBucket:
+            return 403, {}, ""
+        self._set_cors_headers_options(headers, bucket)
+        return 200, self.response_headers, ""
+
+    key_response = S3Response._key_response
+
+    def key_preflight(self, request, full_url):
+        if request.method == "OPTIONS":  # before moto's check of an unsigned read of a key
+            return options(self, request.headers, self.parse_bucket_name_from_url(request, full_url))
+        return key_response(self, request, full_url)
+
+    S3Response._response_options = options
+    S3Response._key_response = key_preflight
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--root", required=True)
@@ -65,6 +94,8 @@ def main(argv=None):
     from botocore.config import Config
     from moto.server import ThreadedMotoServer
 
+    answer_preflights_unsigned()
+
     port = args.port or free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -79,6 +110,14 @@ def main(argv=None):
         config=Config(retries={"max_attempts": 3}),
     )
     s3.create_bucket(Bucket=args.bucket)
+    # Pages read the bucket too (js/test/browser.test.js, signed S3 from the wasm build): the
+    # preflight of a signed GET, and the headers object_store reads from a cross-origin answer.
+    # (`*` in Access-Control-Allow-Headers does not cover Authorization: it is named too.)
+    s3.put_bucket_cors(Bucket=args.bucket, CORSConfiguration={"CORSRules": [{
+        "AllowedOrigins": ["*"], "AllowedMethods": ["GET", "HEAD"], "AllowedHeaders": ["*", "Authorization"],
+        "ExposeHeaders": ["ETag", "Content-Range", "Content-Length", "Last-Modified", "x-amz-request-id"],
+        "MaxAgeSeconds": 600,
+    }]})
     root = os.path.abspath(args.root)
     n = 0
     for dirpath, _dirs, files in os.walk(os.path.join(root, args.only)):

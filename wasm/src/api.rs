@@ -67,12 +67,13 @@ pub(crate) fn probe_promise<K: 'static>(ds: insitubatch_core::Dataset, chunks: u
     })
 }
 
-/// `fetch` for `http(s)://`; object_store's signed S3 for `s3://` (with `storageOptions`).
+/// `fetch` for `http(s)://`; object_store's signed S3 for `s3://` (with `storageOptions` and
+/// the `credentials` callback).
 fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
     if url.starts_with("http://") || url.starts_with("https://") {
-        if opts.storage_options.is_some() {
+        if opts.storage_options.is_some() || opts.credentials.is_some() {
             return Err(JsError::new(&format!(
-                "storageOptions apply to s3:// URLs only; drop them for an http(s) store: {url}"
+                "storageOptions and credentials apply to s3:// URLs only; drop them for an http(s) store: {url}"
             )));
         }
         return Ok(Arc::new(FetchStorage::new(url)));
@@ -81,13 +82,15 @@ fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_co
         #[cfg(feature = "s3")]
         {
             let o = opts.storage_options.clone().unwrap_or_default();
-            return Ok(Arc::new(crate::object::open_s3(url, &o).map_err(|e| JsError::new(&e))?));
+            let s3 = crate::object::open_s3(url, &o, opts.credentials_callback.as_ref());
+            return Ok(Arc::new(s3.map_err(|e| JsError::new(&e))?));
         }
         #[cfg(not(feature = "s3"))]
         {
             return Err(JsError::new(&format!(
-                "this build has no S3 support: the browser packages leave it out to stay small (the Node \
-                 package has it); read the store over https:// instead: {url}"
+                "this build has no S3 support: the default browser builds leave it out to stay small; import \
+                 insitubatch/web-s3 (one thread, signed S3) to read s3:// in a page, or read the store over \
+                 https:// instead: {url}"
             )));
         }
     }
@@ -145,6 +148,11 @@ pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: J
     let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
         .map_err(|e| JsError::new(&e))?;
     let url = url.unwrap_or_else(|| insitubatch_core::Storage::location(&storage));
+    if opts.credentials.is_some() {
+        return Err(JsError::new(&format!(
+            "credentials apply only to a store opened by s3:// URL; configure the storage object itself instead: {url}"
+        )));
+    }
     if let Some(o) = &opts.storage_options {
         let keys: Vec<&String> = o.keys().collect();
         return Err(JsError::new(&format!(
@@ -290,8 +298,21 @@ pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
     if policy.is_object() {
         check_keys(&policy, crate::READ_POLICY_NAMES, "readPolicy field")?;
     }
-    serde_wasm_bindgen::from_value(v)
-        .map_err(|e| JsError::new(&format!("invalid options: {}", crate::storage::js_message(&JsValue::from(e)))))
+    let credentials = Reflect::get(&v, &JsValue::from_str("credentials")).unwrap_or(JsValue::UNDEFINED);
+    if !(credentials.is_undefined() || credentials.is_null() || credentials.is_function()) {
+        return Err(JsError::new(
+            "invalid options: credentials must be a function returning (a promise of) { accessKeyId, secretAccessKey, \
+             sessionToken?, expiration? }",
+        ));
+    }
+    #[allow(unused_mut, reason = "the callback is kept only in the builds with signed S3")]
+    let mut opts: JsOpenOptions = serde_wasm_bindgen::from_value(v)
+        .map_err(|e| JsError::new(&format!("invalid options: {}", crate::storage::js_message(&JsValue::from(e)))))?;
+    #[cfg(feature = "s3")]
+    {
+        opts.credentials_callback = credentials.dyn_into::<js_sys::Function>().ok();
+    }
+    Ok(opts)
 }
 
 /// Every key of `v` whose value is not `undefined` is one of `known`.

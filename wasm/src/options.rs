@@ -25,6 +25,7 @@ pub const OPTION_NAMES: &[&str] = &[
     "onBadChunk",
     "readPolicy",
     "storageOptions",
+    "credentials",
     "rank",
     "worldSize",
     "batchViews",
@@ -95,6 +96,16 @@ pub struct JsOpenOptions {
     pub read_policy: Option<JsReadPolicy>,
     /// object_store options for `s3://` URLs (`aws_endpoint`, `aws_region`, credentials, …).
     pub storage_options: Option<std::collections::BTreeMap<String, String>>,
+    /// For `s3://` URLs: an async JS function returning `{ accessKeyId, secretAccessKey,
+    /// sessionToken?, expiration? }`, called when a request needs credentials and again
+    /// before `expiration` (wasm/src/object.rs `JsCredentials`). A function is not data: serde
+    /// only accepts the name; `parse_options` (api.rs) keeps the function in
+    /// `credentials_callback`.
+    pub credentials: Option<serde::de::IgnoredAny>,
+    /// The `credentials` function itself (the builds with signed S3 only).
+    #[cfg(all(target_arch = "wasm32", feature = "s3"))]
+    #[serde(skip)]
+    pub credentials_callback: Option<js_sys::Function>,
     /// This process's rank among `worldSize` (default 0): it reads and yields only its share
     /// of each epoch (core/src/shard.rs).
     pub rank: Option<usize>,

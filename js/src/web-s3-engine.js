@@ -1,0 +1,31 @@
+// The one-thread browser build with signed S3 (`wasm-bindgen --target web`, ../pkg/web-s3:
+// object_store's AmazonS3, SigV4, `storageOptions` and the `credentials` callback), as
+// src/web-engine.js is over ../pkg/web: `open`, the explorer and the hooks. Its .wasm is about
+// 1 MB more gzipped; the page's entry is src/web-s3.js (`insitubatch/web-s3`).
+import init, * as glue from '../pkg/web-s3/insitubatch_wasm.js';
+import { makeWebEngine } from './web-engine-core.js';
+import { Dataset, Pass } from './facade.js';
+import { EngineTrapError } from './engine.js';
+import { Explorer } from './explore.js';
+
+const web = makeWebEngine(
+  init,
+  glue,
+  new URL('../pkg/web-s3/insitubatch_wasm.js', import.meta.url),
+  new URL('../pkg/web-s3/insitubatch_wasm_bg.wasm', import.meta.url),
+);
+
+/** Load the module (optional: `open` does it). `input`: a URL or bytes of the .wasm. */
+export const initialize = web.initialize;
+/**
+ * Open the Zarr store at `url` (`s3://bucket/prefix`, signed, with `storageOptions` or
+ * `credentials`, the bucket answering CORS; http:// or https://, CORS on every response) or a
+ * storage object, and build a dataset.
+ */
+export const open = web.open;
+export { Dataset, Pass, EngineTrapError };
+/** Open a store's metadata once for many what-if questions (the dashboard; src/explore.js). */
+export const openExplorer = web.openExplorer;
+export { Explorer };
+/** Test and diagnostics hooks (src/facade.js makeEngineHooks). */
+export const { __debugTrap, memoryBytes, heapBytes, engineGeneration } = web.hooks;
