@@ -7,8 +7,9 @@ import { makeOpenExplorer } from './explore.js';
 
 /**
  * The engine over a `wasm-bindgen --target web` build: `init` and `glue` its statically
- * imported glue (generation 0); `glueUrl` and `wasmUrl` where the glue file and its .wasm
- * are, for the fresh instance after a trap. Generation 0 is the statically imported glue;
+ * imported glue (generation 0); `glueUrl()` and `wasmUrl()` where the glue file and its .wasm
+ * are, for the fresh instance after a trap (called then, not before: a bundle loaded from a
+ * blob: URL cannot resolve them, and needs them only if it traps). Generation 0 is the statically imported glue;
  * after a trap each fresh instance comes from its own copy of the glue (an ES module is
  * instantiated once per URL, hence the query), so nothing of the trapped instance is shared
  * with it. A bundled app serves both files (the glue as it is, not bundled), so the fresh
@@ -22,10 +23,10 @@ export function makeWebEngine(init, glue, glueUrl, wasmUrl) {
       await init(input === undefined ? undefined : { module_or_path: input });
       return glue;
     }
-    const copy = new URL(glueUrl);
+    const copy = new URL(glueUrl());
     copy.searchParams.set('instance', String(generation));
     const fresh = await import(/* @vite-ignore */ /* webpackIgnore: true */ copy.href);
-    await fresh.default({ module_or_path: input ?? wasmUrl });
+    await fresh.default({ module_or_path: input ?? wasmUrl() });
     return fresh;
   }
   const engine = new Engine(loadWeb);

@@ -11,8 +11,10 @@ import { Explorer } from './explore.js';
 const web = makeWebEngine(
   init,
   glue,
-  new URL('../pkg/web-s3/insitubatch_wasm.js', import.meta.url),
-  new URL('../pkg/web-s3/insitubatch_wasm_bg.wasm', import.meta.url),
+  // Functions, not URLs: resolved only after a trap, since a bundle loaded from a blob: or
+  // data: URL (the notebook widget's) cannot resolve a relative URL at all.
+  () => new URL('../pkg/web-s3/insitubatch_wasm.js', import.meta.url),
+  () => new URL('../pkg/web-s3/insitubatch_wasm_bg.wasm', import.meta.url),
 );
 
 /** Load the module (optional: `open` does it). `input`: a URL or bytes of the .wasm. */
