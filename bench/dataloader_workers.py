@@ -1,6 +1,6 @@
 """Is splitting a rank's share among DataLoader workers worth it? (docs/distributed.md)
 
-    python bench/dataloader_workers.py STORE_URL [EPOCHS]
+    python bench/dataloader_workers.py STORE_URL [EPOCHS]     (bench/run.py workers runs it)
 
 Measures decoded MB/s of the train view two ways, over the same store and seed:
 - ``num_workers=0``: ``DataLoader(as_torch(ds.train), batch_size=None)``, the engine's own

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fallback decode ceiling for a local zstd zarr v3 store, used by run.py only when
+"""Fallback decode ceiling for a local zstd zarr v3 store, used by bench/run.py only when
 `insitubatch bench URL --decode-limit --json` is unavailable.
 
     decode_limit.py --url file:///abs/store.zarr [--var t2m] [--procs N] [--min-seconds 1.5]

@@ -12,12 +12,13 @@ Stores (OUTDIR/<name>.zarr):
   shard shards (40, 722, 1440) of inner chunks (8, 361, 720)
   shardsmall  shards (40, 728, 1440) of 320 small inner chunks (8, 91, 180), ~230 KB
         stored each: a forecast archive's layout, where reading inner chunk by inner chunk
-        costs a request each (bench/cloud.py)
+        costs a request each (bench/run.py cloud)
 Every store holds the same values (sample t is seeded by t). Written in 40-sample
 slabs (~166 MB), so memory stays well under 4 GB. A store whose marker
 OUTDIR/<name>.zarr.done matches (samples, script hash) is skipped.
 The full sweep at N=720 takes ~7 GB of disk: check `df` first.
-Run it with the anchor venv (zarr 3.4.2), see bench/setup_anchor.sh.
+Run it with the reference venv (insitubatch 0.2.0 and zarr 3.4.2; bench/setup_anchor.sh), as
+bench/run.py --samples N does.
 """
 import argparse
 import hashlib

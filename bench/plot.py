@@ -1,20 +1,21 @@
 #!/usr/bin/env python3
-"""Draw the benchmark plots linked from docs/ out of the raw rows the bench scripts keep.
+"""Draw the benchmark plots linked from docs/ out of the rows bench/run.py keeps in bench/rows.
 
-    plot.py [--python-rows bench/results/python-latest.jsonl] [--rows bench/results/latest.jsonl]
+    plot.py [--rows bench/rows/DATE-local.jsonl] [--python-rows bench/rows/DATE-python.jsonl]
             [--out-dir docs/img]
 
-Writes docs/img/benchmarks-python.png (decoded MB/s of every engine of bench/run_python.py,
-cold and warm, per store, with the stall % of the 20 ms-step run) and docs/img/benchmarks.png
-(ours, rs-python and the anchor from bench/run.py: medians over the rounds with min–max
-bars, cold and warm epochs, with each store's decode limit). It only reads the
-JSONL rows: it never runs a benchmark. Needs matplotlib (bench/requirements-plot.txt).
+Writes docs/img/benchmarks.png from a `local` suite's rows (ours, rs-python and insitubatch
+0.2.0, the reference implementation: medians over the rounds with min–max bars, cold and warm
+epochs, with each store's decode limit) and docs/img/benchmarks-python.png from a `python`
+suite's rows (decoded MB/s of every engine, cold and warm, per store, with the stall % of the
+stall run). Rows of the earlier drivers read the same (their engine names are read as
+today's). It only reads the rows: it never runs a benchmark. Needs matplotlib
+(bench/requirements-plot.txt).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,41 +25,34 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import decode_limits, group, warm_labels  # noqa: E402
+from report import decode_limits, group, load_rows, warm_labels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_PNG_BYTES = 200_000
 
 # Engines in table order, with the colour that marks who they are (ours: blues).
 PY_ENGINES = {
-    "rust-cli": ("Rust CLI", "#08306b"),
+    "ours": ("Rust CLI", "#08306b"),
     "rs-python": ("insitubatch_rs (numpy)", "#2171b5"),
     "rs-torch": ("insitubatch_rs + as_torch", "#6baed6"),
-    "anchor": ("insitubatch 0.2.0 (anchor)", "#e6550d"),
+    "reference": ("insitubatch 0.2.0", "#e6550d"),
     "tensorstore": ("tensorstore", "#31a354"),
     "zarr-loop": ("zarr-python chunk loop", "#756bb1"),
     "xbatcher-torch-nw0": ("xbatcher + DataLoader, 0 workers", "#969696"),
     "xbatcher-torch-nw2": ("xbatcher + DataLoader, 2 workers", "#636363"),
 }
-STALL_ENGINE = {"anchor": "anchor-py"}  # the anchor's stall run is named after its venv
+STALL_ENGINE = {"reference": "reference-py"}  # insitubatch 0.2.0's stall run is in-process
 
 
 def read_rows(path: Path) -> list[dict]:
-    rows = []
-    with path.open() as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"plot.py: line {n} is not JSON ({e}); rerun the benchmark that writes {path}")
-    return rows
+    try:
+        return load_rows(path)[1]
+    except OSError as e:
+        raise SystemExit(f"plot.py: cannot read rows at {path} ({e}); give a rows file of bench/rows")
 
 
 def epoch_mb_s(row: dict, kind: str) -> float | None:
-    """MB/s of the row's first epoch of `kind` (cold/warm), or None for a failed run
-    (bench/run_python.py's rows)."""
+    """MB/s of the row's first epoch of `kind` (cold/warm), or None for a failed run."""
     if row.get("rc") not in (0, None) or not row.get("result"):
         return None
     for e in row["result"].get("epochs", []):
@@ -71,7 +65,7 @@ def latest(rows: list[dict], kind: str | None = None) -> dict[tuple[str, str], d
     """(store, engine) → its last row (a later run of the same pair replaces an earlier one)."""
     out = {}
     for r in rows:
-        if kind is None or r.get("kind") == kind:
+        if kind is None or r.get("kind", "throughput") == kind:
             out[(r["store"], r["engine"])] = r
     return out
 
@@ -133,7 +127,7 @@ def plot_python(rows: list[dict], out: Path) -> None:
 
 
 ENGINE_COLOURS = {"ours": ("insitubatch-rs CLI", "#2171b5"), "rs-python": ("insitubatch_rs (Python)", "#6baed6"),
-                  "anchor": ("insitubatch 0.2.0", "#e6550d")}
+                  "reference": ("insitubatch 0.2.0", "#e6550d")}
 
 
 def plot_engine(rows: list[dict], out: Path) -> None:
@@ -142,7 +136,7 @@ def plot_engine(rows: list[dict], out: Path) -> None:
     agg, dec = group(rows), decode_limits(rows)
     stores = [s for s, engines in agg.items() if any(e in engines for e in ENGINE_COLOURS)]
     if not stores:
-        raise SystemExit("plot.py: no ours/rs-python/anchor rows in the engine benchmark results")
+        raise SystemExit("plot.py: no ours/rs-python/reference rows in the local suite's rows")
     kinds = ["cold"] + warm_labels(agg)[:2]
     engines = [e for e in ENGINE_COLOURS if any(e in agg[s] for s in stores)]
     fig, axes = plt.subplots(1, len(kinds), figsize=(4.6 * len(kinds) + 1, 4.2), squeeze=False)
@@ -180,14 +174,15 @@ def plot_engine(rows: list[dict], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--python-rows", type=Path, default=ROOT / "bench/results/python-latest.jsonl")
-    p.add_argument("--rows", type=Path, default=ROOT / "bench/results/latest.jsonl")
+    p.add_argument("--rows", type=Path, help="a local suite's rows → benchmarks.png")
+    p.add_argument("--python-rows", type=Path, help="a python suite's rows → benchmarks-python.png")
     p.add_argument("--out-dir", type=Path, default=ROOT / "docs/img")
     a = p.parse_args(argv)
-    plots = [(a.python_rows, plot_python, "benchmarks-python.png"), (a.rows, plot_engine, "benchmarks.png")]
-    found = [(path, plot, name) for path, plot, name in plots if path.exists()]
+    plots = [(a.rows, plot_engine, "benchmarks.png"), (a.python_rows, plot_python, "benchmarks-python.png")]
+    found = [(path, plot, name) for path, plot, name in plots if path is not None]
     if not found:
-        raise SystemExit(f"plot.py: no benchmark rows at {a.rows} or {a.python_rows}; run a benchmark first")
+        p.error("give --rows (a local suite's rows) and/or --python-rows (a python suite's), e.g. "
+                "--rows bench/rows/2026-12-01-full-cache.jsonl")
     for path, plot, name in found:
         plot(read_rows(path), a.out_dir / name)
         print(f"plot.py: {a.out_dir / name} from {path}")

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Python-side loaders over one Zarr store, timed under the JSON row schema of
-bench/anchor_bench.py (and of `insitubatch bench URL --json`).
+bench/reference_bench.py (and of `insitubatch bench URL --json`); bench/run.py runs them as
+engines (bench/engines.py).
 
     py_engines.py ENGINE --url file:///abs/store.zarr [--var t2m] [--batch-size 32]
                   [--epochs 2] [--compute-ms 0] [--max-batches 0] [--seed 0]
-                  [--block-chunks 16] [--max-inflight 32] [--cache-budget-bytes B]
+                  [--block-chunks 16] [--max-inflight 32] [--cache-budget-bytes B] [--hold-batches]
 
 Engines (each also importable: ``ENGINES[name](url, var, batch_size, epochs, compute_ms,
 max_batches) -> dict``):
@@ -15,10 +16,12 @@ max_batches) -> dict``):
 - ``rs-obstore`` / ``rs-zarrstore``: ``rs-python`` over a store object instead of the URL:
   an obstore ``LocalStore`` (read in Rust) or a zarr-python ``LocalStore`` (read through
   zarr's async API; python-bindings/src/pystore.rs).
-- ``anchor-py``: insitubatch 0.2.0 with the same settings (run it with the anchor venv's
-  python); the in-process twin of bench/anchor_bench.py that also honours --compute-ms.
-- ``anchor-zarrstore``: ``anchor-py`` over a zarr-python ``LocalStore`` (the anchor's
-  ``obstore_store`` is a zarr ``ObjectStore``, so this is the like-for-like of ``rs-zarrstore``).
+- ``reference-py``: insitubatch 0.2.0, the reference implementation, with the same settings
+  (run it with the reference venv's python); the in-process twin of bench/reference_bench.py
+  that also honours --compute-ms.
+- ``reference-zarrstore``: ``reference-py`` over a zarr-python ``LocalStore`` (insitubatch
+  0.2.0's ``obstore_store`` is a zarr ``ObjectStore``, so this is the like-for-like of
+  ``rs-zarrstore``).
 - ``xbatcher-torch-nw0`` / ``xbatcher-torch-nw2``: xarray.open_zarr(chunks=None) +
   xbatcher.BatchGenerator(input_dims={time: 1, lat: all, lon: all}) as a map-style torch
   Dataset of samples, DataLoader(batch_size, shuffle=True, num_workers=N,
@@ -31,9 +34,13 @@ max_batches) -> dict``):
 One cold epoch, then warm epochs (same objects; for the peers "warm" only means the page
 cache and the open handles are warm). ``--max-batches N`` stops each epoch after N batches
 (MB/s is over those). ``--block-chunks``, ``--max-inflight`` and ``--cache-budget-bytes``
-(``rs-python`` and ``anchor-py`` only) set those knobs (default 16, 32, the automatic budget).
+(``rs-python`` and ``reference-py`` only) set those knobs (default 16, 32, the automatic budget).
 ``--compute-ms M`` sleeps M ms after each batch (a GPU step that frees
 the CPU) and reports ``stall_pct`` = time spent waiting for the loader ÷ epoch wall time.
+``--hold-batches`` keeps each batch alive until the next one has arrived, as
+``for b in loader: step(b)`` does (by default a batch is dropped before the step and the next
+fetch); with a step slower than the loader the pass then fills its whole batch queue, the
+peak that ``describe()``'s estimate must cover (bench/run.py slow-loop).
 """
 import argparse
 import json
@@ -45,7 +52,7 @@ from collections import deque
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from anchor_bench import vm_hwm_bytes  # noqa: E402  (stdlib-only at import time)
+from reference_bench import vm_hwm_bytes  # noqa: E402  (stdlib-only at import time)
 
 
 def _path_of(url):
@@ -73,8 +80,9 @@ def _nbytes(x):
     return int(x.numel() * x.element_size())  # torch.Tensor
 
 
-def time_epochs(make_iter, epochs, compute_ms, max_batches, count, set_epoch=None, after=None):
-    """Drive ``make_iter(epoch)`` for each epoch; ``count(batch) -> (samples, bytes)``."""
+def time_epochs(make_iter, epochs, compute_ms, max_batches, count, set_epoch=None, after=None, hold=False):
+    """Drive ``make_iter(epoch)`` for each epoch; ``count(batch) -> (samples, bytes)``. With
+    ``hold``, a batch stays alive until the next one has arrived (a training loop's lifetime)."""
     out = []
     step = compute_ms / 1000.0
     for e in range(epochs):
@@ -86,6 +94,7 @@ def time_epochs(make_iter, epochs, compute_ms, max_batches, count, set_epoch=Non
         t0 = time.perf_counter()
         it = iter(make_iter(e))  # a DataLoader may block here (worker start / drain)
         wait = time.perf_counter() - t0
+        held = None
         while True:
             tw = time.perf_counter()
             try:
@@ -101,12 +110,14 @@ def time_epochs(make_iter, epochs, compute_ms, max_batches, count, set_epoch=Non
             samples += s
             nbytes += b
             nb += 1
+            held = batch if hold else None
             del batch
             if step > 0:
                 time.sleep(step)
             if max_batches and nb >= max_batches:
                 break
         secs = time.perf_counter() - t0
+        del held
         close = getattr(it, "close", None)
         if max_batches and close is not None:
             try:
@@ -194,14 +205,14 @@ def _stage_of(ds):
 
 
 def run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed=0, store=None,
-                  engine="rs-python", knobs=None):
+                  engine="rs-python", knobs=None, hold=False):
     ibr, ds = _rs_dataset(url, var, batch_size, seed, store, knobs)
 
     def count(b):
         return len(b), sum(int(a.nbytes) for a in b.values())
 
     ep = time_epochs(lambda e: ds.train, epochs, compute_ms, max_batches, count,
-                     set_epoch=ds.set_epoch, after=_stage_of(ds))
+                     set_epoch=ds.set_epoch, after=_stage_of(ds), hold=hold)
     try:
         est = int(ds.describe()["memory"]["estimated_peak_bytes"])
     except Exception:  # noqa: BLE001
@@ -240,8 +251,8 @@ def run_rs_torch(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
                 {"block_chunks": 16, "max_inflight": 32, "torch": torch.__version__})
 
 
-def run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0, store=None,
-                  engine="anchor-py", knobs=None):
+def run_reference_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0, store=None,
+                     engine="reference-py", knobs=None):
     import insitubatch as ib
 
     store = ib.obstore_store(url) if store is None else store
@@ -260,9 +271,9 @@ def run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed=0,
                 compute_ms, max_batches, ep, _knobs(knobs))
 
 
-def run_anchor_zarrstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
-    return run_anchor_py(url, var, batch_size, epochs, compute_ms, max_batches, seed,
-                         store=_store_object("zarr", url), engine="anchor-zarrstore")
+def run_reference_zarrstore(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    return run_reference_py(url, var, batch_size, epochs, compute_ms, max_batches, seed,
+                            store=_store_object("zarr", url), engine="reference-zarrstore")
 
 
 # ------------------------------------------------------------------ xbatcher + torch
@@ -416,8 +427,8 @@ ENGINES = {
     "rs-torch": run_rs_torch,
     "rs-obstore": run_rs_obstore,
     "rs-zarrstore": run_rs_zarrstore,
-    "anchor-py": run_anchor_py,
-    "anchor-zarrstore": run_anchor_zarrstore,
+    "reference-py": run_reference_py,
+    "reference-zarrstore": run_reference_zarrstore,
     "xbatcher-torch-nw0": run_xbatcher_nw0,
     "xbatcher-torch-nw2": run_xbatcher_nw2,
     "zarr-loop": run_zarr_loop,
@@ -426,7 +437,7 @@ ENGINES = {
 
 
 # Engines that take --block-chunks, --max-inflight and --cache-budget-bytes.
-KNOBBED = {"rs-python", "anchor-py"}
+KNOBBED = {"rs-python", "reference-py"}
 
 
 def main(argv=None):
@@ -444,6 +455,8 @@ def main(argv=None):
     ap.add_argument("--max-inflight", type=int, default=None, help="as --block-chunks (default 32)")
     ap.add_argument("--cache-budget-bytes", type=int, default=None,
                     help="as --block-chunks (default: the engine's automatic budget)")
+    ap.add_argument("--hold-batches", action="store_true",
+                    help="rs-python only: keep each batch alive until the next has arrived")
     args = ap.parse_args(argv)
     knobs = {"block_chunks": args.block_chunks, "max_inflight": args.max_inflight,
              "cache_budget_bytes": args.cache_budget_bytes}
@@ -453,6 +466,10 @@ def main(argv=None):
             ap.error(f"--block-chunks/--max-inflight/--cache-budget-bytes apply to "
                      f"{', '.join(sorted(KNOBBED))} only, not {args.engine}")
         extra["knobs"] = knobs
+    if args.hold_batches:
+        if args.engine != "rs-python":
+            ap.error(f"--hold-batches applies to rs-python only, not {args.engine}")
+        extra["hold"] = True
     try:
         out = ENGINES[args.engine](args.url, args.var, args.batch_size, args.epochs,
                                    args.compute_ms, args.max_batches, seed=args.seed, **extra)

@@ -1,44 +1,49 @@
-"""From bench/run.py's raw rows to the markdown report: per store and engine the median of
-each metric over the rounds with its spread, ratios of medians against the anchor and the
-CLI, and the share of the decode limit measured in the same run. Pure functions of the
-rows (bench/test_run.py feeds them fabricated ones).
+"""What every suite of bench/run.py reports with: rows in and out (JSON lines, one committed
+place), medians with their spread over the rounds, ratios, the header lines, the command as a
+reader reruns it. Pure functions of the rows (bench/test_run.py feeds them fabricated ones);
+each suite's tables are in bench/suites/.
 
-A run row: {store, engine, round, result, error, wall_s, user_s, sys_s,
-tree_peak_rss_bytes, mem_at_start}; ``result`` is the engine's JSON (`insitubatch bench
---json`, bench/anchor_bench.py, bench/py_engines.py), whose ``epochs`` list is in order: the
+A run row: {suite, store, engine, round, result, error, wall_s, user_s, sys_s,
+tree_peak_rss_bytes, mem_at_start, ...}; ``result`` is the engine's JSON (`insitubatch bench
+--json`, bench/reference_bench.py, bench/py_engines.py), whose ``epochs`` list is in order: the
 first is the cold epoch, the next ones "warm1", "warm2", ... A decode-limit row has engine
-``decode_limit`` and a result with ``decode_limit_mb_per_s``.
+``decode_limit`` and a result with ``decode_limit_mb_per_s``. The last line of a rows file is
+``{"meta": {...}}``: the suite, the command, date, machine, config and options of the run
+(rows written before the one driver have none).
 """
+import json
 import os
 import re
 import shlex
 import statistics
 
-ENGINE_ORDER = ["ours", "ours-b", "rs-python", "anchor"]
-ENGINE_LABEL = {"ours": "ours (CLI)", "ours-b": "ours, build B (CLI)", "rs-python": "rs-python",
-                "anchor": "anchor"}
-DECODE = "decode_limit"
+from engines import DECODE, canonical
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def command_line(script, args):
-    """``python3 SCRIPT ARGS`` as a reader reruns it on another machine: the script relative
-    to the repository, and in every argument this machine's cache folder, repository and home
-    written as ``$INSITUBATCH_CACHE/``, relative and ``$HOME/`` (docs pages never print a
-    machine's absolute paths; docs-tests checks them)."""
+def portable(text):
+    """``text`` with this machine's cache folder, repository and home written as
+    ``$INSITUBATCH_CACHE/``, relative and ``$HOME/`` (docs pages never print a machine's
+    absolute paths; docs-tests checks them)."""
     cache = os.environ.get("INSITUBATCH_CACHE") or os.path.expanduser("~/.cache/insitubatch")
     home = os.path.expanduser("~")
-    swaps = [(os.path.abspath(cache) + "/", "$INSITUBATCH_CACHE/"), (REPO + "/", ""), (home + "/", "$HOME/")]
+    for prefix, name in [(os.path.abspath(cache) + "/", "$INSITUBATCH_CACHE/"), (REPO + "/", ""),
+                         (home + "/", "$HOME/")]:
+        text = text.replace(prefix, name)
+    return text
 
-    def portable(arg):
-        for prefix, name in swaps:
-            arg = arg.replace(prefix, name)
+
+def command_line(script, args):
+    """``python3 SCRIPT ARGS`` as a reader reruns it on another machine: the script relative
+    to the repository, every argument ``portable``."""
+    def arg(a):
+        a = portable(a)
         # Unquoted where it is safe, so $INSITUBATCH_CACHE and $HOME still expand.
-        return arg if re.fullmatch(r"[\w@%+=:,./$-]+", arg) else shlex.quote(arg)
+        return a if re.fullmatch(r"[\w@%+=:,./$-]+", a) else shlex.quote(a)
 
     script = os.path.relpath(os.path.abspath(script), REPO)
-    return " ".join(["python3", script] + [portable(a) for a in args])
+    return " ".join(["python3", script] + [arg(a) for a in args])
 
 
 # ------------------------------------------------------------ small formatting helpers
@@ -173,90 +178,10 @@ def cell(st, spec="{:.0f}", scale=1.0):
     return f"{f(st['median'])} [{f(st['min'])}–{f(st['max'])}{sp}]"
 
 
-def ordered(engines):
-    return [e for e in ENGINE_ORDER if e in engines] + [e for e in engines if e not in ENGINE_ORDER]
-
-
-# ------------------------------------------------------------ the report
-def markdown(meta, rows):
-    """meta: command, date, machine, config, memory (lines), notes (lines), results (path),
-    plot (bool). Returns the report's text."""
-    agg, dec = group(rows), decode_limits(rows)
-    warms = warm_labels(agg)
-    kinds = ["cold"] + warms
-    L = ["# Benchmarks: insitubatch-rs (CLI and Python) vs insitubatch 0.2.0 (Python anchor)", "",
-         f"- command (from the repo root): `{meta['command']}`",
-         f"- date: {meta['date']}",
-         f"- machine: {meta['machine']}",
-         f"- config: {meta['config']}"]
-    L += [f"- memory: {line}" for line in meta.get("memory", [])]
-    L += [f"- note: {line}" for line in meta.get("notes", [])]
-    L += ["- cells are `median [min–max ×max/min]` over the rounds; MB = 1e6 decoded bytes; "
-          "cold = epoch 0, warm1/warm2 = epochs 1/2 of the same process (served from its pool); "
-          "TTFB and limiting stage are of the cold epoch; peak RSS = max(process-tree VmRSS polled "
-          "every 50 ms, engine's VmHWM); user/sys = CPU seconds of the whole run (open included).",
-          "",
-          "## Medians and spread", "",
-          "| store | engine | runs | " + " | ".join(f"{k} MB/s" for k in kinds)
-          + " | TTFB s | peak RSS GB | user CPU s | sys CPU s | wall s | limiting stage (cold / warm1) |",
-          "|---|---|--:|" + "--:|" * len(kinds) + "--:|--:|--:|--:|--:|---|"]
-    for store, engines in agg.items():
-        for eng in ordered(engines):
-            g = engines[eng]
-            runs = f"{g['ok']}/{g['runs']}"
-            if not g["ok"]:
-                why = (g["failed"][0] or "failed")[:70].replace("|", "/")
-                L.append(f"| {store} | {ENGINE_LABEL.get(eng, eng)} | {runs} | n/a ({why}) |"
-                         + " |" * (len(kinds) + 5))
-                continue
-            L.append("| " + " | ".join(
-                [store, ENGINE_LABEL.get(eng, eng), runs]
-                + [cell(g.get(f"{k}_mbs")) for k in kinds]
-                + [cell(g.get("ttfb"), "{:.2f}"), cell(g.get("rss"), "{:.2f}", 1e-9),
-                   cell(g.get("user_s"), "{:.2f}"), cell(g.get("sys_s"), "{:.2f}"),
-                   cell(g.get("wall_s"), "{:.1f}"),
-                   f"{g.get('cold_stage') or '?'} / {g.get('warm1_stage') or '?'}"]) + " |")
-    L += ["", "## Ratios of medians", "",
-          "×anchor: this engine's median ÷ the anchor's (TTFB and RSS: lower is better); ×CLI: "
-          "÷ our CLI's; % decode limit: cold median ÷ the median decode limit of the same run; "
-          "est/RSS: the `describe()` estimate ÷ the measured peak (median).", "",
-          "| store | engine | " + " | ".join(f"×anchor {k}" for k in kinds)
-          + " | ×anchor TTFB | ×anchor RSS | ×CLI cold | ×CLI warm1 | % decode limit | est/RSS |",
-          "|---|---|" + "--:|" * len(kinds) + "--:|--:|--:|--:|--:|--:|"]
-    for store, engines in agg.items():
-        anc, cli = engines.get("anchor"), engines.get("ours")
-        dl = med((dec.get(store) or {}).get("stat"))
-        for eng in ordered(engines):
-            g = engines[eng]
-            if not g["ok"]:
-                continue
-
-            def vs(base, key, _g=g, _eng=eng, skip=None):
-                if base is None or _eng == skip or not base["ok"]:
-                    return "—"
-                return fmt(ratio(med(_g.get(key)), med(base.get(key))), "{:.2f}")
-
-            est = med(g.get("est")) if eng != "anchor" else None
-            L.append("| " + " | ".join(
-                [store, ENGINE_LABEL.get(eng, eng)]
-                + [vs(anc, f"{k}_mbs", skip="anchor") for k in kinds]
-                + [vs(anc, "ttfb", skip="anchor"), vs(anc, "rss", skip="anchor"),
-                   vs(cli, "cold_mbs", skip="ours"), vs(cli, "warm1_mbs", skip="ours"),
-                   fmt(100 * ratio(med(g.get("cold_mbs")), dl) if dl else None, "{:.0f}%"),
-                   fmt(ratio(est, med(g.get("rss"))) if est else None, "{:.2f}", "—")]) + " |")
-    L += ["", "## Decode limit (MB/s of decoded output, all cores; measured in every round)", ""]
-    for store, d in dec.items():
-        src = d["source"] or "insitubatch-rs CLI"
-        L.append(f"- {store}: {cell(d['stat'])} MB/s, {d['threads']} threads ({src})"
-                 if d["stat"] else f"- {store}: n/a")
-    if meta.get("plot"):
-        L += ["", "![Decoded MB/s per engine: medians with min–max bars, cold and warm epochs, "
-              "with the decode limit](img/benchmarks.png)",
-              "(`bench/plot.py` redraws it from the raw rows.)"]
-    if meta.get("results"):
-        L += ["", f"Raw rows: `{meta['results']}`."]
-    L.append("")
-    return "\n".join(L)
+def ordered(engines, order):
+    """The engines in ``order`` first (each once), then the others as they came."""
+    order = list(dict.fromkeys(order))
+    return [e for e in order if e in engines] + [e for e in engines if e not in order]
 
 
 def write_markdown(path, md):
@@ -265,3 +190,67 @@ def write_markdown(path, md):
     with open(path, "w") as f:
         f.write(md)
     print(md)
+
+
+def shown_path(path):
+    """A path as a report shows it: inside the repo relative to its root, any other one
+    ``portable``."""
+    p = os.path.abspath(os.path.expanduser(path))
+    return os.path.relpath(p, REPO) if p.startswith(REPO + os.sep) else portable(p)
+
+
+def header(meta, intro=()):
+    """The lines every report starts with: what ran, when, where, how; then its notes."""
+    L = list(intro)
+    L += [f"- command (from the repo root): `{meta.get('command', 'n/a')}`",
+          f"- date: {meta.get('date', 'n/a')}",
+          f"- machine: {meta.get('machine', 'n/a')}"]
+    if meta.get("config"):
+        L.append(f"- config: {meta['config']}")
+    L += [f"- memory: {line}" for line in meta.get("memory", [])]
+    L += [f"- note: {line}" for line in meta.get("notes", [])]
+    return L
+
+
+# ------------------------------------------------------------ rows in and out
+class Rows:
+    """The run's rows file: one JSON line per run as it finishes (so a run cut short keeps
+    what it measured), the meta line last. Stdout and stderr stay out; the stderr's tail
+    goes in."""
+
+    def __init__(self, path):
+        self.path = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._f = open(path, "w")
+
+    def add(self, row):
+        rec = {k: v for k, v in row.items() if k not in ("stdout", "stderr")}
+        if "stderr" in row:
+            rec["stderr_tail"] = (row.get("stderr") or "")[-2000:]
+        self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+
+    def close(self, meta):
+        self._f.write(json.dumps({"meta": meta}) + "\n")
+        self._f.close()
+
+
+def load_rows(path):
+    """(meta, rows) of a rows file; meta is {} for rows an earlier driver wrote, and engine
+    names are today's (``anchor`` rows read as ``reference``, ``rust-cli`` as ``ours``)."""
+    meta, rows = {}, []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except ValueError as e:
+                raise SystemExit(f"line {n} of {path} is not JSON ({e}); rows files hold one JSON object a line")
+            if "meta" in r and len(r) == 1:
+                meta = r["meta"]
+                continue
+            if "engine" in r:
+                r["engine"] = canonical(r["engine"])
+            rows.append(r)
+    return meta, rows

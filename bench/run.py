@@ -1,33 +1,37 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark: insitubatch-rs (the CLI and its Python binding) vs the Python
-anchor (insitubatch 0.2.0), in one run, as medians of interleaved repetitions.
+"""The benchmark driver of insitubatch-rs: every benchmark is a suite of this one script, over
+the engines of one registry (bench/engines.py), measured, rotated, written and reported the
+same way.
 
-    bench/run.py --stores DIR [--only c1,c8] [--reps 3] [--epochs 3] [--engines ours,rs-python,anchor]
-                 [--budget-bytes B] [--page-cache-fill GIB --ballast DIR] [--samples N]
-                 [--cli PATH] [--python PY] [--anchor-python PY] [--out docs/benchmarks.md]
-    bench/run.py --quick        # 2-minute smoke: 48-sample c8 store, 3 rounds, 2 epochs
+    bench/run.py [SUITE] [options]     run a suite (local when none is named)
+    bench/run.py --quick               2-minute smoke of the local suite (rows under the cache)
+    bench/run.py engines               the engines, and which of them can run here (or why not)
+    bench/run.py report ROWS.jsonl     a rows file's report again (committed rows included)
+    bench/run.py SUITE --help          a suite's options
 
-For each store DIR/<name>.zarr: its files are read once (into the page cache), then --reps
-rounds; in each round the decode limit (`CLI bench URL --decode-limit --json`, falling back
-to bench/decode_limit.py) and every engine run once, each in a fresh subprocess, in an order
-rotated by one per round so drift on a shared machine spreads over all of them. Engines:
-`ours` (`CLI bench URL ... --json`), `rs-python` (bench/py_engines.py rs-python under
---python, skipped with the reason when insitubatch_rs does not import there), `anchor`
-(bench/anchor_bench.py under the anchor venv). Each run is --epochs epochs of one process:
-cold, warm1, warm2, ...; --budget-bytes gives every engine the same residency budget (so
-the warm epochs are served from the pool).
+Suites (bench/suites/):
+  local      the CLI, insitubatch_rs from Python and insitubatch 0.2.0 (the reference
+             implementation) on page-cached local stores: medians of rotated rounds, the
+             decode limit, memory states
+  python     insitubatch_rs from Python against Python peers (xbatcher, zarr-python,
+             tensorstore), the CLI and insitubatch 0.2.0; stall runs with a compute step
+  cloud      the same engines through the cloud-like store on loopback (settings: time to first
+             byte, rates, slow tail), counting the requests it served
+  patches    random 128 x 128 patches: patch= against cropping whole samples and xbatcher
+  ranks      N CLI processes, one rank each, against one process
+  cache      the disk tier: a warm epoch from a persisted cache in a fresh process
+  objects    store objects (obstore, zarr-python) against the URL
+  slow-loop  peak RSS of a loop slower than the loader against describe()'s estimate
+  workers    torch DataLoader workers each reading a share, against one process
+  faults     the system time of first-touching fresh memory on this machine
 
-Per run: each epoch's MB/s and TTFB, wall time, user and system CPU seconds of the child,
-peak RSS = max(process-tree VmRSS polled every 50 ms, the engine's VmHWM), and MemFree /
-MemAvailable / Cached at its start. --page-cache-fill GIB reads files under --ballast before
-each round until the kernel's Cached is at least GIB (the page cache holding most of RAM, a
-training machine's normal state). The markdown (--out) has per store and engine the median
-of each metric with its spread and the ratios of medians (bench/report.py); raw rows go to
-bench/results/latest.jsonl (--quick: bench/results/quick.md and quick.jsonl).
+Every run is a fresh process; in each round every engine runs once, in an order rotated by one
+per round, so drift on a shared machine spreads over all of them. Rows (JSON lines, the run's
+meta last) go to bench/rows/DATE-SUITE[-LABEL].jsonl, the committed place (--rows elsewhere;
+--quick: $INSITUBATCH_CACHE/bench-rows/); the markdown report beside them (--out elsewhere).
 """
 import argparse
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -37,281 +41,317 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-# Re-exported: bench/run_python.py and bench/cache_bench.py import these from here.
-from measure import fill_page_cache, last_json, meminfo, run_measured, warm_files  # noqa: E402,F401
-from report import (DECODE, command_line, epoch_of, fmt, gb, markdown, ratio, run_metrics, stat,  # noqa: E402,F401
-                    write_markdown)
+import engines as registry  # noqa: E402
+from measure import last_json, meminfo, run_measured  # noqa: E402
+from report import Rows, command_line, fmt, gb, load_rows, run_metrics, shown_path, write_markdown  # noqa: E402
+from suites import SUITES  # noqa: E402
 
-ALL_STORES = ["c1", "c8", "c8s", "c40", "shard"]
-ALL_ENGINES = ["ours", "rs-python", "anchor"]
 CACHE = os.environ.get("INSITUBATCH_CACHE", os.path.expanduser("~/.cache/insitubatch"))
+ROWS_DIR = os.path.join(HERE, "rows")
+QUICK_ROWS_DIR = os.path.join(CACHE, "bench-rows")
+QUICK = {"stores": os.path.join(CACHE, "bench-stores-48"), "samples": 48, "only": "c8"}
 GIB = 2 ** 30
 LOW_MEM_BYTES = 2 * GIB  # warn when a run starts with less memory available than this
-QUICK = {"stores": os.path.join(CACHE, "bench-stores-48"), "samples": 48, "only": "c8",
-         "reps": 3, "epochs": 2, "out": os.path.join(HERE, "results", "quick.md"),
-         "results": os.path.join(HERE, "results", "quick.jsonl")}
-DEFAULTS = {"reps": 3, "epochs": 3, "out": os.path.join(REPO, "docs", "benchmarks.md"),
-            "results": os.path.join(HERE, "results", "latest.jsonl")}
 
 
-def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stores", help="dir holding <name>.zarr stores (required unless --quick)")
-    ap.add_argument("--quick", action="store_true",
-                    help="2-minute smoke: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()))
-    ap.add_argument("--samples", type=int, default=None,
-                    help="make missing stores with this many samples first (bench/make_stores.py)")
-    ap.add_argument("--only", default=None, help="comma list, default " + ",".join(ALL_STORES))
-    ap.add_argument("--engines", default=",".join(ALL_ENGINES), help="comma list of "
-                    + ",".join(ALL_ENGINES))
-    ap.add_argument("--reps", type=int, default=None, help="rounds per store (default 3)")
-    ap.add_argument("--epochs", type=int, default=None,
-                    help="epochs per run: cold, warm1, warm2, ... (default 3)")
-    ap.add_argument("--budget-bytes", type=int, default=None,
-                    help="residency budget for every engine (default: each one's automatic budget)")
-    ap.add_argument("--page-cache-fill", type=float, default=None, metavar="GIB",
-                    help="before each round, read --ballast files until Cached ≥ GIB")
-    ap.add_argument("--ballast", action="append", default=[], metavar="DIR",
-                    help="files to read for --page-cache-fill (repeatable)")
-    ap.add_argument("--out", default=None, help="markdown report (default docs/benchmarks.md)")
-    ap.add_argument("--results", default=None, help="raw rows (default bench/results/latest.jsonl)")
+def default_cli():
     tgt = os.environ.get("CARGO_TARGET_DIR", os.path.join(CACHE, "target"))
-    ap.add_argument("--cli", default=shutil.which("insitubatch")
-                    or os.path.join(tgt, "release", "insitubatch"))
-    ap.add_argument("--cli-b", default=None, metavar="PATH",
-                    help="a second CLI build, run as engine ours-b in the same rounds (an A/B of "
-                    "two builds: the report's ×CLI column is B ÷ --cli)")
-    ap.add_argument("--python", default=os.path.join(CACHE, "venv-test", "bin", "python"),
-                    help="python with insitubatch_rs for the rs-python engine")
-    ap.add_argument("--anchor-python", default=None,
-                    help="default: the venv made by bench/setup_anchor.sh")
+    return shutil.which("insitubatch") or os.path.join(tgt, "release", "insitubatch")
+
+
+def default_python():
+    """The bench venv (release wheel + peers, bench/README.md) when there is one, else the
+    test venv."""
+    bench = os.path.join(CACHE, "venv-bench", "bin", "python")
+    return bench if os.path.exists(bench) else os.path.join(CACHE, "venv-test", "bin", "python")
+
+
+def default_reference_python():
+    return os.path.join(CACHE, "venv-anchor", "bin", "python")
+
+
+def parser(suite):
+    ap = argparse.ArgumentParser(prog=f"bench/run.py {suite.NAME}", description=suite.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=f"suites: {', '.join(SUITES)} (bench/run.py SUITE --help); also "
+                                 "bench/run.py engines (the registry, and what can run here) and bench/run.py "
+                                 "report ROWS.jsonl (a rows file's report again); bench/README.md")
+    if suite.STORES is not None:
+        ap.add_argument("--stores", help="dir holding <name>.zarr stores (bench/make_stores.py); "
+                        "required unless --quick")
+        ap.add_argument("--only", default=None, help=f"comma list of stores (default {suite.STORES})")
+        ap.add_argument("--samples", type=int, default=None,
+                        help="make missing stores with this many samples first (bench/make_stores.py)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke: a 48-sample c8 store under the cache (made if missing), the suite's "
+                    "quick settings, rows under $INSITUBATCH_CACHE/bench-rows (never in the tree)")
+    if suite.CHOICES:
+        ap.add_argument("--engines", default=",".join(suite.ENGINES),
+                        help=f"comma list of {','.join(suite.CHOICES)} (default {','.join(suite.ENGINES)})")
+    ap.add_argument("--reps", type=int, default=None, help=f"rounds (default {suite.REPS})")
+    ap.add_argument("--rows", default=None, help="the rows file (default bench/rows/DATE-SUITE[-LABEL].jsonl)")
+    ap.add_argument("--label", default=None, help="a word for the default rows file's name (e.g. full-cache)")
+    ap.add_argument("--out", default=None, help="the markdown report (default: beside the rows, .md)")
+    ap.add_argument("--cli", default=default_cli(), help="the insitubatch CLI (default: on PATH, else "
+                    "$CARGO_TARGET_DIR or $INSITUBATCH_CACHE/target, release/insitubatch)")
+    ap.add_argument("--python", default=default_python(), help="the Python of the insitubatch_rs and peer "
+                    "engines (default $INSITUBATCH_CACHE/venv-bench, else venv-test)")
+    ap.add_argument("--reference-python", default=None, help="the Python of insitubatch 0.2.0 (default: "
+                    "the venv bench/setup_anchor.sh makes, made when missing)")
     ap.add_argument("--var", default="t2m")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--block-chunks", type=int, default=16)
     ap.add_argument("--max-inflight", type=int, default=32)
-    ap.add_argument("--first-block-chunks", type=int, default=None, metavar="N",
-                    help="also run the CLI with --first-block-chunks N (engine ours-fbN), in the same rounds")
-    ap.add_argument("--timeout", type=float, default=1800)
-    args = ap.parse_args(argv)
-    base = QUICK if args.quick else DEFAULTS
-    for k in ("reps", "epochs", "out", "results") + (("stores", "samples", "only") if args.quick else ()):
-        if getattr(args, k) is None:
-            setattr(args, k, base[k])
-    if not args.stores:
-        ap.error("--stores DIR is required (or --quick)")
-    if args.reps < 1 or args.epochs < 1:
-        ap.error("--reps and --epochs must be at least 1")
-    if args.page_cache_fill is not None and not args.ballast:
-        ap.error("--page-cache-fill needs --ballast DIR (files to read into the page cache)")
-    bad = set(args.engines.split(",")) - set(ALL_ENGINES)
-    if bad:
-        ap.error(f"unknown engine(s) {', '.join(sorted(bad))}; choose from {','.join(ALL_ENGINES)}")
-    if args.cli_b and "ours" not in args.engines.split(","):
-        ap.error("--cli-b runs beside the ours engine (its command with another CLI); add ours to --engines or drop --cli-b")
-    return args
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    suite.add_args(ap)
+    return ap
 
 
-def anchor_python(given):
-    if given:
-        return given
-    apy = os.path.join(CACHE, "venv-anchor", "bin", "python")
-    if os.path.exists(apy):
-        return apy
-    return subprocess.run([os.path.join(HERE, "setup_anchor.sh")], check=True,
-                          stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
+def split_argv(argv):
+    """(suite module, the rest): the first word names the suite; none means local."""
+    if argv and argv[0] in SUITES:
+        return SUITES[argv[0]], argv[1:]
+    if argv and not argv[0].startswith("-"):
+        raise SystemExit(f"bench/run.py: no suite {argv[0]!r}; the suites are {', '.join(SUITES)} "
+                         "(or engines, report)")
+    return SUITES["local"], list(argv)
 
 
-def why_not_rs_python(python):
-    """None when insitubatch_rs imports under `python`, else the reason."""
-    if not os.path.exists(python):
-        return f"{python} not found (--python)"
-    r = subprocess.run([python, "-c", "import insitubatch_rs"], capture_output=True, text=True)
-    if r.returncode:
-        tail = (r.stderr.strip().splitlines() or ["?"])[-1]
-        return f"insitubatch_rs does not import under {python}: {tail}"
-    return None
+def parse(argv):
+    """(suite, args) with every default applied and the options checked; runs nothing."""
+    suite, rest = split_argv(argv)
+    ap = parser(suite)
+    args = ap.parse_args(rest)
+    args.suite = suite.NAME
+    if args.quick:
+        for k, v in {**(QUICK if suite.STORES is not None else {}), **suite.QUICK}.items():
+            if getattr(args, k, None) is None:
+                setattr(args, k, v)
+    if args.reps is None:
+        args.reps = suite.REPS
+    if args.reps < 1:
+        ap.error("--reps must be at least 1")
+    if suite.STORES is not None:
+        if not args.stores:
+            ap.error("--stores DIR is required (or --quick)")
+        args.only = args.only or suite.STORES
+        args.store_names = [s for s in args.only.split(",") if s]
+    args.engine_list = []
+    if suite.CHOICES:
+        try:
+            args.engine_list = [registry.engine(e).name for e in args.engines.split(",") if e]
+        except ValueError as e:
+            ap.error(str(e))
+        bad = [e for e in args.engine_list if e not in suite.CHOICES]
+        if bad:
+            ap.error(f"engine(s) {', '.join(bad)} are not in the {suite.NAME} suite; choose from "
+                     f"{','.join(suite.CHOICES)}")
+    suite.check(args, ap.error)
+    return suite, args
 
 
-def engine_cmds(args, url, cli, apy):
-    """{engine: argv} for one store: the decode limit and every engine that can run."""
-    common = ["--batch-size", str(args.batch_size), "--block-chunks", str(args.block_chunks),
-              "--max-inflight", str(args.max_inflight), "--epochs", str(args.epochs)]
-    budget = ["--cache-budget-bytes", str(args.budget_bytes)] if args.budget_bytes else []
-    cmds = {DECODE: [cli, "bench", url, "--decode-limit", "--json"] if cli else
-            [apy, os.path.join(HERE, "decode_limit.py"), "--url", url, "--var", args.var]}
-    if "ours" in args.engine_list:
-        cmds["ours"] = [cli, "bench", url, "--var", args.var] + common + budget + ["--json"]
-        if args.first_block_chunks:
-            cmds[f"ours-fb{args.first_block_chunks}"] = cmds["ours"] + [
-                "--first-block-chunks", str(args.first_block_chunks)]
-        if args.cli_b:
-            cmds["ours-b"] = [os.path.abspath(args.cli_b)] + cmds["ours"][1:]
-    if "rs-python" in args.engine_list:
-        cmds["rs-python"] = [args.python, os.path.join(HERE, "py_engines.py"), "rs-python", "--url",
-                             url, "--var", args.var] + common + budget
-    if "anchor" in args.engine_list:
-        cmds["anchor"] = [apy, os.path.join(HERE, "anchor_bench.py"), "--url", url, "--var",
-                          args.var] + common + budget + ["--json"]
-    return cmds
+def context(args, check_imports=True):
+    return registry.Context(cli=args.cli, cli_b=getattr(args, "cli_b", None),
+                            first_block_chunks=getattr(args, "first_block_chunks", None),
+                            python=args.python,
+                            reference_python=args.reference_python or default_reference_python(),
+                            check_imports=check_imports)
 
 
-def shown_path(path):
-    """A path inside the repo relative to its root, any other one absolute."""
-    p = os.path.abspath(path)
-    return os.path.relpath(p, REPO) if p.startswith(REPO + os.sep) else p
+def rows_path(args, today=None):
+    """The rows file: --rows, else a dated name in bench/rows (--quick: in the cache) that no
+    earlier run of the day holds."""
+    if args.rows:
+        return args.rows
+    today = today or datetime.date.today().isoformat()
+    folder = QUICK_ROWS_DIR if args.quick else ROWS_DIR
+    stem = "-".join([today, args.suite] + ([args.label] if args.label else []) + (["quick"] if args.quick else []))
+    path, n = os.path.join(folder, stem + ".jsonl"), 2
+    while os.path.exists(path) and not args.quick:
+        path, n = os.path.join(folder, f"{stem}-{n}.jsonl"), n + 1
+    return path
 
 
-def rotated(items, k):
-    k %= max(1, len(items))
-    return items[k:] + items[:k]
+class Session:
+    """One run of a suite: its options, the engines' context, the rows file and the notes
+    the report carries (skipped engines and stores, shortfalls)."""
+
+    def __init__(self, suite, args, ctx, rows):
+        self.suite, self.args, self.ctx, self.rows = suite, args, ctx, rows
+        self.notes, self.meta = [], {}
+
+    def note(self, text):
+        if text not in self.notes:
+            self.notes.append(text)
+            print(f"[{self.suite.NAME}] {text}", file=sys.stderr, flush=True)
+
+    def runnable(self, names):
+        """The engines named that can run here; the others are noted with the reason."""
+        out = []
+        for name in names:
+            why = registry.engine(name).unavailable(self.ctx)
+            if why:
+                self.note(f"{name} skipped: {why}")
+            else:
+                out.append(name)
+        return out
+
+    def stores(self):
+        """(name, absolute path) of each store asked for; a missing one is noted and skipped."""
+        for name in self.args.store_names:
+            path = os.path.abspath(os.path.join(os.path.expanduser(self.args.stores), name + ".zarr"))
+            if not os.path.isdir(path):
+                self.note(f"store {name} missing at {path}, skipped (--samples N makes it)")
+                continue
+            yield name, path
+
+    def measure(self, store, engine, rnd, slot, url, cmd, parse=last_json, **extra):
+        """One run in a fresh subprocess: its row (written at once), with the memory state at
+        its start. ``parse(stdout)`` is the engine's result (default: its last JSON line)."""
+        mem = meminfo()
+        if mem.get("available", 0) < LOW_MEM_BYTES:
+            print(f"[{self.suite.NAME}] warning: {mem['available'] / GIB:.1f} GiB available before "
+                  f"{store} {engine} round {rnd}", file=sys.stderr)
+        r = run_measured(cmd, self.args.timeout)
+        res = parse(r["stdout"])
+        if res is not None and engine == registry.DECODE:
+            res.setdefault("source", "insitubatch-rs CLI" if "--decode-limit" in cmd else "bench/decode_limit.py")
+        if isinstance(res, dict) and "skipped" in res:
+            r["error"], res = res["skipped"], None
+        if res is None and not r["error"]:
+            r["error"] = "no JSON on stdout"
+        row = dict(r, suite=self.suite.NAME, store=store, engine=engine, round=rnd, slot=slot, url=url,
+                   cmd=cmd, result=res, mem_at_start=mem, **extra)
+        return row
+
+    def keep(self, row):
+        """Write the row and say what it measured."""
+        self.rows.add(row)
+        say(self.suite.NAME, row)
+        return row
 
 
-def measure(store, engine, rnd, slot, url, cmd, timeout):
-    """One run in a fresh subprocess: its row, with the memory state at its start."""
-    mem = meminfo()
-    if mem.get("available", 0) < LOW_MEM_BYTES:
-        print(f"[run] warning: {mem['available'] / GIB:.1f} GiB available before {store} {engine} "
-              f"round {rnd}", file=sys.stderr)
-    r = run_measured(cmd, timeout)
-    res = last_json(r["stdout"])
-    if res is not None and engine == DECODE:
-        res.setdefault("source", "insitubatch-rs CLI" if "--decode-limit" in cmd
-                       else "bench/decode_limit.py")
-    if res is not None and "skipped" in res:
-        r["error"], res = res["skipped"], None
-    if res is None and not r["error"]:
-        r["error"] = "no JSON on stdout"
-    return dict(r, store=store, engine=engine, round=rnd, slot=slot, url=url, cmd=cmd,
-                result=res, mem_at_start=mem)
-
-
-def say(row):
-    if row["engine"] == DECODE:
-        d = row["result"] or {}
-        txt = f"decode limit {fmt(d.get('decode_limit_mb_per_s'))} MB/s"
-    else:
+def say(suite, row):
+    res = row.get("result") or {}
+    if row["engine"] == registry.DECODE:
+        txt = f"decode limit {fmt(res.get('decode_limit_mb_per_s'))} MB/s"
+    elif res.get("epochs"):
         m = run_metrics(row) or {}
         eps = " ".join(f"{k[:-4]} {fmt(v)}" for k, v in m.items() if k.endswith("_mbs"))
         txt = (f"MB/s {eps}, ttfb {fmt(m.get('ttfb'), '{:.2f}')} s, rss "
-               f"{fmt(gb(m.get('rss')), '{:.2f}')} GB, user {fmt(m.get('user_s'), '{:.1f}')} s "
-               f"sys {fmt(m.get('sys_s'), '{:.1f}')} s") if m else ""
-    print(f"[run] {row['store']} round {row['round']} {row['engine']}: {txt} "
-          f"({row['wall_s']:.1f} s) {row.get('error') or ''}", file=sys.stderr, flush=True)
+               f"{fmt(gb(m.get('rss')), '{:.2f}')} GB")
+    elif res.get("secs"):
+        txt = f"{res['rows'] / res['secs']:.0f} rows/s"
+    else:
+        txt = ""
+    extra = " ".join(f"{k} {row[k]}" for k in ("setting", "kind", "world") if row.get(k) is not None)
+    print(f"[{suite}] {row['store']} round {row['round']} {row['engine']} {extra}: {txt} "
+          f"({row.get('wall_s', 0):.1f} s) {row.get('error') or ''}", file=sys.stderr, flush=True)
 
 
-def fill(args):
-    """--page-cache-fill before a round; returns a note when the ballast ran out."""
-    if args.page_cache_fill is None:
-        return None
-    target = int(args.page_cache_fill * GIB)
-    cached, read = fill_page_cache(args.ballast, target)
-    print(f"[run] page cache: Cached {cached / GIB:.1f} GiB after reading {read / GIB:.1f} GiB "
-          "of ballast", file=sys.stderr)
-    if cached < target:
-        return (f"the ballast ran out: Cached reached {cached / GIB:.1f} GiB, not "
-                f"{args.page_cache_fill:g}")
-    return None
+def reference_venv(args, names):
+    """Make the reference venv (bench/setup_anchor.sh) when an engine or the store maker needs
+    it and none was given."""
+    if args.reference_python or os.path.exists(default_reference_python()):
+        return
+    needs = [n for n in names if registry.engine(n).runner in ("reference", "reference-py")]
+    if needs or getattr(args, "samples", None):
+        print(f"[run] making the reference venv for {', '.join(needs) or 'bench/make_stores.py'} "
+              "(bench/setup_anchor.sh)", file=sys.stderr)
+        subprocess.run([os.path.join(HERE, "setup_anchor.sh")], check=True, stdout=subprocess.DEVNULL)
 
 
-def memory_lines(args, rows, warmed):
-    mem = meminfo()
-    fill_txt = ("no page-cache fill" if args.page_cache_fill is None else
-                f"before each round, files under {', '.join(args.ballast)} read until Cached ≥ "
-                f"{args.page_cache_fill:g} GiB, then the store's files read again")
-    starts = [r["mem_at_start"] for r in rows if r.get("mem_at_start")]
+def make_stores(args, ctx):
+    if getattr(args, "samples", None):
+        os.makedirs(os.path.expanduser(args.stores), exist_ok=True)
+        subprocess.run([ctx.reference_python, os.path.join(HERE, "make_stores.py"),
+                        os.path.expanduser(args.stores), "--samples", str(args.samples), "--only",
+                        ",".join(args.store_names)], check=True)
 
-    def gib(key):
-        st = stat([m.get(key) for m in starts])
-        return "n/a" if st is None else (f"{st['median'] / GIB:.1f} GiB "
-                                         f"[{st['min'] / GIB:.1f}–{st['max'] / GIB:.1f}]")
 
-    return [f"MemTotal {mem['total'] / GIB:.1f} GiB; {fill_txt}; each store's files read once "
-            f"into the page cache before its first round ({warmed})",
-            f"at the start of the runs (median [min–max]): MemFree {gib('free')}, MemAvailable "
-            f"{gib('available')}, Cached {gib('cached')}"]
+def machine():
+    return (f"{platform.node()}, nproc {os.cpu_count()}, RAM {meminfo()['total'] / GIB:.1f} GiB, "
+            f"{platform.platform()}")
+
+
+def options(args):
+    """The run's options as the report and a re-render read them (JSON values only)."""
+    return {k: v for k, v in vars(args).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
+
+
+def run_suite(suite, args, cmdline):
+    ctx = context(args)
+    reference_venv(args, args.engine_list + list(suite.ALWAYS))
+    make_stores(args, ctx)
+    path = rows_path(args)
+    rows = Rows(path)
+    session = Session(suite, args, ctx, rows)
+    kept = suite.run(session)
+    meta = {"suite": suite.NAME, "command": cmdline,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(), "config": suite.config(args), "notes": session.notes,
+            "results": shown_path(path), "options": options(args), **session.meta}
+    rows.close(meta)
+    out = args.out or os.path.splitext(path)[0] + ".md"
+    meta["plot"] = os.path.abspath(out).startswith(os.path.join(REPO, "docs") + os.sep)
+    write_markdown(out, suite.markdown(meta, kept))
+    print(f"[run] rows: {path}; report: {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_engines(argv):
+    ap = argparse.ArgumentParser(prog="bench/run.py engines", description="The engine registry "
+                                 "(bench/engines.py): each engine, what runs it, and whether it can run here.")
+    ap.add_argument("--cli", default=default_cli())
+    ap.add_argument("--python", default=default_python())
+    ap.add_argument("--reference-python", default=None)
+    args = ap.parse_args(argv)
+    ctx = registry.Context(cli=args.cli, python=args.python,
+                           reference_python=args.reference_python or default_reference_python())
+    in_suites = {name: [s for s, m in SUITES.items()
+                        if name in m.CHOICES + m.ALWAYS + getattr(m, "VARIANTS", [])] for name in registry.REGISTRY}
+    for e in registry.REGISTRY.values():
+        why = e.unavailable(ctx)
+        print(f"{e.name:20s} {e.runner:12s} {'ok' if not why else 'skipped: ' + why}")
+        print(f"{'':20s} {e.about}; suites: {', '.join(in_suites[e.name]) or '-'}")
+    return 0
+
+
+def cmd_report(argv):
+    ap = argparse.ArgumentParser(prog="bench/run.py report", description="Write a rows file's report again, "
+                                 "with today's code (rows of earlier drivers included; their engine names are "
+                                 "read as today's).")
+    ap.add_argument("rows")
+    ap.add_argument("--suite", choices=list(SUITES), help="the suite that wrote the rows (default: the "
+                    "rows' meta line; rows written before it need this)")
+    ap.add_argument("--out", default=None, help="default: stdout only")
+    ap.add_argument("--stores", default=None, help="the stores' folder, for what rows without a meta line "
+                    "lack (the cloud suite's compression ratios, from the stores' markers)")
+    args = ap.parse_args(argv)
+    meta, rows = load_rows(args.rows)
+    name = args.suite or meta.get("suite") or (rows[0].get("suite") if rows else None)
+    if name not in SUITES:
+        ap.error(f"{args.rows} does not say which suite wrote it (no meta line): give --suite")
+    suite = SUITES[name]
+    if not meta.get("options"):
+        _, defaults = parse([name] + (["--stores", args.stores or "."] if suite.STORES is not None else []))
+        meta = {**meta, "options": options(defaults)}
+    md = suite.markdown(meta, rows)
+    if args.out:
+        write_markdown(args.out, md)
+    else:
+        print(md)
+    return 0
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    cmdline = command_line(sys.argv[0], sys.argv[1:] if argv is None else list(argv))
-    names = args.only.split(",") if args.only else ALL_STORES
-    args.engine_list = [e for e in args.engines.split(",") if e]
-    apy = anchor_python(args.anchor_python)
-    if args.samples:
-        os.makedirs(args.stores, exist_ok=True)
-        subprocess.run([apy, os.path.join(HERE, "make_stores.py"), args.stores,
-                        "--samples", str(args.samples), "--only", ",".join(names)], check=True)
-    cli = os.path.abspath(args.cli) if args.cli and os.path.exists(args.cli) else None
-    notes = []
-    if not cli and "ours" in args.engine_list:
-        notes.append(f"CLI {args.cli} not found: `ours` skipped, decode limit from "
-                     "bench/decode_limit.py")
-        args.engine_list.remove("ours")
-    if "rs-python" in args.engine_list:
-        why = why_not_rs_python(args.python)
-        if why:
-            notes.append(f"rs-python skipped: {why}")
-            args.engine_list.remove("rs-python")
-    if args.cli_b and not os.path.exists(args.cli_b):
-        notes.append(f"--cli-b {args.cli_b} not found: `ours-b` skipped")
-        args.cli_b = None
-    for n in notes:
-        print(f"[run] {n}", file=sys.stderr)
-
-    rows, warmed = [], []
-    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    with open(args.results, "w") as jl:
-        for name in names:
-            path = os.path.abspath(os.path.join(args.stores, name + ".zarr"))
-            if not os.path.isdir(path):
-                print(f"[run] {name}: {path} missing, skipped (use --samples N to make it)",
-                      file=sys.stderr)
-                notes.append(f"store {name} missing at {path}")
-                continue
-            url = "file://" + path
-            nbytes = warm_files(path)
-            warmed.append(f"{name} {nbytes / 1e6:.0f} MB")
-            print(f"[run] {name}: read {nbytes / 1e6:.0f} MB of store files into the page cache",
-                  file=sys.stderr)
-            cmds = engine_cmds(args, url, cli, apy)
-            order = list(cmds)
-            for rnd in range(args.reps):
-                short = fill(args)
-                if short and short not in notes:
-                    notes.append(short)
-                if args.page_cache_fill is not None:
-                    warm_files(path)  # the fill may have pushed the store's pages out
-                for slot, eng in enumerate(rotated(order, rnd)):
-                    row = measure(name, eng, rnd, slot, url, cmds[eng], args.timeout)
-                    rows.append(row)
-                    rec = {k: v for k, v in row.items() if k not in ("stdout", "stderr")}
-                    rec["stderr_tail"] = (row.get("stderr") or "")[-2000:]
-                    jl.write(json.dumps(rec) + "\n")
-                    jl.flush()
-                    say(row)
-
-    meta = {
-        "command": cmdline,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.node()}, nproc {os.cpu_count()}, RAM "
-                   f"{meminfo()['total'] / GIB:.1f} GiB, {platform.platform()}",
-        "config": f"{args.reps} rounds per store, engines in a rotated order each round "
-                  f"({', '.join([DECODE] + args.engine_list + (['ours-b'] if args.cli_b else []))}), each "
-                  f"run a fresh process{f'; ours-b is {shown_path(args.cli_b)}' if args.cli_b else ''}; batch "
-                  f"{args.batch_size}, block_chunks {args.block_chunks}, max_inflight "
-                  f"{args.max_inflight}, epochs {args.epochs} (cold + {args.epochs - 1} warm), "
-                  f"residency budget "
-                  f"{'automatic (each engine its own)' if not args.budget_bytes else f'{args.budget_bytes} bytes (all engines)'}"
-                  f", var `{args.var}`, shuffle on, whole array as train split, local file:// "
-                  f"stores under {args.stores}",
-        "memory": memory_lines(args, rows, ", ".join(warmed) or "none"),
-        "notes": notes,
-        "results": shown_path(args.results),
-        "plot": os.path.abspath(args.out).startswith(os.path.join(REPO, "docs") + os.sep),
-    }
-    write_markdown(args.out, markdown(meta, rows))
-    return 0
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "engines":
+        return cmd_engines(argv[1:])
+    if argv and argv[0] == "report":
+        return cmd_report(argv[1:])
+    suite, args = parse(argv)
+    return run_suite(suite, args, command_line(os.path.join(HERE, "run.py"), argv))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Create (idempotently) the Python anchor venv: insitubatch 0.2.0 on Python 3.12 at
+# Create (idempotently) the venv of the reference implementation: insitubatch 0.2.0, the Python
+# project insitubatch-rs rebuilds, on Python 3.12 at
 # ${INSITUBATCH_CACHE:-$HOME/.cache/insitubatch}/venv-anchor. Re-installs when
-# bench/requirements-anchor.txt changes. Prints the venv's python path on success.
+# bench/requirements-anchor.txt changes. Prints the venv's python path on success. (The file,
+# venv and variable names keep "anchor": scripts/ and the Python parity tests use them.)
 # Usage: IB_ANCHOR_PY=$(bench/setup_anchor.sh)   (run it, do not source it)
 set -euo pipefail
 _here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 # justfile recipe), run_NAME (with _ for -) below runs it, TITLE heads it and its row of the
 # closing time table. Where a test needs the loopback servers, SERVER_PHASES says so.
 PHASES=(
-    "check|static checks: fmt, clippy (host and wasm32), rustdoc"
+    "check|static checks: fmt, clippy (host and wasm32), rustdoc; the benchmark driver's unit test"
     "test-rust|unit, simulation and property tests"
     "examples|the Rust examples on the demo store (examples/: a tokio stream, a candle training loop)"
     "wasm32-core|core for wasm32 (no runtime in its dependency tree)"
@@ -117,7 +117,8 @@ stop_servers() {
 }
 
 # The phases' bodies.
-run_check() { bash scripts/check.sh; }
+# bench/test_run.py: stdlib only, about a second (bench/README.md).
+run_check() { bash scripts/check.sh; python3 -m unittest bench/test_run.py; }
 run_test_rust() {
     t cargo test -p insitubatch-core -p insitubatch-native
     # core's criterion benches, each run once as a test: they keep compiling and running.

@@ -252,7 +252,7 @@ pub struct Runtime {
     pub memory_available: Option<u64>,
     /// Faults in the pages of each fresh large buffer the engine allocates (chunk slots,
     /// batches) in one call, before they are written: cheaper and steadier than a fault per
-    /// page on the first write (bench/fault_cost.py). `None` where the target has no such call.
+    /// page on the first write (bench/run.py faults). `None` where the target has no such call.
     pub prefault: Option<crate::array::Prefault>,
 }
 

@@ -21,7 +21,7 @@
 //!   understates what they can share: the cap in requests, `completion rate × the fastest
 //!   request + 1`, stands beside it, and the larger of the two applies. Without it, uneven
 //!   small requests held the window at its floor (3 of 32 places: 10.7 s against 1.7 s for
-//!   one epoch of patches on the cloud-like store, `bench/patches.py --cloud 50ms`).
+//!   one epoch of patches on the cloud-like store, `bench/run.py patches --cloud 50ms`).
 //!
 //! Between `threads + 1` and `max_inflight`, growing by one place per measurement and
 //! shrinking at once. Before any measurement a local store starts at the floor and a remote

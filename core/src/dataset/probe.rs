@@ -7,7 +7,7 @@
 //! chunks at once through the engine's own read path (coalescing, the read window and
 //! `max_inflight` included), which shows whether the reads share a link that caps them, and
 //! how fast the decoders go. The prediction is a model over those figures (see
-//! [`Dataset::probe`]); `bench/cloud.py` compares it with real passes.
+//! [`Dataset::probe`]); `bench/run.py cloud` compares it with real passes.
 
 use std::collections::HashSet;
 use std::sync::Arc;

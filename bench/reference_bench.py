@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Benchmark the Python anchor (insitubatch 0.2.0) with the same JSON contract as
-`insitubatch bench URL ... --json` of insitubatch-rs.
+"""Benchmark the reference implementation (insitubatch 0.2.0, the Python project
+insitubatch-rs rebuilds) with the same JSON contract as `insitubatch bench URL ... --json`.
 
-    anchor_bench.py --url file:///abs/store.zarr [--var t2m] --batch-size 32 \
+    reference_bench.py --url file:///abs/store.zarr [--var t2m] --batch-size 32 \
         --block-chunks 16 --max-inflight 32 --epochs 2 [--cache-budget-bytes B] --json
 
 One cold epoch, then warm epochs over the same dataset object (its in-memory pool).
 The whole array is the train split (split_by_chunk(fractions=(1.0, 0.0, 0.0))).
-Run it inside the anchor venv (bench/setup_anchor.sh).
+Run it inside the reference venv (bench/setup_anchor.sh); bench/run.py runs it as the engine
+`reference`.
 """
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -39,17 +39,17 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sample-axis", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON object (always on)")
-    ap.add_argument("--cache-dir", default=None, help="the anchor's cache_dir (mmap tier)")
+    ap.add_argument("--cache-dir", default=None, help="insitubatch 0.2.0's cache_dir (mmap tier)")
     ap.add_argument("--persist", action="store_true", help="persist=True (needs --cache-dir)")
     ap.add_argument("--cache-budget-bytes", type=int, default=None,
-                    help="the residency budget (default: the anchor's automatic floor)")
+                    help="the residency budget (default: insitubatch 0.2.0's automatic floor)")
     args = ap.parse_args(argv)
 
     t_import = time.perf_counter()
     import insitubatch as ib
 
     t_open = time.perf_counter()
-    # A loopback cloud-like store (bench/cloud.py) is plain http://, which obstore refuses
+    # A loopback cloud-like store (bench/run.py cloud) is plain http://, which obstore refuses
     # unless told.
     kw = {"client_options": {"allow_http": True}} if args.url.startswith("http://") else {}
     store = ib.obstore_store(args.url, **kw)
