@@ -64,6 +64,7 @@ npm_pack_checked() {
     for f in package.json LICENSE README.md index.d.ts src/index.js src/web.js src/web-engine.js src/worker.js src/worker-core.js \
         src/worker-web.js src/worker-node.js src/web-threads.js src/fetch-worker.js \
         src/web-engine-core.js src/web-s3.js src/web-s3-engine.js src/worker-web-s3.js \
+        src/node-threads.js src/node-thread-pool.js src/node-thread.js threads.d.ts pkg/node-threads/insitubatch_wasm.js \
         pkg/node/package.json pkg/web/insitubatch_wasm_bg.wasm pkg/web-threads/insitubatch_wasm_bg.wasm \
         pkg/web-s3/insitubatch_wasm_bg.wasm; do
         grep -qx "package/$f" <<<"$listing" || { echo "FAIL: $tgz lacks $f" >&2; return 1; }

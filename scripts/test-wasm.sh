@@ -127,6 +127,14 @@ rm -rf js/pkg/web-threads
 wasm-bindgen --target web --out-dir js/pkg/web-threads --remove-producers-section \
     "$THREADS_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
 RAW[web-threads]=$(stat -c %s "$(bg_wasm web-threads)")
+# Node's threaded entry (src/node-threads.js) runs the same module: pkg/node-threads is the
+# glue alone, its wasm-bindgen-rayon helper swapped for src/node-thread-pool.js, which starts
+# the pool's threads as worker_threads (the helper starts Web Workers, browsers only).
+rm -rf js/pkg/node-threads
+helper="$(cd js/pkg/web-threads && ls snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)"
+mkdir -p "js/pkg/node-threads/$(dirname "$helper")"
+cp js/pkg/web-threads/insitubatch_wasm.js js/pkg/node-threads/
+echo "export { startWorkers } from '../../../../../src/node-thread-pool.js';" >"js/pkg/node-threads/$helper"
 echo "== wasm-opt -Oz (npm binaryen $(${WASM_OPT} --version | awk '{print $3}')): web (started above), web-threads"
 wasm_opt "$(bg_wasm web-threads)" --enable-threads
 wait "$WEB_OPT" || { echo "wasm-opt of js/pkg/web failed" >&2; exit 1; }
@@ -180,6 +188,10 @@ export INSITUBATCH_CLOUD_STORE_BIN="$HOST_TARGET_DIR/debug/cloud-store"
 
 # Chromium for js/test/browser.test.js (playwright-core) and wasm/tests/browser.rs (chromedriver).
 ib_tool chromium
+# The edge-inference example's onnxruntime-web and its Python exporter and reference, for
+# js/test/edge-inference.test.js (js/examples/edge-inference/setup.sh: nothing to do when current).
+EDGE_ENV="$(bash js/examples/edge-inference/setup.sh)" || { echo "js/examples/edge-inference/setup.sh failed" >&2; exit 1; }
+eval "$EDGE_ENV"
 
 rc=0
 echo "== core's unit tests and simulations on wasm32 (wasm-bindgen-test in Node)"

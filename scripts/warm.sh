@@ -30,6 +30,7 @@ fi
     ib_tool chromium && ready chromium
     ib_tool npm && ready "npm tools"
     ib_test_venv && ready venv-test && ib_test_python_reqs && ready "venv-test's torch and JAX"
+    bash js/examples/edge-inference/setup.sh >/dev/null && ready "edge-inference's onnxruntime-web and venv-onnx"
     [ "${IB_PYTHON_TF:-1}" = 0 ] || { bash scripts/framework-venv.sh tf >/dev/null && ready venv-tf; }
     [ "${IB_ANCHOR:-1}" = 0 ] || { bash bench/setup_anchor.sh >/dev/null && ready venv-anchor; }
     [ "${IB_PYTHON_RAY:-1}" = 0 ] || { bash scripts/framework-venv.sh ray >/dev/null && ready venv-ray; }

@@ -4,6 +4,8 @@
 //   native  `insitubatch bench URL --threads 1` (the CLI, one decode thread)
 //   node    wasm in Node, one thread (src/index.js), batches copied out of wasm memory
 //   node-views   the same with `batchViews: true` (batches read in place, no copy)
+//   node-N / node-N-views   wasm in Node with N decode threads (`insitubatch/threads`,
+//           src/node-threads.js: the threaded build, its pool on worker_threads), copies / views
 //   chromium-1 / chromium-N   wasm in a dedicated worker of a cross-origin-isolated page,
 //           the one-thread build vs the threaded build with N decode threads (chunk reads in
 //           its fetch worker); chromium-N-reads-here the same with `fetchWorker: false`
@@ -29,6 +31,7 @@ import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { open } from '../src/index.js';
+import * as nodeThreads from '../src/node-threads.js';
 import { serveDir, serveJs, launch, browserSkip } from '../test-support/browser.js';
 
 const { values: a } = parseArgs({
@@ -148,8 +151,8 @@ function nativeRun() {
 }
 
 /** One cold epoch in Node on this thread; `batchViews`: read the batches in place. */
-async function nodeRun(batchViews) {
-  const ds = await open(url, { ...options, fractions: [1, 0, 0], batchViews });
+async function nodeRun(batchViews, entry = { open }) {
+  const ds = await entry.open(url, { ...options, fractions: [1, 0, 0], batchViews });
   const t0 = performance.now();
   let bytes = 0;
   for await (const b of ds.train()) for (const x of Object.values(b.arrays)) bytes += x.data.byteLength;
@@ -174,6 +177,9 @@ try {
     if (wantNode) {
       await add('node', () => nodeRun(false));
       await add('node-views', () => nodeRun(true));
+      await nodeThreads.initialize(NTHREADS);
+      await add(`node-${NTHREADS}`, () => nodeRun(false, nodeThreads));
+      await add(`node-${NTHREADS}-views`, () => nodeRun(true, nodeThreads));
     }
     if (wantChromium) {
       const workerRows = [
@@ -232,6 +238,9 @@ const ratios = {};
 if (rows.native && rows.node) ratios.node_vs_native_one_thread = ratio('node', 'native');
 if (rows.native && rows['node-views']) ratios.node_views_vs_native_one_thread = ratio('node-views', 'native');
 if (rows.node && rows['node-views']) ratios.node_views_vs_node = ratio('node-views', 'node');
+for (const key of [`node-${NTHREADS}`, `node-${NTHREADS}-views`]) {
+  if (rows.native && rows[key]) ratios[`${key.replaceAll('-', '_')}_vs_native_one_thread`] = ratio(key, 'native');
+}
 if (rows['chromium-page'] && rows['chromium-page-views']) ratios.chromium_page_views_vs_copies = ratio('chromium-page-views', 'chromium-page');
 if (rows['chromium-1'] && rows[`chromium-${NTHREADS}`]) ratios[`chromium_threads_${NTHREADS}_vs_one`] = ratio(`chromium-${NTHREADS}`, 'chromium-1');
 if (rows['chromium-1'] && rows[`chromium-${NTHREADS}-reads-here`]) ratios[`chromium_threads_${NTHREADS}_reads_here_vs_one`] = ratio(`chromium-${NTHREADS}-reads-here`, 'chromium-1');

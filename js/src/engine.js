@@ -56,8 +56,11 @@ export class Instance {
   trapped;
   #waiters = new Set();
   #objects = new Set();
-  constructor(wasm) {
+  #onBusy;
+  /** `onBusy(busy)`: told when the first wait starts and when the last one ends (Engine's). */
+  constructor(wasm, onBusy) {
     this.wasm = wasm;
+    this.#onBusy = onBusy;
   }
   /** `fn(wasm)`, synchronously; a trap poisons the instance and throws the clear error. */
   call(fn) {
@@ -76,12 +79,14 @@ export class Instance {
       reject = r;
     });
     this.#waiters.add(reject);
+    if (this.#waiters.size === 1) this.#onBusy?.(true);
     try {
       return await Promise.race([promise, dead]);
     } catch (e) {
       throw isTrap(e) ? this.poison(e) : e;
     } finally {
       this.#waiters.delete(reject);
+      if (this.#waiters.size === 0) this.#onBusy?.(false);
     }
   }
   /** Whether a promise of this instance is being waited on. */
@@ -150,6 +155,8 @@ function installHandlers() {
 /**
  * The engine of one build: `load(generation)` instantiates a fresh wasm-bindgen module
  * (generation 0 first, a new one after each trap). `instance()` is the live one.
+ * `onBusy(busy)` (optional) is told when the live instance starts and stops being waited on:
+ * Node's threaded build keeps the process alive only then (src/node-threads.js).
  */
 export class Engine {
   #load;
@@ -157,8 +164,10 @@ export class Engine {
   #current; // a promise of the live Instance
   #live; // the live Instance once loaded
   #dead = 0; // instances that trapped
-  constructor(load) {
+  #onBusy;
+  constructor(load, { onBusy } = {}) {
     this.#load = load;
+    this.#onBusy = onBusy;
     engines.add(this);
   }
   /** The live instance, instantiating a fresh module if the last one trapped. */
@@ -174,7 +183,7 @@ export class Engine {
         .then(() => this.#load(generation, onTrap))
         .then((wasm) => {
           installHandlers();
-          box.instance = new Instance(wasm);
+          box.instance = new Instance(wasm, this.#onBusy);
           this.#live = box.instance;
           return this.#live;
         });

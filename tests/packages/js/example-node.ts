@@ -11,3 +11,15 @@ export async function ownWorker(url: string): Promise<number> {
   await wds.close();
   return batches;
 }
+
+// Node's threaded entry, typed by the package's threads.d.ts (its `types` condition).
+import * as threads from 'insitubatch/threads';
+
+export async function withThreads(url: string): Promise<number> {
+  const n: number = await threads.initialize(2);
+  const ds: threads.Dataset = await threads.open(url, { batchSize: 8 });
+  let rows = 0;
+  for await (const batch of ds.train()) rows += batch.sampleIndices.length;
+  ds.close();
+  return rows * n;
+}

@@ -7,7 +7,8 @@
 // export resolves under the `node` condition; once started by the package, once by this
 // script and handed over). The last stdout line is the HTTP passes as JSON
 // ({ "0": { batches, samples, digest }, "1": ... } by epoch), which the browser check
-// compares with the bundled pages'.
+// compares with the bundled pages'. And epoch 1 over HTTP with decode threads, from the
+// `insitubatch/threads` export (Node's threaded entry; its threads start from the install).
 //
 //   node use-package.mjs FIXTURES_DIR HTTP_STORE_URL
 import assert from 'node:assert/strict';
@@ -105,7 +106,15 @@ const workerEntry = fileURLToPath(import.meta.resolve('insitubatch/worker'));
 assert.equal(workerEntry, resolve('node_modules/insitubatch/src/worker-node.js'), 'insitubatch/worker: the Node worker under the node condition');
 assert.deepEqual(await workerEpoch(httpUrl, 1), epoch1, 'openInWorker (its own worker) gives the same batches');
 assert.deepEqual(await workerEpoch(httpUrl, 1, { worker: () => new Worker(new URL(import.meta.resolve('insitubatch/worker'))) }), epoch1, 'openInWorker in a worker on insitubatch/worker gives the same batches');
+const threadsEntry = fileURLToPath(import.meta.resolve('insitubatch/threads'));
+assert.equal(threadsEntry, resolve('node_modules/insitubatch/src/node-threads.js'), 'insitubatch/threads: the Node threaded entry');
+const threads = await import('insitubatch/threads');
+assert.equal(await threads.initialize(2), 2);
+const withThreads = await threads.open(httpUrl, OPTIONS);
+withThreads.setEpoch(1);
+assert.deepEqual(await checkedPass(withThreads.train(), `${httpUrl} (2 decode threads)`, Object.fromEntries(withThreads.describe().config.drawable_samples).train), epoch1, 'insitubatch/threads gives the same batches');
+withThreads.close();
 console.log(`node: insitubatch from ${entry}`);
 console.log(`node: ${STORE} (path, file://, HTTP): ${fromPath.batches} train batches, ${fromPath.samples} samples, each row equal to zarr-python's values`);
-console.log(`node: epoch 1 over HTTP equal on this thread, in openInWorker's worker and in one on insitubatch/worker (${workerEntry})`);
+console.log(`node: epoch 1 over HTTP equal on this thread, in openInWorker's worker, in one on insitubatch/worker (${workerEntry}) and on 2 decode threads (insitubatch/threads)`);
 console.log(JSON.stringify({ 0: fromHttp, 1: epoch1 }));
