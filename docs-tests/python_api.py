@@ -144,7 +144,8 @@ SEE_ALSO = {
 # Dunder methods documented when a class defines them with a docstring of their own.
 DOCUMENTED_DUNDERS = ("__call__", "__enter__", "__exit__", "__getitem__", "__iter__", "__len__", "__next__")
 
-# insitubatch 0.2.0 is named so on the page (the repository's shorthand reads as nothing to a user).
+# insitubatch 0.2.0 is named so on the page ("the anchor", the repository's old shorthand for it,
+# reads as nothing to a user; "anchor" now means only a drawn sample).
 SHORTHAND = re.compile(r"(?i)\bthe anchor\b(?!s)|\banchor's\b|\banchor-style\b")
 ADDRESS = re.compile(r"\s+at 0x[0-9a-fA-F]+")
 

@@ -259,7 +259,7 @@ impl ArrayGeometry {
     }
 
     /// Bytes the stored tiles of one chunk occupy, edge padding included
-    /// (the anchor's `chunk_bytes`; what a tile-holding pool would charge).
+    /// (insitubatch 0.2.0's `chunk_bytes`; what a tile-holding pool would charge).
     pub fn stored_chunk_bytes(&self) -> u64 {
         self.tile_bytes() * self.n_tiles()
     }

@@ -1,6 +1,6 @@
 //! The chunk pool: residency tier and cross-epoch cache in one, under one byte budget.
 //!
-//! Rules that make the anchor's pool bugs impossible here:
+//! Rules that make the reference implementation's pool bugs impossible here:
 //! - **Per-pass accounts.** Each live pass (iteration) holds a *reservation* of the budget,
 //!   made when it starts, and its references are counted in its own account. One pass can
 //!   neither release nor satisfy another's references (#34, #35), and a pass never waits on

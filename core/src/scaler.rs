@@ -1,10 +1,11 @@
 //! `StandardScaler`: `(x - mean) / (std + eps)` with fixed statistics, computed exactly as
-//! numpy computes it in the anchor, and stored back in the data's dtype.
+//! numpy computes it in the reference implementation, and stored back in the data's dtype.
 //!
-//! The anchor's scaler is the numpy expression `(chunk.data - m) / (s + self.eps)` on the
-//! sample-first chunk `(rows, *inner)`; its result is written into a slot of the array's
-//! declared dtype (the scaler declares no `output_inner`), so float64 statistics on float32
-//! data compute in float64 and come back rounded to float32. This module reproduces that:
+//! The reference implementation's scaler is the numpy expression
+//! `(chunk.data - m) / (s + self.eps)` on the sample-first chunk `(rows, *inner)`; its result
+//! is written into a slot of the array's declared dtype (the scaler declares no
+//! `output_inner`), so float64 statistics on float32 data compute in float64 and come back
+//! rounded to float32. This module reproduces that:
 //!
 //! - **Broadcasting** is numpy's, right-aligned against `(rows, *inner)`: a statistic
 //!   broadcasts over one sample, `(1, *inner)`, so `()`, `(1, 1)`, `(level, 1, 1)`,
@@ -212,7 +213,7 @@ const NAME: &str = "standard_scaler";
 
 impl StandardScaler {
     /// A scaler with statistics per array path; `eps` is added to `std` (a Python float, as
-    /// in the anchor: it takes the dtype of `std`).
+    /// in insitubatch 0.2.0: it takes the dtype of `std`).
     ///
     /// # Errors
     /// [`Error::Config`] for an `eps` that is not finite and `>= 0`, or no statistics.
@@ -223,8 +224,8 @@ impl StandardScaler {
         Self::checked(Self { stats, every: None, eps, cache_key: None })
     }
 
-    /// A scaler from a `mean` and a `std` per array path, as the anchor's constructor and its
-    /// npz take them.
+    /// A scaler from a `mean` and a `std` per array path, as insitubatch 0.2.0's constructor
+    /// and its npz take them.
     ///
     /// # Errors
     /// [`Error::Config`] naming the array that has one statistic but not the other, whose

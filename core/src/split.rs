@@ -42,7 +42,7 @@ impl Default for SplitOptions {
     }
 }
 
-/// Python's `round` (half to even), so split sizes match the anchor's.
+/// Python's `round` (half to even), so split sizes match the reference implementation's.
 fn round_half_even(x: f64) -> u64 {
     let r = x.round();
     let r = if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 { r - x.signum() } else { r };

@@ -436,8 +436,8 @@ struct Knobs {
     /// floats (the data keeps its dtype): the StandardScaler chunk transform, cached with the chunk.
     #[arg(long, value_parser = parse_scale, conflicts_with = "scaler")]
     scale: Option<(f64, f64)>,
-    /// Standardize with a StandardScaler saved by `StandardScaler.save` (JSON, or the
-    /// anchor's npz of `<array>.mean` and `<array>.std`).
+    /// Standardize with a StandardScaler saved by `StandardScaler.save` (JSON, or
+    /// insitubatch 0.2.0's npz of `<array>.mean` and `<array>.std`).
     #[arg(long, value_name = "FILE")]
     scaler: Option<std::path::PathBuf>,
 }

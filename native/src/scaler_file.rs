@@ -16,12 +16,12 @@
 //!   parser is not exact, and its `float_roundtrip` feature would rebuild every crate that
 //!   uses serde_json. Version 1 (float32 values as JSON numbers, one shape per array) is
 //!   still read.
-//! - **npz** (the anchor's `save`): `"<array>.mean"` and `"<array>.std"` entries, statistics
-//!   only (a loaded scaler has `eps = 1e-8` and no `cache_key`, as in the anchor). A Python
-//!   number is written as a 0-d float64, which is what `numpy.savez` makes of it (and so
-//!   loads back as float64, in the anchor too); bfloat16 as numpy writes an ml_dtypes
-//!   bfloat16 array, `<V2`, and a two-byte void is read back as bfloat16. Compressed npz
-//!   (`numpy.savez_compressed`) and Fortran-order entries are read.
+//! - **npz** (insitubatch 0.2.0's `save`): `"<array>.mean"` and `"<array>.std"` entries,
+//!   statistics only (a loaded scaler has `eps = 1e-8` and no `cache_key`, as in insitubatch
+//!   0.2.0). A Python number is written as a 0-d float64, which is what `numpy.savez` makes of
+//!   it (and so loads back as float64, in insitubatch 0.2.0 too); bfloat16 as numpy writes an
+//!   ml_dtypes bfloat16 array, `<V2`, and a two-byte void is read back as bfloat16. Compressed
+//!   npz (`numpy.savez_compressed`) and Fortran-order entries are read.
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read, Write};
@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 pub const FORMAT: &str = "insitubatch_rs.StandardScaler";
 /// The JSON layout's version.
 pub const VERSION: u64 = 2;
-/// The `eps` of a scaler read from an npz (the anchor's default).
+/// The `eps` of a scaler read from an npz (insitubatch 0.2.0's default).
 pub const NPZ_EPS: f64 = 1e-8;
 
 /// Why a scaler file could not be read or written. The path comes last in every message.
@@ -79,8 +79,8 @@ fn is_npz(path: &Path) -> bool {
     path.extension().is_some_and(|e| e.eq_ignore_ascii_case("npz"))
 }
 
-/// Write `scaler` to `path`: the anchor's npz layout for a `.npz` path, else JSON. Written
-/// aside and renamed, so a reader never sees half a file.
+/// Write `scaler` to `path`: insitubatch 0.2.0's npz layout for a `.npz` path, else JSON.
+/// Written aside and renamed, so a reader never sees half a file.
 ///
 /// # Errors
 /// [`ScalerFileError::Write`] for an OS error; [`ScalerFileError::Invalid`] for an npz of a
@@ -100,7 +100,7 @@ pub fn save(scaler: &StandardScaler, path: &Path) -> Result<(), ScalerFileError>
     })
 }
 
-/// Read a scaler written by [`save`] (JSON, version 1 or 2), or an anchor-style npz.
+/// Read a scaler written by [`save`] (JSON, version 1 or 2), or insitubatch 0.2.0's npz.
 ///
 /// # Errors
 /// [`ScalerFileError::Read`] when the file cannot be read; [`ScalerFileError::Invalid`]
@@ -232,7 +232,7 @@ fn pair_v1(entry: &Value) -> Result<ArrayStats, String> {
     ArrayStats::new(stat(m)?, stat(s)?)
 }
 
-/// The anchor's npz layout of `scaler` (stored entries, as `numpy.savez` writes).
+/// insitubatch 0.2.0's npz layout of `scaler` (stored entries, as `numpy.savez` writes).
 fn to_npz(scaler: &StandardScaler) -> Result<Vec<u8>, String> {
     if scaler.every_array().is_some() {
         return Err(
@@ -276,7 +276,7 @@ fn npy(s: &Stat) -> Vec<u8> {
     out
 }
 
-/// Read the anchor's npz layout.
+/// Read insitubatch 0.2.0's npz layout.
 fn from_npz(bytes: &[u8]) -> Result<StandardScaler, String> {
     let mut zip =
         zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| format!("the file is not a readable npz ({e})"))?;

@@ -1,9 +1,10 @@
 //! The limiting-stage verdict on real threads and a real clock: a CPU-bound batch transform
-//! is blamed on itself, never on the store (the anchor's open bug #95, where summed fetch
-//! waits of concurrent reads outweighed single-thread stages). It needs pool threads that run
-//! side by side, which core's inline simulation does not model; the margins are wide (the
-//! transform owns most of the wait), but the clock is real. A slow store is blamed on the
-//! store in core's simulation (`engine_tests::a_slow_store_is_blamed_on_the_store`).
+//! is blamed on itself, never on the store (the reference implementation's open bug #95,
+//! where summed fetch waits of concurrent reads outweighed single-thread stages). It needs
+//! pool threads that run side by side, which core's inline simulation does not model; the
+//! margins are wide (the transform owns most of the wait), but the clock is real. A slow
+//! store is blamed on the store in core's simulation
+//! (`engine_tests::a_slow_store_is_blamed_on_the_store`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,8 +70,9 @@ fn verdict(latency: Option<Duration>, transform: Option<Duration>, block_chunks:
 #[test]
 fn a_cpu_bound_batch_transform_is_blamed_on_itself_not_the_store() {
     // Reads are slow too (100 ms each, 8 in flight): their summed wait (16 × 100 ms) is
-    // more than twice the transform's total (16 × 40 ms), exactly the case the anchor
-    // blamed on the store. But 8 reads in flight keep well ahead of one transform.
+    // more than twice the transform's total (16 × 40 ms), exactly the case the reference
+    // implementation blamed on the store. But 8 reads in flight keep well ahead of one
+    // transform.
     let v = verdict(Some(Duration::from_millis(100)), Some(Duration::from_millis(40)), 4);
     assert_eq!(v, LimitingStage::BatchTransform);
 }

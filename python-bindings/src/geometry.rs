@@ -82,7 +82,7 @@ impl PyGeometry {
     fn n_chunks(&self) -> u64 {
         self.inner.n_chunks()
     }
-    /// Bytes the stored tiles of one sample-axis chunk occupy (the anchor's `chunk_bytes`).
+    /// Bytes the stored tiles of one sample-axis chunk occupy (insitubatch 0.2.0's `chunk_bytes`).
     #[getter]
     fn chunk_bytes(&self) -> u64 {
         self.inner.stored_chunk_bytes()

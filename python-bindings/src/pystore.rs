@@ -15,14 +15,14 @@
 //!
 //! [`PyZarrStorage`] runs the store's coroutines on zarr's own I/O event loop
 //! (`zarr.core.sync._get_loop()`, where zarr's synchronous API runs them, and where the
-//! anchor runs its reads). Not a loop of our own: a store's async client is bound to the
-//! first loop that uses it (fsspec's aiohttp session), so a second loop breaks a store that
-//! was opened before, by `open_geometries` or by zarr itself ("Event loop is closed").
-//! The engine's I/O thread never waits for the GIL: a read is a message to a submitter
-//! thread, which takes the GIL once for every request waiting, schedules each coroutine on
-//! the loop, and lets the coroutine's done-callback send the bytes back. Every read crosses
-//! the GIL twice and copies its bytes twice (zarr's `Buffer.to_bytes()`, then into Rust), which
-//! is why this path is slower than obstore's (docs/benchmarks-python.md).
+//! reference implementation runs its reads). Not a loop of our own: a store's async client is
+//! bound to the first loop that uses it (fsspec's aiohttp session), so a second loop breaks a
+//! store that was opened before, by `open_geometries` or by zarr itself ("Event loop is
+//! closed"). The engine's I/O thread never waits for the GIL: a read is a message to a
+//! submitter thread, which takes the GIL once for every request waiting, schedules each
+//! coroutine on the loop, and lets the coroutine's done-callback send the bytes back. Every
+//! read crosses the GIL twice and copies its bytes twice (zarr's `Buffer.to_bytes()`, then
+//! into Rust), which is why this path is slower than obstore's (docs/benchmarks-python.md).
 
 use std::ffi::CStr;
 use std::sync::mpsc;

@@ -70,8 +70,8 @@ pub fn _shutdown(py: Python<'_>) {
 pub type ErrSlot = Arc<Mutex<Option<PyErr>>>;
 
 /// The Python classes a chunk transform sees: `insitubatch_rs.ChunkRead` and
-/// `insitubatch_rs.DecodedChunk` (dataclasses, as in the anchor, so `dataclasses.replace`
-/// works), looked up once.
+/// `insitubatch_rs.DecodedChunk` (dataclasses, as in insitubatch 0.2.0, so
+/// `dataclasses.replace` works), looked up once.
 fn chunk_classes(py: Python<'_>) -> PyResult<&(Py<PyAny>, Py<PyAny>)> {
     static CLASSES: pyo3::sync::PyOnceLock<(Py<PyAny>, Py<PyAny>)> = pyo3::sync::PyOnceLock::new();
     CLASSES.get_or_try_init(py, || {
@@ -182,7 +182,7 @@ impl ChunkTransform for PyChunkFn {
     }
 
     /// `output_inner(geom)` sees the array's real geometry (sample axis, chunking), as in
-    /// the anchor.
+    /// insitubatch 0.2.0.
     fn output(
         &self,
         geom: &CoreGeometry,

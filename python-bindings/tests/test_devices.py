@@ -102,10 +102,10 @@ def test_pin_host_buffers_signature_and_view(fixtures):
     pytest.importorskip("torch")
     ds = dataset(fixtures)
     with pytest.raises(TypeError):
-        ib.pin_host_buffers(ds.train, 1 << 20)  # keyword-only, as in the anchor
+        ib.pin_host_buffers(ds.train, 1 << 20)  # keyword-only, as in insitubatch 0.2.0
     with pytest.raises(TypeError, match="takes a split view such as ds.train, got Batch"):
         ib.pin_host_buffers(next(iter(ds.train)), budget_bytes=1 << 20)
-    assert ib.frameworks.pin_host_buffers is ib.pin_host_buffers, "the anchor's insitubatch.frameworks path"
+    assert ib.frameworks.pin_host_buffers is ib.pin_host_buffers, "insitubatch 0.2.0's insitubatch.frameworks path"
 
 
 def test_cuda_requests_without_cuda_raise(fixtures):

@@ -1,7 +1,8 @@
-"""The anchor's documented examples, run on insitubatch_rs with only the import changed.
+"""The reference implementation's documented examples, run on insitubatch_rs with only the
+import changed.
 
 Each test names where its code comes from in the Python insitubatch 0.2.0 docs (README,
-API reference, tuning guide). The code is the anchor's, with ``import insitubatch_rs as
+API reference, tuning guide). The code is insitubatch 0.2.0's, with ``import insitubatch_rs as
 insitubatch`` (or ``from insitubatch_rs import ...``) and a fixture store in place of a
 cloud URL; the values are checked against the arrays the fixtures were written from.
 """
@@ -360,7 +361,7 @@ def test_windowed_views_stack_and_drop_last(era5):
     seen = []
     for batch in ds.train:
         if len(batch) < ds.batch_size:
-            continue  # the anchor's drop_last idiom
+            continue  # insitubatch 0.2.0's drop_last idiom
         x = batch.stack(["t_m1", "t_0"])  # (batch, 2, *inner)
         assert x.shape == (5, 2, 6, 7)
         np.testing.assert_array_equal(batch.read_indices("target"), batch.sample_indices + 2)
@@ -372,7 +373,7 @@ def test_windowed_views_stack_and_drop_last(era5):
     assert ds.describe()["config"]["offsets"] == {"t_m1": 0, "t_0": 1, "target": 2}
 
 
-# -- our spec's shuffle, through the anchor's functions -------------------------------------
+# -- our spec's shuffle, through insitubatch 0.2.0's functions -----------------------------
 
 
 def test_shuffle_functions_reproduce_the_engine_order(era5):
@@ -450,10 +451,10 @@ def test_split_manifest_constructible_and_either_librarys_json(era5, tmp_path):
     assert made.sample_indices(insitubatch.SplitName.VAL, g).tolist() == list(range(24, 32))
     ds = insitubatch.InSituDataset(u, made, {"t2m": g}, batch_size=8)
     assert sum(len(b) for b in ds.train) == 24 and ds.manifest == made
-    # The anchor writes json.dumps(asdict(manifest), indent=2); read it back here.
-    anchor_json = tmp_path / "anchor.json"
-    anchor_json.write_text(json.dumps(dataclasses.asdict(made), indent=2))
-    assert insitubatch.SplitManifest.from_json(anchor_json) == made
+    # insitubatch 0.2.0 writes json.dumps(asdict(manifest), indent=2); read it back here.
+    reference_json = tmp_path / "reference.json"
+    reference_json.write_text(json.dumps(dataclasses.asdict(made), indent=2))
+    assert insitubatch.SplitManifest.from_json(reference_json) == made
     ours = tmp_path / "ours.json"
     made.to_json(ours)
     assert json.loads(ours.read_text()) == dataclasses.asdict(made)
@@ -464,7 +465,7 @@ def test_split_manifest_constructible_and_either_librarys_json(era5, tmp_path):
         insitubatch.InSituDataset(u, bad, {"t2m": g})
 
 
-def test_array_geometry_anchor_signature_and_members():
+def test_array_geometry_reference_signature_and_members():
     g = insitubatch.ArrayGeometry("t2m", (37, 13, 17), (5, 6, 6), np.float32)
     assert g == insitubatch.ArrayGeometry("t2m", [37, 13, 17], [5, 6, 6], np.dtype("<f4"), 0, 0)
     assert g == insitubatch.ArrayGeometry("t2m", (37, 13, 17), (5, 6, 6), "float32", offset=0, sample_axis=0)
@@ -501,10 +502,10 @@ def test_array_geometry_anchor_signature_and_members():
         insitubatch.ArrayGeometry("t2m", (37, 13, 17), (5, 6, 6), np.float32, sample_axis=3)
 
 
-# -- the anchor's error types ---------------------------------------------------------------
+# -- insitubatch 0.2.0's error types -------------------------------------------------------
 
 
-def test_errors_have_the_anchors_types(era5, tmp_path):
+def test_errors_have_the_reference_types(era5, tmp_path):
     import shutil
 
     u, _ = era5
@@ -601,9 +602,9 @@ def test_debug_info():
     assert out.strip() == "[]"
 
 
-def test_every_anchor_name_is_accounted_for():
-    """Each name of the anchor's __all__ is ours or is listed in docs/migration.md as absent."""
-    anchor_all = textwrap.dedent(
+def test_every_reference_name_is_accounted_for():
+    """Each name of insitubatch 0.2.0's __all__ is ours or is listed in docs/migration.md as absent."""
+    reference_all = textwrap.dedent(
         """ArrayGeometry Batch BatchTransform ChunkPool ChunkRead ChunkTransform DatasetReport DecodedChunk Depths
         InSituDataset PassStats Scheduler SchedulerConfig StageTimes SplitManifest SplitName StandardScaler
         StoredChunkRead applies arraylake_store icechunk_store as_tf_dataset as_torch close_store DrawOrder
@@ -615,7 +616,7 @@ def test_every_anchor_name_is_accounted_for():
     if not os.path.exists(doc):
         pytest.skip("docs/migration.md is not next to this checkout's tests")
     text = open(doc, encoding="utf-8").read()
-    for name in anchor_all:
+    for name in reference_all:
         assert f"`{name}`" in text, f"{name} has no row in docs/migration.md"
         if not hasattr(insitubatch, name):
             row = next(line for line in text.splitlines() if line.startswith(f"| `{name}`"))

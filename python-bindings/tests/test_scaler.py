@@ -1,4 +1,4 @@
-"""StandardScaler: save/load (JSON, and the anchor's npz layout) and its cache identity."""
+"""StandardScaler: save/load (JSON, and insitubatch 0.2.0's npz layout) and its cache identity."""
 
 from __future__ import annotations
 
@@ -44,12 +44,12 @@ def test_save_load_round_trips_exactly(fixtures, manifest, tmp_path, suffix):
         assert back == sc and back.eps == sc.eps and back.cache_token == sc.cache_token
         for k in ("t2m", "u10"):
             assert same(back.mean[k], sc.mean[k]) and same(back.std[k], sc.std[k])
-    else:  # the anchor's npz: statistics only, a Python float saved as numpy saves it (float64)
+    else:  # insitubatch 0.2.0's npz: statistics only, a Python float saved as numpy saves it (float64)
         assert back.eps == 1e-8 and back.cache_key is None
         assert same(back.mean["u10"], sc.mean["u10"]) and same(back.std["u10"], sc.std["u10"])
         assert same(back.mean["t2m"], sc.mean["t2m"])
         assert same(back.std["t2m"], np.asarray(sc.std["t2m"]))
-        with np.load(path) as z:  # and numpy reads it as the anchor's load does
+        with np.load(path) as z:  # and numpy reads it as insitubatch 0.2.0's load does
             assert sorted(z.files) == ["t2m.mean", "t2m.std", "u10.mean", "u10.std"]
             assert same(z["u10.mean"], sc.mean["u10"]) and same(z["t2m.std"], np.asarray(sc.std["t2m"]))
     if suffix == "npz":
@@ -76,8 +76,8 @@ def test_bfloat16_and_float16_statistics_round_trip(tmp_path):
         assert same(back.mean["a"], sc.mean["a"]) and same(back.std["a"], sc.std["a"]), suffix
 
 
-def test_anchor_npz_layout(tmp_path):
-    path = tmp_path / "anchor.npz"
+def test_reference_npz_layout(tmp_path):
+    path = tmp_path / "reference.npz"
     np.savez(path, **{"t2m.mean": np.array([[280.0]]), "t2m.std": np.array([[12.5]])})
     sc = ib.StandardScaler.load(path)
     assert sc.mean["t2m"].shape == (1, 1) and float(sc.std["t2m"][0, 0]) == 12.5
@@ -140,7 +140,7 @@ def test_load_refuses_bad_files_clearly(tmp_path):
     np.savez(tmp_path / "ints.npz", **{"t2m.mean": np.ones(1, np.int64), "t2m.std": np.ones(1)})
     with pytest.raises(ValueError, match="<i8"):
         ib.StandardScaler.load(tmp_path / "ints.npz")
-    # numpy's compressed and Fortran-order npz read as the anchor's np.load reads them.
+    # numpy's compressed and Fortran-order npz read as insitubatch 0.2.0's np.load reads them.
     f = np.asfortranarray(np.arange(6.0).reshape(2, 3))
     np.savez_compressed(tmp_path / "c.npz", **{"t2m.mean": f, "t2m.std": np.float32(2.0)})
     c = ib.StandardScaler.load(tmp_path / "c.npz")

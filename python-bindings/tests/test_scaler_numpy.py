@@ -1,8 +1,9 @@
-"""StandardScaler computes exactly what the anchor computes: numpy's ``(x - mean) / (std + eps)``
-on the sample-first chunk, stored back in the data's dtype (the anchor writes the result into
-a slot of the array's dtype). Checked with exact equality (the bytes), over statistics shapes x
-statistics dtypes x data dtypes (float16, bfloat16, float32, float64) x sample axes 0 and 1, on
-stores written by zarr-python; plus the refusals and the CLI's ``--scale``/``--scaler``.
+"""StandardScaler computes exactly what insitubatch 0.2.0 computes: numpy's
+``(x - mean) / (std + eps)`` on the sample-first chunk, stored back in the data's dtype
+(insitubatch 0.2.0 writes the result into a slot of the array's dtype). Checked with exact
+equality (the bytes), over statistics shapes x statistics dtypes x data dtypes (float16,
+bfloat16, float32, float64) x sample axes 0 and 1, on stores written by zarr-python; plus the
+refusals and the CLI's ``--scale``/``--scaler``.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def test_scaler_equals_numpy_bit_for_bit(tmp_path, data_dtype, sample_axis):
     bad = []
     for name, m, s in grid:
         with np.errstate(all="ignore"):
-            want = ((x - m) / (s + EPS)).astype(dt)  # the anchor's expression, into the data's dtype
+            want = ((x - m) / (s + EPS)).astype(dt)  # insitubatch 0.2.0's expression, into the data's dtype
         if not same_bits(got[name], want):
             diff = np.abs(got[name].astype(np.float64) - want.astype(np.float64)).max()
             bad.append(f"{name}: max |diff| {diff}")
@@ -142,7 +143,7 @@ def test_the_issue_case_1_nlon_stats_on_float32(tmp_path):
 
 
 def test_float64_data_is_scaled_in_float64(tmp_path):
-    """float64 data was refused ("expects float32"); the anchor scales it."""
+    """float64 data was refused ("expects float32"); insitubatch 0.2.0 scales it."""
     rng = np.random.default_rng(2)
     x = 280 + 10 * rng.standard_normal((T, *INNER))
     m, s = 280.123456789, np.float64(7.25)

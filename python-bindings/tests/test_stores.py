@@ -133,7 +133,7 @@ def test_obstore_store_helper_is_read_in_rust(fixtures, manifest, name):
     need("obstore")
     need("zarr")
     st = ib.obstore_store(url(fixtures, name))
-    assert type(st).__name__ == "ObjectStore", "the anchor's return type: a zarr Store"
+    assert type(st).__name__ == "ObjectStore", "insitubatch 0.2.0's return type: a zarr Store"
     assert type(engine_store(st)).__module__.startswith("obstore"), "the obstore store inside is what is read"
     assert_same_as_url(fixtures, manifest, name, st)
 
@@ -381,7 +381,7 @@ def test_a_permanent_error_is_raised_not_retried(fixtures):
     ds.close()
 
 
-def test_a_missing_array_in_a_store_object_is_the_anchors_key_error(fixtures):
+def test_a_missing_array_in_a_store_object_is_the_reference_key_error(fixtures):
     zs = need("zarr.storage")
     with pytest.raises(KeyError, match="no zarr array at path"):
         ib.open_geometries(zs.LocalStore(fixtures / "v3_zstd", read_only=True), ["nope"])
@@ -412,7 +412,7 @@ def test_a_path_object_is_a_local_url(fixtures, manifest):
     assert_same_as_url(fixtures, manifest, "v3_zstd", fixtures / "v3_zstd")
 
 
-# -- the anchor's helpers ---------------------------------------------------------------------
+# -- insitubatch 0.2.0's helpers -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,7 @@ class DeclaresTwoByTwo(BlockMean2):
 
 
 def test_a_wrong_output_inner_fails_naming_the_transform_and_both_shapes(zstd):
-    # The anchor's declared-vs-actual check could never fire; this one must. After an honest
+    # insitubatch 0.2.0's declared-vs-actual check could never fire; this one must. After an honest
     # transform, so the check is shown to pin the declaration on the one that made it.
     u, _ = zstd
     ds = make(u, chunk_transforms=[ib.applies(["u10"], lambda c: c.data * 2), ib.applies(["u10"], DeclaresTwoByTwo())])
@@ -232,10 +232,10 @@ def test_view_len(zstd):
     assert len(ds.all) == 16
 
 
-def test_decoded_chunk_has_the_anchors_read(zstd):
-    """The anchor's ``DecodedChunk(read, data, sample_offset)`` with ``read = ChunkRead(array,
-    chunk_index)``: a transform written against it (reading ``chunk.read.array``, building its
-    result with the anchor's constructor) runs unchanged."""
+def test_decoded_chunk_has_the_reference_read(zstd):
+    """insitubatch 0.2.0's ``DecodedChunk(read, data, sample_offset)`` with ``read =
+    ChunkRead(array, chunk_index)``: a transform written against it (reading
+    ``chunk.read.array``, building its result with that constructor) runs unchanged."""
     u, srcs = zstd
     reads = []
     lock = threading.Lock()
@@ -266,7 +266,7 @@ def test_decoded_chunk_has_the_anchors_read(zstd):
 
 
 def test_dataclass_replace_in_chunk_and_batch_transforms(zstd):
-    """The anchor's DecodedChunk and Batch are dataclasses; transforms written for it return
+    """insitubatch 0.2.0's DecodedChunk and Batch are dataclasses; transforms written for it return
     ``dataclasses.replace(...)``."""
     u, srcs = zstd
 

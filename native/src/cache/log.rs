@@ -327,7 +327,7 @@ mod tests {
         let loaded = load(&path).unwrap();
         assert!(loaded.other_version.unwrap().contains("\"version\":0"));
         std::fs::write(&path, "{\"format_version\": 4}\n").unwrap();
-        assert!(load(&path).unwrap().other_version.is_some(), "the Python anchor's log is another format");
+        assert!(load(&path).unwrap().other_version.is_some(), "insitubatch 0.2.0's log is another format");
         std::fs::write(&path, "[1]\n").unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("header is unreadable"));
     }

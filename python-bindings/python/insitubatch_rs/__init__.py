@@ -6,7 +6,7 @@ A drop-in for the Python *insitubatch* 0.2.0: code written for it runs after
 (zero-copy views of engine buffers); ``describe()`` before a pass, ``last_pass`` after one.
 Framework adapters (``as_torch``, ``to_torch``, ``to_jax``, ``to_jax_global``, ``to_tf``,
 ``as_tf_dataset``, ``pin_host_buffers``; also under ``insitubatch_rs.frameworks``) import their framework
-lazily. docs/migration.md lists every name of the anchor and its
+lazily. docs/migration.md lists every name of insitubatch 0.2.0 and its
 status here.
 """
 
@@ -18,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 from . import _native
 from ._dataset import BatchIterator, InSituDataset, SchedulerConfig, View
 from ._debug import debug_info, print_debug_info
-from . import frameworks  # noqa: F401 - the anchor's insitubatch.frameworks path
+from . import frameworks  # noqa: F401 - insitubatch 0.2.0's insitubatch.frameworks path
 from ._frameworks import as_tf_dataset, as_torch, pin_host_buffers, to_jax, to_jax_global, to_tf, to_torch
 from ._native import InsitubatchIOError, StandardScaler
 from ._runtime import Depths, PassStats, StageTimes, bottleneck, fleet_summary
@@ -50,7 +50,7 @@ except PackageNotFoundError:  # an uninstalled source tree
     __version__ = "0.0.0+unknown"
 
 __all__ = [
-    # the anchor's names (insitubatch 0.2.0 __all__, less what docs/migration.md lists as absent)
+    # insitubatch 0.2.0's names (its __all__, less what docs/migration.md lists as absent)
     "ArrayGeometry",
     "Batch",
     "BatchTransform",

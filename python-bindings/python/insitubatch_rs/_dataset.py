@@ -1,4 +1,4 @@
-"""``InSituDataset`` and its split views: the anchor's dataset API over the Rust engine."""
+"""``InSituDataset`` and its split views: insitubatch 0.2.0's dataset API over the Rust engine."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import numpy as np
 from . import _native
 from ._runtime import PassStats, format_pass
 from ._split import SplitManifest, native_manifest
-from ._store import anchor_errors, close_store, engine_store
+from ._store import close_store, engine_store, reference_errors
 from ._store import storage_options as _storage_opts
 from ._reports import QualityPoint
 from ._summary import DatasetReport, dataset_report
@@ -235,7 +235,7 @@ class _Knobs:
             max_inflight=DEFAULT_MAX_INFLIGHT if max_inflight is None else _count("max_inflight", max_inflight, 1),
             seed=_count("seed", seed, 0),
             shuffle=bool(shuffle),
-            prefetch_depth=max(operator.index(prefetch_depth), 1),  # clamped, as in the anchor
+            prefetch_depth=max(operator.index(prefetch_depth), 1),  # clamped, as in insitubatch 0.2.0
             cache_budget_bytes=None
             if cache_budget_bytes is None
             else _count("cache_budget_bytes", cache_budget_bytes, 0),
@@ -359,7 +359,7 @@ class _SplitView:
         return f"View({self.split!r}, {self.dataset._url!r})"
 
 
-View = _SplitView  # the name this package used before the anchor's
+View = _SplitView  # the name this package used before insitubatch 0.2.0's
 
 
 class InSituDataset:
@@ -602,7 +602,7 @@ class InSituDataset:
         variables = None
         if geometries is not None:
             variables = [(str(label), native_geometry(g)) for label, g in geometries.items()]
-        with anchor_errors():
+        with reference_errors():
             return _native.NativeDataset(
                 self._store,
                 native_manifest(manifest),

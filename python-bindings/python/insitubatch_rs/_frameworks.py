@@ -7,7 +7,7 @@ Batch buffers are the engine's (Rust) memory and are never page-locked here. A c
 CUDA device goes through **page-locked staging buffers** instead: one process-wide pool,
 capped by a byte budget (:func:`pin_host_buffers`, ``as_torch(pin_budget_bytes=...)``;
 default an eighth of RAM), each buffer lent until the CUDA event recorded after its
-``non_blocking`` copy has fired. The anchor pins the batch buffers themselves; staging keeps
+``non_blocking`` copy has fired. insitubatch 0.2.0 pins the batch buffers themselves; staging keeps
 page-locked memory out of the caller's hands, so a caller's own ``non_blocking`` copy can
 never race the engine's buffer reuse, and the pool is the one place that bounds it.
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from ._dataset import _SplitView
 
-# Page-locked memory is a machine-wide resource the kernel cannot reclaim: the anchor's
+# Page-locked memory is a machine-wide resource the kernel cannot reclaim: insitubatch 0.2.0's
 # default cap (an eighth of physical RAM, 1 GiB where RAM cannot be read).
 _DEFAULT_PIN_FRACTION = 8
 _FALLBACK_PIN_BUDGET = 1 << 30
@@ -87,7 +87,7 @@ class _StagingPool:
     signal. Free buffers are keyed by byte size (every batch but an epoch's last has the
     same). When the budget is spent the pool first waits for the oldest copy in flight (its
     buffers come back), then drops idle buffers of other sizes, and only then lends nothing:
-    the caller copies from pageable memory, and the pool warns once, as the anchor does.
+    the caller copies from pageable memory, and the pool warns once, as insitubatch 0.2.0 does.
     ``alloc(nbytes)`` makes one buffer; the pool itself has no framework in it.
     """
 

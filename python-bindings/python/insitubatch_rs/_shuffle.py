@@ -1,6 +1,7 @@
-"""The epoch's draw order, as the engine computes it: the anchor's shuffle functions on our spec.
+"""The epoch's draw order, as the engine computes it: insitubatch 0.2.0's shuffle functions on
+our spec.
 
-The anchor (insitubatch 0.2.0) draws with numpy's ``default_rng((seed, epoch))``. Our engine
+The reference implementation draws with numpy's ``default_rng((seed, epoch))``. Our engine
 uses a written, cross-target contract instead (``core/src/shuffle.rs``; ARCHITECTURE.md), so
 the CLI, wasm and Python all draw the same order for ``(seed, epoch, split)``.
 
@@ -8,7 +9,7 @@ Every function here hands its arguments to that code (``_native``, ``python-bind
 rules.rs``): the chunk permutation, the blocks and their shuffles, the shuffle quality, and
 the checks of the arguments (a bad value is core's ``ValueError``, naming it), so
 ``block_shuffled_order(...)`` over a dataset's train chunks equals ``ds.draw_order("train")``
-by construction. What stays here is the anchor's :class:`DrawOrder` container: its rows,
+by construction. What stays here is insitubatch 0.2.0's :class:`DrawOrder` container: its rows,
 blocks and :meth:`DrawOrder.keep`, which the engine has no form of.
 """
 

@@ -1,7 +1,7 @@
-"""Chunk-granular splits: the anchor's ``SplitManifest`` as a plain, constructible record.
+"""Chunk-granular splits: insitubatch 0.2.0's ``SplitManifest`` as a plain, constructible record.
 
 The engine owns the arithmetic (``split_by_chunk``, the JSON format, validation); this class
-is the anchor's dataclass shape over it. Both libraries write the same JSON keys
+is insitubatch 0.2.0's dataclass shape over it. Both libraries write the same JSON keys
 (``n_chunks``, ``sample_chunk_size``, ``n_samples``, ``chunks``, ``seed``), so a manifest
 written by either reads in the other.
 """

@@ -1,15 +1,15 @@
-"""Opening stores: ``open_geometries``, the anchor's store constructors and helpers, and the
-anchor's error types for what a store lacks.
+"""Opening stores: ``open_geometries``, insitubatch 0.2.0's store constructors and helpers, and
+its error types for what a store lacks.
 
 The engine takes a URL, an obstore store (read in Rust) or any zarr-python v3 ``Store``
 (read through its async API on zarr's I/O event loop: python-bindings/src/pystore.rs).
 The constructors import their optional package when called, and name the extra that brings it.
 
-The anchor raises ``KeyError`` for an array name the store does not have and ``TypeError``
+insitubatch 0.2.0 raises ``KeyError`` for an array name the store does not have and ``TypeError``
 for a name that is a group. The engine reports both as its own errors (an
 ``InsitubatchIOError`` "no zarr array at path ...", a ``ValueError`` "... is a group, not an
-array"); :func:`anchor_errors` re-raises them as classes that are both: code written for
-the anchor catches them, and so does code written for the engine's classes.
+array"); :func:`reference_errors` re-raises them as classes that are both: code written for
+insitubatch 0.2.0 catches them, and so does code written for the engine's classes.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ _GROUP = "is a group, not an array"
 
 
 @contextlib.contextmanager
-def anchor_errors() -> Iterator[None]:
-    """Re-raise the engine's not-found and is-a-group errors as the anchor's types."""
+def reference_errors() -> Iterator[None]:
+    """Re-raise the engine's not-found and is-a-group errors as insitubatch 0.2.0's types."""
     try:
         yield
     except InsitubatchIOError as e:
@@ -105,7 +105,7 @@ def _require(module: str, extra: str, what: str) -> Any:
         raise ImportError(f"{what} needs {module.split('.')[0]}: pip install 'insitubatch-rs[{extra}]' ({e})") from e
 
 
-# -- the anchor's store constructors and helpers -----------------------------------------
+# -- insitubatch 0.2.0's store constructors and helpers ----------------------------------
 
 
 def obstore_store(url: str, *, read_only: bool = True, **kw: Any) -> Any:
@@ -281,7 +281,7 @@ def open_geometries(
     if isinstance(variables, str):
         variables = [variables]
     axis = _native.checked_count("sample_axis", int(sample_axis), 0)  # the engine's axis is unsigned
-    with anchor_errors():
+    with reference_errors():
         geoms = _native.open_geometries(
             engine_store(store),
             None if variables is None else [str(v) for v in variables],

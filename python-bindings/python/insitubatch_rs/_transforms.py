@@ -1,10 +1,10 @@
-"""Chunk and batch transforms: the anchor's protocols, ``applies`` scoping, cache identity.
+"""Chunk and batch transforms: insitubatch 0.2.0's protocols, ``applies`` scoping, cache identity.
 
 A chunk transform ``(DecodedChunk) -> DecodedChunk`` runs once per chunk on the engine's
 thread pool and its output is cached with the chunk; a batch transform ``(Batch) -> Batch``
 runs per assembled batch. A transform that reshapes or recasts declares
 ``output_inner(geom) -> (inner_shape, dtype)``; it receives an :class:`ArrayGeometry` with
-the anchor's members (``inner_shape``, ``dtype``, ...).
+insitubatch 0.2.0's members (``inner_shape``, ``dtype``, ...).
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def transform_name(t: Any) -> str:
 
 class _PythonGeometry:
     """Hands ``output_inner`` our :class:`ArrayGeometry` (the engine passes its own class,
-    which lacks the anchor's derived members), keeping the user's name and cache identity."""
+    which lacks insitubatch 0.2.0's derived members), keeping the user's name and cache
+    identity."""
 
     __slots__ = ("__name__", "_ib_wrapped")
 

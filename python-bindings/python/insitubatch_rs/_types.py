@@ -1,8 +1,8 @@
-"""The data types of the anchor's API (``insitubatch.types``), over the engine's geometry.
+"""The data types of insitubatch 0.2.0's API (``insitubatch.types``), over the engine's geometry.
 
 ``ArrayGeometry`` is a Python class holding the engine's own geometry (``_native``), so
 geometries read from a store keep what only the store knows (a sharded array's shard shape)
-when they are passed back to the engine. Every member the anchor derives from ``(shape,
+when they are passed back to the engine. Every member insitubatch 0.2.0 derives from ``(shape,
 chunks, sample_axis, offset, dtype)`` is the engine's own arithmetic (``core/src/geometry.rs``
 and the tile placement of ``core/src/assemble.rs``, through ``python-bindings/src/rules.rs``),
 sample-first; this module only converts arguments and results.

@@ -1,10 +1,10 @@
-"""Parity with the installed anchor (insitubatch 0.2.0 on Python 3.12, built by
-bench/setup_anchor.sh): the same store opened with both, compared on the shape of
+"""Parity with the installed reference implementation (insitubatch 0.2.0 on Python 3.12, built
+by bench/setup_anchor.sh): the same store opened with both, compared on the shape of
 ``describe()``, the attributes of ``last_pass``, geometry arithmetic, split manifests in
 both directions, and the error types for the same bad inputs.
 
-The anchor runs in its own venv (a subprocess); it reports what it saw as JSON. Skips,
-saying so, when that venv is absent.
+The reference implementation runs in its own venv (a subprocess); it reports what it saw as
+JSON. Skips, saying so, when that venv is absent.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import insitubatch_rs as ib
 from conftest import url
 
 
-def anchor_python() -> Path:
+def reference_python() -> Path:
     candidates = [os.environ.get("IB_ANCHOR_PY")]
     for cache in (os.environ.get("INSITUBATCH_CACHE"), os.path.expanduser("~/.cache/insitubatch")):
         if cache:
@@ -33,11 +33,14 @@ def anchor_python() -> Path:
     for c in candidates:
         if c and os.access(c, os.X_OK):
             return Path(c)
-    pytest.skip("the anchor's venv is absent: run bench/setup_anchor.sh (or set IB_ANCHOR_PY) for the parity tests")
+    pytest.skip(
+        "the reference implementation's venv is absent: run bench/setup_anchor.sh (or set IB_ANCHOR_PY) "
+        "for the parity tests"
+    )
 
 
-# Run by the anchor. Everything it prints is one JSON document.
-ANCHOR = textwrap.dedent(
+# Run by the reference implementation. Everything it prints is one JSON document.
+REFERENCE = textwrap.dedent(
     """
     import dataclasses, json, sys
     import numpy as np
@@ -168,8 +171,8 @@ def strip_consolidated(store_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def anchor(fixtures, tmp_path_factory) -> dict[str, Any]:
-    py = anchor_python()
+def reference(fixtures, tmp_path_factory) -> dict[str, Any]:
+    py = reference_python()
     tmp = tmp_path_factory.mktemp("parity")
     group = tmp / "with_group"
     shutil.copytree(fixtures / "v3_zstd", group)
@@ -184,9 +187,9 @@ def anchor(fixtures, tmp_path_factory) -> dict[str, Any]:
         group.as_uri(),
         str(tmp / "cache"),
         str(tmp / "ours.json"),
-        str(tmp / "anchor.json"),
+        str(tmp / "reference.json"),
     ]
-    done = subprocess.run([str(py), "-c", ANCHOR, *args], capture_output=True, text=True, timeout=600)
+    done = subprocess.run([str(py), "-c", REFERENCE, *args], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout)
     out["tmp"] = tmp
@@ -219,19 +222,21 @@ def attrs(obj: Any) -> dict[str, str]:
 
 
 def same_keys_and_types(theirs: dict[str, str], ours: dict[str, str], where: str, none_ok: set[str] = frozenset()):
-    """Every key of the anchor's is ours too, holding a value of the same type (extra keys welcome)."""
+    """Every key of the reference implementation's is ours too, holding a value of the same type
+    (extra keys welcome)."""
     missing = sorted(set(theirs) - set(ours))
     assert not missing, f"{where}: missing {missing}"
     for k, t in theirs.items():
         if ours[k] == t or f"{where}.{k}" in none_ok and ours[k] == "NoneType":
             continue
-        # A budget the anchor leaves unset (None) and ours reports, or the reverse, is still a number slot.
+        # A budget the reference implementation leaves unset (None) and ours reports, or the
+        # reverse, is still a number slot.
         assert {t, ours[k]} <= {"int", "NoneType"} and "int" in {t, ours[k]}, f"{where}.{k}: {t} there, {ours[k]} here"
 
 
-def test_describe_has_the_anchors_keys_and_types(anchor, mine):
+def test_describe_has_the_reference_keys_and_types(reference, mine):
     _, report = mine
-    d = anchor["describe"]
+    d = reference["describe"]
     assert sorted(report) == d["top"]
     for label, theirs in d["variables"].items():
         same_keys_and_types(theirs, kinds(report["variables"][label]), f"variables[{label}]")
@@ -240,9 +245,9 @@ def test_describe_has_the_anchors_keys_and_types(anchor, mine):
     assert set(d["note_keys"]) <= {"code", "severity", "subject", "message"}
 
 
-def test_describe_agrees_where_the_engines_share_a_rule(anchor, mine):
+def test_describe_agrees_where_the_engines_share_a_rule(reference, mine):
     _, report = mine
-    v = anchor["describe"]["values"]
+    v = reference["describe"]["values"]
     for label, theirs in v["variables"].items():
         for k, want in theirs.items():
             got = report["variables"][label][k]
@@ -251,19 +256,19 @@ def test_describe_agrees_where_the_engines_share_a_rule(anchor, mine):
         assert report["config"][k] == want, f"config[{k}]"
 
 
-def test_last_pass_has_the_anchors_attributes_and_types(anchor, mine):
+def test_last_pass_has_the_reference_attributes_and_types(reference, mine):
     ds, _ = mine
     lp = ds.last_pass
-    a = anchor["last_pass"]
+    a = reference["last_pass"]
     assert (lp.split, lp.batches) == (a["split"], a["batches"])
     same_keys_and_types(a["attrs"], attrs(lp), "last_pass")
     same_keys_and_types(a["times"], attrs(lp.times), "times")
     same_keys_and_types(a["depths"], attrs(lp.depths), "depths")
     assert set(a["as_dict"]) <= set(lp.as_dict())
-    assert anchor["samples"] == sum(len(b) for b in ds.train)
+    assert reference["samples"] == sum(len(b) for b in ds.train)
 
 
-def test_geometry_arithmetic_agrees(anchor):
+def test_geometry_arithmetic_agrees(reference):
     g = ib.ArrayGeometry("t2m", (37, 13, 17), (5, 6, 6), np.dtype("float32"))
     z = ib.ArrayGeometry("raw", (1, 2, 30, 16, 15), (1, 1, 4, 8, 8), np.dtype("uint16"), sample_axis=2)
     for name, geom in (("g", g), ("z", z)):
@@ -290,26 +295,26 @@ def test_geometry_arithmetic_agrees(anchor):
             "is_complete_chunk": p.is_complete_chunk,
             "shift": geom.shift(2).shift(-1).offset,
         }
-        assert mine == anchor["geometry"][name], name
+        assert mine == reference["geometry"][name], name
 
 
-def test_manifests_cross_both_ways(anchor):
-    theirs = ib.SplitManifest.from_json(anchor["tmp"] / "anchor.json")
-    assert dataclasses.asdict(theirs) == anchor["manifest"], "the anchor's manifest read here"
-    assert anchor["read_back"] == dataclasses.asdict(anchor["ours_manifest"]), "ours read by the anchor"
+def test_manifests_cross_both_ways(reference):
+    theirs = ib.SplitManifest.from_json(reference["tmp"] / "reference.json")
+    assert dataclasses.asdict(theirs) == reference["manifest"], "the reference implementation's manifest read here"
+    assert reference["read_back"] == dataclasses.asdict(reference["ours_manifest"]), "ours read by the reference"
 
 
-def test_every_public_name_of_the_anchor_is_here_or_listed(anchor):
-    missing = [n for n in anchor["module"] if not hasattr(ib, n)]
+def test_every_public_name_of_the_reference_is_here_or_listed(reference):
+    missing = [n for n in reference["module"] if not hasattr(ib, n)]
     # The engine internals have no Python form.
     assert set(missing) <= {"ChunkPool", "Scheduler", "build_stored_chunk_reads"}, missing
 
 
-def test_same_bad_inputs_raise_the_same_types(anchor, fixtures, tmp_path):
+def test_same_bad_inputs_raise_the_same_types(reference, fixtures, tmp_path):
     u = url(fixtures, "v3_zstd")
     geoms = ib.open_geometries(u)
     m = ib.split_by_chunk(geoms["t2m"], fractions=(0.8, 0.1, 0.1))
-    cache_dir = str(anchor["tmp"] / "cache")
+    cache_dir = str(reference["tmp"] / "cache")
 
     def make(**kw: Any) -> None:
         d = ib.InSituDataset(u, m, geoms, batch_size=5, block_chunks=2, **kw)
@@ -324,7 +329,7 @@ def test_same_bad_inputs_raise_the_same_types(anchor, fixtures, tmp_path):
     ds = ib.InSituDataset(u, m, geoms)
     cases = {
         "unknown_variable": lambda: ib.open_geometries(u, ["nope"]),
-        "group": lambda: ib.open_geometries(anchor["group_url"], ["sub"]),
+        "group": lambda: ib.open_geometries(reference["group_url"], ["sub"]),
         "fractions": lambda: ib.split_by_chunk(geoms["t2m"], fractions=(0.5, 0.1, 0.1)),
         "sample_range_reversed": lambda: ib.split_by_chunk(geoms["t2m"], sample_range=(50, 10)),
         "sample_range_past_end": lambda: ib.split_by_chunk(geoms["t2m"], sample_range=(0, 10_000)),
@@ -342,18 +347,18 @@ def test_same_bad_inputs_raise_the_same_types(anchor, fixtures, tmp_path):
         "scaler_scope": scaler,
         "manifest_mismatch": lambda: ib.InSituDataset(u, other, geoms),
     }
-    assert set(cases) == set(anchor["errors"])
+    assert set(cases) == set(reference["errors"])
     for name, fn in cases.items():
-        theirs = anchor["errors"][name]
-        assert theirs is not None, f"{name}: the anchor accepted it"
+        theirs = reference["errors"][name]
+        assert theirs is not None, f"{name}: the reference implementation accepted it"
         with pytest.raises(Exception) as got:
             fn()
         ours = [c.__name__ for c in type(got.value).__mro__]
-        assert theirs[0] in ours, f"{name}: the anchor raises {theirs[0]}, we raise {ours[0]}: {got.value}"
+        assert theirs[0] in ours, f"{name}: the reference raises {theirs[0]}, we raise {ours[0]}: {got.value}"
 
 
-# The anchor's StandardScaler over a store written here, every batch saved as .npy files.
-ANCHOR_SCALER = textwrap.dedent(
+# The reference implementation's StandardScaler over a store written here, every batch saved as .npy files.
+REFERENCE_SCALER = textwrap.dedent(
     """
     import json, sys
     import numpy as np
@@ -378,12 +383,12 @@ ANCHOR_SCALER = textwrap.dedent(
 
 
 @pytest.mark.parametrize("sample_axis", [0, 1])
-def test_standard_scaler_matches_the_anchor_bit_for_bit(anchor, tmp_path, sample_axis):
-    """The anchor's own StandardScaler (numpy, cast into the array's dtype) against ours, on
-    float16/float32/float64 arrays with statistics of several shapes and dtypes, including
-    (1, nlon), float64 statistics on float32 data, and Python floats."""
+def test_standard_scaler_matches_the_reference_bit_for_bit(reference, tmp_path, sample_axis):
+    """The reference implementation's own StandardScaler (numpy, cast into the array's dtype)
+    against ours, on float16/float32/float64 arrays with statistics of several shapes and
+    dtypes, including (1, nlon), float64 statistics on float32 data, and Python floats."""
     zarr = pytest.importorskip("zarr", minversion="3", reason="zarr-python 3 writes the store")
-    py = anchor_python()
+    py = reference_python()
     rng = np.random.default_rng(11)
     stats = {
         "nlon": ((280 + rng.standard_normal((1, 5))).astype(np.float32), (4 + rng.random((1, 5))).astype(np.float32)),
@@ -414,9 +419,9 @@ def test_standard_scaler_matches_the_anchor_bit_for_bit(anchor, tmp_path, sample
         chunks = list(phys.shape)
         chunks[sample_axis] = 6
         g.create_array(key, shape=phys.shape, chunks=tuple(chunks), dtype=phys.dtype)[:] = phys
-    out = tmp_path / "anchor_out"
+    out = tmp_path / "reference_out"
     out.mkdir()
-    done = subprocess.run([str(py), "-c", ANCHOR_SCALER, path.as_uri(), str(stats_dir), str(out), str(sample_axis)],
+    done = subprocess.run([str(py), "-c", REFERENCE_SCALER, path.as_uri(), str(stats_dir), str(out), str(sample_axis)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     theirs: dict[str, np.ndarray] = {}
@@ -437,4 +442,4 @@ def test_standard_scaler_matches_the_anchor_bit_for_bit(anchor, tmp_path, sample
                 ours[k][b.sample_indices] = b[k]
     assert n_batches * 8 >= 20
     differ = [k for k in arrays if theirs[k].dtype != ours[k].dtype or theirs[k].tobytes() != ours[k].tobytes()]
-    assert not differ, f"differ from the anchor: {differ}"
+    assert not differ, f"differ from the reference implementation: {differ}"
