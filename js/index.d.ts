@@ -1,11 +1,12 @@
 // Types of the `insitubatch` package: the API, hand-written over the wasm-bindgen output; the
 // reports and stats the engine returns (`DatasetReport`, `PassStats`, `ProbeReport`,
-// `Checkpoint`, the explorer's `ArrayInfo`, `DrawOrderReport`, `QualityPoint`, and their parts:
-// `VariableReport`, `Depths`, `SplitName`, `DTypeName`, ...) are generated from the Rust report
+// `Checkpoint`, `BadChunk`, the explorer's `ArrayInfo`, `DrawOrderReport`, `QualityPoint`,
+// and their parts: `VariableReport`, `Depths`, `SplitName`, `DTypeName`, ...) are generated from the Rust report
 // types into src/reports.d.ts (tools/boundary-types; `cargo run -p insitubatch-boundary-types`
 // rewrites it, and CI fails when it is stale), re-exported here.
 import type {
   ArrayInfo,
+  BadChunk,
   Checkpoint,
   DatasetReport,
   DrawOrderReport,
@@ -156,6 +157,19 @@ export interface OpenOptions {
   sel?: Record<string, [string | number, string | number] | { labels: (string | number)[] }>;
   /** With a list of stores (`open([a, b])`): the dimension they are concatenated along. Default `"time"`. */
   concatDim?: string;
+  /**
+   * A directory in the browser's origin private file system where decoded chunks are kept
+   * across passes and page loads (Python's `cache_dir`; docs/disk-tier.md "In the browser"):
+   * `"insitubatch/era5"`. Needs `persist` or `readonlyCache`. Pages and workers
+   * of a browser; Node has none. One writer, or readers only, per directory.
+   */
+  cacheDir?: string;
+  /** Keep cached chunks for later passes and page loads (with `cacheDir`). */
+  persist?: boolean;
+  /** Read a complete cache a writer warmed; write nothing; a chunk it lacks is an error. */
+  readonlyCache?: boolean;
+  /** Delete the cached chunks of arrays whose pipeline changed instead of refusing. */
+  resetStaleCache?: boolean;
 }
 
 /**
@@ -549,7 +563,7 @@ export declare class Explorer {
   drawOrder(options?: OpenOptions, split?: SplitName, at?: { epoch?: number; shift?: number }): DrawOrderReport;
   qualityCurve(options?: OpenOptions, blockChunks?: number[], at?: { epoch?: number; threads?: number; shift?: number }): QualityPoint[];
   /** One epoch of `split` read on this thread (previews); `shift` ≠ 0 adds targets `label@+shift`. */
-  iter(options?: OpenOptions, split?: SplitName, at?: { epoch?: number; shift?: number }): ExplorePass;
+  iter(options?: OpenOptions, split?: SplitName, at?: { epoch?: number; shift?: number; cache?: boolean }): ExplorePass;
   /**
    * Probe the store for `options` (this one reads it): a few real reads and decodes of the
    * train split, timed on this thread, and the epoch they predict for `threads` decode

@@ -35,6 +35,7 @@ use crate::zarr::{ShardIndex, TileLocation, ZarrArray};
 
 /// A chunk filled under `on_bad_chunk = "nan"`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct BadChunk {
     /// Array path.
     pub array: String,
@@ -42,7 +43,7 @@ pub struct BadChunk {
     pub chunk_index: u64,
     /// Physical tile coordinate.
     pub tile: Vec<u64>,
-    /// Why.
+    /// Why it could not be read.
     pub error: String,
 }
 

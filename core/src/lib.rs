@@ -85,7 +85,9 @@ pub mod internals {
 pub use array::{AlignedBytes, DType, Element, NdArray, Prefault};
 pub use batch::{Batch, BatchPart, BatchPatches};
 pub use concat::ConcatStorage;
-pub use dataset::{Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, PROBE_CHUNKS, ProbeReport, Variable};
+pub use dataset::{
+    Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, Knobs, PROBE_CHUNKS, ProbeReport, Variable,
+};
 pub use describe::{DatasetReport, Note, Severity, human_bytes};
 pub use engine::BadChunk;
 pub use error::{Error, Result};

@@ -16,9 +16,10 @@ use crate::hedge::HedgePolicy;
 use crate::runtime::{BoxFuture, ByteRange, Executor, Storage, StorageError, StorageErrorKind};
 
 /// What to do with a chunk that cannot be fetched or decoded.
+// serde reads it through its `FromStr` (`try_from`): the one parser of its words, with its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum OnBadChunk {
     /// Fail the pass, naming the chunk.
     #[default]
@@ -48,6 +49,13 @@ impl std::str::FromStr for OnBadChunk {
                 Err(crate::error::Error::Config(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}")))
             }
         }
+    }
+}
+
+impl TryFrom<String> for OnBadChunk {
+    type Error = crate::error::Error;
+    fn try_from(s: String) -> crate::error::Result<Self> {
+        s.parse()
     }
 }
 

@@ -105,8 +105,18 @@ impl std::fmt::Display for LimitingStage {
 }
 
 /// Summed stage seconds (task-seconds: concurrent work adds up).
+// Python's `StageTimes` is a dataclass of these fields (tools/boundary-types writes it from the
+// `x-python` extension), in `order`: insitubatch 0.2.0's fields, then ours as they were added
+// (its signature); a field not listed goes last.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-python" = {"order": [
+        "fetch_wait_s", "admission_parked_s", "decode_s", "assemble_s", "gather_s", "batch_transform_s", "consumer_s",
+        "consumer_wait_s"
+    ]}))
+)]
 pub struct StageTimes {
     /// Storage requests, summed over concurrent tiles.
     pub fetch_wait_s: f64,
@@ -115,6 +125,7 @@ pub struct StageTimes {
     /// Codec decode on the pool (and reviving chunks from the disk tier).
     pub decode_s: f64,
     /// Placing decoded tiles into the chunk's slot, and chunk transforms, on the pool.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "None"})))]
     pub assemble_s: f64,
     /// Gather copies on the pool.
     pub gather_s: f64,
@@ -128,9 +139,21 @@ pub struct StageTimes {
 
 /// Queue, in-flight and residency depths.
 // The Python package's `Depths` names some of these as insitubatch 0.2.0 does: the `x-python`
-// `name`s below (tools/boundary-types writes them into its table); JS and the JSON keep ours.
+// `name`s below (tools/boundary-types writes them into its table and its dataclass, whose
+// fields come in `order`: insitubatch 0.2.0's, then ours as they were added; a field not
+// listed goes last); JS and the JSON keep ours.
+// A `default` of `None`: what a hand-built `Depths` says of a number it was not given.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-python" = {"order": [
+        "batch_queue_capacity", "batch_queue_peak", "batch_queue_samples", "batch_queue_empty",
+        "batch_queue_full_enough", "inflight_peak", "max_inflight", "decode_queue_peak", "decode_threads",
+        "resident_peak", "resident_peak_bytes", "budget_bytes", "batch_queue_now", "read_window",
+        "read_window_reason", "read_ahead_peak_bytes"
+    ]}))
+)]
 pub struct Depths {
     /// Batch queue capacity (`prefetch_depth`).
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_capacity"})))]
@@ -148,9 +171,10 @@ pub struct Depths {
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_empty"})))]
     pub queue_empty: u64,
     /// Times the queue was at least half full when asked (the caller was fed).
-    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_full_enough"})))]
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "batch_queue_full_enough", "default": "None"})))]
     pub queue_full_enough: u64,
     /// Most decode jobs waiting for a pool thread at once.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "None"})))]
     pub decode_queue_peak: usize,
     /// Most storage reads in flight at once.
     pub inflight_peak: usize,
@@ -162,6 +186,7 @@ pub struct Depths {
     /// What set `read_window` last: `start` (no read measured yet), `decoders` (what keeps
     /// the decode threads fed), `link` (what the store delivers unqueued: more requests would
     /// only wait on each other), `floor` or `ceiling` (`max_inflight`).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "\"start\""})))]
     pub read_window_reason: crate::window::WindowReason,
     /// Thread-pool parallelism.
     pub decode_threads: usize,
@@ -173,6 +198,7 @@ pub struct Depths {
     /// Most bytes resident at once (pool-wide).
     pub resident_peak_bytes: u64,
     /// The pool's byte budget at the end of the pass.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "None"})))]
     pub budget_bytes: u64,
 }
 
@@ -185,17 +211,33 @@ pub trait PassObserver: crate::runtime::MaybeSend + crate::runtime::MaybeSync + 
 }
 
 /// One pass over one view.
+// Python's `PassStats` is a dataclass of these fields (tools/boundary-types writes it from the
+// `x-python` extension), in `order`: insitubatch 0.2.0's fields, then ours as they were added
+// (its signature; a field not listed goes last). The verdict's three are properties there,
+// computed afresh for a hand-built copy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-python" = {"order": [
+        "split", "epoch", "batches", "cache_hits", "cache_misses", "bad_chunks", "wall_s", "times", "depths",
+        "samples", "batch_bytes", "reread_chunks", "revived_chunks", "storage_reads", "decoded_bytes", "ttfb_s",
+        "blocked_s", "rank", "world_size", "dropped_samples", "resumed_at", "index_reads", "tiles_read",
+        "bytes_fetched", "gap_bytes", "tiles_read_ahead", "hedged_reads", "hedge_wins", "batch_wait_p50_s",
+        "batch_wait_p95_s", "batch_wait_p99_s"
+    ]}))
+)]
 pub struct PassStats {
     /// `train`, `val`, `test` or `all`.
-    #[cfg_attr(feature = "schema", schemars(with = "crate::Split"))]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::Split", extend("x-python" = {"required": true})))]
     pub split: String,
     /// The epoch.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"required": true})))]
     pub epoch: u64,
     /// This process's rank.
     pub rank: usize,
     /// Ranks sharing the epoch (in this segment, after an elastic resume).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "1"})))]
     pub world_size: usize,
     /// Samples of the epoch no rank draws so that every rank draws the same number (job-wide;
     /// 0 with one rank). See `shard.rs`.
@@ -246,6 +288,7 @@ pub struct PassStats {
     /// Wall time from the pass's start to its last batch.
     pub wall_s: f64,
     /// Time to the first batch.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "None"})))]
     pub ttfb_s: f64,
     /// The caller's wait for a batch after the first (the first is `ttfb_s`): median, 95th
     /// and 99th percentiles, seconds (within 2%; 0 with fewer than two batches).
@@ -262,10 +305,13 @@ pub struct PassStats {
     /// Depths.
     pub depths: Depths,
     /// The verdict: which stage limited the pass.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"property": true})))]
     pub limiting_stage: LimitingStage,
     /// What to do about it.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"property": true})))]
     pub advice: String,
     /// True when the caller's loop did essentially nothing (a throughput measurement).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"property": true})))]
     pub consumer_idle: bool,
 }
 

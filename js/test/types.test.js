@@ -4,7 +4,7 @@
 // (serde structs turned into JS by JSON.parse) must fit their declarations key for key, which
 // covers schemars' reading of serde and the narrowings the Rust types state by hand for the
 // schema (dtype, split and on_bad_chunk words, zarr_format), and the hand-written rest of
-// index.d.ts (the options against the fields the engine parses, `BadChunk`, `ByteRange`) must
+// index.d.ts (the options against the fields the engine parses, `ByteRange`) must
 // compile and fit. Needs npm `typescript` ($IB_TYPESCRIPT, installed by scripts/test-wasm.sh)
 // and, for the engine's values, the loopback HTTP server.
 import { test } from 'node:test';
@@ -29,7 +29,7 @@ const TS_PATH = process.env.IB_TYPESCRIPT;
 const ts = TS_PATH ? createRequire(import.meta.url)(TS_PATH) : undefined;
 const noTs = ts ? false : 'IB_TYPESCRIPT is unset: run scripts/test-wasm.sh, which installs npm typescript';
 
-/** The declared types of the engine's values (all but BadChunk and ByteRange generated), and where each comes from below. */
+/** The declared types of the engine's values (all but ByteRange generated), and where each comes from below. */
 const ROOTS = ['DatasetReport', 'PassStats', 'ArrayInfo', 'DrawOrderReport', 'QualityPoint', 'BadChunk', 'ByteRange', 'ProbeReport', 'Checkpoint'];
 
 /**
@@ -64,7 +64,8 @@ const EVERY_OPTION = {
 };
 /**
  * Options core refuses beside EVERY_OPTION's (a stride is for grids), or that need another
- * store (a coordinate, a mesh axis, one mask entry per sample): type-checked, not opened.
+ * store (a coordinate, a mesh axis, one mask entry per sample) or a browser (`cacheDir`):
+ * type-checked, not opened.
  */
 const EVERY_OTHER_OPTION = {
   storageOptions: { aws_region: 'x' },
@@ -77,6 +78,10 @@ const EVERY_OTHER_OPTION = {
   coords: true,
   sel: { time: ['2020-01-01', '2020-01-02T06:00'], level: { labels: [500, 850] } },
   concatDim: 'time',
+  cacheDir: 'insitubatch/era5',
+  persist: true,
+  readonlyCache: false,
+  resetStaleCache: false,
 };
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
 const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];

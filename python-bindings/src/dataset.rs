@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::buffer::i64_numpy;
-use crate::conversion::{OnBadChunkArg, SplitArg};
+use crate::conversion::SplitArg;
 use crate::errors::{core_err, native_err};
 use crate::geometry::{PyGeometry, PyManifest};
 use crate::pystore::{self, StoreArg};
@@ -20,7 +20,7 @@ use crate::transforms::ErrSlot;
 
 mod options;
 
-use options::AxisSizes;
+use options::{AxisSizes, KnobsArg};
 
 struct Open {
     opened: insitubatch_native::NativeDataset,
@@ -86,7 +86,8 @@ fn open_store(
 #[pymethods]
 impl NativeDataset {
     /// `store`: a URL, an obstore store or a zarr store ([`StoreArg`]). `variables`:
-    /// `(label, geometry)` pairs, or `None` to discover every data array. Each argument is
+    /// `(label, geometry)` pairs, or `None` to discover every data array. `knobs`: the
+    /// plain-data knobs as one dict, read into core's `Knobs` ([`KnobsArg`]). Each argument is
     /// converted ([`options`]) and checked by core, in this order; the store is opened with
     /// Python detached.
     #[new]
@@ -95,28 +96,19 @@ impl NativeDataset {
         clippy::fn_params_excessive_bools,
         reason = "the Python constructor's keyword arguments, converted here one to one"
     )]
-    #[pyo3(signature = (store, manifest, variables, *, batch_size, block_chunks, max_inflight, seed, shuffle,
-                        prefetch_depth, cache_budget_bytes, on_bad_chunk, storage_options, threads = None,
+    #[pyo3(signature = (store, manifest, variables, knobs, *, storage_options, threads = None,
                         chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
                         persist = false, readonly_cache = false, reset_stale_cache = false, shared_cache = false,
-                        rank = 0, world_size = 1, node_ranks = None, first_block_chunks = None,
-                        read_policy = None, patch = None, patch_mode = None, patch_stride = None,
-                        patches_per_sample = None, sample_mask = None, sample_weights = None,
-                        model_parallel = None, callbacks = Vec::new(), metrics_address = None, coords = false,
+                        node_ranks = None, read_policy = None, patch = None, patch_mode = None,
+                        patch_stride = None, patches_per_sample = None, sample_mask = None, sample_weights = None,
+                        model_parallel = None, callbacks = Vec::new(), metrics_address = None,
                         sel_time = None, sel_number = None, concat_dim = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
         manifest: Option<PyRef<'_, PyManifest>>,
         variables: Option<Vec<(String, PyRef<'_, PyGeometry>)>>,
-        batch_size: usize,
-        block_chunks: usize,
-        max_inflight: usize,
-        seed: u64,
-        shuffle: bool,
-        prefetch_depth: usize,
-        cache_budget_bytes: Option<u64>,
-        on_bad_chunk: OnBadChunkArg,
+        knobs: KnobsArg,
         storage_options: Vec<(String, String)>,
         threads: Option<usize>,
         chunk_transforms: Vec<(Option<Vec<String>>, Bound<'_, PyAny>)>,
@@ -126,10 +118,7 @@ impl NativeDataset {
         readonly_cache: bool,
         reset_stale_cache: bool,
         shared_cache: bool,
-        rank: usize,
-        world_size: usize,
         node_ranks: Option<usize>,
-        first_block_chunks: Option<usize>,
         read_policy: Option<Bound<'_, PyDict>>,
         patch: Option<AxisSizes<'_>>,
         patch_mode: Option<&str>,
@@ -140,38 +129,27 @@ impl NativeDataset {
         model_parallel: Option<(usize, Bound<'_, PyAny>)>,
         callbacks: Vec<Bound<'_, PyAny>>,
         metrics_address: Option<String>,
-        coords: bool,
         sel_time: Option<Vec<(String, bool, Vec<i64>)>>,
         sel_number: Option<Vec<(String, bool, Vec<f64>)>>,
         concat_dim: Option<String>,
     ) -> PyResult<Self> {
         let store = StoreArg::from_py(store)?;
         let patch = options::patch_options(patch, patch_mode, patch_stride, patches_per_sample)?;
-        let read_policy = options::read_policy_from(read_policy.as_ref(), on_bad_chunk.0)?;
+        let KnobsArg(knobs) = knobs;
+        let read_policy = options::read_policy_from(read_policy.as_ref(), knobs.on_bad_chunk)?;
         let errors: ErrSlot = Arc::default();
         let chunk_transforms = options::chunk_transforms(py, &chunk_transforms, &errors)?;
         let batch_transforms = options::batch_transforms(py, &batch_transforms, &errors)?;
         let dataset = DatasetOptions {
-            batch_size,
-            block_chunks,
-            first_block_chunks,
-            max_inflight,
-            seed,
-            shuffle,
-            prefetch_depth,
-            cache_budget_bytes,
             read_policy,
-            tier: None,
-            rank,
-            world_size,
             node_ranks,
             patch,
             sample_mask: sample_mask.map(Into::into),
             sample_weights: sample_weights.map(Into::into),
-            coords,
             sel: options::label_sels(sel_time, sel_number),
             observers: options::observers(&callbacks)?,
             model_parallel: options::model_parallel(model_parallel)?,
+            ..DatasetOptions::from(knobs)
         };
         let flags = CacheOptions {
             persist,

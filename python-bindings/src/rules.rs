@@ -8,7 +8,7 @@
 
 use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
 use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
-use insitubatch_core::{DType, DatasetOptions, SplitOptions};
+use insitubatch_core::{DType, Knobs, SplitOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -246,21 +246,15 @@ fn verdict(
     (stage.to_string(), advice, idle)
 }
 
-/// The engine's knob defaults (`DatasetOptions` and `SplitOptions`), so the Python
-/// signatures restate nothing.
+/// The engine's knob defaults (core's `Knobs`, written by its serde derive, and
+/// `SplitOptions`), so the Python signatures restate nothing.
 #[pyfunction]
 fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let d = DatasetOptions::default();
     let s = SplitOptions::default();
-    let out = PyDict::new(py);
-    out.set_item("batch_size", d.batch_size)?;
-    out.set_item("block_chunks", d.block_chunks)?;
-    out.set_item("max_inflight", d.max_inflight)?;
-    out.set_item("seed", d.seed)?;
-    out.set_item("shuffle", d.shuffle)?;
-    out.set_item("prefetch_depth", d.prefetch_depth)?;
-    out.set_item("cache_budget_bytes", d.cache_budget_bytes)?;
-    out.set_item("on_bad_chunk", d.read_policy.on_bad_chunk.name())?;
+    let out = pythonize::pythonize(py, &Knobs::default())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .cast_into::<PyDict>()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     out.set_item("fractions", s.fractions)?;
     out.set_item("split_seed", s.seed)?;
     out.set_item("contiguous", s.contiguous)?;

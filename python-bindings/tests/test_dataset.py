@@ -246,6 +246,34 @@ def test_errors_are_the_right_classes(fixtures, manifest):
         iter(ds.train)
 
 
+def test_the_knobs_arrive_as_one_dict_that_core_reads(fixtures):
+    """The dataset's knobs reach the extension as one dict (``_options.Knobs``, generated from
+    core's ``Knobs``), read by core's serde derive: an unknown key is refused naming the known
+    ones, a wrong value names its key, an absent one takes core's default, and a wrong
+    ``on_bad_chunk`` word gets core's message."""
+    from insitubatch_rs import _native
+    from insitubatch_rs._options import Knobs
+
+    zs = url(fixtures, "v3_zstd")
+    defaults = _native.defaults()
+    assert set(Knobs.__annotations__) <= set(defaults), "every knob has the engine's default"
+
+    def open_with(knobs):
+        return _native.NativeDataset(zs, None, None, knobs, storage_options=[])
+
+    with pytest.raises(ValueError, match="unknown field `batch_sise`, expected one of `batch_size`"):
+        open_with({"batch_sise": 8})
+    with pytest.raises(ValueError, match="^batch_size: "):
+        open_with({"batch_size": "8"})
+    with pytest.raises(ValueError, match='on_bad_chunk must be "raise" or "nan", got "ignore"'):
+        ib.InSituDataset(zs, on_bad_chunk="ignore")
+    with pytest.raises(ValueError, match="^on_bad_chunk: "):
+        ib.InSituDataset(zs, on_bad_chunk=float("nan"))
+    ds = open_with({"batch_size": 8, "seed": 3})
+    assert ds.block_chunks == defaults["block_chunks"]
+    ds.close()
+
+
 def test_manifest_roundtrip_and_geometry(fixtures, tmp_path):
     g = ib.open_geometries(url(fixtures, "v3_sharded"))["t2m"]
     assert g.shard is not None and g.chunks != g.shard

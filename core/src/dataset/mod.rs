@@ -21,7 +21,7 @@ use crate::pass::{BatchStream, GatherVar, PassSpec, Patching, ShardInfo, StatsSi
 use crate::patch::{PatchOptions, Patcher};
 use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
 use crate::pool::PoolCounters;
-use crate::retry::ReadPolicy;
+use crate::retry::{OnBadChunk, ReadPolicy};
 use crate::shard::{Checkpoint, RankPass, Sharding, rank_pass};
 use crate::shuffle::{DrawOrder, DrawRows, OrderSpec, Split, draw_order, shuffle_quality};
 use crate::split::SplitManifest;
@@ -109,6 +109,51 @@ pub struct DatasetOptions {
 
 impl Default for DatasetOptions {
     fn default() -> Self {
+        Knobs::default().into()
+    }
+}
+
+/// The dataset's plain-data knobs: the part of [`DatasetOptions`] that every binding spells
+/// the same way, in the same units, as data. A binding reads it with serde (Python's
+/// `knobs` dict; its keys are these fields, refused when unknown) rather than restating it,
+/// and `tools/boundary-types` writes its Python type from this definition. The defaults here
+/// are the engine's knob defaults: [`DatasetOptions::default`] starts from them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(default, deny_unknown_fields)]
+pub struct Knobs {
+    /// Rows per batch.
+    pub batch_size: usize,
+    /// Chunks per shuffle block (raised so a block always holds a batch).
+    pub block_chunks: usize,
+    /// Chunks in each epoch's first shuffle block (raised so it holds a batch, at most
+    /// `block_chunks`); `None`: `block_chunks`, the specified order.
+    pub first_block_chunks: Option<usize>,
+    /// Storage reads in flight, across every view.
+    pub max_inflight: usize,
+    /// Shuffle seed.
+    pub seed: u64,
+    /// Shuffle the train view.
+    pub shuffle: bool,
+    /// Batches queued ahead of the caller.
+    pub prefetch_depth: usize,
+    /// Byte budget of the pool; `None` sizes it automatically.
+    pub cache_budget_bytes: Option<u64>,
+    /// What a chunk that cannot be fetched or decoded does: `raise` or `nan` (read by
+    /// `OnBadChunk: FromStr`, so a wrong word gets core's message).
+    // Python passes the caller's word as it came, for core to parse: typed `str` there.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"type": "str"})))]
+    pub on_bad_chunk: OnBadChunk,
+    /// This process's rank, `0..world_size`.
+    pub rank: usize,
+    /// Processes sharing each epoch (1: the whole epoch here).
+    pub world_size: usize,
+    /// Read the sample axis's coordinate at open and carry it in every batch.
+    pub coords: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
         Self {
             batch_size: 32,
             block_chunks: 16,
@@ -118,18 +163,58 @@ impl Default for DatasetOptions {
             shuffle: true,
             prefetch_depth: 2,
             cache_budget_bytes: None,
-            read_policy: ReadPolicy::default(),
-            tier: None,
+            on_bad_chunk: OnBadChunk::default(),
             rank: 0,
             world_size: 1,
+            coords: false,
+        }
+    }
+}
+
+/// The knobs, with every other member at its default (no tier, observers, patches, ...).
+impl From<Knobs> for DatasetOptions {
+    fn from(k: Knobs) -> Self {
+        Self {
+            batch_size: k.batch_size,
+            block_chunks: k.block_chunks,
+            first_block_chunks: k.first_block_chunks,
+            max_inflight: k.max_inflight,
+            seed: k.seed,
+            shuffle: k.shuffle,
+            prefetch_depth: k.prefetch_depth,
+            cache_budget_bytes: k.cache_budget_bytes,
+            read_policy: ReadPolicy { on_bad_chunk: k.on_bad_chunk, ..ReadPolicy::default() },
+            tier: None,
+            rank: k.rank,
+            world_size: k.world_size,
             node_ranks: None,
             patch: None,
             sample_mask: None,
             sample_weights: None,
             model_parallel: None,
             observers: Vec::new(),
-            coords: false,
+            coords: k.coords,
             sel: Vec::new(),
+        }
+    }
+}
+
+impl DatasetOptions {
+    /// The plain-data knobs of these options.
+    pub fn knobs(&self) -> Knobs {
+        Knobs {
+            batch_size: self.batch_size,
+            block_chunks: self.block_chunks,
+            first_block_chunks: self.first_block_chunks,
+            max_inflight: self.max_inflight,
+            seed: self.seed,
+            shuffle: self.shuffle,
+            prefetch_depth: self.prefetch_depth,
+            cache_budget_bytes: self.cache_budget_bytes,
+            on_bad_chunk: self.read_policy.on_bad_chunk,
+            rank: self.rank,
+            world_size: self.world_size,
+            coords: self.coords,
         }
     }
 }

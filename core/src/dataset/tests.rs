@@ -446,3 +446,34 @@ fn a_rank_outside_the_world_is_refused() {
     let err = Dataset::builder(shared(&storage), runtime).opened(vec![t2m]).options(opts).build().unwrap_err();
     assert!(matches!(&err, Error::Config(m) if m.contains("rank=2 world_size=2")), "{err}");
 }
+
+#[test]
+fn knobs_are_the_plain_data_of_the_options_and_read_as_serde_data() {
+    use crate::dataset::Knobs;
+    use crate::retry::OnBadChunk;
+    // The knobs' defaults are the options' defaults, and they go there and back unchanged.
+    assert_eq!(DatasetOptions::default().knobs(), Knobs::default());
+    let k = Knobs {
+        batch_size: 7,
+        first_block_chunks: Some(2),
+        cache_budget_bytes: Some(1 << 20),
+        on_bad_chunk: OnBadChunk::Nan,
+        rank: 1,
+        world_size: 3,
+        coords: true,
+        ..Knobs::default()
+    };
+    let o = DatasetOptions::from(k.clone());
+    assert_eq!(o.knobs(), k);
+    assert_eq!(o.read_policy.on_bad_chunk, OnBadChunk::Nan);
+    // As data: absent keys take the defaults; an unknown key is refused, naming it; a wrong
+    // word gets core's message (`OnBadChunk: FromStr`).
+    let read = |json: &str| serde_json::from_str::<Knobs>(json).map_err(|e| e.to_string());
+    assert_eq!(read(r#"{"batch_size": 7, "on_bad_chunk": "nan"}"#).unwrap().on_bad_chunk, OnBadChunk::Nan);
+    assert_eq!(read("{}").unwrap(), Knobs::default());
+    assert!(read(r#"{"batch_sise": 7}"#).unwrap_err().contains("batch_sise"));
+    let e = read(r#"{"on_bad_chunk": "skip"}"#).unwrap_err();
+    assert!(e.contains("on_bad_chunk must be \"raise\" or \"nan\"") && e.contains("skip"), "{e}");
+    // Written as it is read.
+    assert_eq!(read(&serde_json::to_string(&k).unwrap()).unwrap(), k);
+}

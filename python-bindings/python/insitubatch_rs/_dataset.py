@@ -20,6 +20,7 @@ from ._runtime import PassStats, format_pass
 from ._split import SplitManifest, native_manifest
 from ._store import close_store, engine_store, reference_errors
 from ._store import storage_options as _storage_opts
+from ._options import Knobs
 from ._reports import QualityPoint
 from ._summary import DatasetReport, dataset_report
 from ._transforms import native_chunk_transform
@@ -571,10 +572,10 @@ class InSituDataset:
             "model_parallel": _model_parallel(model_parallel, model_parallel_axis),
             "callbacks": list(callbacks),
             "metrics_address": None if metrics_address is None else str(metrics_address),
-            "coords": bool(coords),
             **_sel(sel),
             "concat_dim": concat_dim,
         }
+        self._coords = bool(coords)
         self._native = self._open(manifest, geometries, storage_options)
         self._url = self._native.url  # a join's names every store
         if cache_dir is not None:
@@ -602,26 +603,32 @@ class InSituDataset:
         variables = None
         if geometries is not None:
             variables = [(str(label), native_geometry(g)) for label, g in geometries.items()]
+        # Core's `Knobs` as one dict (its type generated from the Rust struct, so mypy checks
+        # every key here; the extension reads it with serde and refuses a key it lacks).
+        knobs: Knobs = {
+            "batch_size": k.batch_size,
+            "block_chunks": k.block_chunks,
+            "first_block_chunks": k.first_block_chunks,
+            "max_inflight": k.max_inflight,
+            "seed": k.seed,
+            "shuffle": k.shuffle,
+            "prefetch_depth": k.prefetch_depth,
+            "cache_budget_bytes": k.cache_budget_bytes,
+            "on_bad_chunk": k.on_bad_chunk,
+            "rank": self._rank,
+            "world_size": self._world_size,
+            "coords": self._coords,
+        }
         with reference_errors():
             return _native.NativeDataset(
                 self._store,
                 native_manifest(manifest),
                 variables,
-                batch_size=k.batch_size,
-                block_chunks=k.block_chunks,
-                first_block_chunks=k.first_block_chunks,
-                max_inflight=k.max_inflight,
-                seed=k.seed,
-                shuffle=k.shuffle,
-                prefetch_depth=k.prefetch_depth,
-                cache_budget_bytes=k.cache_budget_bytes,
-                on_bad_chunk=k.on_bad_chunk,
+                knobs,
                 storage_options=_storage_opts(options),
                 threads=k.threads,
                 chunk_transforms=[native_chunk_transform(t) for t in self.chunk_transforms],
                 batch_transforms=list(self.batch_transforms),
-                rank=self._rank,
-                world_size=self._world_size,
                 node_ranks=self._node_ranks,
                 read_policy=self._read_policy,
                 **self._selection,

@@ -1,11 +1,13 @@
 """Type stubs for the pyo3 extension `insitubatch_rs._native` (a thin shim over the Rust engine)."""
 
 from os import PathLike
-from typing import Any, Literal, TypedDict, final, type_check_only
+from typing import Any, Literal, final, type_check_only
 
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import Self
+
+from ._options import Knobs
 
 __all__ = [
     "InsitubatchIOError",
@@ -130,17 +132,10 @@ def open_geometries(
 def buffer_address(obj: Buffer) -> int: ...
 
 @type_check_only
-class Defaults(TypedDict):
-    """The engine's knob defaults (`DatasetOptions` and `SplitOptions`): a dict at runtime."""
+class Defaults(Knobs):
+    """The engine's knob defaults (core's `Knobs`, whose type is generated, and
+    `SplitOptions`): a dict at runtime."""
 
-    batch_size: int
-    block_chunks: int
-    max_inflight: int
-    seed: int
-    shuffle: bool
-    prefetch_depth: int
-    cache_budget_bytes: int | None
-    on_bad_chunk: str
     fractions: tuple[float, float, float]
     split_seed: int
     contiguous: bool
@@ -257,15 +252,8 @@ class NativeDataset:
         store: str | Any,
         manifest: SplitManifest | None,
         variables: list[tuple[str, ArrayGeometry]] | None,
+        knobs: Knobs,
         *,
-        batch_size: int,
-        block_chunks: int,
-        max_inflight: int,
-        seed: int,
-        shuffle: bool,
-        prefetch_depth: int,
-        cache_budget_bytes: int | None,
-        on_bad_chunk: str,
         storage_options: list[tuple[str, str]],
         threads: int | None = None,
         chunk_transforms: list[tuple[list[str] | None, Any]] = ...,
@@ -275,10 +263,7 @@ class NativeDataset:
         readonly_cache: bool = False,
         reset_stale_cache: bool = False,
         shared_cache: bool = False,
-        rank: int = 0,
-        world_size: int = 1,
         node_ranks: int | None = None,
-        first_block_chunks: int | None = None,
         read_policy: dict[str, Any] | None = ...,
         patch: list[tuple[str | int, int]] | None = None,
         patch_mode: str | None = None,
@@ -289,7 +274,6 @@ class NativeDataset:
         model_parallel: tuple[int, str | int] | None = None,
         callbacks: list[Any] = ...,
         metrics_address: str | None = None,
-        coords: bool = False,
         sel_time: tuple[str, int, int] | None = None,
         sel_number: tuple[str, float, float] | None = None,
         concat_dim: str | None = None,

@@ -1,13 +1,15 @@
-//! The dataset's Python arguments as core's options: the read policy, patches, label
-//! selections, the rank mesh, callbacks and transforms. Each converts; core checks and decides
-//! (`PatchOptions::from_words`, `ModelParallel::check`, the builder).
+//! The dataset's Python arguments as core's options: the knobs, the read policy, patches,
+//! label selections, the rank mesh, callbacks and transforms. Each converts; core checks and
+//! decides (`Knobs`' serde, `PatchOptions::from_words`, `ModelParallel::check`, the builder).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use insitubatch_core::coords::{Label, LabelSel};
 use insitubatch_core::transform::{BatchTransform, Scoped};
-use insitubatch_core::{HedgePolicy, ModelParallel, OnBadChunk, PassObserver, PatchAxis, PatchOptions, ReadPolicy};
+use insitubatch_core::{
+    HedgePolicy, Knobs, ModelParallel, OnBadChunk, PassObserver, PatchAxis, PatchOptions, ReadPolicy,
+};
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -16,6 +18,26 @@ use pyo3::types::PyDict;
 use crate::errors::core_err;
 use crate::observe::PyPassCallback;
 use crate::transforms::{self, ErrSlot, PyBatchFn};
+
+/// The dataset's knobs, one dict (the generated `_options.Knobs`), read into core's [`Knobs`]
+/// by its serde derive (pythonize): the keys are core's field names, a missing one takes core's
+/// default, an unknown one is refused naming the known ones, and `on_bad_chunk` is read by
+/// core's `FromStr`. Nothing here restates a knob.
+pub(super) struct KnobsArg(pub(super) Knobs);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for KnobsArg {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let mut from = pythonize::Depythonizer::from_object(&obj);
+        serde_path_to_error::deserialize(&mut from).map(Self).map_err(|e| {
+            // `on_bad_chunk: on_bad_chunk must be ...`: core's message names the key already.
+            let inner = e.inner().to_string();
+            let key = if e.path().iter().next().is_none() { "knobs".to_owned() } else { e.path().to_string() };
+            PyValueError::new_err(if inner.starts_with(&key) { inner } else { format!("{key}: {inner}") })
+        })
+    }
+}
 
 /// `read_policy={...}` (seconds and bytes) over core's `ReadPolicy::default()`, with
 /// `on_bad_chunk` as core parsed it. Unknown keys are refused, naming the known ones.

@@ -46,6 +46,13 @@ pub struct Field {
     pub python: PyField,
 }
 
+impl Field {
+    /// The key in Python: insitubatch 0.2.0's name where `x-python` gives one, else the JSON's.
+    pub fn python_name(&self) -> &str {
+        self.python.name.as_deref().unwrap_or(&self.name)
+    }
+}
+
 /// A field's `x-python` extension: how the Python package shows it, where not as in the JSON.
 #[derive(Debug, Clone, Default)]
 pub struct PyField {
@@ -57,6 +64,15 @@ pub struct PyField {
     pub name: Option<String>,
     /// The Python type, where the package replaces the value (and a `  # comment`).
     pub ty: Option<String>,
+    /// In a dataclass (`x-python` `order` on the struct): the field's default, a Python
+    /// expression, where the type's own (0, `0.0`, `False`, empty, `None` for an `Option`)
+    /// is not it. `None` makes the field's type `T | None`: the value a hand-built report
+    /// gives a number it did not measure.
+    pub default: Option<String>,
+    /// In a dataclass: a field without a default (the caller must give it).
+    pub required: bool,
+    /// In a dataclass: not a field; the package's class computes it (a property).
+    pub property: bool,
 }
 
 /// A struct's `x-python` extension.
@@ -68,6 +84,11 @@ pub struct PyStruct {
     pub extra: Vec<(String, String)>,
     /// The docstring in Python, where it says more than the Rust doc comment.
     pub doc: Option<String>,
+    /// The package gives it as a dataclass, whose fields are written into its class (between
+    /// markers, `py::fill_dataclasses`) in this order (the class's signature: insitubatch
+    /// 0.2.0's fields, then ours as they were added), then any field not listed, in
+    /// declaration order. `None`: no dataclass.
+    pub order: Option<Vec<String>>,
 }
 
 /// A report type.
@@ -179,7 +200,7 @@ fn def(name: &str, schema: &Value) -> Def {
             schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
         let mut names: Vec<&str> = required.clone();
         names.extend(props.keys().map(String::as_str).filter(|k| !required.contains(k)));
-        let fields = names
+        let fields: Vec<Field> = names
             .into_iter()
             .map(|key| {
                 let p = &props[key];
@@ -193,6 +214,7 @@ fn def(name: &str, schema: &Value) -> Def {
             })
             .collect();
         let python = py_struct(schema).unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_order(&python, &fields).unwrap_or_else(|e| panic!("{name}: {e}"));
         return Def::Struct { doc, fields, python };
     }
     let words = if let Some(variants) = schema.get("oneOf").and_then(Value::as_array) {
@@ -279,10 +301,22 @@ fn x_python<'a>(schema: &'a Value, keys: &[&str]) -> Result<Option<&'a Map<Strin
 }
 
 fn py_field(schema: &Value) -> Result<PyField, String> {
-    let Some(x) = x_python(schema, &["tuple", "dict", "name", "type"])? else { return Ok(PyField::default()) };
+    let keys = ["tuple", "dict", "name", "type", "default", "required", "property"];
+    let Some(x) = x_python(schema, &keys)? else { return Ok(PyField::default()) };
     let flag = |k: &str| x.get(k).is_some_and(|v| v.as_bool() == Some(true));
     let text = |k: &str| x.get(k).and_then(Value::as_str).map(String::from);
-    let f = PyField { tuple: flag("tuple"), dict: flag("dict"), name: text("name"), ty: text("type") };
+    let f = PyField {
+        tuple: flag("tuple"),
+        dict: flag("dict"),
+        name: text("name"),
+        ty: text("type"),
+        default: text("default"),
+        required: flag("required"),
+        property: flag("property"),
+    };
+    if [f.default.is_some(), f.required, f.property].iter().filter(|b| **b).count() > 1 {
+        return Err("x-python default, required and property exclude each other".into());
+    }
     let t = ty(schema)?;
     let list = match &t {
         Ty::Nullable(inner) => inner.as_ref(),
@@ -298,8 +332,8 @@ fn py_field(schema: &Value) -> Result<PyField, String> {
 }
 
 fn py_struct(schema: &Value) -> Result<PyStruct, String> {
-    let Some(x) = x_python(schema, &["total", "extra", "doc"])? else {
-        return Ok(PyStruct { total: true, extra: Vec::new(), doc: None });
+    let Some(x) = x_python(schema, &["total", "extra", "doc", "order"])? else {
+        return Ok(PyStruct { total: true, extra: Vec::new(), doc: None, order: None });
     };
     let extra = match x.get("extra") {
         None => Vec::new(),
@@ -310,5 +344,36 @@ fn py_struct(schema: &Value) -> Result<PyStruct, String> {
         Some(_) => return Err("x-python extra is not an object".into()),
     };
     let doc = x.get("doc").and_then(Value::as_str).map(String::from);
-    Ok(PyStruct { total: x.get("total").and_then(Value::as_bool).unwrap_or(true), extra, doc })
+    let order = match x.get("order") {
+        None => None,
+        Some(Value::Array(names)) => Some(
+            names
+                .iter()
+                .map(|n| n.as_str().map(String::from).ok_or("x-python order lists field names (strings)"))
+                .collect::<Result<_, _>>()?,
+        ),
+        Some(_) => return Err("x-python order is not a list of field names".into()),
+    };
+    Ok(PyStruct { total: x.get("total").and_then(Value::as_bool).unwrap_or(true), extra, doc, order })
+}
+
+/// A struct's `order` names fields of it (by their Python names), each once, none a property.
+fn check_order(python: &PyStruct, fields: &[Field]) -> Result<(), String> {
+    let Some(order) = &python.order else {
+        return match fields.iter().find(|f| f.python.default.is_some() || f.python.required || f.python.property) {
+            Some(f) => Err(format!("{}: x-python default, required and property are for a dataclass (order)", f.name)),
+            None => Ok(()),
+        };
+    };
+    for (i, n) in order.iter().enumerate() {
+        if order[..i].contains(n) {
+            return Err(format!("x-python order names {n:?} twice"));
+        }
+        match fields.iter().find(|f| f.python_name() == n) {
+            None => return Err(format!("x-python order names {n:?}, which is no field's Python name")),
+            Some(f) if f.python.property => return Err(format!("x-python order names {n:?}, a property")),
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }

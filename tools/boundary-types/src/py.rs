@@ -1,7 +1,9 @@
 //! The Python module: a `Literal` per enum, and per struct a `TypedDict` of the engine's JSON
 //! (`<Name>Json`, what `json.loads` gives the package) and, for what the package hands out,
 //! one of the package's own shape (`<Name>`, after the `x-python` reshaping); then the
-//! reshaping as tables, for the code that applies it.
+//! reshaping as tables, for the code that applies it. And the fields of the package's
+//! dataclasses (a struct with an `x-python` `order`), written into their classes
+//! ([`fill_dataclasses`]).
 
 use std::fmt::Write as _;
 
@@ -183,7 +185,7 @@ pub fn write(model: &Model, json: &[String], views: &[String], header: &str) -> 
                 Some(c) => format!("{}\n{c}", f.doc),
                 None => f.doc.clone(),
             };
-            let e = Entry { key: f.python.name.clone().unwrap_or_else(|| f.name.clone()), ty: t, doc };
+            let e = Entry { key: f.python_name().to_string(), ty: t, doc };
             if f.required { required.push(e) } else { optional.push(e) }
         }
         for (key, t) in &python.extra {
@@ -197,25 +199,28 @@ pub fn write(model: &Model, json: &[String], views: &[String], header: &str) -> 
         }
         class(&mut body, n, python.doc.as_deref().unwrap_or(doc), &required, &optional, python.total);
     }
-    let _ = writeln!(
-        body,
-        "\n\n# The reshaping, per Rust struct (the `x-python` extension): its lists given as tuples, its\n\
-         # `[name, value]` pair lists given as dicts, and its fields given another name (insitubatch\n\
-         # 0.2.0's).\n\
-         TUPLE_FIELDS: dict[str, frozenset[str]] = {{"
-    );
-    table(&mut body, model, &all, |f| f.python.tuple.then(|| lit(&f.name)), ("frozenset({", "})"));
-    let _ = writeln!(body, "}}\nDICT_FIELDS: dict[str, frozenset[str]] = {{");
-    table(&mut body, model, &all, |f| f.python.dict.then(|| lit(&f.name)), ("frozenset({", "})"));
-    let _ = writeln!(body, "}}\nPYTHON_NAMES: dict[str, dict[str, str]] = {{");
-    table(
-        &mut body,
-        model,
-        &all,
-        |f| f.python.name.as_ref().map(|p| format!("{}: {}", lit(&f.name), lit(p))),
-        ("{", "}"),
-    );
-    let _ = writeln!(body, "}}");
+    let reshaped = |f: &Field| f.python.tuple || f.python.dict || f.python.name.is_some();
+    if all.iter().any(|n| matches!(model.get(n), Def::Struct { fields, .. } if fields.iter().any(reshaped))) {
+        let _ = writeln!(
+            body,
+            "\n\n# The reshaping, per Rust struct (the `x-python` extension): its lists given as tuples, its\n\
+             # `[name, value]` pair lists given as dicts, and its fields given another name (insitubatch\n\
+             # 0.2.0's).\n\
+             TUPLE_FIELDS: dict[str, frozenset[str]] = {{"
+        );
+        table(&mut body, model, &all, |f| f.python.tuple.then(|| lit(&f.name)), ("frozenset({", "})"));
+        let _ = writeln!(body, "}}\nDICT_FIELDS: dict[str, frozenset[str]] = {{");
+        table(&mut body, model, &all, |f| f.python.dict.then(|| lit(&f.name)), ("frozenset({", "})"));
+        let _ = writeln!(body, "}}\nPYTHON_NAMES: dict[str, dict[str, str]] = {{");
+        table(
+            &mut body,
+            model,
+            &all,
+            |f| f.python.name.as_ref().map(|p| format!("{}: {}", lit(&f.name), lit(p))),
+            ("{", "}"),
+        );
+        let _ = writeln!(body, "}}");
+    }
 
     let mut typing = Vec::new();
     if body.contains("Any]") {
@@ -226,4 +231,174 @@ pub fn write(model: &Model, json: &[String], views: &[String], header: &str) -> 
     let _ = writeln!(out, "from typing import {}", typing.join(", "));
     out.push_str(&body);
     out
+}
+
+/// The structs the package gives as dataclasses (those with an `x-python` `order`).
+fn dataclasses(model: &Model) -> Vec<&str> {
+    model
+        .defs
+        .iter()
+        .filter(|(_, d)| matches!(d, Def::Struct { python, .. } if python.order.is_some()))
+        .map(|(n, _)| n.as_str())
+        .collect()
+}
+
+/// A field's type in a dataclass: words as `str` (the package's dataclasses type them so, as
+/// insitubatch 0.2.0's do, so that a hand-built report may carry any), a struct as the
+/// package's dataclass of that name.
+fn dc_ty(model: &Model, t: &Ty, within: &str) -> String {
+    match t {
+        Ty::Int | Ty::Ints(_) => "int".into(),
+        Ty::Float => "float".into(),
+        Ty::Bool => "bool".into(),
+        Ty::Str | Ty::Strs(_) => "str".into(),
+        Ty::Json => "dict[str, Any]".into(),
+        Ty::Ref(n) => match model.get(n) {
+            Def::Enum { .. } => "str".into(),
+            Def::Struct { python, .. } => {
+                assert!(
+                    python.order.is_some(),
+                    "{within}: the dataclass holds a {n}, which is no dataclass: give {n} an x-python `order`"
+                );
+                n.clone()
+            }
+        },
+        Ty::Array(item) => format!("list[{}]", dc_ty(model, item, within)),
+        Ty::Tuple(items) => {
+            format!("tuple[{}]", items.iter().map(|i| dc_ty(model, i, within)).collect::<Vec<_>>().join(", "))
+        }
+        Ty::Nullable(inner) => format!("{} | None", dc_ty(model, inner, within)),
+    }
+}
+
+/// A dataclass field's type and default (`None`: no default).
+fn dc_field(model: &Model, f: &Field, within: &str) -> (String, Option<String>) {
+    let within = format!("{within}.{}", f.name);
+    let factory = |what: &str| Some(format!("dataclasses.field(default_factory={what})"));
+    let (shown, zero) = match &f.ty {
+        Ty::Array(item) if f.python.tuple => {
+            (format!("tuple[{}, ...]", dc_ty(model, item, &within)), Some("()".into()))
+        }
+        Ty::Array(item) if f.python.dict => match item.as_ref() {
+            Ty::Tuple(pair) => (
+                format!("dict[{}, {}]", dc_ty(model, &pair[0], &within), dc_ty(model, &pair[1], &within)),
+                factory("dict"),
+            ),
+            _ => unreachable!("model.rs checks that a dict field is a list of pairs"),
+        },
+        Ty::Array(_) => (dc_ty(model, &f.ty, &within), factory("list")),
+        Ty::Json => (dc_ty(model, &f.ty, &within), factory("dict")),
+        Ty::Nullable(_) => (dc_ty(model, &f.ty, &within), Some("None".into())),
+        Ty::Int | Ty::Ints(_) => ("int".into(), Some("0".into())),
+        Ty::Float => ("float".into(), Some("0.0".into())),
+        Ty::Bool => ("bool".into(), Some("False".into())),
+        Ty::Str => ("str".into(), Some("\"\"".into())),
+        Ty::Ref(n) if matches!(model.get(n), Def::Struct { .. }) => {
+            let t = dc_ty(model, &f.ty, &within);
+            (t.clone(), factory(&t))
+        }
+        Ty::Ref(_) | Ty::Strs(_) | Ty::Tuple(_) => (dc_ty(model, &f.ty, &within), None),
+    };
+    if f.python.required {
+        return (shown, None);
+    }
+    match f.python.default.as_deref() {
+        Some("None") if !shown.ends_with("| None") => (format!("{shown} | None"), Some("None".into())),
+        Some(d) => (shown, Some(d.to_string())),
+        None => {
+            assert!(
+                zero.is_some(),
+                "{within}: no default for this type: give it an x-python `default` (or `required`)"
+            );
+            (shown, zero)
+        }
+    }
+}
+
+/// The field lines of dataclass `name` at `indent`: its fields but its properties, in
+/// `order`, then the fields it does not list; each after its doc comment.
+fn dataclass_fields(model: &Model, name: &str, indent: &str) -> String {
+    let Def::Struct { fields, python, .. } = model.get(name) else { panic!("{name} is not a struct") };
+    let order = python.order.as_deref().unwrap_or_default();
+    let mut ordered: Vec<&Field> =
+        order.iter().filter_map(|n| fields.iter().find(|f| f.python_name() == n.as_str())).collect();
+    ordered.extend(fields.iter().filter(|f| !f.python.property && !order.iter().any(|n| n == f.python_name())));
+    let mut out = String::new();
+    let mut defaulted: Option<&str> = None;
+    for f in ordered {
+        let (t, default) = dc_field(model, f, name);
+        comment(&mut out, &f.doc, indent);
+        let key = f.python_name();
+        match default {
+            Some(d) => {
+                defaulted.get_or_insert(key);
+                let _ = writeln!(out, "{indent}{key}: {t} = {d}");
+            }
+            None => {
+                if let Some(before) = defaulted {
+                    panic!(
+                        "{name}.{key} has no default but follows {before}, which has one: list it in `order` before {before}"
+                    );
+                }
+                let _ = writeln!(out, "{indent}{key}: {t}");
+            }
+        }
+    }
+    out
+}
+
+/// The line that opens the generated fields of dataclass `name` in the package's source (its
+/// indentation aside); `# END {name} fields` closes them.
+fn begin_marker(name: &str) -> String {
+    format!("# BEGIN {name} fields: generated by tools/boundary-types from the Rust type; do not edit")
+}
+
+/// `text` (a module of the package, `path`) with the fields of every dataclass written
+/// between its markers ([`begin_marker`], in the class body): Python keeps the class, its
+/// docstring and methods where it declares them (its signature and docs are its own), and the
+/// fields come from the Rust type.
+///
+/// # Errors
+/// A dataclass without markers in `text`, or markers of a type that is no dataclass.
+pub fn fill_dataclasses(model: &Model, text: &str, path: &str) -> Result<String, String> {
+    let names = dataclasses(model);
+    let mut out = String::with_capacity(text.len());
+    let mut lines = text.split_inclusive('\n');
+    let mut filled: Vec<&str> = Vec::new();
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        let trimmed = line.trim_start();
+        let Some(rest) = trimmed.strip_prefix("# BEGIN ") else { continue };
+        let name = rest.split(' ').next().unwrap_or_default();
+        let Some(name) = names.iter().copied().find(|n| *n == name && trimmed.trim_end() == begin_marker(n)) else {
+            return Err(format!(
+                "{path}: `{}` opens the fields of no dataclass (the Rust types with an x-python `order` are {names:?})",
+                trimmed.trim_end()
+            ));
+        };
+        if filled.contains(&name) {
+            return Err(format!("{path}: the fields of {name} are generated twice"));
+        }
+        let indent = &line[..line.len() - trimmed.len()];
+        let end = format!("# END {name} fields");
+        loop {
+            match lines.next() {
+                Some(l) if l.trim() == end => {
+                    out.push_str(&dataclass_fields(model, name, indent));
+                    out.push_str(l);
+                    break;
+                }
+                Some(_) => {}
+                None => return Err(format!("{path}: `{}` has no `{end}` after it", begin_marker(name))),
+            }
+        }
+        filled.push(name);
+    }
+    match names.iter().find(|n| !filled.contains(n)) {
+        Some(n) => Err(format!(
+            "{path}: the dataclass {n} has no generated fields: put `{}` and `# END {n} fields` in its class body",
+            begin_marker(n)
+        )),
+        None => Ok(out),
+    }
 }
