@@ -5,7 +5,7 @@
 //! These types are also the one definition of the report in JS and Python: with the `schema`
 //! feature they derive `schemars::JsonSchema`, and tools/boundary-types writes
 //! `js/src/reports.d.ts` and the Python package's `_reports.py` from it. An `x-python`
-//! extension says where the Python package shows a field otherwise (the anchor's shapes:
+//! extension says where the Python package shows a field otherwise (insitubatch 0.2.0's shapes:
 //! `tuple` for a list, `dict` for `[name, value]` pairs, a Python `type` where the package
 //! replaces the value; on a struct, `extra` fields it adds, `total`, a Python `doc`), so adding
 //! a field here and regenerating updates every binding (CONTRIBUTING.md).
@@ -18,7 +18,7 @@ use serde::Serialize;
 #[cfg_attr(
     feature = "schema",
     schemars(extend("x-python" = {"total": false, "extra": {
-        "logical_chunk_bytes": "int  # the first chunk after chunk transforms, no padding (the anchor's)"
+        "logical_chunk_bytes": "int  # the first chunk after chunk transforms, no padding (insitubatch 0.2.0's)"
     }}))
 )]
 pub struct VariableReport {
@@ -136,7 +136,7 @@ pub struct ConfigReport {
     /// Reference chunks.
     #[cfg_attr(
         feature = "schema",
-        schemars(extend("x-python" = {"type": "dict[str, int]  # label -> chunks (the anchor's)"}))
+        schemars(extend("x-python" = {"type": "dict[str, int]  # label -> chunks (insitubatch 0.2.0's)"}))
     )]
     pub n_chunks: u64,
     /// Chunks per split.
@@ -172,7 +172,7 @@ pub struct ConfigReport {
 #[cfg_attr(
     feature = "schema",
     schemars(extend("x-python" = {"total": false, "extra": {
-        "working_set_bytes": "int  # the automatic budget for one iteration (the anchor's name)"
+        "working_set_bytes": "int  # the automatic budget for one iteration (insitubatch 0.2.0's name)"
     }}))
 )]
 pub struct MemoryReport {

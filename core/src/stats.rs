@@ -5,7 +5,7 @@
 //! second the consumer waited for a batch is attributed to the stage that batch was
 //! waiting on at that moment (its critical path: admission → permit → fetch → decode →
 //! gather → batch transforms). A CPU-bound batch transform is therefore blamed on itself,
-//! never on the store (the anchor's open bug #95).
+//! never on the store (insitubatch 0.2.0's open bug #95).
 
 use std::sync::Mutex;
 use std::time::Duration;

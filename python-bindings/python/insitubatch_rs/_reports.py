@@ -479,7 +479,7 @@ class VariableReport(TypedDict, total=False):
     output_inner_shape: tuple[int, ...]
     # Element type after chunk transforms.
     output_dtype: DTypeName
-    # Added by the package: the first chunk after chunk transforms, no padding (the anchor's)
+    # Added by the package: the first chunk after chunk transforms, no padding (insitubatch 0.2.0's)
     logical_chunk_bytes: int
 
 
@@ -523,7 +523,7 @@ class ConfigReport(TypedDict, total=False):
     # Reference samples per chunk (the anchor grid).
     samples_per_chunk: int
     # Reference chunks.
-    # label -> chunks (the anchor's)
+    # label -> chunks (insitubatch 0.2.0's)
     n_chunks: dict[str, int]
     # Chunks per split.
     split_chunks: dict[str, int]
@@ -604,7 +604,7 @@ class MemoryReport(TypedDict, total=False):
     accounted_bytes: int
     # Accounted + 64 MiB process baseline: an upper bound for a caller slower than the loader.
     estimated_peak_bytes: int
-    # Added by the package: the automatic budget for one iteration (the anchor's name)
+    # Added by the package: the automatic budget for one iteration (insitubatch 0.2.0's name)
     working_set_bytes: int
 
 

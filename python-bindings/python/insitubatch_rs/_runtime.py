@@ -1,12 +1,13 @@
-"""What a pass did, and which stage limited it: the anchor's ``PassStats`` over the engine's.
+"""What a pass did, and which stage limited it: insitubatch 0.2.0's ``PassStats`` over the engine's.
 
 The engine records the counters and times (``core/src/stats.rs``) and hands them over as
-JSON; this module gives them the anchor's shape: attribute access (``.times.decode_s``,
-``.depths.inflight_peak``), ``as_dict()``, ``limiting_stage`` and :func:`bottleneck`.
+JSON; this module gives them the reference implementation's shape: attribute access
+(``.times.decode_s``, ``.depths.inflight_peak``), ``as_dict()``, ``limiting_stage`` and
+:func:`bottleneck`.
 
-Two differences from the anchor, both deliberate:
+Two differences from the reference implementation (insitubatch 0.2.0), both deliberate:
 
-* **The verdict is the engine's.** The anchor ranks summed stage totals, which blames the
+* **The verdict is the engine's.** The reference ranks summed stage totals, which blames the
   store for a CPU-bound batch transform (its open bug #95). The engine instead attributes
   every second the consumer waited to the stage that batch was waiting on (``blocked_s``)
   and decides from that. Stats from a pass carry the engine's own verdict; a ``PassStats``
@@ -15,11 +16,12 @@ Two differences from the anchor, both deliberate:
 * **Fields the engine does not measure are ``None``**, never a made-up number (only on
   ``PassStats`` built by hand without them); docs/migration.md lists the differences.
 
-The dataclasses' fields, and the anchor's names some of them take here (``Depths``'
-``batch_queue_*``, ``resident_peak``), come from the Rust types (``core/src/stats.rs``, their
-``x-python`` extension), written between the markers below by tools/boundary-types with the
-anchor's fields first, in its order, then ours (a new one last): a new engine field is a line
-in the Rust type and a regeneration, no hand edit here (``_from_engine`` would refuse a field
+The dataclasses' fields, and the reference implementation's names some of them take here
+(``Depths``' ``batch_queue_*``, ``resident_peak``), come from the Rust types
+(``core/src/stats.rs``, their ``x-python`` extension), written between the markers below by
+tools/boundary-types with the reference implementation's fields first, in its order, then ours
+(a new one last): a new engine field is a line in the Rust type and a regeneration, no hand
+edit here (``_from_engine`` would refuse a field
 the dataclasses did not declare). The JSON's ``TypedDict`` is generated into ``_reports.py``.
 """
 
@@ -264,8 +266,8 @@ class PassStats:
     @classmethod
     def _from_engine(cls, raw: _EnginePassStats) -> PassStats:
         """From the engine's JSON (``core::stats::PassStats``), reshaped as ``_reports`` says
-        (pairs as dicts, the anchor's names). An engine field the dataclasses do not declare
-        is a ``TypeError`` here, never dropped."""
+        (pairs as dicts, the reference implementation's names). An engine field the dataclasses
+        do not declare is a ``TypeError`` here, never dropped."""
         fields = reshape("PassStats", raw)
         verdict = (fields.pop("limiting_stage"), fields.pop("advice"), fields.pop("consumer_idle"))
         summary = fields.pop("summary")

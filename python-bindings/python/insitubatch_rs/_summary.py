@@ -1,12 +1,12 @@
-"""``describe()``: the engine's static report in the anchor's ``DatasetReport`` shape.
+"""``describe()``: the engine's static report in insitubatch 0.2.0's ``DatasetReport`` shape.
 
 The engine computes every number (``core/src/describe.rs``, from the same functions that
 size the pool); this module only reshapes it. The shapes are declared once, on the Rust types
 (their ``x-python`` extension), and generated with the TypedDicts into ``_reports.py``
 (tools/boundary-types): ``variables`` keyed by label, ``[name, value]`` pairs as dicts, shapes
-as tuples, and the anchor's keys where ours were named differently or are the package's own
-(``memory.working_set_bytes``, ``config.cache_dir``/``persist``/``readonly_cache``/
-``assembles``, ``logical_chunk_bytes``), which this module fills in. Our extra keys stay
+as tuples, and the reference implementation's keys where ours were named differently or are
+the package's own (``memory.working_set_bytes``, ``config.cache_dir``/``persist``/
+``readonly_cache``/``assembles``, ``logical_chunk_bytes``), which this module fills in. Our extra keys stay
 (``codecs``, ``shard``, ``floor_bytes``, ``read_once_bytes``, ``recycled_bytes``,
 ``disk_tier``, ``batches_per_epoch``, ...).
 """
@@ -48,8 +48,8 @@ __all__ = [
 def reshape(struct: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     """The engine's JSON object of the Rust struct ``struct`` as the package shows it, by
     ``_reports``' tables (the ``x-python`` extension of the Rust types): its lists given as
-    tuples, its ``[name, value]`` pairs as dicts, its fields under the anchor's names; the
-    rest as it came, in its order."""
+    tuples, its ``[name, value]`` pairs as dicts, its fields under the reference
+    implementation's names; the rest as it came, in its order."""
     tuples = TUPLE_FIELDS.get(struct, frozenset())
     dicts = DICT_FIELDS.get(struct, frozenset())
     names = PYTHON_NAMES.get(struct, {})
