@@ -25,7 +25,7 @@ demo *args:
 www *args:
     scripts/www.sh "$@"
 
-# A 2-minute benchmark smoke against the anchor (bench/run.py --quick)
+# A 2-minute benchmark smoke against insitubatch 0.2.0, the reference implementation (bench/run.py --quick)
 [group('run')]
 bench-quick:
     source scripts/env.sh && ib_prereqs && cargo build --release -q -p insitubatch-native --bin insitubatch
@@ -86,10 +86,10 @@ test-wasm:
 test-www:
     scripts/test.sh test-www
 
-# The Python package: pytest, frameworks, mypy (scripts/test-python.sh; IB_PYTHON_*)
+# The Python package in its sessions, Python × framework: pytest, mypy (args: py=3.12 fw=tf, pytest's)
 [group('phases of scripts/test.sh')]
-test-python:
-    scripts/test.sh test-python
+test-python *args:
+    scripts/test.sh test-python -- "$@"
 
 # The notebook widget in JupyterLab and marimo (scripts/test-widget.sh)
 [group('phases of scripts/test.sh')]
@@ -110,3 +110,13 @@ release-check:
 [group('phases of scripts/test.sh')]
 docs:
     scripts/test.sh docs
+
+# The sessions of test-python: each Python version × framework set, and its venv
+[group('python')]
+python-sessions:
+    scripts/test-python.sh --list
+
+# Relock the Python environments: tools/python/NAME.in -> NAME.txt (args: scripts/lock.sh's)
+[group('python')]
+lock *args:
+    scripts/lock.sh "$@"

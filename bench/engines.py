@@ -11,7 +11,7 @@ Runners:
 - ``py``: bench/py_engines.py ENGINE under the bench Python (``--python``: insitubatch_rs and
   the peers).
 - ``reference``: bench/reference_bench.py under the reference implementation's venv
-  (``--reference-python``: insitubatch 0.2.0, bench/setup_anchor.sh).
+  (``--reference-python``: insitubatch 0.2.0, bench/setup_reference.sh).
 - ``reference-py``: bench/py_engines.py ENGINE under that venv.
 - ``patch``: bench/patch_engines.py ENGINE under the bench Python.
 - ``workers``: bench/dataloader_workers.py under the bench Python.

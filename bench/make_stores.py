@@ -17,7 +17,7 @@ Every store holds the same values (sample t is seeded by t). Written in 40-sampl
 slabs (~166 MB), so memory stays well under 4 GB. A store whose marker
 OUTDIR/<name>.zarr.done matches (samples, script hash) is skipped.
 The full sweep at N=720 takes ~7 GB of disk: check `df` first.
-Run it with the reference venv (insitubatch 0.2.0 and zarr 3.4.2; bench/setup_anchor.sh), as
+Run it with the reference venv (insitubatch 0.2.0 and zarr 3.4.2; bench/setup_reference.sh), as
 bench/run.py --samples N does.
 """
 import argparse

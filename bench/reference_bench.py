@@ -7,7 +7,7 @@ insitubatch-rs rebuilds) with the same JSON contract as `insitubatch bench URL .
 
 One cold epoch, then warm epochs over the same dataset object (its in-memory pool).
 The whole array is the train split (split_by_chunk(fractions=(1.0, 0.0, 0.0))).
-Run it inside the reference venv (bench/setup_anchor.sh); bench/run.py runs it as the engine
+Run it inside the reference venv (bench/setup_reference.sh); bench/run.py runs it as the engine
 `reference`.
 """
 import argparse

@@ -67,7 +67,7 @@ def default_python():
 
 
 def default_reference_python():
-    return os.path.join(CACHE, "venv-anchor", "bin", "python")
+    return os.path.join(CACHE, "venv-reference", "bin", "python")
 
 
 def parser(suite):
@@ -97,7 +97,7 @@ def parser(suite):
     ap.add_argument("--python", default=default_python(), help="the Python of the insitubatch_rs and peer "
                     "engines (default $INSITUBATCH_CACHE/venv-bench, else venv-test)")
     ap.add_argument("--reference-python", default=None, help="the Python of insitubatch 0.2.0 (default: "
-                    "the venv bench/setup_anchor.sh makes, made when missing)")
+                    "the venv bench/setup_reference.sh makes, made when missing)")
     ap.add_argument("--var", default="t2m")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--block-chunks", type=int, default=16)
@@ -250,15 +250,15 @@ def say(suite, row):
 
 
 def reference_venv(args, names):
-    """Make the reference venv (bench/setup_anchor.sh) when an engine or the store maker needs
+    """Make the reference venv (bench/setup_reference.sh) when an engine or the store maker needs
     it and none was given."""
     if args.reference_python or os.path.exists(default_reference_python()):
         return
     needs = [n for n in names if registry.engine(n).runner in ("reference", "reference-py")]
     if needs or getattr(args, "samples", None):
         print(f"[run] making the reference venv for {', '.join(needs) or 'bench/make_stores.py'} "
-              "(bench/setup_anchor.sh)", file=sys.stderr)
-        subprocess.run([os.path.join(HERE, "setup_anchor.sh")], check=True, stdout=subprocess.DEVNULL)
+              "(bench/setup_reference.sh)", file=sys.stderr)
+        subprocess.run([os.path.join(HERE, "setup_reference.sh")], check=True, stdout=subprocess.DEVNULL)
 
 
 def make_stores(args, ctx):

@@ -43,12 +43,15 @@ justfile_covers_phases() {
     recipes=" $("$IB_JUST" --justfile justfile --summary) " || return 1
     for name in $(bash scripts/test.sh --list | awk '{ print $1 }'); do
         [[ "$recipes" == *" $name "* ]] \
-            && "$IB_JUST" --justfile justfile --show "$name" | grep -q "scripts/test\.sh $name\$" \
+            && "$IB_JUST" --justfile justfile --show "$name" | grep -Eq "scripts/test\.sh $name( |\$)" \
             || missing+=("$name")
     done
     [ ${#missing[@]} -eq 0 ] || { echo "justfile: no recipe runs these phases of scripts/test.sh: ${missing[*]}"; return 1; }
 }
 check "justfile: a recipe per phase of scripts/test.sh" justfile_covers_phases
+# Each Python environment's lock (tools/python/NAME.txt) is what scripts/lock.sh compiles from
+# its inputs: the stamp on its first line, recomputed with no network and no uv.
+check "Python locks: tools/python/*.txt match their .in files" bash scripts/lock.sh --check
 # Host: every crate with its tests, benches and examples (core's `testing` feature comes on
 # through native's dev-dependency), then core alone, without that feature.
 check "clippy (host, all crates)" cargo clippy -q --workspace --all-targets "${W[@]}"

@@ -22,8 +22,7 @@ ROOT="$PWD"
 START=$SECONDS
 source scripts/env.sh
 source scripts/pyenv.sh
-ib_test_venv
-ib_test_python_reqs
+ib_test_venv   # maturin, zig, auditwheel and twine (tools/python/test.in)
 MODE=release
 case "${1:-}" in --check) MODE=check ;; "") ;; *) echo "usage: scripts/release.sh [--check]" >&2; exit 2 ;; esac
 DIST="$ROOT/dist"

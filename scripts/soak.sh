@@ -16,4 +16,4 @@ if [ "${1:-}" = --node ]; then
     fi
     IB_SOAK_EPOCHS="${2:-2000}" exec node --test --test-reporter=spec js/test/soak.test.js
 fi
-IB_SOAK_EPOCHS="${1:-2000}" IB_PYTHON_VERSIONS= IB_ANCHOR=0 exec bash scripts/test-python.sh -s -k soak
+IB_SOAK_EPOCHS="${1:-2000}" IB_REFERENCE=0 exec bash scripts/test-python.sh py=3.11,3.14t -s -k soak

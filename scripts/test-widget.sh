@@ -4,8 +4,8 @@
 #   1. the widget's front end: www/src/widget.js bundled by esbuild (Vite's, from
 #      www/node_modules) with the one-thread web engine (js/pkg/web) into
 #      python-bindings/python/insitubatch_rs/_widget/, which the wheel ships;
-#   2. a venv with JupyterLab, anywidget and marimo (python-bindings/requirements-widget.txt, cached
-#      by its hash) and the wheel built from this tree (rebuilt when an input changes);
+#   2. a venv with JupyterLab, anywidget and marimo (scripts/pyenv.sh `ib_venv widget`: uv, from
+#      tools/python/widget.txt) and the wheel built from this tree (rebuilt when an input changes);
 #   3. the test: in each of JupyterLab and marimo, a notebook per store (a local path read
 #      through the kernel; the same store served by tests/servers/http_server.py, fetched by
 #      the browser), each batch image's pixels checked against the source values
@@ -32,26 +32,21 @@ echo "widget assets: $(du -cb "$ASSETS"/* | tail -1 | cut -f1) bytes ($(ls "$ASS
 
 echo "== widget: JupyterLab venv and the insitubatch_rs wheel"
 ib_test_venv   # the shared test venv: its python and maturin build the wheel
-VENV="$INSITUBATCH_CACHE/venv-widget"
-REQ=python-bindings/requirements-widget.txt
-want="$(sha256sum "$REQ" | cut -d' ' -f1)"
-if [ "$(cat "$VENV/.req-hash" 2>/dev/null || true)" != "$want" ] || [ ! -x "$VENV/bin/python" ]; then
-    rm -rf "$VENV"
-    "$IB_PY" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q -r "$REQ"
-    echo "$want" >"$VENV/.req-hash"
-fi
+WIDGET_PY="$(ib_venv widget)"
+VENV="$(dirname "$(dirname "$WIDGET_PY")")"
 build_hash="$( { cat Cargo.toml Cargo.lock; \
     find core native python-bindings/src python-bindings/python python-bindings/Cargo.toml python-bindings/pyproject.toml \
         -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
 WHEELS="$VENV/wheels"
-if [ "$(cat "$VENV/.ib-build" 2>/dev/null || true)" != "$build_hash" ]; then
+# (A sync of the venv to a changed lock removes the wheel: the import check sees that.)
+if [ "$(cat "$VENV/.ib-build" 2>/dev/null || true)" != "$build_hash" ] \
+    || ! "$WIDGET_PY" -c 'import insitubatch_rs._native' 2>/dev/null; then
     rm -rf "$WHEELS"
     MATURIN="$(dirname "$IB_PY")/maturin"
     # The test venv's interpreter, as scripts/test-python.sh builds with: the same cargo
     # fingerprints, so this reuses that build instead of recompiling pyo3 and what follows.
     (cd python-bindings && "$MATURIN" build -q --strip -i "$IB_PY" -o "$WHEELS")
-    "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$WHEELS"/insitubatch_rs-*.whl
+    ib_install_wheel "$WIDGET_PY" "$WHEELS"/insitubatch_rs-*.whl
     echo "$build_hash" >"$VENV/.ib-build"
 fi
 whl=("$WHEELS"/insitubatch_rs-*.whl)

@@ -12,6 +12,8 @@
 # Installs what it needs first.
 #   scripts/test.sh                # every phase, in order (the README's command; CI runs this)
 #   scripts/test.sh PHASE...       # only those phases, still in the order below
+#   scripts/test.sh test-python -- ARGS   # one phase, ARGS to its script (scripts/test-python.sh:
+#                                  # sessions such as py=3.12 fw=tf, pytest arguments)
 #   scripts/test.sh --list         # the phases: name and what each runs
 # This file holds the one list of phases and their order (PHASES below). The justfile's
 # recipes of the same names (`just --list`) call `scripts/test.sh NAME`; `just test` is this
@@ -35,7 +37,7 @@ PHASES=(
     "test-e2e|end-to-end tests (loopback HTTP and S3 servers, the cloud-like store)"
     "test-wasm|wasm/JS: Node tests, cross-target parity, headless Chromium"
     "test-www|the dashboard (www/) in headless Chromium (Playwright)"
-    "test-python|Python package (insitubatch_rs): pytest, with real torch (store objects read the servers)"
+    "test-python|Python package (insitubatch_rs): pytest in every session, Python version × framework (scripts/test-python.sh --list)"
     "test-widget|the notebook widget in JupyterLab and marimo (Playwright)"
     "test-packages|packages as users install them, outside the repo (sdist, npm tarball in Node, tsc, Vite)"
     "release-check|release artifacts as a user receives them (manylinux_2_28 wheels, twine, npm and cargo publish --dry-run)"
@@ -45,6 +47,20 @@ PHASES=(
 # started before the first of these that runs and stopped after the last.
 SERVER_PHASES=" test-e2e test-wasm test-python "
 
+# Arguments after `--` go to the one phase named before it, where that phase takes any.
+ARG_PHASES=(test-python)
+PHASE_ARGS=()
+for i in $(seq 1 $#); do
+    if [ "${!i}" = -- ]; then
+        PHASE_ARGS=("${@:i+1}")
+        set -- "${@:1:i-1}"
+        if [ $# -ne 1 ] || [[ " ${ARG_PHASES[*]} " != *" $1 "* ]]; then
+            echo "scripts/test.sh: arguments after -- go to one phase that takes them (${ARG_PHASES[*]}), named alone before it" >&2
+            exit 2
+        fi
+        break
+    fi
+done
 if [ "${1:-}" = "--list" ]; then
     for p in "${PHASES[@]}"; do printf '%-14s %s\n' "${p%%|*}" "${p#*|}"; done
     exit 0
@@ -139,7 +155,7 @@ run_fuzz() { t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"; }
 run_test_e2e() { t cargo test -p insitubatch-tests; }
 run_test_wasm() { t bash scripts/test-wasm.sh; }
 run_test_www() { t bash scripts/test-www.sh; }
-run_test_python() { t bash scripts/test-python.sh; }
+run_test_python() { t bash scripts/test-python.sh "$@"; }
 run_test_widget() { t bash scripts/test-widget.sh; }
 run_test_packages() { t bash scripts/test-packages.sh; }
 run_release_check() { t bash scripts/release.sh --check; }
@@ -161,7 +177,7 @@ for i in "${!SELECTED[@]}"; do
     name="${SELECTED[$i]%%|*}"
     phase "${SELECTED[$i]#*|}"
     if [[ "$SERVER_PHASES" == *" $name "* ]] && [ "$SERVERS_UP" = 0 ]; then start_servers; fi
-    "run_${name//-/_}"
+    "run_${name//-/_}" "${PHASE_ARGS[@]}"
     # The servers go as soon as no later phase of this run needs them.
     if [ "$SERVERS_UP" = 1 ]; then
         later=0

@@ -3,7 +3,7 @@
 # function that installs it only when it is missing or at another version. Each holds its own
 # lock (flock), so scripts/warm.sh can install them in the background while the builds run,
 # and a foreground caller waits for that install and then finds it done.
-#   ib_tool cargo-fuzz | wasm-bindgen | mdbook | npm | just | chromium
+#   ib_tool cargo-fuzz | wasm-bindgen | mdbook | npm | just | uv | chromium
 # The cargo installs build in a temporary target dir of their own (`env -u CARGO_TARGET_DIR`):
 # the shared one would make the workspace's builds wait on its lock.
 
@@ -26,11 +26,15 @@ IB_NPM_PREFIX="$INSITUBATCH_CACHE/tools/npm-$(cat "$IB_ROOT/tools/npm/package.js
 # tree from source on the two cores that a cold CI run needs for its own builds.
 IB_JUST_VENV="$INSITUBATCH_CACHE/tools/just-$(sha256sum "$IB_ROOT/tools/just/requirements.txt" | cut -c1-16)"
 IB_JUST="$IB_JUST_VENV/bin/just"
+# uv, which makes the Python environments (scripts/pyenv.sh) from the locks in tools/python/:
+# the PyPI wheel, pinned with its hashes in tools/uv/requirements.txt, installed as just is.
+IB_UV_VENV="$INSITUBATCH_CACHE/tools/uv-$(sha256sum "$IB_ROOT/tools/uv/requirements.txt" | cut -c1-16)"
+IB_UV="$IB_UV_VENV/bin/uv"
 
 ib_tool() {
     local name="$1" fn
     case "$name" in
-        cargo-fuzz | wasm-bindgen | mdbook | npm | just | chromium) fn="_ib_tool_${name//-/_}" ;;
+        cargo-fuzz | wasm-bindgen | mdbook | npm | just | uv | chromium) fn="_ib_tool_${name//-/_}" ;;
         *) echo "ib_tool: unknown tool '$name'" >&2; return 2 ;;
     esac
     mkdir -p "$INSITUBATCH_CACHE"
@@ -74,17 +78,24 @@ _ib_tool_npm() {
     touch "$IB_NPM_PREFIX/.ib-installed"
 }
 
-_ib_tool_just() {
-    [ -f "$IB_JUST_VENV/.ib-installed" ] && [ -x "$IB_JUST" ] && return 0
-    echo "installing just ($(sed -n 's/^rust-just==\([^ ]*\).*/\1/p' "$IB_ROOT/tools/just/requirements.txt"), tools/just/requirements.txt) into $IB_JUST_VENV" >&2
+_ib_tool_just() { _ib_wheel_tool just "$IB_JUST_VENV" rust-just; }
+_ib_tool_uv() { _ib_wheel_tool uv "$IB_UV_VENV" uv; }
+
+# _ib_wheel_tool NAME VENV PACKAGE: the wheel pinned with its hashes in tools/NAME/requirements.txt,
+# installed into VENV (named by that file's hash) with --require-hashes; its command is
+# VENV/bin/NAME. The marker is written last: an install cut short is done again.
+_ib_wheel_tool() {
+    local name="$1" venv="$2" package="$3" req="$IB_ROOT/tools/$1/requirements.txt"
+    [ -f "$venv/.ib-installed" ] && [ -x "$venv/bin/$name" ] && return 0
+    echo "installing $name ($(sed -n "s/^$package==\([^ ]*\).*/\1/p" "$req"), tools/$name/requirements.txt) into $venv" >&2
     # A venv needs Debian's python3-venv, which ib_prereqs installs.
     python3 -c 'import venv, ensurepip' 2>/dev/null || ib_prereqs || return 1
-    rm -rf "$IB_JUST_VENV"
-    python3 -m venv "$IB_JUST_VENV" \
-        && "$IB_JUST_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
-            --only-binary :all: --require-hashes -r "$IB_ROOT/tools/just/requirements.txt" >&2 \
-        || { rm -rf "$IB_JUST_VENV"; return 1; }
-    touch "$IB_JUST_VENV/.ib-installed"
+    rm -rf "$venv"
+    python3 -m venv "$venv" \
+        && "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+            --only-binary :all: --require-hashes -r "$req" >&2 \
+        || { rm -rf "$venv"; return 1; }
+    touch "$venv/.ib-installed"
 }
 
 # Debian's chromium and chromium-driver (playwright-core and wasm-bindgen-test drive them).

@@ -3,12 +3,11 @@
 # scripts/test.sh starts this at nice 19. The CPU-bound ones (the pinned cargo tools of
 # scripts/tools.sh, the free-threaded CPython build of scripts/py314t.sh) then take the CPU
 # the foreground leaves idle (link steps, single-threaded LTO, test runs, downloads, browser
-# waits), and the download-bound ones (chromium, the npm tools, the Python venvs) overlap the
-# builds instead of following them. Each installer holds its own lock (flock), so a
-# foreground call waits for the one here and finds its work done. A failure here costs
-# nothing but time: the foreground call, finding the install missing, does it again and
-# reports any error itself.
-# Honours the same switches as scripts/test-python.sh (IB_PYTHON_FREE_THREADED=0, ...).
+# waits), and the download-bound ones (chromium, the npm tools, the Python venvs of
+# scripts/pyenv.sh) overlap the builds instead of following them. Each installer holds its own
+# lock (flock), so a foreground call waits for the one here and finds its work done. A failure
+# here costs nothing but time: the foreground call, finding the install missing, does it again
+# and reports any error itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -23,17 +22,17 @@ ready() { echo "warm: $1 ready at $((SECONDS - start)) s"; }
     ib_tool wasm-bindgen && ready wasm-bindgen
     ib_tool mdbook && ready mdbook
 ) &
-if [ "${IB_PYTHON_FREE_THREADED:-1}" != 0 ]; then
-    (bash scripts/py314t.sh >/dev/null && ready py314t) &
-fi
+(ib_venv py3.14t >/dev/null && ready "py314t and venv-py3.14t") &
 (
     ib_tool chromium && ready chromium
     ib_tool npm && ready "npm tools"
-    ib_test_venv && ready venv-test && ib_test_python_reqs && ready "venv-test's torch and JAX"
+    # The environments of tools/python/ the phases use, the test venv first (the fixtures and
+    # edge-inference's venv-onnx, which sees its torch, need it).
+    ib_venv test >/dev/null && ready venv-test
     bash js/examples/edge-inference/setup.sh >/dev/null && ready "edge-inference's onnxruntime-web and venv-onnx"
-    [ "${IB_PYTHON_TF:-1}" = 0 ] || { bash scripts/framework-venv.sh tf >/dev/null && ready venv-tf; }
-    [ "${IB_ANCHOR:-1}" = 0 ] || { bash bench/setup_anchor.sh >/dev/null && ready venv-anchor; }
-    [ "${IB_PYTHON_RAY:-1}" = 0 ] || { bash scripts/framework-venv.sh ray >/dev/null && ready venv-ray; }
+    for env in reference tf ray py3.10 py3.12 py3.13 widget; do
+        ib_venv "$env" >/dev/null && ready "venv-$env"
+    done
 ) &
 wait
 echo "warm: done in $((SECONDS - start)) s"

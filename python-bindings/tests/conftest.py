@@ -82,14 +82,14 @@ def zstd(fixtures: Path, manifest: dict) -> tuple[str, dict[str, np.ndarray]]:
 
 @pytest.fixture(scope="session")
 def tf():
-    """TensorFlow, which lives in its own venv (scripts/framework-venv.sh tf): scripts/test-python.sh runs
+    """TensorFlow, which lives in its own venv (tools/python/tf.in): scripts/test-python.sh runs
     the TF tests there with ``IB_EXPECT_TF=1``, where a missing TensorFlow is a failure."""
     try:
         import tensorflow
     except ImportError as e:
         why = (
             f"TensorFlow is not installed in this venv ({e}): scripts/test-python.sh runs the TF tests "
-            "in their own venv (scripts/framework-venv.sh tf)"
+            "in their own venv (just test-python fw=tf)"
         )
         if os.environ.get("IB_EXPECT_TF", "") == "1":
             pytest.fail(f"{why}; IB_EXPECT_TF=1 says this venv should have it")

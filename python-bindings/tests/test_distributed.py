@@ -37,7 +37,7 @@ def need_torch() -> Any:
         import torch
         import torch.distributed as dist
     except ImportError:
-        why = "torch is not installed (python-bindings/requirements-torch.txt)"
+        why = "torch is not installed (tools/python/torch.in)"
         if frameworks_required():
             pytest.fail(f"{why}; CI installs it in this venv, so this is a failure, not a skip")
         pytest.skip(why)
@@ -298,7 +298,7 @@ def test_jax_multiprocess_job_shares_epochs(fixtures, manifest, tmp_path):
     try:
         import jax  # noqa: F401
     except ImportError:
-        why = "jax is not installed (python-bindings/requirements-jax.txt)"
+        why = "jax is not installed (tools/python/jax.in)"
         if frameworks_required():
             pytest.fail(f"{why}; CI installs it in this venv, so this is a failure, not a skip")
         pytest.skip(why)

@@ -3,7 +3,7 @@ local processes) over a fixture store. The two ranks together draw every sample 
 epoch exactly once (besides the counted remainder), each rank exactly its share, in equal
 step counts; and Ray leaves no process behind.
 
-Ray lives in its own venv (scripts/framework-venv.sh ray); scripts/test-python.sh runs this file there
+Ray lives in its own venv (tools/python/ray.in); scripts/test-python.sh runs this file there
 with ``IB_EXPECT_RAY=1``, where a missing Ray is a failure. Elsewhere it skips, saying so."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def ray_installed() -> None:
     try:
         import ray.train.torch  # noqa: F401
     except ImportError as e:
-        why = f"Ray Train is not installed here ({e}); scripts/framework-venv.sh ray makes its venv"
+        why = f"Ray Train is not installed here ({e}); just test-python fw=ray runs it in its venv"
         if os.environ.get("IB_EXPECT_RAY") == "1":
             pytest.fail(f"{why}; IB_EXPECT_RAY=1 says this venv should have it")
         pytest.skip(why)

@@ -1,5 +1,5 @@
 """Parity with the installed reference implementation (insitubatch 0.2.0 on Python 3.12, built
-by bench/setup_anchor.sh): the same store opened with both, compared on the shape of
+by bench/setup_reference.sh): the same store opened with both, compared on the shape of
 ``describe()``, the attributes of ``last_pass``, geometry arithmetic, split manifests in
 both directions, and the error types for the same bad inputs.
 
@@ -26,15 +26,15 @@ from conftest import url
 
 
 def reference_python() -> Path:
-    candidates = [os.environ.get("IB_ANCHOR_PY")]
+    candidates = [os.environ.get("IB_REFERENCE_PY")]
     for cache in (os.environ.get("INSITUBATCH_CACHE"), os.path.expanduser("~/.cache/insitubatch")):
         if cache:
-            candidates.append(os.path.join(cache, "venv-anchor", "bin", "python"))
+            candidates.append(os.path.join(cache, "venv-reference", "bin", "python"))
     for c in candidates:
         if c and os.access(c, os.X_OK):
             return Path(c)
     pytest.skip(
-        "the reference implementation's venv is absent: run bench/setup_anchor.sh (or set IB_ANCHOR_PY) "
+        "the reference implementation's venv is absent: run bench/setup_reference.sh (or set IB_REFERENCE_PY) "
         "for the parity tests"
     )
 

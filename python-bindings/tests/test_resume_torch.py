@@ -35,7 +35,7 @@ def need(module: str) -> Any:
     try:
         return __import__(module, fromlist=["_"])
     except ImportError:
-        why = f"{module} is not installed (python-bindings/requirements-torch.txt)"
+        why = f"{module} is not installed (tools/python/torch.in)"
         if frameworks_required():
             pytest.fail(f"{why}; CI installs it in this venv, so this is a failure, not a skip")
         pytest.skip(why)

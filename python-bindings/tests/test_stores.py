@@ -28,7 +28,7 @@ STORES = ["v3_zstd", "v3_sharded"]  # two arrays with multi-tile chunks; ranged 
 
 
 def need(module: str) -> Any:
-    return pytest.importorskip(module, reason=f"{module} is not installed (python-bindings/requirements-test.txt)")
+    return pytest.importorskip(module, reason=f"{module} is not installed (tools/python/test.in)")
 
 
 def http_url() -> str:

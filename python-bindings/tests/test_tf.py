@@ -1,5 +1,5 @@
 """TensorFlow: ``to_tf`` exact (dtype, shape, values; TF owns its copy) and ``as_tf_dataset``
-in a ``tf.data`` pipeline and a Keras ``fit``. Runs in the TF venv (scripts/framework-venv.sh tf);
+in a ``tf.data`` pipeline and a Keras ``fit``. Runs in the TF venv (just test-python fw=tf);
 elsewhere it skips, saying so."""
 
 from __future__ import annotations
