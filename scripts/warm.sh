@@ -26,8 +26,7 @@ ready() { echo "warm: $1 ready at $((SECONDS - start)) s"; }
 (
     ib_tool chromium && ready chromium
     ib_tool npm && ready "npm tools"
-    # The environments of tools/python/ the phases use, the test venv first (the fixtures and
-    # edge-inference's venv-onnx, which sees its torch, need it).
+    # The environments of tools/python/ the phases use, the test venv first (the fixtures need it).
     ib_venv test >/dev/null && ready venv-test
     bash js/examples/edge-inference/setup.sh >/dev/null && ready "edge-inference's onnxruntime-web and venv-onnx"
     for env in reference tf ray py3.10 py3.12 py3.13 widget; do
