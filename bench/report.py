@@ -28,8 +28,9 @@ def portable(text):
     absolute paths; docs-tests checks them)."""
     cache = os.environ.get("INSITUBATCH_CACHE") or os.path.expanduser("~/.cache/insitubatch")
     home = os.path.expanduser("~")
-    for prefix, name in [(os.path.abspath(cache) + "/", "$INSITUBATCH_CACHE/"), (REPO + "/", ""),
-                         (home + "/", "$HOME/")]:
+    prefixes = [(os.path.abspath(cache) + "/", "$INSITUBATCH_CACHE/"), (REPO + "/", ""), (home + "/", "$HOME/")]
+    # The longest first: one folder may hold another (CI's checkout is $INSITUBATCH_CACHE/ci-src).
+    for prefix, name in sorted(prefixes, key=lambda p: -len(p[0])):
         text = text.replace(prefix, name)
     return text
 
