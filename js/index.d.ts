@@ -253,18 +253,6 @@ export interface Storage {
   location?: string;
 }
 
-/** A chunk filled under `onBadChunk: "nan"` (core's BadChunk; snake_case keys). */
-export interface BadChunk {
-  /** Array path. */
-  array: string;
-  /** Sample-axis chunk index. */
-  chunk_index: number;
-  /** Physical tile coordinate. */
-  tile: number[];
-  /** Why it could not be read. */
-  error: string;
-}
-
 /** float16/bfloat16 come as raw Uint16Array bits; bool as Uint8Array. */
 export type TypedData =
   | Float32Array | Float64Array | Int8Array | Int16Array | Int32Array | BigInt64Array
@@ -562,7 +550,10 @@ export declare class Explorer {
   describeText(options?: OpenOptions, whatIf?: WhatIf): string;
   drawOrder(options?: OpenOptions, split?: SplitName, at?: { epoch?: number; shift?: number }): DrawOrderReport;
   qualityCurve(options?: OpenOptions, blockChunks?: number[], at?: { epoch?: number; threads?: number; shift?: number }): QualityPoint[];
-  /** One epoch of `split` read on this thread (previews); `shift` ≠ 0 adds targets `label@+shift`. */
+  /**
+   * One epoch of `split` read on this thread (previews); `shift` ≠ 0 adds targets `label@+shift`.
+   * Through the explorer's `cacheDir` (given to `openExplorer`) unless `cache` is false.
+   */
   iter(options?: OpenOptions, split?: SplitName, at?: { epoch?: number; shift?: number; cache?: boolean }): ExplorePass;
   /**
    * Probe the store for `options` (this one reads it): a few real reads and decodes of the
@@ -583,4 +574,7 @@ export declare class ExplorePass implements AsyncIterable<Batch> {
 }
 
 /** Open a store's metadata once, for many what-if questions (the dashboard): an http(s) URL, or a `Storage` object (the notebook widget reads through the kernel with one). */
-export declare function openExplorer(source: string | URL | Storage, options?: { variables?: string[]; url?: string }): Promise<Explorer>;
+export declare function openExplorer(
+  source: string | URL | Storage,
+  options?: { variables?: string[]; url?: string } & Pick<OpenOptions, 'cacheDir' | 'persist' | 'readonlyCache' | 'resetStaleCache'>,
+): Promise<Explorer>;

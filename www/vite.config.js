@@ -42,15 +42,34 @@ function firstByte(dir, req, res) {
   return true;
 }
 
-/** Serve IB_STORE_DIR at /store/ with Range support (sirv); a missing key is a real 404. */
+/**
+ * Serve IB_STORE_DIR at /store/ with Range support (sirv); a missing key is a real 404.
+ * With IB_COUNT_STORE_REQUESTS set (the tests of the previews' cache), the store's requests
+ * are counted per path, and `GET /__store-requests` answers the counts as JSON
+ * (`{ "/t2m/c/0/0/0": 1 }`; `?reset` starts them over).
+ */
 function storePlugin() {
   const dir = process.env.IB_STORE_DIR;
+  const counts = process.env.IB_COUNT_STORE_REQUESTS ? new Map() : null;
   const mount = (server) => {
     if (!dir) return;
     // dotfiles: Zarr v2 keeps its metadata in .zarray/.zattrs/.zmetadata.
     const serve = sirv(dir, { dev: true, dotfiles: true });
+    if (counts) {
+      server.middlewares.use('/__store-requests', (req, res) => {
+        const body = JSON.stringify(Object.fromEntries(counts));
+        if (new URL(req.url, 'http://x').search === '?reset') counts.clear();
+        res.setHeader('Content-Type', 'application/json');
+        res.setHeader('Cache-Control', 'no-store');
+        res.end(body);
+      });
+    }
     server.middlewares.use('/store', (req, res) => {
       for (const [k, v] of Object.entries(ISOLATION)) res.setHeader(k, v);
+      if (counts) {
+        const key = decodeURIComponent(new URL(req.url, 'http://store').pathname);
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+      }
       if (firstByte(dir, req, res)) return;
       // Without this, the dev server's SPA fallback would answer a missing chunk with
       // index.html and a 200, which the engine would try to decode.

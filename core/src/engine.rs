@@ -426,13 +426,23 @@ async fn revive(engine: &Arc<Engine>, key: ChunkKey, rec: &PassRecorder, priorit
     let out_shape: Vec<usize> = std::iter::once(rows).chain(reader.out_inner.iter().copied()).collect();
     let (dtype, shape) = (reader.out_dtype, out_shape.clone());
     let exec = Arc::clone(&engine.runtime.executor);
-    let revived = engine
-        .cpu
-        .run(CLASS_LOAD, priority, move || {
-            let t0 = exec.now();
-            tier.revive(key.path, key.chunk, dtype, &shape).map(|b| (b, exec.now().saturating_sub(t0)))
-        })
-        .await??;
+    let t0 = exec.now();
+    let read = match tier.revive_async(key.path, key.chunk, dtype, &out_shape) {
+        // An asynchronous tier (the browser's OPFS) is awaited here, on the executor.
+        Some(read) => Some(read.await?),
+        None => None,
+    };
+    let revived = if let Some(b) = read {
+        (b, exec.now().saturating_sub(t0))
+    } else {
+        engine
+            .cpu
+            .run(CLASS_LOAD, priority, move || {
+                let t0 = exec.now();
+                tier.revive(key.path, key.chunk, dtype, &shape).map(|b| (b, exec.now().saturating_sub(t0)))
+            })
+            .await??
+    };
     let (Some(bytes), took) = revived else { return Ok(None) };
     rec.with(|r| {
         r.revived_chunks += 1;
@@ -542,10 +552,20 @@ async fn transform_chunk(
 }
 
 /// Hand a loaded chunk to the tier: its copy (a mapping) replaces the heap buffer, which is
-/// recycled. Without a tier, the heap buffer stays.
+/// recycled. Without a tier, or with an asynchronous one (written, no mapping), the heap
+/// buffer stays.
 async fn spill(engine: &Arc<Engine>, key: ChunkKey, priority: u64, data: NdArray) -> Result<ChunkData> {
     let data = ChunkData::Heap(data);
     let Some(tier) = engine.tier.clone() else { return Ok(data) };
+    // An asynchronous tier is awaited here, on the executor, and keeps no mapping to serve
+    // from: the heap copy stays.
+    let written = match tier.store_async(key.path, key.chunk, data.dtype(), data.shape(), data.bytes()) {
+        Some(write) => write.await.map(|()| true)?,
+        None => false,
+    };
+    if written {
+        return Ok(data);
+    }
     engine
         .cpu
         .run(CLASS_LOAD, priority, move || -> Result<ChunkData> {

@@ -751,10 +751,18 @@ fn fresh_large_buffers_go_through_the_runtimes_prefault_and_batches_stay_exact()
 
 #[test]
 fn a_persisting_tier_serves_later_epochs_with_no_reads_and_the_same_batches() {
+    // Blocking (a native cache_dir) and asynchronous (the browser's), the same contract.
+    for asynchronous in [false, true] {
+        persisting_tier_epochs(asynchronous);
+    }
+}
+
+fn persisting_tier_epochs(asynchronous: bool) {
     let f = Fixture::new(Some(Duration::from_millis(2)));
     let shape = [40u64, 3, 4];
     f.array("t2m", &shape, &[8, 3, 2], None);
     let tier = crate::testing::MemoryTier::persisting();
+    tier.set_asynchronous(asynchronous);
     let opts =
         DatasetOptions { batch_size: 6, block_chunks: 2, tier: Some(Arc::new(tier.clone())), ..Default::default() };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
@@ -780,10 +788,11 @@ fn a_persisting_tier_serves_later_epochs_with_no_reads_and_the_same_batches() {
 
 #[test]
 fn tier_failures_end_the_pass_with_the_tiers_message_never_a_hang() {
-    for fail_store in [true, false] {
+    for (fail_store, asynchronous) in [(true, false), (false, false), (true, true), (false, true)] {
         let f = Fixture::new(Some(Duration::from_millis(1)));
         f.array("t2m", &[32, 2, 2], &[4, 2, 2], None);
         let tier = crate::testing::MemoryTier::persisting();
+        tier.set_asynchronous(asynchronous);
         if fail_store {
             tier.set_fail_store(true);
         } else {

@@ -342,7 +342,7 @@ fn read_ahead(engine: &Engine, rec: &PassRecorder, bytes: Result<Bytes>) -> Deli
 
 /// Returns `Pending` once (waking itself at once), so every other future ready now runs first.
 /// Written out because `futures` 0.3 has no runtime-agnostic `yield_now`.
-fn yield_once() -> impl std::future::Future<Output = ()> {
+pub(crate) fn yield_once() -> impl std::future::Future<Output = ()> {
     let mut yielded = false;
     futures::future::poll_fn(move |cx| {
         if yielded {

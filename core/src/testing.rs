@@ -388,6 +388,9 @@ struct MemoryTierState {
     persist: bool,
     readonly: bool,
     fail_store: bool,
+    /// Answer `revive_async`/`store_async` (as the browser's tier does); the blocking calls
+    /// then fail, so a test sees which form the engine used.
+    asynchronous: bool,
     counters: crate::tier::TierCounters,
     opened_with: Vec<crate::tier::ArrayIdentity>,
 }
@@ -410,19 +413,13 @@ impl MemoryTier {
         self.inner.lock().unwrap().fail_store = fail;
     }
 
-    /// Counters so far.
-    pub fn counters(&self) -> crate::tier::TierCounters {
-        self.inner.lock().unwrap().counters
+    /// Answer only the asynchronous calls (`revive_async`, `store_async`), as a tier over an
+    /// asynchronous API does; the blocking ones fail.
+    pub fn set_asynchronous(&self, asynchronous: bool) {
+        self.inner.lock().unwrap().asynchronous = asynchronous;
     }
 
-    /// The identities of the last open.
-    pub fn opened_with(&self) -> Vec<crate::tier::ArrayIdentity> {
-        self.inner.lock().unwrap().opened_with.clone()
-    }
-}
-
-impl crate::tier::ChunkTier for MemoryTier {
-    fn revive(&self, array: u32, chunk: u64, _dtype: crate::DType, _shape: &[usize]) -> crate::Result<Option<Bytes>> {
+    fn revive_now(&self, array: u32, chunk: u64) -> crate::Result<Option<Bytes>> {
         let mut s = self.inner.lock().unwrap();
         match s.chunks.get(&(array, chunk)).cloned() {
             Some(b) => {
@@ -440,14 +437,7 @@ impl crate::tier::ChunkTier for MemoryTier {
         }
     }
 
-    fn store(
-        &self,
-        array: u32,
-        chunk: u64,
-        _dtype: crate::DType,
-        _shape: &[usize],
-        data: &[u8],
-    ) -> crate::Result<Option<Bytes>> {
+    fn store_now(&self, array: u32, chunk: u64, data: &[u8]) -> crate::Result<Bytes> {
         let mut s = self.inner.lock().unwrap();
         if s.fail_store {
             return Err(crate::Error::Cache { message: "disk full".into(), key: "memory".into() });
@@ -457,7 +447,76 @@ impl crate::tier::ChunkTier for MemoryTier {
             s.chunks.insert((array, chunk), b.clone());
         }
         s.counters.stored += 1;
-        Ok(Some(b))
+        Ok(b)
+    }
+
+    fn blocking(&self) -> crate::Result<()> {
+        if self.inner.lock().unwrap().asynchronous {
+            return Err(crate::Error::Internal("an asynchronous tier's blocking call was made".into()));
+        }
+        Ok(())
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> crate::tier::TierCounters {
+        self.inner.lock().unwrap().counters
+    }
+
+    /// The identities of the last open.
+    pub fn opened_with(&self) -> Vec<crate::tier::ArrayIdentity> {
+        self.inner.lock().unwrap().opened_with.clone()
+    }
+}
+
+impl crate::tier::ChunkTier for MemoryTier {
+    fn revive(&self, array: u32, chunk: u64, _dtype: crate::DType, _shape: &[usize]) -> crate::Result<Option<Bytes>> {
+        self.blocking()?;
+        self.revive_now(array, chunk)
+    }
+
+    fn store(
+        &self,
+        array: u32,
+        chunk: u64,
+        _dtype: crate::DType,
+        _shape: &[usize],
+        data: &[u8],
+    ) -> crate::Result<Option<Bytes>> {
+        self.blocking()?;
+        self.store_now(array, chunk, data).map(Some)
+    }
+
+    fn revive_async<'a>(
+        &'a self,
+        array: u32,
+        chunk: u64,
+        _dtype: crate::DType,
+        _shape: &'a [usize],
+    ) -> Option<crate::runtime::BoxFuture<'a, crate::Result<Option<Bytes>>>> {
+        let asynchronous = self.inner.lock().unwrap().asynchronous;
+        asynchronous.then(|| -> crate::runtime::BoxFuture<'a, _> {
+            Box::pin(async move {
+                crate::reads::yield_once().await; // answered on a later poll, as I/O would be
+                self.revive_now(array, chunk)
+            })
+        })
+    }
+
+    fn store_async<'a>(
+        &'a self,
+        array: u32,
+        chunk: u64,
+        _dtype: crate::DType,
+        _shape: &'a [usize],
+        data: &'a [u8],
+    ) -> Option<crate::runtime::BoxFuture<'a, crate::Result<()>>> {
+        let asynchronous = self.inner.lock().unwrap().asynchronous;
+        asynchronous.then(|| -> crate::runtime::BoxFuture<'a, _> {
+            Box::pin(async move {
+                crate::reads::yield_once().await;
+                self.store_now(array, chunk, data).map(drop)
+            })
+        })
     }
 
     fn persists(&self) -> bool {

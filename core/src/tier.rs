@@ -10,6 +10,11 @@
 //! Identity is per array ([`ArrayIdentity::fingerprint`]): the store, the array path, its
 //! geometry and codec metadata, and the chunk transforms scoped to it (without the scope),
 //! so a changed pipeline over one array invalidates only that array.
+//!
+//! A tier whose storage has no blocking API (the browser's Origin Private File System outside
+//! dedicated workers, `insitubatch-wasm`'s `opfs.rs`) answers [`ChunkTier::revive_async`] and
+//! [`ChunkTier::store_async`] instead: the engine awaits them on its executor where it would
+//! have awaited the blocking calls' pool job.
 
 use std::sync::Arc;
 
@@ -19,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 use crate::array::DType;
 use crate::error::Result;
-use crate::runtime::{MaybeSend, MaybeSync};
+use crate::runtime::{BoxFuture, MaybeSend, MaybeSync};
 use crate::transform::ChunkTransform;
 
 /// What the tier needs to know about one array of a dataset.
@@ -107,6 +112,33 @@ pub trait ChunkTier: MaybeSend + MaybeSync + std::fmt::Debug {
     /// Conditions the user should know about (a cache on a network filesystem).
     fn warnings(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// [`Self::revive`] as a future, for a tier whose I/O is asynchronous: `Some`, and the
+    /// engine awaits it on its executor instead of calling `revive` on the thread pool.
+    /// Default `None` (the blocking call).
+    fn revive_async<'a>(
+        &'a self,
+        _array: u32,
+        _chunk: u64,
+        _dtype: DType,
+        _shape: &'a [usize],
+    ) -> Option<BoxFuture<'a, Result<Option<Bytes>>>> {
+        None
+    }
+
+    /// [`Self::store`] as a future, for a tier whose I/O is asynchronous: `Some`, and the
+    /// engine awaits the write (so the chunk's bytes are held no longer than its load) and
+    /// keeps serving the heap copy. Default `None` (the blocking call).
+    fn store_async<'a>(
+        &'a self,
+        _array: u32,
+        _chunk: u64,
+        _dtype: DType,
+        _shape: &'a [usize],
+        _data: &'a [u8],
+    ) -> Option<BoxFuture<'a, Result<()>>> {
+        None
     }
 }
 

@@ -70,10 +70,12 @@ export class Explorer {
   /**
    * One epoch of `split`, read from the store on this thread, for previews: batches as
    * `open()` gives them; with `shift` ≠ 0 each variable also comes as its target `label@+shift`.
+   * Through the explorer's `cacheDir` if it has one, unless `cache` is false (a run timed
+   * against the store).
    */
-  iter(options = {}, split = 'train', { epoch = 0, shift = 0 } = {}) {
+  iter(options = {}, split = 'train', { epoch = 0, shift = 0, cache = true } = {}) {
     checkSplit(split);
-    return new ExplorePass(this.#inst, this.#with((ex) => ex.iter(options, split, epoch, shift)));
+    return new ExplorePass(this.#inst, this.#with((ex) => ex.iter(options, split, epoch, shift, cache)));
   }
   /** Free the explorer's memory now (optional). */
   close() {
@@ -85,20 +87,24 @@ export class Explorer {
 }
 
 /**
- * `openExplorer(source, { variables })` over an engine (src/engine.js). `source`: an
- * http(s) URL, or a storage object (`{ get(key, range), list?(prefix), location? }`, as
- * `open()` takes; the notebook widget's store read through the kernel).
+ * `openExplorer(source, { variables, cacheDir, persist, readonlyCache, resetStaleCache })`
+ * over an engine (src/engine.js). `source`: an http(s) URL, or a storage object
+ * (`{ get(key, range), list?(prefix), location? }`, as `open()` takes; the notebook widget's
+ * store read through the kernel). `cacheDir` and its flags, as `open()` takes them: a disk
+ * tier in the origin private file system for the explorer's passes (`iter`; wasm/src/opfs.rs),
+ * held until `close()`; the what-ifs answer without it, and the probe reads the store.
  */
 export function makeOpenExplorer(engine) {
-  return async function openExplorer(source, { variables, url } = {}) {
+  return async function openExplorer(source, { variables, url, cacheDir, persist, readonlyCache, resetStaleCache } = {}) {
     const inst = await engine.instance();
     const opened = (f) => inst.wait(inst.call(f)).then((ex) => new Explorer(inst, ex));
+    const cache = { cacheDir, persist, readonlyCache, resetStaleCache };
     if (source !== null && typeof source === 'object' && !(source instanceof URL)) {
       if (!inst.wasm.openExplorerWithStorage) {
         throw new Error('this build (the threaded one, inside openInWorker) opens URLs only; open a storage object with openExplorer() from the main entry');
       }
-      return opened((w) => w.openExplorerWithStorage(source, url ?? source.location, variables));
+      return opened((w) => w.openExplorerWithStorage(source, url ?? source.location, variables, cache));
     }
-    return opened((w) => w.openExplorer(String(source), variables));
+    return opened((w) => w.openExplorer(String(source), variables, cache));
   };
 }

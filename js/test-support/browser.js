@@ -21,12 +21,17 @@ export function serveJs({ coopCoep = false } = {}) {
   return serveDir(JS_ROOT, { coopCoep });
 }
 
-/** Serve `root` on loopback with tests/servers/http_server.py (ranges, CORS on every response). */
-export async function serveDir(root, { coopCoep = false } = {}) {
+/**
+ * Serve `root` on loopback with tests/servers/http_server.py (ranges, CORS on every response).
+ * `countRequests`: the server counts its requests per path, and `requests({ reset })` returns
+ * them (`{ "GET /path": n }`), starting the counts over when `reset`.
+ */
+export async function serveDir(root, { coopCoep = false, countRequests = false } = {}) {
   // `--port-file -`: the server prints its port as the first stdout line once it listens,
   // so this waits on that line (or the server's exit), never on a clock.
   const args = [join(REPO, 'tests/servers/http_server.py'), '--root', root, '--port', '0', '--port-file', '-'];
   if (coopCoep) args.push('--coop-coep');
+  if (countRequests) args.push('--count-requests');
   const proc = spawn(process.env.IB_PY ?? 'python3', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   proc.stderr.on('data', (d) => (stderr += d));
@@ -39,8 +44,14 @@ export async function serveDir(root, { coopCoep = false } = {}) {
     proc.on('error', reject);
     proc.on('exit', (code, signal) => reject(new Error(`the js/ server exited (${code ?? signal}) before it listened: ${stderr}`)));
   });
+  const url = `http://127.0.0.1:${port}`;
   return {
-    url: `http://127.0.0.1:${port}`,
+    url,
+    async requests({ reset = false } = {}) {
+      const r = await fetch(`${url}/__requests${reset ? '?reset' : ''}`);
+      if (!r.ok) throw new Error(`${url}/__requests: ${r.status} (start the server with countRequests)`);
+      return r.json();
+    },
     stop() {
       proc.kill();
     },

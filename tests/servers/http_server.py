@@ -6,19 +6,28 @@ Supports GET/HEAD with single byte ranges (`bytes=a-b`, `bytes=a-`, `bytes=-n`),
 (including errors), OPTIONS preflight, optional COOP/COEP/CORP headers, ETag and
 Last-Modified.
 
-    http_server.py --root DIR [--port 0] [--coop-coep] [--port-file F]
+    http_server.py --root DIR [--port 0] [--coop-coep] [--port-file F] [--count-requests]
+
+`--count-requests` counts the GET and HEAD requests per path (and sends
+`Cache-Control: no-store`, so none is answered from a browser's cache); `GET /__requests`
+answers them as JSON (`{"GET /store/t2m/c/0/0/0": 2, ...}`, requests for `/__requests` itself not
+counted), and `GET /__requests?reset` answers them and starts the counts over (the
+browser disk tier's tests count what a reload reads from the network).
 
 `--port-file -` prints the port as the first line of stdout instead (then points stdout
 at stderr), so a starter can block on that line rather than poll for a file.
 """
 import argparse
+import collections
 import email.utils
 import http.server
+import json
 import mimetypes
 import os
 import posixpath
 import re
 import sys
+import threading
 import urllib.parse
 
 EXTRA_TYPES = {
@@ -38,6 +47,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     server_version = "ib-test-http/1.0"
     root = "."
     coop_coep = False
+    # `--count-requests`: "VERB /path" -> requests so far (None: not counting).
+    counts = None
+    counts_lock = threading.Lock()
 
     def log_message(self, fmt, *args):  # quiet
         pass
@@ -49,6 +61,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                          "Content-Length, Content-Range, ETag, Accept-Ranges, Last-Modified")
         self.send_header("Access-Control-Allow-Headers", "Range")
         self.send_header("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
+        if self.counts is not None:
+            # Counted requests must reach the server: no answer is reused from a cache.
+            self.send_header("Cache-Control", "no-store")
         if self.coop_coep:
             self.send_header("Cross-Origin-Opener-Policy", "same-origin")
             self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
@@ -93,10 +108,33 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_HEAD(self):
-        self._serve(head=True)
+        if not self._counted():
+            self._serve(head=True)
 
     def do_GET(self):
-        self._serve(head=False)
+        if not self._counted():
+            self._serve(head=False)
+
+    def _counted(self):
+        """Count this request (`--count-requests`); True when it was `/__requests`, answered here."""
+        if self.counts is None:
+            return False
+        split = urllib.parse.urlsplit(self.path)
+        with self.counts_lock:
+            if split.path != "/__requests":
+                self.counts[self.command + " " + urllib.parse.unquote(split.path)] += 1
+                return False
+            body = json.dumps(dict(self.counts)).encode()
+            if split.query == "reset":
+                self.counts.clear()
+        self.send_response(200)
+        self._common_headers()
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        return True
 
     def _serve(self, head):
         path = self._resolve()
@@ -185,10 +223,13 @@ def main(argv=None, handler=Handler, description=__doc__):
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--coop-coep", action="store_true")
     ap.add_argument("--port-file")
+    ap.add_argument("--count-requests", action="store_true")
     args = ap.parse_args(argv)
 
     handler.root = os.path.abspath(args.root)
     handler.coop_coep = args.coop_coep
+    if args.count_requests:
+        handler.counts = collections.Counter()
     srv = Server((args.host, args.port), handler)
     port = srv.server_address[1]
     announce(str(port), args.port_file)

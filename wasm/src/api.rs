@@ -255,9 +255,14 @@ async fn open_on(
     url: String,
     opts: &JsOpenOptions,
 ) -> Result<Dataset, JsError> {
-    let (split, options) = opts.to_core().map_err(err)?;
-    let runtime =
-        Runtime::new(Arc::new(LocalExecutor::new()), cpu_pool()).with_memory_available(crate::memory_available());
+    let (split, mut options) = opts.to_core().map_err(err)?;
+    let pool = cpu_pool();
+    // The disk tier (`cacheDir`): locked and listed now, asynchronously, since the builder
+    // opens it synchronously (wasm/src/opfs.rs).
+    if let Some(cache) = crate::opfs::CacheFlags::from_options(opts).map_err(err)? {
+        options.tier = Some(crate::opfs::opener(cache, Arc::clone(&pool)).await.map_err(err)?);
+    }
+    let runtime = Runtime::new(Arc::new(LocalExecutor::new()), pool).with_memory_available(crate::memory_available());
     let mut builder = insitubatch_core::Dataset::builder(Arc::clone(&storage), runtime)
         .sample_axis(opts.sample_axis.unwrap_or_default())
         .split(split)

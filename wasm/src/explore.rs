@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use insitubatch_core::internals::ZarrArray;
 use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
-use insitubatch_core::{Dataset, DatasetBuilder, Error};
+use insitubatch_core::{Dataset, DatasetBuilder, Error, TierOpener};
 pub use insitubatch_core::{DrawOrderReport, QualityPoint};
 use serde::Serialize;
 
@@ -122,8 +122,28 @@ impl Model {
         opts: &JsOpenOptions,
         at: WhatIf,
     ) -> Result<DatasetBuilder, Error> {
+        self.builder_through(storage, executor, opts, at, None)
+    }
+
+    /// [`Model::builder`] with a disk tier (the explorer's `cacheDir`, for its passes).
+    fn builder_through(
+        &self,
+        storage: Arc<dyn Storage>,
+        executor: Arc<dyn insitubatch_core::Executor>,
+        opts: &JsOpenOptions,
+        at: WhatIf,
+        tier: Option<Arc<dyn TierOpener>>,
+    ) -> Result<DatasetBuilder, Error> {
         let WhatIf { threads, shift, .. } = at;
-        let (split, options) = opts.to_core()?;
+        if crate::opfs::CacheFlags::from_options(opts)?.is_some() {
+            return Err(Error::Config(
+                "the explorer's disk tier is opened once, with the explorer: pass cacheDir (and persist, \
+                 readonlyCache, resetStaleCache) to openExplorer, not to its questions"
+                    .into(),
+            ));
+        }
+        let (split, mut options) = opts.to_core()?;
+        options.tier = tier;
         let opened: Vec<ZarrArray> = self.arrays.iter().chain(&self.coordinates).cloned().collect();
         // The what-if's shift, else the options' own window.
         let shift = if shift != 0 { shift } else { opts.shift.unwrap_or(0) };
@@ -145,7 +165,24 @@ impl Model {
         opts: &JsOpenOptions,
         at: WhatIf,
     ) -> Result<Dataset, Error> {
-        let ds = self.builder(storage, executor, opts, at)?.build()?;
+        self.dataset_through(storage, executor, opts, at, None)
+    }
+
+    /// [`Model::dataset`] reading through a disk tier (the explorer's passes: previews that
+    /// a reload reads again without the network). The what-ifs are built without it: they
+    /// answer for the run being configured, which the browser's cache is no part of.
+    ///
+    /// # Errors
+    /// As [`Model::dataset`], and a stale or unusable tier ([`TierOpener::open`]).
+    pub fn dataset_through(
+        &self,
+        storage: Arc<dyn Storage>,
+        executor: Arc<dyn insitubatch_core::Executor>,
+        opts: &JsOpenOptions,
+        at: WhatIf,
+        tier: Option<Arc<dyn TierOpener>>,
+    ) -> Result<Dataset, Error> {
+        let ds = self.builder_through(storage, executor, opts, at, tier)?.build()?;
         ds.set_epoch(at.epoch);
         Ok(ds)
     }
@@ -206,12 +243,18 @@ mod js {
 
     /// Open the metadata of the store at `url` (`http(s)://`) once, for the dashboard:
     /// `variables` as in `open()` (absent: discover; needs consolidated metadata).
+    /// `cache`: `{ cacheDir, persist, readonlyCache, resetStaleCache }` as `open()` takes
+    /// them, a disk tier for the explorer's passes (absent: none).
     #[wasm_bindgen(js_name = openExplorer)]
-    pub async fn open_explorer(url: String, variables: Option<Vec<String>>) -> Result<Explorer, JsError> {
+    pub async fn open_explorer(
+        url: String,
+        variables: Option<Vec<String>>,
+        cache: JsValue,
+    ) -> Result<Explorer, JsError> {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(JsError::new(&format!("unsupported store URL; use http:// or https://: {url}")));
         }
-        explorer_on(Arc::new(FetchStorage::new(&url)), url, variables).await
+        explorer_on(Arc::new(FetchStorage::new(&url)), url, variables, cache).await
     }
 
     /// [`open_explorer`] over a JS storage object (`{ get(key, range), list?(prefix),
@@ -224,11 +267,12 @@ mod js {
         storage: JsValue,
         url: Option<String>,
         variables: Option<Vec<String>>,
+        cache: JsValue,
     ) -> Result<Explorer, JsError> {
         let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
             .map_err(|e| JsError::new(&e))?;
         let url = url.unwrap_or_else(|| storage.location());
-        explorer_on(Arc::new(storage), url, variables).await
+        explorer_on(Arc::new(storage), url, variables, cache).await
     }
 
     /// The arrays `variables` names (or all, discovered) and the coordinates their
@@ -237,7 +281,16 @@ mod js {
         storage: Arc<dyn Storage>,
         url: String,
         variables: Option<Vec<String>>,
+        cache: JsValue,
     ) -> Result<Explorer, JsError> {
+        let tier = match crate::opfs::CacheFlags::from_options(&parse_options(cache)?).map_err(err)? {
+            // The explorer's jobs run on the calling thread (`WhatIfPool`), so do its checksums.
+            Some(flags) => {
+                let pool: Arc<dyn ThreadPool> = Arc::new(insitubatch_core::runtime::InlinePool);
+                Some(crate::opfs::opener(flags, pool).await.map_err(err)?)
+            }
+            None => None,
+        };
         // The metadata reads are retried as a dataset's would be (core's default ReadPolicy).
         let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
         let reads = PolicyStorage::new(Arc::clone(&storage), executor, insitubatch_core::ReadPolicy::default());
@@ -251,7 +304,7 @@ mod js {
                 Err(e) => return Err(err(e)),
             }
         }
-        Ok(Explorer { storage, model: Model { arrays, coordinates }, url })
+        Ok(Explorer { storage, model: Model { arrays, coordinates }, url, tier })
     }
 
     /// A store's metadata, opened once; every method answers from it without I/O.
@@ -260,10 +313,25 @@ mod js {
         storage: Arc<dyn Storage>,
         model: Model,
         url: String,
+        /// The disk tier (`cacheDir`, given to `openExplorer`; wasm/src/opfs.rs), held while
+        /// the explorer lives: its passes read and fill it, so previews come back after a
+        /// reload without the network. The what-ifs and the probe are built without it.
+        tier: Option<Arc<dyn insitubatch_core::TierOpener>>,
     }
 
     impl Explorer {
         fn dataset(&self, options: JsValue, epoch: f64, threads: f64, shift: f64) -> Result<(Dataset, u64), JsError> {
+            self.dataset_through(options, epoch, threads, shift, None)
+        }
+
+        fn dataset_through(
+            &self,
+            options: JsValue,
+            epoch: f64,
+            threads: f64,
+            shift: f64,
+            tier: Option<Arc<dyn insitubatch_core::TierOpener>>,
+        ) -> Result<(Dataset, u64), JsError> {
             let opts = parse_options(options)?;
             let epoch = whole("epoch", epoch)?;
             let threads = whole("threads", threads)?.max(1) as usize;
@@ -271,7 +339,7 @@ mod js {
             let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
             let ds = self
                 .model
-                .dataset(Arc::clone(&self.storage), executor, &opts, WhatIf { threads, epoch, shift })
+                .dataset_through(Arc::clone(&self.storage), executor, &opts, WhatIf { threads, epoch, shift }, tier)
                 .map_err(err)?;
             Ok((ds, epoch))
         }
@@ -365,10 +433,19 @@ mod js {
         }
 
         /// One epoch of `split` for `options` (a windowed view when `shift` is not 0: each
-        /// variable also as `label@+shift`), read from the store on this thread.
-        pub fn iter(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<ExploreStream, JsError> {
+        /// variable also as `label@+shift`), read from the store on this thread, through the
+        /// explorer's disk tier if it has one, unless `cached` is `false`.
+        pub fn iter(
+            &self,
+            options: JsValue,
+            split: &str,
+            epoch: f64,
+            shift: f64,
+            cached: Option<bool>,
+        ) -> Result<ExploreStream, JsError> {
             let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
-            let (ds, _) = self.dataset(options, epoch, 1.0, shift)?;
+            let tier = if cached.unwrap_or(true) { self.tier.clone() } else { None };
+            let (ds, _) = self.dataset_through(options, epoch, 1.0, shift, tier)?;
             Ok(ExploreStream { cursor: PassCursor::new(ds.iter(split).map_err(err)?) })
         }
 
@@ -384,6 +461,7 @@ mod js {
             chunks: Option<f64>,
             threads: Option<f64>,
         ) -> js_sys::Promise {
+            // Without the disk tier: the probe times the store's reads and decodes.
             let built = probe_chunks(chunks)
                 .and_then(|n| Ok((self.dataset(options, epoch, threads.unwrap_or(1.0), shift)?.0, n)));
             match built {
@@ -535,6 +613,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"nope\"") && e.contains("t2m"), "{e}");
+        // The disk tier is the explorer's, opened with it: a question naming one is refused.
+        let cached = JsOpenOptions { cache_dir: Some("c".into()), persist: Some(true), ..Default::default() };
+        let e = m
+            .dataset(Arc::clone(&storage), Arc::clone(&executor), &cached, WhatIf { threads: 1, epoch: 0, shift: 0 })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pass cacheDir") && e.contains("to openExplorer"), "{e}");
         // A windowed view: every variable again as a target `shift` samples on, read for real.
         let opts = JsOpenOptions { batch_size: Some(6), block_chunks: Some(2), ..Default::default() };
         let ds = m

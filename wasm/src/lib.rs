@@ -24,6 +24,7 @@ mod options;
 mod js_storage;
 #[cfg(all(target_arch = "wasm32", feature = "s3"))]
 mod object;
+pub mod opfs;
 #[cfg(target_arch = "wasm32")]
 mod runtime;
 #[cfg(target_arch = "wasm32")]

@@ -40,6 +40,10 @@ pub const OPTION_NAMES: &[&str] = &[
     "coords",
     "sel",
     "concatDim",
+    "cacheDir",
+    "persist",
+    "readonlyCache",
+    "resetStaleCache",
 ];
 
 /// The dimension `open([store, ...])` concatenates along unless `concatDim` says otherwise
@@ -144,6 +148,16 @@ pub struct JsOpenOptions {
     pub sel: Option<std::collections::BTreeMap<String, JsPick>>,
     /// With a list of stores: the dimension they are concatenated along (default `"time"`).
     pub concat_dim: Option<String>,
+    /// A directory in the browser's origin private file system where decoded chunks are kept
+    /// across passes and page loads (Python's and the CLI's `cache_dir`; wasm/src/opfs.rs);
+    /// needs `persist` or `readonlyCache`.
+    pub cache_dir: Option<String>,
+    /// Keep cached chunks for later passes and page loads (needs `cacheDir`).
+    pub persist: Option<bool>,
+    /// Read a complete cache a writer warmed; write nothing; a chunk it lacks is an error.
+    pub readonly_cache: Option<bool>,
+    /// Delete the cached chunks of arrays whose pipeline changed instead of refusing.
+    pub reset_stale_cache: Option<bool>,
 }
 
 /// What `sel` picks on one dimension: `[lo, hi]`, or `{ labels: [a, b, ...] }`.
@@ -433,7 +447,7 @@ impl JsOpenOptions {
             model_parallel: self.mesh()?,
             coords: self.coords.unwrap_or(d.coords),
             sel: self.label_ranges()?,
-            // The disk tier (cache_dir) is native only.
+            // The disk tier (`cacheDir`) is opened by the caller first (wasm/src/opfs.rs).
             ..d
         };
         let split = insitubatch_core::SplitOptions::default();

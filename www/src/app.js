@@ -9,6 +9,8 @@ export const MiB = 1024 * 1024;
 export const state = {
   url: null,
   explorer: null,
+  /** The previews' disk tier (cache.js `openCached`): `{ dir, error }`, or null when off. */
+  cache: null,
   arrays: [],
   report: null,
   order: null,

@@ -2,6 +2,7 @@
 // store), its arrays listed, and a checkbox per data variable for the controls.
 import { openExplorer } from 'insitubatch';
 import { $, clearError, showError, state } from './app.js';
+import { cacheText, openCached } from './cache.js';
 import { closePreview } from './preview.js';
 import { resetProbe } from './probe.js';
 import { update } from './tune.js';
@@ -43,8 +44,15 @@ export async function openStore(text) {
   const vars = $('open-vars').value.split(',').map((s) => s.trim()).filter(Boolean);
   try {
     state.explorer?.close();
+    state.explorer = null;
     closePreview();
-    state.explorer = await openExplorer(url, vars.length ? { variables: vars } : {});
+    const options = vars.length ? { variables: vars } : {};
+    // Previews go through this browser's disk tier (cache.js) unless the box is unticked.
+    const opened = $('cache').checked
+      ? await openCached(openExplorer, url, options, { app: 'dashboard', location: url })
+      : { explorer: await openExplorer(url, options), cache: null };
+    state.explorer = opened.explorer;
+    state.cache = opened.cache;
     state.url = url;
     state.arrays = state.explorer.arrays();
   } catch (e) {
@@ -56,8 +64,9 @@ export async function openStore(text) {
   }
   clearError();
   resetProbe();
-  status.textContent = `opened ${url}`;
+  status.textContent = `opened ${url}; ${cacheText(state.cache)}`;
   status.dataset.url = url;
+  status.dataset.cache = state.cache && !state.cache.error ? state.cache.dir : '';
   showArrays();
   buildVariableChoices();
   for (const id of ['store-section', 'controls-section', 'tune-section', 'preview-section', 'live-section']) $(id).hidden = false;

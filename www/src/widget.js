@@ -6,11 +6,14 @@
 //
 // Where the store is read: a public http(s) store is fetched by the browser; any other
 // (local path, private bucket, a store object) through the kernel, by a storage object
-// whose get/list calls are custom widget messages answered with binary buffers.
+// whose get/list calls are custom widget messages answered with binary buffers. Either way
+// the preview's decoded chunks are kept in the tab's private file system (cache.js), so a
+// re-rendered widget (a reload) previews them again without reading the store.
 //
 // Bundled with esbuild into the Python package (scripts/test-widget.sh); the engine's .wasm
 // comes from the kernel as the `_wasm` bytes trait, so the bundle needs no URL of its own.
 import { initialize, openExplorer } from 'insitubatch';
+import { cacheText, openCached } from './cache.js';
 import { drawColorbar, sliceLayout, sliceRange, toFloat } from './render.js';
 import { COMPONENTS_CSS, batchFigures, drawOrderPlot, hoverText, human, memoryBar, memoryRows, notesList, patchMap, probeView, progressLine, row, splitRows } from './components.js';
 
@@ -135,7 +138,8 @@ function showBatch(root, box, b, { label, shift, units, meta, options }) {
  */
 async function liveRun(root, box, explorer, options, split, w) {
   root.dataset.run = 'running';
-  const pass = explorer.iter(options, split, w);
+  // Timed against the store, as a run would read it: not through the preview's cache.
+  const pass = explorer.iter(options, split, { ...w, cache: false });
   const line = el('div', { textContent: `0 of ${pass.length} batches` });
   box.replaceChildren(line);
   const t0 = performance.now();
@@ -201,7 +205,7 @@ async function render({ model, el: host }) {
   const batchBox = el('div', { className: 'ib-batch' });
   const progressBox = el('div', { className: 'ib-progress' });
   const progress = progressLine(progressBox);
-  const next = el('button', { textContent: 'next batch', disabled: true });
+  const next = el('button', { textContent: 'next batch', disabled: true, className: 'ib-next' });
   const run = el('button', { textContent: 'run the epoch', disabled: true, className: 'ib-run' });
   const runBox = el('div', { className: 'ib-live' });
   const probeButton = el('button', { textContent: 'probe the store', disabled: true, className: 'ib-probe-run' });
@@ -233,6 +237,7 @@ async function render({ model, el: host }) {
     root.dataset.error = status.textContent;
   };
   let pass;
+  let explorer;
   try {
     await initialize(wasmBytes(model));
     const location = model.get('location');
@@ -241,7 +246,10 @@ async function render({ model, el: host }) {
     status.textContent = `opening ${location} (${model.get('via_kernel') ? 'read through the kernel' : 'fetched by the browser'}) …`;
     const options = model.get('options');
     const w = model.get('what_if');
-    const explorer = await openExplorer(source, { variables: options.variables, url: location });
+    let cache;
+    ({ explorer, cache } = await openCached(openExplorer, source, { variables: options.variables, url: location }, { app: 'widget', location }));
+    root.dataset.cache = cache.error ? '' : cache.dir;
+    const cacheNote = cacheText(cache);
     const arrays = explorer.arrays();
     const report = explorer.describe(options, w);
     describeBox.replaceChildren(
@@ -266,10 +274,11 @@ async function render({ model, el: host }) {
       }
       if (b === undefined) {
         status.textContent = `end of the epoch (${pass.length ?? ''} batches)`;
+        root.dataset.state = 'ended';
         return;
       }
       showBatch(root, batchBox, b, { label, shift: w.shift, units, meta: arrays.find((a) => a.path === label), options });
-      status.textContent = `${location}: ${arrays.length} arrays; ${label}, batch ${b.index + 1} of ${pass.length}`;
+      status.textContent = `${location}: ${arrays.length} arrays; ${label}, batch ${b.index + 1} of ${pass.length}; ${cacheNote}`;
       next.disabled = false;
     };
     next.onclick = () => step().catch(fail);
@@ -296,7 +305,12 @@ async function render({ model, el: host }) {
   } catch (e) {
     fail(e);
   }
-  return () => pass?.close();
+  // The view goes (a re-run cell, a closed notebook): its pass and its explorer, which holds
+  // the store's cache directory, are let go.
+  return () => {
+    pass?.close();
+    explorer?.close();
+  };
 }
 
 export default { render };

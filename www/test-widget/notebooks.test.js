@@ -78,8 +78,9 @@ function notebook(name, source) {
 before(async () => {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ib-widget-'));
-  // The store over HTTP: the test servers' static server (CORS on every response).
-  const http = spawn('python3', [HTTP_SERVER, '--root', path.dirname(STORE), '--port', '0', '--port-file', '-'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // The store over HTTP: the test servers' static server (CORS on every response), counting
+  // its requests (the previews' cache test).
+  const http = spawn('python3', [HTTP_SERVER, '--root', path.dirname(STORE), '--port', '0', '--port-file', '-', '--count-requests'], { stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(http);
   const [, port] = await waitForLine(http, 'stdout', /^(\d+)\n/, 'the HTTP server');
   storeUrl = `http://127.0.0.1:${port}/${path.basename(STORE)}`;
@@ -241,6 +242,64 @@ def _():
       assert.deepEqual(errors, []);
       await page.close();
     }
+  });
+});
+
+/** Chunk reads (GETs of anything but metadata) the HTTP store served since the last call. */
+async function chunkReads() {
+  const counts = await (await fetch(`${new URL(storeUrl).origin}/__requests?reset`)).json();
+  const meta = /(zarr\.json|\.zarray|\.zattrs|\.zgroup|\.zmetadata)$/;
+  return Object.entries(counts)
+    .filter(([k]) => k.startsWith('GET ') && !meta.test(k))
+    .reduce((n, [, c]) => n + c, 0);
+}
+
+/** Step `widget` through its epoch ("next batch" until it ends): each batch's samples and colour range. */
+async function previewEpoch(page, widget) {
+  const out = [];
+  for (;;) {
+    const shown = await widget.evaluate((root) => {
+      const box = root.querySelector('.ib-batch');
+      return { drawn: root.dataset.drawn, samples: [...box.querySelectorAll('.ib-grid canvas')].map((c) => Number(c.dataset.sample)), range: [box.dataset.vmin, box.dataset.vmax] };
+    });
+    out.push({ samples: shown.samples, range: shown.range });
+    await (await widget.$('button.ib-next')).click();
+    // The widget's root (marimo draws it in a shadow root: passed as a handle, not looked up).
+    await page.waitForFunction(([r, d]) => r.dataset.state === 'ended' || r.dataset.state === 'error' || r.dataset.drawn !== d, [widget, shown.drawn]);
+    const state = await widget.getAttribute('data-state');
+    assert.notEqual(state, 'error', await widget.getAttribute('data-error'));
+    if (state === 'ended') return out;
+  }
+}
+
+describe('notebook widget: the previews cache (marimo run, the HTTP store)', () => {
+  it('a reload previews the cached epoch again with zero chunk reads at the server', async () => {
+    const app = path.join(dir, 'cache_app.py');
+    fs.writeFileSync(
+      app,
+      `import marimo\n\napp = marimo.App()\n\n\n@app.cell\ndef _():\n    import marimo as mo\n    from insitubatch_rs.widgets import Preview\n    w = mo.ui.anywidget(Preview(${JSON.stringify(storeUrl)}, ${KNOBS}))\n    w\n    return\n`,
+    );
+    const base = await marimoRun(app);
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1100 } });
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    const drawn = async () => {
+      const w = await page.waitForSelector('.ib-widget[data-state="drawn"], .ib-widget[data-state="error"]', { timeout: 180_000 });
+      assert.equal(await w.getAttribute('data-state'), 'drawn', `the widget failed: ${await w.getAttribute('data-error')}`);
+      assert.match(await w.getAttribute('data-cache'), /^insitubatch-widget\/[0-9a-f]{16}$/, 'the preview reads through the cache');
+      return w;
+    };
+    await chunkReads();
+    await page.goto(base);
+    const first = await previewEpoch(page, await drawn());
+    assert.ok(first.length > 1);
+    assert.ok((await chunkReads()) > 0, 'the first epoch read its chunks from the store');
+    await page.reload();
+    const again = await previewEpoch(page, await drawn());
+    assert.deepEqual(again, first, 'the same batches, from the cache');
+    assert.equal(await chunkReads(), 0, 'after the reload no chunk read reached the server');
+    assert.deepEqual(errors, []);
+    await page.close();
   });
 });
 
