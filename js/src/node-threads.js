@@ -14,13 +14,14 @@ const WASM = new URL('../pkg/web-threads/insitubatch_wasm_bg.wasm', import.meta.
 
 let nThreads;
 let moduleBytes;
+/** The live instance's decode threads (src/node-thread-pool.js `nextPool`). */
+let threads = { workers: [] };
 
 /**
  * A fresh instance for each generation: the glue imported again under its own query (a new
  * module, so a new memory and a new rayon pool; its threads import the same URL), after the
  * last generation's threads are ended. A decode thread's trap poisons its instance.
  */
-let threads = { workers: [] };
 async function loadThreads(generation, onTrap) {
   for (const w of threads.workers) await w.terminate();
   threads = nextPool((e) => onTrap(e));
