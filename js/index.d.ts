@@ -3,7 +3,8 @@
 // `Checkpoint`, `BadChunk`, the explorer's `ArrayInfo`, `DrawOrderReport`, `QualityPoint`,
 // and their parts: `VariableReport`, `Depths`, `SplitName`, `DTypeName`, ...) are generated from the Rust report
 // types into src/reports.d.ts (tools/boundary-types; `cargo run -p insitubatch-boundary-types`
-// rewrites it, and CI fails when it is stale), re-exported here.
+// rewrites it, and CI fails when it is stale), re-exported here; so are the options' knobs,
+// into src/options.d.ts from core's `Knobs`.
 import type {
   ArrayInfo,
   BadChunk,
@@ -16,14 +17,18 @@ import type {
   QualityPoint,
   SplitName,
 } from './src/reports.js';
+import type { Knobs } from './src/options.js';
 
 export * from './src/reports.js';
+export type { Knobs } from './src/options.js';
 
 /**
- * The options of `open()` and `openInWorker()` (wasm/src/lib.rs `JsOpenOptions`; the engine
- * refuses unknown keys). js/test/types.test.js checks these keys against the engine's.
+ * The options of `open()` and `openInWorker()`: core's knobs (`batchSize`, `seed`,
+ * `onBadChunk`, ...; generated into src/options.d.ts from core's `Knobs`, with their
+ * defaults) and this package's own (wasm/src/options.rs `JsOpenOptions`; the engine refuses
+ * unknown keys). js/test/types.test.js checks these keys against the engine's.
  */
-export interface OpenOptions {
+export interface OpenOptions extends Knobs {
   /**
    * Array paths to read (labels = paths), or labelled variables in order (the first is the
    * split's reference), e.g. `{ x: 't2m', y: { path: 't2m', shift: 6 } }`: several labels
@@ -46,29 +51,6 @@ export interface OpenOptions {
   splitSeed?: number | bigint;
   /** Split only the chunks overlapping samples `[start, stop)` (snapped outward to chunks). */
   sampleRange?: [number, number];
-  /** Rows per batch. Default 32. */
-  batchSize?: number;
-  /** Chunks per shuffle block (raised so a block always holds a batch). Default 16. */
-  blockChunks?: number;
-  /** Chunks in each epoch's first shuffle block: fewer for a faster first batch, at a cost in
-   * mixing the epoch's first samples that `describe()` notes (`first-block-smaller`).
-   * Default: `blockChunks`, the specified order. */
-  firstBlockChunks?: number;
-  /** Fetches in flight. Default 32. */
-  maxInflight?: number;
-  /** Shuffle seed. Default 0. Same (seed, epoch) → the same batches as the native library. */
-  seed?: number | bigint;
-  /** Shuffle the train view. Default true. */
-  shuffle?: boolean;
-  /** Batches queued ahead of the caller. Default 2. */
-  prefetchDepth?: number;
-  /** Byte budget of the chunk pool. Default: automatic. */
-  cacheBudgetBytes?: number | bigint;
-  /**
-   * A chunk that cannot be fetched or decoded: "raise" (default) fails the pass naming it;
-   * "nan" fills it with NaN (floats) or the fill value, records it (`badChunks()`) and goes on.
-   */
-  onBadChunk?: 'raise' | 'nan';
   /** Retries, backoff and request timeout of storage reads. */
   readPolicy?: ReadPolicyOptions;
   /**
@@ -87,14 +69,6 @@ export interface OpenOptions {
    * they are. `open()` only: a function cannot be sent to `openInWorker`'s worker.
    */
   credentials?: () => Promise<S3Credentials> | S3Credentials;
-  /**
-   * This process's rank among `worldSize` (default 0): each epoch's chunks are dealt to the
-   * ranks, and this one reads and yields only its share; every rank yields the same number of
-   * batches (the few samples that cannot be spread evenly are counted as `dropped_samples`).
-   */
-  rank?: number;
-  /** How many ranks share each epoch (default 1). */
-  worldSize?: number;
   /**
    * Batches as views into the engine's wasm memory instead of copies (default false): each
    * array's `data` is valid until the pass's next `next()` (the next step of `for await`) or
@@ -143,8 +117,6 @@ export interface OpenOptions {
   modelParallel?: number;
   /** The axis `modelParallel` splits rows along: a dimension name or an axis index. */
   modelParallelAxis?: string | number;
-  /** Carry the sample axis's coordinate in every batch (`batch.coords`; docs/coordinates.md). */
-  coords?: boolean;
   /**
    * Select by label, inclusive, one range per dimension: on the sample axis's coordinate the
    * samples (implies `coords`), `{ time: ['2010-01-01', '2019-12-31'] }` (dates

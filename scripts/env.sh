@@ -12,6 +12,11 @@ mkdir -p "$INSITUBATCH_CACHE"
 # hang fails, naming the file, instead of blocking the run. The slowest file takes a few
 # minutes here; this is a bound on hangs, not on performance.
 export IB_NODE_TEST_TIMEOUT_MS="${IB_NODE_TEST_TIMEOUT_MS:-1200000}"
+# Node test files run two at a time (Node's default is one fewer than the cores: one here).
+# Most of a file's time is a browser, a server or a worker waiting, so two overlap on 2 cores;
+# each file starts its own servers (port 0) and browsers (a fresh profile each), and none
+# writes outside its own temporary folder, so files share nothing but the read-only fixtures.
+export IB_NODE_TEST_CONCURRENCY="${IB_NODE_TEST_CONCURRENCY:-2}"
 
 # Whether CI is set (as in .ci/run): there a missing prerequisite fails instead of skipping.
 # The same rule as tests/src/lib.rs `under_ci` and js/test-support/helpers.js `UNDER_CI`.

@@ -206,7 +206,8 @@ else
 fi
 
 echo "== Node tests (wasm over HTTP: $INSITUBATCH_HTTP_URL; worker_threads; headless Chromium via playwright-core)"
-IB_REQUIRE_THREADS=1 node --test --test-reporter=spec --test-timeout="$IB_NODE_TEST_TIMEOUT_MS" js/test/ || rc=$?
+IB_REQUIRE_THREADS=1 node --test --test-reporter=spec --test-timeout="$IB_NODE_TEST_TIMEOUT_MS" \
+    --test-concurrency="$IB_NODE_TEST_CONCURRENCY" js/test/ || rc=$?
 rm -f "$DIGESTS"
 
 echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, and Node (+ storage conformance)"

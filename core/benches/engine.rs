@@ -25,7 +25,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use insitubatch_core::internals::{TileLocation, ZarrArray, open_array};
 use insitubatch_core::runtime::{InlinePool, Runtime, Storage};
 use insitubatch_core::testing::{MemoryStorage, SimExecutor, write_f32_array};
-use insitubatch_core::{AlignedBytes, Dataset, DatasetOptions, PatchAxis, PatchOptions, Split, SplitOptions};
+use insitubatch_core::{AlignedBytes, Dataset, DatasetOptions, Knobs, PatchAxis, PatchOptions, Split, SplitOptions};
 
 /// Long enough for any epoch here on a slow machine; the simulated clock never sleeps.
 const LIMIT: Duration = Duration::from_secs(600);
@@ -88,7 +88,8 @@ fn epoch(storage: &MemoryStorage, options: &DatasetOptions) -> u64 {
 fn epochs(c: &mut Criterion) {
     // 128 samples of 64 × 128, tiles of 8 × 32 × 64: 16 chunks of 8 tiles each, 4 MiB in all.
     let storage = store(&[128, 64, 128], &[8, 32, 64]);
-    let whole = DatasetOptions { batch_size: 16, block_chunks: 4, ..Default::default() };
+    let whole =
+        DatasetOptions { knobs: Knobs { batch_size: 16, block_chunks: 4, ..Default::default() }, ..Default::default() };
     let patch = PatchOptions::from_parts(
         vec![(PatchAxis::Name("lat".into()), 16), (PatchAxis::Name("lon".into()), 16)],
         "random",

@@ -199,6 +199,8 @@ pub(crate) struct Engine {
     /// Inner chunks passes want soon, and bytes read ahead for them.
     pub ahead: ReadAhead,
     pub policy: ReadPolicy,
+    /// What a chunk that fails for good does (the `on_bad_chunk` knob).
+    pub on_bad_chunk: OnBadChunk,
     pub bad_chunks: Mutex<Vec<BadChunk>>,
     pub cpu: CpuQueue,
     pub recycler: Arc<Recycler>,
@@ -708,7 +710,7 @@ fn assembly_bug(g: &ArrayGeometry, key: ChunkKey) -> impl Fn(String) -> Error + 
 /// Under `Raise`, the error; under `Nan`, fill the tile's region, record it, and go on.
 fn bad_or_raise(engine: &Arc<Engine>, key: ChunkKey, tile: u64, slot: &TiledSlot, error: Error) -> Result<bool> {
     // An internal error is a bug of ours, not a bad chunk: never filled over.
-    if engine.policy.on_bad_chunk == OnBadChunk::Raise || matches!(error, Error::Internal(_)) {
+    if engine.on_bad_chunk == OnBadChunk::Raise || matches!(error, Error::Internal(_)) {
         return Err(match error {
             // The hint once: zarr's own decode errors already carry it.
             Error::Decode { message, key } if !message.contains("on_bad_chunk") => Error::Decode {

@@ -1,6 +1,7 @@
 //! Engine simulations: real arrays in a controllable store, a virtual clock, and an inline
 //! thread pool. A hang is a deadlock report from the simulator, not a timeout.
 
+use crate::Knobs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,7 +166,10 @@ fn epoch_covers_values_and_is_deterministic() {
     let f = Fixture::new(Some(Duration::from_millis(5)));
     let shape = [77u64, 6, 7];
     f.array("t2m", &shape, &[8, 3, 4], None);
-    let opts = DatasetOptions { batch_size: 10, block_chunks: 2, max_inflight: 3, seed: 9, ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 10, block_chunks: 2, max_inflight: 3, seed: 9, ..Default::default() },
+        ..Default::default()
+    };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let e0 = f.epoch(&ds, Split::Train).unwrap().unwrap();
     check_epoch(&e0, &shape, 0, &[("t2m", 0)], &(0..77).collect::<Vec<_>>(), 10);
@@ -195,7 +199,10 @@ fn the_read_window_keeps_batches_exact_narrow_or_wide_and_is_reported() {
     for (latency, window) in [(None, 2), (Some(Duration::from_millis(5)), 8)] {
         let f = Fixture::new(latency);
         f.array("t2m", &shape, &[4, 3, 4], None);
-        let opts = DatasetOptions { batch_size: 8, block_chunks: 4, max_inflight: 8, ..Default::default() };
+        let opts = DatasetOptions {
+            knobs: Knobs { batch_size: 8, block_chunks: 4, max_inflight: 8, ..Default::default() },
+            ..Default::default()
+        };
         let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
         let e = f.epoch(&ds, Split::Train).unwrap().unwrap();
         check_epoch(&e, &shape, 0, &[("t2m", 0)], &(0..96).collect::<Vec<_>>(), 8);
@@ -213,7 +220,10 @@ fn cold_epoch_reads_every_chunk_once_whatever_the_batch_size() {
         for shuffle in [true, false] {
             let f = Fixture::new(None);
             f.array("t2m", &[64, 5, 4], &[8, 5, 2], None);
-            let opts = DatasetOptions { batch_size: bs, block_chunks: 2, shuffle, ..Default::default() };
+            let opts = DatasetOptions {
+                knobs: Knobs { batch_size: bs, block_chunks: 2, shuffle, ..Default::default() },
+                ..Default::default()
+            };
             let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
             let before = f.storage.total_reads();
             f.epoch(&ds, Split::Train).unwrap().unwrap();
@@ -236,7 +246,8 @@ fn windowed_pairs_are_exact_under_shuffle_and_read_once() {
     let f = Fixture::new(Some(Duration::from_millis(1)));
     let shape = [50u64, 3, 2];
     f.array("t2m", &shape, &[7, 3, 2], None);
-    let opts = DatasetOptions { batch_size: 6, block_chunks: 2, ..Default::default() };
+    let opts =
+        DatasetOptions { knobs: Knobs { batch_size: 6, block_chunks: 2, ..Default::default() }, ..Default::default() };
     let ds = f.dataset(&[("x", "t2m", 0), ("y", "t2m", 1), ("z", "t2m", -2)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
     check_epoch(&b, &shape, 0, &[("x", 0), ("y", 1), ("z", -2)], &(2..49).collect::<Vec<_>>(), 6);
@@ -253,7 +264,8 @@ fn sample_axis_two_sharded_and_multi_spc() {
     let f = Fixture::new(None);
     let shape = [1u64, 2, 30, 5, 4];
     f.array("raw", &shape, &[1, 2, 10, 5, 4], Some(&[1, 1, 5, 5, 2]));
-    let opts = DatasetOptions { batch_size: 4, block_chunks: 1, ..Default::default() };
+    let opts =
+        DatasetOptions { knobs: Knobs { batch_size: 4, block_chunks: 1, ..Default::default() }, ..Default::default() };
     let ds = f.dataset(&[("raw", "raw", 0)], 2, (1.0, 0.0, 0.0), opts).unwrap();
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
     check_epoch(&b, &shape, 2, &[("raw", 0)], &(0..30).collect::<Vec<_>>(), 4);
@@ -264,7 +276,8 @@ fn sample_axis_two_sharded_and_multi_spc() {
     g.array("a", &[48, 2, 2], &[8, 2, 2], None);
     g.array("b", &[48, 2, 2], &[4, 2, 2], None);
     g.array("c", &[48, 2, 2], &[16, 2, 2], None);
-    let opts = DatasetOptions { batch_size: 5, block_chunks: 2, ..Default::default() };
+    let opts =
+        DatasetOptions { knobs: Knobs { batch_size: 5, block_chunks: 2, ..Default::default() }, ..Default::default() };
     let ds = g.dataset(&[("a", "a", 0), ("b", "b", 0), ("c", "c", 3)], 0, (0.5, 0.25, 0.25), opts).unwrap();
     for split in [Split::Train, Split::Val, Split::Test, Split::All] {
         let b = g.epoch(&ds, split).unwrap().unwrap();
@@ -277,7 +290,8 @@ fn sample_axis_two_sharded_and_multi_spc() {
 fn early_break_then_next_epoch_and_two_live_iterations() {
     let f = Fixture::new(Some(Duration::from_millis(3)));
     f.array("t2m", &[96, 4, 4], &[4, 4, 4], None);
-    let opts = DatasetOptions { batch_size: 8, block_chunks: 2, ..Default::default() };
+    let opts =
+        DatasetOptions { knobs: Knobs { batch_size: 8, block_chunks: 2, ..Default::default() }, ..Default::default() };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (0.75, 0.25, 0.0), opts).unwrap();
     let d = ds.clone();
     f.sim
@@ -319,7 +333,10 @@ fn budgets_below_the_floor_or_too_small_for_two_iterations_are_refused() {
             &[("t2m", "t2m", 0)],
             0,
             (0.75, 0.25, 0.0),
-            DatasetOptions { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(chunk), ..Default::default() },
+            DatasetOptions {
+                knobs: Knobs { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(chunk), ..Default::default() },
+                ..Default::default()
+            },
         )
         .unwrap_err();
     assert!(err.to_string().contains("below this run's residency floor of 1024 bytes"), "{err}");
@@ -328,7 +345,10 @@ fn budgets_below_the_floor_or_too_small_for_two_iterations_are_refused() {
             &[("t2m", "t2m", 0)],
             0,
             (0.75, 0.25, 0.0),
-            DatasetOptions { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(1024), ..Default::default() },
+            DatasetOptions {
+                knobs: Knobs { batch_size: 8, block_chunks: 2, cache_budget_bytes: Some(1024), ..Default::default() },
+                ..Default::default()
+            },
         )
         .unwrap();
     f.epoch(&ds, Split::Train).unwrap().unwrap();
@@ -351,7 +371,12 @@ fn a_consumer_that_stops_does_not_hang_and_errors_name_the_key() {
     let f = Fixture::new(None);
     f.array("t2m", &[40, 2, 2], &[5, 2, 2], None);
     let ds = f
-        .dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 3, ..Default::default() })
+        .dataset(
+            &[("t2m", "t2m", 0)],
+            0,
+            (1.0, 0.0, 0.0),
+            DatasetOptions { knobs: Knobs { batch_size: 3, ..Default::default() }, ..Default::default() },
+        )
         .unwrap();
     // Stop mid-epoch with batches queued: the simulation must still finish.
     let d = ds.clone();
@@ -368,14 +393,19 @@ fn a_consumer_that_stops_does_not_hang_and_errors_name_the_key() {
     f.storage.insert("t2m/c/3/0/0", vec![1u8, 2, 3, 4, 5]);
     // A fresh dataset (the first one may hold chunk 3 in its pool).
     let ds = f
-        .dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 3, ..Default::default() })
+        .dataset(
+            &[("t2m", "t2m", 0)],
+            0,
+            (1.0, 0.0, 0.0),
+            DatasetOptions { knobs: Knobs { batch_size: 3, ..Default::default() }, ..Default::default() },
+        )
         .unwrap();
     let err = f.epoch(&ds, Split::Train).unwrap().unwrap_err();
     assert!(matches!(err, Error::Decode { .. }), "{err:?}");
     assert!(err.to_string().ends_with("memory://t2m/c/3/0/0"), "{err}");
     assert_eq!(err.to_string().matches("on_bad_chunk").count(), 1, "the hint once: {err}");
-    let mut opts = DatasetOptions { batch_size: 3, ..Default::default() };
-    opts.read_policy.on_bad_chunk = OnBadChunk::Nan;
+    let mut opts = DatasetOptions { knobs: Knobs { batch_size: 3, ..Default::default() }, ..Default::default() };
+    opts.knobs.on_bad_chunk = OnBadChunk::Nan;
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
     let nan_rows: usize =
@@ -391,7 +421,12 @@ fn transient_failures_are_retried_and_permanent_ones_reported() {
     f.array("t2m", &[16, 2, 2], &[4, 2, 2], None);
     f.storage.set_fault("t2m/c/1/0/0", Fault::TransientFailures(2));
     let ds = f
-        .dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 4, ..Default::default() })
+        .dataset(
+            &[("t2m", "t2m", 0)],
+            0,
+            (1.0, 0.0, 0.0),
+            DatasetOptions { knobs: Knobs { batch_size: 4, ..Default::default() }, ..Default::default() },
+        )
         .unwrap();
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
     check_epoch(&b, &[16, 2, 2], 0, &[("t2m", 0)], &(0..16).collect::<Vec<_>>(), 4);
@@ -400,7 +435,12 @@ fn transient_failures_are_retried_and_permanent_ones_reported() {
     ds.set_epoch(1);
     // Evict by making a new dataset (fresh pool) so the chunk is fetched again.
     let ds = f
-        .dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 4, ..Default::default() })
+        .dataset(
+            &[("t2m", "t2m", 0)],
+            0,
+            (1.0, 0.0, 0.0),
+            DatasetOptions { knobs: Knobs { batch_size: 4, ..Default::default() }, ..Default::default() },
+        )
         .unwrap();
     let err = f.epoch(&ds, Split::Train).unwrap().unwrap_err();
     assert!(err.to_string().contains("access denied") && err.to_string().ends_with("t2m/c/2/0/0"), "{err}");
@@ -418,7 +458,11 @@ fn metadata_reads_at_open_are_retried_under_the_read_policy() {
         let read_policy = crate::ReadPolicy { retries, ..Default::default() };
         let builder = Dataset::builder(storage, f.runtime.clone())
             .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
-            .options(DatasetOptions { batch_size: 4, read_policy, ..Default::default() });
+            .options(DatasetOptions {
+                knobs: Knobs { batch_size: 4, ..Default::default() },
+                read_policy,
+                ..Default::default()
+            });
         f.sim.run(builder.open(), LIMIT).expect("open finishes")
     };
     f.storage.set_fault("t2m/zarr.json", Fault::TransientFailures(2));
@@ -448,8 +492,10 @@ fn metadata_reads_at_open_are_retried_under_the_read_policy() {
 fn warm_epoch_reads_nothing_when_the_budget_holds_the_split() {
     let f = Fixture::new(None);
     f.array("t2m", &[32, 2, 2], &[4, 2, 2], None);
-    let opts =
-        DatasetOptions { batch_size: 4, block_chunks: 1, cache_budget_bytes: Some(1 << 20), ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 4, block_chunks: 1, cache_budget_bytes: Some(1 << 20), ..Default::default() },
+        ..Default::default()
+    };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     f.epoch(&ds, Split::Train).unwrap().unwrap();
     let cold = f.storage.total_reads();
@@ -474,10 +520,13 @@ impl BatchTransform for Slow {
 fn chunk_and_batch_transforms_run_and_describe_names_them() {
     let f = Fixture::new(None);
     f.array("t2m", &[16, 4, 4], &[4, 4, 4], None);
-    let ds = f.custom(DatasetOptions { batch_size: 4, shuffle: false, ..Default::default() }, |b| {
-        b.chunk_transforms(vec![everywhere(Arc::new(crate::transform::Coarsen { factor: 2 }))])
-            .batch_transforms(vec![Arc::new(Slow)])
-    });
+    let ds = f.custom(
+        DatasetOptions { knobs: Knobs { batch_size: 4, shuffle: false, ..Default::default() }, ..Default::default() },
+        |b| {
+            b.chunk_transforms(vec![everywhere(Arc::new(crate::transform::Coarsen { factor: 2 }))])
+                .batch_transforms(vec![Arc::new(Slow)])
+        },
+    );
     let b = f.epoch(&ds, Split::Train).unwrap().unwrap();
     assert_eq!(b[0].arrays["t2m"].shape, vec![4, 2, 2]);
     let row = expected_row(&[16, 4, 4], 0, 0);
@@ -526,7 +575,10 @@ fn a_wrong_declared_output_fails_the_pass_naming_the_transform_and_both_shapes()
         .opened(vec![a])
         .variables(vec![Variable { label: "t2m".into(), geometry: g }])
         .manifest(manifest)
-        .options(DatasetOptions { batch_size: 4, shuffle: false, ..Default::default() })
+        .options(DatasetOptions {
+            knobs: Knobs { batch_size: 4, shuffle: false, ..Default::default() },
+            ..Default::default()
+        })
         .chunk_transforms(vec![
             everywhere(Arc::new(crate::transform::Coarsen { factor: 2 })),
             everywhere(Arc::new(DeclaresWrongShape)),
@@ -575,7 +627,7 @@ proptest! {
         let mut labels: Vec<(String, i64)> = vec![("v0".into(), 0)];
         for o in &offsets { labels.push((format!("v{o}"), *o)); }
         let lrefs: Vec<(&str, &str, i64)> = labels.iter().map(|(l, o)| (l.as_str(), "v", *o)).collect();
-        let opts = DatasetOptions { batch_size: bs, block_chunks: block, shuffle, seed, max_inflight: 2, ..Default::default() };
+        let opts = DatasetOptions { knobs: Knobs { batch_size: bs, block_chunks: block, shuffle, seed, max_inflight: 2, ..Default::default() }, ..Default::default() };
         let ds = f.dataset(&lrefs, sample_axis, (1.0, 0.0, 0.0), opts).unwrap();
         let lo = offsets.iter().copied().min().unwrap_or(0).min(0).unsigned_abs();
         let hi = (n as i64 - offsets.iter().copied().max().unwrap_or(0).max(0)).max(0) as u64;
@@ -600,7 +652,10 @@ fn describe_reads_nothing_and_matches_the_engine_floor() {
             &[("x", "t2m", 0), ("y", "t2m", 1)],
             0,
             (0.75, 0.25, 0.0),
-            DatasetOptions { batch_size: 8, block_chunks: 1, ..Default::default() },
+            DatasetOptions {
+                knobs: Knobs { batch_size: 8, block_chunks: 1, ..Default::default() },
+                ..Default::default()
+            },
         )
         .unwrap();
     let before = f.storage.total_reads();
@@ -627,7 +682,12 @@ fn unequal_sample_lengths_and_bad_knobs_are_refused() {
     let err = f.dataset(&[("a", "a", 0), ("b", "b", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions::default()).unwrap_err();
     assert!(err.to_string().contains("same sample-axis length"), "{err}");
     let err = f
-        .dataset(&[("a", "a", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { batch_size: 0, ..Default::default() })
+        .dataset(
+            &[("a", "a", 0)],
+            0,
+            (1.0, 0.0, 0.0),
+            DatasetOptions { knobs: Knobs { batch_size: 0, ..Default::default() }, ..Default::default() },
+        )
         .unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err}");
     let err = f.dataset(&[("a", "a", 0), ("a", "a", 1)], 0, (1.0, 0.0, 0.0), DatasetOptions::default()).unwrap_err();
@@ -644,7 +704,10 @@ fn two_passes_share_loads_and_one_abandons_midway() {
     let f = Fixture::new(Some(Duration::from_millis(7)));
     let shape = [64u64, 3, 3];
     f.array("t2m", &shape, &[4, 3, 3], None);
-    let opts = DatasetOptions { batch_size: 5, block_chunks: 2, max_inflight: 2, ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 5, block_chunks: 2, max_inflight: 2, ..Default::default() },
+        ..Default::default()
+    };
     let ds = f.dataset(&[("x", "t2m", 0), ("y", "t2m", 2)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let d = ds.clone();
     let (full, partial) = f
@@ -692,10 +755,10 @@ proptest! {
         let shape = [n, 2, 3];
         f.array("v", &shape, &[spc, 1, 2], None); // 2x2 tiles: recycled slots must be fully overwritten
         let labels = [("x", "v", 0), ("y", "v", offset)];
-        let opts = DatasetOptions { batch_size: bs, block_chunks: block, seed, max_inflight: 3, ..Default::default() };
+        let opts = DatasetOptions { knobs: Knobs { batch_size: bs, block_chunks: block, seed, max_inflight: 3, ..Default::default() }, ..Default::default() };
         let auto = f.dataset(&labels, 0, (1.0, 0.0, 0.0), opts.clone()).unwrap();
         let floor = auto.describe(1).unwrap().memory.floor_bytes;
-        let tight = f.dataset(&labels, 0, (1.0, 0.0, 0.0), DatasetOptions { cache_budget_bytes: Some(floor), ..opts }).unwrap();
+        let tight = f.dataset(&labels, 0, (1.0, 0.0, 0.0), DatasetOptions { knobs: Knobs { cache_budget_bytes: Some(floor), ..opts.knobs }, ..opts }).unwrap();
         let b = f.epoch(&tight, Split::Train).unwrap().unwrap();
         let hi = n.saturating_sub(offset as u64);
         check_epoch(&b, &shape, 0, &[("x", 0), ("y", offset)], &(0..hi).collect::<Vec<_>>(), bs);
@@ -712,11 +775,17 @@ fn recycled_chunk_buffers_are_fully_overwritten() {
     let f = Fixture::new(None);
     let shape = [40u64, 64, 128];
     f.array("t", &shape, &[4, 32, 64], None);
-    let opts = DatasetOptions { batch_size: 4, block_chunks: 1, ..Default::default() };
+    let opts =
+        DatasetOptions { knobs: Knobs { batch_size: 4, block_chunks: 1, ..Default::default() }, ..Default::default() };
     let auto = f.dataset(&[("t", "t", 0)], 0, (1.0, 0.0, 0.0), opts.clone()).unwrap();
     let floor = auto.describe(1).unwrap().memory.floor_bytes;
     let ds = f
-        .dataset(&[("t", "t", 0)], 0, (1.0, 0.0, 0.0), DatasetOptions { cache_budget_bytes: Some(floor), ..opts })
+        .dataset(
+            &[("t", "t", 0)],
+            0,
+            (1.0, 0.0, 0.0),
+            DatasetOptions { knobs: Knobs { cache_budget_bytes: Some(floor), ..opts.knobs }, ..opts },
+        )
         .unwrap();
     for epoch in 0..3 {
         ds.set_epoch(epoch);
@@ -739,7 +808,8 @@ fn fresh_large_buffers_go_through_the_runtimes_prefault_and_batches_stay_exact()
     f.runtime = f.runtime.clone().with_prefault(count_prefault);
     let shape = [40u64, 64, 128];
     f.array("t", &shape, &[4, 64, 128], None);
-    let opts = DatasetOptions { batch_size: 4, block_chunks: 1, ..Default::default() };
+    let opts =
+        DatasetOptions { knobs: Knobs { batch_size: 4, block_chunks: 1, ..Default::default() }, ..Default::default() };
     let ds = f.dataset(&[("t", "t", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     for epoch in 0..2 {
         ds.set_epoch(epoch);
@@ -763,8 +833,11 @@ fn persisting_tier_epochs(asynchronous: bool) {
     f.array("t2m", &shape, &[8, 3, 2], None);
     let tier = crate::testing::MemoryTier::persisting();
     tier.set_asynchronous(asynchronous);
-    let opts =
-        DatasetOptions { batch_size: 6, block_chunks: 2, tier: Some(Arc::new(tier.clone())), ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 6, block_chunks: 2, ..Default::default() },
+        tier: Some(Arc::new(tier.clone())),
+        ..Default::default()
+    };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let ids = tier.opened_with();
     assert_eq!(ids.len(), 1);
@@ -774,8 +847,11 @@ fn persisting_tier_epochs(asynchronous: bool) {
     assert_eq!(tier.counters().stored, 5, "each chunk stored once");
     tier.set_readonly(true); // any miss from here on fails the pass
     // A new dataset (a new process, as far as the pool knows) revives every chunk.
-    let opts =
-        DatasetOptions { batch_size: 6, block_chunks: 2, tier: Some(Arc::new(tier.clone())), ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 6, block_chunks: 2, ..Default::default() },
+        tier: Some(Arc::new(tier.clone())),
+        ..Default::default()
+    };
     let fresh = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let reads = f.storage.total_reads();
     let warm = f.epoch(&fresh, Split::Train).unwrap().unwrap();
@@ -799,9 +875,7 @@ fn tier_failures_end_the_pass_with_the_tiers_message_never_a_hang() {
             tier.set_readonly(true);
         }
         let opts = DatasetOptions {
-            batch_size: 4,
-            block_chunks: 2,
-            max_inflight: 2,
+            knobs: Knobs { batch_size: 4, block_chunks: 2, max_inflight: 2, ..Default::default() },
             tier: Some(Arc::new(tier.clone())),
             ..Default::default()
         };
@@ -819,7 +893,10 @@ fn tier_failures_end_the_pass_with_the_tiers_message_never_a_hang() {
 fn queued_counts_the_batches_waiting_for_the_caller_up_to_prefetch_depth() {
     let f = Fixture::new(Some(Duration::from_millis(1)));
     f.array("t2m", &[64, 2, 2], &[4, 2, 2], None);
-    let opts = DatasetOptions { batch_size: 4, block_chunks: 2, prefetch_depth: 3, ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 4, block_chunks: 2, prefetch_depth: 3, ..Default::default() },
+        ..Default::default()
+    };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let exec = Arc::clone(&f.runtime.executor);
     let (before, waited, after_take) = f
@@ -861,7 +938,10 @@ fn a_stalled_caller_leaves_at_most_the_described_batches_in_memory() {
     let f = Fixture::new(Some(Duration::from_millis(1)));
     f.array("t2m", &[64, 2, 2], &[4, 2, 2], None);
     let count = Arc::new(CountGathers::default());
-    let opts = DatasetOptions { batch_size: 4, block_chunks: 2, prefetch_depth: 3, ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 4, block_chunks: 2, prefetch_depth: 3, ..Default::default() },
+        ..Default::default()
+    };
     let ds = f.custom(opts, |b| b.batch_transforms(vec![Arc::clone(&count) as Arc<dyn BatchTransform>]));
     let exec = Arc::clone(&f.runtime.executor);
     let stalled = ds.clone();
@@ -897,7 +977,10 @@ fn verdict_of(latency: Duration, block_chunks: usize) -> crate::stats::LimitingS
     let storage: Arc<dyn crate::Storage> = Arc::new(f.storage.clone());
     let builder = Dataset::builder(storage, f.runtime.clone())
         .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
-        .options(DatasetOptions { batch_size: 4, block_chunks, max_inflight: 8, ..Default::default() });
+        .options(DatasetOptions {
+            knobs: Knobs { batch_size: 4, block_chunks, max_inflight: 8, ..Default::default() },
+            ..Default::default()
+        });
     let ds = f.sim.run(builder.open(), LIMIT).unwrap().unwrap();
     f.epoch(&ds, Split::Train).unwrap().unwrap();
     let stats = ds.last_pass().unwrap();
@@ -925,7 +1008,10 @@ fn inner_chunks_of_a_shard_are_read_by_few_requests_and_batches_stay_exact() {
         let shards: Vec<String> = (0..4).map(|s| format!("t2m/c/{s}/0/0")).collect();
         let index_bytes = 16 * 16 + 4;
         let data_bytes: u64 = shards.iter().map(|k| f.storage.object_len(k) - index_bytes).sum();
-        let mut opts = DatasetOptions { batch_size: 8, block_chunks: 4, ..Default::default() };
+        let mut opts = DatasetOptions {
+            knobs: Knobs { batch_size: 8, block_chunks: 4, ..Default::default() },
+            ..Default::default()
+        };
         opts.read_policy.coalesce_gap_bytes = 0;
         opts.read_policy.coalesce_max_bytes = max;
         let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
@@ -950,7 +1036,8 @@ fn gaps_within_the_limit_are_read_and_counted_and_requests_stay_under_the_cap() 
     let shape = [64u64, 8, 8];
     let f = Fixture::new(Some(Duration::from_millis(5)));
     f.array("t2m", &shape, &[16, 8, 8], Some(&[4, 4, 4]));
-    let mut opts = DatasetOptions { batch_size: 8, block_chunks: 1, ..Default::default() };
+    let mut opts =
+        DatasetOptions { knobs: Knobs { batch_size: 8, block_chunks: 1, ..Default::default() }, ..Default::default() };
     opts.read_policy.coalesce_gap_bytes = 1 << 20;
     opts.read_policy.coalesce_max_bytes = 1 << 30;
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
@@ -976,8 +1063,10 @@ fn a_slow_read_is_hedged_and_the_pass_does_not_wait_for_it() {
         let f = Fixture::new(Some(Duration::from_millis(10)));
         f.array("t2m", &shape, &[4, 4, 4], None);
         f.storage.set_fault("t2m/c/20/0/0", Fault::Slow { reads: 1, delay: slow });
-        let mut opts =
-            DatasetOptions { batch_size: 8, block_chunks: 2, max_inflight: 4, shuffle: false, ..Default::default() };
+        let mut opts = DatasetOptions {
+            knobs: Knobs { batch_size: 8, block_chunks: 2, max_inflight: 4, shuffle: false, ..Default::default() },
+            ..Default::default()
+        };
         if !hedge {
             opts.read_policy.hedge = None;
         }
@@ -1002,7 +1091,10 @@ fn hedges_stay_within_their_share_when_many_reads_are_slow() {
     for c in (8..24).step_by(4) {
         f.storage.set_fault(format!("t2m/c/{c}/0/0"), Fault::Slow { reads: 1, delay: Duration::from_secs(5) });
     }
-    let opts = DatasetOptions { batch_size: 8, block_chunks: 2, max_inflight: 4, shuffle: false, ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 8, block_chunks: 2, max_inflight: 4, shuffle: false, ..Default::default() },
+        ..Default::default()
+    };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let e = f.epoch(&ds, Split::Train).unwrap().unwrap();
     check_epoch(&e, &shape, 0, &[("t2m", 0)], &(0..96).collect::<Vec<_>>(), 8);
@@ -1018,7 +1110,10 @@ fn hedges_stay_within_their_share_when_many_reads_are_slow() {
 fn the_probe_predicts_a_simulated_epoch_and_keeps_nothing_it_read() {
     let f = Fixture::new(Some(Duration::from_millis(50)));
     f.array("t2m", &[96, 4, 4], &[4, 4, 4], None);
-    let opts = DatasetOptions { batch_size: 8, block_chunks: 4, max_inflight: 8, ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 8, block_chunks: 4, max_inflight: 8, ..Default::default() },
+        ..Default::default()
+    };
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();
     let probing = ds.clone();
     let report = f.sim.run(async move { probing.probe(Split::Train, 4).await }, LIMIT).unwrap().unwrap();
@@ -1047,7 +1142,10 @@ fn a_pass_dropped_while_reading_ahead_leaves_no_load_waiting() {
     let shape = [64u64, 8, 8];
     let f = Fixture::new(Some(Duration::from_millis(5)));
     f.array("t2m", &shape, &[16, 8, 8], Some(&[4, 4, 4]));
-    let mut opts = DatasetOptions { batch_size: 4, block_chunks: 2, max_inflight: 4, ..Default::default() };
+    let mut opts = DatasetOptions {
+        knobs: Knobs { batch_size: 4, block_chunks: 2, max_inflight: 4, ..Default::default() },
+        ..Default::default()
+    };
     opts.read_policy.coalesce_gap_bytes = 0;
     opts.read_policy.read_ahead_bytes = Some(1 << 20);
     let ds = f.dataset(&[("t2m", "t2m", 0)], 0, (1.0, 0.0, 0.0), opts).unwrap();

@@ -59,7 +59,9 @@ impl TryFrom<String> for OnBadChunk {
     }
 }
 
-/// How reads are made: retries and timeouts, coalescing, hedging, and what a bad chunk does.
+/// How reads are made: retries and timeouts, coalescing, hedging. What a chunk that fails
+/// for good does is a knob ([`crate::Knobs::on_bad_chunk`]), since every binding passes it as
+/// data.
 #[derive(Debug, Clone)]
 pub struct ReadPolicy {
     /// Attempts after the first for a transient failure.
@@ -68,8 +70,6 @@ pub struct ReadPolicy {
     pub backoff: Duration,
     /// A request with no answer after this long is a transient failure.
     pub request_timeout: Duration,
-    /// Bad chunk policy.
-    pub on_bad_chunk: OnBadChunk,
     /// Ranges of one object (the inner chunks of a shard) at most this many bytes apart are
     /// read by one request; the bytes between them are read and dropped.
     pub coalesce_gap_bytes: u64,
@@ -102,7 +102,6 @@ impl Default for ReadPolicy {
             retries: 4,
             backoff: Duration::from_millis(100),
             request_timeout: Duration::from_secs(120),
-            on_bad_chunk: OnBadChunk::Raise,
             coalesce_gap_bytes: COALESCE_GAP_BYTES,
             coalesce_max_bytes: COALESCE_MAX_BYTES,
             hedge: Some(HedgePolicy::default()),

@@ -74,8 +74,8 @@ impl DatasetBuilder {
 
     fn quality_at(&self, block_chunks: usize, epoch: u64) -> Result<QualityPoint> {
         let mut options = self.dataset_options().clone();
-        options.block_chunks = block_chunks;
-        options.cache_budget_bytes = None;
+        options.knobs.block_chunks = block_chunks;
+        options.knobs.cache_budget_bytes = None;
         options.tier = None;
         let dataset = self.clone().options(options).build()?;
         dataset.set_epoch(epoch);
@@ -109,7 +109,7 @@ impl Dataset {
             block_chunks: order.block_chunks,
             samples_per_chunk: manifest.sample_chunk_size,
             n_chunks: manifest.n_chunks,
-            batch_size: self.options().batch_size,
+            batch_size: self.options().knobs.batch_size,
             block_chunks_widened: self.block_chunks(),
         })
     }
@@ -122,7 +122,7 @@ mod tests {
 
     use crate::runtime::{InlinePool, Runtime};
     use crate::testing::{MemoryStorage, SimExecutor, write_f32_array};
-    use crate::{Dataset, DatasetOptions};
+    use crate::{Dataset, DatasetOptions, Knobs};
 
     /// 64 samples in chunks of 4: 16 chunks, metadata read.
     fn builder(sim: &SimExecutor, options: DatasetOptions) -> crate::DatasetBuilder {
@@ -136,12 +136,18 @@ mod tests {
     #[test]
     fn each_point_is_the_describe_of_that_block_size() {
         let sim = SimExecutor::new();
-        let base = DatasetOptions { batch_size: 4, cache_budget_bytes: Some(1 << 30), ..Default::default() };
+        let base = DatasetOptions {
+            knobs: Knobs { batch_size: 4, cache_budget_bytes: Some(1 << 30), ..Default::default() },
+            ..Default::default()
+        };
         let b = builder(&sim, base.clone());
         let curve = b.quality_curve(&[1, 2, 8], 0).unwrap();
         assert_eq!(curve.iter().map(|p| p.block_chunks).collect::<Vec<_>>(), [1, 2, 8]);
         for p in &curve {
-            let options = DatasetOptions { block_chunks: p.block_chunks, cache_budget_bytes: None, ..base.clone() };
+            let options = DatasetOptions {
+                knobs: Knobs { block_chunks: p.block_chunks, cache_budget_bytes: None, ..base.knobs },
+                ..base.clone()
+            };
             let r = b.clone().options(options).build().unwrap().describe(1).unwrap();
             assert_eq!(p.quality, r.config.shuffle_quality);
             assert_eq!(p.floor_bytes, r.memory.floor_bytes);
@@ -156,7 +162,10 @@ mod tests {
     #[test]
     fn a_refused_configuration_is_the_builders_error() {
         let sim = SimExecutor::new();
-        let b = builder(&sim, DatasetOptions { batch_size: 0, ..Default::default() });
+        let b = builder(
+            &sim,
+            DatasetOptions { knobs: Knobs { batch_size: 0, ..Default::default() }, ..Default::default() },
+        );
         let e = b.quality_curve(&[4], 0).unwrap_err().to_string();
         assert!(e.contains("batch_size"), "{e}");
     }
@@ -164,8 +173,15 @@ mod tests {
     #[test]
     fn the_draw_order_report_is_the_epoch_order() {
         let sim = SimExecutor::new();
-        let ds =
-            builder(&sim, DatasetOptions { batch_size: 4, block_chunks: 2, ..Default::default() }).build().unwrap();
+        let ds = builder(
+            &sim,
+            DatasetOptions {
+                knobs: Knobs { batch_size: 4, block_chunks: 2, ..Default::default() },
+                ..Default::default()
+            },
+        )
+        .build()
+        .unwrap();
         let r = ds.draw_order_report(crate::Split::Train, 3).unwrap();
         let order = ds.epoch_order(crate::Split::Train, 3).unwrap();
         assert_eq!(r.anchors, order.anchors);

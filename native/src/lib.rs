@@ -33,7 +33,7 @@ pub use cache::CacheOptions;
 pub use insitubatch_core as core;
 use insitubatch_core::transform::{BatchTransform, Scoped};
 pub use insitubatch_core::{
-    Batch, BatchStream, Checkpoint, Cut, DType, Dataset, DatasetBuilder, DatasetOptions, NdArray, OnBadChunk,
+    Batch, BatchStream, Checkpoint, Cut, DType, Dataset, DatasetBuilder, DatasetOptions, Knobs, NdArray, OnBadChunk,
     PassStats, ReadPolicy, Split, SplitManifest, SplitOptions, Storage, Variable,
 };
 pub use insitubatch_core::{DatasetReport, QualityPoint, human_bytes};
@@ -152,7 +152,7 @@ impl OpenOptions {
         }
         let split = SplitOptions {
             fractions: self.fractions,
-            seed: self.split_seed.unwrap_or(dataset.seed),
+            seed: self.split_seed.unwrap_or(dataset.knobs.seed),
             contiguous: !self.shuffle_splits,
             sample_range: self.sample_range,
         };

@@ -29,7 +29,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use insitubatch_native::core::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
-use insitubatch_native::core::{DType, ModelParallel, ReadPolicy, Result as CoreResult, Split, Storage};
+use insitubatch_native::core::{
+    DType, Knobs, ModelParallel, OnBadChunk, ReadPolicy, Result as CoreResult, Split, Storage,
+};
 use insitubatch_native::core::{PatchAxis, PatchOptions, parse_axis_sizes as parse_patch_axis_sizes};
 use insitubatch_native::{
     Batch, BatchIter, Checkpoint, DatasetOptions, JoinPart, NativeDataset, OpenOptions, SplitOptions, demo, open,
@@ -66,7 +68,7 @@ enum Command {
         #[command(flatten)]
         resume: ResumeArgs,
         #[command(flatten)]
-        knobs: Knobs,
+        knobs: RunArgs,
     },
     /// Print the static report: geometry, splits, memory model, notes.
     Describe {
@@ -88,7 +90,7 @@ enum Command {
         #[arg(long, value_name = "N,...", value_delimiter = ',')]
         sweep_block_chunks: Vec<usize>,
         #[command(flatten)]
-        knobs: Knobs,
+        knobs: RunArgs,
     },
     /// Time epochs of the train view over the whole array (or the decode limit).
     Bench {
@@ -120,7 +122,7 @@ enum Command {
         #[command(flatten)]
         resume: ResumeArgs,
         #[command(flatten)]
-        knobs: Knobs,
+        knobs: RunArgs,
     },
 }
 
@@ -304,28 +306,30 @@ struct BenchRun {
     pause_after_chunks: Option<u64>,
 }
 
+/// What every command that opens a store takes: the store's variables and splits, core's
+/// knobs (as flags; [`RunArgs::knobs`] renames them), patches, selections, the cache.
 #[derive(Args, Debug, Clone)]
-struct Knobs {
+struct RunArgs {
     /// Array to read (repeatable); default: every non-coordinate array.
     #[arg(long = "var")]
     vars: Vec<String>,
     /// The sample axis of every variable.
     #[arg(long, default_value_t = 0)]
     sample_axis: usize,
-    // Defaults are the engine's own (DatasetOptions::default()), restated nowhere.
-    #[arg(long, default_value_t = DatasetOptions::default().batch_size)]
+    // Defaults are the engine's own (core's Knobs::default()), restated nowhere.
+    #[arg(long, default_value_t = Knobs::default().batch_size)]
     batch_size: usize,
-    #[arg(long, default_value_t = DatasetOptions::default().block_chunks)]
+    #[arg(long, default_value_t = Knobs::default().block_chunks)]
     block_chunks: usize,
     /// Chunks in each epoch's first shuffle block: fewer for a faster first batch, at a cost
     /// in mixing that `describe` reports; default: block_chunks (the specified order).
     #[arg(long)]
     first_block_chunks: Option<usize>,
-    #[arg(long, default_value_t = DatasetOptions::default().max_inflight)]
+    #[arg(long, default_value_t = Knobs::default().max_inflight)]
     max_inflight: usize,
-    #[arg(long, default_value_t = DatasetOptions::default().seed)]
+    #[arg(long, default_value_t = Knobs::default().seed)]
     seed: u64,
-    #[arg(long, default_value_t = DatasetOptions::default().prefetch_depth)]
+    #[arg(long, default_value_t = Knobs::default().prefetch_depth)]
     prefetch_depth: usize,
     /// Pool byte budget; default: sized automatically.
     #[arg(long)]
@@ -333,6 +337,10 @@ struct Knobs {
     /// Do not shuffle the train view.
     #[arg(long)]
     no_shuffle: bool,
+    /// A chunk that cannot be fetched or decoded: raise (stop with an error naming it) or
+    /// nan (fill its tiles, record it in the report, go on).
+    #[arg(long, value_name = "raise|nan", default_value = Knobs::default().on_bad_chunk.name(), value_parser = parse_on_bad_chunk)]
+    on_bad_chunk: OnBadChunk,
     /// Decode threads; default: available parallelism.
     #[arg(long)]
     threads: Option<usize>,
@@ -343,10 +351,10 @@ struct Knobs {
     #[arg(long, default_value_t = 0)]
     epoch: u64,
     /// This process's rank: it reads and yields only its share of each epoch.
-    #[arg(long, default_value_t = DatasetOptions::default().rank)]
+    #[arg(long, default_value_t = Knobs::default().rank)]
     rank: usize,
     /// Processes sharing each epoch (each reads its own chunks; shares are equal).
-    #[arg(long, default_value_t = DatasetOptions::default().world_size)]
+    #[arg(long, default_value_t = Knobs::default().world_size)]
     world_size: usize,
     /// Node affinity with K ranks per node: each node draws the same chunks in every epoch,
     /// reshuffled, so with a --shared-cache per node later epochs read from it.
@@ -501,11 +509,16 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
 }
 
 /// `--sel DIM=LO,HI` or `DIM=[A,B,...]` as core's selection (`LabelSel::from_arg`).
+/// `--on-bad-chunk`, read by core's one parser of the word.
+fn parse_on_bad_chunk(s: &str) -> Result<OnBadChunk, String> {
+    s.parse().map_err(|e: insitubatch_native::core::Error| e.to_string())
+}
+
 fn parse_sel(s: &str) -> Result<insitubatch_native::core::coords::LabelSel, String> {
     insitubatch_native::core::coords::LabelSel::from_arg(s).map_err(|e| e.to_string())
 }
 
-impl Knobs {
+impl RunArgs {
     /// The store to read: `url`, or with --join every store joined by name (`url` then
     /// `NAME=URL` too); storage options go to each.
     fn storage(&self, url: &str) -> Result<Arc<dyn Storage>> {
@@ -551,16 +564,7 @@ impl Knobs {
             fractions: self.fractions.0,
             shuffle_splits: false,
             dataset: DatasetOptions {
-                batch_size: self.batch_size,
-                block_chunks: self.block_chunks,
-                first_block_chunks: self.first_block_chunks,
-                max_inflight: self.max_inflight,
-                seed: self.seed,
-                shuffle: !self.no_shuffle,
-                prefetch_depth: self.prefetch_depth,
-                cache_budget_bytes: self.cache_budget_bytes,
-                rank: self.rank,
-                world_size: self.world_size,
+                knobs: self.knobs(),
                 node_ranks: self.node_affinity,
                 model_parallel: self
                     .model_parallel
@@ -581,6 +585,24 @@ impl Knobs {
             }),
             metrics_address: self.metrics_address.clone(),
             ..OpenOptions::default()
+        }
+    }
+
+    /// Core's knobs from their flags.
+    fn knobs(&self) -> Knobs {
+        Knobs {
+            batch_size: self.batch_size,
+            block_chunks: self.block_chunks,
+            first_block_chunks: self.first_block_chunks,
+            max_inflight: self.max_inflight,
+            seed: self.seed,
+            shuffle: !self.no_shuffle,
+            prefetch_depth: self.prefetch_depth,
+            cache_budget_bytes: self.cache_budget_bytes,
+            on_bad_chunk: self.on_bad_chunk,
+            rank: self.rank,
+            world_size: self.world_size,
+            coords: Knobs::default().coords,
         }
     }
 
@@ -619,28 +641,20 @@ impl Knobs {
     }
 
     fn config_json(&self, threads: usize) -> serde_json::Value {
-        json!({
-            "batch_size": self.batch_size,
-            "block_chunks": self.block_chunks,
-            "first_block_chunks": self.first_block_chunks,
-            "max_inflight": self.max_inflight,
-            "seed": self.seed,
-            "prefetch_depth": self.prefetch_depth,
-            "cache_budget_bytes": self.cache_budget_bytes,
-            "shuffle": !self.no_shuffle,
-            "threads": threads,
-            "sample_axis": self.sample_axis,
-            "epoch": self.epoch,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "coalesce_gap_bytes": self.coalesce_gap_bytes,
-            "coalesce_max_bytes": self.coalesce_max_bytes,
-            "hedge": !self.no_hedge,
-        })
+        let mut config = json!(self.knobs());
+        config.as_object_mut().expect("knobs serialize to an object").extend([
+            ("threads".to_owned(), json!(threads)),
+            ("sample_axis".to_owned(), json!(self.sample_axis)),
+            ("epoch".to_owned(), json!(self.epoch)),
+            ("coalesce_gap_bytes".to_owned(), json!(self.coalesce_gap_bytes)),
+            ("coalesce_max_bytes".to_owned(), json!(self.coalesce_max_bytes)),
+            ("hedge".to_owned(), json!(!self.no_hedge)),
+        ]);
+        config
     }
 }
 
-fn open_ds(url: &str, knobs: &Knobs, mut opts: OpenOptions) -> Result<NativeDataset> {
+fn open_ds(url: &str, knobs: &RunArgs, mut opts: OpenOptions) -> Result<NativeDataset> {
     opts.chunk_transforms = knobs.chunk_transforms()?;
     opts.dataset.patch = knobs.patch()?;
     if let Some(path) = &knobs.sample_mask {
@@ -746,7 +760,7 @@ fn render_quality_curve(curve: &[insitubatch_native::QualityPoint]) -> String {
     out
 }
 
-fn cmd_demo(url: Option<String>, resume: &ResumeArgs, knobs: &Knobs) -> Result<()> {
+fn cmd_demo(url: Option<String>, resume: &ResumeArgs, knobs: &RunArgs) -> Result<()> {
     let mut session = Session::new(resume)?;
     let url = match url {
         Some(u) => u,
@@ -801,6 +815,18 @@ fn cmd_demo(url: Option<String>, resume: &ResumeArgs, knobs: &Knobs) -> Result<(
     Ok(())
 }
 
+/// CPU seconds (user + system, every thread) this process has spent so far, from
+/// `/proc/self/stat` in USER_HZ ticks (100 per second on Linux): what a run costs the machine
+/// beside its wall time, which a parent cannot read once the process has exited. `None` off
+/// Linux.
+fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ').skip(11);
+    let ticks = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 fn peak_rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -812,7 +838,7 @@ fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn cmd_bench(url: &str, run: &BenchRun, resume: &ResumeArgs, knobs: &Knobs) -> Result<()> {
+fn cmd_bench(url: &str, run: &BenchRun, resume: &ResumeArgs, knobs: &RunArgs) -> Result<()> {
     let (epochs, as_json) = (run.epochs, run.as_json);
     let mut session = Session::new(resume)?;
     let resumed = session.resume.clone();
@@ -856,6 +882,7 @@ fn cmd_bench(url: &str, run: &BenchRun, resume: &ResumeArgs, knobs: &Knobs) -> R
         "config": config,
         "epochs": rows,
         "peak_rss_bytes": peak_rss_bytes(),
+        "process_cpu_s": process_cpu_s(),
         "open_s": open_s,
         "disk_tier": ds.dataset().tier_counters(),
         "describe_estimated_peak_bytes": report.memory.estimated_peak_bytes,
@@ -1019,7 +1046,7 @@ impl ChunkTier for PausingTier {
 
 /// Fetch every stored chunk of the first variable, then decode them all with zarrs on all
 /// cores: the ceiling any loader can reach on this machine.
-fn cmd_decode_limit(url: &str, knobs: &Knobs, as_json: bool) -> Result<()> {
+fn cmd_decode_limit(url: &str, knobs: &RunArgs, as_json: bool) -> Result<()> {
     use zarrs::array::{Array, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions};
     let rt = insitubatch_native::NativeRuntime::new(knobs.threads)?;
     let storage = knobs.storage(url)?;

@@ -10,7 +10,9 @@ use std::sync::{Arc, OnceLock};
 
 use insitubatch_native::core::internals::open_array;
 use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
-use insitubatch_native::core::{Dataset, DatasetOptions, Split, SplitOptions, Storage, Variable, split_by_chunk};
+use insitubatch_native::core::{
+    Dataset, DatasetOptions, Knobs, Split, SplitOptions, Storage, Variable, split_by_chunk,
+};
 use insitubatch_native::{BatchDigest, CacheOptions, NativeRuntime, OpenOptions, demo, open};
 use serde_json::Value;
 
@@ -366,9 +368,7 @@ fn windowed_shuffle_with_persist_releases_per_block_and_revives_from_disk() {
             .variables(vars)
             .manifest(manifest.clone())
             .options(DatasetOptions {
-                batch_size: 4,
-                block_chunks: 2,
-                max_inflight: 4,
+                knobs: Knobs { batch_size: 4, block_chunks: 2, max_inflight: 4, ..Default::default() },
                 tier: tier.map(|t| Arc::new(t) as _),
                 ..Default::default()
             })

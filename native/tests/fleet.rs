@@ -20,7 +20,7 @@ use insitubatch_core::internals::open_array;
 use insitubatch_core::runtime::{InlinePool, Runtime};
 use insitubatch_core::shuffle::Split;
 use insitubatch_core::testing::{GeneratedArray, LinkModel, SimExecutor};
-use insitubatch_core::{Dataset, DatasetOptions, Variable};
+use insitubatch_core::{Dataset, DatasetOptions, Knobs, Variable};
 use insitubatch_core::{SplitOptions, split_by_chunk};
 
 const RANKS: usize = 64;
@@ -44,8 +44,16 @@ struct RankRun {
 }
 
 fn options(rank: usize, max_inflight: usize) -> DatasetOptions {
-    let o = DatasetOptions { batch_size: 16, block_chunks: 32, seed: 7, rank, world_size: RANKS, ..Default::default() };
-    DatasetOptions { max_inflight, ..o }
+    let knobs = Knobs {
+        batch_size: 16,
+        block_chunks: 32,
+        seed: 7,
+        rank,
+        world_size: RANKS,
+        max_inflight,
+        ..Default::default()
+    };
+    DatasetOptions::from(knobs)
 }
 
 const MAX_INFLIGHT: usize = 32;
@@ -189,7 +197,8 @@ fn the_rank_behind_a_slow_link_is_named_the_straggler_waiting_on_its_store() {
     };
     let reports: Vec<insitubatch_core::RankReport> = (0..WORLD)
         .map(|rank| {
-            let o = DatasetOptions { world_size: WORLD, ..options(rank, MAX_INFLIGHT) };
+            let mut o = options(rank, MAX_INFLIGHT);
+            o.knobs.world_size = WORLD;
             let run = run_rank_on(&array, o, if rank == 2 { slow } else { LINK });
             (&run.stats).into()
         })

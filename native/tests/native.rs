@@ -179,10 +179,20 @@ fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
     std::fs::write(dir.join("a/zarr.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
     std::fs::write(dir.join("a/c/0/0"), [0u8; 32]).unwrap();
     std::fs::write(dir.join("a/c/1/0"), [0u8; 20]).unwrap();
-    let out = cli(&["bench", dir.to_str().unwrap(), "--var", "a", "--epochs", "1", "--batch-size", "2"]);
+    let bench = ["bench", dir.to_str().unwrap(), "--var", "a", "--epochs", "1", "--batch-size", "2", "--json"];
+    let out = cli(&bench);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("on_bad_chunk") && err.trim_end().ends_with("a/c/1/0"), "{err}");
+    // `--on-bad-chunk nan` fills it and goes on, counting it; a word core does not know is
+    // refused with core's message.
+    let out = cli(&[&bench[..], &["--on-bad-chunk", "nan"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&v["config"]["on_bad_chunk"], &v["epochs"][0]["pass"]["bad_chunks"]), (&"nan".into(), &1.into()));
+    let out = cli(&[&bench[..], &["--on-bad-chunk", "skip"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("\"raise\" or \"nan\", got \"skip\""), "{err}");
     std::fs::remove_dir_all(&root).ok();
 }
 
@@ -312,7 +322,10 @@ fn cli_ranks_share_an_epoch_and_read_it_once() {
 #[test]
 fn a_native_pass_resumes_from_its_checkpoint() {
     let opts = || OpenOptions {
-        dataset: insitubatch_native::DatasetOptions { batch_size: 5, world_size: 2, rank: 1, ..Default::default() },
+        dataset: insitubatch_native::DatasetOptions {
+            knobs: insitubatch_native::core::Knobs { batch_size: 5, world_size: 2, rank: 1, ..Default::default() },
+            ..Default::default()
+        },
         ..Default::default()
     };
     let ds = open(store().to_str().unwrap(), opts()).unwrap();

@@ -14,7 +14,7 @@ use insitubatch_native::core::internals::open_array;
 use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
 use insitubatch_native::core::transform::BatchTransform;
 use insitubatch_native::core::{
-    Batch, Dataset, DatasetOptions, LimitingStage, Split, SplitOptions, Storage, Variable, split_by_chunk,
+    Batch, Dataset, DatasetOptions, Knobs, LimitingStage, Split, SplitOptions, Storage, Variable, split_by_chunk,
 };
 
 #[derive(Debug)]
@@ -53,7 +53,10 @@ fn verdict(latency: Option<Duration>, transform: Option<Duration>, block_chunks:
         .opened(vec![array])
         .variables(vec![Variable { label: "t2m".into(), geometry }])
         .manifest(manifest)
-        .options(DatasetOptions { batch_size: 4, block_chunks, max_inflight: 8, ..Default::default() })
+        .options(DatasetOptions {
+            knobs: Knobs { batch_size: 4, block_chunks, max_inflight: 8, ..Default::default() },
+            ..Default::default()
+        })
         .batch_transforms(batch_transforms)
         .build()
         .unwrap();

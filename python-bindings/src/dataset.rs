@@ -136,7 +136,7 @@ impl NativeDataset {
         let store = StoreArg::from_py(store)?;
         let patch = options::patch_options(patch, patch_mode, patch_stride, patches_per_sample)?;
         let KnobsArg(knobs) = knobs;
-        let read_policy = options::read_policy_from(read_policy.as_ref(), knobs.on_bad_chunk)?;
+        let read_policy = options::read_policy_from(read_policy.as_ref())?;
         let errors: ErrSlot = Arc::default();
         let chunk_transforms = options::chunk_transforms(py, &chunk_transforms, &errors)?;
         let batch_transforms = options::batch_transforms(py, &batch_transforms, &errors)?;

@@ -1,6 +1,6 @@
 //! Broken stores give clear errors naming the key (last), never a panic or a huge allocation.
 
-use insitubatch_native::core::{Batch, DatasetOptions, OnBadChunk, ReadPolicy, Split};
+use insitubatch_native::core::{Batch, Knobs, OnBadChunk, Split};
 use insitubatch_native::{OpenOptions, open};
 use insitubatch_tests::fixtures_dir;
 
@@ -14,11 +14,7 @@ fn open_var(var: &str, on_bad_chunk: OnBadChunk) -> Result<insitubatch_native::N
         OpenOptions {
             variables: Some(vec![var.into()]),
             fractions: (1.0, 0.0, 0.0),
-            dataset: DatasetOptions {
-                batch_size: 4,
-                read_policy: ReadPolicy { on_bad_chunk, ..Default::default() },
-                ..Default::default()
-            },
+            dataset: Knobs { batch_size: 4, on_bad_chunk, ..Default::default() }.into(),
             ..Default::default()
         },
     )

@@ -6,7 +6,7 @@
 //! depends on timing: the counts are the engine's choices, and the stalled read is one only
 //! a second request can finish.
 
-use insitubatch_native::core::{Batch, DatasetOptions, HedgePolicy, PassStats, ReadPolicy};
+use insitubatch_native::core::{Batch, DatasetOptions, HedgePolicy, Knobs, PassStats, ReadPolicy};
 use insitubatch_native::{OpenOptions, open};
 use insitubatch_tests::{CloudStore, digest, fixtures_dir};
 
@@ -23,7 +23,11 @@ fn pass(url: &str, dataset: DatasetOptions) -> (Vec<Batch>, PassStats) {
 }
 
 fn options(read_policy: ReadPolicy) -> DatasetOptions {
-    DatasetOptions { batch_size: 8, block_chunks: 2, seed: 5, read_policy, ..Default::default() }
+    DatasetOptions {
+        knobs: Knobs { batch_size: 8, block_chunks: 2, seed: 5, ..Default::default() },
+        read_policy,
+        ..Default::default()
+    }
 }
 
 /// Bytes and GETs the store served for paths under `prefix`.
@@ -118,7 +122,9 @@ fn a_read_the_store_never_answers_is_hedged_and_the_epoch_does_not_wait_for_it()
     // eight others answered, which is what the hedge needs to compare with.
     let hedging =
         ReadPolicy { hedge: Some(HedgePolicy { max_share: 1.0, ..HedgePolicy::default() }), ..ReadPolicy::default() };
-    let sequential = DatasetOptions { shuffle: false, max_inflight: 2, ..options(hedging) };
+    let mut sequential = options(hedging);
+    sequential.knobs.shuffle = false;
+    sequential.knobs.max_inflight = 2;
     let (batches, stats) = pass(&format!("{}/{name}/v3_zstd", store.base), sequential.clone());
     let local_seq = digest(&pass(&format!("file://{}", fixtures.join("v3_zstd").display()), sequential).0);
     assert_ne!(local_seq, local, "the sequential order differs from the shuffled one");

@@ -2,7 +2,7 @@
 //! exactly once, shuffled and sequential, for v2/v3, zstd/blosc/gzip/zlib, sharded (partial
 //! shard reads), ragged edges, sample_axis = 2, CF coordinates, mixed chunking, absent chunks.
 
-use insitubatch_native::core::{Batch, DatasetOptions, Split};
+use insitubatch_native::core::{Batch, DatasetOptions, Knobs, Split};
 use insitubatch_native::{OpenOptions, open};
 use insitubatch_tests::{check_pass, fixtures_dir, manifest, source_rows};
 
@@ -19,7 +19,10 @@ fn run(
             variables: vars,
             sample_axis,
             fractions: (1.0, 0.0, 0.0),
-            dataset: DatasetOptions { batch_size: 5, block_chunks: 2, shuffle, max_inflight: 4, ..Default::default() },
+            dataset: DatasetOptions {
+                knobs: Knobs { batch_size: 5, block_chunks: 2, shuffle, max_inflight: 4, ..Default::default() },
+                ..Default::default()
+            },
             ..Default::default()
         },
     )

@@ -7,19 +7,18 @@
 
 use std::time::Duration;
 
-use insitubatch_native::core::{Batch, DatasetOptions, OnBadChunk, ReadPolicy};
+use insitubatch_native::core::{Batch, DatasetOptions, Knobs, OnBadChunk, ReadPolicy};
 use insitubatch_native::{OpenOptions, open};
 use insitubatch_tests::{digest, faulty_http_url, fixtures_dir};
 
 /// Retries enough for every transient fault below, with a short backoff and a read timeout
 /// short enough that a stalled read is abandoned quickly (its length decides no result). No
 /// hedging: the server's faults count each path's GETs, and these tests are about retries.
-fn policy(on_bad_chunk: OnBadChunk) -> ReadPolicy {
+fn policy() -> ReadPolicy {
     ReadPolicy {
         retries: 4,
         backoff: Duration::from_millis(1),
         request_timeout: Duration::from_secs(2),
-        on_bad_chunk,
         hedge: None,
         ..ReadPolicy::default()
     }
@@ -32,10 +31,8 @@ fn options(on_bad_chunk: OnBadChunk) -> OpenOptions {
         // object_store's own client gives up on a silent server after this long, too.
         storage_options: vec![("timeout".into(), "2s".into())],
         dataset: DatasetOptions {
-            batch_size: 7,
-            block_chunks: 2,
-            seed: 5,
-            read_policy: policy(on_bad_chunk),
+            knobs: Knobs { batch_size: 7, block_chunks: 2, seed: 5, on_bad_chunk, ..Default::default() },
+            read_policy: policy(),
             ..Default::default()
         },
         ..Default::default()

@@ -1,7 +1,7 @@
 //! The same batches from a real HTTP server and a real S3-compatible server (moto) on
 //! loopback as from file://, byte for byte.
 
-use insitubatch_native::core::{Batch, DatasetOptions};
+use insitubatch_native::core::{Batch, DatasetOptions, Knobs};
 use insitubatch_native::{OpenOptions, open};
 use insitubatch_tests::{digest, fixtures_dir, http_url, manifest, s3_url};
 
@@ -11,7 +11,10 @@ fn pass(url: &str, vars: &[String]) -> Vec<Batch> {
         OpenOptions {
             variables: Some(vars.to_vec()),
             fractions: (0.8, 0.1, 0.1),
-            dataset: DatasetOptions { batch_size: 7, block_chunks: 2, seed: 3, ..Default::default() },
+            dataset: DatasetOptions {
+                knobs: Knobs { batch_size: 7, block_chunks: 2, seed: 3, ..Default::default() },
+                ..Default::default()
+            },
             ..Default::default()
         },
     )

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use insitubatch_native::core::{Batch, DatasetOptions, ReadPolicy};
+use insitubatch_native::core::{Batch, DatasetOptions, Knobs, ReadPolicy};
 use insitubatch_native::{CacheOptions, OpenOptions, demo, open};
 use insitubatch_tests::{CloudStore, digest};
 use serde_json::{Value, json};
@@ -29,11 +29,7 @@ fn options(rank: usize, node_ranks: Option<usize>, cache: Option<CacheOptions>, 
     OpenOptions {
         fractions: (1.0, 0.0, 0.0),
         dataset: DatasetOptions {
-            batch_size: 6,
-            block_chunks: 2,
-            seed: 11,
-            rank,
-            world_size: WORLD,
+            knobs: Knobs { batch_size: 6, block_chunks: 2, seed: 11, rank, world_size: WORLD, ..Knobs::default() },
             node_ranks,
             // One request per chunk: a hedge would count twice at the store.
             read_policy: ReadPolicy { hedge: None, ..ReadPolicy::default() },

@@ -298,7 +298,8 @@ pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
     if !v.is_object() {
         return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
     }
-    check_keys(&v, crate::OPTION_NAMES, "option")?;
+    let names = crate::open_option_names();
+    check_keys(&v, &names.iter().map(String::as_str).collect::<Vec<_>>(), "option")?;
     let policy = Reflect::get(&v, &JsValue::from_str("readPolicy")).unwrap_or(JsValue::UNDEFINED);
     if policy.is_object() {
         check_keys(&policy, crate::READ_POLICY_NAMES, "readPolicy field")?;
@@ -310,9 +311,22 @@ pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
              sessionToken?, expiration? }",
         ));
     }
+    let invalid = |e: serde_wasm_bindgen::Error| {
+        JsError::new(&format!("invalid options: {}", crate::storage::js_message(&JsValue::from(e))))
+    };
+    // The knobs' keys go to core's `Knobs` under core's names (as `JsOpenOptions::from_json`).
+    let (knobs, own) = (Object::new(), Object::assign(&Object::new(), v.unchecked_ref()));
+    for key in insitubatch_core::Knobs::NAMES {
+        let js_key = JsValue::from_str(&crate::js_knob_name(key));
+        let value = Reflect::get(&own, &js_key).unwrap_or(JsValue::UNDEFINED);
+        let _ = Reflect::delete_property(&own, &js_key);
+        if !(value.is_undefined() || value.is_null()) {
+            let _ = Reflect::set(&knobs, &JsValue::from_str(key), &value);
+        }
+    }
     #[allow(unused_mut, reason = "the callback is kept only in the builds with signed S3")]
-    let mut opts: JsOpenOptions = serde_wasm_bindgen::from_value(v)
-        .map_err(|e| JsError::new(&format!("invalid options: {}", crate::storage::js_message(&JsValue::from(e)))))?;
+    let mut opts: JsOpenOptions = serde_wasm_bindgen::from_value(own.into()).map_err(invalid)?;
+    opts.knobs = serde_wasm_bindgen::from_value(knobs.into()).map_err(invalid)?;
     #[cfg(feature = "s3")]
     {
         opts.credentials_callback = credentials.dyn_into::<js_sys::Function>().ok();
@@ -339,9 +353,10 @@ fn check_keys(v: &JsValue, known: &[&str], what: &str) -> Result<(), JsError> {
 /// labelled variable's object.
 #[wasm_bindgen(js_name = optionNames)]
 pub fn option_names() -> Result<JsValue, JsError> {
+    let open = crate::open_option_names();
+    let open: Vec<&str> = open.iter().map(String::as_str).collect();
     let names: std::collections::BTreeMap<&str, &[&str]> =
-        [("open", crate::OPTION_NAMES), ("readPolicy", crate::READ_POLICY_NAMES), ("variable", crate::VARIABLE_NAMES)]
-            .into();
+        [("open", &open[..]), ("readPolicy", crate::READ_POLICY_NAMES), ("variable", crate::VARIABLE_NAMES)].into();
     to_js(&names)
 }
 

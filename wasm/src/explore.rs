@@ -510,7 +510,7 @@ pub use js::*;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
-    use insitubatch_core::Split;
+    use insitubatch_core::{Knobs, Split};
     use insitubatch_native::{NativeRuntime, demo, open_storage};
 
     fn demo_store(n_time: u64) -> (tempfile_dir::Dir, String) {
@@ -567,13 +567,8 @@ mod tests {
         let executor: Arc<dyn insitubatch_core::Executor> =
             Arc::new(insitubatch_native::TokioExecutor::new(rt.handle()));
         for (bs, bc, pf, epoch) in [(8, 2, 2, 0), (5, 1, 4, 3), (16, 4, 1, 1)] {
-            let opts = JsOpenOptions {
-                batch_size: Some(bs),
-                block_chunks: Some(bc),
-                prefetch_depth: Some(pf),
-                seed: Some(7),
-                ..Default::default()
-            };
+            let knobs = Knobs { batch_size: bs, block_chunks: bc, prefetch_depth: pf, seed: 7, ..Default::default() };
+            let opts = JsOpenOptions { knobs, ..Default::default() };
             let ds = m
                 .dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, WhatIf { threads: 2, epoch, shift: 0 })
                 .unwrap();
@@ -621,7 +616,10 @@ mod tests {
             .to_string();
         assert!(e.contains("pass cacheDir") && e.contains("to openExplorer"), "{e}");
         // A windowed view: every variable again as a target `shift` samples on, read for real.
-        let opts = JsOpenOptions { batch_size: Some(6), block_chunks: Some(2), ..Default::default() };
+        let opts = JsOpenOptions {
+            knobs: Knobs { batch_size: 6, block_chunks: 2, ..Default::default() },
+            ..Default::default()
+        };
         let ds = m
             .dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, WhatIf { threads: 1, epoch: 1, shift: 3 })
             .unwrap();
@@ -649,7 +647,7 @@ mod tests {
             .quality_curve(
                 &storage,
                 &executor,
-                &JsOpenOptions { batch_size: Some(4), ..Default::default() },
+                &JsOpenOptions { knobs: Knobs { batch_size: 4, ..Default::default() }, ..Default::default() },
                 WhatIf { threads: 1, epoch: 0, shift: 0 },
                 &[1, 2, 5],
             )

@@ -900,7 +900,7 @@ mod tests {
     use super::*;
 
     fn flags(json: &str) -> Result<Option<CacheFlags>, String> {
-        let o: JsOpenOptions = serde_json::from_str(json).unwrap();
+        let o = JsOpenOptions::from_json(json).unwrap();
         CacheFlags::from_options(&o).map_err(|e| e.to_string())
     }
 

@@ -5,8 +5,9 @@
 
 use insitubatch_core::internals::ZarrArray;
 
-/// The option names `open()` accepts (the fields of [`JsOpenOptions`]).
-pub const OPTION_NAMES: &[&str] = &[
+/// The option names `open()` accepts besides the knobs (the fields of [`JsOpenOptions`]);
+/// [`open_option_names`] adds the knobs'.
+pub const OWN_OPTION_NAMES: &[&str] = &[
     "variables",
     "sampleAxis",
     "shift",
@@ -14,20 +15,9 @@ pub const OPTION_NAMES: &[&str] = &[
     "shuffleSplits",
     "splitSeed",
     "sampleRange",
-    "batchSize",
-    "blockChunks",
-    "firstBlockChunks",
-    "maxInflight",
-    "seed",
-    "shuffle",
-    "prefetchDepth",
-    "cacheBudgetBytes",
-    "onBadChunk",
     "readPolicy",
     "storageOptions",
     "credentials",
-    "rank",
-    "worldSize",
     "batchViews",
     "patch",
     "patchMode",
@@ -37,7 +27,6 @@ pub const OPTION_NAMES: &[&str] = &[
     "sampleWeights",
     "modelParallel",
     "modelParallelAxis",
-    "coords",
     "sel",
     "concatDim",
     "cacheDir",
@@ -45,6 +34,33 @@ pub const OPTION_NAMES: &[&str] = &[
     "readonlyCache",
     "resetStaleCache",
 ];
+
+/// Every option name `open()` accepts: core's knobs in JS's spelling, then this binding's own.
+pub fn open_option_names() -> Vec<String> {
+    insitubatch_core::Knobs::NAMES
+        .iter()
+        .map(|n| js_knob_name(n))
+        .chain(OWN_OPTION_NAMES.iter().map(|n| (*n).to_string()))
+        .collect()
+}
+
+/// JS's spelling of a knob: core's key in camelCase (`batch_size` is `batchSize`), the one
+/// rename between core's [`Knobs`](insitubatch_core::Knobs) and `open()`'s options.
+pub fn js_knob_name(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for c in key.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// The dimension `open([store, ...])` concatenates along unless `concatDim` says otherwise
 /// (as Python's `concat_dim`).
@@ -62,6 +78,13 @@ pub const READ_POLICY_NAMES: &[&str] =
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JsOpenOptions {
+    /// Core's knobs (`batchSize`, `seed`, `onBadChunk`, ...: [`Knobs::NAMES`] in camelCase),
+    /// read by core's serde derive with its defaults and words, apart from the keys below
+    /// ([`JsOpenOptions::from_json`]; `api.rs` `parse_options` on a JS object).
+    ///
+    /// [`Knobs::NAMES`]: insitubatch_core::Knobs::NAMES
+    #[serde(skip)]
+    pub knobs: insitubatch_core::Knobs,
     /// Array paths to read (labels = paths), or labelled variables (windows); absent:
     /// discover them (needs consolidated metadata over HTTP, or a listable store).
     pub variables: Option<JsVariables>,
@@ -78,24 +101,6 @@ pub struct JsOpenOptions {
     pub split_seed: Option<u64>,
     /// Split only the chunks overlapping samples `[start, stop)`.
     pub sample_range: Option<(u64, u64)>,
-    /// Rows per batch (default 32).
-    pub batch_size: Option<usize>,
-    /// Chunks per shuffle block (default 16).
-    pub block_chunks: Option<usize>,
-    /// Chunks in each epoch's first shuffle block (default: `block_chunks`).
-    pub first_block_chunks: Option<usize>,
-    /// Fetches in flight (default 32).
-    pub max_inflight: Option<usize>,
-    /// Shuffle seed (default 0).
-    pub seed: Option<u64>,
-    /// Shuffle the train view (default true).
-    pub shuffle: Option<bool>,
-    /// Batches queued ahead of the caller (default 2).
-    pub prefetch_depth: Option<usize>,
-    /// Byte budget of the chunk pool (default: automatic).
-    pub cache_budget_bytes: Option<u64>,
-    /// `"raise"` (default) or `"nan"`, parsed by core's `OnBadChunk: FromStr`.
-    pub on_bad_chunk: Option<String>,
     /// Retries, backoff and request timeout (default: core's `ReadPolicy::default()`).
     pub read_policy: Option<JsReadPolicy>,
     /// object_store options for `s3://` URLs (`aws_endpoint`, `aws_region`, credentials, …).
@@ -110,11 +115,6 @@ pub struct JsOpenOptions {
     #[cfg(all(target_arch = "wasm32", feature = "s3"))]
     #[serde(skip)]
     pub credentials_callback: Option<js_sys::Function>,
-    /// This process's rank among `worldSize` (default 0): it reads and yields only its share
-    /// of each epoch (core/src/shard.rs).
-    pub rank: Option<usize>,
-    /// How many ranks share each epoch (default 1).
-    pub world_size: Option<usize>,
     /// Batches as views into wasm memory, valid until the pass's next step, instead of copies
     /// (default false; `open()`'s passes only: the explorer and `openInWorker` copy).
     pub batch_views: Option<bool>,
@@ -138,9 +138,6 @@ pub struct JsOpenOptions {
     pub model_parallel: Option<usize>,
     /// The axis `modelParallel` splits rows along: a dimension name or an axis index.
     pub model_parallel_axis: Option<JsPatchAxis>,
-    /// Carry the sample axis's coordinate in every batch (`batch.coords`; CF time as
-    /// nanoseconds since 1970 in a `BigInt64Array`, numbers in a `Float64Array`).
-    pub coords: Option<bool>,
     /// `{ time: [lo, hi], lat: [lo, hi], level: { labels: [500, 850] } }`: on the sample
     /// axis's coordinate, the samples whose value lies in `[lo, hi]` (inclusive) or is listed;
     /// on an inner dimension's, what every row is cut to. Values are numbers or dates
@@ -401,6 +398,26 @@ impl<'de> serde::Deserialize<'de> for JsVariableSpec {
 struct JsVariableSpec(JsVariable);
 
 impl JsOpenOptions {
+    /// Options from a JSON object, as `api.rs` `parse_options` reads a JS object: the knobs' keys (in
+    /// JS's spelling; `null` is absent) are taken out and read by core's `Knobs`, with its
+    /// defaults and words, and the rest by this struct, which refuses a key it does not know.
+    ///
+    /// # Errors
+    /// What serde refuses, as text.
+    pub fn from_json(json: &str) -> Result<Self, String> {
+        let mut rest: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let mut knobs = serde_json::Map::new();
+        for key in insitubatch_core::Knobs::NAMES {
+            if let Some(value) = rest.remove(&js_knob_name(key)).filter(|v| !v.is_null()) {
+                knobs.insert((*key).to_string(), value);
+            }
+        }
+        let knobs = serde_json::from_value(knobs.into()).map_err(|e| e.to_string())?;
+        let own: Self = serde_json::from_value(rest.into()).map_err(|e| e.to_string())?;
+        Ok(Self { knobs, ..own })
+    }
+
     /// The core split and dataset options these stand for; the defaults and the split seed
     /// are the native backend's (`insitubatch_native::OpenOptions`), so the same options give
     /// the same batches on every target.
@@ -414,9 +431,6 @@ impl JsOpenOptions {
     ) -> Result<(insitubatch_core::SplitOptions, insitubatch_core::DatasetOptions), insitubatch_core::Error> {
         let d = insitubatch_core::DatasetOptions::default();
         let mut read_policy = d.read_policy.clone();
-        if let Some(word) = &self.on_bad_chunk {
-            read_policy.on_bad_chunk = word.parse()?;
-        }
         if let Some(p) = &self.read_policy {
             read_policy.retries = p.retries.unwrap_or(read_policy.retries);
             read_policy.backoff = millis("readPolicy.backoffMs", p.backoff_ms)?.unwrap_or(read_policy.backoff);
@@ -430,22 +444,12 @@ impl JsOpenOptions {
             read_policy.read_ahead_bytes = p.read_ahead_bytes.or(read_policy.read_ahead_bytes);
         }
         let dataset = insitubatch_core::DatasetOptions {
-            batch_size: self.batch_size.unwrap_or(d.batch_size),
-            block_chunks: self.block_chunks.unwrap_or(d.block_chunks),
-            first_block_chunks: self.first_block_chunks.or(d.first_block_chunks),
-            max_inflight: self.max_inflight.unwrap_or(d.max_inflight),
-            seed: self.seed.unwrap_or(d.seed),
-            shuffle: self.shuffle.unwrap_or(d.shuffle),
-            prefetch_depth: self.prefetch_depth.unwrap_or(d.prefetch_depth),
-            cache_budget_bytes: self.cache_budget_bytes.or(d.cache_budget_bytes),
+            knobs: self.knobs,
             read_policy,
-            rank: self.rank.unwrap_or(d.rank),
-            world_size: self.world_size.unwrap_or(d.world_size),
             patch: self.patch_options()?,
             sample_mask: self.sample_mask.clone().map(Into::into),
             sample_weights: self.sample_weights.clone().map(Into::into),
             model_parallel: self.mesh()?,
-            coords: self.coords.unwrap_or(d.coords),
             sel: self.label_ranges()?,
             // The disk tier (`cacheDir`) is opened by the caller first (wasm/src/opfs.rs).
             ..d
@@ -453,7 +457,7 @@ impl JsOpenOptions {
         let split = insitubatch_core::SplitOptions::default();
         let split = insitubatch_core::SplitOptions {
             fractions: self.fractions.unwrap_or(split.fractions),
-            seed: self.split_seed.unwrap_or(dataset.seed),
+            seed: self.split_seed.unwrap_or(self.knobs.seed),
             contiguous: self.shuffle_splits.map_or(split.contiguous, |s| !s),
             sample_range: self.sample_range.or(split.sample_range),
         };
@@ -613,64 +617,67 @@ mod tests {
 
     #[test]
     fn options_default_like_native() {
-        let o: JsOpenOptions = serde_json::from_str("{}").unwrap();
+        let o = JsOpenOptions::from_json("{}").unwrap();
         let (split, dataset) = o.to_core().unwrap();
-        assert_eq!(dataset.batch_size, 32);
+        assert_eq!(dataset.knobs, insitubatch_core::Knobs::default());
         assert!(split.contiguous);
         assert_eq!(split.fractions, (0.8, 0.1, 0.1));
         assert_eq!(split.sample_range, None);
-        assert_eq!(dataset.read_policy.on_bad_chunk, insitubatch_core::OnBadChunk::Raise);
-        let o: JsOpenOptions =
-            serde_json::from_str(r#"{"batchSize":7,"blockChunks":2,"seed":3,"fractions":[0.5,0.25,0.25]}"#).unwrap();
+        let o = JsOpenOptions::from_json(r#"{"batchSize":7,"blockChunks":2,"seed":3,"fractions":[0.5,0.25,0.25]}"#)
+            .unwrap();
         let (split, dataset) = o.to_core().unwrap();
-        assert_eq!((dataset.batch_size, dataset.block_chunks, split.seed), (7, 2, 3), "the split seed is the seed");
-        assert!(serde_json::from_str::<JsOpenOptions>(r#"{"batch_size":7}"#).is_err(), "unknown keys are refused");
+        assert_eq!(
+            (dataset.knobs.batch_size, dataset.knobs.block_chunks, split.seed),
+            (7, 2, 3),
+            "the split seed is the seed"
+        );
+        assert!(JsOpenOptions::from_json(r#"{"batch_size":7}"#).is_err(), "core's spelling is not JS's");
+        assert!(JsOpenOptions::from_json(r#"{"batchSize":null}"#).unwrap().knobs.batch_size == 32, "null is absent");
         assert!(parse_split("bogus").unwrap_err().contains("train"));
-        // OPTION_NAMES lists exactly the fields serde accepts.
-        for name in OPTION_NAMES {
+        // open_option_names() lists exactly the keys accepted.
+        for name in open_option_names() {
             let json = format!("{{\"{name}\": null}}");
-            assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}");
+            assert!(JsOpenOptions::from_json(&json).is_ok(), "{name}");
         }
     }
 
     #[test]
     fn the_knobs_reach_core_through_its_parsers() {
-        let o: JsOpenOptions = serde_json::from_str(
+        let o = JsOpenOptions::from_json(
             r#"{"seed":3,"splitSeed":9,"shuffleSplits":true,"sampleRange":[10,40],"onBadChunk":"nan",
                 "readPolicy":{"retries":1,"backoffMs":5,"requestTimeoutMs":2500}}"#,
         )
         .unwrap();
         let (split, dataset) = o.to_core().unwrap();
-        assert_eq!((split.seed, dataset.seed, split.contiguous), (9, 3, false));
+        assert_eq!((split.seed, dataset.knobs.seed, split.contiguous), (9, 3, false));
         assert_eq!(split.sample_range, Some((10, 40)));
+        assert_eq!(dataset.knobs.on_bad_chunk, insitubatch_core::OnBadChunk::Nan);
         let p = &dataset.read_policy;
-        assert_eq!(p.on_bad_chunk, insitubatch_core::OnBadChunk::Nan);
         assert_eq!(p.retries, 1);
         assert_eq!(p.backoff, std::time::Duration::from_millis(5));
         assert_eq!(p.request_timeout, std::time::Duration::from_millis(2500));
         // Words and durations core refuses are errors that say what to write.
-        let bad: JsOpenOptions = serde_json::from_str(r#"{"onBadChunk":"skip"}"#).unwrap();
-        let e = bad.to_core().unwrap_err().to_string();
+        let e = JsOpenOptions::from_json(r#"{"onBadChunk":"skip"}"#).unwrap_err();
         assert!(e.contains("\"raise\" or \"nan\"") && e.contains("skip"), "{e}");
-        let bad: JsOpenOptions = serde_json::from_str(r#"{"readPolicy":{"backoffMs":-1}}"#).unwrap();
+        let bad = JsOpenOptions::from_json(r#"{"readPolicy":{"backoffMs":-1}}"#).unwrap();
         let e = bad.to_core().unwrap_err().to_string();
         assert!(e.contains("readPolicy.backoffMs") && e.contains("-1"), "{e}");
-        assert!(serde_json::from_str::<JsOpenOptions>(r#"{"readPolicy":{"retry":1}}"#).is_err());
+        assert!(JsOpenOptions::from_json(r#"{"readPolicy":{"retry":1}}"#).is_err());
         for name in VARIABLE_NAMES {
             let json = format!("{{\"variables\": {{\"v\": {{\"path\": \"t2m\", \"{name}\": null}}}}}}");
             let json = json.replace("\"path\": \"t2m\", \"path\": null", "\"path\": \"t2m\"");
-            assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}: {json}");
+            assert!(JsOpenOptions::from_json(&json).is_ok(), "{name}: {json}");
         }
         for name in READ_POLICY_NAMES {
             let json = format!("{{\"readPolicy\": {{\"{name}\": null}}}}");
-            assert!(serde_json::from_str::<JsOpenOptions>(&json).is_ok(), "{name}");
+            assert!(JsOpenOptions::from_json(&json).is_ok(), "{name}");
         }
     }
 
     #[test]
     fn patches_reach_core_in_the_order_given() {
         use insitubatch_core::{PatchAxis, PatchMode};
-        let patch = |json: &str| serde_json::from_str::<JsOpenOptions>(json).map(|o| o.to_core());
+        let patch = |json: &str| JsOpenOptions::from_json(json).map(|o| o.to_core());
         let (_, d) = patch(r#"{"patch":{"lon":4,"lat":3,"2":5},"patchStride":{"lat":1}}"#).unwrap().unwrap();
         let p = d.patch.unwrap();
         let want =
@@ -689,16 +696,16 @@ mod tests {
         assert!(refused(r#"{"patch":{"lat":3},"patchesPerSample":2}"#).contains("patches_per_sample"));
         assert!(refused(r#"{"patchesPerSample":2}"#).contains("pass patch too"));
         for bad in [r#"{"patch":{"lat":-1}}"#, r#"{"patch":[[-1,2]]}"#, r#"{"patch":[["lat"]]}"#, r#"{"patch":3}"#] {
-            assert!(serde_json::from_str::<JsOpenOptions>(bad).is_err(), "{bad}");
+            assert!(JsOpenOptions::from_json(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn variables_are_paths_or_labelled_windows_in_order() {
-        let o: JsOpenOptions = serde_json::from_str(r#"{"variables":["t2m","u10"]}"#).unwrap();
+        let o = JsOpenOptions::from_json(r#"{"variables":["t2m","u10"]}"#).unwrap();
         assert_eq!(o.variables, Some(JsVariables::Paths(vec!["t2m".into(), "u10".into()])));
         assert!(!o.windowed());
-        let o: JsOpenOptions = serde_json::from_str(
+        let o = JsOpenOptions::from_json(
             r#"{"variables":{"y":{"path":"t2m","shift":6},"x":"t2m","w":{"path":"/u10","sampleAxis":1}}}"#,
         )
         .unwrap();
@@ -709,12 +716,12 @@ mod tests {
         assert_eq!(l[2].1.sample_axis, Some(1));
         assert_eq!(o.paths(), Some(vec!["t2m".to_string(), "u10".to_string()]));
         assert!(o.windowed());
-        let shifted: JsOpenOptions = serde_json::from_str(r#"{"shift":-2}"#).unwrap();
+        let shifted = JsOpenOptions::from_json(r#"{"shift":-2}"#).unwrap();
         assert!(shifted.windowed());
         for bad in
             [r#"{"variables":{"y":{"path":"t2m","offset":6}}}"#, r#"{"variables":{"y":3}}"#, r#"{"variables":7}"#]
         {
-            assert!(serde_json::from_str::<JsOpenOptions>(bad).is_err(), "{bad}");
+            assert!(JsOpenOptions::from_json(bad).is_err(), "{bad}");
         }
     }
 }

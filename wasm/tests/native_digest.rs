@@ -6,6 +6,7 @@
 //! `$INSITUBATCH_NATIVE_DIGESTS` (`scripts/test-wasm.sh`).
 #![cfg(not(target_arch = "wasm32"))]
 
+use insitubatch_core::Knobs;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -51,9 +52,7 @@ fn native_digests_for_the_parity_check() {
                 sample_axis,
                 fractions: (0.8, 0.1, 0.1),
                 dataset: DatasetOptions {
-                    batch_size: BATCH,
-                    block_chunks: BLOCK_CHUNKS,
-                    seed: SEED,
+                    knobs: Knobs { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..Default::default() },
                     ..Default::default()
                 },
                 ..Default::default()
@@ -82,10 +81,13 @@ fn native_digests_for_the_parity_check() {
                 split_seed: Some(SPLIT_SEED),
                 sample_range: Some((1, n - 1)),
                 dataset: DatasetOptions {
-                    batch_size: BATCH,
-                    block_chunks: BLOCK_CHUNKS,
-                    first_block_chunks: Some(1),
-                    seed: SEED,
+                    knobs: Knobs {
+                        batch_size: BATCH,
+                        block_chunks: BLOCK_CHUNKS,
+                        first_block_chunks: Some(1),
+                        seed: SEED,
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
                 ..Default::default()
@@ -135,9 +137,7 @@ fn patched_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
             OpenOptions {
                 variables: Some(vars.iter().map(ToString::to_string).collect()),
                 dataset: DatasetOptions {
-                    batch_size: BATCH,
-                    block_chunks: BLOCK_CHUNKS,
-                    seed: SEED,
+                    knobs: Knobs { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..Default::default() },
                     patch: Some(patch.unwrap()),
                     ..Default::default()
                 },
@@ -164,8 +164,7 @@ fn drawn_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
         ..Default::default()
     };
     let mesh = DatasetOptions {
-        rank: 1,
-        world_size: 2,
+        knobs: Knobs { rank: 1, world_size: 2, ..Default::default() },
         model_parallel: Some(ModelParallel { size: 2, axis: PatchAxis::Name("lat".into()) }),
         ..Default::default()
     };
@@ -174,7 +173,10 @@ fn drawn_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
             &format!("file://{}", dir.join("v3_zstd").display()),
             OpenOptions {
                 variables: Some(vec!["t2m".into(), "u10".into()]),
-                dataset: DatasetOptions { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..options },
+                dataset: DatasetOptions {
+                    knobs: Knobs { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..options.knobs },
+                    ..options
+                },
                 ..Default::default()
             },
         )

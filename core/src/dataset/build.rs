@@ -57,7 +57,7 @@ enum Selection {
 /// # // The simulated store and clock are behind core's `testing` feature (on in the test command).
 /// # #[cfg(feature = "testing")] {
 /// # use std::sync::Arc;
-/// # use insitubatch_core::{Dataset, DatasetOptions, Runtime, runtime::InlinePool};
+/// # use insitubatch_core::{Dataset, Knobs, Runtime, runtime::InlinePool};
 /// # use insitubatch_core::testing::{MemoryStorage, SimExecutor, write_f32_array};
 /// let storage = MemoryStorage::new();
 /// write_f32_array(&storage, "t2m", &[8, 2], &[4, 2], None, None, |i| i as f32);
@@ -65,7 +65,7 @@ enum Selection {
 /// let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
 /// let builder = Dataset::builder(Arc::new(storage), runtime)
 ///     .arrays(["t2m"])
-///     .options(DatasetOptions { batch_size: 2, ..Default::default() });
+///     .options(Knobs { batch_size: 2, ..Default::default() }.into());
 /// let ds = sim.run(builder.open(), std::time::Duration::from_secs(5)).unwrap().unwrap();
 /// assert_eq!(ds.variables()[0].label, "t2m");
 /// # }
@@ -217,7 +217,7 @@ impl DatasetBuilder {
         let on_samples = self.read_regions(&storage, &variables).await?;
         let paths: Vec<&str> = variables.iter().map(|v| v.geometry.path.as_str()).collect();
         let several_groups = paths.iter().any(|p| group_of(p) != group_of(paths[0]));
-        let wanted = self.options.coords || on_samples.is_some();
+        let wanted = self.options.knobs.coords || on_samples.is_some();
         let one_length = variables.iter().all(|v| v.geometry.n_samples() == variables[0].geometry.n_samples());
         // Unequal lengths are refused by `build`, naming every variable and store.
         if !one_length || (!wanted && !several_groups) {
@@ -247,7 +247,7 @@ impl DatasetBuilder {
             let picked = sel.positions(c)?;
             let (start, stop) = (picked.iter().min().copied().unwrap_or(0), picked.iter().max().map_or(0, |m| m + 1));
             let split =
-                self.split.take().unwrap_or(SplitOptions { seed: self.options.seed, ..SplitOptions::default() });
+                self.split.take().unwrap_or(SplitOptions { seed: self.options.knobs.seed, ..SplitOptions::default() });
             let range = match split.sample_range {
                 Some((a, b)) => (a.max(start), b.min(stop)),
                 None => (start, stop),
@@ -315,7 +315,8 @@ impl DatasetBuilder {
     /// patch. One the store lacks, or cannot be read as numbers, is left out: patches work
     /// without it, as before coordinates were asked for.
     async fn read_patch_coordinates(&self, storage: &dyn Storage, variables: &[Variable]) -> Vec<Arc<Coordinate>> {
-        let Some(patch) = self.options.patch.as_ref().filter(|_| self.options.coords || !self.options.sel.is_empty())
+        let Some(patch) =
+            self.options.patch.as_ref().filter(|_| self.options.knobs.coords || !self.options.sel.is_empty())
         else {
             return Vec::new();
         };
@@ -393,7 +394,8 @@ impl DatasetBuilder {
         let manifest = match self.manifest {
             Some(m) => m,
             None => {
-                let split = self.split.unwrap_or(SplitOptions { seed: self.options.seed, ..SplitOptions::default() });
+                let split =
+                    self.split.unwrap_or(SplitOptions { seed: self.options.knobs.seed, ..SplitOptions::default() });
                 split_by_chunk(&variables[0].geometry, &split)?
             }
         };
@@ -619,25 +621,26 @@ impl Assembly {
         let o = &self.options;
         let local = self.storage.reads_are_local();
         let readers_sharded = readers.iter().any(|r| r.geom.shard.is_some());
-        let first_reads = first_batch_reads(&readers, residency.first_block_chunks, o.batch_size);
-        let window = ReadWindow::new(self.runtime.pool.parallelism().get(), o.max_inflight, local, first_reads);
+        let first_reads = first_batch_reads(&readers, residency.first_block_chunks, o.knobs.batch_size);
+        let window = ReadWindow::new(self.runtime.pool.parallelism().get(), o.knobs.max_inflight, local, first_reads);
         let policy = &o.read_policy;
         // A local store has no slow tail worth a second request.
         let hedger = policy.hedge.clone().filter(|_| !local).map(Hedger::new);
         let engine = Arc::new(Engine {
             storage: self.storage,
-            pool: Arc::new(Pool::new(o.cache_budget_bytes, auto_residency_bytes)),
+            pool: Arc::new(Pool::new(o.knobs.cache_budget_bytes, auto_residency_bytes)),
             cpu: CpuQueue::new(Arc::clone(&self.runtime.pool)),
             runtime: self.runtime,
             arrays: readers,
-            inflight: Arc::new(Semaphore::new(o.max_inflight)),
+            inflight: Arc::new(Semaphore::new(o.knobs.max_inflight)),
             window,
             inflight_now: Arc::new(AtomicUsize::new(0)),
-            max_inflight: o.max_inflight,
+            max_inflight: o.knobs.max_inflight,
             coalescer: Coalescer::new(policy.coalesce_gap_bytes, policy.coalesce_max_bytes),
             hedger,
             ahead: ReadAhead::new(read_ahead_budget(policy, readers_sharded, residency.floor_max)),
             policy: policy.clone(),
+            on_bad_chunk: o.knobs.on_bad_chunk,
             bad_chunks: Mutex::new(Vec::new()),
             recycler,
             admissions: AtomicU64::new(0),
@@ -797,7 +800,7 @@ impl Assembly {
     /// shorter on it than the group has ranks (a rank would get nothing).
     fn parts(&self, readers: &[ArrayReader], gather_vars: &mut [GatherVar], patcher: Option<&Patcher>) -> Result<()> {
         let Some(mp) = &self.options.model_parallel else { return Ok(()) };
-        let (_, p) = mp.place(self.options.rank);
+        let (_, p) = mp.place(self.options.knobs.rank);
         let axis = PatchOptions::grid(vec![(mp.axis.clone(), 1)]);
         let mut found = false;
         for gv in gather_vars.iter_mut() {
@@ -957,14 +960,19 @@ impl Assembly {
         // Blocks are widened on the rows each chunk draws in every epoch.
         let guaranteed: Vec<u64> =
             all_chunks.iter().filter_map(|&c| rows.guaranteed(c, ref_spc, m.n_samples)).collect();
-        let widen = |asked: usize| widen_block_chunks_over(asked, o.batch_size, guaranteed.clone());
-        let block_chunks = widen(o.block_chunks);
-        if block_chunks > o.block_chunks {
-            tracing::info!(requested = o.block_chunks, block_chunks, "block_chunks widened so a block holds a batch");
+        let widen = |asked: usize| widen_block_chunks_over(asked, o.knobs.batch_size, guaranteed.clone());
+        let block_chunks = widen(o.knobs.block_chunks);
+        if block_chunks > o.knobs.block_chunks {
+            tracing::info!(
+                requested = o.knobs.block_chunks,
+                block_chunks,
+                "block_chunks widened so a block holds a batch"
+            );
         }
         // A smaller first block must hold a batch too, or the first batch would reach into
         // the second block and wait for its chunks after all.
-        let first_block_chunks = o.first_block_chunks.map_or(block_chunks, |asked| widen(asked).min(block_chunks));
+        let first_block_chunks =
+            o.knobs.first_block_chunks.map_or(block_chunks, |asked| widen(asked).min(block_chunks));
         let floor_arrays: Vec<FloorArray> = (0u32..)
             .zip(readers)
             .map(|(i, r)| FloorArray {
@@ -1033,7 +1041,7 @@ impl Assembly {
     /// as it drains and revived locally, so the floor is enough.
     fn read_once_bytes(&self, r: &Residency, tier: Option<&Arc<dyn ChunkTier>>) -> u64 {
         let revivable = tier.is_some_and(|t| t.persists());
-        if r.shares_chunks && self.options.shuffle && !revivable {
+        if r.shares_chunks && self.options.knobs.shuffle && !revivable {
             let train_chunks = self.manifest.chunks_of(Split::Train).len() as u64;
             block_bytes(&r.floor_arrays, train_chunks, self.manifest.sample_chunk_size).max(r.floor_max)
         } else {
@@ -1052,7 +1060,7 @@ impl Assembly {
     }
 
     fn check_budget(&self, floor_max: u64) -> Result<()> {
-        let Some(budget) = self.options.cache_budget_bytes else { return Ok(()) };
+        let Some(budget) = self.options.knobs.cache_budget_bytes else { return Ok(()) };
         if budget < floor_max {
             return Err(Error::Config(format!(
                 "cache_budget_bytes={budget} is below this run's residency floor of {floor_max} bytes ({}): two \
@@ -1084,25 +1092,25 @@ pub(super) fn auto_budget_cap(memory_available: Option<u64>) -> Option<u64> {
 
 /// Zero knobs refused; prefetch and block size raised to at least 1.
 fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
-    if o.batch_size == 0 || o.max_inflight == 0 {
+    if o.knobs.batch_size == 0 || o.knobs.max_inflight == 0 {
         return Err(Error::Config(format!(
             "batch_size and max_inflight must be at least 1, got batch_size={} max_inflight={}",
-            o.batch_size, o.max_inflight
+            o.knobs.batch_size, o.knobs.max_inflight
         )));
     }
-    if o.world_size == 0 || o.rank >= o.world_size {
+    if o.knobs.world_size == 0 || o.knobs.rank >= o.knobs.world_size {
         return Err(Error::Config(format!(
             "rank must be in 0..world_size (world_size >= 1), got rank={} world_size={}",
-            o.rank, o.world_size
+            o.knobs.rank, o.knobs.world_size
         )));
     }
     if let Some(k) = o.node_ranks {
-        crate::shard::check_node_ranks(k, o.world_size)?;
+        crate::shard::check_node_ranks(k, o.knobs.world_size)?;
     }
     if let Some(m) = &o.model_parallel {
-        m.check(o.world_size, o.node_ranks)?;
+        m.check(o.knobs.world_size, o.node_ranks)?;
     }
-    if o.first_block_chunks == Some(0) {
+    if o.knobs.first_block_chunks == Some(0) {
         return Err(Error::Config(
             "first_block_chunks must be at least 1; leave it unset for a first block of block_chunks".into(),
         ));
@@ -1121,8 +1129,8 @@ fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
             h.quantile, h.multiple, h.max_share
         )));
     }
-    o.prefetch_depth = o.prefetch_depth.max(1);
-    o.block_chunks = o.block_chunks.max(1);
+    o.knobs.prefetch_depth = o.knobs.prefetch_depth.max(1);
+    o.knobs.block_chunks = o.knobs.block_chunks.max(1);
     Ok(o)
 }
 
@@ -1156,6 +1164,6 @@ fn requests_per_chunk(g: &ArrayGeometry) -> usize {
 /// Free buffers kept for reuse: a few chunks and a few batches (see [`Recycler`]).
 fn recycle_cap_bytes(arrays: &[FloorArray], vars: &[GatherVar], o: &DatasetOptions) -> u64 {
     let chunk = arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
-    let batch: u64 = vars.iter().map(|v| v.sample_bytes as u64).sum::<u64>() * o.batch_size as u64;
-    4 * chunk + (o.prefetch_depth as u64 + 2) * batch
+    let batch: u64 = vars.iter().map(|v| v.sample_bytes as u64).sum::<u64>() * o.knobs.batch_size as u64;
+    4 * chunk + (o.knobs.prefetch_depth as u64 + 2) * batch
 }

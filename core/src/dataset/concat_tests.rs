@@ -3,6 +3,7 @@
 //! every store read once, the coordinate concatenated too, arrays without the dimension from
 //! the first store, and parts that cannot be concatenated refused naming the array and store.
 
+use crate::Knobs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +46,10 @@ fn concat(parts: &[&MemoryStorage]) -> (SimExecutor, crate::Result<ConcatStorage
 
 fn open(storage: ConcatStorage, sim: &SimExecutor, arrays: &[&str], coords: bool) -> crate::Result<Dataset> {
     let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
-    let options = DatasetOptions { batch_size: 5, block_chunks: 2, seed: 3, coords, ..Default::default() };
+    let options = DatasetOptions {
+        knobs: Knobs { batch_size: 5, block_chunks: 2, seed: 3, coords, ..Default::default() },
+        ..Default::default()
+    };
     let builder = Dataset::builder(Arc::new(storage), runtime)
         .arrays(arrays.iter().copied())
         .options(options)

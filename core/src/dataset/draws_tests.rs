@@ -1,6 +1,7 @@
 //! Masks and weights (`draws.rs`) through whole passes: masked samples never drawn, weighted
 //! draw frequencies, each chunk read at most once per epoch, resume, ranks, with patches.
 
+use crate::Knobs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,8 @@ fn store() -> MemoryStorage {
 fn open(storage: &MemoryStorage, options: DatasetOptions) -> (SimExecutor, Dataset) {
     let sim = SimExecutor::new();
     let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
-    let options = DatasetOptions { batch_size: 6, block_chunks: 2, seed: 11, ..options };
+    let options =
+        DatasetOptions { knobs: Knobs { batch_size: 6, block_chunks: 2, seed: 11, ..options.knobs }, ..options };
     let builder = Dataset::builder(Arc::new(storage.clone()), runtime)
         .arrays(["x"])
         .options(options)
@@ -146,7 +148,8 @@ fn ranks_draw_disjoint_samples_under_weights() {
     let mut seen: Vec<BTreeSet<u64>> = Vec::new();
     let mut lens = Vec::new();
     for rank in 0..2 {
-        let (sim, ds) = open(&storage, DatasetOptions { rank, world_size: 2, ..weighted(w.clone()) });
+        let base = weighted(w.clone());
+        let (sim, ds) = open(&storage, DatasetOptions { knobs: Knobs { rank, world_size: 2, ..base.knobs }, ..base });
         let (drawn, _) = epoch(&storage, &sim, &ds, 1);
         lens.push(drawn.len());
         seen.push(drawn.into_iter().collect());

@@ -1,6 +1,7 @@
 //! Variables joined from several stores (`join.rs`): one plan over all of them, each chunk
 //! read once per epoch, samples paired by index, and joins whose sample axes disagree refused.
 
+use crate::Knobs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +38,7 @@ fn open(a: &MemoryStorage, b: &MemoryStorage, options: DatasetOptions) -> (SimEx
         a,
         b,
         Some(&["era5/x", "static/y"]),
-        DatasetOptions { batch_size: 6, block_chunks: 2, seed: 3, ..options },
+        DatasetOptions { knobs: Knobs { batch_size: 6, block_chunks: 2, seed: 3, ..options.knobs }, ..options },
     )
 }
 
@@ -129,7 +130,8 @@ fn a_join_whose_coordinates_disagree_is_refused_saying_where() {
     assert!(e.ends_with("join(era5=memory://, static=memory://)"), "{e}");
     // Asked for, the coordinates come with each batch from the first variable's store.
     let (a, b) = stores(N, |i| i as f32);
-    let (sim, ds) = open(&a, &b, DatasetOptions { coords: true, ..Default::default() });
+    let (sim, ds) =
+        open(&a, &b, DatasetOptions { knobs: Knobs { coords: true, ..Default::default() }, ..Default::default() });
     let (batches, _) = drain(&sim, ds.unwrap().iter(Split::Train).unwrap(), Some(1));
     let want: Vec<f64> = batches[0].sample_indices.iter().map(|&t| t as f64).collect();
     assert_eq!(batches[0].coords["time"], crate::coords::CoordValues::Number(want));
@@ -145,7 +147,15 @@ fn discovery_finds_every_stores_arrays_by_listing_or_by_consolidated_metadata() 
     let consolidated = r#"{"zarr_format": 3, "node_type": "group", "consolidated_metadata": {"kind": "inline",
         "must_understand": false, "metadata": {"x": {"node_type": "array"}, "time": {"node_type": "array"}}}}"#;
     a.insert("zarr.json", consolidated);
-    let discover = |a: &MemoryStorage| open_join(a, &b, None, DatasetOptions { batch_size: 4, ..Default::default() }).1;
+    let discover = |a: &MemoryStorage| {
+        open_join(
+            a,
+            &b,
+            None,
+            DatasetOptions { knobs: Knobs { batch_size: 4, ..Default::default() }, ..Default::default() },
+        )
+        .1
+    };
     let ds = discover(&a).unwrap();
     let labels: Vec<String> = ds.variables().iter().map(|v| v.label.clone()).collect();
     assert_eq!(labels, ["era5/x", "static/y"], "coordinates are skipped, as for one store");

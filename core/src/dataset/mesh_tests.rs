@@ -1,6 +1,7 @@
 //! A rank mesh (`mesh.rs`): the ranks of a model-parallel group draw the same rows and each
 //! takes its part of every row; the groups share the epoch as ranks do.
 
+use crate::Knobs;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,8 +36,11 @@ fn open(
     let sim = SimExecutor::new();
     let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
     let mp = ModelParallel { size: 2, axis: PatchAxis::Name("lat".into()) };
-    let options =
-        DatasetOptions { batch_size: 3, block_chunks: 1, seed: 4, rank, world_size, model_parallel: Some(mp), ..extra };
+    let options = DatasetOptions {
+        knobs: Knobs { batch_size: 3, block_chunks: 1, seed: 4, rank, world_size, ..extra.knobs },
+        model_parallel: Some(mp),
+        ..extra
+    };
     let builder = Dataset::builder(Arc::new(storage.clone()), runtime)
         .arrays(["t2m"])
         .options(options)

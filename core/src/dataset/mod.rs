@@ -51,37 +51,19 @@ fn max_batches_ahead(prefetch_depth: usize, parallelism: usize) -> usize {
     (prefetch_depth + 1).max(max_gathers(parallelism))
 }
 
-/// Knobs of a dataset.
-#[derive(Debug, Clone)]
+/// What a dataset is built with: the plain-data [`Knobs`] every binding passes as data, and
+/// what only a program can pass (a tier, observers, masks and weights, patches, a mesh, `sel`).
+/// One definition: the bindings read `Knobs` with serde (renaming its keys where their
+/// language spells them otherwise) and set the rest from their own arguments.
+#[derive(Debug, Clone, Default)]
 pub struct DatasetOptions {
-    /// Rows per batch.
-    pub batch_size: usize,
-    /// Chunks per shuffle block (raised so a block always holds a batch).
-    pub block_chunks: usize,
-    /// Chunks in each epoch's first shuffle block (raised so it holds a batch, at most
-    /// `block_chunks`). A smaller first block lets the first batch wait for fewer chunks'
-    /// reads and decodes, and mixes the epoch's first samples less; `describe()` reports the
-    /// shuffle-quality cost. `None`: `block_chunks`, the specified order.
-    pub first_block_chunks: Option<usize>,
-    /// Storage reads in flight, across every view.
-    pub max_inflight: usize,
-    /// Shuffle seed.
-    pub seed: u64,
-    /// Shuffle the train view.
-    pub shuffle: bool,
-    /// Batches queued ahead of the caller.
-    pub prefetch_depth: usize,
-    /// Byte budget of the pool; `None` sizes it automatically.
-    pub cache_budget_bytes: Option<u64>,
-    /// Retries, timeouts, and what to do with a bad chunk.
+    /// Batch size, blocks, in-flight reads, seed, shuffle, prefetch, budget, `on_bad_chunk`,
+    /// rank and world size, coordinates.
+    pub knobs: Knobs,
+    /// Retries, timeouts, coalescing and hedging.
     pub read_policy: ReadPolicy,
     /// A disk tier for decoded chunks (`cache_dir`; native only), opened at construction.
     pub tier: Option<Arc<dyn TierOpener>>,
-    /// This process's rank, `0..world_size` (see `shard.rs`: each rank draws a disjoint,
-    /// equal share of every epoch, and reads its own chunks).
-    pub rank: usize,
-    /// Processes sharing each epoch (1: the whole epoch here).
-    pub world_size: usize,
     /// Node affinity: ranks per node (the launcher's local world size; nodes are runs of
     /// consecutive ranks). Each node then draws the same chunks in every epoch, reshuffled, so
     /// ranks sharing a node's `cache_dir` read epoch 2 from it (`shard.rs`, step 2). `None`:
@@ -99,26 +81,20 @@ pub struct DatasetOptions {
     pub model_parallel: Option<ModelParallel>,
     /// Told of every pass's report when it ends (exporters, callbacks).
     pub observers: Vec<Arc<dyn PassObserver>>,
-    /// Read the sample axis's coordinate at open and carry it in every batch (`coords.rs`).
-    pub coords: bool,
     /// Select by label, one range per dimension: on the sample axis's coordinate, samples
     /// (applied as the split's sample range); on an inner axis's, a region every row is cut
     /// to (patches then lie inside it).
     pub sel: Vec<LabelSel>,
 }
 
-impl Default for DatasetOptions {
-    fn default() -> Self {
-        Knobs::default().into()
-    }
-}
-
-/// The dataset's plain-data knobs: the part of [`DatasetOptions`] that every binding spells
-/// the same way, in the same units, as data. A binding reads it with serde (Python's
-/// `knobs` dict; its keys are these fields, refused when unknown) rather than restating it,
-/// and `tools/boundary-types` writes its Python type from this definition. The defaults here
-/// are the engine's knob defaults: [`DatasetOptions::default`] starts from them.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+// The part of [`DatasetOptions`] every binding passes as data: Python's `knobs` dict and
+// JS's options (its keys in camelCase, `Knobs::NAMES`) are read into it by serde, the CLI's
+// flags rename it (native/src/main.rs `RunArgs::knobs`), and `tools/boundary-types` writes its
+// Python and TypeScript types from this definition, docs and defaults included: so the docs
+// below are the user's, in every language.
+/// The dataset's knobs: plain data, spelled alike on every target (Python's keyword
+/// arguments, JS's options in camelCase, the CLI's flags), with the engine's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(default, deny_unknown_fields)]
 pub struct Knobs {
@@ -126,30 +102,55 @@ pub struct Knobs {
     pub batch_size: usize,
     /// Chunks per shuffle block (raised so a block always holds a batch).
     pub block_chunks: usize,
-    /// Chunks in each epoch's first shuffle block (raised so it holds a batch, at most
-    /// `block_chunks`); `None`: `block_chunks`, the specified order.
+    /// Chunks in each epoch's first shuffle block (raised so it holds a batch, at most the
+    /// block size): fewer for a faster first batch, at a cost in mixing the epoch's first
+    /// samples that `describe()` notes (`first-block-smaller`). Absent: the block size, the
+    /// specified order.
     pub first_block_chunks: Option<usize>,
     /// Storage reads in flight, across every view.
     pub max_inflight: usize,
-    /// Shuffle seed.
+    /// Shuffle seed: the same (seed, epoch) gives the same batches on every target.
     pub seed: u64,
     /// Shuffle the train view.
     pub shuffle: bool,
     /// Batches queued ahead of the caller.
     pub prefetch_depth: usize,
-    /// Byte budget of the pool; `None` sizes it automatically.
+    /// Byte budget of the chunk pool. Absent: sized automatically from the memory available.
     pub cache_budget_bytes: Option<u64>,
-    /// What a chunk that cannot be fetched or decoded does: `raise` or `nan` (read by
-    /// `OnBadChunk: FromStr`, so a wrong word gets core's message).
-    // Python passes the caller's word as it came, for core to parse: typed `str` there.
+    /// A chunk that cannot be fetched or decoded: `raise` fails the pass naming it; `nan`
+    /// fills it with NaN (floats) or the fill value, records it among the bad chunks and goes
+    /// on.
+    // Read by `OnBadChunk: FromStr`, so a wrong word gets core's message. Python passes the
+    // caller's word as it came, for core to parse: typed `str` there.
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"type": "str"})))]
     pub on_bad_chunk: OnBadChunk,
-    /// This process's rank, `0..world_size`.
+    /// This process's rank among the world size: it reads and yields only its share of each
+    /// epoch, disjoint from the other ranks'; every rank yields as many batches (the few
+    /// samples that cannot be spread evenly are counted as dropped).
     pub rank: usize,
     /// Processes sharing each epoch (1: the whole epoch here).
     pub world_size: usize,
-    /// Read the sample axis's coordinate at open and carry it in every batch.
+    /// Read the sample axis's coordinate at open and carry it in every batch (its `coords`).
     pub coords: bool,
+}
+
+impl Knobs {
+    /// The knobs' keys as serde reads them: a binding whose options mix knobs with its own
+    /// keys picks these out (`wasm/src/options.rs`). A test checks them against the derive.
+    pub const NAMES: &[&str] = &[
+        "batch_size",
+        "block_chunks",
+        "first_block_chunks",
+        "max_inflight",
+        "seed",
+        "shuffle",
+        "prefetch_depth",
+        "cache_budget_bytes",
+        "on_bad_chunk",
+        "rank",
+        "world_size",
+        "coords",
+    ];
 }
 
 impl Default for Knobs {
@@ -173,49 +174,8 @@ impl Default for Knobs {
 
 /// The knobs, with every other member at its default (no tier, observers, patches, ...).
 impl From<Knobs> for DatasetOptions {
-    fn from(k: Knobs) -> Self {
-        Self {
-            batch_size: k.batch_size,
-            block_chunks: k.block_chunks,
-            first_block_chunks: k.first_block_chunks,
-            max_inflight: k.max_inflight,
-            seed: k.seed,
-            shuffle: k.shuffle,
-            prefetch_depth: k.prefetch_depth,
-            cache_budget_bytes: k.cache_budget_bytes,
-            read_policy: ReadPolicy { on_bad_chunk: k.on_bad_chunk, ..ReadPolicy::default() },
-            tier: None,
-            rank: k.rank,
-            world_size: k.world_size,
-            node_ranks: None,
-            patch: None,
-            sample_mask: None,
-            sample_weights: None,
-            model_parallel: None,
-            observers: Vec::new(),
-            coords: k.coords,
-            sel: Vec::new(),
-        }
-    }
-}
-
-impl DatasetOptions {
-    /// The plain-data knobs of these options.
-    pub fn knobs(&self) -> Knobs {
-        Knobs {
-            batch_size: self.batch_size,
-            block_chunks: self.block_chunks,
-            first_block_chunks: self.first_block_chunks,
-            max_inflight: self.max_inflight,
-            seed: self.seed,
-            shuffle: self.shuffle,
-            prefetch_depth: self.prefetch_depth,
-            cache_budget_bytes: self.cache_budget_bytes,
-            on_bad_chunk: self.read_policy.on_bad_chunk,
-            rank: self.rank,
-            world_size: self.world_size,
-            coords: self.coords,
-        }
+    fn from(knobs: Knobs) -> Self {
+        Self { knobs, ..Self::default() }
     }
 }
 
@@ -421,8 +381,8 @@ impl Dataset {
                 .map(|draws| DrawRows { draws, patches: i.patcher.as_ref().map_or(1, |p| p.per_sample()) }),
             block_chunks: i.block_chunks,
             first_block_chunks: i.first_block_chunks,
-            shuffle: i.options.shuffle && split == Split::Train,
-            seed: i.options.seed,
+            shuffle: i.options.knobs.shuffle && split == Split::Train,
+            seed: i.options.knobs.seed,
             epoch,
             split,
         }
@@ -435,10 +395,10 @@ impl Dataset {
         let o = &self.inner.options;
         let k = o.model_parallel.as_ref().map_or(1, |m| m.size);
         Sharding {
-            rank: o.rank / k,
-            world_size: o.world_size / k,
+            rank: o.knobs.rank / k,
+            world_size: o.knobs.world_size / k,
             unit_chunks: self.inner.unit_chunks,
-            batch_size: o.batch_size,
+            batch_size: o.knobs.batch_size,
             node_ranks: o.node_ranks.map(|n| n / k),
         }
     }
@@ -564,10 +524,10 @@ impl Dataset {
         let o = &self.inner.options;
         Checkpoint {
             version: crate::shard::CHECKPOINT_VERSION,
-            seed: o.seed,
+            seed: o.knobs.seed,
             epoch,
             split,
-            batch_size: o.batch_size,
+            batch_size: o.knobs.batch_size,
             world_size: self.sharding().world_size,
             position: 0,
             batches: 0,
@@ -581,13 +541,13 @@ impl Dataset {
     /// How a pass over `split` cuts its rows into patches (`None` without patches).
     fn patching(&self, split: Split) -> Option<Patching> {
         let i = &self.inner;
-        i.patcher.as_ref().map(|p| Patching { patcher: Arc::clone(p), seed: i.options.seed, split })
+        i.patcher.as_ref().map(|p| Patching { patcher: Arc::clone(p), seed: i.options.knobs.seed, split })
     }
 
     /// The read plan of a pass over `order`: its uses, and the tiles each reads.
     pub(crate) fn pass_plan(&self, order: &DrawOrder, patching: Option<&Patching>, epoch: u64) -> PassPlan {
         let i = &self.inner;
-        let mut plan = PassPlan::build(order, &i.plan_vars, i.options.batch_size, self.rows_per_sample());
+        let mut plan = PassPlan::build(order, &i.plan_vars, i.options.knobs.batch_size, self.rows_per_sample());
         plan_tiles(&mut plan, &i.gather_vars, &i.engine, patching, epoch);
         plan
     }
@@ -616,7 +576,7 @@ impl Dataset {
         let reserve = if plan.tiles.iter().any(Option::is_some) { need } else { floor.max(need) };
         let pass = i.engine.pool.open_pass(reserve)?;
         let recorder = Arc::new(PassRecorder::default());
-        let (tx, rx) = async_channel::bounded(i.options.prefetch_depth);
+        let (tx, rx) = async_channel::bounded(i.options.knobs.prefetch_depth);
         let n_batches = plan.n_batches();
         let spec = PassSpec {
             engine: Arc::clone(&i.engine),
@@ -628,10 +588,10 @@ impl Dataset {
             first_index: usize::try_from(rank.start.batches).unwrap_or(usize::MAX),
             recorder: Arc::clone(&recorder),
             max_gathers: max_gathers(i.engine.cpu.parallelism()),
-            max_ahead: max_batches_ahead(i.options.prefetch_depth, i.engine.cpu.parallelism()),
+            max_ahead: max_batches_ahead(i.options.knobs.prefetch_depth, i.engine.cpu.parallelism()),
             ahead_uses: AHEAD_BLOCKS * i.block_chunks * i.plan_vars.len(),
             patching,
-            mesh: i.options.model_parallel.as_ref().map(|m| (m.place(i.options.rank).1, m.size)),
+            mesh: i.options.model_parallel.as_ref().map(|m| (m.place(i.options.knobs.rank).1, m.size)),
             coordinate: i.coordinate.clone(),
         };
         let (task, abort) = futures::future::abortable(drive(spec, tx));
@@ -649,12 +609,17 @@ impl Dataset {
             last_returned: None,
             split: split.name().to_string(),
             epoch,
-            prefetch_depth: i.options.prefetch_depth,
+            prefetch_depth: i.options.knobs.prefetch_depth,
             sink: Arc::clone(&i.last_pass),
             observers: i.options.observers.clone().into(),
             finished: false,
             n_batches,
-            shard: ShardInfo { rank: i.options.rank, dropped: rank.dropped, skipped: rank.skipped, start: rank.start },
+            shard: ShardInfo {
+                rank: i.options.knobs.rank,
+                dropped: rank.dropped,
+                skipped: rank.skipped,
+                start: rank.start,
+            },
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Patched datasets (`patch.rs`): every grid patch once per epoch, random patches per
 //! (seed, epoch), values equal to slicing the array, each chunk read once, resume and ranks.
 
+use crate::Knobs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +37,11 @@ fn store(sharded: bool) -> MemoryStorage {
 fn open(storage: &MemoryStorage, patch: PatchOptions, options: DatasetOptions) -> (SimExecutor, Dataset) {
     let sim = SimExecutor::new();
     let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
-    let options = DatasetOptions { batch_size: 5, block_chunks: 1, seed: 3, patch: Some(patch), ..options };
+    let options = DatasetOptions {
+        knobs: Knobs { batch_size: 5, block_chunks: 1, seed: 3, ..options.knobs },
+        patch: Some(patch),
+        ..options
+    };
     let builder = Dataset::builder(Arc::new(storage.clone()), runtime)
         .arrays(["t2m", "toa"])
         .options(options)
@@ -195,7 +200,8 @@ fn ranks_draw_disjoint_patches() {
     let storage = store(false);
     let mut all = BTreeSet::new();
     for rank in 0..2 {
-        let options = DatasetOptions { rank, world_size: 2, ..Default::default() };
+        let options =
+            DatasetOptions { knobs: Knobs { rank, world_size: 2, ..Default::default() }, ..Default::default() };
         let (sim, ds) = open(&storage, named(&[("lat", 3), ("lon", 4)], PatchMode::Grid { stride: vec![] }), options);
         for row in check_values(&epoch(&sim, &ds, 1), (3, 4)) {
             assert!(all.insert(row.clone()), "{row:?} drawn by both ranks");
@@ -240,8 +246,11 @@ fn random_patches_read_only_the_tiles_they_touch_once_each() {
         let sim = SimExecutor::new();
         let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
         let patch = named(&[("y", 3), ("x", 4)], PatchMode::Random { per_sample: 1 });
-        let options =
-            DatasetOptions { batch_size: 3, block_chunks: 1, seed: 5, patch: Some(patch), ..Default::default() };
+        let options = DatasetOptions {
+            knobs: Knobs { batch_size: 3, block_chunks: 1, seed: 5, ..Default::default() },
+            patch: Some(patch),
+            ..Default::default()
+        };
         let builder = Dataset::builder(Arc::new(storage.clone()), runtime)
             .arrays(["f"])
             .options(options)
@@ -294,8 +303,11 @@ fn a_chunk_read_in_part_is_held_and_charged_as_its_tiles() {
         let sim = SimExecutor::new();
         let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
         let patch = named(&[("y", 8), ("x", 8)], PatchMode::Random { per_sample: 1 });
-        let options =
-            DatasetOptions { batch_size: 2, block_chunks: 1, seed: 9, patch: Some(patch), ..Default::default() };
+        let options = DatasetOptions {
+            knobs: Knobs { batch_size: 2, block_chunks: 1, seed: 9, ..Default::default() },
+            patch: Some(patch),
+            ..Default::default()
+        };
         let builder = Dataset::builder(Arc::new(storage), runtime)
             .arrays(["f"])
             .options(options)
@@ -348,7 +360,8 @@ fn sel(dim: &str, lo: f64, hi: f64) -> crate::coords::LabelSel {
 fn open_sel(storage: &MemoryStorage, options: DatasetOptions) -> crate::Result<(SimExecutor, Dataset)> {
     let sim = SimExecutor::new();
     let runtime = Runtime::new(Arc::new(sim.clone()), Arc::new(InlinePool));
-    let options = DatasetOptions { batch_size: 5, block_chunks: 1, seed: 3, ..options };
+    let options =
+        DatasetOptions { knobs: Knobs { batch_size: 5, block_chunks: 1, seed: 3, ..options.knobs }, ..options };
     let builder = Dataset::builder(Arc::new(storage.clone()), runtime)
         .arrays(["t2m", "toa"])
         .options(options)
@@ -473,7 +486,7 @@ fn with_coords_each_row_carries_its_patch_coordinates() {
     let storage = store(false);
     write_f32_array(&storage, "lat", &[6], &[6], None, Some(&["lat"]), |i| 10.0 * i as f32);
     write_f32_array(&storage, "lon", &[8], &[8], None, Some(&["lon"]), |i| 100.0 + i as f32);
-    let options = DatasetOptions { coords: true, ..Default::default() };
+    let options = DatasetOptions { knobs: Knobs { coords: true, ..Default::default() }, ..Default::default() };
     let (sim, ds) = open(&storage, named(&[("lat", 2), ("lon", 3)], PatchMode::Random { per_sample: 2 }), options);
     let mut rows = 0;
     for b in epoch(&sim, &ds, 1) {

@@ -217,7 +217,7 @@ impl Dataset {
     fn epoch_chunks(&self, split: Split, epoch: u64) -> Result<EpochChunks> {
         let i = &self.inner;
         let pass = self.rank_pass(split, epoch, None)?;
-        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.batch_size, self.rows_per_sample());
+        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.knobs.batch_size, self.rows_per_sample());
         let mut seen = HashSet::new();
         let keys: Vec<ChunkKey> = plan.uses.iter().map(|u| u.key).filter(|k| seen.insert(*k)).collect();
         let charge = |k: &ChunkKey| i.engine.arrays[k.path as usize].charge(k.chunk);
@@ -266,7 +266,7 @@ impl Dataset {
         let request_bytes = per(alone.bytes_fetched as f64, alone.storage_reads.max(1)).max(1.0);
         let request_s = per(alone.times.fetch_wait_s, alone.storage_reads.max(1)).max(first_byte_s).max(1e-6);
         let connection = request_bytes / (request_s - first_byte_s).max(1e-6);
-        let concurrent_requests = together.storage_reads.min(o.max_inflight as u64).max(1);
+        let concurrent_requests = together.storage_reads.min(o.knobs.max_inflight as u64).max(1);
         let concurrent = *concurrent;
         let expected = concurrent_requests as f64 * request_bytes / request_s;
         let link_capped = concurrent < 0.8 * expected;
@@ -278,7 +278,7 @@ impl Dataset {
         // Bytes between coalesced ranges are not the tiles': the ratio is the tiles' own.
         let needed = fetched - alone.gap_bytes - together.gap_bytes;
         let ratio = if needed == 0 { 1.0 } else { decoded as f64 / needed as f64 };
-        let mut store = o.max_inflight as f64 * request_bytes / request_s;
+        let mut store = o.knobs.max_inflight as f64 * request_bytes / request_s;
         if link_capped {
             store = store.min(concurrent);
         }
@@ -334,7 +334,7 @@ impl Dataset {
             suggested_block_chunks,
             notes: Vec::new(),
         };
-        report.notes = probe_notes(&report, o.max_inflight);
+        report.notes = probe_notes(&report, o.knobs.max_inflight);
         report
     }
 }

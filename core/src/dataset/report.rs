@@ -43,7 +43,7 @@ impl Dataset {
     fn reread_bytes_max(&self) -> u64 {
         let i = &self.inner;
         let Ok(pass) = self.rank_pass(Split::Train, self.epoch(), None) else { return 0 };
-        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.batch_size, self.rows_per_sample());
+        let plan = PassPlan::build(&pass.order, &i.plan_vars, i.options.knobs.batch_size, self.rows_per_sample());
         let mut seen = HashSet::new();
         plan.uses
             .iter()
@@ -126,7 +126,7 @@ impl Dataset {
             notes.push(Note::new("cache-dir-network-fs", Severity::Warn, "cache_dir", w));
         }
         notes.extend(self.rank_notes());
-        let requested = i.options.block_chunks;
+        let requested = i.options.knobs.block_chunks;
         if i.block_chunks > requested {
             notes.push(Note::new(
                 "block-chunks-widened",
@@ -134,7 +134,7 @@ impl Dataset {
                 "dataset",
                 format!(
                     "block_chunks raised from {requested} to {} so any block holds a batch of {}",
-                    i.block_chunks, i.options.batch_size
+                    i.block_chunks, i.options.knobs.batch_size
                 ),
             ));
         }
@@ -280,7 +280,7 @@ impl Dataset {
     fn mesh_note(&self) -> Option<Note> {
         let o = &self.inner.options;
         let m = o.model_parallel.as_ref()?;
-        let (group, part) = m.place(o.rank);
+        let (group, part) = m.place(o.knobs.rank);
         Some(Note::new(
             "model-parallel",
             Severity::Note,
@@ -289,9 +289,9 @@ impl Dataset {
                 "rank {} is part {part} of {} of data-parallel group {group} of {}: it draws its group's rows and \
                  takes part {part} of each along {}; each rank of a group reads whole chunks, so a group reads \
                  them {} times (share a cache_dir per node to read them once)",
-                o.rank,
+                o.knobs.rank,
                 m.size,
-                o.world_size / m.size,
+                o.knobs.world_size / m.size,
                 m.axis,
                 m.size
             ),
@@ -302,7 +302,7 @@ impl Dataset {
     /// windows read a neighbour chunk another rank may also read.
     fn rank_notes(&self) -> Vec<Note> {
         let i = &self.inner;
-        let world = i.options.world_size;
+        let world = i.options.knobs.world_size;
         if world == 1 {
             return Vec::new();
         }
@@ -351,7 +351,7 @@ impl Dataset {
     /// What node affinity costs: each node draws from the same share of the train chunks in
     /// every epoch, so a rank's own batches never mix in the other nodes' chunks.
     fn node_affinity_note(&self, k: usize, epoch: u64) -> Note {
-        let world = self.inner.options.world_size;
+        let world = self.inner.options.knobs.world_size;
         let nodes = world / k;
         let chunks = self.inner.manifest.chunks_of(Split::Train);
         let spec = self.order_spec(Split::Train, epoch, &chunks);
@@ -381,19 +381,20 @@ impl Dataset {
         let o = &i.options;
         let floor = Split::ALL.iter().map(|&s| self.floor(s)).max().unwrap_or(0);
         let needed = floor.saturating_mul(iterations as u64);
-        let residency = o.cache_budget_bytes.unwrap_or(i.auto_residency_bytes.max(needed));
+        let residency = o.knobs.cache_budget_bytes.unwrap_or(i.auto_residency_bytes.max(needed));
         let memory_available = i.engine.runtime.memory_available;
         let reread_bytes_max = if residency < i.read_once_bytes { self.reread_bytes_max() } else { 0 };
         let fit = BudgetFit { needed, read_once: i.read_once_bytes, reread_bytes_max, memory_available };
-        match o.cache_budget_bytes {
+        match o.knobs.cache_budget_bytes {
             Some(budget) => notes.extend(budget_notes(budget, iterations, &fit)),
             None => notes.extend(auto_budget_notes(residency, &fit)),
         }
-        let batch_bytes: u64 = i.gather_vars.iter().map(|v| v.sample_bytes as u64).sum::<u64>() * o.batch_size as u64;
+        let batch_bytes: u64 =
+            i.gather_vars.iter().map(|v| v.sample_bytes as u64).sum::<u64>() * o.knobs.batch_size as u64;
         let parallelism = i.engine.runtime.pool.parallelism().get();
         // The pass's batches plus two the caller holds: `for b in loader` keeps the last one
         // until the next is returned.
-        let queue_bytes = (max_batches_ahead(o.prefetch_depth, parallelism) + 2) as u64 * batch_bytes;
+        let queue_bytes = (max_batches_ahead(o.knobs.prefetch_depth, parallelism) + 2) as u64 * batch_bytes;
         let arrays = &i.engine.arrays;
         // The pool never holds more than every chunk of the selected arrays, whatever the
         // budget: a budget beyond the store is room the run cannot use.
@@ -429,7 +430,7 @@ impl Dataset {
             read_once_bytes: i.read_once_bytes,
             residency_bytes: residency,
             resident_max_bytes,
-            budget_is_automatic: o.cache_budget_bytes.is_none(),
+            budget_is_automatic: o.knobs.cache_budget_bytes.is_none(),
             automatic_budget_bytes: i.auto_residency_bytes,
             memory_available_bytes: memory_available,
             reread_bytes_max,
@@ -456,18 +457,18 @@ impl Dataset {
             splits.iter().map(|&s| (s.name().to_string(), self.dropped_samples(s, epoch))).collect();
         let order = self.draw_order(Split::Train, epoch);
         ConfigReport {
-            batch_size: o.batch_size,
+            batch_size: o.knobs.batch_size,
             block_chunks: i.block_chunks,
-            block_chunks_requested: o.block_chunks,
+            block_chunks_requested: o.knobs.block_chunks,
             first_block_chunks: i.first_block_chunks,
-            max_inflight: o.max_inflight,
-            prefetch_depth: o.prefetch_depth,
-            shuffle: o.shuffle,
-            seed: o.seed,
+            max_inflight: o.knobs.max_inflight,
+            prefetch_depth: o.knobs.prefetch_depth,
+            shuffle: o.knobs.shuffle,
+            seed: o.knobs.seed,
             epoch: self.epoch(),
-            cache_budget_bytes: o.cache_budget_bytes,
+            cache_budget_bytes: o.knobs.cache_budget_bytes,
             disk_tier: i.engine.tier.as_ref().map(|t| t.describe()),
-            on_bad_chunk: o.read_policy.on_bad_chunk.name().into(),
+            on_bad_chunk: o.knobs.on_bad_chunk.name().into(),
             chunk_transforms: i.chunk_transform_labels.clone(),
             batch_transforms: i.batch_transforms.iter().map(|t| t.name()).collect(),
             windowed: i.vars.iter().any(|v| v.geometry.offset != 0),
@@ -475,14 +476,14 @@ impl Dataset {
             samples_per_chunk: i.manifest.sample_chunk_size,
             n_chunks: i.manifest.n_chunks,
             split_chunks: splits.iter().map(|&s| (s.name().to_string(), i.manifest.chunks_of(s).len())).collect(),
-            rank: o.rank,
-            world_size: o.world_size,
+            rank: o.knobs.rank,
+            world_size: o.knobs.world_size,
             unit_chunks: i.unit_chunks,
             rank_samples: shares.clone(),
             dropped_samples: dropped,
             batches_per_epoch: shares
                 .iter()
-                .map(|(name, n)| (name.clone(), n.div_ceil(o.batch_size as u64) as usize))
+                .map(|(name, n)| (name.clone(), n.div_ceil(o.knobs.batch_size as u64) as usize))
                 .collect(),
             drawable_samples: drawable,
             shuffle_quality: shuffle_quality(&order),

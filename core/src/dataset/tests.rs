@@ -1,6 +1,7 @@
 //! The builder's defaults and refusals: which arrays, which labels, which split, and what it
 //! reads (counted in the store, so "no I/O" is checked, not assumed).
 
+use crate::Knobs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ fn named_arrays_keep_their_order_and_the_split_uses_the_dataset_seed() {
     let split = SplitOptions { contiguous: false, ..SplitOptions::default() };
     let ds = Dataset::builder(shared(&storage), runtime)
         .arrays(["u10", "t2m"])
-        .options(DatasetOptions { seed: 7, ..Default::default() })
+        .options(DatasetOptions { knobs: Knobs { seed: 7, ..Default::default() }, ..Default::default() })
         .split(SplitOptions { seed: 7, ..split.clone() });
     let ds = sim.run(ds.open(), LIMIT).unwrap().unwrap();
     assert_eq!(ds.variables()[0].label, "u10");
@@ -54,7 +55,8 @@ fn named_arrays_keep_their_order_and_the_split_uses_the_dataset_seed() {
 
     // Without an explicit split, the split is the default one seeded with the dataset's seed.
     let (sim, storage, runtime) = store();
-    let ds = Dataset::builder(shared(&storage), runtime).options(DatasetOptions { seed: 7, ..Default::default() });
+    let ds = Dataset::builder(shared(&storage), runtime)
+        .options(DatasetOptions { knobs: Knobs { seed: 7, ..Default::default() }, ..Default::default() });
     let ds = sim.run(ds.open(), LIMIT).unwrap().unwrap();
     let want = split_by_chunk(&ds.variables()[0].geometry, &SplitOptions { seed: 7, ..SplitOptions::default() });
     assert_eq!(ds.manifest().chunks_of(Split::Val), want.unwrap().chunks_of(Split::Val));
@@ -159,8 +161,7 @@ fn the_automatic_budget_stays_within_the_memory_the_runtime_has() {
     write_f32_array(&storage, "coarse", &[800, 2], &[40, 2], None, None, |i| i as f32);
     let open = |runtime: Runtime| {
         let b = Dataset::builder(shared(&storage), runtime).arrays(["fine", "coarse"]).options(DatasetOptions {
-            batch_size: 4,
-            block_chunks: 1,
+            knobs: Knobs { batch_size: 4, block_chunks: 1, ..Default::default() },
             ..Default::default()
         });
         sim.run(b.open(), LIMIT).unwrap().unwrap()
@@ -203,9 +204,7 @@ fn a_budget_beyond_the_store_is_counted_as_the_store() {
         let b = Dataset::builder(shared(&storage), runtime.clone())
             .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
             .options(DatasetOptions {
-                batch_size: 4,
-                block_chunks: 1,
-                cache_budget_bytes: budget,
+                knobs: Knobs { batch_size: 4, block_chunks: 1, cache_budget_bytes: budget, ..Default::default() },
                 ..Default::default()
             });
         sim.run(b.open(), LIMIT).unwrap().unwrap()
@@ -248,9 +247,12 @@ fn reads_ahead_are_counted_only_beside_slots_that_can_wait_idle() {
         let b = Dataset::builder(shared(&storage), runtime.clone())
             .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
             .options(DatasetOptions {
-                batch_size,
-                block_chunks: 1,
-                cache_budget_bytes: Some(budget_chunks * TILE),
+                knobs: Knobs {
+                    batch_size,
+                    block_chunks: 1,
+                    cache_budget_bytes: Some(budget_chunks * TILE),
+                    ..Default::default()
+                },
                 ..Default::default()
             });
         sim.run(b.open(), LIMIT).unwrap().unwrap().describe(1).unwrap().memory.inflight_bytes
@@ -275,7 +277,10 @@ fn a_smaller_first_block_serves_the_first_batch_from_fewer_chunks() {
     let open = |first_block_chunks: Option<usize>| {
         let b = Dataset::builder(shared(&storage), runtime.clone())
             .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
-            .options(DatasetOptions { batch_size: 32, block_chunks: 16, first_block_chunks, ..Default::default() });
+            .options(DatasetOptions {
+                knobs: Knobs { batch_size: 32, block_chunks: 16, first_block_chunks, ..Default::default() },
+                ..Default::default()
+            });
         sim.run(b.open(), LIMIT).unwrap()
     };
     let chunks_of_first_batch = |ds: &Dataset| {
@@ -302,7 +307,10 @@ fn a_smaller_first_block_serves_the_first_batch_from_fewer_chunks() {
     write_f32_array(&storage_small, "t2m", &[64, 2], &[4, 2], None, None, |i| i as f32);
     let b = Dataset::builder(shared(&storage_small), runtime.clone())
         .split(SplitOptions { fractions: (1.0, 0.0, 0.0), ..Default::default() })
-        .options(DatasetOptions { batch_size: 8, block_chunks: 8, first_block_chunks: Some(1), ..Default::default() });
+        .options(DatasetOptions {
+            knobs: Knobs { batch_size: 8, block_chunks: 8, first_block_chunks: Some(1), ..Default::default() },
+            ..Default::default()
+        });
     assert_eq!(sim.run(b.open(), LIMIT).unwrap().unwrap().first_block_chunks(), 2);
 
     let err = open(Some(0)).unwrap_err().to_string();
@@ -313,8 +321,10 @@ fn a_smaller_first_block_serves_the_first_batch_from_fewer_chunks() {
 fn an_explicit_budget_beyond_the_memory_available_is_refused_with_the_most_that_fits() {
     let (sim, storage, runtime) = store();
     let runtime = runtime.with_memory_available(Some(1 << 20));
-    let b = Dataset::builder(shared(&storage), runtime)
-        .options(DatasetOptions { cache_budget_bytes: Some(2 << 20), ..Default::default() });
+    let b = Dataset::builder(shared(&storage), runtime).options(DatasetOptions {
+        knobs: Knobs { cache_budget_bytes: Some(2 << 20), ..Default::default() },
+        ..Default::default()
+    });
     let err = sim.run(b.open(), LIMIT).unwrap().unwrap_err();
     assert!(matches!(&err, Error::Config(m) if m.contains("pass at most 1048576")), "{err}");
 }
@@ -342,7 +352,10 @@ fn drain(sim: &SimExecutor, mut s: crate::BatchStream, take: Option<usize>) -> (
 /// Ranks over a store where `u10` is chunked twice as coarsely as the reference `t2m`.
 fn ranked(rank: usize, world_size: usize) -> (SimExecutor, MemoryStorage, Dataset) {
     let (sim, storage, runtime) = store();
-    let opts = DatasetOptions { batch_size: 3, block_chunks: 1, seed: 5, rank, world_size, ..Default::default() };
+    let opts = DatasetOptions {
+        knobs: Knobs { batch_size: 3, block_chunks: 1, seed: 5, rank, world_size, ..Default::default() },
+        ..Default::default()
+    };
     let ds = Dataset::builder(shared(&storage), runtime)
         .arrays(["t2m", "u10"])
         .options(opts)
@@ -440,7 +453,7 @@ fn an_elastic_resume_serves_the_rest_once_across_the_new_ranks() {
 #[test]
 fn a_rank_outside_the_world_is_refused() {
     let (sim, storage, runtime) = store();
-    let opts = DatasetOptions { rank: 2, world_size: 2, ..Default::default() };
+    let opts = DatasetOptions { knobs: Knobs { rank: 2, world_size: 2, ..Default::default() }, ..Default::default() };
     let st = shared(&storage);
     let t2m = sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
     let err = Dataset::builder(shared(&storage), runtime).opened(vec![t2m]).options(opts).build().unwrap_err();
@@ -451,8 +464,8 @@ fn a_rank_outside_the_world_is_refused() {
 fn knobs_are_the_plain_data_of_the_options_and_read_as_serde_data() {
     use crate::dataset::Knobs;
     use crate::retry::OnBadChunk;
-    // The knobs' defaults are the options' defaults, and they go there and back unchanged.
-    assert_eq!(DatasetOptions::default().knobs(), Knobs::default());
+    // The knobs' defaults are the options' defaults.
+    assert_eq!(DatasetOptions::default().knobs, Knobs::default());
     let k = Knobs {
         batch_size: 7,
         first_block_chunks: Some(2),
@@ -463,9 +476,12 @@ fn knobs_are_the_plain_data_of_the_options_and_read_as_serde_data() {
         coords: true,
         ..Knobs::default()
     };
-    let o = DatasetOptions::from(k.clone());
-    assert_eq!(o.knobs(), k);
-    assert_eq!(o.read_policy.on_bad_chunk, OnBadChunk::Nan);
+    assert_eq!(DatasetOptions::from(k).knobs, k);
+    // `Knobs::NAMES` are the keys serde writes (and so reads), every one once.
+    let written = serde_json::to_value(Knobs::default()).unwrap();
+    let keys: std::collections::BTreeSet<&str> = written.as_object().unwrap().keys().map(String::as_str).collect();
+    let names: std::collections::BTreeSet<&str> = Knobs::NAMES.iter().copied().collect();
+    assert_eq!((keys, names.len()), (names, Knobs::NAMES.len()));
     // As data: absent keys take the defaults; an unknown key is refused, naming it; a wrong
     // word gets core's message (`OnBadChunk: FromStr`).
     let read = |json: &str| serde_json::from_str::<Knobs>(json).map_err(|e| e.to_string());

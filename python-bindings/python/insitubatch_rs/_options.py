@@ -18,35 +18,37 @@ OnBadChunk = Literal["raise", "nan"]
 
 
 class Knobs(TypedDict):
-    """The dataset's plain-data knobs: the part of `DatasetOptions` that every binding spells
-    the same way, in the same units, as data. A binding reads it with serde (Python's
-    `knobs` dict; its keys are these fields, refused when unknown) rather than restating it,
-    and `tools/boundary-types` writes its Python type from this definition. The defaults here
-    are the engine's knob defaults: `DatasetOptions::default` starts from them."""
+    """The dataset's knobs: plain data, spelled alike on every target (Python's keyword
+    arguments, JS's options in camelCase, the CLI's flags), with the engine's defaults."""
 
     # Rows per batch.
     batch_size: int
     # Chunks per shuffle block (raised so a block always holds a batch).
     block_chunks: int
-    # Chunks in each epoch's first shuffle block (raised so it holds a batch, at most
-    # `block_chunks`); `None`: `block_chunks`, the specified order.
+    # Chunks in each epoch's first shuffle block (raised so it holds a batch, at most the
+    # block size): fewer for a faster first batch, at a cost in mixing the epoch's first
+    # samples that `describe()` notes (`first-block-smaller`). Absent: the block size, the
+    # specified order.
     first_block_chunks: int | None
     # Storage reads in flight, across every view.
     max_inflight: int
-    # Shuffle seed.
+    # Shuffle seed: the same (seed, epoch) gives the same batches on every target.
     seed: int
     # Shuffle the train view.
     shuffle: bool
     # Batches queued ahead of the caller.
     prefetch_depth: int
-    # Byte budget of the pool; `None` sizes it automatically.
+    # Byte budget of the chunk pool. Absent: sized automatically from the memory available.
     cache_budget_bytes: int | None
-    # What a chunk that cannot be fetched or decoded does: `raise` or `nan` (read by
-    # `OnBadChunk: FromStr`, so a wrong word gets core's message).
+    # A chunk that cannot be fetched or decoded: `raise` fails the pass naming it; `nan`
+    # fills it with NaN (floats) or the fill value, records it among the bad chunks and goes
+    # on.
     on_bad_chunk: str
-    # This process's rank, `0..world_size`.
+    # This process's rank among the world size: it reads and yields only its share of each
+    # epoch, disjoint from the other ranks'; every rank yields as many batches (the few
+    # samples that cannot be spread evenly are counted as dropped).
     rank: int
     # Processes sharing each epoch (1: the whole epoch here).
     world_size: int
-    # Read the sample axis's coordinate at open and carry it in every batch.
+    # Read the sample axis's coordinate at open and carry it in every batch (its `coords`).
     coords: bool

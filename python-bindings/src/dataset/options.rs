@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use insitubatch_core::coords::{Label, LabelSel};
 use insitubatch_core::transform::{BatchTransform, Scoped};
-use insitubatch_core::{
-    HedgePolicy, Knobs, ModelParallel, OnBadChunk, PassObserver, PatchAxis, PatchOptions, ReadPolicy,
-};
+use insitubatch_core::{HedgePolicy, Knobs, ModelParallel, PassObserver, PatchAxis, PatchOptions, ReadPolicy};
 use pyo3::conversion::FromPyObjectOwned;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -39,10 +37,10 @@ impl<'a, 'py> FromPyObject<'a, 'py> for KnobsArg {
     }
 }
 
-/// `read_policy={...}` (seconds and bytes) over core's `ReadPolicy::default()`, with
-/// `on_bad_chunk` as core parsed it. Unknown keys are refused, naming the known ones.
-pub(super) fn read_policy_from(given: Option<&Bound<'_, PyDict>>, on_bad_chunk: OnBadChunk) -> PyResult<ReadPolicy> {
-    let mut p = ReadPolicy { on_bad_chunk, ..ReadPolicy::default() };
+/// `read_policy={...}` (seconds and bytes) over core's `ReadPolicy::default()`. Unknown keys
+/// are refused, naming the known ones.
+pub(super) fn read_policy_from(given: Option<&Bound<'_, PyDict>>) -> PyResult<ReadPolicy> {
+    let mut p = ReadPolicy::default();
     let Some(given) = given else { return Ok(p) };
     let secs = |key: &str, v: &Bound<'_, PyAny>| -> PyResult<Duration> {
         let s: f64 = policy_value(key, v, "seconds >= 0")?;

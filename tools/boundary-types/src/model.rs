@@ -7,8 +7,11 @@ use serde_json::{Map, Value};
 /// The JSON a field holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ty {
-    /// An integer (`u64`, `usize`, ...).
+    /// An integer that fits a JS number (`usize`, `u32`, ...).
     Int,
+    /// A 64-bit integer (`u64`, `i64`): a JS number in the engine's JSON, and a number or a
+    /// `BigInt` where JS passes it in (an option such as `seed`).
+    Int64,
     /// A float.
     Float,
     /// `true` or `false`.
@@ -161,7 +164,7 @@ fn refs(ty: &Ty, out: &mut Vec<String>) {
         Ty::Ref(n) => out.push(n.clone()),
         Ty::Array(t) | Ty::Nullable(t) => refs(t, out),
         Ty::Tuple(ts) => ts.iter().for_each(|t| refs(t, out)),
-        Ty::Int | Ty::Float | Ty::Bool | Ty::Str | Ty::Json | Ty::Strs(_) | Ty::Ints(_) => {}
+        Ty::Int | Ty::Int64 | Ty::Float | Ty::Bool | Ty::Str | Ty::Json | Ty::Strs(_) | Ty::Ints(_) => {}
     }
 }
 
@@ -276,6 +279,7 @@ pub fn ty(schema: &Value) -> Result<Ty, String> {
 
 fn scalar(t: &str, o: &Map<String, Value>) -> Result<Ty, String> {
     Ok(match t {
+        "integer" if matches!(o.get("format").and_then(Value::as_str), Some("uint64" | "int64")) => Ty::Int64,
         "integer" => Ty::Int,
         "number" => Ty::Float,
         "boolean" => Ty::Bool,

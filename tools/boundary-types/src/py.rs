@@ -53,7 +53,7 @@ enum Side {
 /// A Python type.
 fn ty(model: &Model, t: &Ty, side: Side) -> String {
     match t {
-        Ty::Int => "int".into(),
+        Ty::Int | Ty::Int64 => "int".into(),
         Ty::Float => "float".into(),
         Ty::Bool => "bool".into(),
         Ty::Str => "str".into(),
@@ -248,7 +248,7 @@ fn dataclasses(model: &Model) -> Vec<&str> {
 /// package's dataclass of that name.
 fn dc_ty(model: &Model, t: &Ty, within: &str) -> String {
     match t {
-        Ty::Int | Ty::Ints(_) => "int".into(),
+        Ty::Int | Ty::Int64 | Ty::Ints(_) => "int".into(),
         Ty::Float => "float".into(),
         Ty::Bool => "bool".into(),
         Ty::Str | Ty::Strs(_) => "str".into(),
@@ -289,7 +289,7 @@ fn dc_field(model: &Model, f: &Field, within: &str) -> (String, Option<String>) 
         Ty::Array(_) => (dc_ty(model, &f.ty, &within), factory("list")),
         Ty::Json => (dc_ty(model, &f.ty, &within), factory("dict")),
         Ty::Nullable(_) => (dc_ty(model, &f.ty, &within), Some("None".into())),
-        Ty::Int | Ty::Ints(_) => ("int".into(), Some("0".into())),
+        Ty::Int | Ty::Int64 | Ty::Ints(_) => ("int".into(), Some("0".into())),
         Ty::Float => ("float".into(), Some("0.0".into())),
         Ty::Bool => ("bool".into(), Some("False".into())),
         Ty::Str => ("str".into(), Some("\"\"".into())),

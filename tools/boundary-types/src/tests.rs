@@ -50,7 +50,8 @@ fn stage_words_are_in_the_order_of_stage_all() {
 #[test]
 fn schemas_read_as_types() {
     let t = |v| ty(&v).expect("a known shape");
-    assert_eq!(t(json!({"type": "integer", "format": "uint64"})), Ty::Int);
+    assert_eq!(t(json!({"type": "integer", "format": "uint64"})), Ty::Int64);
+    assert_eq!(t(json!({"type": "integer", "format": "uint"})), Ty::Int);
     assert_eq!(t(json!({"type": ["number", "null"]})), Ty::Nullable(Box::new(Ty::Float)));
     assert_eq!(
         t(json!({"anyOf": [{"$ref": "#/$defs/Cut"}, {"type": "null"}]})),

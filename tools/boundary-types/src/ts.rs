@@ -27,7 +27,7 @@ fn jsdoc(out: &mut String, doc: &str, indent: &str) {
 /// A type, parenthesized where it is a union inside a list.
 pub fn ty(t: &Ty) -> String {
     match t {
-        Ty::Int | Ty::Float => "number".into(),
+        Ty::Int | Ty::Int64 | Ty::Float => "number".into(),
         Ty::Bool => "boolean".into(),
         Ty::Str => "string".into(),
         Ty::Json => "Record<string, unknown>".into(),
@@ -90,4 +90,54 @@ pub fn write(model: &Model, names: &[String], header: &str) -> String {
         }
     }
     out
+}
+
+/// The options JS passes in, from the Rust struct `name` (core's `Knobs`): every field
+/// optional and keyed as `wasm/src/options.rs` renames core's keys (`rename`, camelCase), a
+/// 64-bit integer a number or a `BigInt`, an enum its words, and its default (`defaults`, the
+/// struct's `Default` as JSON; `null` says nothing, the doc says what absent means) after the
+/// doc.
+///
+/// # Panics
+/// When `name` is not a struct, or a field refers to another struct (options are flat).
+pub fn write_options(
+    model: &Model,
+    name: &str,
+    defaults: &serde_json::Value,
+    rename: impl Fn(&str) -> String,
+    header: &str,
+) -> String {
+    let mut out = String::new();
+    for l in header.lines() {
+        let _ = writeln!(out, "//{}{l}", if l.is_empty() { "" } else { " " });
+    }
+    let Def::Struct { doc, fields, .. } = model.get(name) else { panic!("{name} is not a struct") };
+    out.push('\n');
+    jsdoc(&mut out, doc, "");
+    let _ = writeln!(out, "export interface {name} {{");
+    for f in fields {
+        let mut doc = f.doc.clone();
+        match defaults.get(&f.name) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::String(s)) => doc.push_str(&format!(" Default `'{s}'`.")),
+            Some(v) => doc.push_str(&format!(" Default `{v}`.")),
+        }
+        jsdoc(&mut out, &doc, "  ");
+        let _ = writeln!(out, "  {}?: {};", rename(&f.name), option_ty(model, &f.ty));
+    }
+    let _ = writeln!(out, "}}");
+    out
+}
+
+/// A type as JS may pass it in (see [`write_options`]).
+fn option_ty(model: &Model, t: &Ty) -> String {
+    match t {
+        Ty::Int64 => "number | bigint".into(),
+        Ty::Nullable(inner) => option_ty(model, inner),
+        Ty::Ref(n) => match model.get(n) {
+            Def::Enum { words, .. } => ty(&Ty::Strs(words.iter().map(|(w, _)| w.clone()).collect())),
+            Def::Struct { .. } => panic!("an option of struct type {n}: options are flat"),
+        },
+        other => ty(other),
+    }
 }
