@@ -508,12 +508,12 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
 
-/// `--sel DIM=LO,HI` or `DIM=[A,B,...]` as core's selection (`LabelSel::from_arg`).
 /// `--on-bad-chunk`, read by core's one parser of the word.
 fn parse_on_bad_chunk(s: &str) -> Result<OnBadChunk, String> {
     s.parse().map_err(|e: insitubatch_native::core::Error| e.to_string())
 }
 
+/// `--sel DIM=LO,HI` or `DIM=[A,B,...]` as core's selection (`LabelSel::from_arg`).
 fn parse_sel(s: &str) -> Result<insitubatch_native::core::coords::LabelSel, String> {
     insitubatch_native::core::coords::LabelSel::from_arg(s).map_err(|e| e.to_string())
 }

@@ -46,6 +46,9 @@ pub fn open_option_names() -> Vec<String> {
 
 /// JS's spelling of a knob: core's key in camelCase (`batch_size` is `batchSize`), the one
 /// rename between core's [`Knobs`](insitubatch_core::Knobs) and `open()`'s options.
+// By hand, not heck: it must be serde's `rename_all = "camelCase"` rule exactly (the rule
+// `JsOpenOptions`' own keys follow, which serde does not export), and heck splits words at
+// digits and capitals where serde only drops underscores.
 pub fn js_knob_name(key: &str) -> String {
     let mut out = String::with_capacity(key.len());
     let mut upper = false;

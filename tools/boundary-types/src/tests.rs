@@ -116,6 +116,45 @@ fn sample() -> Model {
 }
 
 #[test]
+fn the_typescript_options_of_a_sample() {
+    let defs = json!({
+        "Stage": {"description": "A stage.", "oneOf": [
+            {"type": "string", "const": "store", "description": "The store."},
+            {"type": "string", "const": "decode", "description": "The decoders."}
+        ]},
+        "Opts": {
+            "description": "Options.",
+            "type": "object",
+            "properties": {
+                "batch_size": {"type": "integer", "format": "uint", "description": "Rows."},
+                "seed": {"type": "integer", "format": "uint64", "description": "A seed."},
+                "budget_bytes": {"type": ["integer", "null"], "format": "uint64", "description": "Bytes."},
+                "stage": {"$ref": "#/$defs/Stage", "description": "The stage."}
+            }
+        }
+    });
+    let m = Model::from_defs(defs.as_object().expect("an object"));
+    let defaults = json!({"batch_size": 32, "seed": 0, "budget_bytes": null, "stage": "store"});
+    let camel = |k: &str| k.replace("_s", "S").replace("_b", "B");
+    let out = ts::write_options(&m, "Opts", &defaults, camel, "header");
+    let want = "// header
+
+/** Options. */
+export interface Opts {
+  /** Rows. Default `32`. */
+  batchSize?: number;
+  /** A seed. Default `0`. */
+  seed?: number | bigint;
+  /** Bytes. */
+  budgetBytes?: number | bigint;
+  /** The stage. Default `'store'`. */
+  stage?: 'store' | 'decode';
+}
+";
+    assert_eq!(out, want);
+}
+
+#[test]
 fn the_typescript_of_a_sample() {
     let m = sample();
     let out = ts::write(&m, &["Stage".into(), "Report".into()], "header");

@@ -24,6 +24,15 @@ fn jsdoc(out: &mut String, doc: &str, indent: &str) {
     }
 }
 
+/// `text` as `//` comment lines (a generated file's header).
+fn comment(text: &str) -> String {
+    let mut out = String::new();
+    for l in text.lines() {
+        let _ = writeln!(out, "//{}{l}", if l.is_empty() { "" } else { " " });
+    }
+    out
+}
+
 /// A type, parenthesized where it is a union inside a list.
 pub fn ty(t: &Ty) -> String {
     match t {
@@ -45,10 +54,7 @@ pub fn ty(t: &Ty) -> String {
 
 /// The declarations of `names`, in that order, under `header` (as comment lines).
 pub fn write(model: &Model, names: &[String], header: &str) -> String {
-    let mut out = String::new();
-    for l in header.lines() {
-        let _ = writeln!(out, "//{}{l}", if l.is_empty() { "" } else { " " });
-    }
+    let mut out = comment(header);
     for name in names {
         out.push('\n');
         match model.get(name) {
@@ -107,10 +113,7 @@ pub fn write_options(
     rename: impl Fn(&str) -> String,
     header: &str,
 ) -> String {
-    let mut out = String::new();
-    for l in header.lines() {
-        let _ = writeln!(out, "//{}{l}", if l.is_empty() { "" } else { " " });
-    }
+    let mut out = comment(header);
     let Def::Struct { doc, fields, .. } = model.get(name) else { panic!("{name} is not a struct") };
     out.push('\n');
     jsdoc(&mut out, doc, "");
