@@ -75,7 +75,11 @@ ib_install_toolchain() {
     v="$(_ib_toolchain_field "$f" components)" && [ -n "$v" ] && args+=(--component "$v")
     v="$(_ib_toolchain_field "$f" targets)" && [ -n "$v" ] && args+=(--target "$v")
     echo "installing Rust $(_ib_toolchain_field "$f" channel) (${f#"$IB_ROOT"/})" >&2
-    rustup toolchain install "$(_ib_toolchain_field "$f" channel)" "${args[@]}" >&2
+    # One rustup install at a time: scripts/warm.sh's fuzz build may want the nightly while a
+    # phase installs it (a second install of the same toolchain then finds it there).
+    mkdir -p "$INSITUBATCH_CACHE"
+    ( flock 9 && rustup toolchain install "$(_ib_toolchain_field "$f" channel)" "${args[@]}" >&2 ) \
+        9>"$INSITUBATCH_CACHE/.lock-rustup"
 }
 
 # The one nightly of the repository (the threaded wasm build, cargo-fuzz), pinned in

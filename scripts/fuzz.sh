@@ -8,6 +8,8 @@
 # the input that did it is kept under $INSITUBATCH_CACHE/fuzz/artifacts/TARGET/ (reproduce
 # with `scripts/fuzz.sh --repro FILE TARGET`).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
+#   scripts/fuzz.sh --build-only          # build the targets, run none
+#   scripts/fuzz.sh --repro FILE TARGET   # run one input
 # Toolchain: the repo's pinned nightly (ib_nightly, scripts/env.sh) and cargo-fuzz
 # (scripts/tools.sh) installed once into $INSITUBATCH_CACHE. Corpora live in
 # $INSITUBATCH_CACHE/fuzz/corpus/TARGET, so every run (CI's too) starts from what earlier
@@ -44,6 +46,11 @@ bin() { echo "$FUZZ_TARGET_DIR/$TRIPLE/release/$1"; }
 if [ "${1:-}" = "--repro" ]; then
     build "$3"
     exec "$(bin "$3")" -rss_limit_mb=512 "$2"
+fi
+# Build every target, run none (scripts/warm.sh, ahead of the fuzz phase).
+if [ "${1:-}" = "--build-only" ]; then
+    build
+    exit 0
 fi
 
 SECONDS_EACH="${1:-30}"

@@ -8,15 +8,15 @@
 # suite against FetchStorage). Installs its tools if missing (scripts/tools.sh). Idempotent.
 #   scripts/test-wasm.sh               # build + test
 #   scripts/test-wasm.sh --build-only  # build js/pkg only
-# The wasm32 builds use target dirs of their own ($INSITUBATCH_CACHE/target-wasm,
-# -wasm-node, -wasm-threads; override IB_WASM_TARGET_DIR, IB_WASM_NODE_TARGET_DIR,
-# IB_WASM_THREADS_TARGET_DIR; wasm-opt's cache: IB_WASM_OPT_CACHE); the host tests use
+# The wasm32 builds use target dirs of their own ($INSITUBATCH_CACHE/target-wasm and
+# -wasm-threads; override IB_WASM_TARGET_DIR, IB_WASM_THREADS_TARGET_DIR; wasm-opt's cache:
+# IB_WASM_OPT_CACHE); the host tests use
 # scripts/test.sh's. Starts the servers itself unless INSITUBATCH_HTTP_URL (and
 # INSITUBATCH_FIXTURES) are already set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-START=$SECONDS
+START=$SECONDS   # each section header says when it began: where a CI log shows this phase's minutes go
 BUILD_ONLY=0
 [ "${1:-}" = "--build-only" ] && BUILD_ONLY=1
 source scripts/env.sh
@@ -28,7 +28,7 @@ HOST_TARGET_DIR="$CARGO_TARGET_DIR"
 export CARGO_TARGET_DIR="${IB_WASM_TARGET_DIR:-$INSITUBATCH_CACHE/target-wasm}"
 source scripts/tools.sh
 
-echo "== tools"
+echo "== tools [at $((SECONDS - START)) s]"
 # wasm-bindgen-cli (the glue and the test runner), the npm tools (playwright-core, binaryen's
 # wasm-opt, typescript), and below Debian's chromium: pinned in scripts/tools.sh, which scripts/warm.sh
 # has usually installed in the background by now.
@@ -61,15 +61,14 @@ wasm_opt() {  # FILE [extra wasm-opt flags]: optimize FILE in place
     cp "$OPT_CACHE/$key.wasm" "$f"
     touch "$OPT_CACHE/$key.wasm"
 }
-echo "== build (wasm32-unknown-unknown, release, LTO): web, node and web-threads side by side"
+echo "== build (wasm32-unknown-unknown, release, LTO): web and web-s3 + node, beside web-threads [at $((SECONDS - START)) s]"
 # Release settings for these target dirs only (the workspace profile is shared): size first
-# (opt-level s) for what browsers download; Node loads its module from disk, so its build
-# (below) trades size for speed.
+# (opt-level s) for what browsers download.
 export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=true \
     CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_DEBUG=false
 # The threaded build (nightly + build-std + atomics, wasm-bindgen-rayon → js/pkg/web-threads)
-# and the Node build run in the background, each in its own target dir, beside the web build:
-# each build ends in a single-threaded LTO step, so on 2 cores one build leaves a core idle.
+# runs in the background, in its own target dir, beside the web builds: each build ends in a
+# single-threaded LTO step, so on 2 cores one build leaves a core idle.
 # The exact flags of ../shared/reference/toolchain.md §6: the README's three target features
 # alone give a non-shared memory that cannot be posted to the pool's workers.
 # The nightly is pinned (ib_nightly in scripts/env.sh): a newer one never slips in.
@@ -86,18 +85,16 @@ RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals -C link-arg=
     nice -n 5 cargo "+$NIGHTLY" build -q --release -p insitubatch-wasm --no-default-features --features threads \
     --target wasm32-unknown-unknown -Z build-std=panic_abort,std &
 THREADS_BUILD=$!
-# Node gets the default features (`s3`) at opt-level 3: cold epochs in Node 2-6% faster than
-# at opt-level s (interleaved A/B, docs/benchmarks.md "The Node build"), 4% more bytes on disk.
-NODE_TARGET_DIR="${IB_WASM_NODE_TARGET_DIR:-$INSITUBATCH_CACHE/target-wasm-node}"
-CARGO_TARGET_DIR="$NODE_TARGET_DIR" CARGO_PROFILE_RELEASE_OPT_LEVEL=3 \
-    nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown &
-NODE_BUILD=$!
 WEB_OPT=
-trap 'kill "$THREADS_BUILD" "$NODE_BUILD" $WEB_OPT 2>/dev/null || true' EXIT
+trap 'kill "$THREADS_BUILD" $WEB_OPT 2>/dev/null || true' EXIT
 # Browsers get it without signed S3 (object_store + reqwest + ring: +1.6 MB after wasm-opt,
 # +0.98 MB gzipped, over the 2 MB budget), and with it as js/pkg/web-s3 (the entry
 # `insitubatch/web-s3`, for pages that read signed buckets), built next in the same target
-# dir: cargo keeps both feature sets' artifacts, so only the crate's last step reruns.
+# dir: cargo keeps both feature sets' artifacts, so a warm run reruns only the crate's last
+# step. Node's package is that same module with Node's glue (default features, `s3`). It had
+# a build of its own at opt-level 3 until 2026-12-06: 1.02-1.06x faster cold epochs in Node,
+# spreads overlapping (docs/benchmarks.md "The Node build"), for a third wasm32 dependency
+# tree in every cold run (about 150 s of CI's 2 cores).
 nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown --no-default-features
 rm -rf js/pkg/web
 wasm-bindgen --target web --out-dir js/pkg/web --remove-producers-section \
@@ -106,22 +103,21 @@ nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-u
 rm -rf js/pkg/web-s3
 wasm-bindgen --target web --out-dir js/pkg/web-s3 --remove-producers-section \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
+rm -rf js/pkg/node
+wasm-bindgen --target nodejs --out-dir js/pkg/node --remove-producers-section \
+    "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
+# The nodejs glue is CommonJS inside an ESM ("type": "module") package.
+echo '{ "type": "commonjs" }' >js/pkg/node/package.json
 # Each package's size as wasm-bindgen wrote it, before wasm-opt.
 declare -A RAW
 bg_wasm() { echo "js/pkg/$1/insitubatch_wasm_bg.wasm"; }
 RAW[web]=$(stat -c %s "$(bg_wasm web)")
 RAW[web-s3]=$(stat -c %s "$(bg_wasm web-s3)")
-# The web package's wasm-opt runs while the other two builds finish (their LTO steps leave
-# a core idle), not after them.
+RAW[node]=$(stat -c %s "$(bg_wasm node)")
+# The web packages' wasm-opt runs while the threaded build finishes (its LTO step leaves a
+# core idle), not after it.
 ( wasm_opt "$(bg_wasm web)" && wasm_opt "$(bg_wasm web-s3)" ) &
 WEB_OPT=$!
-wait "$NODE_BUILD" || { echo "the Node wasm build (js/pkg/node) failed" >&2; exit 1; }
-rm -rf js/pkg/node
-wasm-bindgen --target nodejs --out-dir js/pkg/node --remove-producers-section \
-    "$NODE_TARGET_DIR/wasm32-unknown-unknown/release/insitubatch_wasm.wasm"
-# The nodejs glue is CommonJS inside an ESM ("type": "module") package.
-echo '{ "type": "commonjs" }' >js/pkg/node/package.json
-RAW[node]=$(stat -c %s "$(bg_wasm node)")
 wait "$THREADS_BUILD" || { echo "the threaded wasm build (js/pkg/web-threads) failed" >&2; exit 1; }
 rm -rf js/pkg/web-threads
 wasm-bindgen --target web --out-dir js/pkg/web-threads --remove-producers-section \
@@ -135,7 +131,7 @@ helper="$(cd js/pkg/web-threads && ls snippets/wasm-bindgen-rayon-*/src/workerHe
 mkdir -p "js/pkg/node-threads/$(dirname "$helper")"
 cp js/pkg/web-threads/insitubatch_wasm.js js/pkg/node-threads/
 echo "export { startWorkers } from '../../../../../src/node-thread-pool.js';" >"js/pkg/node-threads/$helper"
-echo "== wasm-opt -Oz (npm binaryen $(${WASM_OPT} --version | awk '{print $3}')): web (started above), web-threads"
+echo "== wasm-opt -Oz (npm binaryen $(${WASM_OPT} --version | awk '{print $3}')): web (started above), web-threads [at $((SECONDS - START)) s]"
 wasm_opt "$(bg_wasm web-threads)" --enable-threads
 wait "$WEB_OPT" || { echo "wasm-opt of js/pkg/web failed" >&2; exit 1; }
 declare -A SIZES
@@ -157,7 +153,7 @@ if [ "$BUILD_ONLY" = 1 ]; then
     exit 0
 fi
 
-echo "== host unit tests and native digests (parity reference)"
+echo "== host unit tests and native digests (parity reference) [at $((SECONDS - START)) s]"
 STARTED_SERVERS=0
 if [ -z "${INSITUBATCH_HTTP_URL:-}" ]; then
     source scripts/pyenv.sh
@@ -194,7 +190,7 @@ EDGE_ENV="$(bash js/examples/edge-inference/setup.sh)" || { echo "js/examples/ed
 eval "$EDGE_ENV"
 
 rc=0
-echo "== core's unit tests and simulations on wasm32 (wasm-bindgen-test in Node)"
+echo "== core's unit tests and simulations on wasm32 (wasm-bindgen-test in Node) [at $((SECONDS - START)) s]"
 # The same tests as on the host (their modules use wasm_bindgen_test as `test` on wasm32):
 # a 32-bit usize, one thread, no clock in std. --lib: the doctests are host-only.
 CORELOG="$INSITUBATCH_CACHE/last-test-wasm-core.log"
@@ -205,12 +201,12 @@ else
     cat "$CORELOG" >&2; echo "core's tests on wasm32 failed" >&2; rc=1
 fi
 
-echo "== Node tests (wasm over HTTP: $INSITUBATCH_HTTP_URL; worker_threads; headless Chromium via playwright-core)"
+echo "== Node tests (wasm over HTTP: $INSITUBATCH_HTTP_URL; worker_threads; headless Chromium via playwright-core) [at $((SECONDS - START)) s]"
 IB_REQUIRE_THREADS=1 node --test --test-reporter=spec --test-timeout="$IB_NODE_TEST_TIMEOUT_MS" \
     --test-concurrency="$IB_NODE_TEST_CONCURRENCY" js/test/ || rc=$?
 rm -f "$DIGESTS"
 
-echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, and Node (+ storage conformance)"
+echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, and Node (+ storage conformance) [at $((SECONDS - START)) s]"
 CHROMEDRIVER_BIN="$(command -v chromedriver || true)"
 if [ -n "$CHROMEDRIVER_BIN" ] && command -v chromium >/dev/null; then
     BROWSERLOG="$INSITUBATCH_CACHE/last-test-wasm-browser.log"
@@ -226,7 +222,7 @@ else
     rc=1
 fi
 [ "$STARTED_SERVERS" = 1 ] && ib_stop_servers
-echo "== .wasm sizes"
+echo "== .wasm sizes [at $((SECONDS - START)) s]"
 for pkg in web web-s3 web-threads node; do echo "${SIZES[$pkg]}"; done
 echo "== scripts/test-wasm.sh took $((SECONDS - START)) s"
 exit $rc

@@ -33,7 +33,6 @@ PHASES=(
     "examples|the Rust examples on the demo store (examples/: a tokio stream, a candle training loop)"
     "wasm32-core|core for wasm32 (no runtime in its dependency tree)"
     "fixtures|fixtures written by zarr-python"
-    "fuzz|fuzzing: every parser of untrusted bytes, ${IB_FUZZ_SECONDS:-30} s per target (scripts/fuzz.sh)"
     "test-e2e|end-to-end tests (loopback HTTP and S3 servers, the cloud-like store)"
     "test-wasm|wasm/JS: Node tests, cross-target parity, headless Chromium"
     "test-www|the dashboard (www/) in headless Chromium (Playwright)"
@@ -42,6 +41,7 @@ PHASES=(
     "test-packages|packages as users install them, outside the repo (sdist, npm tarball in Node, tsc, Vite)"
     "release-check|release artifacts as a user receives them (manylinux_2_28 wheels, twine, npm and cargo publish --dry-run)"
     "docs|the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
+    "fuzz|fuzzing: every parser of untrusted bytes, ${IB_FUZZ_SECONDS:-30} s per target (scripts/fuzz.sh)"
 )
 # The phases whose tests read the loopback servers (tests/servers/start_all.sh). They are
 # started before the first of these that runs and stopped after the last.
@@ -158,7 +158,10 @@ run_wasm32_core() {
     bash scripts/check-core-deps.sh
 }
 run_fixtures() { need_fixtures; }
-# Seeds its corpora from the fixtures when they are there (scripts/fuzz.sh).
+# Seeds its corpora from the fixtures when they are there (scripts/fuzz.sh). Last: in a full
+# run scripts/warm.sh builds the fuzz targets in the background (at nice 19, in the CPU the
+# phases before leave idle: browser waits, single-threaded pytest), so here they are mostly
+# built when this phase starts (cargo's lock on their target dir makes it wait for the rest).
 run_fuzz() { t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"; }
 run_test_e2e() { t cargo test -p insitubatch-tests; }
 run_test_wasm() { t bash scripts/test-wasm.sh; }

@@ -15,14 +15,19 @@ source scripts/pyenv.sh
 source scripts/tools.sh
 start=$SECONDS
 ready() { echo "warm: $1 ready at $((SECONDS - start)) s"; }
-# Three lanes: the cargo tools in the order the foreground needs them, the 3.14t build, and
-# the downloads one after another.
+# Three lanes: the cargo tools in the order the foreground needs them, the 3.14t build and then
+# the fuzz targets, and the downloads one after another.
 (
     ib_tool cargo-fuzz && ready cargo-fuzz
     ib_tool wasm-bindgen && ready wasm-bindgen
     ib_tool mdbook && ready mdbook
 ) &
-(ib_venv py3.14t >/dev/null && ready "py314t and venv-py3.14t") &
+# The fuzz targets (nightly + ASan: every dependency built once more) after 3.14t, which the
+# Python phase needs sooner: the fuzz phase runs last (scripts/test.sh).
+(
+    ib_venv py3.14t >/dev/null && ready "py314t and venv-py3.14t"
+    bash scripts/fuzz.sh --build-only && ready "the fuzz targets"
+) &
 (
     ib_tool chromium && ready chromium
     ib_tool npm && ready "npm tools"

@@ -111,22 +111,12 @@ impl Model {
     }
 
     /// A dataset builder for `opts` over the opened arrays (`opts.variables` picks among
-    /// them): what-ifs build from it with no I/O.
+    /// them): what-ifs build from it with no I/O. `tier` is the explorer's disk tier
+    /// (`cacheDir`), for its passes only.
     ///
     /// # Errors
     /// [`Error::Config`] for a variable that was not opened, and bad options.
     pub fn builder(
-        &self,
-        storage: Arc<dyn Storage>,
-        executor: Arc<dyn insitubatch_core::Executor>,
-        opts: &JsOpenOptions,
-        at: WhatIf,
-    ) -> Result<DatasetBuilder, Error> {
-        self.builder_through(storage, executor, opts, at, None)
-    }
-
-    /// [`Model::builder`] with a disk tier (the explorer's `cacheDir`, for its passes).
-    fn builder_through(
         &self,
         storage: Arc<dyn Storage>,
         executor: Arc<dyn insitubatch_core::Executor>,
@@ -153,28 +143,15 @@ impl Model {
         Ok(Dataset::builder(storage, runtime).opened(opened).variables(variables).split(split).options(options))
     }
 
-    /// A dataset for `opts` over the opened arrays, at the what-if's epoch (no I/O).
+    /// A dataset for `opts` over the opened arrays, at the what-if's epoch (no I/O). With a
+    /// disk `tier`, its passes read through it (the explorer's previews, which a reload reads
+    /// again without the network); the what-ifs pass none: they answer for the run being
+    /// configured, which the browser's cache is no part of.
     ///
     /// # Errors
-    /// As [`Model::builder`], and whatever the builder refuses (zero knobs, a budget below
-    /// the floor, bad fractions, ...).
+    /// As [`Model::builder`], whatever the builder refuses (zero knobs, a budget below the
+    /// floor, bad fractions, ...), and a stale or unusable tier ([`TierOpener::open`]).
     pub fn dataset(
-        &self,
-        storage: Arc<dyn Storage>,
-        executor: Arc<dyn insitubatch_core::Executor>,
-        opts: &JsOpenOptions,
-        at: WhatIf,
-    ) -> Result<Dataset, Error> {
-        self.dataset_through(storage, executor, opts, at, None)
-    }
-
-    /// [`Model::dataset`] reading through a disk tier (the explorer's passes: previews that
-    /// a reload reads again without the network). The what-ifs are built without it: they
-    /// answer for the run being configured, which the browser's cache is no part of.
-    ///
-    /// # Errors
-    /// As [`Model::dataset`], and a stale or unusable tier ([`TierOpener::open`]).
-    pub fn dataset_through(
         &self,
         storage: Arc<dyn Storage>,
         executor: Arc<dyn insitubatch_core::Executor>,
@@ -182,7 +159,7 @@ impl Model {
         at: WhatIf,
         tier: Option<Arc<dyn TierOpener>>,
     ) -> Result<Dataset, Error> {
-        let ds = self.builder_through(storage, executor, opts, at, tier)?.build()?;
+        let ds = self.builder(storage, executor, opts, at, tier)?.build()?;
         ds.set_epoch(at.epoch);
         Ok(ds)
     }
@@ -200,7 +177,7 @@ impl Model {
         at: WhatIf,
         values: &[usize],
     ) -> Result<Vec<QualityPoint>, Error> {
-        self.builder(Arc::clone(storage), Arc::clone(executor), opts, at)?.quality_curve(values, at.epoch)
+        self.builder(Arc::clone(storage), Arc::clone(executor), opts, at, None)?.quality_curve(values, at.epoch)
     }
 }
 
@@ -320,11 +297,8 @@ mod js {
     }
 
     impl Explorer {
-        fn dataset(&self, options: JsValue, epoch: f64, threads: f64, shift: f64) -> Result<(Dataset, u64), JsError> {
-            self.dataset_through(options, epoch, threads, shift, None)
-        }
-
-        fn dataset_through(
+        /// The model's dataset for JS arguments (`tier`: the explorer's, for its passes).
+        fn dataset(
             &self,
             options: JsValue,
             epoch: f64,
@@ -339,7 +313,7 @@ mod js {
             let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
             let ds = self
                 .model
-                .dataset_through(Arc::clone(&self.storage), executor, &opts, WhatIf { threads, epoch, shift }, tier)
+                .dataset(Arc::clone(&self.storage), executor, &opts, WhatIf { threads, epoch, shift }, tier)
                 .map_err(err)?;
             Ok((ds, epoch))
         }
@@ -353,7 +327,7 @@ mod js {
             threads: f64,
             shift: f64,
         ) -> Result<insitubatch_core::DatasetReport, JsError> {
-            let (ds, _) = self.dataset(options, epoch, threads, shift)?;
+            let (ds, _) = self.dataset(options, epoch, threads, shift, None)?;
             let n = whole("iterations", iterations)?.max(1) as usize;
             ds.describe(n).map_err(err)
         }
@@ -403,7 +377,7 @@ mod js {
         #[wasm_bindgen(js_name = drawOrder)]
         pub fn draw_order(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<JsValue, JsError> {
             let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
-            let (ds, epoch) = self.dataset(options, epoch, 1.0, shift)?;
+            let (ds, epoch) = self.dataset(options, epoch, 1.0, shift, None)?;
             to_js(&ds.draw_order_report(split, epoch).map_err(err)?)
         }
 
@@ -445,7 +419,7 @@ mod js {
         ) -> Result<ExploreStream, JsError> {
             let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
             let tier = if cached.unwrap_or(true) { self.tier.clone() } else { None };
-            let (ds, _) = self.dataset_through(options, epoch, 1.0, shift, tier)?;
+            let (ds, _) = self.dataset(options, epoch, 1.0, shift, tier)?;
             Ok(ExploreStream { cursor: PassCursor::new(ds.iter(split).map_err(err)?) })
         }
 
@@ -463,7 +437,7 @@ mod js {
         ) -> js_sys::Promise {
             // Without the disk tier: the probe times the store's reads and decodes.
             let built = probe_chunks(chunks)
-                .and_then(|n| Ok((self.dataset(options, epoch, threads.unwrap_or(1.0), shift)?.0, n)));
+                .and_then(|n| Ok((self.dataset(options, epoch, threads.unwrap_or(1.0), shift, None)?.0, n)));
             match built {
                 Ok((ds, n)) => probe_promise(ds, n, ()),
                 Err(e) => js_sys::Promise::reject(&e.into()),
@@ -570,7 +544,13 @@ mod tests {
             let knobs = Knobs { batch_size: bs, block_chunks: bc, prefetch_depth: pf, seed: 7, ..Default::default() };
             let opts = JsOpenOptions { knobs, ..Default::default() };
             let ds = m
-                .dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, WhatIf { threads: 2, epoch, shift: 0 })
+                .dataset(
+                    Arc::clone(&storage),
+                    Arc::clone(&executor),
+                    &opts,
+                    WhatIf { threads: 2, epoch, shift: 0 },
+                    None,
+                )
                 .unwrap();
             let ours = serde_json::to_value(ds.describe(1).unwrap()).unwrap();
             let native = insitubatch_native::open(
@@ -604,14 +584,20 @@ mod tests {
         let bad =
             JsOpenOptions { variables: Some(crate::JsVariables::Paths(vec!["nope".into()])), ..Default::default() };
         let e = m
-            .dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, WhatIf { threads: 1, epoch: 0, shift: 0 })
+            .dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, WhatIf { threads: 1, epoch: 0, shift: 0 }, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"nope\"") && e.contains("t2m"), "{e}");
         // The disk tier is the explorer's, opened with it: a question naming one is refused.
         let cached = JsOpenOptions { cache_dir: Some("c".into()), persist: Some(true), ..Default::default() };
         let e = m
-            .dataset(Arc::clone(&storage), Arc::clone(&executor), &cached, WhatIf { threads: 1, epoch: 0, shift: 0 })
+            .dataset(
+                Arc::clone(&storage),
+                Arc::clone(&executor),
+                &cached,
+                WhatIf { threads: 1, epoch: 0, shift: 0 },
+                None,
+            )
             .unwrap_err()
             .to_string();
         assert!(e.contains("pass cacheDir") && e.contains("to openExplorer"), "{e}");
@@ -621,7 +607,13 @@ mod tests {
             ..Default::default()
         };
         let ds = m
-            .dataset(Arc::clone(&storage), Arc::clone(&executor), &opts, WhatIf { threads: 1, epoch: 1, shift: 3 })
+            .dataset(
+                Arc::clone(&storage),
+                Arc::clone(&executor),
+                &opts,
+                WhatIf { threads: 1, epoch: 1, shift: 3 },
+                None,
+            )
             .unwrap();
         let r = ds.describe(1).unwrap();
         assert!(r.config.windowed);
