@@ -210,13 +210,17 @@ echo "== wasm-bindgen-test: a page and a dedicated worker in headless Chromium, 
 CHROMEDRIVER_BIN="$(command -v chromedriver || true)"
 if [ -n "$CHROMEDRIVER_BIN" ] && command -v chromium >/dev/null; then
     BROWSERLOG="$INSITUBATCH_CACHE/last-test-wasm-browser.log"
-    if CHROMEDRIVER="$CHROMEDRIVER_BIN" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+    # The browser profile of each of these runs (a 100 MB org.chromium.Chromium.scoped_dir.*,
+    # two per run) was left in /tmp after it: they get a TMPDIR of their own, removed after.
+    BROWSER_TMP="$(mktemp -d)"
+    if TMPDIR="$BROWSER_TMP" CHROMEDRIVER="$CHROMEDRIVER_BIN" CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
         cargo test -p insitubatch-wasm --no-default-features --target wasm32-unknown-unknown \
         --test browser --test worker --test node >"$BROWSERLOG" 2>&1; then
         grep -E '^(Running|test result)' "$BROWSERLOG"
     else
         cat "$BROWSERLOG" >&2; echo "browser test failed" >&2; rc=1
     fi
+    rm -rf "$BROWSER_TMP"
 else
     echo "chromium/chromedriver could not be installed" >&2
     rc=1

@@ -540,18 +540,13 @@ mod tests {
         assert_eq!(paths, [("t2m", false), ("u10", false), ("lat", true), ("lon", true), ("time", true)]);
         let executor: Arc<dyn insitubatch_core::Executor> =
             Arc::new(insitubatch_native::TokioExecutor::new(rt.handle()));
+        // The model's dataset for `opts` at a what-if, without a disk tier.
+        let dataset =
+            |opts: &JsOpenOptions, at: WhatIf| m.dataset(Arc::clone(&storage), Arc::clone(&executor), opts, at, None);
         for (bs, bc, pf, epoch) in [(8, 2, 2, 0), (5, 1, 4, 3), (16, 4, 1, 1)] {
             let knobs = Knobs { batch_size: bs, block_chunks: bc, prefetch_depth: pf, seed: 7, ..Default::default() };
             let opts = JsOpenOptions { knobs, ..Default::default() };
-            let ds = m
-                .dataset(
-                    Arc::clone(&storage),
-                    Arc::clone(&executor),
-                    &opts,
-                    WhatIf { threads: 2, epoch, shift: 0 },
-                    None,
-                )
-                .unwrap();
+            let ds = dataset(&opts, WhatIf { threads: 2, epoch, shift: 0 }).unwrap();
             let ours = serde_json::to_value(ds.describe(1).unwrap()).unwrap();
             let native = insitubatch_native::open(
                 &url,
@@ -583,38 +578,18 @@ mod tests {
         // A variable that is not in the store is a clear error, not a panic.
         let bad =
             JsOpenOptions { variables: Some(crate::JsVariables::Paths(vec!["nope".into()])), ..Default::default() };
-        let e = m
-            .dataset(Arc::clone(&storage), Arc::clone(&executor), &bad, WhatIf { threads: 1, epoch: 0, shift: 0 }, None)
-            .unwrap_err()
-            .to_string();
+        let e = dataset(&bad, WhatIf { threads: 1, epoch: 0, shift: 0 }).unwrap_err().to_string();
         assert!(e.contains("\"nope\"") && e.contains("t2m"), "{e}");
         // The disk tier is the explorer's, opened with it: a question naming one is refused.
         let cached = JsOpenOptions { cache_dir: Some("c".into()), persist: Some(true), ..Default::default() };
-        let e = m
-            .dataset(
-                Arc::clone(&storage),
-                Arc::clone(&executor),
-                &cached,
-                WhatIf { threads: 1, epoch: 0, shift: 0 },
-                None,
-            )
-            .unwrap_err()
-            .to_string();
+        let e = dataset(&cached, WhatIf { threads: 1, epoch: 0, shift: 0 }).unwrap_err().to_string();
         assert!(e.contains("pass cacheDir") && e.contains("to openExplorer"), "{e}");
         // A windowed view: every variable again as a target `shift` samples on, read for real.
         let opts = JsOpenOptions {
             knobs: Knobs { batch_size: 6, block_chunks: 2, ..Default::default() },
             ..Default::default()
         };
-        let ds = m
-            .dataset(
-                Arc::clone(&storage),
-                Arc::clone(&executor),
-                &opts,
-                WhatIf { threads: 1, epoch: 1, shift: 3 },
-                None,
-            )
-            .unwrap();
+        let ds = dataset(&opts, WhatIf { threads: 1, epoch: 1, shift: 3 }).unwrap();
         let r = ds.describe(1).unwrap();
         assert!(r.config.windowed);
         let labels: Vec<&str> = ds.variables().iter().map(|v| v.label.as_str()).collect();
