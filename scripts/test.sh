@@ -102,8 +102,8 @@ trap on_exit EXIT
 # (scripts/warm.sh; nothing to do when warm). Its own session, so a run that stops early stops
 # it too (its process group). Linux's autogroup scheduler gives each session an equal share of
 # the CPU and applies nice only within a session, so a new session at nice 19 still took half
-# of the 2 cores from the builds (the cold static checks: 811 s, against about 430 with nothing
-# beside them): its autogroup gets nice 19 too (sched(7); no such file without autogroup).
+# of the 2 cores from the builds (the cold static checks took 811 s; 478-497 s since): its
+# autogroup gets nice 19 too (sched(7); no such file without autogroup).
 # Not for a few phases: it would start installs they do not need.
 if [ "$ALL" = 1 ]; then
     setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 bash scripts/warm.sh' \
