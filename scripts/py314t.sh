@@ -44,7 +44,9 @@ if ! is_current; then
     rm -rf "$prefix"
     (
         cd "$work/Python-$version"
-        ./configure -q --disable-gil --prefix="$prefix" --with-ensurepip=install >&2
+        # --disable-test-modules: neither CPython's own test suite (158 MB of Lib/test, byte-compiled
+        # three times by `make install`) nor its _test* C extensions; nothing here imports them.
+        ./configure -q --disable-gil --disable-test-modules --prefix="$prefix" --with-ensurepip=install >&2
         make -s -j"${IB_PY314T_JOBS:-2}" >"$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; exit 1; }
         make -s install >"$work/install.log" 2>&1 || { tail -n 40 "$work/install.log" >&2; exit 1; }
     )

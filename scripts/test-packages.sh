@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The packages as users install them, outside this repo (scripts/release.sh checks the wheels,
 # the crates and `npm publish --dry-run`; this script, what a user builds or bundles from them):
-#   1. Python: the sdist maturin builds, installed with its dependencies (from PyPI) into a
-#      clean venv in a temp dir and used from a script run there (tests/packages/use_wheel.py).
-#      It compiles the extension (minutes), so it is rebuilt only when its inputs changed since
-#      it last passed;
+#   1. Python: the sdist maturin builds, made into a wheel by pip through maturin's PEP 517
+#      backend (without build isolation: see below), installed with its dependencies (from
+#      PyPI) into a clean venv in a temp dir and used from a script run there
+#      (tests/packages/use_wheel.py). Checked again only when its inputs changed since it
+#      last passed;
 #   2. npm: `npm pack` of js/ (with the js/pkg wasm builds) installed into a clean folder
 #      beside the pinned typescript, vite, webpack, webpack-cli and playwright-core of
 #      tests/packages/js/package-lock.json: a Node script there imports it by name and checks
@@ -139,13 +140,24 @@ if want python; then
         rm -rf "$sdist_dir" && mkdir -p "$sdist_dir"
         (cd python-bindings && "$(dirname "$IB_PY")/maturin" sdist -o "$sdist_dir")
         sdist="$(ls "$sdist_dir"/insitubatch_rs-*.tar.gz)"
-        # pip builds it through maturin's PEP 517 backend, as for a user, but in the dev profile
-        # and with the zig linker of the tested wheels (scripts/pyenv.sh ib_build_wheel): the
-        # dependencies are then the ones CARGO_TARGET_DIR (scripts/env.sh) already holds for
-        # that build, and only our crates compile (a release build from scratch takes 15
-        # minutes here; a build of its own would compile every dependency once more).
-        MATURIN_PEP517_ARGS="--profile dev --zig --compatibility manylinux_2_28" CARGO_ZIGBUILD_PYTHON_PATH="$IB_PY" \
-            use_python_package "$sdist" sdist
+        # The sdist built into a wheel by maturin's PEP 517 backend, as pip does for a user,
+        # in the dev profile and with the zig linker of the tested wheels (scripts/pyenv.sh
+        # ib_build_wheel), but without build isolation: the backend is then the test venv's
+        # maturin, the one that built those wheels. The zig linker wrapper maturin writes names
+        # maturin's own path, and cargo hashes the linker into every crate's fingerprint: from
+        # pip's isolated build env (a new /tmp/pip-build-env-* each time) all ~290 crates
+        # compiled again (345 CPU-s; 216 s of the cold CI run of 2026-12-06), and
+        # CARGO_TARGET_DIR's builds were then stale for the next wheel build. Now cargo finds
+        # them fresh: it keys a workspace's crates by their path within the workspace, so ours
+        # too when the tested wheel was built from these sources (24 s, measured the same day).
+        # It still looks up every source file the last build read, so a file missing from the
+        # sdist makes it compile, and fail, here. Then the wheel is installed as a user's pip
+        # would. (The backend runs `maturin` from PATH: the test venv's first. --no-cache-dir:
+        # pip would keep the wheel and take it next time instead of building.)
+        PATH="$(dirname "$IB_PY"):$PATH" MATURIN_PEP517_ARGS="--profile dev --zig --compatibility manylinux_2_28" \
+            CARGO_ZIGBUILD_PYTHON_PATH="$IB_PY" "$IB_PY" -m pip wheel -q --no-cache-dir --no-build-isolation --no-deps \
+            -w "$sdist_dir/wheel" "$sdist"
+        use_python_package "$(ls "$sdist_dir"/wheel/insitubatch_rs-*.whl)" sdist
         echo "$sdist_hash" >"$sdist_dir/.passed"
     fi
 fi

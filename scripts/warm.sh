@@ -15,11 +15,12 @@ source scripts/pyenv.sh
 source scripts/tools.sh
 start=$SECONDS
 ready() { echo "warm: $1 ready at $((SECONDS - start)) s"; }
-# Three lanes: the cargo tools in the order the foreground needs them, the 3.14t build and then
-# the fuzz targets, and the downloads one after another.
+# Three lanes: the cargo tools in the order the foreground needs them (wasm-bindgen for the
+# wasm phase; cargo-fuzz for the fuzz build at the end of the next lane; mdbook for the book),
+# the 3.14t build and then the fuzz targets, and the downloads one after another.
 (
-    ib_tool cargo-fuzz && ready cargo-fuzz
     ib_tool wasm-bindgen && ready wasm-bindgen
+    ib_tool cargo-fuzz && ready cargo-fuzz
     ib_tool mdbook && ready mdbook
 ) &
 # The fuzz targets (nightly + ASan: every dependency built once more) after 3.14t, which the
