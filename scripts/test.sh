@@ -175,10 +175,10 @@ run_fuzz() {
     t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"
 }
 # The fuzzing of a full run, beside the phases from test-python on, in a session of its own at
-# autogroup nice 19 as warm.sh is (below), so it takes only the CPU they leave idle. It runs
+# autogroup nice 19 as warm.sh is (above), so it takes only the CPU they leave idle. It runs
 # IB_FUZZ_SECONDS_BESIDE per target: 60 by default, where the fuzz phase alone runs 30, since
 # on the idle CPU left to it a fuzzer executes fewer inputs per second than alone (the counts
-# measured are in docs/reliability.md, "Fuzzing in CI"). Its minutes no longer add to the run's.
+# measured are in docs/reliability.md, fuzzing, "CI time"). Its minutes no longer add to the run's.
 start_background_fuzz() {
     setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 bash scripts/fuzz.sh "$0"' \
         "${IB_FUZZ_SECONDS_BESIDE:-60}" >"$INSITUBATCH_CACHE/fuzz.log" 2>&1 &
