@@ -104,12 +104,16 @@ trap on_exit EXIT
 # (scripts/warm.sh; nothing to do when warm). Its own session, so a run that stops early stops
 # it too (its process group). Linux's autogroup scheduler gives each session an equal share of
 # the CPU and applies nice only within a session, so a new session at nice 19 still took half
-# of the 2 cores from the builds (the cold static checks took 811 s; 478-497 s since): its
+# of the 2 cores from the builds (the cold static checks took 811 s; 478-557 s since): its
 # autogroup gets nice 19 too (sched(7); no such file without autogroup).
 # Not for a few phases: it would start installs they do not need.
+# in_idle_session CMD...: CMD in the background, in a session of its own at nice 19 whose
+# autogroup is at nice 19 too, so it takes only the CPU the phases leave idle.
+in_idle_session() {
+    setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' _ "$@" &
+}
 if [ "$ALL" = 1 ]; then
-    setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 bash scripts/warm.sh' \
-        >"$INSITUBATCH_CACHE/warm.log" 2>&1 &
+    in_idle_session bash scripts/warm.sh >"$INSITUBATCH_CACHE/warm.log" 2>&1
     WARM_PID=$!
 fi
 
@@ -174,14 +178,13 @@ run_fuzz() {
     fi
     t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"
 }
-# The fuzzing of a full run, beside the phases from test-python on, in a session of its own at
-# autogroup nice 19 as warm.sh is (above), so it takes only the CPU they leave idle. It runs
+# The fuzzing of a full run, beside the phases from test-python on, in an idle session as
+# warm.sh is (above), so it takes only the CPU they leave idle. It runs
 # IB_FUZZ_SECONDS_BESIDE per target: 60 by default, where the fuzz phase alone runs 30, since
 # on the idle CPU left to it a fuzzer executes fewer inputs per second than alone (the counts
 # measured are in docs/reliability.md, fuzzing, "CI time"). Its minutes no longer add to the run's.
 start_background_fuzz() {
-    setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 bash scripts/fuzz.sh "$0"' \
-        "${IB_FUZZ_SECONDS_BESIDE:-60}" >"$INSITUBATCH_CACHE/fuzz.log" 2>&1 &
+    in_idle_session bash scripts/fuzz.sh "${IB_FUZZ_SECONDS_BESIDE:-60}" >"$INSITUBATCH_CACHE/fuzz.log" 2>&1
     FUZZ_PID=$!
 }
 run_test_e2e() { t cargo test -p insitubatch-tests; }
