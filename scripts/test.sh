@@ -40,9 +40,16 @@ PHASES=(
     "test-widget|the notebook widget in JupyterLab and marimo (Playwright)"
     "test-packages|packages as users install them, outside the repo (sdist, npm tarball in Node, tsc, Vite)"
     "release-check|release artifacts as a user receives them (manylinux_2_28 wheels, twine, npm and cargo publish --dry-run)"
-    "docs|the book (docs/): build, link check, every code block (Rust, Python, JS, bash)"
+    "docs|the book (docs/): build, link check, every code block (Rust, Python, JS, bash; in a full run, beside the phases from test-widget on)"
     "fuzz|fuzzing: every parser of untrusted bytes (scripts/fuzz.sh; in a full run, beside the phases from test-python on)"
 )
+# A full run starts these phases before their turn, beside the phases from the one named on,
+# which leave CPU idle there: "NAME|FROM". Their turn waits for them and prints their output.
+# fuzz: the pytest runs of test-python leave about half of the 2 cores idle; it runs in an idle
+# session (IDLE_SESSION), so it takes only that. docs: the phases after test-python left
+# 250 of their 700 CPU-s idle in a cold run (2026-12-06; pip and npm downloads, browsers
+# starting, single-threaded steps); it shares the CPU with them as any phase does.
+BESIDE=("fuzz|test-python" "docs|test-widget")
 # The phases whose tests read the loopback servers (tests/servers/start_all.sh). They are
 # started before the first of these that runs and stopped after the last.
 SERVER_PHASES=" test-e2e test-wasm test-python "
@@ -91,10 +98,10 @@ export INSITUBATCH_FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures
 LOG="$(mktemp "$INSITUBATCH_CACHE/test-log.XXXXXX")"
 
 WARM_PID=""
-FUZZ_PID=""
+declare -A BESIDE_PID=()  # NAME -> the pid (and session) of a phase started beside (BESIDE)
 on_exit() {
-    [ -n "$WARM_PID" ] && { kill -- "-$WARM_PID" 2>/dev/null || true; }
-    [ -n "$FUZZ_PID" ] && { kill -- "-$FUZZ_PID" 2>/dev/null || true; }
+    local pid
+    for pid in $WARM_PID "${BESIDE_PID[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
     ib_stop_servers
     mv -f "$LOG" "$INSITUBATCH_CACHE/last-test.log" 2>/dev/null || true
 }
@@ -107,13 +114,12 @@ trap on_exit EXIT
 # of the 2 cores from the builds (the cold static checks took 811 s; 478-557 s since): its
 # autogroup gets nice 19 too (sched(7); no such file without autogroup).
 # Not for a few phases: it would start installs they do not need.
-# in_idle_session CMD...: CMD in the background, in a session of its own at nice 19 whose
-# autogroup is at nice 19 too, so it takes only the CPU the phases leave idle.
-in_idle_session() {
-    setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' _ "$@" &
-}
+# "${IDLE_SESSION[@]}" CMD...: CMD in a session of its own at nice 19 whose autogroup is at
+# nice 19 too, so it takes only the CPU the phases leave idle. Started with & as a simple
+# command, its pid ($!) is its session's (setsid(1) does not fork then).
+IDLE_SESSION=(setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' _)
 if [ "$ALL" = 1 ]; then
-    in_idle_session bash scripts/warm.sh >"$INSITUBATCH_CACHE/warm.log" 2>&1
+    "${IDLE_SESSION[@]}" bash scripts/warm.sh >"$INSITUBATCH_CACHE/warm.log" 2>&1 &
     WARM_PID=$!
 fi
 
@@ -166,27 +172,15 @@ run_wasm32_core() {
 run_fixtures() { need_fixtures; }
 # Seeds its corpora from the fixtures when they are there (scripts/fuzz.sh). In a full run
 # scripts/warm.sh builds the fuzz targets in the background, and the fuzzing itself starts with
-# the Python phase (start_background_fuzz), whose pytest runs leave about half of the 2 cores
-# idle; this phase, the last, waits for it and reports it. Run alone, it fuzzes here.
+# the Python phase (BESIDE); this phase, the last, waits for it and reports it. Run alone, it
+# fuzzes here. Beside, it runs IB_FUZZ_SECONDS_BESIDE per target: 60 by default, where alone it
+# runs 30, since on the idle CPU left to it a fuzzer executes fewer inputs per second than alone
+# (the counts measured are in docs/reliability.md, fuzzing, "CI time").
 run_fuzz() {
-    if [ -n "$FUZZ_PID" ]; then
-        local rc=0
-        wait "$FUZZ_PID" || rc=$?
-        FUZZ_PID=""
-        t cat "$INSITUBATCH_CACHE/fuzz.log"
-        return "$rc"
-    fi
+    if [ -n "${BESIDE_PID[fuzz]:-}" ]; then finish_beside fuzz; return; fi
     t bash scripts/fuzz.sh "${IB_FUZZ_SECONDS:-30}"
 }
-# The fuzzing of a full run, beside the phases from test-python on, in an idle session as
-# warm.sh is (above), so it takes only the CPU they leave idle. It runs
-# IB_FUZZ_SECONDS_BESIDE per target: 60 by default, where the fuzz phase alone runs 30, since
-# on the idle CPU left to it a fuzzer executes fewer inputs per second than alone (the counts
-# measured are in docs/reliability.md, fuzzing, "CI time"). Its minutes no longer add to the run's.
-start_background_fuzz() {
-    in_idle_session bash scripts/fuzz.sh "${IB_FUZZ_SECONDS_BESIDE:-60}" >"$INSITUBATCH_CACHE/fuzz.log" 2>&1
-    FUZZ_PID=$!
-}
+start_fuzz_beside() { start_beside fuzz "${IDLE_SESSION[@]}" bash scripts/fuzz.sh "${IB_FUZZ_SECONDS_BESIDE:-60}"; }
 run_test_e2e() { t cargo test -p insitubatch-tests; }
 run_test_wasm() { t bash scripts/test-wasm.sh; }
 run_test_www() { t bash scripts/test-www.sh; }
@@ -194,7 +188,29 @@ run_test_python() { t bash scripts/test-python.sh "$@"; }
 run_test_widget() { t bash scripts/test-widget.sh; }
 run_test_packages() { t bash scripts/test-packages.sh; }
 run_release_check() { t bash scripts/release.sh --check; }
-run_docs() { t bash scripts/test-docs.sh; }
+run_docs() {
+    if [ -n "${BESIDE_PID[docs]:-}" ]; then finish_beside docs; return; fi
+    t bash scripts/test-docs.sh
+}
+start_docs_beside() { start_beside docs setsid bash scripts/test-docs.sh; }
+
+# start_beside NAME CMD...: phase NAME's command CMD in the background, its output in
+# $INSITUBATCH_CACHE/NAME.log. CMD starts a session of its own (setsid, IDLE_SESSION), which
+# on_exit stops with all its processes if the run stops early.
+start_beside() {
+    local name="$1"
+    shift
+    "$@" >"$INSITUBATCH_CACHE/$name.log" 2>&1 &
+    BESIDE_PID[$name]=$!
+}
+# finish_beside NAME: wait for it and put its output into the run's log; its exit status.
+finish_beside() {
+    local rc=0
+    wait "${BESIDE_PID[$1]}" || rc=$?
+    unset "BESIDE_PID[$1]"
+    t cat "$INSITUBATCH_CACHE/$1.log"
+    return "$rc"
+}
 
 # Each phase's wall time, listed at the end: where a run's minutes go.
 TIMES=()
@@ -212,7 +228,11 @@ for i in "${!SELECTED[@]}"; do
     name="${SELECTED[$i]%%|*}"
     phase "${SELECTED[$i]#*|}"
     if [[ "$SERVER_PHASES" == *" $name "* ]] && [ "$SERVERS_UP" = 0 ]; then start_servers; fi
-    if [ "$ALL" = 1 ] && [ "$name" = test-python ]; then start_background_fuzz; fi
+    if [ "$ALL" = 1 ]; then
+        for b in "${BESIDE[@]}"; do
+            [ "${b#*|}" = "$name" ] && "start_${b%%|*}_beside"
+        done
+    fi
     "run_${name//-/_}" "${PHASE_ARGS[@]}"
     # The servers go as soon as no later phase of this run needs them.
     if [ "$SERVERS_UP" = 1 ]; then

@@ -167,7 +167,9 @@ def test_rank_and_world_size_come_from_torch_distributed(fixtures, manifest, tmp
 
 
 def torchrun(n: int, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parent))
+    # PYTHONFAULTHANDLER: a rank that dies of a signal (SIGABRT, SIGSEGV) prints every thread's
+    # Python stack into the output the test shows on failure.
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(JOB.parent), PYTHONFAULTHANDLER="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", str(JOB), *args]
     # A session of its own, so the test can SIGKILL the launcher and its workers together.
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
