@@ -16,6 +16,7 @@
 //!     assert_eq!(t2m.shape(), [batch.len(), 91, 180]);
 //! }
 //! println!("{}", ds.last_pass().unwrap().summary());
+//! # std::fs::remove_dir_all(&dir).ok();
 //! # Ok(())
 //! # }
 //! ```

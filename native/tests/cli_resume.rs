@@ -12,11 +12,15 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use insitubatch_native::{Checkpoint, demo};
+use scratch::scratch_dir;
+
+#[path = "common/scratch.rs"]
+mod scratch;
 
 const N_TIME: u64 = 48;
 
 fn dir() -> PathBuf {
-    std::env::temp_dir().join(format!("insitubatch-cli-resume-{}", std::process::id()))
+    scratch_dir("cli-resume")
 }
 
 fn url() -> String {

@@ -14,14 +14,18 @@ use insitubatch_native::core::{
     Dataset, DatasetOptions, Knobs, Split, SplitOptions, Storage, Variable, split_by_chunk,
 };
 use insitubatch_native::{BatchDigest, CacheOptions, NativeRuntime, OpenOptions, demo, open};
+use scratch::scratch_dir;
 use serde_json::Value;
+
+#[path = "common/scratch.rs"]
+mod scratch;
 
 const N_TIME: u64 = 48;
 
 fn store() -> &'static Path {
     static STORE: OnceLock<PathBuf> = OnceLock::new();
     STORE.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("insitubatch-disk-tier-{}", std::process::id())).join("demo.zarr");
+        let dir = scratch_dir("disk-tier").join("demo.zarr");
         demo::write_demo_store_sized(&dir, N_TIME).expect("write demo store")
     })
 }
@@ -31,7 +35,7 @@ fn url() -> String {
 }
 
 fn cache_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("insitubatch-disk-tier-{}", std::process::id())).join(name);
+    let d = scratch_dir("disk-tier").join(name);
     let _ = std::fs::remove_dir_all(&d);
     d
 }

@@ -27,8 +27,8 @@ fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
 
 #[test]
 fn the_scraped_figures_equal_the_pass_reports() {
-    let dir = std::env::temp_dir().join(format!("insitubatch-metrics-{}", std::process::id()));
-    let store = demo::write_demo_store_sized(&dir.join("demo.zarr"), 48).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = demo::write_demo_store_sized(&dir.path().join("demo.zarr"), 48).unwrap();
     let options = OpenOptions { metrics_address: Some("127.0.0.1:0".into()), ..OpenOptions::default() };
     let ds = open(&store.display().to_string(), options).unwrap();
     let address = ds.metrics_address().expect("the endpoint is up");
@@ -63,8 +63,8 @@ fn the_scraped_figures_equal_the_pass_reports() {
 
 #[test]
 fn an_address_that_cannot_be_bound_is_a_clear_error() {
-    let dir = std::env::temp_dir().join(format!("insitubatch-metrics-bad-{}", std::process::id()));
-    let store = demo::write_demo_store_sized(&dir.join("demo.zarr"), 16).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = demo::write_demo_store_sized(&dir.path().join("demo.zarr"), 16).unwrap();
     let refused = |address: &str| {
         let options = OpenOptions { metrics_address: Some(address.into()), ..OpenOptions::default() };
         open(&store.display().to_string(), options).unwrap_err().to_string()

@@ -4,6 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use insitubatch_native::{NativeError, OpenOptions, Split, demo, open};
+use scratch::scratch_dir;
+
+#[path = "common/scratch.rs"]
+mod scratch;
 
 /// Samples on the time axis of the test store (the real demo has 360).
 const N_TIME: u64 = 48;
@@ -11,8 +15,7 @@ const N_TIME: u64 = 48;
 fn store() -> &'static Path {
     static STORE: OnceLock<PathBuf> = OnceLock::new();
     STORE.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("insitubatch-native-test-{}", std::process::id())).join("demo.zarr");
+        let dir = scratch_dir("native-test").join("demo.zarr");
         demo::write_demo_store_sized(&dir, N_TIME).expect("write demo store")
     })
 }
@@ -141,7 +144,8 @@ fn cli_describe_json_parses() {
 /// geometry is a decode error naming the chunk key, not a short batch.
 #[test]
 fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
-    let root = std::env::temp_dir().join(format!("insitubatch-hostile-{}", std::process::id()));
+    let root_dir = tempfile::tempdir().expect("a temp dir");
+    let root = root_dir.path();
     let v3 = |shape: serde_json::Value, chunk: serde_json::Value, dtype: &str| {
         serde_json::json!({"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": dtype,
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunk}},
@@ -193,7 +197,6 @@ fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
     let out = cli(&[&bench[..], &["--on-bad-chunk", "skip"]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("\"raise\" or \"nan\", got \"skip\""), "{err}");
-    std::fs::remove_dir_all(&root).ok();
 }
 
 /// A tokio application awaits batches: the same bytes as the blocking iterator, and

@@ -13,7 +13,12 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use insitubatch_native::core::{Batch, DatasetOptions, Knobs, ReadPolicy};
 use insitubatch_native::{CacheOptions, OpenOptions, demo, open};
 use insitubatch_tests::{CloudStore, digest};
+use scratch::scratch_dir;
 use serde_json::{Value, json};
+
+// The native crate's tests' helper, one copy (std only).
+#[path = "../../native/tests/common/scratch.rs"]
+mod scratch;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cloud-store");
 /// Samples: the demo store's t2m is chunked by 8 and u10 by 12, so a rank unit is 24
@@ -59,7 +64,7 @@ struct Fixture {
 
 impl Fixture {
     fn new(name: &str) -> Self {
-        let root = std::env::temp_dir().join(format!("insitubatch-shared-cache-{}-{name}", std::process::id()));
+        let root = scratch_dir("shared-cache").join(name);
         let _ = std::fs::remove_dir_all(&root);
         demo::write_demo_store_sized(&root.join("bucket").join("demo.zarr"), N_TIME).expect("write the demo store");
         let store = CloudStore::start(BIN, &root, &[]);

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use insitubatch_native::demo;
+use scratch::scratch_dir;
+
+mod scratch;
 
 /// Run the `insitubatch` binary with `args` (warnings only in its log).
 pub fn cli(args: &[&str]) -> Output {
@@ -13,7 +16,7 @@ pub fn cli(args: &[&str]) -> Output {
 
 /// A demo store of `n_time` samples called `name`, in a folder of the test binary `test`.
 pub fn demo_store(test: &str, name: &str, n_time: u64) -> String {
-    let dir = std::env::temp_dir().join(format!("insitubatch-{test}-{}", std::process::id()));
+    let dir = scratch_dir(test);
     let path: PathBuf = demo::write_demo_store_sized(&dir.join(name), n_time).expect("write demo store");
     path.display().to_string()
 }
