@@ -3,8 +3,6 @@
 //! credentials in the URL), and S3 (moto) on loopback. The file test needs nothing; the
 //! HTTP and S3 tests need the servers of `scripts/test.sh` (`tests/servers/start_all.sh`).
 
-use std::path::PathBuf;
-
 use insitubatch_core::conformance::{Expectations, Report, check_storage, fixture};
 use insitubatch_native::open_storage;
 use insitubatch_tests::{STORAGE_FIXTURE, fixtures_dir, http_url, s3_url, write_storage_fixture};
@@ -20,24 +18,6 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime")
 }
 
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("ib-storage-conformance-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("create {}: {e}", p.display()));
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The fixture where the loopback HTTP server serves it (its root is the fixtures dir),
 /// written once per process: the tests that read it run on parallel threads.
 fn served_fixture() {
@@ -50,9 +30,9 @@ fn served_fixture() {
 
 #[test]
 fn local_files_conform() {
-    let dir = TempDir::new("file");
-    write_storage_fixture(&dir.0).unwrap();
-    for url in [format!("file://{}", dir.0.display()), dir.0.display().to_string()] {
+    let dir = tempfile::Builder::new().prefix("ib-storage-conformance-").tempdir().expect("a temporary directory");
+    write_storage_fixture(dir.path()).unwrap();
+    for url in [format!("file://{}", dir.path().display()), dir.path().display().to_string()] {
         let report = run(&url, &Expectations::listable());
         report.assert_ok();
         assert!(report.passed.len() > 60, "{report}");

@@ -21,6 +21,7 @@ mod counters;
 mod link;
 mod serve;
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +29,6 @@ use std::sync::Arc;
 use clap::Parser;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::config::{Config, Shaping};
@@ -96,7 +96,7 @@ fn main() -> Result<(), String> {
 async fn serve_forever(root: PathBuf, config: Arc<Config>, port: u16, port_file: Option<String>) -> Result<(), String> {
     let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await.map_err(|e| e.to_string())?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-    announce(port, port_file.as_deref()).await?;
+    announce(port, port_file.as_deref())?;
     let state = Arc::new(State::new(root, Arc::clone(&config)));
     let link = SharedLink::new();
     loop {
@@ -112,12 +112,12 @@ async fn serve_forever(root: PathBuf, config: Arc<Config>, port: u16, port_file:
 }
 
 /// Say where the store listens: a file, or stdout's first line for `-`.
-async fn announce(port: u16, port_file: Option<&str>) -> Result<(), String> {
+fn announce(port: u16, port_file: Option<&str>) -> Result<(), String> {
     match port_file {
         Some("-") => {
-            let mut out = tokio::io::stdout();
-            out.write_all(format!("{port}\n").as_bytes()).await.map_err(|e| e.to_string())?;
-            out.flush().await.map_err(|e| e.to_string())
+            // One line, once: std's stdout, flushed (tokio's would need its io-std feature).
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{port}").and_then(|()| out.flush()).map_err(|e| e.to_string())
         }
         Some(path) => std::fs::write(path, format!("{port}\n")).map_err(|e| format!("--port-file {path}: {e}")),
         None => {
