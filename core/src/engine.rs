@@ -297,40 +297,63 @@ impl Engine {
             if cache.len() > 4096 {
                 cache.clear();
             }
-            cache
-                .entry(shard_key.to_string())
-                .or_insert_with(|| {
-                    let engine = Arc::clone(self);
-                    let key = shard_key.to_string();
-                    let rec = Arc::clone(rec);
-                    let f: BoxFuture<'static, Result<Option<Arc<ShardIndex>>>> = Box::pin(async move {
-                        let zarr = &engine.arrays[path as usize].zarr;
-                        let Some(range) = zarr.shard_index_range() else {
-                            return Err(Error::Metadata { message: "array is not sharded".into(), key: key.clone() });
-                        };
-                        if engine.reads_whole_shard(path, &key) {
-                            return read_whole_shard(&engine, path, &key, &rec).await;
-                        }
-                        let size = match range {
-                            ByteRange::Bounded { start, end } => end.saturating_sub(start),
-                            ByteRange::Suffix(n) => n,
-                        };
-                        let index = engine.fetch(&key, Some(range), size, Some(&rec)).await;
-                        rec.with(|r| r.index_reads += 1);
-                        match index? {
-                            None => Ok(None),
-                            Some(b) => zarr.decode_shard_index(&b, &engine.url(&key)).map(|i| Some(Arc::new(i))),
-                        }
-                    });
-                    f.shared()
-                })
-                .clone()
+            cache.entry(shard_key.to_string()).or_insert_with(|| self.spawn_index_read(path, shard_key, rec)).clone()
         };
         let out = fut.await;
         if out.is_err() {
             reader.index_cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(shard_key);
         }
         out
+    }
+
+    /// Shard `key`'s index, read and decoded in a task of its own that runs to its end whether
+    /// or not a pass still waits for it; the cache keeps the way to its answer. The cache used
+    /// to keep the read itself, which holds this engine: when every pass waiting on it closed
+    /// early (a preview's first batch), nothing polled it again, so the engine held itself and
+    /// its storage for good, and in Node the read's request-timeout timer kept the event loop
+    /// alive for 120 s after the program's end.
+    fn spawn_index_read(self: &Arc<Self>, path: u32, key: &str, rec: &Arc<PassRecorder>) -> SharedIndex {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let read = read_shard_index(Arc::clone(self), path, key.to_string(), Arc::clone(rec));
+        self.runtime.executor.spawn(Box::pin(async move {
+            let _ = tx.send(read.await);
+        }));
+        let url = self.url(key);
+        let answer: BoxFuture<'static, Result<Option<Arc<ShardIndex>>>> = Box::pin(async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(Error::Cancelled(format!(
+                    "the read of the shard index of {url} was dropped: the runtime shut down"
+                )))
+            })
+        });
+        answer.shared()
+    }
+}
+
+/// Read and decode shard `key`'s index: with the whole shard when passes want nearly all of
+/// it ([`Engine::reads_whole_shard`]), else its index range alone.
+async fn read_shard_index(
+    engine: Arc<Engine>,
+    path: u32,
+    key: String,
+    rec: Arc<PassRecorder>,
+) -> Result<Option<Arc<ShardIndex>>> {
+    let zarr = &engine.arrays[path as usize].zarr;
+    let Some(range) = zarr.shard_index_range() else {
+        return Err(Error::Metadata { message: "array is not sharded".into(), key });
+    };
+    if engine.reads_whole_shard(path, &key) {
+        return read_whole_shard(&engine, path, &key, &rec).await;
+    }
+    let size = match range {
+        ByteRange::Bounded { start, end } => end.saturating_sub(start),
+        ByteRange::Suffix(n) => n,
+    };
+    let index = engine.fetch(&key, Some(range), size, Some(&rec)).await;
+    rec.with(|r| r.index_reads += 1);
+    match index? {
+        None => Ok(None),
+        Some(b) => zarr.decode_shard_index(&b, &engine.url(&key)).map(|i| Some(Arc::new(i))),
     }
 }
 

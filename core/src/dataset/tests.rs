@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::runtime::{InlinePool, Runtime, Storage};
 use crate::shuffle::Split;
 use crate::split::{SplitOptions, split_by_chunk};
-use crate::testing::{MemoryStorage, SimExecutor, write_f32_array};
+use crate::testing::{Fault, MemoryStorage, SimExecutor, write_f32_array};
 use crate::zarr::open_array;
 // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh), whose attribute
 // takes the place of libtest's `#[test]`.
@@ -139,6 +139,36 @@ fn a_pass_as_a_futures_stream_yields_the_same_batches_as_next_batch() {
 }
 
 /// Every train sample of one epoch, in draw order.
+/// A pass closed while a shard index read is under way, with its dataset dropped, leaves
+/// nothing holding the engine once that read ends. The read's future, kept in the engine's
+/// index cache, held the engine itself and was never polled again: the engine and its storage
+/// were never freed, and in Node the read's request-timeout timer kept the process up 120 s.
+#[test]
+fn a_pass_closed_during_a_shard_index_read_frees_the_engine_when_the_read_ends() {
+    let sim = SimExecutor::new();
+    let exec: Arc<dyn crate::Executor> = Arc::new(sim.clone());
+    let storage = MemoryStorage::new().with_latency(Arc::clone(&exec), Duration::from_millis(5));
+    write_f32_array(&storage, "t2m", &[40, 2], &[8, 2], Some(&[4, 2]), None, |i| i as f32);
+    storage.set_fault("t2m/c/0/0", Fault::Slow { reads: 1, delay: Duration::from_secs(10) });
+    let runtime = Runtime::new(Arc::clone(&exec), Arc::new(InlinePool));
+    let ds = sim.run(Dataset::builder(shared(&storage), runtime).open(), LIMIT).unwrap().unwrap();
+    let engine = Arc::downgrade(&ds.inner.engine);
+    sim.run(
+        async move {
+            let pass = ds.iter(Split::All).unwrap();
+            // The first shard's index read starts; its answer is 10 s away.
+            exec.sleep(Duration::from_millis(50)).await;
+            drop(pass);
+            drop(ds);
+            exec.sleep(Duration::from_secs(20)).await;
+        },
+        LIMIT,
+    )
+    .unwrap();
+    assert_eq!(storage.reads_of("t2m/c/0/0"), 1, "the first shard's index was being read at the close");
+    assert!(engine.upgrade().is_none(), "the engine is freed once its last read has ended");
+}
+
 fn train_epoch(sim: &SimExecutor, ds: &Dataset) -> Vec<u64> {
     let ds = ds.clone();
     let drawn = async move {
