@@ -321,9 +321,7 @@ impl Engine {
         let url = self.url(key);
         let answer: BoxFuture<'static, Result<Option<Arc<ShardIndex>>>> = Box::pin(async move {
             rx.await.unwrap_or_else(|_| {
-                Err(Error::Cancelled(format!(
-                    "the read of the shard index of {url} was dropped: the runtime shut down"
-                )))
+                Err(Error::Cancelled(format!("the runtime shut down before this shard index was read: {url}")))
             })
         });
         answer.shared()
