@@ -138,7 +138,6 @@ fn a_pass_as_a_futures_stream_yields_the_same_batches_as_next_batch() {
     assert_eq!(by_stream.iter().map(Vec::len).sum::<usize>(), 40);
 }
 
-/// Every train sample of one epoch, in draw order.
 /// A pass closed while a shard index read is under way, with its dataset dropped, leaves
 /// nothing holding the engine once that read ends. The read's future, kept in the engine's
 /// index cache, held the engine itself and was never polled again: the engine and its storage
@@ -169,6 +168,7 @@ fn a_pass_closed_during_a_shard_index_read_frees_the_engine_when_the_read_ends()
     assert!(engine.upgrade().is_none(), "the engine is freed once its last read has ended");
 }
 
+/// Every train sample of one epoch, in draw order.
 fn train_epoch(sim: &SimExecutor, ds: &Dataset) -> Vec<u64> {
     let ds = ds.clone();
     let drawn = async move {
