@@ -15,19 +15,21 @@ source scripts/pyenv.sh
 source scripts/tools.sh
 start=$SECONDS
 ready() { echo "warm: $1 ready at $((SECONDS - start)) s"; }
-# Three lanes: the cargo tools in the order the foreground needs them (wasm-bindgen for the
-# wasm phase; cargo-fuzz for the fuzz build at the end of the next lane; mdbook for the book),
-# the 3.14t build and then the fuzz targets, and the downloads one after another.
+# Two lanes: the CPU-bound installs one after another, in the order the foreground needs
+# them, and the downloads one after another. One CPU lane, not two: before the wasm phase the
+# foreground leaves about 340 CPU-s idle, and wasm-bindgen (about 200 CPU-s) is the one
+# install needed there; split with the 3.14t build (about 130 CPU-s, needed by the Python
+# phase 15 minutes later), it got half of it and was ready 115 s after the wasm phase began
+# waiting for it (a cold run of 274000f, 2026-12-06). Then the 3.14t build; cargo-fuzz and the
+# fuzz targets (nightly + ASan: every dependency built once more), which the fuzzing beside
+# test-python needs; mdbook last: the book starts with test-widget, and builds it itself if it
+# comes first (the lock of scripts/tools.sh makes one of them wait and find it done).
 (
     ib_tool wasm-bindgen && ready wasm-bindgen
-    ib_tool cargo-fuzz && ready cargo-fuzz
-    ib_tool mdbook && ready mdbook
-) &
-# The fuzz targets (nightly + ASan: every dependency built once more) after 3.14t, which the
-# Python phase needs sooner: the fuzz phase runs last (scripts/test.sh).
-(
     ib_venv py3.14t >/dev/null && ready "py314t and venv-py3.14t"
+    ib_tool cargo-fuzz && ready cargo-fuzz
     bash scripts/fuzz.sh --build-only && ready "the fuzz targets"
+    ib_tool mdbook && ready mdbook
 ) &
 (
     ib_tool chromium && ready chromium
