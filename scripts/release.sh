@@ -94,9 +94,6 @@ npm_package() {
 
 # -- crates -----------------------------------------------------------------------------------
 CRATES=(insitubatch-core insitubatch-object insitubatch-native)
-# toml_profile_debug HEADER: the `debug = "..."` value under the root Cargo.toml's table HEADER
-# (a sed pattern for its header line).
-toml_profile_debug() { sed -n "/^$1\$/,/^\[/s/^debug = \"\(.*\)\"\$/\1/p" Cargo.toml; }
 crates() {
     local c crate listing f
     # Publishing several packages at once, cargo packs them into package/tmp-crate/; one alone
@@ -115,18 +112,10 @@ crates() {
     # scripts/test-www.sh runs earlier) left in the same target dir, and only our crates (plus
     # what core and object alone enable differently) compile: this phase took 74 s in a cold
     # CI run instead of 253 (2026-12-06).
-    # The same for build scripts and proc-macros ([profile.dev.build-override]): without it the
-    # packaged crates' build scripts, every C library below them and the crates above those
-    # compiled again (this step took 241 s in a cold run instead of 55; 2026-12-06).
-    local debug build_debug
-    debug="$(toml_profile_debug '\[profile\.dev\]')"
-    build_debug="$(toml_profile_debug '\[profile\.dev\.build-override\]')"
-    [ -n "$debug" ] && [ -n "$build_debug" ] || {
-        echo "FAIL: no debug = \"...\" under [profile.dev] or [profile.dev.build-override] in Cargo.toml" >&2
-        return 1
-    }
-    CARGO_PROFILE_DEV_DEBUG="$debug" CARGO_PROFILE_DEV_BUILD_OVERRIDE_DEBUG="$build_debug" \
-        cargo publish --dry-run --allow-dirty "${CRATES[@]/#/-p}"
+    local debug
+    debug="$(sed -n '/^\[profile\.dev\]/,/^\[/s/^debug = "\(.*\)"$/\1/p' Cargo.toml)"
+    [ -n "$debug" ] || { echo "FAIL: no debug = \"...\" under [profile.dev] in Cargo.toml" >&2; return 1; }
+    CARGO_PROFILE_DEV_DEBUG="$debug" cargo publish --dry-run --allow-dirty "${CRATES[@]/#/-p}"
     for c in "${CRATES[@]}"; do
         crate="$CARGO_TARGET_DIR/package/tmp-crate/$c-$version.crate"
         [[ -f $crate ]] || crate="$CARGO_TARGET_DIR/package/$c-$version.crate"
