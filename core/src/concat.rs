@@ -513,7 +513,7 @@ impl Storage for ConcatStorage {
             }
             let Some((p, k)) = self.route(key) else { return Ok(None) };
             let located = self.parts[p].locate(&k).await?;
-            Ok(located.map(|l| Location { object: format!("{PART_OBJECT}{p}/{}", l.object), range: l.range }))
+            Ok(located.map(|l| l.map_object(|o| format!("{PART_OBJECT}{p}/{o}"))))
         })
     }
 

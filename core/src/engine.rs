@@ -633,10 +633,12 @@ async fn locate_tile(engine: &Arc<Engine>, key: ChunkKey, tile: u64, rec: &Arc<P
         TileLocation::Object { key: object } => match engine.storage.locate(&object).await {
             // A range of another object (a reference set's chunk in its file): registered on
             // that object, so the chunks of one file are coalesced.
-            Ok(Some(Location { object: file, range })) => {
+            Ok(Some(Location::In { object: file, range })) => {
                 tile.url = in_file(&tile.url, &engine.url(&file), range);
                 Ok(Source::Read(TileRead::register(engine, file, range, None)))
             }
+            // Nowhere (a chunk a reference set does not list): the fill value, no request.
+            Ok(Some(Location::Missing)) => Ok(Source::Absent),
             Ok(None) => Ok(Source::Read(TileRead::register(engine, object, None, None))),
             Err(e) => Err(Error::Storage {
                 message: format!("cannot find where this chunk is stored ({})", e.message),

@@ -176,7 +176,7 @@ impl Storage for JoinedStorage {
         let name = &key[..key.len() - rest.len()];
         Box::pin(async move {
             let located = storage.locate(rest).await?;
-            Ok(located.map(|l| crate::runtime::Location { object: format!("{name}{}", l.object), range: l.range }))
+            Ok(located.map(|l| l.map_object(|o| format!("{name}{o}"))))
         })
     }
 

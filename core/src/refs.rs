@@ -349,18 +349,20 @@ impl Storage for ReferenceStorage {
         self.all_known(|s| s.answers_before_body())
     }
 
-    /// A chunk that is a range of a file is read as that range of the file's object.
+    /// A chunk that is a range of a file is read as that range of the file's object; a key the
+    /// set does not list is missing (no request); inline data is read as the key itself.
     fn locate<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Location>, StorageError>> {
         Box::pin(async move {
             if key.starts_with(FILE_OBJECT) {
                 return Ok(None);
             }
             Ok(match self.index.lookup(key).await? {
-                Some(Reference::File { url, range }) => Some(Location {
+                Some(Reference::File { url, range }) => Some(Location::In {
                     object: format!("{FILE_OBJECT}{url}"),
                     range: range.map(|(offset, length)| ByteRange::Bounded { start: offset, end: offset + length }),
                 }),
-                _ => None,
+                Some(Reference::Inline(_)) => None,
+                None => Some(Location::Missing),
             })
         })
     }

@@ -123,10 +123,10 @@ pub trait Storage: MaybeSend + MaybeSync + Debug {
         false
     }
     /// Where `key`'s bytes are kept when they are part of another object of this storage: a
-    /// reference set's chunk is a byte range of a file (`refs.rs`). The engine then reads that
-    /// range of that object, so the ranges of one file wait together and go out coalesced,
-    /// as the inner chunks of a shard do. `None` (every store but references): `key` is an
-    /// object of its own, or missing.
+    /// reference set's chunk is a byte range of a file (`refs.rs`), or nowhere for a chunk the
+    /// set does not list. The engine then reads that range of that object, so the ranges of one
+    /// file wait together and go out coalesced, as the inner chunks of a shard do. `None`
+    /// (every store but references): `key` is an object of its own, or missing.
     fn locate<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Location>, StorageError>> {
         let _ = key;
         Box::pin(std::future::ready(Ok(None)))
@@ -138,13 +138,30 @@ pub trait Storage: MaybeSend + MaybeSync + Debug {
     }
 }
 
-/// Where a key's bytes are kept ([`Storage::locate`]): a range of another object.
+/// Where a key's bytes are kept ([`Storage::locate`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Location {
-    /// The object's key in the same storage.
-    pub object: String,
-    /// Its range, or `None` for the whole object.
-    pub range: Option<ByteRange>,
+pub enum Location {
+    /// A range of another object of the same storage.
+    In {
+        /// The object's key in the same storage.
+        object: String,
+        /// Its range, or `None` for the whole object.
+        range: Option<ByteRange>,
+    },
+    /// Nowhere: the key does not exist, so a chunk reads as its fill value with no request (a
+    /// chunk a reference set does not list).
+    Missing,
+}
+
+impl Location {
+    /// The same place, its object's key made by `f` (a storage over others puts its prefix on it).
+    #[must_use]
+    pub fn map_object(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            Self::In { object, range } => Self::In { object: f(object), range },
+            Self::Missing => Self::Missing,
+        }
+    }
 }
 
 /// `location/key`, with one slash between them.

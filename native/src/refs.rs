@@ -40,7 +40,10 @@ pub fn open_references(url: &str, options: &[(String, String)]) -> Result<Arc<dy
     let open_err = |message: String| NativeError::Open { message, url: url.to_string() };
     let inner =
         reference_url(url).ok_or_else(|| open_err(format!("a reference set's URL starts with {REFERENCE_PREFIX}")))?;
-    let set_url = parse_location(inner)?;
+    let mut set_url = parse_location(inner)?;
+    // A local path becomes a folder's URL (`parse_location`'s rule for stores); a set is a file.
+    let path = set_url.path().trim_end_matches('/').to_string();
+    set_url.set_path(&path);
     let bytes = read_set(&set_url, options).map_err(open_err)?;
     let location = format!("{REFERENCE_PREFIX}{}", crate::storage::location_of(&set_url, inner));
     let mut set = ReferenceSet::from_json(&bytes, &location)?;

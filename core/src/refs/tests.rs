@@ -244,19 +244,20 @@ fn a_chunk_locates_as_a_range_of_its_file_through_joins_and_concatenations() {
     let refs: Arc<dyn Storage> = Arc::new(refs);
     let joined = JoinedStorage::new(vec![("era5".into(), Arc::clone(&refs))]).unwrap();
     let object = format!("{FILE_OBJECT}file://host/a.nc");
-    let want = Some(Location { object: object.clone(), range: Some(ByteRange::Bounded { start: 40, end: 80 }) });
+    let want = Some(Location::In { object: object.clone(), range: Some(ByteRange::Bounded { start: 40, end: 80 }) });
     let r = Arc::clone(&refs);
-    let (own, inline, joined_at, joined_bytes) = run(async move {
+    let (own, missing, joined_at, joined_bytes) = run(async move {
         let own = r.locate("t/1").await.unwrap();
-        let inline = r.locate("t/9").await.unwrap();
-        let at = joined.locate("era5/t/1").await.unwrap().unwrap();
-        let bytes = joined.get_range(&at.object, at.range.unwrap()).await.unwrap().unwrap();
-        assert_eq!(joined.key_url(&at.object), "file://host/a.nc", "the file's URL names its object");
-        (own, inline, at, bytes)
+        let missing = r.locate("t/9").await.unwrap();
+        let at = joined.locate("era5/t/1").await.unwrap();
+        let Some(Location::In { object, range: Some(range) }) = at.clone() else { panic!("{at:?}") };
+        let bytes = joined.get_range(&object, range).await.unwrap().unwrap();
+        assert_eq!(joined.key_url(&object), "file://host/a.nc", "the file's URL names its object");
+        (own, missing, at, bytes)
     });
     assert_eq!(own, want);
-    assert_eq!(inline, None);
-    assert_eq!(joined_at.object, format!("era5/{object}"));
+    assert_eq!(missing, Some(Location::Missing), "a chunk the set lacks: its fill value, no request");
+    assert_eq!(joined_at, want.map(|l| l.map_object(|o| format!("era5/{o}"))));
     assert_eq!(joined_bytes.len(), 40);
     assert_eq!(refs.key_url(&object), "file://host/a.nc");
     assert_eq!(refs.key_url("t/1"), "reference+refs.json/t/1");

@@ -197,6 +197,14 @@ class StoreReader:
     def location(self) -> str: ...
 
 @final
+class ReferenceStore:
+    """A kerchunk reference set opened as the engine's storage (``reference_store``)."""
+
+    def __new__(cls, url: str, storage_options: list[tuple[str, str]] = ...) -> Self: ...
+    @property
+    def location(self) -> str: ...
+
+@final
 class StandardScaler:
     def __new__(
         cls,
