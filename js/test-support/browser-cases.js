@@ -350,3 +350,17 @@ export async function s3Signed({ endpoint, bucket, keyId, secret, store, epoch, 
   out.toWorker = await failure(openInWorker(url, { ...base, storageOptions: where, credentials }, { threads: false }));
   return out;
 }
+
+/**
+ * Digests of a train epoch of the kerchunk reference set at `url` (`reference+http://…`), read
+ * on the page and in a worker (js/test/references.test.js compares them with Node's).
+ */
+export async function referenceDigests({ url, options }) {
+  const ds = await open(url, options);
+  const main = await digest(await collect(ds.train()));
+  ds.close();
+  const wds = await openInWorker(url, options, { threads: 'auto' });
+  const worker = await digest(await collect(wds.train()));
+  await wds.close();
+  return { main, worker };
+}
