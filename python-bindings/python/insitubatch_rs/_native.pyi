@@ -18,6 +18,7 @@ __all__ = [
     "NativeStream",
     "StandardScaler",
     "StoreReader",
+    "ReferenceStore",
     "open_geometries",
     "split_by_chunk",
     "valid_anchor_range",
