@@ -45,7 +45,8 @@ async function checkEpoch(ds, store) {
 }
 
 test('every reference set gives xarray\'s reading of the NetCDF4 files, its files read with node:fs', { skip }, async () => {
-  const stores = manifest().stores;
+  // kerchunk's Parquet form is read natively only (the parquet crate is not in the wasm builds).
+  const stores = manifest().stores.filter((s) => !s.path.endsWith('.parq'));
   assert.ok(stores.length >= 5);
   for (const store of stores) {
     const ds = await open(`reference+${join(VIRTUAL, store.path)}`, OPTS);

@@ -1,5 +1,5 @@
-//! Reference sets by URL: `reference+URL` opens the kerchunk reference set at `URL` (JSON)
-//! as core's [`ReferenceStorage`], its files read through the same object_store stores as
+//! Reference sets by URL: `reference+URL` opens the kerchunk reference set at `URL` (a JSON
+//! file, or kerchunk's Parquet folder, read lazily: [`parquet`]) as core's [`ReferenceStorage`], its files read through the same object_store stores as
 //! any URL (`file`, `s3`, `gs`, `az`, `http(s)`), so coalescing, hedging, retries and the
 //! request counters apply to them.
 //!
@@ -18,6 +18,8 @@ use url::Url;
 
 use crate::NativeError;
 use crate::storage::{open_storage, parse_location};
+
+mod parquet;
 
 /// The prefix of a reference set's URL: `reference+s3://bucket/era5.json`,
 /// `reference+/data/era5.json`.
@@ -41,33 +43,48 @@ pub fn open_references(url: &str, options: &[(String, String)]) -> Result<Arc<dy
     let inner =
         reference_url(url).ok_or_else(|| open_err(format!("a reference set's URL starts with {REFERENCE_PREFIX}")))?;
     let mut set_url = parse_location(inner)?;
-    // A local path becomes a folder's URL (`parse_location`'s rule for stores); a set is a file.
+    // A local path becomes a folder's URL (`parse_location`'s rule for stores); a set is a file
+    // (JSON) or a folder (Parquet), named without its trailing slash.
     let path = set_url.path().trim_end_matches('/').to_string();
     set_url.set_path(&path);
-    let bytes = read_set(&set_url, options).map_err(open_err)?;
     let location = format!("{REFERENCE_PREFIX}{}", crate::storage::location_of(&set_url, inner));
-    let mut set = ReferenceSet::from_json(&bytes, &location)?;
-    set.map_files(|file| resolve(&set_url, file).map(String::from))
-        .map_err(|m| open_err(format!("a file URL of the reference set cannot be read ({m})")))?;
     let opener = Arc::new(NativeFiles { options: options.to_vec(), stores: Mutex::new(HashMap::new()) });
-    let storage = ReferenceStorage::open(set, opener, location).map_err(|e| open_err(e.message))?;
+    let storage = match read_set(&set_url, "", options).map_err(open_err)? {
+        Some(bytes) => {
+            let mut set = ReferenceSet::from_json(&bytes, &location)?;
+            set.map_files(|file| resolve(&set_url, file).map(String::from))
+                .map_err(|m| open_err(format!("a file URL of the reference set cannot be read ({m})")))?;
+            ReferenceStorage::open(set, opener, location).map_err(|e| open_err(e.message))?
+        }
+        None => {
+            let Some(zmetadata) = read_set(&set_url, "/.zmetadata", options).map_err(open_err)? else {
+                return Err(open_err(
+                    "no reference set at this URL (kerchunk's JSON file, or its Parquet folder with .zmetadata)".into(),
+                ));
+            };
+            // The records are read through a store of the opener's, used first by the engine.
+            let (store, root) = opener.open(set_url.as_str()).map_err(|e| open_err(e.message))?;
+            let mut base = set_url.clone();
+            base.set_path(&format!("{path}/"));
+            let index = parquet::ParquetIndex::new(&zmetadata, store, root, base).map_err(|m| {
+                NativeError::Core(insitubatch_core::Error::Metadata { message: m, key: location.clone() })
+            })?;
+            ReferenceStorage::lazy(Arc::new(index), opener, location)
+        }
+    };
     Ok(Arc::new(storage))
 }
 
-/// The bytes of the set at `set_url`, read on a runtime of its own (the metadata reads of a
-/// dataset have not started; the store it opens here is not kept).
-fn read_set(set_url: &Url, options: &[(String, String)]) -> Result<bytes::Bytes, String> {
+/// The bytes at `set_url` + `suffix` (`None`: nothing there), read on a runtime of its own (the
+/// metadata reads of a dataset have not started; the store it opens here is not kept).
+fn read_set(set_url: &Url, suffix: &str, options: &[(String, String)]) -> Result<Option<bytes::Bytes>, String> {
     let (root, key) = split(set_url);
     let store = open_storage(&root, options_for(&root, options)).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a runtime to read the reference set ({e})"))?;
-    match runtime.block_on(store.get(&key)) {
-        Ok(Some(bytes)) => Ok(bytes),
-        Ok(None) => Err("no reference set at this URL (kerchunk's JSON; Parquet sets are not read yet)".into()),
-        Err(e) => Err(format!("cannot read the reference set ({e})")),
-    }
+    runtime.block_on(store.get(&format!("{key}{suffix}"))).map_err(|e| format!("cannot read the reference set ({e})"))
 }
 
 /// `file`, a URL as the set gives it, made absolute: a URL with a scheme as it is, an

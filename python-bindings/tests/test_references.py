@@ -1,4 +1,4 @@
-"""Kerchunk reference sets over NetCDF4 files (tests/fixtures/make_virtual.py), read natively:
+"""Kerchunk reference sets over NetCDF4 files (tests/fixtures/make_virtual.py), JSON and Parquet, read natively:
 ``reference_store`` and ``reference+`` URLs give xarray's reading of the original files, in joins
 and concatenations too; coordinates decode as CF time; bad sets fail naming the chunk and the file."""
 
@@ -53,14 +53,15 @@ def check_epoch(ds: InSituDataset, want: dict[str, np.ndarray], prefix: str = ""
     assert sorted(seen) == list(range(len(want["t2m"])))
 
 
-@pytest.mark.parametrize("name", ["single", "combined", "relative", "templated", "h5netcdf"])
+@pytest.mark.parametrize("name", ["single", "combined", "relative", "templated", "h5netcdf", "parquet"])
 def test_a_reference_store_gives_xarrays_reading_of_the_netcdf_files(virtual, manifest, name):
     want = truth(virtual, manifest, name)
-    with InSituDataset(reference_store(virtual / f"{name}.json"), batch_size=5, seed=2) as ds:
+    path = next(s["path"] for s in manifest["stores"] if s["name"] == f"virtual_{name}")
+    with InSituDataset(reference_store(virtual / path), batch_size=5, seed=2) as ds:
         check_epoch(ds, want)
         stats = ds.last_pass
         assert stats.storage_reads < stats.tiles_read, "the chunks of one file coalesced"
-    url = "reference+" + str(virtual / f"{name}.json")
+    url = "reference+" + str(virtual / path)
     with InSituDataset(url, batch_size=5, seed=2) as ds:
         check_epoch(ds, want)
 
