@@ -1,7 +1,8 @@
 //! Reference sets by URL: `reference+URL` opens the kerchunk reference set at `URL` (a JSON
-//! file, or kerchunk's Parquet folder, read lazily: [`parquet`]) as core's [`ReferenceStorage`], its files read through the same object_store stores as
-//! any URL (`file`, `s3`, `gs`, `az`, `http(s)`), so coalescing, hedging, retries and the
-//! request counters apply to them.
+//! file, or kerchunk's Parquet folder, read lazily by `refs/parquet.rs`) as core's
+//! [`ReferenceStorage`], its files read through the same object_store stores as any URL
+//! (`file`, `s3`, `gs`, `az`, `http(s)`), so coalescing, hedging, retries and the request
+//! counters apply to them.
 //!
 //! Why a scheme prefix rather than a flag or a rule on the file's name: a reference set is a
 //! store, so every place that takes a store URL takes one with nothing added (the CLI's

@@ -137,7 +137,7 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
     open_on(storage, url, &opts).await
 }
 
-/// Open the kerchunk reference set at `url` (`reference+URL`; [`crate::refs`]) whose local
+/// Open the kerchunk reference set at `url` (`reference+URL`; `wasm/src/refs.rs`) whose local
 /// files (`file://` URLs, absolute paths) are read through `files`, a storage object rooted at
 /// `/` (the Node facade's `node:fs` store); its other files as [`open`] reads URLs.
 #[cfg(not(feature = "threads"))]
