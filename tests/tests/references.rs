@@ -1,5 +1,6 @@
 //! Kerchunk reference sets over NetCDF4 files (tests/fixtures/make_virtual.py): every batch
-//! equals xarray's reading of the original files; over the cloud-like store, each chunk's
+//! equals xarray's reading of the original files, from local files, HTTP and S3; over the
+//! cloud-like store, each chunk's
 //! bytes are fetched once per epoch and the ranges of one file go out coalesced; the sets
 //! that are wrong on purpose fail naming the chunk and the file.
 
@@ -7,7 +8,9 @@ use std::collections::BTreeMap;
 
 use insitubatch_native::core::{Batch, DatasetOptions, Knobs, PassStats, ReadPolicy};
 use insitubatch_native::{NativeError, OpenOptions, open};
-use insitubatch_tests::{CloudStore, FixtureStore, check_pass, source_rows_in, virtual_dir, virtual_manifest};
+use insitubatch_tests::{
+    CloudStore, FixtureStore, check_pass, http_url, s3_url, source_rows_in, virtual_dir, virtual_manifest,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cloud-store");
 
@@ -53,6 +56,21 @@ fn every_reference_set_gives_xarrays_values_for_the_original_files() {
         let (batches, stats) = pass(&url, ReadPolicy::default()).unwrap_or_else(|e| panic!("{url}: {e}"));
         check_against_xarray(store, &batches);
         assert!(stats.storage_reads < stats.tiles_read, "{url}: chunks of one file coalesced: {}", stats.summary());
+    }
+}
+
+/// The set and its files on the loopback HTTP server and in the S3 bucket (moto, which holds
+/// the fixtures folder; the endpoint and credentials come from the environment), the files by
+/// URLs relative to the set: xarray's values over both.
+#[test]
+fn a_set_and_its_files_read_over_http_and_s3() {
+    let Some(manifest) = virtual_manifest("a_set_and_its_files_read_over_http_and_s3") else { return };
+    let store = manifest.stores.iter().find(|s| s.path == "relative.json").expect("the relative set");
+    // Both serve the fixtures folder, whose `virtual/` holds the sets.
+    for base in [http_url(), s3_url()] {
+        let url = format!("reference+{base}/virtual/relative.json");
+        let (batches, _) = pass(&url, ReadPolicy::default()).unwrap_or_else(|e| panic!("{url}: {e}"));
+        check_against_xarray(store, &batches);
     }
 }
 
