@@ -194,7 +194,7 @@ class CommittedRows(unittest.TestCase):
         self.assertNotIn("anchor", {r["engine"] for r in rows})
         md = local.markdown({}, rows)
         rendered = tables(md.split("## Medians and spread", 1)[1])[0]
-        with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
+        with open(os.path.join(REPO, "docs", "lab", "benchmarks.md")) as f:
             page = f.read()
         recorded = tables(page.split("## Medians and spread", 1)[1])[0]
         self.assertEqual(rendered, recorded)
