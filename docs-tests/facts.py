@@ -98,21 +98,18 @@ def feature_problems(features: list[dict]) -> list[str]:
     return out
 
 
-def sentence(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
 def render_status() -> str:
-    """README.md's Status: what is built, partly built and not yet, in one sentence each."""
+    """README.md's Status: what is built, partly built and not yet, one line each, with where."""
     fs = load_features()
     by = {s: [f for f in fs if f["status"] == s] for s in STATUSES}
-    lines = [f"- Built and tested: {sentence([f['name'] for f in by['built']])}."]
+    lines = ["Built and tested (each feature's tests: [docs/features.md](docs/features.md)):", ""]
+    lines += [f"- {f['name']} ({', '.join(f['surfaces'])})" for f in by["built"]]
     if by["partial"]:
-        lines.append("- Built, with a gap: " + "; ".join(f"{f['name']} ({f['note'].rstrip('.')})"
-                                                         for f in by["partial"]) + ".")
+        lines += ["", "Built, with a gap:", ""]
+        lines += [f"- {f['name']} ({', '.join(f['surfaces'])}): {f['note']}" for f in by["partial"]]
     if by["not yet"]:
-        lines.append(f"- Not yet: {sentence([f['name'] for f in by['not yet']])}.")
-    lines.append("- Each feature with the tests that prove it: [docs/features.md](docs/features.md).")
+        lines += ["", "Not yet:", ""]
+        lines += [f"- {f['name']}: {f['note']}" for f in by["not yet"]]
     return "\n".join(lines) + "\n"
 
 
