@@ -95,6 +95,8 @@ def feature_problems(features: list[dict]) -> list[str]:
         if page := f.get("page"):
             if not (ROOT / "docs" / page).is_file():
                 out.append(f"{where}: no page docs/{page}")
+            elif f["status"] == "not yet" and f"rendered not-yet:{page} " not in (ROOT / "docs" / page).read_text():
+                out.append(f"{where}: docs/{page} has no rendered block not-yet:{page} to say it")
     return out
 
 
@@ -110,6 +112,12 @@ def render_status() -> str:
     if by["not yet"]:
         lines += ["", "Not yet:", ""]
         lines += [f"- {f['name']}: {f['note']}" for f in by["not yet"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_not_yet(page: str) -> str:
+    """A page's own "not yet" list: the features of docs/features.toml whose page it is."""
+    lines = [f"- {f['name']}: {f['note']}" for f in load_features() if f["status"] == "not yet" and f.get("page") == page]
     return "\n".join(lines) + "\n"
 
 
@@ -132,7 +140,16 @@ RENDERERS = {
     "features": ("docs/features.toml", render_feature_table),
     **figures.TABLES,
 }
-BLOCK = re.compile(r"<!-- BEGIN rendered (?P<name>\S+) from (?P<source>\S+) \(python3 docs-tests/facts\.py "
+def renderer(name: str):
+    """(source, render) of a rendered block: RENDERERS', or a page's "not yet" list
+    (`not-yet:PAGE`, PAGE relative to docs/)."""
+    if name.startswith("not-yet:"):
+        page = name.split(":", 1)[1]
+        return "docs/features.toml", lambda: render_not_yet(page)
+    return RENDERERS.get(name)
+
+
+BLOCK = re.compile(r"<!-- BEGIN rendered (?P<name>[^\s>]+) from (?P<source>\S+) \(python3 docs-tests/facts\.py "
                    r"--write\): do not edit -->\n(?P<body>.*?)<!-- END rendered (?P=name) -->", re.S)
 FIG = re.compile(r"<!--fig:(?P<name>[\w-]+)-->(?P<text>.*?)<!--/fig-->", re.S)
 # What a measured figure looks like in prose: a ratio (2.1×, 1.02-1.06x) or a rate (600 MB/s).
@@ -146,10 +163,10 @@ def block_problems(page: Path, text: str) -> list[str]:
     out, rel = [], page.relative_to(ROOT)
     for m in BLOCK.finditer(text):
         name, source = m["name"], m["source"]
-        if name not in RENDERERS:
+        if renderer(name) is None:
             out.append(f"{rel}: rendered block {name!r} has no renderer in docs-tests/facts.py")
             continue
-        want_source, render = RENDERERS[name]
+        want_source, render = renderer(name)
         if source != want_source:
             out.append(f"{rel}: block {name!r} says it comes from {source}, its renderer reads {want_source}")
         elif m["body"] != render():
@@ -264,9 +281,9 @@ def write() -> list[str]:
         text = page.read_text(encoding="utf-8")
 
         def fresh(m: re.Match) -> str:
-            if m["name"] not in RENDERERS:
+            if renderer(m["name"]) is None:
                 return m.group(0)
-            source, render = RENDERERS[m["name"]]
+            source, render = renderer(m["name"])
             head = m.group(0).split("\n", 1)[0].replace(f"from {m['source']} ", f"from {source} ")
             return f"{head}\n{render()}<!-- END rendered {m['name']} -->"
 
