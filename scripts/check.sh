@@ -52,6 +52,11 @@ check "justfile: a recipe per phase of scripts/test.sh" justfile_covers_phases
 # Each Python environment's lock (tools/python/NAME.txt) is what scripts/lock.sh compiles from
 # its inputs: the stamp on its first line, recomputed with no network and no uv.
 check "Python locks: tools/python/*.txt match their .in files" bash scripts/lock.sh --check
+# The facts the user pages state, from their one source (docs-tests/facts.py): the README's
+# Status and the book's feature table rendered from docs/features.toml (whose tests exist),
+# every figure rendered or cited from a committed rows file and equal to it, the rows
+# portable, every public Python name in docs/migration.md. Stdlib only, about a second.
+check "docs: rendered facts, cited figures, rows" python3 docs-tests/facts.py --check
 # Host: every crate with its tests, benches and examples (core's `testing` feature comes on
 # through native's dev-dependency), then core alone, without that feature.
 check "clippy (host, all crates)" cargo clippy -q --workspace --all-targets "${W[@]}"

@@ -6,7 +6,8 @@
 # scripts/test.sh builds before it: the Python package in the test venv (scripts/test-python.sh)
 # and the Node wasm build (scripts/test-wasm.sh); missing ones skip loudly, and fail under CI.
 # Starts its own loopback server. Idempotent. The other generated files are checked here too: the
-# reports' TypeScript and Python declarations (tools/boundary-types) and the Python API page.
+# reports' TypeScript and Python declarations (tools/boundary-types), the Python API page, and
+# the blocks docs-tests/facts.py renders (the feature list, the figures from bench/rows).
 #   scripts/test-docs.sh            # everything
 #   scripts/test-docs.sh --build    # the book and its links only; prints where it is
 set -euo pipefail
@@ -24,6 +25,9 @@ BOOK="$INSITUBATCH_CACHE/book"
 rm -rf "$BOOK"
 "$MDBOOK" build docs --dest-dir "$BOOK"
 python3 docs-tests/linkcheck.py "$BOOK"
+# The facts the pages state, against their one source (also in scripts/check.sh): the
+# feature list and its tests, every figure against its committed rows, portable rows.
+python3 docs-tests/facts.py --check
 if [ "${1:-}" = "--build" ]; then
     echo "the book: $BOOK/index.html"
     exit 0

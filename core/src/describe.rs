@@ -269,6 +269,89 @@ impl Note {
     }
 }
 
+/// The code of every note `describe()` can emit, each explained once, here. Every
+/// `Note::new` names one of these constants, and the note table of
+/// `docs/reference/describe.md` is generated from their doc comments
+/// (`examples/tests/reference.rs`, which fails when a code lacks one), so the page and the
+/// messages cannot drift apart. A doc comment says what the note means and what to do;
+/// its links are relative to `docs/reference/`.
+pub(crate) mod note_code {
+    /// `block_chunks` was raised so that any block holds a whole batch (otherwise a batch
+    /// could need three blocks and the floor would not hold). Lower `batch_size` or accept the
+    /// wider block; the shuffle only gets better.
+    pub(crate) const BLOCK_CHUNKS_WIDENED: &str = "block-chunks-widened";
+    /// `first_block_chunks` asked for a smaller first shuffle block, so the first batch waits
+    /// for fewer chunks; the message says how many samples open each epoch drawn from how few
+    /// chunks (instead of the specified order's), and the shuffle quality of the epoch with and
+    /// without it. Unset `first_block_chunks` for the specified order.
+    pub(crate) const FIRST_BLOCK_SMALLER: &str = "first-block-smaller";
+    /// The chunk grid does not divide the array, so the edge chunks are padded when decoded.
+    /// Only decode work is wasted; the pool holds the clipped chunks.
+    pub(crate) const RAGGED_GRID: &str = "ragged-grid";
+    /// One sample is so small that the per-row copy overhead of gather dominates. Rechunk so
+    /// that a sample is larger, or batch larger.
+    pub(crate) const SHORT_GATHER_RUN: &str = "short-gather-run";
+    /// Each chunk is one large stored object, so every read in flight costs a whole chunk of
+    /// memory. Chunking the inner axes makes `max_inflight` cheap.
+    pub(crate) const SINGLE_INNER_FAT_CHUNK: &str = "single-inner-fat-chunk";
+    /// A split has chunks but no sample whose window fits inside the array. Use larger
+    /// fractions or a smaller window shift.
+    pub(crate) const SPLIT_YIELDS_NOTHING: &str = "split-yields-nothing";
+    /// What the disk tier warns about (subject `cache_dir`). Natively: the `cache_dir` is on a
+    /// network filesystem, where the locking and memory-mapping the tier relies on may not
+    /// hold; use a local disk. In the browser: the tier stopped writing (a full quota, say;
+    /// batches are unchanged), or a chunk file failed its check and was read from the store
+    /// instead. The message says which.
+    pub(crate) const CACHE_DIR_NETWORK_FS: &str = "cache-dir-network-fs";
+    /// The explicit `cache_budget_bytes` is smaller than one floor per concurrent iteration,
+    /// so the second iteration will be refused when it starts. Raise the budget to the number
+    /// the message gives.
+    pub(crate) const BUDGET_BELOW_ITERATIONS: &str = "budget-below-iterations";
+    /// The budget (explicit, or automatic but capped at half the memory available) is below
+    /// read-once residency, so chunks shared between shuffle blocks may be evicted and fetched
+    /// again. The message bounds the extra bytes per epoch. See
+    /// [budgets and tiers](../concepts.md#budgets-and-tiers).
+    pub(crate) const BUDGET_BELOW_READ_ONCE: &str = "budget-below-read-once";
+    /// Under `model_parallel`: this rank's data-parallel group and its part in it, and what
+    /// the group reads (each rank fetches only the tiles of its part where chunks are tiled
+    /// along the split axis, else whole chunks). See
+    /// [the rank mesh](../distributed.md#model-parallelism-a-rank-mesh).
+    pub(crate) const MODEL_PARALLEL: &str = "model-parallel";
+    /// With `node_affinity`, each node draws from the same share of the train chunks in every
+    /// epoch (so a node's second epoch reads its own cache); the message gives the shuffle
+    /// quality of this rank's order with and without it. See
+    /// [the disk tier with several ranks](../distributed.md#the-disk-tier-on-a-machine-with-several-ranks).
+    pub(crate) const NODE_AFFINITY: &str = "node-affinity";
+    /// With `patch=`: how each sample is cut (grid positions, or random patches per sample),
+    /// what share of a sample's field one patch is, and how many of the tiles of the chunks
+    /// this train epoch reads its patches touch (only those are fetched, decoded and held), or
+    /// why its chunks are read whole. See [spatial patches](../patches.md#what-a-patch-costs).
+    pub(crate) const PATCHES: &str = "patches";
+    /// With `sel` on inner dimensions: the positions every row is cut to (a range, or the
+    /// listed labels' positions in their order), and that of chunks tiled on those axes only
+    /// the tiles they touch are read and held. See
+    /// [coordinates](../coordinates.md#a-region-on-inner-axes).
+    pub(crate) const REGION: &str = "region";
+    /// With `sample_mask` or `sample_weights`: the share of samples that can be drawn and,
+    /// with weights, the train view's expected rows per epoch, their effective sample size and
+    /// the most draws of one sample; each chunk is still read once per epoch. See
+    /// [masks and weighted sampling](../sampling.md).
+    pub(crate) const SAMPLE_DRAWS: &str = "sample-draws";
+    /// The estimated peak is more than the memory available. Lower `batch_size`,
+    /// `prefetch_depth`, `max_inflight` or `block_chunks`, or run fewer iterations.
+    pub(crate) const PEAK_ABOVE_MEMORY: &str = "peak-above-memory";
+    /// With several ranks, some samples of a split are not drawn this epoch so that every rank
+    /// yields the same number of batches (chunks are dealt to ranks a unit at a time): a note
+    /// for any dropped sample, a warning when more than a tenth of the split is dropped. Fewer
+    /// ranks, or a store chunked more finely along the sample axis, draws more. See
+    /// [ranks](../distributed.md#how-an-epoch-is-partitioned).
+    pub(crate) const RANKS_DROP_REMAINDER: &str = "ranks-drop-remainder";
+    /// A window reaches into the neighbouring chunk, so where that chunk belongs to another
+    /// rank both ranks read it: read-once holds per rank, not across the job, for those edge
+    /// chunks.
+    pub(crate) const RANKS_SHARE_WINDOW_CHUNKS: &str = "ranks-share-window-chunks";
+}
+
 /// The whole static picture.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -6,7 +6,9 @@
 //! one axis: the row's box (the whole field, or its patch, `patch.rs`) split in `k` as
 //! `numpy.array_split` splits it (the first `len % k` parts one longer). So the union over a
 //! group is the full row, and a model sharded over the group's devices gets its slices
-//! without a scatter. Every rank still reads whole chunks (its part's tiles only is not built).
+//! without a scatter. Where a chunk is tiled along that axis, a rank fetches, decodes and
+//! holds only the tiles its part touches (`pass::plan_tiles`, as for patches); a chunk of one
+//! tile there, a chunk transform or a disk tier makes every rank of the group read it whole.
 
 use crate::error::{Error, Result};
 use crate::patch::PatchAxis;

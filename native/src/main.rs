@@ -10,7 +10,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// still bounded by the pool budget; it is just not handed back to the OS between epochs.
 /// Huge pages are left to the system (`thp:default`): asking for them (`thp:always`) made
 /// the cold epoch's system time bimodal (0.1 s to 5 s on the same run, see
-/// docs/benchmarks.md "Where the cold spread came from"): a 2 MiB fault costs little when
+/// docs/lab/benchmarks.md "Where the cold spread came from"): a 2 MiB fault costs little when
 /// the memory behind it is already backed, and seconds per GiB when a VM's free page
 /// reporting has handed it back to the host or the kernel must reclaim page cache for it.
 #[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]

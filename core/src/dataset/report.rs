@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use super::{Dataset, max_batches_ahead};
+use crate::describe::note_code as code;
 use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport, human_bytes};
 use crate::engine::ArrayReader;
 use crate::error::{Error, Result};
@@ -12,7 +13,7 @@ use crate::shuffle::{Split, chunk_anchors, shuffle_quality};
 
 /// Process baseline (interpreter, allocator arenas, code) added to the accounted bytes. No
 /// share is added for allocator slack: the large buffers are recycled by the engine (see
-/// `Recycler`), and the measured peaks sit below the accounted bytes (docs/benchmarks.md).
+/// `Recycler`), and the measured peaks sit below the accounted bytes (docs/lab/benchmarks.md).
 const PROCESS_BASELINE_BYTES: u64 = 64 << 20;
 /// A sample shorter than this makes the gather a loop of tiny copies.
 const SHORT_GATHER_RUN_BYTES: u64 = 1024;
@@ -115,7 +116,7 @@ impl Dataset {
             let n = i.manifest.chunks_of(s).len();
             if n > 0 && self.drawable(s) == 0 {
                 notes.push(Note::new(
-                    "split-yields-nothing",
+                    code::SPLIT_YIELDS_NOTHING,
                     Severity::Warn,
                     s.name(),
                     format!("{s} has {n} chunks but no anchor whose window stays inside the array"),
@@ -123,13 +124,13 @@ impl Dataset {
             }
         }
         for w in self.tier_warnings() {
-            notes.push(Note::new("cache-dir-network-fs", Severity::Warn, "cache_dir", w));
+            notes.push(Note::new(code::CACHE_DIR_NETWORK_FS, Severity::Warn, "cache_dir", w));
         }
         notes.extend(self.rank_notes());
         let requested = i.options.knobs.block_chunks;
         if i.block_chunks > requested {
             notes.push(Note::new(
-                "block-chunks-widened",
+                code::BLOCK_CHUNKS_WIDENED,
                 Severity::Note,
                 "dataset",
                 format!(
@@ -145,7 +146,7 @@ impl Dataset {
         if i.first_block_chunks < i.block_chunks {
             let c = self.first_block_cost(self.epoch());
             notes.push(Note::new(
-                "first-block-smaller",
+                code::FIRST_BLOCK_SMALLER,
                 Severity::Note,
                 "train",
                 format!(
@@ -186,7 +187,7 @@ impl Dataset {
                 .into(),
         };
         Some(Note::new(
-            "patches",
+            code::PATCHES,
             Severity::Note,
             "dataset",
             format!(
@@ -216,7 +217,7 @@ impl Dataset {
             if inside.is_empty() { String::new() } else { format!("; patches on {inside:?} lie inside it") }
         });
         Some(Note::new(
-            "region",
+            code::REGION,
             Severity::Note,
             "dataset",
             format!(
@@ -265,7 +266,7 @@ impl Dataset {
             String::new()
         };
         Some(Note::new(
-            "sample-draws",
+            code::SAMPLE_DRAWS,
             Severity::Note,
             "dataset",
             format!(
@@ -276,24 +277,37 @@ impl Dataset {
         ))
     }
 
-    /// Under a rank mesh: this rank's group and part, and what the group reads.
+    /// Under a rank mesh: this rank's group and part, and what the group reads: each rank
+    /// only its part's tiles where the chunks are tiled along the split axis (`plan_tiles`),
+    /// else whole chunks, which every rank of the group then reads.
     fn mesh_note(&self) -> Option<Note> {
         let o = &self.inner.options;
         let m = o.model_parallel.as_ref()?;
         let (group, part) = m.place(o.knobs.rank);
+        let reads = match self.patch_tiles() {
+            Some((read, all)) if read < all => format!(
+                "this rank fetches and decodes only the tiles of its part, {read} of the {all} tiles of the chunks \
+                 it reads in train epoch {}",
+                self.epoch()
+            ),
+            _ => format!(
+                "each rank of the group reads whole chunks (they are not tiled along {}, or a chunk transform or \
+                 cache_dir needs them whole), so a group reads them {} times (share a cache_dir per node to read \
+                 them once)",
+                m.axis, m.size
+            ),
+        };
         Some(Note::new(
-            "model-parallel",
+            code::MODEL_PARALLEL,
             Severity::Note,
             "dataset",
             format!(
                 "rank {} is part {part} of {} of data-parallel group {group} of {}: it draws its group's rows and \
-                 takes part {part} of each along {}; each rank of a group reads whole chunks, so a group reads \
-                 them {} times (share a cache_dir per node to read them once)",
+                 takes part {part} of each along {}; {reads}",
                 o.knobs.rank,
                 m.size,
                 o.knobs.world_size / m.size,
-                m.axis,
-                m.size
+                m.axis
             ),
         ))
     }
@@ -315,7 +329,7 @@ impl Dataset {
                 // ranks, a finer chunking or a larger split spreads it better.
                 let severity = if dropped * 10 > self.drawable(s) { Severity::Warn } else { Severity::Note };
                 notes.push(Note::new(
-                    "ranks-drop-remainder",
+                    code::RANKS_DROP_REMAINDER,
                     severity,
                     s.name(),
                     format!(
@@ -334,7 +348,7 @@ impl Dataset {
         for (v, p) in i.vars.iter().zip(&i.plan_vars) {
             if p.offset.rem_euclid(p.spc as i64) != 0 {
                 notes.push(Note::new(
-                    "ranks-share-window-chunks",
+                    code::RANKS_SHARE_WINDOW_CHUNKS,
                     Severity::Note,
                     &v.label,
                     format!(
@@ -362,7 +376,7 @@ impl Dataset {
         let ours = quality(&sharding);
         let plain = quality(&crate::shard::Sharding { node_ranks: None, ..sharding });
         Note::new(
-            "node-affinity",
+            code::NODE_AFFINITY,
             Severity::Note,
             Split::Train.name(),
             format!(
@@ -496,7 +510,7 @@ fn variable_notes(vr: &VariableReport) -> Vec<Note> {
     let mut notes = Vec::new();
     if vr.ragged_multiplier > RAGGED_NOTE_THRESHOLD {
         notes.push(Note::new(
-            "ragged-grid",
+            code::RAGGED_GRID,
             Severity::Note,
             &vr.label,
             format!(
@@ -508,7 +522,7 @@ fn variable_notes(vr: &VariableReport) -> Vec<Note> {
     }
     if vr.gather_run_bytes < SHORT_GATHER_RUN_BYTES {
         notes.push(Note::new(
-            "short-gather-run",
+            code::SHORT_GATHER_RUN,
             Severity::Warn,
             &vr.label,
             format!("one sample is only {} bytes; per-row overhead will dominate the gather", vr.gather_run_bytes),
@@ -516,7 +530,7 @@ fn variable_notes(vr: &VariableReport) -> Vec<Note> {
     }
     if vr.stored_chunks_per_chunk == 1 && vr.stored_chunk_bytes > FAT_CHUNK_BYTES {
         notes.push(Note::new(
-            "single-inner-fat-chunk",
+            code::SINGLE_INNER_FAT_CHUNK,
             Severity::Note,
             &vr.label,
             format!(
@@ -544,7 +558,7 @@ struct BudgetFit {
 impl BudgetFit {
     fn reread_note(&self, what: &str) -> Note {
         Note::new(
-            "budget-below-read-once",
+            code::BUDGET_BELOW_READ_ONCE,
             Severity::Note,
             "dataset",
             format!(
@@ -571,7 +585,7 @@ fn auto_budget_notes(residency: u64, fit: &BudgetFit) -> Option<Note> {
 fn peak_note(peak: u64, memory_available: Option<u64>) -> Option<Note> {
     let available = memory_available.filter(|&a| peak > a)?;
     Some(Note::new(
-        "peak-above-memory",
+        code::PEAK_ABOVE_MEMORY,
         Severity::Warn,
         "dataset",
         format!(
@@ -589,7 +603,7 @@ fn budget_notes(budget: u64, iterations: usize, fit: &BudgetFit) -> Vec<Note> {
     let mut notes = Vec::new();
     if budget < needed {
         notes.push(Note::new(
-            "budget-below-iterations",
+            code::BUDGET_BELOW_ITERATIONS,
             Severity::Warn,
             "dataset",
             format!(
@@ -624,7 +638,7 @@ struct ReadsHeld {
 /// next decode. Then every read the window lets ahead, no more than the budget's chunks,
 /// can sit beside a slot the residency term already counts, as far as the recycler's cap
 /// lets slots wait. Measured: 32 reads ahead on 1-sample chunks held 57 MB beyond the
-/// model (docs/benchmarks.md). A chunk assembled from several tiles holds its slot from its
+/// model (docs/lab/benchmarks.md). A chunk assembled from several tiles holds its slot from its
 /// first tile's decode, so its tiles still waiting are always extra, as is a decoded
 /// scratch tile per running decode.
 fn inflight_beyond_charge(r: &ArrayReader, reads: &ReadsHeld, floor: u64) -> u64 {

@@ -130,8 +130,9 @@ def fsspec_store(url: str, *, read_only: bool = True, **storage_options: Any) ->
     Rapid buckets through gcsfs, s3fs, ...); ``storage_options`` go to
     ``FsspecStore.from_url``. A ``file://`` store gets ``auto_mkdir``.
 
-    The engine reads it through zarr's async API (slower than obstore; see
-    docs/benchmarks-python.md). Requires ``insitubatch-rs[fsspec]`` and the backend's package.
+    The engine reads it through zarr's async API (more CPU per read than obstore: every read
+    crosses into Python; ``python3 bench/run.py objects`` measures both). Requires
+    ``insitubatch-rs[fsspec]`` and the backend's package.
 
     Raises:
         ImportError: fsspec, zarr or the URL's fsspec backend (``s3fs``, ``gcsfs``, ...) is
