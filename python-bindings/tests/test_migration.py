@@ -457,10 +457,18 @@ def test_split_manifest_constructible_and_either_librarys_json(era5, tmp_path):
     assert insitubatch.SplitManifest.from_json(reference_json) == made
     ours = tmp_path / "ours.json"
     made.to_json(ours)
-    assert json.loads(ours.read_text()) == dataclasses.asdict(made)
+    assert ours.read_text() == made.to_json() == json.dumps(dataclasses.asdict(made), indent=2), "its text too"
+    # The engine answers for the dataclass's fields as they are: unchecked until a dataset is built.
+    assert made.chunks_of("all") == [0, 1, 2, 3, 4] and made.chunks_of(None) == made.chunks_of("all")
+    made.chunks["train"] = [7, 5]
+    assert made.chunks_of("train") == [7, 5]
+    assert made.sample_indices("train").tolist() == [*range(56, 64), *range(40, 48)]
+    with pytest.raises(ValueError, match="tran"):
+        insitubatch.SplitManifest(1, 8, 8, {"tran": [0]}).chunks_of("train")
     assert [s.value for s in insitubatch.SplitName] == ["train", "val", "test"]
     assert insitubatch.SplitName.TRAIN == "train" and str(insitubatch.SplitName.TEST) == "test"
     bad = dataclasses.replace(made, chunks={"train": [10]})
+    assert bad.chunks_of("train") == [10] and bad.sample_indices("train").tolist() == [] and "10" in bad.to_json()
     with pytest.raises(ValueError, match="chunk 10"):
         insitubatch.InSituDataset(u, bad, {"t2m": g})
 
