@@ -24,6 +24,8 @@ __all__ = [
     "buffer_address",
     "defaults",
     "verdict",
+    "producer_s",
+    "queue_share",
     "_shutdown",
     "_storage_conformance",
     "_storage_conformance_fixture",
@@ -155,6 +157,16 @@ def verdict(
     inflight_peak: int,
     max_inflight: int,
 ) -> tuple[str, str, bool]: ...
+def producer_s(
+    *,
+    fetch_wait_s: float,
+    admission_parked_s: float,
+    decode_s: float,
+    assemble_s: float,
+    gather_s: float,
+    batch_transform_s: float,
+) -> float: ...
+def queue_share(count: float, asked: float) -> float: ...
 def _shutdown() -> None: ...
 
 # The engine's rules (python-bindings/src/rules.rs): draw orders and tile arithmetic.
@@ -295,6 +307,8 @@ class NativeDataset:
     def manifest(self) -> SplitManifest: ...
     @property
     def variables(self) -> list[tuple[str, ArrayGeometry]]: ...
+    @property
+    def output_geometries(self) -> list[tuple[str, ArrayGeometry]]: ...
     @property
     def block_chunks(self) -> int: ...
     def draw_order(self, split: str, epoch: int) -> npt.NDArray[np.int64]: ...
