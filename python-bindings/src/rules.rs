@@ -8,7 +8,7 @@
 
 use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
 use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
-use insitubatch_core::{DType, Depths, Knobs, SplitOptions, StageTimes};
+use insitubatch_core::{Depths, Knobs, SplitOptions, StageTimes};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -35,7 +35,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(physical_chunk_coord, m)?)?;
     m.add_function(wrap_pyfunction!(slot_shape, m)?)?;
     m.add_function(wrap_pyfunction!(tile_placement, m)?)?;
-    m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
     m.add_function(wrap_pyfunction!(verdict, m)?)?;
     m.add_function(wrap_pyfunction!(producer_s, m)?)?;
     m.add_function(wrap_pyfunction!(queue_share, m)?)?;
@@ -218,14 +217,6 @@ fn tile_placement(
     let out_selection = axes.iter().map(|&a| (p.slot_origin[a], p.slot_origin[a] + p.extent[a])).collect();
     let complete = axes.iter().all(|&a| p.extent[a] as u64 == g.tile[a]);
     Ok((std::iter::once(c).chain(inner).collect(), chunk_selection, out_selection, complete))
-}
-
-/// Bytes per element of an engine dtype name (`float32`, `bfloat16`, ...).
-#[pyfunction]
-fn dtype_size(name: &str) -> PyResult<usize> {
-    DType::from_zarr_name(name)
-        .map(DType::size)
-        .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {name:?}")))
 }
 
 /// The engine's verdict rule (`core::stats::verdict`) for stats built by hand in Python:

@@ -44,7 +44,6 @@ __all__ = [
     "physical_chunk_coord",
     "slot_shape",
     "tile_placement",
-    "dtype_size",
     "checked_count",
     "parse_split",
 ]
@@ -196,7 +195,6 @@ def slot_shape(geom: ArrayGeometry, chunk_index: int) -> list[int]: ...
 def tile_placement(
     geom: ArrayGeometry, chunk_index: int, inner_coord: list[int]
 ) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]], bool]: ...
-def dtype_size(name: str) -> int: ...
 
 # Core's rules for the package's own arguments: a count's range, a split's word.
 def checked_count(name: str, value: int, minimum: int) -> int: ...
