@@ -6,21 +6,18 @@
 //! feature they derive `schemars::JsonSchema`, and tools/boundary-types writes
 //! `js/src/reports.d.ts` and the Python package's `_reports.py` from it. An `x-python`
 //! extension says where the Python package shows a field otherwise (insitubatch 0.2.0's shapes:
-//! `tuple` for a list, `dict` for `[name, value]` pairs, a Python `type` where the package
-//! replaces the value; on a struct, `extra` fields it adds, `total`, a Python `doc`), so adding
-//! a field here and regenerating updates every binding (CONTRIBUTING.md).
+//! `tuple` for a list, `dict` for `[name, value]` pairs, its `name`, an `alias` it is also
+//! shown under, `omit` where another field takes its name, a Python `type` where the package
+//! replaces the value; on a struct, `extra` fields it adds (`= value` where the value is
+//! fixed), `total`, a Python `doc`), so adding a field here and regenerating updates every
+//! binding (CONTRIBUTING.md). Every value is computed here: the Python package only reshapes.
 
 use serde::Serialize;
 
 /// One variable's geometry and per-chunk bytes.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(
-    feature = "schema",
-    schemars(extend("x-python" = {"total": false, "extra": {
-        "logical_chunk_bytes": "int  # the first chunk after chunk transforms, no padding (insitubatch 0.2.0's)"
-    }}))
-)]
+#[cfg_attr(feature = "schema", schemars(extend("x-python" = {"total": false})))]
 pub struct VariableReport {
     /// Label.
     pub label: String,
@@ -72,6 +69,18 @@ pub struct VariableReport {
     /// Element type after chunk transforms.
     #[cfg_attr(feature = "schema", schemars(with = "crate::DType"))]
     pub output_dtype: String,
+    /// Bytes of the first chunk after chunk transforms, without edge padding: its rows times
+    /// `gather_run_bytes` (insitubatch 0.2.0's).
+    pub logical_chunk_bytes: u64,
+    /// Array shape after chunk transforms (physical order): `output_inner_shape` with the
+    /// sample axis put back where it was; `shape` when they keep the sample's shape and type.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
+    pub output_shape: Vec<u64>,
+    /// Fetch unit after chunk transforms (physical order): a transform returns its chunk
+    /// whole, so one tile per sample-axis chunk; `chunks` when they keep the sample's shape
+    /// and type. The Python package's `view.geometries` are these.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
+    pub output_chunks: Vec<u64>,
 }
 
 /// What the dataset resolved to.
@@ -85,7 +94,7 @@ pub struct VariableReport {
         "readonly_cache": "bool",
         "reset_stale_cache": "bool",
         "shared_cache": "bool  # ours: several processes fill this cache_dir together",
-        "assembles": "bool"
+        "assembles": "bool = True  # every chunk is assembled into one sample-first slot, transform or not"
     }}))
 )]
 pub struct ConfigReport {
@@ -109,11 +118,12 @@ pub struct ConfigReport {
     /// Current epoch.
     pub epoch: u64,
     /// Explicit budget, if any.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(extend("x-python" = {"type": "int  # the budget in force for one iteration (explicit or automatic)"}))
-    )]
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"omit": true})))]
     pub cache_budget_bytes: Option<u64>,
+    /// The residency budget in force for one iteration: `cache_budget_bytes`, or without one
+    /// the automatic budget (`memory.automatic_budget_bytes`).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "cache_budget_bytes"})))]
+    pub budget_bytes: u64,
     /// The disk tier (`cache_dir` and its mode), if any.
     #[serde(default)]
     pub disk_tier: Option<String>,
@@ -134,11 +144,12 @@ pub struct ConfigReport {
     /// Reference samples per chunk (the anchor grid).
     pub samples_per_chunk: u64,
     /// Reference chunks.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(extend("x-python" = {"type": "dict[str, int]  # label -> chunks (insitubatch 0.2.0's)"}))
-    )]
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"omit": true})))]
     pub n_chunks: u64,
+    /// Label → chunks along its sample axis (each variable's `n_chunks`; insitubatch 0.2.0's
+    /// `n_chunks`).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true, "name": "n_chunks"})))]
+    pub variable_chunks: Vec<(String, u64)>,
     /// Chunks per split.
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub split_chunks: Vec<(String, usize)>,
@@ -158,23 +169,15 @@ pub struct ConfigReport {
     /// Batches per epoch per split, for this rank.
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub batches_per_epoch: Vec<(String, usize)>,
-    /// Mixing score of this epoch's train order (0..1).
-    #[cfg_attr(
-        feature = "schema",
-        schemars(extend("x-python" = {"type": "float | None  # None with under two train anchors"}))
-    )]
-    pub shuffle_quality: f64,
+    /// Mixing score of this epoch's train order (0..1); none (`null`, `None`) when this
+    /// rank's train order has under two anchors, which have no order to score.
+    pub shuffle_quality: Option<f64>,
 }
 
 /// The memory model evaluated for this configuration.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(
-    feature = "schema",
-    schemars(extend("x-python" = {"total": false, "extra": {
-        "working_set_bytes": "int  # the automatic budget for one iteration (insitubatch 0.2.0's name)"
-    }}))
-)]
+#[cfg_attr(feature = "schema", schemars(extend("x-python" = {"total": false})))]
 pub struct MemoryReport {
     /// Concurrent iterations assumed.
     pub iterations: usize,
@@ -193,6 +196,7 @@ pub struct MemoryReport {
     pub budget_is_automatic: bool,
     /// What an automatic budget holds for one iteration: read-once, capped at half the
     /// memory available, never below the floor.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"alias": "working_set_bytes"})))]
     pub automatic_budget_bytes: u64,
     /// The memory the runtime said the engine can have (available memory, cgroup-aware,
     /// natively; the instance's room in wasm); the automatic budget takes at most half.
@@ -433,7 +437,7 @@ impl DatasetReport {
         }
         let _ = writeln!(
             s,
-            "  batch {} | block_chunks {}{} | max_inflight {} | prefetch {} | seed {} epoch {} | shuffle quality {:.2}",
+            "  batch {} | block_chunks {}{} | max_inflight {} | prefetch {} | seed {} epoch {} | shuffle quality {}",
             c.batch_size,
             c.block_chunks,
             match (c.block_chunks != c.block_chunks_requested, c.first_block_chunks < c.block_chunks) {
@@ -446,7 +450,7 @@ impl DatasetReport {
             c.prefetch_depth,
             c.seed,
             c.epoch,
-            c.shuffle_quality
+            c.shuffle_quality.map_or_else(|| "n/a".to_string(), |q| format!("{q:.2}"))
         );
         let splits: Vec<String> = c
             .split_chunks

@@ -749,10 +749,10 @@ fn render_quality_curve(curve: &[insitubatch_native::QualityPoint]) -> String {
         String::from("what if block_chunks were ...\n  block_chunks  widened  quality  floor       est. peak\n");
     for p in curve {
         out.push_str(&format!(
-            "  {:>12}  {:>7}  {:>7.3}  {:<10}  {}\n",
+            "  {:>12}  {:>7}  {:>7}  {:<10}  {}\n",
             p.block_chunks,
             p.block_chunks_widened,
-            p.quality,
+            p.quality.map_or_else(|| "n/a".to_string(), |q| format!("{q:.3}")),
             insitubatch_native::human_bytes(p.floor_bytes),
             insitubatch_native::human_bytes(p.estimated_peak_bytes)
         ));

@@ -128,6 +128,16 @@ fn cli_describe_json_parses() {
     assert_eq!(v["config"]["batch_size"], 16);
     assert_eq!(v["variables"].as_array().unwrap().len(), 2);
     assert!(v["memory"]["estimated_peak_bytes"].as_u64().unwrap() > 0);
+    // The figures the engine derives for the bindings are in the CLI's JSON too.
+    assert_eq!(v["config"]["budget_bytes"], v["memory"]["automatic_budget_bytes"]);
+    let t2m = &v["variables"][0];
+    let chunks: Vec<serde_json::Value> =
+        v["variables"].as_array().unwrap().iter().map(|x| serde_json::json!([x["label"], x["n_chunks"]])).collect();
+    assert_eq!(v["config"]["variable_chunks"], serde_json::Value::from(chunks));
+    assert_eq!((&t2m["output_shape"], &t2m["output_chunks"]), (&t2m["shape"], &t2m["chunks"]));
+    let row: u64 = t2m["inner_shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).product();
+    assert_eq!(t2m["logical_chunk_bytes"], t2m["sample_chunk_size"].as_u64().unwrap() * row * 4);
+    assert!(v["config"]["shuffle_quality"].as_f64().unwrap() > 0.0);
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch"))
         .args(["describe", "/no/such/store.zarr"])
@@ -194,6 +204,16 @@ fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((&v["config"]["on_bad_chunk"], &v["epochs"][0]["pass"]["bad_chunks"]), (&"nan".into(), &1.into()));
+    let pass = &v["epochs"][0]["pass"];
+    let (d, t) = (&pass["depths"], &pass["times"]);
+    let share = |n: &str| d[n].as_f64().unwrap() / d["queue_samples"].as_f64().unwrap();
+    assert_eq!(
+        (d["starved_frac"].as_f64(), d["fed_frac"].as_f64()),
+        (Some(share("queue_empty")), Some(share("queue_full_enough")))
+    );
+    let stages = ["fetch_wait_s", "admission_parked_s", "decode_s", "assemble_s", "gather_s", "batch_transform_s"];
+    assert_eq!(t["producer_s"].as_f64(), Some(stages.iter().map(|s| t[*s].as_f64().unwrap()).sum::<f64>()));
+    assert!(pass["ttfb_s"].as_f64().is_some_and(|s| s > 0.0), "{pass}");
     let out = cli(&[&bench[..], &["--on-bad-chunk", "skip"]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("\"raise\" or \"nan\", got \"skip\""), "{err}");

@@ -226,6 +226,14 @@ impl NativeDataset {
             .collect())
     }
 
+    /// `(label, geometry)` of each variable after its chunk transforms (core's
+    /// `Dataset::output_geometries`): what its batches hold.
+    #[getter]
+    fn output_geometries(&self) -> PyResult<Vec<(String, PyGeometry)>> {
+        let out = self.get()?.dataset().output_geometries().map_err(core_err)?;
+        Ok(out.into_iter().map(|(label, inner)| (label, PyGeometry { inner })).collect())
+    }
+
     #[getter]
     fn block_chunks(&self) -> PyResult<usize> {
         Ok(self.get()?.dataset().block_chunks())

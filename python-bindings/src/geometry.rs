@@ -125,6 +125,27 @@ pub struct PyManifest {
 
 #[pymethods]
 impl PyManifest {
+    /// A manifest from its fields, as the Python package's `SplitManifest` holds them (built
+    /// by hand, unchecked: `check` checks it); `chunks` maps split words to chunk ids.
+    #[new]
+    #[pyo3(signature = (n_chunks, sample_chunk_size, n_samples, chunks, seed = 0))]
+    fn new(
+        n_chunks: u64,
+        sample_chunk_size: u64,
+        n_samples: u64,
+        chunks: &Bound<'_, PyDict>,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let chunks = chunks
+            .iter()
+            .map(|(split, ids)| Ok((split.extract::<SplitArg>()?.0, ids.extract::<Vec<u64>>()?)))
+            .collect::<PyResult<_>>()?;
+        Ok(Self { inner: CoreManifest { n_chunks, sample_chunk_size, n_samples, chunks, seed } })
+    }
+    /// Core's checks of a manifest (counts that agree, chunk ids in range and once per split).
+    fn check(&self) -> PyResult<()> {
+        self.inner.check().map_err(core_err)
+    }
     #[getter]
     fn n_chunks(&self) -> u64 {
         self.inner.n_chunks
@@ -154,9 +175,23 @@ impl PyManifest {
     fn chunks_of(&self, split: SplitArg) -> Vec<u64> {
         self.inner.chunks_of(split.0)
     }
-    /// Global sample indices of a split's chunks, in chunk order (int64 array).
-    fn sample_indices<'py>(&self, py: Python<'py>, split: SplitArg) -> PyResult<Bound<'py, PyAny>> {
-        i64_numpy(py, self.inner.sample_indices(split.0))
+    /// Global sample indices of a split's chunks, in chunk order (int64 array), on the
+    /// manifest's grid or on `geom`'s.
+    #[pyo3(signature = (split, geom = None))]
+    fn sample_indices<'py>(
+        &self,
+        py: Python<'py>,
+        split: SplitArg,
+        geom: Option<&Bound<'py, PyGeometry>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let indices = match geom {
+            Some(g) => {
+                let g = &g.get().inner;
+                self.inner.sample_indices_on(split.0, g.sample_chunk_size(), g.n_samples())
+            }
+            None => self.inner.sample_indices(split.0),
+        };
+        i64_numpy(py, indices)
     }
     /// The manifest as JSON; also written to `path` when given.
     #[pyo3(signature = (path = None))]

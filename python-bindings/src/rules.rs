@@ -1,14 +1,14 @@
 //! The engine's rules behind the Python package's free functions and `ArrayGeometry`
 //! methods: the draw order and its score (`core/src/shuffle.rs`), the tile arithmetic of
-//! one array (`core/src/geometry.rs`, `core/src/assemble.rs`), the verdict on hand-built
-//! stats, the knob defaults, and the rules the Python package applies to its own arguments
+//! one array (`core/src/geometry.rs`, `core/src/assemble.rs`), the verdict and the derived
+//! figures (`producer_s`, the queue shares) of hand-built stats, the knob defaults, and the rules the Python package applies to its own arguments
 //! (a count's range, a split's word). Each function converts its arguments, lets core check
 //! and compute, and converts the result; a bad value is core's
 //! [`insitubatch_core::Error::Config`] (or `Geometry`), a `ValueError` naming the argument.
 
 use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
 use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
-use insitubatch_core::{DType, Knobs, SplitOptions};
+use insitubatch_core::{Depths, Knobs, SplitOptions, StageTimes};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -35,8 +35,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(physical_chunk_coord, m)?)?;
     m.add_function(wrap_pyfunction!(slot_shape, m)?)?;
     m.add_function(wrap_pyfunction!(tile_placement, m)?)?;
-    m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
     m.add_function(wrap_pyfunction!(verdict, m)?)?;
+    m.add_function(wrap_pyfunction!(producer_s, m)?)?;
+    m.add_function(wrap_pyfunction!(queue_share, m)?)?;
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(count_arg, m)?)?;
     m.add_function(wrap_pyfunction!(parse_split, m)?)?;
@@ -218,14 +219,6 @@ fn tile_placement(
     Ok((std::iter::once(c).chain(inner).collect(), chunk_selection, out_selection, complete))
 }
 
-/// Bytes per element of an engine dtype name (`float32`, `bfloat16`, ...).
-#[pyfunction]
-fn dtype_size(name: &str) -> PyResult<usize> {
-    DType::from_zarr_name(name)
-        .map(DType::size)
-        .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {name:?}")))
-}
-
 /// The engine's verdict rule (`core::stats::verdict`) for stats built by hand in Python:
 /// `(stage, advice, consumer_idle)`. `blocked` is the consumer wait per stage, in
 /// `core::stats::Stage::ALL` order.
@@ -244,6 +237,37 @@ fn verdict(
     r.times.consumer_wait_s = consumer_wait_s;
     let (stage, advice, idle) = insitubatch_core::internals::verdict(&r, max_inflight);
     (stage.to_string(), advice, idle)
+}
+
+/// The engine's `producer_s` rule (`core::StageTimes::producer_seconds`) for times built by
+/// hand in Python: every stage's seconds but the caller's own.
+#[pyfunction]
+#[pyo3(signature = (*, fetch_wait_s, admission_parked_s, decode_s, assemble_s, gather_s, batch_transform_s))]
+fn producer_s(
+    fetch_wait_s: f64,
+    admission_parked_s: f64,
+    decode_s: f64,
+    assemble_s: f64,
+    gather_s: f64,
+    batch_transform_s: f64,
+) -> f64 {
+    let times = StageTimes {
+        fetch_wait_s,
+        admission_parked_s,
+        decode_s,
+        assemble_s,
+        gather_s,
+        batch_transform_s,
+        ..StageTimes::default()
+    };
+    times.producer_seconds()
+}
+
+/// The engine's rule of `starved_frac` and `fed_frac` (`core::Depths::share`) for depths built
+/// by hand in Python: `count` of the caller's `asked` requests, as a share.
+#[pyfunction]
+fn queue_share(count: f64, asked: f64) -> f64 {
+    Depths::share(count, asked)
 }
 
 /// The engine's knob defaults (core's `Knobs`, written by its serde derive, and

@@ -156,6 +156,7 @@ def test_on_bad_chunk_nan_and_raise(fixtures, manifest):
         else:
             assert not np.isnan(r).any()
     assert len(ds.bad_chunks) == 1 and ds.bad_chunks[0].chunk_index == 1
+    assert ds.bad_chunks[0].inner_coord == (0, 0) and ds.bad_chunks[0].coords == (1, 0, 0)
     raising = ib.InSituDataset(u, ib.split_by_chunk(g), {"v": g}, batch_size=4)
     with pytest.raises(ib.InsitubatchIOError, match="c/1/0/0"):
         list(raising.all)

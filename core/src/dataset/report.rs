@@ -8,6 +8,7 @@ use crate::describe::note_code as code;
 use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport, human_bytes};
 use crate::engine::ArrayReader;
 use crate::error::{Error, Result};
+use crate::geometry::ArrayGeometry;
 use crate::plan::{PassPlan, block_bytes};
 use crate::shuffle::{Split, chunk_anchors, shuffle_quality};
 
@@ -59,12 +60,37 @@ impl Dataset {
         arrays.iter().find(|r| r.geom.path == path).unwrap_or(&arrays[0])
     }
 
+    /// Each variable's geometry after its chunk transforms, label first: what its batches
+    /// hold (`ArrayGeometry::transformed`). The Python package's `view.geometries`.
+    ///
+    /// # Errors
+    /// [`Error::Geometry`] when a transform's declared output makes no geometry (a rank
+    /// below the sample axis, a zero extent).
+    pub fn output_geometries(&self) -> Result<Vec<(String, ArrayGeometry)>> {
+        self.inner
+            .vars
+            .iter()
+            .map(|v| {
+                let g = self.output_geometry(&v.geometry);
+                g.validate().map(|()| (v.label.clone(), g))
+            })
+            .collect()
+    }
+
+    /// `g` (a variable's geometry) after its array's chunk transforms.
+    fn output_geometry(&self, g: &ArrayGeometry) -> ArrayGeometry {
+        let r = self.reader_of(&g.path);
+        let inner: Vec<u64> = r.out_inner.iter().map(|&d| d as u64).collect();
+        g.transformed(&inner, r.out_dtype)
+    }
+
     /// One report per variable, with the notes its geometry calls for.
     fn variable_reports(&self, notes: &mut Vec<Note>) -> Vec<VariableReport> {
         let mut out = Vec::new();
         for v in &self.inner.vars {
             let g = &v.geometry;
             let r = self.reader_of(&g.path);
+            let output = self.output_geometry(g);
             let vr = VariableReport {
                 label: v.label.clone(),
                 path: g.path.clone(),
@@ -87,6 +113,9 @@ impl Dataset {
                 gather_run_bytes: r.out_sample_bytes(),
                 output_inner_shape: r.out_inner.clone(),
                 output_dtype: r.out_dtype.to_string(),
+                logical_chunk_bytes: g.sample_chunk_size().min(g.n_samples()) * r.out_sample_bytes(),
+                output_shape: output.shape,
+                output_chunks: output.tile,
             };
             notes.extend(variable_notes(&vr));
             out.push(vr);
@@ -481,6 +510,7 @@ impl Dataset {
             seed: o.knobs.seed,
             epoch: self.epoch(),
             cache_budget_bytes: o.knobs.cache_budget_bytes,
+            budget_bytes: o.knobs.cache_budget_bytes.unwrap_or(i.auto_residency_bytes),
             disk_tier: i.engine.tier.as_ref().map(|t| t.describe()),
             on_bad_chunk: o.knobs.on_bad_chunk.name().into(),
             chunk_transforms: i.chunk_transform_labels.clone(),
@@ -489,6 +519,7 @@ impl Dataset {
             offsets: i.vars.iter().map(|v| (v.label.clone(), v.geometry.offset)).collect(),
             samples_per_chunk: i.manifest.sample_chunk_size,
             n_chunks: i.manifest.n_chunks,
+            variable_chunks: i.vars.iter().map(|v| (v.label.clone(), v.geometry.n_chunks())).collect(),
             split_chunks: splits.iter().map(|&s| (s.name().to_string(), i.manifest.chunks_of(s).len())).collect(),
             rank: o.knobs.rank,
             world_size: o.knobs.world_size,
@@ -500,7 +531,7 @@ impl Dataset {
                 .map(|(name, n)| (name.clone(), n.div_ceil(o.knobs.batch_size as u64) as usize))
                 .collect(),
             drawable_samples: drawable,
-            shuffle_quality: shuffle_quality(&order),
+            shuffle_quality: (order.len() >= 2).then(|| shuffle_quality(&order)),
         }
     }
 }

@@ -40,6 +40,35 @@ fn discovers_every_array_and_labels_it_by_path() {
     assert_eq!(labels, ["t2m", "u10"]);
 }
 
+/// The figures `describe()` derives for the bindings (which show them, computing nothing):
+/// each label's chunks, the first chunk's bytes, the geometry batches hold, the budget in force
+/// and a shuffle quality only where there is an order to score.
+#[test]
+fn the_report_derives_what_the_bindings_show() {
+    let (sim, storage, runtime) = store();
+    let open = |fractions| {
+        let b = Dataset::builder(shared(&storage), runtime.clone())
+            .split(SplitOptions { fractions, ..Default::default() })
+            .options(DatasetOptions { knobs: Knobs { batch_size: 1, ..Default::default() }, ..Default::default() });
+        sim.run(b.open(), LIMIT).unwrap().unwrap()
+    };
+    let r = open((0.8, 0.1, 0.1)).describe(2).unwrap();
+    assert_eq!(r.config.variable_chunks, vec![("t2m".into(), 10), ("u10".into(), 5)]);
+    let bytes: Vec<u64> = r.variables.iter().map(|v| v.logical_chunk_bytes).collect();
+    assert_eq!(bytes, [4 * 2 * 4, 8 * 2 * 4], "rows of the first chunk x one sample's bytes");
+    for v in &r.variables {
+        assert_eq!((&v.output_shape, &v.output_chunks), (&v.shape, &v.chunks), "no transform, same geometry");
+    }
+    assert_eq!(r.config.cache_budget_bytes, None);
+    assert_eq!(r.config.budget_bytes, r.memory.automatic_budget_bytes, "one iteration's, though two were asked");
+    assert!(r.memory.residency_bytes > r.config.budget_bytes, "{:?}", r.memory);
+    assert!(r.config.shuffle_quality.is_some_and(|q| q > 0.0), "{:?}", r.config.shuffle_quality);
+    // One train chunk of four samples has an order; none has no order to score.
+    assert!(open((0.1, 0.0, 0.9)).describe(1).unwrap().config.shuffle_quality.is_some());
+    let none = open((0.0, 0.5, 0.5)).describe(1).unwrap();
+    assert_eq!((none.config.shuffle_quality, none.render().contains("shuffle quality n/a")), (None, true));
+}
+
 #[test]
 fn named_arrays_keep_their_order_and_the_split_uses_the_dataset_seed() {
     let (sim, storage, runtime) = store();
@@ -243,6 +272,7 @@ fn a_budget_beyond_the_store_is_counted_as_the_store() {
     let ds = open(Some(1 << 30));
     let m = ds.describe(1).unwrap().memory;
     assert_eq!(m.residency_bytes, 1 << 30, "the budget in force is the budget given");
+    assert_eq!(ds.describe(2).unwrap().config.budget_bytes, 1 << 30);
     assert_eq!(m.resident_max_bytes, store_bytes, "{m:?}");
     assert_eq!(
         m.accounted_bytes,

@@ -21,10 +21,10 @@ from ._split import SplitManifest, native_manifest
 from ._store import close_store, engine_store, reference_errors
 from ._store import storage_options as _storage_opts
 from ._options import Knobs
-from ._reports import QualityPoint
+from ._reports import BadChunkJson, QualityPoint
 from ._summary import DatasetReport, dataset_report
 from ._transforms import native_chunk_transform
-from ._types import ArrayGeometry, Batch, StoredChunkRead, native_geometry, np_dtype, split_name
+from ._types import ArrayGeometry, Batch, StoredChunkRead, native_geometry, split_name
 
 logger = logging.getLogger("insitubatch")
 
@@ -893,30 +893,12 @@ class InSituDataset:
     def bad_chunks(self) -> list[StoredChunkRead]:
         """Tiles filled under ``on_bad_chunk="nan"``, as ``StoredChunkRead(array, chunk_index,
         inner_coord)`` (``error`` says why)."""
-        axes = {g.path: g.sample_axis for _, g in self._native.variables}
-        out = []
-        for b in json.loads(self._native.bad_chunks_json()):
-            tile = list(b["tile"])
-            ax = axes.get(b["array"], 0)
-            inner = tuple(tile[:ax] + tile[ax + 1 :])
-            out.append(StoredChunkRead(b["array"], b["chunk_index"], inner, b.get("error", "")))
-        return out
+        bad: list[BadChunkJson] = json.loads(self._native.bad_chunks_json())
+        return [StoredChunkRead(b["array"], b["chunk_index"], tuple(b["inner_coord"]), b["error"]) for b in bad]
 
     def _out_geometries(self) -> dict[str, ArrayGeometry]:
-        """Each label's geometry after the chunk transforms (from ``describe()``)."""
-        out = {}
-        reports = self.describe()["variables"]
-        for label, g in self.geometries.items():
-            r = reports[label]
-            inner, dtype = r["output_inner_shape"], r["output_dtype"]
-            if inner == g.inner_shape and dtype == g._g.dtype:
-                out[label] = g
-                continue
-            ax = g.sample_axis
-            shape = (*inner[:ax], g.n_samples, *inner[ax:])
-            chunks = (*inner[:ax], g.sample_chunk_size, *inner[ax:])
-            out[label] = ArrayGeometry(g.path, shape, chunks, np_dtype(dtype), g.offset, ax)
-        return out
+        """Each label's geometry after the chunk transforms (the engine's)."""
+        return {label: ArrayGeometry._wrap(g) for label, g in self._native.output_geometries}
 
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:

@@ -59,8 +59,9 @@ const JS_ROOTS: &[&str] = &[
     "DrawOrderReport",
     "QualityPoint",
 ];
-/// The engine's JSON the Python package reads (`_summary.dataset_report`, `PassStats._from_engine`).
-const PY_JSON_ROOTS: &[&str] = &["DatasetReport", "PassStats"];
+/// The engine's JSON the Python package reads (`_summary.dataset_report`, `PassStats._from_engine`,
+/// `InSituDataset.bad_chunks`).
+const PY_JSON_ROOTS: &[&str] = &["DatasetReport", "PassStats", "BadChunk"];
 /// What the Python package hands out as dicts: `describe()` (with `probe`), `fleet_summary`
 /// and `quality_curve`.
 const PY_VIEW_ROOTS: &[&str] = &["DatasetReport", "ProbeReport", "FleetSummary", "QualityPoint"];

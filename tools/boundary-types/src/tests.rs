@@ -93,11 +93,20 @@ fn sample() -> Model {
         ]},
         "Report": {
             "description": "A report.\nTwo lines.",
-            "x-python": {"total": false, "extra": {"own": "int  # computed", "late?": "str"}},
+            "x-python": {"total": false, "extra": {
+                "own": "int  # computed", "late?": "str", "fixed": "bool = True  # always"
+            }},
             "type": "object",
-            "required": ["shape", "pairs", "stage", "peak"],
+            "required": ["shape", "pairs", "stage", "peak", "chunks", "label_chunks", "auto"],
             "properties": {
                 "peak": {"type": "integer", "description": "The peak.", "x-python": {"name": "resident_peak"}},
+                "chunks": {"type": "integer", "description": "Chunks.", "x-python": {"omit": true}},
+                "label_chunks": {
+                    "type": "array",
+                    "items": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]},
+                    "description": "By label.", "x-python": {"dict": true, "name": "chunks"}
+                },
+                "auto": {"type": "integer", "description": "Automatic.", "x-python": {"alias": "working_set"}},
                 "shape": {
                     "type": ["array", "null"], "items": {"type": "integer"},
                     "description": "A shape.", "x-python": {"tuple": true}
@@ -181,6 +190,12 @@ export interface Report {
   stage: Stage;
   /** The peak. */
   peak: number;
+  /** Chunks. */
+  chunks: number;
+  /** By label. */
+  label_chunks: [string, number][];
+  /** Automatic. */
+  auto: number;
   /** Skipped when None. */
   absent?: string;
 }
@@ -195,7 +210,7 @@ fn the_python_of_a_sample() {
     assert_eq!(all, ["Stage", "Report"]);
     let out = py::write(&m, &all, &all, "Header.");
     for want in [
-        "from typing import Literal, TypedDict\n",
+        "from typing import Any, Literal, TypedDict\n",
         "# - `store`: The store.\n",
         "Stage = Literal[\"store\", \"decode\"]\n",
         // The engine's JSON: the optional field in a total=False base.
@@ -207,14 +222,22 @@ fn the_python_of_a_sample() {
         "    shape: tuple[int, ...] | None\n",
         "    pairs: dict[Stage, float]\n",
         "    resident_peak: int\n",
+        // One `chunks` in Python: the omitted field's name, taken by the other.
+        "    # By label.\n    chunks: dict[str, int]\n",
+        "    # Automatic.\n    auto: int\n    # insitubatch 0.2.0's name for `auto` (the same value).\n    working_set: int\n",
         "    # Added by the package: computed\n    own: int\n",
+        "    # Added by the package: always\n    fixed: bool\n",
         "    late: str\n",
         "TUPLE_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"shape\"}),\n}\n",
-        "DICT_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"pairs\"}),\n}\n",
-        "PYTHON_NAMES: dict[str, dict[str, str]] = {\n    \"Report\": {\"peak\": \"resident_peak\"},\n}\n",
+        "DICT_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"pairs\", \"label_chunks\"}),\n}\n",
+        "PYTHON_NAMES: dict[str, dict[str, str]] = {\n    \"Report\": {\"peak\": \"resident_peak\", \"label_chunks\": \"chunks\"},\n}\n",
+        "PYTHON_ALIASES: dict[str, dict[str, str]] = {\n    \"Report\": {\"auto\": \"working_set\"},\n}\n",
+        "OMITTED_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"chunks\"}),\n}\n",
+        "FIXED_VALUES: dict[str, dict[str, Any]] = {\n    \"Report\": {\"fixed\": True},\n}\n",
     ] {
         assert!(out.contains(want), "missing:\n{want}\nin:\n{out}");
     }
+    assert_eq!(out.matches("    chunks: ").count(), 2, "ReportJson's and Report's, once each:\n{out}");
 }
 
 #[test]
@@ -223,13 +246,26 @@ fn misplaced_python_annotations_are_refused() {
         (json!({"type": "integer", "x-python": {"tuple": true}}), "tuple"),
         (json!({"type": "array", "items": {"type": "integer"}, "x-python": {"dict": true}}), "dict"),
         (json!({"type": "integer", "x-python": {"nmae": "x"}}), "nmae"),
+        (json!({"type": "integer", "x-python": {"omit": true, "name": "g"}}), "takes no name, alias or type"),
+        // Two Python keys of one name: a field's name, another's alias or an extra.
+        (json!({"type": "integer", "x-python": {"name": "g"}}), "the Python key \"g\" is given twice"),
+        (json!({"type": "integer", "x-python": {"alias": "g"}}), "the Python key \"g\" is given twice"),
+        (json!({"type": "integer", "x-python": {"alias": "own"}}), "the Python key \"own\" is given twice"),
     ] {
-        let defs = json!({"R": {"description": "R.", "type": "object", "required": ["f"], "properties": {"f": field}}});
+        let defs = json!({"R": {
+            "description": "R.", "type": "object", "required": ["f", "g"],
+            "x-python": {"extra": {"own": "int"}},
+            "properties": {"f": field, "g": {"type": "integer"}}
+        }});
         let err =
             std::panic::catch_unwind(|| Model::from_defs(defs.as_object().expect("an object"))).expect_err("refused");
         let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(msg.contains(why), "{msg}");
     }
+    // A fixed value on a key the package may leave out.
+    let defs = json!({"R": {"description": "R.", "type": "object", "x-python": {"extra": {"k?": "int = 1"}}, "properties": {}}});
+    let err = std::panic::catch_unwind(|| Model::from_defs(defs.as_object().expect("an object"))).expect_err("refused");
+    assert!(err.downcast_ref::<String>().is_some_and(|m| m.contains("may be absent (`?`) but has a fixed value")));
 }
 
 /// A report given to Python as a dataclass (`order`), holding another (after it in the
@@ -338,6 +374,11 @@ class Report:
     assert_eq!(out, want);
     // Filling again changes nothing.
     assert_eq!(fill(&defs, &out).expect("filled"), want);
+    // The module's tables name the properties, which the class keeps apart from its fields.
+    let m = Model::from_defs(defs.as_object().expect("an object"));
+    let module = py::write(&m, &m.reachable(&["Report"]), &[], "Header.");
+    let want = "PROPERTY_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"verdict\"}),\n}\n";
+    assert!(module.contains(want), "{module}");
 }
 
 #[test]
@@ -353,6 +394,9 @@ fn dataclass_annotations_that_cannot_work_are_refused() {
     // Dataclass keys on a struct that is no dataclass; keys that exclude each other.
     assert!(refused(json!({}), json!({"required": true})).contains("are for a dataclass"));
     assert!(refused(json!({"order": []}), json!({"required": true, "default": "1"})).contains("exclude each other"));
+    // A dataclass shows each field once, under one name.
+    assert!(refused(json!({"order": []}), json!({"alias": "s"})).contains("not a dataclass"));
+    assert!(refused(json!({"order": []}), json!({"omit": true})).contains("not a dataclass"));
     // A word field needs a default; a struct a dataclass holds is one.
     let mut defs = dataclass_sample(json!({"order": []}), json!({}));
     defs["Report"]["properties"]["stage"]["x-python"] = json!({});
