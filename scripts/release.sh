@@ -10,6 +10,18 @@
 #   dist/crates/  insitubatch-core, -object, -native: `cargo publish --dry-run` in dependency
 #                 order (cargo packages each, then builds it against the others' packages and
 #                 crates.io, as a user's `cargo add` would), each with its README and LICENSE.
+#   dist/sbom/    CycloneDX SBOMs (JSON): each crate's dependency tree (cargo-cyclonedx), the
+#                 environment the abi3 wheel installs into (cyclonedx-py; the Rust inside the
+#                 wheel is maturin's SBOM in its .dist-info/sboms/, checked to be there), the
+#                 npm package (cyclonedx-npm) and the Rust inside its wasm (cargo-cyclonedx for
+#                 wasm32), and the JavaScript bundled into the dashboard and the wheel's widget
+#                 (www's lockfile, cyclonedx-npm).
+#   dist/LICENSES.md  every component of those SBOMs with its license, each held to deny.toml's
+#                 allow-list (scripts/licenses.py); a license not on it fails the release.
+#   dist/SHA256SUMS   the checksum of every file above (`sha256sum -c SHA256SUMS` in dist/).
+# Reproducible: every artifact is built a second time (the wheels repackaged from the same
+# build, the sdist, the npm tarball, the crates) and compared byte for byte with the first; a
+# difference fails, naming the file (docs/security.md "Releases" says what this covers).
 # One version everywhere: CHANGELOG.md's newest (docs-tests test_one_version_everywhere).
 #   scripts/release.sh           the release profile: what you publish (the wheels take ~15 min
 #                                cold on 2 cores; builds js/pkg and 3.14t when missing)
@@ -128,6 +140,86 @@ crates() {
     done
 }
 
+# -- reproducible -----------------------------------------------------------------------------
+# Build each artifact again into $WORK/again and compare. The wheels are packaged again from
+# the same compiled extension (maturin finds the build fresh; a build from an empty target dir
+# takes the release's 15 minutes twice, see docs/security.md for that comparison); the sdist,
+# the npm tarball and the crates are packed again from the tree. maturin, npm and cargo write
+# fixed timestamps and a fixed order into their archives, so nothing here depends on the clock.
+reproducible() {
+    local again="$WORK/again" f c
+    rm -rf "$again" && mkdir -p "$again/python" "$again/npm" "$again/crates"
+    if [ "$MODE" = check ]; then
+        ib_build_wheel "$IB_PY" "$again/python"
+    else
+        ib_build_wheel "$IB_PY" "$again/python" --release
+        ib_build_wheel "$(bash scripts/py314t.sh)" "$again/python" --release
+    fi
+    (cd python-bindings && "$BIN/maturin" sdist -o "$again/python" >/dev/null)
+    (cd js && npm pack --silent --pack-destination "$again/npm" >/dev/null)
+    cargo package -q --allow-dirty --no-verify "${CRATES[@]/#/-p}" 2>/dev/null
+    for c in "${CRATES[@]}"; do
+        f="$CARGO_TARGET_DIR/package/$c-$version.crate"
+        [ -f "$f" ] || f="$CARGO_TARGET_DIR/package/tmp-crate/$c-$version.crate"
+        cp "$f" "$again/crates/"
+    done
+    local differ=()
+    for f in "$again"/*/*; do
+        local first="$DIST/${f#"$again"/}"
+        # In --check the cp314t wheel is test-python's, not rebuilt here: only what was built twice.
+        [ -f "$first" ] || { [ "$MODE" = check ] && continue; differ+=("${f#"$again"/} (no first build)"); continue; }
+        cmp -s "$f" "$first" || differ+=("${f#"$again"/}")
+    done
+    [ ${#differ[@]} -eq 0 ] || { echo "FAIL: not reproducible, the second build differs: ${differ[*]}" >&2; return 1; }
+    echo "reproducible: $(cd "$again" && find . -type f | wc -l) artifacts built twice, byte for byte the same"
+    passed=$((passed + 1))
+}
+
+# -- supply chain -----------------------------------------------------------------------------
+# The SBOMs (tools pinned in scripts/tools.sh and tools/python/supply.in), the license report
+# and the allow-list check (scripts/licenses.py over deny.toml), then SHA256SUMS over dist/.
+supply_chain() {
+    local sbom="$DIST/sbom" supply c whl
+    mkdir -p "$sbom"
+    source scripts/tools.sh
+    ib_tool cargo-cyclonedx && ib_tool npm
+    supply="$(dirname "$(ib_venv supply)")"
+    # The crates (as published: normal and build dependencies, every feature) and the wasm
+    # crate compiled into the npm package (its wasm32 tree, default features: the Node build).
+    for c in "${CRATES[@]}" insitubatch-wasm; do
+        local target=x86_64-unknown-linux-gnu features=(--all-features) name="$c"
+        [ "$c" = insitubatch-wasm ] && { target=wasm32-unknown-unknown; features=(); name=insitubatch-npm-wasm; }
+        "$IB_CARGO_CYCLONEDX" cyclonedx -q --manifest-path "$(cargo metadata --format-version 1 --no-deps \
+            | python3 -c "import json,sys; print(next(p['manifest_path'] for p in json.load(sys.stdin)['packages'] if p['name'] == '$c'))")" \
+            --format json --spec-version 1.5 --target "$target" "${features[@]}" --no-build-deps=false \
+            --override-filename "$name.cdx" >/dev/null
+    done
+    for c in "${CRATES[@]}" insitubatch-wasm; do
+        local dir name="$c"
+        [ "$c" = insitubatch-wasm ] && name=insitubatch-npm-wasm
+        dir="$(dirname "$(find . -path ./target -prune -o -name "$name.cdx.json" -print | head -n1)")"
+        mv "$dir/$name.cdx.json" "$sbom/$name.cdx.json"
+    done
+    # The environment a user's `pip install` of the abi3 wheel makes (the wheel and numpy),
+    # from the clean venv python_checks installed it into; the wheel's own Rust SBOM is there.
+    "$supply/cyclonedx-py" environment --of JSON --output-reproducible -o "$sbom/insitubatch-rs-wheel.cdx.json" \
+        "$WORK/venv-abi3/bin/python" >/dev/null
+    for whl in "$DIST"/python/*.whl; do
+        unzip -l "$whl" | grep -q '\.dist-info/sboms/.*\.json$' \
+            || { echo "FAIL: $(basename "$whl") carries no SBOM of its Rust in .dist-info/sboms/" >&2; return 1; }
+    done
+    # The npm package (no dependencies of its own) and what the dashboard and the widget bundle.
+    (cd js && "$IB_NPM_PREFIX/node_modules/.bin/cyclonedx-npm" --output-reproducible --spec-version 1.5 \
+        --output-format JSON --output-file "$sbom/insitubatch-npm.cdx.json" >/dev/null)
+    (cd www && "$IB_NPM_PREFIX/node_modules/.bin/cyclonedx-npm" --package-lock-only --omit dev --output-reproducible \
+        --spec-version 1.5 --output-format JSON --output-file "$sbom/www-bundled.cdx.json" >/dev/null)
+    "$supply/python" scripts/licenses.py --allow deny.toml --report "$DIST/LICENSES.md" "$sbom"/*.cdx.json
+    (cd "$DIST" && find . -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS \
+        && sha256sum --quiet -c SHA256SUMS)
+    echo "SHA256SUMS: $(wc -l <"$DIST/SHA256SUMS") files; SBOMs: $(cd "$sbom" && ls | tr '\n' ' ')"
+    passed=$((passed + 3))
+}
+
 echo "== Python: wheels (manylinux_2_28) and the sdist"
 "$IB_PY" tests/fixtures/make_fixtures.py "$FIXTURES" >/dev/null   # the stores use_wheel.py reads; skipped when current
 python_wheels
@@ -136,6 +228,10 @@ echo "== npm: the package tarball"
 npm_package
 echo "== crates: cargo publish --dry-run (${CRATES[*]})"
 crates
+echo "== reproducible: each artifact built again, compared byte for byte"
+reproducible
+echo "== supply chain: SBOMs, the license report, SHA256SUMS"
+supply_chain
 echo "dist/: $(cd "$DIST" && find . -type f | sort | tr '\n' ' ')"
 if grep -q 'example.invalid' Cargo.toml python-bindings/pyproject.toml; then
     echo "note: the repository address is a placeholder (example.invalid): set it in Cargo.toml and"
