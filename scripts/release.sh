@@ -208,11 +208,15 @@ supply_chain() {
         unzip -l "$whl" | grep -q '\.dist-info/sboms/.*\.json$' \
             || { echo "FAIL: $(basename "$whl") carries no SBOM of its Rust in .dist-info/sboms/" >&2; return 1; }
     done
-    # The npm package (no dependencies of its own) and what the dashboard and the widget bundle.
-    (cd js && "$IB_NPM_PREFIX/node_modules/.bin/cyclonedx-npm" --output-reproducible --spec-version 1.5 \
-        --output-format JSON --output-file "$sbom/insitubatch-npm.cdx.json" >/dev/null)
-    (cd www && "$IB_NPM_PREFIX/node_modules/.bin/cyclonedx-npm" --package-lock-only --omit dev --output-reproducible \
-        --spec-version 1.5 --output-format JSON --output-file "$sbom/www-bundled.cdx.json" >/dev/null)
+    # The npm package as packed (it has no dependencies of its own: the lockfile npm writes for
+    # it, offline, is what cyclonedx-npm reads), and the production dependencies the dashboard
+    # and the wheel's widget bundle (www's lockfile).
+    local cdx_npm=("$IB_NPM_PREFIX/node_modules/.bin/cyclonedx-npm" --package-lock-only --output-reproducible
+        --spec-version 1.5 --output-format JSON)
+    mkdir -p "$WORK/npm-sbom" && tar xzf "$DIST/npm/insitubatch-$version.tgz" -C "$WORK/npm-sbom"
+    (cd "$WORK/npm-sbom/package" && npm install --package-lock-only --ignore-scripts --offline --no-audit --no-fund \
+        --loglevel=error >/dev/null && "${cdx_npm[@]}" --output-file "$sbom/insitubatch-npm.cdx.json" >/dev/null)
+    (cd www && "${cdx_npm[@]}" --omit dev --output-file "$sbom/www-bundled.cdx.json" >/dev/null)
     "$supply/python" scripts/licenses.py --allow deny.toml --report "$DIST/LICENSES.md" "$sbom"/*.cdx.json
     (cd "$DIST" && find . -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS \
         && sha256sum --quiet -c SHA256SUMS)
