@@ -176,34 +176,38 @@ reproducible() {
 }
 
 # -- supply chain -----------------------------------------------------------------------------
-# The SBOMs (tools pinned in scripts/tools.sh and tools/python/supply.in), the license report
-# and the allow-list check (scripts/licenses.py over deny.toml), then SHA256SUMS over dist/.
+# cargo-cyclonedx over the workspace for target $1 (more arguments: features): it writes
+# NAME.cdx.json beside each member's Cargo.toml; kept are those of the members named in $KEEP
+# ("member:file" words), moved to $SBOM/file, and the rest are removed.
+cyclonedx_rust() {
+    local target="$1" member dir
+    shift
+    "$IB_CARGO_CYCLONEDX" cyclonedx -q --format json --spec-version 1.5 --target "$target" "$@"
+    while read -r member dir; do
+        local keep="" w
+        for w in $KEEP; do [ "${w%%:*}" = "$member" ] && keep="${w#*:}"; done
+        if [ -n "$keep" ]; then mv "$dir/$member.cdx.json" "$SBOM/$keep"; else rm -f "$dir/$member.cdx.json"; fi
+    done < <(cargo metadata --format-version 1 --no-deps | python3 -c \
+        'import json, os, sys; [print(p["name"], os.path.dirname(p["manifest_path"])) for p in json.load(sys.stdin)["packages"]]')
+}
+
 supply_chain() {
-    local sbom="$DIST/sbom" supply c whl
-    mkdir -p "$sbom"
+    local supply c whl
+    SBOM="$DIST/sbom"
+    mkdir -p "$SBOM"
     source scripts/tools.sh
     ib_tool cargo-cyclonedx && ib_tool npm
     supply="$(dirname "$(ib_venv supply)")"
-    # The crates (as published: normal and build dependencies, every feature) and the wasm
-    # crate compiled into the npm package (its wasm32 tree, default features: the Node build).
-    for c in "${CRATES[@]}" insitubatch-wasm; do
-        local target=x86_64-unknown-linux-gnu features=(--all-features) name="$c"
-        [ "$c" = insitubatch-wasm ] && { target=wasm32-unknown-unknown; features=(); name=insitubatch-npm-wasm; }
-        "$IB_CARGO_CYCLONEDX" cyclonedx -q --manifest-path "$(cargo metadata --format-version 1 --no-deps \
-            | python3 -c "import json,sys; print(next(p['manifest_path'] for p in json.load(sys.stdin)['packages'] if p['name'] == '$c'))")" \
-            --format json --spec-version 1.5 --target "$target" "${features[@]}" --no-build-deps=false \
-            --override-filename "$name.cdx" >/dev/null
-    done
-    for c in "${CRATES[@]}" insitubatch-wasm; do
-        local dir name="$c"
-        [ "$c" = insitubatch-wasm ] && name=insitubatch-npm-wasm
-        dir="$(dirname "$(find . -path ./target -prune -o -name "$name.cdx.json" -print | head -n1)")"
-        mv "$dir/$name.cdx.json" "$sbom/$name.cdx.json"
-    done
+    # The three crates with every feature, and the wasm crate compiled into the npm package,
+    # for wasm32 with the features of its builds (s3: Node and web-s3; threads: web-threads;
+    # `schema` is the declarations generator's only).
+    KEEP="$(for c in "${CRATES[@]}"; do printf '%s:%s.cdx.json ' "$c" "$c"; done)" \
+        cyclonedx_rust x86_64-unknown-linux-gnu --all-features
+    KEEP="insitubatch-wasm:insitubatch-npm-wasm.cdx.json" cyclonedx_rust wasm32-unknown-unknown --features s3,threads
     # The environment a user's `pip install` of the abi3 wheel makes (the wheel and numpy),
     # from the clean venv python_checks installed it into; the wheel's own Rust SBOM is there.
-    "$supply/cyclonedx-py" environment --of JSON --output-reproducible -o "$sbom/insitubatch-rs-wheel.cdx.json" \
-        "$WORK/venv-abi3/bin/python" >/dev/null
+    "$supply/cyclonedx-py" environment --sv 1.5 --of JSON --output-reproducible --pyproject python-bindings/pyproject.toml \
+        -o "$SBOM/insitubatch-rs-wheel.cdx.json" "$WORK/venv-abi3/bin/python" >/dev/null
     for whl in "$DIST"/python/*.whl; do
         unzip -l "$whl" | grep -q '\.dist-info/sboms/.*\.json$' \
             || { echo "FAIL: $(basename "$whl") carries no SBOM of its Rust in .dist-info/sboms/" >&2; return 1; }
@@ -215,12 +219,12 @@ supply_chain() {
         --spec-version 1.5 --output-format JSON)
     mkdir -p "$WORK/npm-sbom" && tar xzf "$DIST/npm/insitubatch-$version.tgz" -C "$WORK/npm-sbom"
     (cd "$WORK/npm-sbom/package" && npm install --package-lock-only --ignore-scripts --offline --no-audit --no-fund \
-        --loglevel=error >/dev/null && "${cdx_npm[@]}" --output-file "$sbom/insitubatch-npm.cdx.json" >/dev/null)
-    (cd www && "${cdx_npm[@]}" --omit dev --output-file "$sbom/www-bundled.cdx.json" >/dev/null)
-    "$supply/python" scripts/licenses.py --allow deny.toml --report "$DIST/LICENSES.md" "$sbom"/*.cdx.json
+        --loglevel=error >/dev/null && "${cdx_npm[@]}" --output-file "$SBOM/insitubatch-npm.cdx.json" >/dev/null)
+    (cd www && "${cdx_npm[@]}" --omit dev --output-file "$SBOM/www-bundled.cdx.json" >/dev/null)
+    "$supply/python" scripts/licenses.py --allow deny.toml --report "$DIST/LICENSES.md" "$SBOM"/*.cdx.json
     (cd "$DIST" && find . -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS \
         && sha256sum --quiet -c SHA256SUMS)
-    echo "SHA256SUMS: $(wc -l <"$DIST/SHA256SUMS") files; SBOMs: $(cd "$sbom" && ls | tr '\n' ' ')"
+    echo "SHA256SUMS: $(wc -l <"$DIST/SHA256SUMS") files; SBOMs: $(cd "$SBOM" && ls | tr '\n' ' ')"
     passed=$((passed + 3))
 }
 

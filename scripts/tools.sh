@@ -91,7 +91,9 @@ _ib_tool_cargo_deny() {
 }
 
 _ib_tool_cargo_cyclonedx() {
-    [ "$("$IB_CARGO_CYCLONEDX" --version 2>/dev/null || true)" = "cargo-cyclonedx $IB_CARGO_CYCLONEDX_VERSION" ] && return 0
+    # Its version is the subcommand's (the binary alone answers only `cargo-cyclonedx cyclonedx`).
+    [ "$("$IB_CARGO_CYCLONEDX" cyclonedx --version 2>/dev/null || true)" = "cargo-cyclonedx-cyclonedx $IB_CARGO_CYCLONEDX_VERSION" ] \
+        && return 0
     echo "installing cargo-cyclonedx $IB_CARGO_CYCLONEDX_VERSION into $IB_SUPPLY_ROOT" >&2
     _ib_cargo_install cargo-cyclonedx --version "$IB_CARGO_CYCLONEDX_VERSION" --locked --root "$IB_SUPPLY_ROOT"
 }
