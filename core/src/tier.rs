@@ -203,3 +203,26 @@ pub trait TierOpener: MaybeSend + MaybeSync + std::fmt::Debug {
     /// A held lock, a stale cache, an unreadable log: the dataset is refused with the message.
     fn open(&self, arrays: &[ArrayIdentity]) -> Result<Arc<dyn ChunkTier>>;
 }
+
+#[cfg(test)]
+mod tests {
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh).
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::CommitRecord;
+
+    #[test]
+    fn the_record_is_crc32c_of_its_parts_in_order_and_checks_nothing_else() {
+        // CRC-32C's check value (RFC 3720): the checksum is Castagnoli's, little-endian.
+        let r = CommitRecord::over(&[b"1234", b"56789"]);
+        assert_eq!(r.as_bytes()[..8], *b"IBCOMMIT");
+        assert_eq!(r.as_bytes()[8..12], 0xE306_9283u32.to_le_bytes());
+        assert_eq!(r.as_bytes()[12..], *b"END\n");
+        assert_eq!(r, CommitRecord::over(&[b"123456789"]), "parts are concatenated");
+        assert_eq!(CommitRecord::check(&[b"123456789"], r.as_bytes()), Ok(()));
+        assert!(CommitRecord::check(&[b"123456780"], r.as_bytes()).unwrap_err().contains("checksum"));
+        assert!(CommitRecord::check(&[b"x"], &r.as_bytes()[..15]).unwrap_err().contains("no commit record"));
+        assert!(CommitRecord::check(&[b"x"], &[0; CommitRecord::LEN]).unwrap_err().contains("no commit record"));
+    }
+}
