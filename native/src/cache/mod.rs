@@ -22,7 +22,7 @@
 //!
 //! Nothing on disk is served unchecked: every chunk file ends with a commit record over its
 //! name, header and data ([`npy::check_file`]), checked when a revive maps it, once per file
-//! version per process ([`verified`]), on the pool; a file that fails is a miss (read from the
+//! version per process (`verified.rs`), on the pool; a file that fails is a miss (read from the
 //! store and written again), or, read-only, an error naming it. Who may write the folder is
 //! checked when it opens ([`modes`]): a folder writable by every user is refused, and what
 //! the tier creates is its owner's alone (or its group's, for `shared_cache`).
