@@ -25,7 +25,9 @@ import sys
 import tomllib
 from pathlib import Path
 
-# Free-text license names in package metadata that mean one SPDX license.
+# Free-text license names in package metadata that mean one SPDX license (Python packages
+# without a License-Expression give a trove classifier, "License :: OSI Approved :: BSD
+# License", whose last part is looked up here: numpy before 2.3 says so of its BSD-3-Clause).
 NAMES = {
     "BSD License": "BSD-3-Clause",
     "MIT License": "MIT",
@@ -49,7 +51,8 @@ def licenses_of(component: dict) -> list[str]:
             out.append(entry["expression"])
         elif "license" in entry:
             lic = entry["license"]
-            out.append(lic.get("id") or NAMES.get(lic.get("name", ""), lic.get("name", "")))
+            name = lic.get("name", "").split(" :: ")[-1]
+            out.append(lic.get("id") or NAMES.get(name, lic.get("name", "")))
     return [e for e in out if e]
 
 

@@ -32,8 +32,13 @@ class ExpressionRule(unittest.TestCase):
 
     def test_cyclonedx_license_shapes(self):
         c = {"licenses": [{"expression": "MIT OR Apache-2.0"}, {"license": {"id": "BSD-3-Clause"}},
-                          {"license": {"name": "BSD License"}}]}
-        self.assertEqual(licenses_of(c), ["MIT OR Apache-2.0", "BSD-3-Clause", "BSD-3-Clause"])
+                          {"license": {"name": "BSD License"}},
+                          {"license": {"name": "License :: OSI Approved :: MIT License"}},
+                          {"license": {"name": "License :: Other/Proprietary License"}}]}
+        self.assertEqual(
+            licenses_of(c),
+            ["MIT OR Apache-2.0", "BSD-3-Clause", "BSD-3-Clause", "MIT", "License :: Other/Proprietary License"],
+        )
 
 
 class Report(unittest.TestCase):
