@@ -35,16 +35,61 @@ impl Stamp {
     }
 }
 
-static VERIFIED: Mutex<Option<HashSet<Stamp>>> = Mutex::new(None);
+/// A set of versions, bounded ([`REMEMBERED`]).
+#[derive(Debug, Default)]
+pub struct Versions(Mutex<Option<HashSet<Stamp>>>);
+
+/// At most this many versions are remembered (about 16 MiB of stamps); past it the set starts
+/// over, and each file is checked once more. Correctness never depends on it: a forgotten
+/// version is only read again. A cache of more chunk files than this, read whole every epoch,
+/// is checked in full again about once per this many revives.
+pub const REMEMBERED: usize = 1 << 18;
+
+impl Versions {
+    /// An empty set (a `static`'s initializer).
+    pub const fn new() -> Self {
+        Self(Mutex::new(None))
+    }
+
+    /// True when this version is in the set.
+    pub fn contains(&self, stamp: &Stamp) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|set| set.contains(stamp))
+    }
+
+    /// Add a version (starting over past [`REMEMBERED`]).
+    pub fn insert(&self, stamp: Stamp) {
+        let mut versions = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let set = versions.get_or_insert_with(HashSet::new);
+        if set.len() >= REMEMBERED {
+            set.clear();
+        }
+        set.insert(stamp);
+    }
+
+    /// How many versions it holds.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map_or(0, HashSet::len)
+    }
+
+    /// Forget every version.
+    #[cfg(test)]
+    pub fn clear(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// This process's: the versions it checked or wrote.
+static VERIFIED: Versions = Versions::new();
 
 /// True when this version was checked (or written) by this process.
 pub fn contains(stamp: &Stamp) -> bool {
-    VERIFIED.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|set| set.contains(stamp))
+    VERIFIED.contains(stamp)
 }
 
 /// Record a checked (or written) version.
 pub fn insert(stamp: Stamp) {
-    VERIFIED.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(HashSet::new).insert(stamp);
+    VERIFIED.insert(stamp);
 }
 
 /// Forget every version, as a new process starts: for tests that alter a file in place
@@ -52,7 +97,7 @@ pub fn insert(stamp: Stamp) {
 /// milliseconds), as only another process or a forger would.
 #[cfg(test)]
 pub fn forget_all() {
-    *VERIFIED.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    VERIFIED.clear();
 }
 
 #[cfg(test)]
@@ -73,14 +118,27 @@ mod tests {
             .unwrap()
             .set_modified(UNIX_EPOCH + Duration::from_secs(1000))
             .unwrap();
+        let versions = Versions::new();
         let first = Stamp::of(&std::fs::metadata(&path).unwrap());
-        insert(first);
-        assert!(contains(&first));
+        versions.insert(first);
+        assert!(versions.contains(&first));
         // The same length, written in place (same inode).
         std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(b"two").unwrap();
         let second = Stamp::of(&std::fs::metadata(&path).unwrap());
         assert_eq!((second.ino, second.len), (first.ino, first.len));
         assert_ne!(second, first);
-        assert!(!contains(&second));
+        assert!(!versions.contains(&second));
+    }
+
+    #[test]
+    fn the_versions_remembered_are_bounded() {
+        let meta = std::fs::metadata(std::env::temp_dir()).unwrap();
+        let stamp = |n: usize| Stamp { ino: n as u64, ..Stamp::of(&meta) };
+        let versions = Versions::new();
+        for n in 0..=REMEMBERED {
+            versions.insert(stamp(n));
+        }
+        assert!(versions.len() <= REMEMBERED, "{} versions remembered", versions.len());
+        assert!(versions.contains(&stamp(REMEMBERED)), "the newest is kept");
     }
 }
