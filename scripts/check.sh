@@ -80,6 +80,17 @@ check "clippy (wasm32, wasm, threads feature)" env RUSTC_BOOTSTRAP=1 \
 check "doc (host, all crates)" env RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps --workspace --all-features
 check "doc (wasm32, wasm)" env RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps -p insitubatch-wasm "${WASM[@]}"
 
+# The dependency policy (deny.toml, docs/security.md "Releases and dependencies"): licenses,
+# duplicate versions, banned crates, crates.io as the only source, over Cargo.lock (--locked:
+# cargo metadata may fetch a manifest it lacks from crates.io). Not the advisories: their database is a GitHub repository, which CI cannot reach. Last, so that on a
+# cold machine scripts/warm.sh has built cargo-deny while the checks above ran.
+cargo_deny() {
+    source scripts/tools.sh
+    ib_tool cargo-deny || return 1
+    "$IB_CARGO_DENY" --locked --workspace --log-level error --config deny.toml check bans licenses sources
+}
+check "cargo-deny: licenses, bans, duplicates, sources" cargo_deny
+
 if [ ${#failed[@]} -gt 0 ]; then
     echo "checks: ${#failed[@]} of $n failed: ${failed[*]}" >&2
     exit 1

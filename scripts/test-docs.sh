@@ -52,5 +52,6 @@ cargo test -q -p insitubatch-boundary-types
 echo "== docs: Python, JS and bash blocks (pytest over extracted snippets)"
 source scripts/pyenv.sh
 ib_test_venv
-"$IB_PY" -m pytest -q -p no:cacheprovider -rs docs-tests/test_snippets.py docs-tests/test_python_api.py
+"$IB_PY" -m pytest -q -p no:cacheprovider -rs docs-tests/test_snippets.py docs-tests/test_python_api.py \
+    docs-tests/test_security_page.py
 echo "== scripts/test-docs.sh took $((SECONDS - START)) s"

@@ -107,6 +107,6 @@ pub use shard::{Checkpoint, Cut};
 pub use shuffle::{Split, UnknownSplit};
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 pub use stats::{Depths, LimitingStage, PassObserver, PassStats, Stage, StageTimes};
-pub use tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+pub use tier::{ArrayIdentity, ChunkTier, CommitRecord, TierCounters, TierOpener};
 pub use whatif::{DrawOrderReport, QualityPoint};
 pub use window::WindowReason;

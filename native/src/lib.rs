@@ -114,6 +114,9 @@ pub struct OpenOptions {
     /// Serve the pass reports as Prometheus metrics at this `HOST:PORT` (`metrics.rs`; port 0
     /// picks a free one, [`NativeDataset::metrics_address`] says which); `None`: no endpoint.
     pub metrics_address: Option<String>,
+    /// The one web origin (`http://host:port`) whose pages may read that endpoint (the
+    /// dashboard watching the job); `None`: no page may (no CORS header).
+    pub metrics_cors_origin: Option<String>,
 }
 
 impl Default for OpenOptions {
@@ -135,6 +138,7 @@ impl Default for OpenOptions {
             chunk_transforms: Vec::new(),
             batch_transforms: Vec::new(),
             metrics_address: None,
+            metrics_cors_origin: None,
         }
     }
 }
@@ -326,7 +330,7 @@ fn build_dataset(storage: Arc<dyn Storage>, location: &str, mut options: OpenOpt
         None => None,
         Some(address) => {
             let exporter = Arc::new(metrics::PrometheusExporter::default());
-            let bound = exporter.serve(&address, &runtime.handle())?;
+            let bound = exporter.serve(&address, options.metrics_cors_origin.as_deref(), &runtime.handle())?;
             options.dataset.observers.push(exporter);
             Some(bound)
         }

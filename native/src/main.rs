@@ -374,10 +374,14 @@ struct RunArgs {
     /// Random patches per sample and epoch (default 1).
     #[arg(long, requires = "patch")]
     patches_per_sample: Option<u64>,
-    /// Serve the pass reports as Prometheus metrics at IP:PORT (port 0: a free one; the
-    /// address is printed to stderr).
+    /// Serve the pass reports as Prometheus metrics at IP:PORT, or PORT alone on loopback
+    /// (port 0: a free one; the address is printed to stderr).
     #[arg(long, value_name = "IP:PORT")]
     metrics_address: Option<String>,
+    /// The one web origin whose pages may read the metrics (the dashboard watching this job,
+    /// e.g. http://localhost:5173); without it no page may.
+    #[arg(long, value_name = "ORIGIN", requires = "metrics_address")]
+    metrics_cors_origin: Option<String>,
     /// A rank mesh: groups of K consecutive ranks draw the same rows, each rank taking its
     /// part of every row along --model-parallel-axis.
     #[arg(long, value_name = "K", requires = "model_parallel_axis")]
@@ -584,6 +588,7 @@ impl RunArgs {
                 shared: self.shared_cache,
             }),
             metrics_address: self.metrics_address.clone(),
+            metrics_cors_origin: self.metrics_cors_origin.clone(),
             ..OpenOptions::default()
         }
     }

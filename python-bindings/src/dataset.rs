@@ -102,7 +102,7 @@ impl NativeDataset {
                         node_ranks = None, read_policy = None, patch = None, patch_mode = None,
                         patch_stride = None, patches_per_sample = None, sample_mask = None, sample_weights = None,
                         model_parallel = None, callbacks = Vec::new(), metrics_address = None,
-                        sel_time = None, sel_number = None, concat_dim = None))]
+                        metrics_cors_origin = None, sel_time = None, sel_number = None, concat_dim = None))]
     fn new(
         py: Python<'_>,
         store: &Bound<'_, PyAny>,
@@ -129,6 +129,7 @@ impl NativeDataset {
         model_parallel: Option<(usize, Bound<'_, PyAny>)>,
         callbacks: Vec<Bound<'_, PyAny>>,
         metrics_address: Option<String>,
+        metrics_cors_origin: Option<String>,
         sel_time: Option<Vec<(String, bool, Vec<i64>)>>,
         sel_number: Option<Vec<(String, bool, Vec<f64>)>>,
         concat_dim: Option<String>,
@@ -169,6 +170,7 @@ impl NativeDataset {
             chunk_transforms,
             batch_transforms,
             metrics_address,
+            metrics_cors_origin,
             ..OpenOptions::default()
         };
         let opened = py.detach(|| open_store(store, options, concat_dim.as_deref())).map_err(native_err)?;

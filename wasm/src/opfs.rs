@@ -33,7 +33,7 @@
 
 use std::collections::BTreeSet;
 
-use insitubatch_core::{DType, Error};
+use insitubatch_core::{CommitRecord, DType, Error};
 use sha2::{Digest, Sha256};
 
 use crate::JsOpenOptions;
@@ -114,10 +114,8 @@ fn dir_segments(dir: &str) -> Result<Vec<String>, Error> {
 const SUFFIX: &str = ".ibchunk";
 /// The header line's length: a multiple of this.
 const HEADER_ALIGN: usize = 128;
-/// The commit record: `IBCOMMIT`, the CRC-32C of header and data (little-endian), `END\n`.
-pub const TRAILER_LEN: usize = 16;
-const COMMIT: &[u8; 8] = b"IBCOMMIT";
-const TRAILER_END: &[u8; 4] = b"END\n";
+/// The commit record's length: core's [`CommitRecord`] over header and data, as the native tier's.
+pub const TRAILER_LEN: usize = CommitRecord::LEN;
 
 /// The first 16 hex digits of SHA-256 of an array's path. File names carry it so that the
 /// directory's listing says which array a file belongs to (the readable part is lossy).
@@ -181,14 +179,10 @@ pub fn header(fingerprint: &str, chunk: u64, dtype: DType, shape: &[usize]) -> V
     out
 }
 
-/// The commit record written after `header` and `data`.
+/// The commit record written after `header` and `data` (core's [`CommitRecord`]: the
+/// header names the pipeline and the chunk, so no other part is needed).
 pub fn trailer(header: &[u8], data: &[u8]) -> [u8; TRAILER_LEN] {
-    let crc = crc32c::crc32c_append(crc32c::crc32c(header), data);
-    let mut out = [0u8; TRAILER_LEN];
-    out[..8].copy_from_slice(COMMIT);
-    out[8..12].copy_from_slice(&crc.to_le_bytes());
-    out[12..].copy_from_slice(TRAILER_END);
-    out
+    *CommitRecord::over(&[header, data]).as_bytes()
 }
 
 /// Whether a file read back as `head`, `data` and `tail` is the chunk whose header is
@@ -200,13 +194,7 @@ pub fn verify(head: &[u8], want: &[u8], data: &[u8], tail: &[u8]) -> Result<(), 
     if head != want {
         return Err("holds another pipeline, shape or dtype");
     }
-    if tail.len() != TRAILER_LEN || tail[..8] != COMMIT[..] || tail[12..] != TRAILER_END[..] {
-        return Err("has no commit record (an interrupted write)");
-    }
-    if tail[8..12] != trailer(head, data)[8..12] {
-        return Err("does not match its checksum (a torn or damaged write)");
-    }
-    Ok(())
+    CommitRecord::check(&[head, data], tail)
 }
 
 /// The fingerprints other than `fingerprint` that files of the array at `path` were written

@@ -16,7 +16,7 @@ import { guarded, nextBatch, nextEpoch, prevBatch, showBatch } from './preview.j
 import { applyProbe, runProbe } from './probe.js';
 import { drawColorbar } from './render.js';
 import { scheduleUpdate } from './tune.js';
-import { stopWatching, watchJob } from './watch.js';
+import { showOrigin, stopWatching, watchJob } from './watch.js';
 
 // What this module exported before the sections moved out, for anything that imports them.
 export { human } from './components.js';
@@ -65,6 +65,7 @@ $('job-form').addEventListener('submit', (ev) => {
   watchJob($('job-url').value.trim());
 });
 $('unwatch').addEventListener('click', stopWatching);
+showOrigin();
 
 // `?store=URL` opens a store at load; `?demo` the served demo store.
 const params = new URLSearchParams(location.search);

@@ -444,8 +444,11 @@ class InSituDataset:
     ``callbacks``: callables ``(PassStats) -> None``, each called with every pass's report
     when the pass ends (TensorBoard, W&B, OpenTelemetry; an exception goes to
     ``sys.unraisablehook``). ``metrics_address="HOST:PORT"``: serve the reports as
-    Prometheus metrics there (port 0 picks a free one: ``ds.metrics_address``), every series
-    labelled with the split, rank and world size (docs/distributed.md).
+    Prometheus metrics there (port 0 picks a free one: ``ds.metrics_address``; a port alone
+    listens on loopback), every series labelled with the split, rank and world size
+    (docs/distributed.md). ``metrics_cors_origin="http://host:port"``: the one web origin
+    whose pages may read them (the dashboard watching the job); without it no page may
+    (docs/security.md).
     ``coords=True``: read the sample axis's coordinate (the 1-d array named like its
     dimension, CF time decoded to ``datetime64[ns]``) once at open; every batch carries each
     row's value in ``batch.coords``. ``sel={"time": ("2010-01-01", "2019-12-31")}``: only
@@ -521,6 +524,7 @@ class InSituDataset:
         model_parallel_axis: str | int | None = None,
         callbacks: Sequence[Any] = (),
         metrics_address: str | None = None,
+        metrics_cors_origin: str | None = None,
         coords: bool = False,
         sel: Mapping[str, tuple[Any, Any] | slice | Sequence[Any]] | None = None,
         concat_dim: str | None = None,
@@ -572,6 +576,7 @@ class InSituDataset:
             "model_parallel": _model_parallel(model_parallel, model_parallel_axis),
             "callbacks": list(callbacks),
             "metrics_address": None if metrics_address is None else str(metrics_address),
+            "metrics_cors_origin": None if metrics_cors_origin is None else str(metrics_cors_origin),
             **_sel(sel),
             "concat_dim": concat_dim,
         }

@@ -288,6 +288,7 @@ class NativeDataset:
         model_parallel: tuple[int, str | int] | None = None,
         callbacks: list[Any] = ...,
         metrics_address: str | None = None,
+        metrics_cors_origin: str | None = None,
         sel_time: tuple[str, int, int] | None = None,
         sel_number: tuple[str, float, float] | None = None,
         concat_dim: str | None = None,
