@@ -6,7 +6,7 @@
 # scripts/test.sh builds before it: the Python package in the test venv (scripts/test-python.sh)
 # and the Node wasm build (scripts/test-wasm.sh); missing ones skip loudly, and fail under CI.
 # Starts its own loopback server. Idempotent. The other generated files are checked here too: the
-# reports' TypeScript and Python declarations (tools/boundary-types) and the Python API page.
+# Python API page (the generated types and the option reference are checked by scripts/check.sh).
 #   scripts/test-docs.sh            # everything
 #   scripts/test-docs.sh --build    # the book and its links only; prints where it is
 set -euo pipefail
@@ -39,11 +39,6 @@ DEMO="$INSITUBATCH_CACHE/demo/era5_demo.zarr"
 echo "== docs: Rust blocks (doc-tests) and the reference pages against the report types"
 cargo test -q -p insitubatch-examples --doc
 cargo test -q -p insitubatch-examples --test reference
-
-echo "== docs: the reports' TypeScript and Python declarations against the report types"
-# js/src/reports.d.ts and the package's _reports.py, generated from the Rust report types
-# (`cargo run -p insitubatch-boundary-types` rewrites them): fails when one is stale.
-cargo test -q -p insitubatch-boundary-types
 
 echo "== docs: Python, JS and bash blocks (pytest over extracted snippets)"
 source scripts/pyenv.sh

@@ -175,10 +175,13 @@ impl PrometheusExporter {
             None => address.parse::<SocketAddr>(),
         };
         let addr = parsed.map_err(|_| {
-            NativeError::Core(insitubatch_core::Error::Config(format!(
-                "metrics_address must be IP:PORT, e.g. 0.0.0.0:9400 to be scraped from other machines or \
-                 127.0.0.1:0 for a free local port; got {address:?}"
-            )))
+            NativeError::Core(insitubatch_core::Error::option(
+                "metrics_address",
+                format!(
+                    "`metrics_address` must be IP:PORT, e.g. 0.0.0.0:9400 to be scraped from other machines or \
+                     127.0.0.1:0 for a free local port; got {address:?}"
+                ),
+            ))
         })?;
         let bind = |e: std::io::Error| NativeError::Open {
             message: format!("the metrics endpoint cannot listen there ({e}); pass a free IP:PORT, or port 0"),

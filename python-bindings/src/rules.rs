@@ -8,7 +8,7 @@
 
 use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
 use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
-use insitubatch_core::{DType, Knobs, SplitOptions};
+use insitubatch_core::{DType, DatasetSpec, SplitOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -246,18 +246,16 @@ fn verdict(
     (stage.to_string(), advice, idle)
 }
 
-/// The engine's knob defaults (core's `Knobs`, written by its serde derive, and
-/// `SplitOptions`), so the Python signatures restate nothing.
+/// The engine's option defaults (core's `DatasetSpec::default()`, written by its serde
+/// derive; `split_by_chunk`'s `contiguous` from `SplitOptions`), so the Python signatures
+/// restate nothing.
 #[pyfunction]
 fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let s = SplitOptions::default();
-    let out = pythonize::pythonize(py, &Knobs::default())
+    let out = pythonize::pythonize(py, &DatasetSpec::default())
         .map_err(|e| PyValueError::new_err(e.to_string()))?
         .cast_into::<PyDict>()
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    out.set_item("fractions", s.fractions)?;
-    out.set_item("split_seed", s.seed)?;
-    out.set_item("contiguous", s.contiguous)?;
+    out.set_item("contiguous", SplitOptions::default().contiguous)?;
     out.set_item("probe_chunks", insitubatch_core::PROBE_CHUNKS)?;
     Ok(out)
 }
