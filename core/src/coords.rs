@@ -69,17 +69,20 @@ impl Label {
     /// or a date `YYYY-MM-DD[THH:MM[:SS]]` in UTC.
     ///
     /// # Errors
-    /// [`Error::Config`] for text that is neither, naming it.
+    /// [`Error::InvalidOption`] (`sel`) for text that is neither, naming it.
     pub fn from_text(text: &str) -> Result<Self> {
         let text = text.trim();
         if let Ok(x) = text.parse::<f64>() {
             return Ok(Self::Number(x));
         }
         epoch_ns(text).map(Self::Time).ok_or_else(|| {
-            Error::Config(format!(
-                "sel bound {text:?} is neither a number nor a date; write dates as YYYY-MM-DD, optionally with \
-                 THH:MM:SS (UTC)"
-            ))
+            Error::option(
+                "sel",
+                format!(
+                    "`sel` bound {text:?} is neither a number nor a date; write dates as YYYY-MM-DD, optionally with \
+                     THH:MM:SS (UTC)"
+                ),
+            )
         })
     }
 }
@@ -288,7 +291,7 @@ impl Coordinate {
     /// (latitude often runs from 90 to -90).
     ///
     /// # Errors
-    /// [`Error::Config`] for a time bound on a numeric coordinate (or the reverse), a
+    /// [`Error::InvalidOption`] for a time bound on a numeric coordinate (or the reverse), a
     /// coordinate that is not monotonic, or a range that selects nothing.
     pub fn select(&self, lo: Label, hi: Label) -> Result<(u64, u64)> {
         let (start, stop) = match (&self.values, lo, hi) {
@@ -297,7 +300,7 @@ impl Coordinate {
             _ => return Err(self.wrong_kind()),
         }?;
         if start >= stop {
-            return Err(Error::Config(format!("sel on {:?} selects nothing; widen the range", self.name)));
+            return Err(Error::option("sel", format!("`sel` on {:?} selects nothing; widen the range", self.name)));
         }
         Ok((start as u64, stop as u64))
     }
@@ -305,11 +308,11 @@ impl Coordinate {
     /// The position of each of `labels`, in order (exact matches).
     ///
     /// # Errors
-    /// [`Error::Config`] for no labels, a label of the other kind, or one the coordinate
+    /// [`Error::InvalidOption`] for no labels, a label of the other kind, or one the coordinate
     /// does not hold, naming it.
     pub fn positions(&self, labels: &[Label]) -> Result<Vec<u64>> {
         if labels.is_empty() {
-            return Err(Error::Config(format!("sel on {:?} lists no label; list at least one", self.name)));
+            return Err(Error::option("sel", format!("`sel` on {:?} lists no label; list at least one", self.name)));
         }
         labels
             .iter()
@@ -320,23 +323,29 @@ impl Coordinate {
                     _ => return Err(self.wrong_kind()),
                 };
                 at.map(|p| p as u64).ok_or_else(|| {
-                    Error::Config(format!(
-                        "sel on {:?}: {label} is not among its {} values; list values the coordinate holds",
-                        self.name,
-                        self.len()
-                    ))
+                    Error::option(
+                        "sel",
+                        format!(
+                            "`sel` on {:?}: {label} is not among its {} values; list values the coordinate holds",
+                            self.name,
+                            self.len()
+                        ),
+                    )
                 })
             })
             .collect()
     }
 
     fn wrong_kind(&self) -> Error {
-        Error::Config(format!(
-            "sel on {:?} needs {} bounds; give the bounds as {}",
-            self.name,
-            self.kind(),
-            if self.kind() == "time" { "dates, e.g. \"2010-01-01\"" } else { "numbers" }
-        ))
+        Error::option(
+            "sel",
+            format!(
+                "`sel` on {:?} needs {} bounds; give the bounds as {}",
+                self.name,
+                self.kind(),
+                if self.kind() == "time" { "dates, e.g. \"2010-01-01\"" } else { "numbers" }
+            ),
+        )
     }
 
     fn kind(&self) -> &'static str {
@@ -391,7 +400,7 @@ fn range_in<T: PartialOrd>(v: &[T], lo: &T, hi: &T) -> Result<(usize, usize)> {
     } else if all(Greater) {
         Ok((v.partition_point(|x| x > hi), v.partition_point(|x| x >= lo)))
     } else {
-        Err(Error::Config("sel needs a strictly increasing or decreasing coordinate".into()))
+        Err(Error::option("sel", "`sel` needs a strictly increasing or decreasing coordinate"))
     }
 }
 

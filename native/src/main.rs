@@ -346,8 +346,9 @@ struct RunArgs {
     shuffle: bool,
     /// A chunk that cannot be fetched or decoded: raise (stop with an error naming it) or
     /// nan (fill its tiles, record it in the report, go on).
-    #[arg(long, value_name = "raise|nan", default_value = spec().on_bad_chunk.name(), value_parser = parse_word::<OnBadChunk>)]
-    on_bad_chunk: OnBadChunk,
+    // Words are read by core's parser in `RunArgs::spec`, so a wrong one is core's refusal.
+    #[arg(long, value_name = "raise|nan", default_value = spec().on_bad_chunk.name())]
+    on_bad_chunk: String,
     /// Carry the sample axis's coordinate in every batch.
     #[arg(long)]
     coords: bool,
@@ -386,8 +387,8 @@ struct RunArgs {
     patch: Option<AxisSizes>,
     /// grid: every patch of a grid (stepping --patch-stride); random: --patches-per-sample
     /// patches at random origins per sample and epoch (default grid).
-    #[arg(long, value_name = "grid|random", value_parser = parse_word::<PatchPlacement>)]
-    patch_mode: Option<PatchPlacement>,
+    #[arg(long, value_name = "grid|random")]
+    patch_mode: Option<String>,
     /// The grid's step per axis, AXIS=STEP (default: the patch size; smaller overlaps).
     #[arg(long, value_name = "AXIS=STEP,...", value_parser = parse_axis_sizes)]
     patch_stride: Option<AxisSizes>,
@@ -562,11 +563,6 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
 
-/// A word of the spec (`--on-bad-chunk`, `--patch-mode`), read by core's one parser of it.
-fn parse_word<T: std::str::FromStr<Err = insitubatch_native::core::Error>>(s: &str) -> Result<T, String> {
-    s.parse().map_err(|e: insitubatch_native::core::Error| render_error(&e))
-}
-
 /// `--sel DIM=LO,HI` or `DIM=[A,B,...]` as core's selection (`LabelSel::from_arg`).
 fn parse_sel(s: &str) -> Result<LabelSel, String> {
     LabelSel::from_arg(s).map_err(|e| e.to_string())
@@ -611,7 +607,7 @@ impl RunArgs {
             shuffle: self.shuffle,
             prefetch_depth: self.prefetch_depth,
             cache_budget_bytes: self.cache_budget_bytes,
-            on_bad_chunk: self.on_bad_chunk,
+            on_bad_chunk: self.on_bad_chunk.parse::<OnBadChunk>()?,
             coords: self.coords,
             threads: self.threads,
             rank: self.rank,
@@ -623,7 +619,7 @@ impl RunArgs {
             sample_mask: numbers(&self.sample_mask)?.map(|v| v.iter().map(|&x| x != 0.0).collect()),
             sample_weights: numbers(&self.sample_weights)?,
             patch: self.patch.clone(),
-            patch_mode: self.patch_mode,
+            patch_mode: self.patch_mode.as_deref().map(str::parse::<PatchPlacement>).transpose()?,
             patch_stride: self.patch_stride.clone(),
             patches_per_sample: self.patches_per_sample,
             fractions: self.fractions.map_or(default_fractions, |f| f.0),

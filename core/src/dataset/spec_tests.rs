@@ -51,8 +51,8 @@ fn bad_data_names_its_option() {
     let e = read(r#"{"batch_sise": 7}"#).unwrap_err();
     assert_eq!(e.option_name(), Some("batch_sise"));
     let text = e.to_string();
-    assert!(text.contains("unknown option batch_sise") && text.contains("batch_size, block_chunks"), "{text}");
-    assert!(e.message_in(&crate::camel_case).contains("batchSise"), "{e}");
+    assert!(text.contains("unknown option \"batch_sise\"") && text.contains("batch_size, block_chunks"), "{text}");
+    assert!(e.message_in(&crate::camel_case).contains("are batchSize, blockChunks"), "{e}");
     // A retired key names the one that replaced it, and its unit.
     let e = read(r#"{"read_policy": {"backoff_ms": 5}}"#).unwrap_err();
     assert_eq!(e.option_name(), Some("read_policy.backoff_ms"));
