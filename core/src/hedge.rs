@@ -57,7 +57,7 @@ impl HedgePolicy {
         match bad.into_iter().find(|b| b.0) {
             Some((_, key, bound, got)) => Err(crate::error::Error::option(
                 format!("read_policy.hedge.{key}"),
-                format!("`read_policy.hedge.{key}` must be {bound}, got {got}; or turn hedging off with `false`"),
+                format!("`read_policy.hedge.{key}` must be {bound}, got {got}; or turn hedging off"),
             )),
             None => Ok(()),
         }

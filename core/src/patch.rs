@@ -148,7 +148,7 @@ impl schemars::JsonSchema for AxisSizes {
         schemars::json_schema!({
             "description": "A count per axis, in order: `{axis: count}` or `[[axis, count], ...]`.",
             "x-ts": "Record<string, number> | Map<string | number, number> | [string | number, number][]",
-            "x-python": {"type": "Mapping[str | int, int] | Sequence[tuple[str | int, int]]"},
+            "x-python": {"type": "dict[str | int, int] | list[tuple[str | int, int]]"},
         })
     }
 }

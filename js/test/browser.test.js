@@ -190,7 +190,7 @@ test('Chromium, cross-origin isolated: the threaded build with fetchWorker: fals
 test('Chromium, cross-origin isolated: the fetch worker against a misbehaving server: faults retried, a stall aborted, a whole object for a range cut right, a 403 named', { skip: off || faultySkip || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
   // The cases of js/test/faults.test.js, through the fetch worker: v3_zstd reads whole
   // objects (bodies sent back), v3_sharded ranges (bodies written in place).
-  const options = { variables: ['t2m'], fractions: [1, 0, 0], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 4, backoffMs: 1, requestTimeoutMs: 500 } };
+  const options = { variables: ['t2m'], fractions: [1, 0, 0], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 4, backoffS: 0.001, requestTimeoutS: 0.5 } };
   const faulty = (session, fault, store) => `${FAULTY_HTTP}/${session}/${fault}/${store}`;
   const reads = [];
   for (const store of ['v3_zstd', 'v3_sharded']) {
@@ -227,7 +227,7 @@ test('Chromium, cross-origin isolated: the fetch worker against a misbehaving se
 
 test('Chromium, cross-origin isolated: a fetch worker that fails mid-pass sends its reads back to the engine\'s thread: the same batches', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
   for (const store of ['v3_zstd', 'v3_sharded']) {
-    const options = { variables: ['t2m'], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 2, backoffMs: 1 } };
+    const options = { variables: ['t2m'], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 2, backoffS: 0.001 } };
     const r = await run(isolated, 'fetchWorkerFails', { url: `${HTTP}/${store}`, options, nThreads: 2 });
     assert.deepEqual(r.got, r.want, `${store}: the failed worker's passes differ from reads on the engine's thread`);
     assert.equal(r.fetch.running, false, `${store}: the failed fetch worker is stopped`);

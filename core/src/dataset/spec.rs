@@ -112,6 +112,8 @@ pub struct DatasetSpec {
     pub patch: Option<AxisSizes>,
     /// `grid`: every patch of a grid stepping `patch_stride`; `random`: `patches_per_sample`
     /// patches per sample at random origins, drawn anew each epoch. Absent: `grid`.
+    // Read by `PatchPlacement: FromStr`; Python passes the caller's word for core to parse.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"type": "str | None"})))]
     pub patch_mode: Option<PatchPlacement>,
     /// A grid's step per patched axis (axes not named step by their size; smaller overlaps).
     pub patch_stride: Option<AxisSizes>,

@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from . import _native
 from ._runtime import PassStats, format_pass
 from ._split import SplitManifest, native_manifest
 from ._store import close_store, engine_store, reference_errors
-from ._options import DatasetSpec
+from ._options import DatasetSpec, ReadPolicySpec
 from ._reports import QualityPoint
 from ._summary import DatasetReport, dataset_report
 from ._transforms import native_chunk_transform
@@ -92,6 +92,22 @@ def _int(name: str, value: Any) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+
+
+def _axis_sizes(name: str, sizes: Mapping[Any, Any] | None) -> dict[str | int, int] | None:
+    """``{axis: count}`` with each axis a dimension name or an axis index and each count an
+    integer (``TypeError`` otherwise); the engine checks the rest."""
+    if sizes is None:
+        return None
+    out: dict[str | int, int] = {}
+    for k, v in sizes.items():
+        if not isinstance(k, str):
+            try:
+                k = operator.index(k)
+            except TypeError:
+                raise TypeError(f"a {name} axis is a dimension name or an axis index, got {k!r}") from None
+        out[k] = _int(f"{name}[{k!r}]", v)
+    return out
 
 
 def _count(name: str, value: Any, minimum: int) -> int:
@@ -328,6 +344,15 @@ class InSituDataset:
     read one array at different offsets via ``geom.shift(k)``); ``None`` discovers every
     data array.
 
+    ``batch_size``: samples per batch (an epoch's last batch may be short). ``block_chunks``:
+    chunks per shuffle block (widened so a block holds a batch). ``max_inflight``: storage
+    reads in flight (``None``: the engine's default). ``seed``: the draw order's seed, the same
+    ``(seed, epoch)`` giving the same batches on every target. ``shuffle=False`` reads the train
+    view in order. ``prefetch_depth``: batches queued ahead (0 is taken as 1).
+    ``cache_budget_bytes``: the pool's byte budget (``None``: sized automatically).
+    ``on_bad_chunk``: ``"raise"`` or ``"nan"`` for a chunk that cannot be read (docs/errors.md).
+    Every option's default and its spelling in JavaScript and on the CLI: docs/reference/options.md.
+
     ``chunk_transforms``: callables ``(DecodedChunk) -> DecodedChunk`` (or returning the new
     ``data`` array), ``applies([...], fn)`` to scope one to some array paths, or a
     ``StandardScaler``. They run once per chunk on the engine's pool (cached with the chunk);
@@ -482,11 +507,10 @@ class InSituDataset:
         # and core resolves it: defaults, bounds and the rules between options). Here only
         # what Python alone can do: integers as ints, numpy as lists, torch's ranks, the
         # launcher's LOCAL_WORLD_SIZE, dates as text. `None` is the spec's default.
-        given: dict[str, Any] = {
+        spec: DatasetSpec = {
             "batch_size": _int("batch_size", batch_size),
             "block_chunks": _int("block_chunks", block_chunks),
             "first_block_chunks": None if first_block_chunks is None else _int("first_block_chunks", first_block_chunks),
-            "max_inflight": None if max_inflight is None else _int("max_inflight", max_inflight),
             "seed": _int("seed", seed),
             "shuffle": bool(shuffle),
             "prefetch_depth": _int("prefetch_depth", prefetch_depth),
@@ -502,15 +526,11 @@ class InSituDataset:
             "sel": _sel(sel),
             "sample_mask": _per_sample("sample_mask", _computed_mask(store, sample_mask, storage_options, concat_dim), bool),
             "sample_weights": _per_sample("sample_weights", sample_weights, np.float64),
-            "patch": None if patch is None else {k: _int(f"patch[{k!r}]", v) for k, v in patch.items()},
+            "patch": _axis_sizes("patch", patch),
             "patch_mode": patch_mode,
-            "patch_stride": None
-            if patch_stride is None
-            else {k: _int(f"patch_stride[{k!r}]", v) for k, v in patch_stride.items()},
+            "patch_stride": _axis_sizes("patch_stride", patch_stride),
             "patches_per_sample": None if patches_per_sample is None else _int("patches_per_sample", patches_per_sample),
-            "read_policy": None if read_policy is None else dict(read_policy),
             "storage_options": {str(k): str(v) for k, v in (storage_options or {}).items()},
-            "concat_dim": concat_dim,
             "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
             "persist": bool(persist),
             "readonly_cache": bool(readonly_cache),
@@ -518,7 +538,14 @@ class InSituDataset:
             "shared_cache": bool(shared_cache),
             "metrics_address": metrics_address,
         }
-        self._spec: DatasetSpec = {k: v for k, v in given.items() if v is not None}  # type: ignore[assignment]
+        # Absent (`None` here) is the engine's default.
+        if max_inflight is not None:
+            spec["max_inflight"] = _int("max_inflight", max_inflight)
+        if read_policy is not None:
+            spec["read_policy"] = cast(ReadPolicySpec, dict(read_policy))  # its keys are the engine's to check
+        if concat_dim is not None:
+            spec["concat_dim"] = concat_dim
+        self._spec = spec
         # The stream of the latest pass per split (its checkpoint outlives the pass), and a
         # loaded state waiting for the next pass over its split.
         self._streams: dict[str, _native.NativeStream] = {}
@@ -568,7 +595,7 @@ class InSituDataset:
 
     def _option(self, key: str) -> Any:
         """An option as given, else the spec's default."""
-        return self._spec.get(key, _D[key])  # type: ignore[literal-required]
+        return self._spec.get(key, _D[key])  # type: ignore[literal-required]  # a key of the spec
 
     # -- the engine -------------------------------------------------------------------
     def _ds(self) -> _native.NativeDataset:

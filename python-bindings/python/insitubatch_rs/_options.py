@@ -92,12 +92,12 @@ class DatasetSpec(TypedDict, total=False):
     # Cut each sample into patches: the patch size per patched inner axis (a dimension name
     # or an axis index), in order (the column order of a batch's patch origins). A variable
     # without those axes is read whole. Absent: whole samples.
-    patch: Mapping[str | int, int] | Sequence[tuple[str | int, int]] | None
+    patch: dict[str | int, int] | list[tuple[str | int, int]] | None
     # `grid`: every patch of a grid stepping `patch_stride`; `random`: `patches_per_sample`
     # patches per sample at random origins, drawn anew each epoch. Absent: `grid`.
-    patch_mode: PatchPlacement | None
+    patch_mode: str | None
     # A grid's step per patched axis (axes not named step by their size; smaller overlaps).
-    patch_stride: Mapping[str | int, int] | Sequence[tuple[str | int, int]] | None
+    patch_stride: dict[str | int, int] | list[tuple[str | int, int]] | None
     # Random patches per sample and epoch. Absent: 1.
     patches_per_sample: int | None
     # Train, val and test fractions of the sample-axis chunks; they sum to 1.
