@@ -99,8 +99,9 @@ impl schemars::JsonSchema for PatchAxis {
 
 /// A count per patched axis (`patch`, `patch_stride`), in the order given: the order of
 /// `patch` is the column order of a batch's patch origins. Written as an object or mapping
-/// `{axis: count}` (in its key order) or a list of `[axis, count]` pairs; serialized as the
-/// list.
+/// `{axis: count}` (in its key order), a list of `[axis, count]` pairs, or the CLI's text
+/// `AXIS=N,...` ([`parse_axis_sizes`], the one reader of that grammar: a form's text field
+/// passes it as typed); serialized as the list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AxisSizes(pub Vec<(PatchAxis, u64)>);
 
@@ -118,7 +119,10 @@ impl<'de> Deserialize<'de> for AxisSizes {
         impl<'de> serde::de::Visitor<'de> for Visit {
             type Value = AxisSizes;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("{axis: count} (a dimension name or an axis index) or [[axis, count], ...]")
+                f.write_str("{axis: count} (a dimension name or an axis index), [[axis, count], ...] or AXIS=N,...")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> std::result::Result<AxisSizes, E> {
+                parse_axis_sizes(text).map(AxisSizes).map_err(E::custom)
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<AxisSizes, A::Error> {
                 let mut out = Vec::new();
@@ -146,8 +150,8 @@ impl schemars::JsonSchema for AxisSizes {
     }
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "A count per axis, in order: `{axis: count}` or `[[axis, count], ...]`.",
-            "x-ts": "Record<string, number> | Map<string | number, number> | [string | number, number][]",
+            "description": "A count per axis, in order: `{axis: count}`, `[[axis, count], ...]` or `\"AXIS=N,...\"`.",
+            "x-ts": "Record<string, number> | Map<string | number, number> | [string | number, number][] | string",
             "x-python": {"type": "dict[str | int, int] | list[tuple[str | int, int]]"},
         })
     }

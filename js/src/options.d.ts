@@ -165,8 +165,8 @@ export type VariablesSpec = string[] | Record<string, string | VariableSpec>;
 /** {dim: [low, high] or {"labels": [a, b, ...]}}; labels are numbers or dates. */
 export type Sel = Record<string, [string | number, string | number] | { labels: (string | number)[] }>;
 
-/** A count per axis, in order: `{axis: count}` or `[[axis, count], ...]`. */
-export type AxisSizes = Record<string, number> | Map<string | number, number> | [string | number, number][];
+/** A count per axis, in order: `{axis: count}`, `[[axis, count], ...]` or `"AXIS=N,..."`. */
+export type AxisSizes = Record<string, number> | Map<string | number, number> | [string | number, number][] | string;
 
 /** `readPolicy`: core's `ReadPolicy` as data, its durations in seconds (on every surface). */
 export interface ReadPolicySpec {

@@ -79,6 +79,12 @@ fn bad_data_names_its_option() {
     assert_eq!(axes, ["\"lon\"", "\"lat\"", "axis 2"]);
     let Some(VariablesSpec::Labelled(v)) = s.variables else { panic!() };
     assert_eq!((v[0].0.as_str(), v[1].1.path.as_str()), ("y", "u10"));
+    // The CLI's text for a count per axis is read by the same reader, in the order typed.
+    let s = read(r#"{"patch": "lon=4, 2=5"}"#).unwrap();
+    assert_eq!(s.patch.unwrap().0.len(), 2);
+    let e = read(r#"{"patch_stride": "lat"}"#).unwrap_err();
+    assert_eq!(e.option_name(), Some("patch_stride"));
+    assert!(e.message_in(&crate::camel_case).starts_with("patchStride: \"lat\" is not AXIS=SIZE"), "{e}");
 }
 
 #[test]
