@@ -40,7 +40,15 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(count_arg, m)?)?;
     m.add_function(wrap_pyfunction!(parse_split, m)?)?;
+    m.add_function(wrap_pyfunction!(camel_case, m)?)?;
     Ok(())
+}
+
+/// An option's name as the JS package spells it (core's `camel_case`: `batch_size` →
+/// `batchSize`), for the notebook widget, which hands Python's options to the JS explorer.
+#[pyfunction]
+fn camel_case(name: &str) -> String {
+    insitubatch_core::camel_case(name)
 }
 
 /// Core's rule for a count argument (`shuffle::checked_count`), as a `ValueError` naming it.

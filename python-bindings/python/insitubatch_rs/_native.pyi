@@ -45,6 +45,7 @@ __all__ = [
     "dtype_size",
     "checked_count",
     "parse_split",
+    "camel_case",
 ]
 
 class InsitubatchIOError(OSError):
@@ -183,6 +184,7 @@ def dtype_size(name: str) -> int: ...
 # Core's rules for the package's own arguments: a count's range, a split's word.
 def checked_count(name: str, value: int, minimum: int) -> int: ...
 def parse_split(split: str) -> Literal["train", "val", "test", "all"]: ...
+def camel_case(name: str) -> str: ...
 
 @final
 class StoreReader:
