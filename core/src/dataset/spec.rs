@@ -950,9 +950,12 @@ fn option_error(path: &[String], message: &str) -> Error {
     Error::option(option, text)
 }
 
-/// serde_json's message without the position it appends (` at line 1 column 17`): the option
-/// names where the value was, and the other sources (Python's and JS's objects) have none.
+/// A deserializer's message without its dressing: serde_json's position (` at line 1 column
+/// 17`; the option names where the value was, and the other sources, Python's and JS's
+/// objects, have none) and serde_wasm_bindgen's `Error: ` (its errors are JS `Error`s, shown
+/// by JS's `String()`).
 fn without_position(message: &str) -> &str {
+    let message = message.strip_prefix("Error: ").unwrap_or(message);
     match message.rsplit_once(" at line ") {
         Some((head, tail))
             if tail.split(" column ").all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>

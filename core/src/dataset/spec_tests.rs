@@ -64,6 +64,8 @@ fn bad_data_names_its_option() {
     let e = read(r#"{"batch_size": -3}"#).unwrap_err();
     assert_eq!(e.option_name(), Some("batch_size"));
     assert_eq!(e.to_string(), "batch_size: invalid value: integer -3, expected usize");
+    // serde_json's position and serde_wasm_bindgen's "Error: " (a JS Error as text) are dropped.
+    assert_eq!(without_position("Error: bad at line 1 column 17"), "bad");
     let e = read(r#"{"on_bad_chunk": "skip"}"#).unwrap_err();
     assert_eq!(e.to_string(), "on_bad_chunk must be \"raise\" or \"nan\", got \"skip\"");
     assert!(e.message_in(&crate::camel_case).starts_with("onBadChunk must be"), "{e}");
