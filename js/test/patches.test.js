@@ -200,6 +200,6 @@ test('whole samples have no patch fields; bad patch options are refused with wha
   await refused({ patchesPerSample: 2 }, /pass patch too/);
   await refused({ patch: { depth: 3 } }, /depth/);
   await refused({ patch: { lat: 7 } }, /between 1 and the axis length 6/);
-  await refused({ patch: [[-1, 3]] }, /patch: .*negative/);
+  await refused({ patch: [[-1, 3]] }, /patch\[0\]\[0\]: axis index -1 is negative/);
   await refused({ patch: 3 }, /patch: invalid type/);
 });

@@ -176,5 +176,9 @@ test('windows: labelled variables and shift, on file:// and in a worker', { skip
   assert.deepEqual(await wds.badChunks(), []);
   await wds.close();
   await assert.rejects(openInWorker(await recording('v3_zstd')), /a storage object cannot be sent to a worker/);
-  await assert.rejects(open(url, { variables: { y: { path: 't2m', offset: 1 } } }), /unknown field `offset`/);
+  await assert.rejects(open(url, { variables: { y: { path: 't2m', offset: 1 } } }), (e) => {
+    assert.match(e.message, /unknown key of variables\.y "variables\.y\.offset"; the known ones are variables\.y\.path, variables\.y\.shift/);
+    assert.equal(e.kind, 'invalid_option');
+    return true;
+  });
 });
