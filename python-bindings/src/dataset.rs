@@ -90,7 +90,6 @@ impl NativeDataset {
     #[pyo3(signature = (store, manifest, variables, spec, *, chunk_transforms = Vec::new(),
                         batch_transforms = Vec::new(), callbacks = Vec::new()))]
     fn new(
-        py: Python<'_>,
         store: &Bound<'_, PyAny>,
         manifest: Option<PyRef<'_, PyManifest>>,
         variables: Option<Vec<(String, PyRef<'_, PyGeometry>)>>,
@@ -99,6 +98,7 @@ impl NativeDataset {
         batch_transforms: Vec<Bound<'_, PyAny>>,
         callbacks: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let py = store.py();
         let store = StoreArg::from_py(store)?;
         let errors: ErrSlot = Arc::default();
         let options = OpenOptions {
