@@ -75,6 +75,10 @@ check "clippy (wasm32, wasm, threads feature)" env RUSTC_BOOTSTRAP=1 \
     RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals" \
     CARGO_TARGET_DIR="$INSITUBATCH_CACHE/target-check-threads" \
     cargo clippy -q -p insitubatch-wasm "${WASM[@]}" --no-default-features --features threads --lib "${W[@]}"
+# The files generated from the Rust types (tools/boundary-types: the reports' and options'
+# TypeScript and Python types, the dataclasses' fields, the book's option reference) are
+# current, and the generator's own tests pass.
+check "boundary types: generated files current" cargo test -q -p insitubatch-boundary-types
 # rustdoc: broken links and bad doc syntax fail, on the host and for the wasm32 API. All
 # features, so the feature-gated public modules (core's `testing`) are documented and linkable.
 check "doc (host, all crates)" env RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps --workspace --all-features

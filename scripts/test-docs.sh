@@ -6,8 +6,8 @@
 # scripts/test.sh builds before it: the Python package in the test venv (scripts/test-python.sh)
 # and the Node wasm build (scripts/test-wasm.sh); missing ones skip loudly, and fail under CI.
 # Starts its own loopback server. Idempotent. The other generated files are checked here too: the
-# reports' TypeScript and Python declarations (tools/boundary-types), the Python API page, and
-# the blocks docs-tests/facts.py renders (the feature list, the figures from bench/rows).
+# Python API page, and the blocks docs-tests/facts.py renders (the feature list, the figures from
+# bench/rows); the generated types and the option reference are checked by scripts/check.sh.
 #   scripts/test-docs.sh            # everything
 #   scripts/test-docs.sh --build    # the book and its links only; prints where it is
 set -euo pipefail
@@ -43,11 +43,6 @@ DEMO="$INSITUBATCH_CACHE/demo/era5_demo.zarr"
 echo "== docs: Rust blocks (doc-tests) and the reference pages against the report types"
 cargo test -q -p insitubatch-examples --doc
 cargo test -q -p insitubatch-examples --test reference
-
-echo "== docs: the reports' TypeScript and Python declarations against the report types"
-# js/src/reports.d.ts and the package's _reports.py, generated from the Rust report types
-# (`cargo run -p insitubatch-boundary-types` rewrites them): fails when one is stale.
-cargo test -q -p insitubatch-boundary-types
 
 echo "== docs: Python, JS and bash blocks (pytest over extracted snippets)"
 source scripts/pyenv.sh

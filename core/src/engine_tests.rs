@@ -727,7 +727,7 @@ fn unequal_sample_lengths_and_bad_knobs_are_refused() {
             DatasetOptions { knobs: Knobs { batch_size: 0, ..Default::default() }, ..Default::default() },
         )
         .unwrap_err();
-    assert!(matches!(err, Error::Config(_)), "{err}");
+    assert_eq!(err.option_name(), Some("batch_size"), "{err}");
     let err = f.dataset(&[("a", "a", 0), ("a", "a", 1)], 0, (1.0, 0.0, 0.0), DatasetOptions::default()).unwrap_err();
     assert!(err.to_string().contains("used twice"), "{err}");
     // An empty split yields nothing, repeatably, and leaves the others alone.

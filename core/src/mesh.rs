@@ -30,18 +30,24 @@ impl ModelParallel {
     /// [`Error::Config`] saying what to pass.
     pub fn check(&self, world_size: usize, node_ranks: Option<usize>) -> Result<()> {
         if self.size == 0 || !world_size.is_multiple_of(self.size) {
-            return Err(Error::Config(format!(
-                "model_parallel={} must be at least 1 and divide world_size={world_size}; the ranks of a group are \
-                 consecutive",
-                self.size
-            )));
+            return Err(Error::option(
+                "model_parallel",
+                format!(
+                    "`model_parallel`={} must be at least 1 and divide `world_size`={world_size}; the ranks of a group \
+                     are consecutive",
+                    self.size
+                ),
+            ));
         }
         if let Some(k) = node_ranks.filter(|k| !k.is_multiple_of(self.size)) {
-            return Err(Error::Config(format!(
-                "node affinity's {k} ranks per node do not hold whole model-parallel groups of {}; make the ranks \
-                 per node a multiple of model_parallel",
-                self.size
-            )));
+            return Err(Error::option(
+                "node_ranks",
+                format!(
+                    "node affinity's {k} ranks per node (`node_ranks`) do not hold whole model-parallel groups of {}; \
+                     make the ranks per node a multiple of `model_parallel`",
+                    self.size
+                ),
+            ));
         }
         Ok(())
     }

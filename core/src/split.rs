@@ -49,28 +49,42 @@ fn round_half_even(x: f64) -> u64 {
     r.max(0.0) as u64
 }
 
+/// Fractions are non-negative and sum to 1: the one rule, for `DatasetSpec::resolve` and
+/// [`split_by_chunk`].
+///
+/// # Errors
+/// [`Error::InvalidOption`] naming `fractions`.
+pub(crate) fn check_fractions((f0, f1, f2): (f64, f64, f64)) -> Result<()> {
+    if [f0, f1, f2].iter().any(|f| !f.is_finite() || *f < 0.0) || (f0 + f1 + f2 - 1.0).abs() > 1e-6 {
+        return Err(Error::option(
+            "fractions",
+            format!(
+                "`fractions` must be non-negative and sum to 1.0, got ({f0}, {f1}, {f2}) summing to {}",
+                f0 + f1 + f2
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Partition `geom`'s sample-axis chunks into train/val/test.
 ///
 /// # Errors
 /// [`Error::Config`] when fractions are negative or do not sum to 1, or `sample_range` is
 /// not `0 <= start < stop <= n_samples`.
 pub fn split_by_chunk(geom: &ArrayGeometry, opts: &SplitOptions) -> Result<SplitManifest> {
-    let (f0, f1, f2) = opts.fractions;
-    if [f0, f1, f2].iter().any(|f| !f.is_finite() || *f < 0.0) || (f0 + f1 + f2 - 1.0).abs() > 1e-6 {
-        return Err(Error::Config(format!(
-            "fractions must be non-negative and sum to 1.0, got ({f0}, {f1}, {f2}) summing to {}",
-            f0 + f1 + f2
-        )));
-    }
+    check_fractions(opts.fractions)?;
+    let (f0, f1) = (opts.fractions.0, opts.fractions.1);
     let n = geom.n_samples();
     let spc = geom.sample_chunk_size();
     let mut ids: Vec<u64> = match opts.sample_range {
         None => (0..geom.n_chunks()).collect(),
         Some((start, stop)) => {
             if start >= stop || stop > n {
-                return Err(Error::Config(format!(
-                    "sample_range ({start}, {stop}) must satisfy 0 <= start < stop <= n_samples = {n}"
-                )));
+                return Err(Error::option(
+                    "sample_range",
+                    format!("`sample_range` ({start}, {stop}) must satisfy 0 <= start < stop <= n_samples = {n}"),
+                ));
             }
             (start / spc..stop.div_ceil(spc)).collect()
         }

@@ -74,8 +74,8 @@ test('Node has no private file system: cacheDir is refused there, and the flags 
     });
   };
   await refused({ cacheDir: 'c', persist: true }, /origin private file system .* Node has none.*: opfs:c$/s);
-  await refused({ persist: true }, /persist: true requires cacheDir/);
-  await refused({ cacheDir: 'c' }, /needs persist: true/);
+  await refused({ persist: true }, /persist requires cacheDir/);
+  await refused({ cacheDir: 'c' }, /needs persist/);
   await refused({ cacheDir: 'c', readonlyCache: true, resetStaleCache: true }, /contradict/);
   await refused({ cacheDir: '../c', persist: true }, /names separated by '\/'/);
 });
@@ -164,9 +164,9 @@ test('readonlyCache reads a warm cache and refuses a chunk it lacks; stale pipel
     const lacking = await call(page, 'pass', { url: url(), options: readonly, split: 'all' });
     assert.match(lacking.error ?? '', /readonlyCache: true but chunk \d+ of array "(t2m|u10)" is not in the cache/);
     const none = await call(page, 'pass', { url: url(), options: { ...OPTIONS, cacheDir: 'nowhere', readonlyCache: true } });
-    assert.match(none.error ?? '', /readonlyCache: true requires an existing cacheDir.*opfs:nowhere$/s);
+    assert.match(none.error ?? '', /readonlyCache requires an existing cacheDir.*opfs:nowhere$/s);
     const bare = await call(page, 'pass', { url: url(), options: { ...OPTIONS, cacheDir: dir } });
-    assert.match(bare.error ?? '', /needs persist: true/);
+    assert.match(bare.error ?? '', /needs persist/);
 
     // The same store under another URL is another pipeline (the store is part of it).
     const other = url().replace('127.0.0.1', 'localhost');

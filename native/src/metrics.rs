@@ -215,8 +215,9 @@ impl PrometheusExporter {
     }
 }
 
-fn config(message: String) -> NativeError {
-    NativeError::Core(insitubatch_core::Error::Config(message))
+/// A refused option of the endpoint, named so each binding spells it its own way.
+fn refused(option: &str, message: String) -> NativeError {
+    NativeError::Core(insitubatch_core::Error::option(option, message))
 }
 
 /// `IP:PORT`, `localhost:PORT` (127.0.0.1), or `PORT`/`:PORT` alone (127.0.0.1: loopback
@@ -229,8 +230,8 @@ fn parse_address(address: &str) -> Result<SocketAddr> {
         None => address.parse::<SocketAddr>(),
     };
     parsed.map_err(|_| {
-        config(format!(
-            "metrics_address must be IP:PORT, e.g. 127.0.0.1:9400 (or 9400 alone) for this machine, 0.0.0.0:9400 to \
+        refused("metrics_address", format!(
+            "`metrics_address` must be IP:PORT, e.g. 127.0.0.1:9400 (or 9400 alone) for this machine, 0.0.0.0:9400 to \
              be scraped from other machines, or 127.0.0.1:0 for a free local port; got {address:?}"
         ))
     })
@@ -239,8 +240,8 @@ fn parse_address(address: &str) -> Result<SocketAddr> {
 /// A web origin as browsers send it (`scheme://host[:port]`, no path), checked and normalized.
 fn parse_origin(origin: &str) -> Result<String> {
     let refuse = || {
-        config(format!(
-            "metrics_cors_origin must be one web origin, scheme://host[:port] with no path (the page that reads the \
+        refused("metrics_cors_origin", format!(
+            "`metrics_cors_origin` must be one web origin, scheme://host[:port] with no path (the page that reads the \
              endpoint, e.g. the dashboard's http://localhost:5173), never \"*\"; got {origin:?}"
         ))
     };

@@ -13,7 +13,7 @@ use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
 use insitubatch_native::core::{
     CommitRecord, Dataset, DatasetOptions, Knobs, Split, SplitOptions, Storage, Variable, split_by_chunk,
 };
-use insitubatch_native::{BatchDigest, CacheOptions, NativeRuntime, OpenOptions, demo, open};
+use insitubatch_native::{BatchDigest, CacheOptions, DatasetSpec, NativeRuntime, OpenOptions, demo, open};
 use scratch::scratch_dir;
 use serde_json::Value;
 
@@ -130,10 +130,11 @@ fn a_second_writer_and_a_reader_are_refused_while_a_writer_holds_the_directory()
     // Another process (this one) as a writer: refused with the holder's pid and how to check it.
     let e = open(
         &url(),
-        OpenOptions {
-            cache: Some(CacheOptions { dir: dir.clone(), persist: true, ..Default::default() }),
+        OpenOptions::from_spec(DatasetSpec {
+            cache_dir: Some(dir.display().to_string()),
+            persist: true,
             ..Default::default()
-        },
+        }),
     )
     .unwrap_err()
     .to_string();
@@ -251,11 +252,12 @@ fn kill_nine_mid_epoch_then_a_clean_run_reads_the_source_values() {
     // And every value served from the (now complete) cache equals the source.
     let ds = open(
         &url(),
-        OpenOptions {
+        OpenOptions::from_spec(DatasetSpec {
             fractions: (1.0, 0.0, 0.0),
-            cache: Some(CacheOptions { dir: dir.clone(), readonly: true, ..Default::default() }),
+            cache_dir: Some(dir.display().to_string()),
+            readonly_cache: true,
             ..Default::default()
-        },
+        }),
     )
     .unwrap();
     let (ny, nx) = (demo::DEMO_LAT, demo::DEMO_LON);

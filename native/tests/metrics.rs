@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 
-use insitubatch_native::{OpenOptions, demo, open};
+use insitubatch_native::{DatasetSpec, OpenOptions, demo, open};
 
 /// `GET /metrics` over a plain TCP connection: the body.
 fn scrape(address: std::net::SocketAddr) -> String {
@@ -29,7 +29,8 @@ fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
 fn the_scraped_figures_equal_the_pass_reports() {
     let dir = tempfile::tempdir().unwrap();
     let store = demo::write_demo_store_sized(&dir.path().join("demo.zarr"), 48).unwrap();
-    let options = OpenOptions { metrics_address: Some("127.0.0.1:0".into()), ..OpenOptions::default() };
+    let options =
+        OpenOptions::from_spec(DatasetSpec { metrics_address: Some("127.0.0.1:0".into()), ..DatasetSpec::default() });
     let ds = open(&store.display().to_string(), options).unwrap();
     let address = ds.metrics_address().expect("the endpoint is up");
     assert!(!scrape(address).contains("insitubatch_samples_total{"), "no pass has ended yet");
@@ -66,7 +67,8 @@ fn an_address_that_cannot_be_bound_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let store = demo::write_demo_store_sized(&dir.path().join("demo.zarr"), 16).unwrap();
     let refused = |address: &str| {
-        let options = OpenOptions { metrics_address: Some(address.into()), ..OpenOptions::default() };
+        let options =
+            OpenOptions::from_spec(DatasetSpec { metrics_address: Some(address.into()), ..DatasetSpec::default() });
         open(&store.display().to_string(), options).unwrap_err().to_string()
     };
     let err = refused("256.0.0.1:1");
@@ -94,11 +96,11 @@ fn no_page_may_read_the_endpoint_unless_the_job_names_its_exact_origin() {
     let dir = tempfile::tempdir().unwrap();
     let store = demo::write_demo_store_sized(&dir.path().join("secret-project.zarr"), 16).unwrap();
     let open_with = |cors: Option<&str>| {
-        let options = OpenOptions {
+        let options = OpenOptions::from_spec(DatasetSpec {
             metrics_address: Some(":0".into()),
             metrics_cors_origin: cors.map(str::to_string),
-            ..OpenOptions::default()
-        };
+            ..DatasetSpec::default()
+        });
         open(&store.display().to_string(), options).unwrap()
     };
     let page = "Host: 127.0.0.1\r\nOrigin: http://localhost:5173\r\n";
@@ -134,11 +136,11 @@ fn no_page_may_read_the_endpoint_unless_the_job_names_its_exact_origin() {
     let (status, _) = ask(address, "POST", "Host: localhost\r\nContent-Length: 0\r\n");
     assert!(status.starts_with("HTTP/1.1 405"), "{status}");
     drop(ds);
-    let options = OpenOptions {
+    let options = OpenOptions::from_spec(DatasetSpec {
         metrics_address: Some(":0".into()),
         metrics_cors_origin: Some("*".into()),
-        ..OpenOptions::default()
-    };
+        ..DatasetSpec::default()
+    });
     let e = open(&store.display().to_string(), options).unwrap_err().to_string();
     assert!(e.contains("one web origin") && e.contains("never \"*\""), "{e}");
 }

@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use crate::buffer::i64_numpy;
 use crate::conversion::SplitArg;
 use crate::errors::{core_err, native_err};
-use crate::pystore::{self, StoreArg};
+use crate::pystore::StoreArg;
 use crate::rules::count;
 
 /// The geometry of one array (or a windowed view of it).
@@ -260,7 +260,8 @@ pub(crate) fn open_geometries(
     storage_options: Vec<(String, String)>,
     concat_dim: Option<String>,
 ) -> PyResult<Vec<PyGeometry>> {
-    let concat = (concat_dim.as_deref().unwrap_or(pystore::DEFAULT_CONCAT_DIM), sample_axis);
+    let dim = concat_dim.unwrap_or_else(|| insitubatch_core::DatasetSpec::default().concat_dim);
+    let concat = (dim.as_str(), sample_axis);
     let storage =
         StoreArg::from_py(store)?.storage(&storage_options, concat, &ReadPolicy::default()).map_err(native_err)?;
     let runtime = NativeRuntime::new(Some(1)).map_err(native_err)?;

@@ -8,7 +8,7 @@
 
 use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
 use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
-use insitubatch_core::{Depths, Knobs, SplitOptions, StageTimes};
+use insitubatch_core::{DatasetSpec, Depths, SplitOptions, StageTimes};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -41,7 +41,15 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(count_arg, m)?)?;
     m.add_function(wrap_pyfunction!(parse_split, m)?)?;
+    m.add_function(wrap_pyfunction!(camel_case, m)?)?;
     Ok(())
+}
+
+/// An option's name as the JS package spells it (core's `camel_case`: `batch_size` →
+/// `batchSize`), for the notebook widget, which hands Python's options to the JS explorer.
+#[pyfunction]
+fn camel_case(name: &str) -> String {
+    insitubatch_core::camel_case(name)
 }
 
 /// Core's rule for a count argument (`shuffle::checked_count`), as a `ValueError` naming it.
@@ -270,18 +278,16 @@ fn queue_share(count: f64, asked: f64) -> f64 {
     Depths::share(count, asked)
 }
 
-/// The engine's knob defaults (core's `Knobs`, written by its serde derive, and
-/// `SplitOptions`), so the Python signatures restate nothing.
+/// The engine's option defaults (core's `DatasetSpec::default()`, written by its serde
+/// derive; `split_by_chunk`'s `contiguous` from `SplitOptions`), so the Python signatures
+/// restate nothing.
 #[pyfunction]
 fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let s = SplitOptions::default();
-    let out = pythonize::pythonize(py, &Knobs::default())
+    let out = pythonize::pythonize(py, &DatasetSpec::default())
         .map_err(|e| PyValueError::new_err(e.to_string()))?
         .cast_into::<PyDict>()
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    out.set_item("fractions", s.fractions)?;
-    out.set_item("split_seed", s.seed)?;
-    out.set_item("contiguous", s.contiguous)?;
+    out.set_item("contiguous", SplitOptions::default().contiguous)?;
     out.set_item("probe_chunks", insitubatch_core::PROBE_CHUNKS)?;
     Ok(out)
 }

@@ -199,7 +199,7 @@ def test_fillers_share_a_directory_and_find_what_the_others_wrote_since_they_ope
     with make(u, cache_dir=cache, persist=True, shared_cache=True) as ds:
         assert ds.describe()["config"]["disk_tier"].endswith("[persist, shared with other processes (shared lock)]")
         assert sum(len(b) for b in ds.train) > 0 and ds.last_pass.storage_reads == 0
-    with pytest.raises(ValueError, match="needs persist=True"):
+    with pytest.raises(ValueError, match="needs persist and not readonly_cache"):
         make(u, cache_dir=cache, shared_cache=True)
     w = holder(u, cache, "writer")
     with pytest.raises(RuntimeError, match="while a writer without shared_cache holds it"):

@@ -21,7 +21,7 @@ import { showOrigin, stopWatching, watchJob } from './watch.js';
 // What this module exported before the sections moved out, for anything that imports them.
 export { human } from './components.js';
 export { storeUrl } from './open.js';
-export { currentOptions, parseAxisSizes } from './options.js';
+export { currentOptions, axisSizesText } from './options.js';
 
 document.head.append(Object.assign(document.createElement('style'), { textContent: COMPONENTS_CSS }));
 $('build').textContent = `page ${crossOriginIsolated ? 'is' : 'is not'} cross-origin isolated; describe and preview: one-thread wasm on this page; live run: a worker (threaded build when isolated and available)`;

@@ -487,7 +487,7 @@ describe('dashboard', () => {
     for (const [text, re] of [
       ['lat=400', /^the configuration was refused: patch size 400 on lat must be between 1 and the axis length 91/],
       ['height=8', /^the configuration was refused: patch names "height" but no variable has it/],
-      ['lat', /^the configuration was refused: patch size: "lat" is not AXIS=SIZE/],
+      ['lat', /^the configuration was refused: patch: "lat" is not AXIS=SIZE/],
     ]) {
       await setControl('patch', text);
       await page.waitForSelector('#banner:not([hidden])');

@@ -374,7 +374,7 @@ fn a_smaller_first_block_serves_the_first_batch_from_fewer_chunks() {
     assert_eq!(sim.run(b.open(), LIMIT).unwrap().unwrap().first_block_chunks(), 2);
 
     let err = open(Some(0)).unwrap_err().to_string();
-    assert!(err.contains("first_block_chunks must be at least 1"), "{err}");
+    assert!(err.contains("first_block_chunks must be >= 1"), "{err}");
 }
 
 #[test]
@@ -386,7 +386,8 @@ fn an_explicit_budget_beyond_the_memory_available_is_refused_with_the_most_that_
         ..Default::default()
     });
     let err = sim.run(b.open(), LIMIT).unwrap().unwrap_err();
-    assert!(matches!(&err, Error::Config(m) if m.contains("pass at most 1048576")), "{err}");
+    assert_eq!(err.option_name(), Some("cache_budget_bytes"), "{err}");
+    assert!(err.to_string().contains("pass at most 1048576"), "{err}");
 }
 
 /// Every batch of one pass: (index, sample indices, each label's bytes).
@@ -517,7 +518,8 @@ fn a_rank_outside_the_world_is_refused() {
     let st = shared(&storage);
     let t2m = sim.run(async move { open_array(st.as_ref(), "t2m").await }, LIMIT).unwrap().unwrap();
     let err = Dataset::builder(shared(&storage), runtime).opened(vec![t2m]).options(opts).build().unwrap_err();
-    assert!(matches!(&err, Error::Config(m) if m.contains("rank=2 world_size=2")), "{err}");
+    assert_eq!(err.option_name(), Some("rank"), "{err}");
+    assert!(err.to_string().contains("rank=2 world_size=2"), "{err}");
 }
 
 #[test]
@@ -537,19 +539,4 @@ fn knobs_are_the_plain_data_of_the_options_and_read_as_serde_data() {
         ..Knobs::default()
     };
     assert_eq!(DatasetOptions::from(k).knobs, k);
-    // `Knobs::NAMES` are the keys serde writes (and so reads), every one once.
-    let written = serde_json::to_value(Knobs::default()).unwrap();
-    let keys: std::collections::BTreeSet<&str> = written.as_object().unwrap().keys().map(String::as_str).collect();
-    let names: std::collections::BTreeSet<&str> = Knobs::NAMES.iter().copied().collect();
-    assert_eq!((keys, names.len()), (names, Knobs::NAMES.len()));
-    // As data: absent keys take the defaults; an unknown key is refused, naming it; a wrong
-    // word gets core's message (`OnBadChunk: FromStr`).
-    let read = |json: &str| serde_json::from_str::<Knobs>(json).map_err(|e| e.to_string());
-    assert_eq!(read(r#"{"batch_size": 7, "on_bad_chunk": "nan"}"#).unwrap().on_bad_chunk, OnBadChunk::Nan);
-    assert_eq!(read("{}").unwrap(), Knobs::default());
-    assert!(read(r#"{"batch_sise": 7}"#).unwrap_err().contains("batch_sise"));
-    let e = read(r#"{"on_bad_chunk": "skip"}"#).unwrap_err();
-    assert!(e.contains("on_bad_chunk must be \"raise\" or \"nan\"") && e.contains("skip"), "{e}");
-    // Written as it is read.
-    assert_eq!(read(&serde_json::to_string(&k).unwrap()).unwrap(), k);
 }

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use insitubatch_core::{ArrayIdentity, ChunkTier, CommitRecord, TierCounters, TierOpener};
+use insitubatch_core::{ArrayIdentity, CacheFlags, ChunkTier, CommitRecord, TargetAbilities, TierCounters, TierOpener};
 use insitubatch_core::{DType, Error};
 use memmap2::Mmap;
 
@@ -63,10 +63,6 @@ pub struct CacheOptions {
     pub shared: bool,
 }
 
-fn config(message: String) -> Error {
-    Error::Config(message)
-}
-
 /// `t2m/level` → `t2m_level`: file-name safe. Collisions are harmless because the
 /// fingerprint (which hashes the real path) is part of every file name.
 fn safe_name(path: &str) -> String {
@@ -75,59 +71,49 @@ fn safe_name(path: &str) -> String {
 }
 
 impl CacheOptions {
-    /// The options the bindings' arguments describe: `flags` (every field but `dir`) in the
-    /// folder `dir`; `None` without a `cache_dir`, and a refusal when a flag that needs one
-    /// comes without it.
+    /// The native tier the spec's cache flags describe (core's [`CacheFlags`], their rules
+    /// checked there), with what only this target checks: its abilities, and that a
+    /// read-only directory exists.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the flag and what to pass.
-    pub fn from_flags(dir: Option<PathBuf>, flags: Self) -> Result<Option<Self>, Error> {
-        let Some(dir) = dir else {
-            let named = [
-                (flags.persist, "persist"),
-                (flags.readonly, "readonly_cache"),
-                (flags.reset_stale, "reset_stale_cache"),
-                (flags.shared, "shared_cache"),
-            ];
-            let flag = named.into_iter().find_map(|(set, name)| set.then_some(name));
-            return match flag {
-                Some(flag) => Err(config(format!(
-                    "{flag}=True requires cache_dir: pass cache_dir=\"/local/nvme/path\" (a local directory for the \
-                     chunk files)"
-                ))),
-                None => Ok(None),
-            };
+    /// [`Error::InvalidOption`] naming the flag and what to pass.
+    pub fn from_flags(flags: &CacheFlags) -> Result<Self, Error> {
+        flags.check_for(&TargetAbilities::NATIVE)?;
+        let options = Self {
+            dir: PathBuf::from(&flags.dir),
+            persist: flags.persist,
+            readonly: flags.readonly,
+            reset_stale: flags.reset_stale,
+            shared: flags.shared,
         };
-        let options = Self { dir, ..flags };
         options.validate()?;
-        Ok(Some(options))
+        Ok(options)
     }
 
-    /// Check the combination before anything touches the disk.
+    /// Check the combination before anything touches the disk: core's rules
+    /// ([`CacheFlags::check`]), then that a read-only cache exists.
     ///
     /// # Errors
-    /// [`Error::Config`] for `readonly` with `reset_stale`, or a read-only cache that does not exist.
+    /// [`Error::InvalidOption`] for flags that contradict each other, or a read-only cache
+    /// that does not exist.
     pub fn validate(&self) -> Result<(), Error> {
-        if self.readonly && self.reset_stale {
-            return Err(config(format!(
-                "readonly_cache=True and reset_stale_cache=True contradict each other: a read-only opener never \
-                 deletes anything. Reset with a writer (persist=True), then open read-only: {}",
-                self.dir.display()
-            )));
-        }
-        if self.shared && (self.readonly || !self.persist) {
-            return Err(config(format!(
-                "shared_cache=True fills one cache_dir from several processes, so it needs persist=True and not \
-                 readonly_cache=True (read-only openers share a finished cache without it): {}",
-                self.dir.display()
-            )));
-        }
+        let flags = CacheFlags {
+            dir: self.dir.display().to_string(),
+            persist: self.persist,
+            readonly: self.readonly,
+            reset_stale: self.reset_stale,
+            shared: self.shared,
+        };
+        flags.check()?;
         if self.readonly && !self.dir.is_dir() {
-            return Err(config(format!(
-                "readonly_cache=True requires an existing cache_dir, and this one does not exist; warm it first with \
-                 persist=True: {}",
-                self.dir.display()
-            )));
+            return Err(Error::option(
+                "readonly_cache",
+                format!(
+                    "`readonly_cache` requires an existing `cache_dir`, and this one does not exist; warm it first \
+                     with `persist`: {}",
+                    self.dir.display()
+                ),
+            ));
         }
         Ok(())
     }

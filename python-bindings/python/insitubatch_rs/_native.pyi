@@ -7,7 +7,7 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import Self
 
-from ._options import Knobs
+from ._options import DatasetSpec
 
 __all__ = [
     "InsitubatchIOError",
@@ -46,6 +46,7 @@ __all__ = [
     "tile_placement",
     "checked_count",
     "parse_split",
+    "camel_case",
 ]
 
 class InsitubatchIOError(OSError):
@@ -137,12 +138,10 @@ def open_geometries(
 def buffer_address(obj: Buffer) -> int: ...
 
 @type_check_only
-class Defaults(Knobs):
-    """The engine's knob defaults (core's `Knobs`, whose type is generated, and
-    `SplitOptions`): a dict at runtime."""
+class Defaults(DatasetSpec):
+    """The engine's option defaults (core's `DatasetSpec`, whose type is generated, and
+    `split_by_chunk`'s `contiguous`): a dict at runtime."""
 
-    fractions: tuple[float, float, float]
-    split_seed: int
     contiguous: bool
     probe_chunks: int
 
@@ -199,6 +198,7 @@ def tile_placement(
 # Core's rules for the package's own arguments: a count's range, a split's word.
 def checked_count(name: str, value: int, minimum: int) -> int: ...
 def parse_split(split: str) -> Literal["train", "val", "test", "all"]: ...
+def camel_case(name: str) -> str: ...
 
 @final
 class StoreReader:
@@ -266,32 +266,11 @@ class NativeDataset:
         store: str | Any,
         manifest: SplitManifest | None,
         variables: list[tuple[str, ArrayGeometry]] | None,
-        knobs: Knobs,
+        spec: DatasetSpec,
         *,
-        storage_options: list[tuple[str, str]],
-        threads: int | None = None,
         chunk_transforms: list[tuple[list[str] | None, Any]] = ...,
         batch_transforms: list[Any] = ...,
-        cache_dir: str | None = None,
-        persist: bool = False,
-        readonly_cache: bool = False,
-        reset_stale_cache: bool = False,
-        shared_cache: bool = False,
-        node_ranks: int | None = None,
-        read_policy: dict[str, Any] | None = ...,
-        patch: list[tuple[str | int, int]] | None = None,
-        patch_mode: str | None = None,
-        patch_stride: list[tuple[str | int, int]] | None = None,
-        patches_per_sample: int | None = None,
-        sample_mask: list[bool] | None = None,
-        sample_weights: list[float] | None = None,
-        model_parallel: tuple[int, str | int] | None = None,
         callbacks: list[Any] = ...,
-        metrics_address: str | None = None,
-        metrics_cors_origin: str | None = None,
-        sel_time: tuple[str, int, int] | None = None,
-        sel_number: tuple[str, float, float] | None = None,
-        concat_dim: str | None = None,
     ) -> Self: ...
     def probe(self, split: str, chunks: int) -> tuple[str, str]: ...
     def iter(self, split: str) -> NativeStream: ...
@@ -308,6 +287,8 @@ class NativeDataset:
     def variables(self) -> list[tuple[str, ArrayGeometry]]: ...
     @property
     def output_geometries(self) -> list[tuple[str, ArrayGeometry]]: ...
+    @property
+    def prefetch_depth(self) -> int: ...
     @property
     def block_chunks(self) -> int: ...
     def draw_order(self, split: str, epoch: int) -> npt.NDArray[np.int64]: ...

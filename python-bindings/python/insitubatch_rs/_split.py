@@ -128,7 +128,7 @@ def split_by_chunk(
     geom: ArrayGeometry,
     *,
     fractions: tuple[float, float, float] = _D["fractions"],
-    seed: int = _D["split_seed"],
+    seed: int = _D["seed"],
     contiguous: bool = _D["contiguous"],
     sample_range: tuple[int, int] | None = None,
 ) -> SplitManifest:

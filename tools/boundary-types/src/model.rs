@@ -20,6 +20,8 @@ pub enum Ty {
     Str,
     /// An object of arbitrary JSON (`serde_json::Map`).
     Json,
+    /// An object of the caller's keys, each value of this type (`BTreeMap<String, T>`).
+    Map(Box<Ty>),
     /// A struct or enum defined among the report types.
     Ref(String),
     /// A list.
@@ -47,6 +49,13 @@ pub struct Field {
     pub required: bool,
     /// How the Python package shows it (the `x-python` extension).
     pub python: PyField,
+    /// Its TypeScript type where JS passes more than the JSON's (`x-ts`: a `Float64Array` too).
+    pub ts: Option<String>,
+    /// An option JS must pass (`x-required`), where every other one is optional.
+    pub ts_required: bool,
+    /// Its CLI flag where that is not its name in kebab-case (`x-cli`; `null`: the CLI has
+    /// none), for the option reference.
+    pub cli: Option<Option<String>>,
 }
 
 impl Field {
@@ -82,6 +91,9 @@ pub struct PyField {
     pub required: bool,
     /// In a dataclass: not a field; the package's class computes it (a property).
     pub property: bool,
+    /// Of an option: how a Python user passes it, where not as the keyword of its name
+    /// (`node_affinity`, `split_by_chunk(fractions=...)`), for the option reference.
+    pub keyword: Option<String>,
 }
 
 /// A key the Python package adds to a struct (`x-python` `extra`: `"key": "type"`, and
@@ -152,6 +164,21 @@ pub enum Def {
         /// The serialized words and their docs.
         words: Vec<(String, String)>,
     },
+    /// A type whose JSON Schema is hand-written with its TypeScript and Python types (an
+    /// ordered map, a value of several forms): `x-ts` and `x-python` `type`, used as they are.
+    Alias {
+        /// Its doc comment.
+        doc: String,
+        /// The TypeScript type.
+        ts: String,
+        /// The Python type.
+        py: String,
+        /// The struct its object form is (`x-object`: a hedging policy is `true`, `false` or
+        /// a `HedgeFields`), whose fields the option reference lists under it.
+        object: Option<String>,
+        /// Its object form is a map of them (`x-each`: labelled variables), not one.
+        each: bool,
+    },
 }
 
 /// Every report type, in the schema's order.
@@ -186,10 +213,10 @@ impl Model {
             if seen.contains(&name) {
                 continue;
             }
-            if let Def::Struct { fields, .. } = self.get(&name) {
-                for f in fields {
-                    refs(&f.ty, &mut todo);
-                }
+            match self.get(&name) {
+                Def::Struct { fields, .. } => fields.iter().for_each(|f| refs(&f.ty, &mut todo)),
+                Def::Alias { object: Some(o), .. } => todo.push(o.clone()),
+                Def::Alias { .. } | Def::Enum { .. } => {}
             }
             seen.push(name);
         }
@@ -201,7 +228,7 @@ impl Model {
 fn refs(ty: &Ty, out: &mut Vec<String>) {
     match ty {
         Ty::Ref(n) => out.push(n.clone()),
-        Ty::Array(t) | Ty::Nullable(t) => refs(t, out),
+        Ty::Array(t) | Ty::Nullable(t) | Ty::Map(t) => refs(t, out),
         Ty::Tuple(ts) => ts.iter().for_each(|t| refs(t, out)),
         Ty::Int | Ty::Int64 | Ty::Float | Ty::Bool | Ty::Str | Ty::Json | Ty::Strs(_) | Ty::Ints(_) => {}
     }
@@ -252,6 +279,9 @@ fn def(name: &str, schema: &Value) -> Def {
                     ty: ty(p).unwrap_or_else(|e| panic!("{name}.{key}: {e}")),
                     required: required.contains(&key),
                     python: py_field(p).unwrap_or_else(|e| panic!("{name}.{key}: {e}")),
+                    ts: p.get("x-ts").and_then(Value::as_str).map(String::from),
+                    ts_required: p.get("x-required").and_then(Value::as_bool) == Some(true),
+                    cli: p.get("x-cli").map(|c| c.as_str().map(String::from)),
                 }
             })
             .collect();
@@ -259,6 +289,13 @@ fn def(name: &str, schema: &Value) -> Def {
         check_order(&python, &fields).unwrap_or_else(|e| panic!("{name}: {e}"));
         check_python_names(&python, &fields).unwrap_or_else(|e| panic!("{name}: {e}"));
         return Def::Struct { doc, fields, python };
+    }
+    if let Some(ts) = schema.get("x-ts").and_then(Value::as_str) {
+        let py = schema.pointer("/x-python/type").and_then(Value::as_str);
+        let py = py.unwrap_or_else(|| panic!("{name}: a hand-written schema (x-ts) needs its x-python type too"));
+        let object = schema.get("x-object").and_then(Value::as_str).map(String::from);
+        let each = schema.get("x-each").and_then(Value::as_bool) == Some(true);
+        return Def::Alias { doc, ts: ts.to_string(), py: py.to_string(), object, each };
     }
     let words = if let Some(variants) = schema.get("oneOf").and_then(Value::as_array) {
         variants
@@ -329,7 +366,13 @@ fn scalar(t: &str, o: &Map<String, Value>) -> Result<Ty, String> {
             (None, Some(items)) => Ty::Array(Box::new(ty(items)?)),
             (None, None) => return Err("an array without items".into()),
         },
-        "object" if !o.contains_key("properties") => Ty::Json,
+        "object" if o.contains_key("properties") => {
+            return Err("an inline struct (give it a name)".into());
+        }
+        "object" => match o.get("additionalProperties") {
+            Some(v @ Value::Object(_)) => Ty::Map(Box::new(ty(v)?)),
+            _ => Ty::Json,
+        },
         other => return Err(format!("a `{other}` the writers do not know (an inline struct? give it a name)")),
     })
 }
@@ -345,7 +388,7 @@ fn x_python<'a>(schema: &'a Value, keys: &[&str]) -> Result<Option<&'a Map<Strin
 }
 
 fn py_field(schema: &Value) -> Result<PyField, String> {
-    let keys = ["tuple", "dict", "name", "alias", "omit", "type", "default", "required", "property"];
+    let keys = ["tuple", "dict", "name", "alias", "omit", "type", "default", "required", "property", "keyword"];
     let Some(x) = x_python(schema, &keys)? else { return Ok(PyField::default()) };
     let flag = |k: &str| x.get(k).is_some_and(|v| v.as_bool() == Some(true));
     let text = |k: &str| x.get(k).and_then(Value::as_str).map(String::from);
@@ -359,6 +402,7 @@ fn py_field(schema: &Value) -> Result<PyField, String> {
         default: text("default"),
         required: flag("required"),
         property: flag("property"),
+        keyword: text("keyword"),
     };
     if [f.default.is_some(), f.required, f.property].iter().filter(|b| **b).count() > 1 {
         return Err("x-python default, required and property exclude each other".into());

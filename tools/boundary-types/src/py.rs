@@ -58,8 +58,10 @@ fn ty(model: &Model, t: &Ty, side: Side) -> String {
         Ty::Bool => "bool".into(),
         Ty::Str => "str".into(),
         Ty::Json => "dict[str, Any]".into(),
+        Ty::Map(t) => format!("dict[str, {}]", ty(model, t, side)),
         Ty::Ref(n) => match (model.get(n), side) {
             (Def::Struct { .. }, Side::Json) => format!("{n}Json"),
+            (Def::Alias { py, .. }, _) => py.clone(),
             _ => n.clone(),
         },
         Ty::Array(item) => format!("list[{}]", ty(model, item, side)),
@@ -289,9 +291,10 @@ fn dc_ty(model: &Model, t: &Ty, within: &str) -> String {
         Ty::Float => "float".into(),
         Ty::Bool => "bool".into(),
         Ty::Str | Ty::Strs(_) => "str".into(),
-        Ty::Json => "dict[str, Any]".into(),
+        Ty::Json | Ty::Map(_) => "dict[str, Any]".into(),
         Ty::Ref(n) => match model.get(n) {
             Def::Enum { .. } => "str".into(),
+            Def::Alias { py, .. } => py.clone(),
             Def::Struct { python, .. } => {
                 assert!(
                     python.order.is_some(),
@@ -324,7 +327,7 @@ fn dc_field(model: &Model, f: &Field, within: &str) -> (String, Option<String>) 
             _ => unreachable!("model.rs checks that a dict field is a list of pairs"),
         },
         Ty::Array(_) => (dc_ty(model, &f.ty, &within), factory("list")),
-        Ty::Json => (dc_ty(model, &f.ty, &within), factory("dict")),
+        Ty::Json | Ty::Map(_) => (dc_ty(model, &f.ty, &within), factory("dict")),
         Ty::Nullable(_) => (dc_ty(model, &f.ty, &within), Some("None".into())),
         Ty::Int | Ty::Int64 | Ty::Ints(_) => ("int".into(), Some("0".into())),
         Ty::Float => ("float".into(), Some("0.0".into())),

@@ -28,7 +28,7 @@ fn every_report_type_and_field_has_a_doc_comment() {
                     );
                 }
             }
-            Def::Enum { doc, .. } => assert!(!doc.is_empty(), "{name} has no doc comment"),
+            Def::Enum { doc, .. } | Def::Alias { doc, .. } => assert!(!doc.is_empty(), "{name} has no doc comment"),
         }
     }
 }
@@ -131,6 +131,12 @@ fn the_typescript_options_of_a_sample() {
             {"type": "string", "const": "store", "description": "The store."},
             {"type": "string", "const": "decode", "description": "The decoders."}
         ]},
+        "Sizes": {"description": "Sizes in order.", "x-ts": "Record<string, number>", "x-python": {"type": "dict"}},
+        "Inner": {
+            "description": "Nested.",
+            "type": "object",
+            "properties": {"backoff_s": {"type": "number", "description": "Seconds."}}
+        },
         "Opts": {
             "description": "Options.",
             "type": "object",
@@ -138,15 +144,35 @@ fn the_typescript_options_of_a_sample() {
                 "batch_size": {"type": "integer", "format": "uint", "description": "Rows."},
                 "seed": {"type": "integer", "format": "uint64", "description": "A seed."},
                 "budget_bytes": {"type": ["integer", "null"], "format": "uint64", "description": "Bytes."},
-                "stage": {"$ref": "#/$defs/Stage", "description": "The stage."}
+                "stage": {"$ref": "#/$defs/Stage", "description": "The stage."},
+                "read_policy": {"$ref": "#/$defs/Inner", "description": "Reads."},
+                "sizes": {"anyOf": [{"$ref": "#/$defs/Sizes"}, {"type": "null"}], "description": "Patch."},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Map."},
+                "weights": {"type": "array", "items": {"type": "number"}, "x-ts": "number[] | Float64Array",
+                            "description": "Weights."}
             }
         }
     });
     let m = Model::from_defs(defs.as_object().expect("an object"));
-    let defaults = json!({"batch_size": 32, "seed": 0, "budget_bytes": null, "stage": "store"});
-    let camel = |k: &str| k.replace("_s", "S").replace("_b", "B");
-    let out = ts::write_options(&m, "Opts", &defaults, camel, "header");
+    let defaults = [
+        (
+            "Opts",
+            json!({"batch_size": 32, "seed": 0, "budget_bytes": null, "stage": "store", "read_policy": {},
+                        "labels": {}}),
+        ),
+        ("Inner", json!({"backoff_s": 0.1})),
+    ];
+    let out = ts::write_options(&m, &defaults, insitubatch_core::camel_case, "header");
     let want = "// header
+
+/** Sizes in order. */
+export type Sizes = Record<string, number>;
+
+/** Nested. */
+export interface Inner {
+  /** Seconds. Default `0.1`. */
+  backoffS?: number;
+}
 
 /** Options. */
 export interface Opts {
@@ -158,6 +184,14 @@ export interface Opts {
   budgetBytes?: number | bigint;
   /** The stage. Default `'store'`. */
   stage?: 'store' | 'decode';
+  /** Reads. */
+  readPolicy?: Inner;
+  /** Patch. */
+  sizes?: Sizes;
+  /** Map. */
+  labels?: Record<string, string>;
+  /** Weights. */
+  weights?: number[] | Float64Array;
 }
 ";
     assert_eq!(out, want);
@@ -422,4 +456,31 @@ fn dataclass_markers_are_checked() {
         &MODULE[MODULE.find("@dataclasses.dataclass(frozen=True)\nclass Report").expect("there")..]
     );
     assert!(fill(&defs, &twice).expect_err("refused").contains("generated twice"));
+}
+
+/// The nested objects whose keys JS renames (core's `DatasetSpec::nested_objects`, read by
+/// wasm's key-case pass) are exactly the spec's structs of options, at their paths.
+#[test]
+fn the_nested_objects_are_the_specs_structs() {
+    fn walk(m: &Model, name: &str, prefix: &str, out: &mut Vec<(String, Vec<String>)>) {
+        let Def::Struct { fields, .. } = m.get(name) else { panic!("{name} is not a struct") };
+        for f in fields {
+            if let Some((inner, each)) = crate::nested(m, &f.ty) {
+                let path = format!("{prefix}{}{}", f.name, if each { ".*" } else { "" });
+                let Def::Struct { fields: inner_fields, .. } = m.get(&inner) else { panic!("{inner}") };
+                out.push((path.clone(), inner_fields.iter().map(|f| f.name.clone()).collect()));
+                walk(m, &inner, &format!("{path}."), out);
+            }
+        }
+    }
+    let m = model();
+    let mut from_schema = Vec::new();
+    walk(&m, "DatasetSpec", "", &mut from_schema);
+    let mut from_core: Vec<(String, Vec<String>)> = insitubatch_core::DatasetSpec::nested_objects()
+        .into_iter()
+        .map(|(p, f)| (p.to_string(), f.iter().map(|s| (*s).to_string()).collect()))
+        .collect();
+    from_schema.sort();
+    from_core.sort();
+    assert_eq!(from_core, from_schema);
 }
