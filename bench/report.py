@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import statistics
+import tempfile
 
 from engines import DECODE, canonical
 
@@ -23,16 +24,29 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def portable(text):
-    """``text`` with this machine's cache folder, repository and home written as
-    ``$INSITUBATCH_CACHE/``, relative and ``$HOME/`` (docs pages never print a machine's
-    absolute paths; docs-tests checks them)."""
+    """``text`` with this machine's cache folder, repository, temp folder and home written as
+    ``$INSITUBATCH_CACHE/``, relative, ``$TMPDIR/`` and ``$HOME/`` (docs pages and committed
+    rows never carry a machine's absolute paths; docs-tests/facts.py checks them)."""
     cache = os.environ.get("INSITUBATCH_CACHE") or os.path.expanduser("~/.cache/insitubatch")
     home = os.path.expanduser("~")
-    prefixes = [(os.path.abspath(cache) + "/", "$INSITUBATCH_CACHE/"), (REPO + "/", ""), (home + "/", "$HOME/")]
+    prefixes = [(os.path.abspath(cache) + "/", "$INSITUBATCH_CACHE/"), (REPO + "/", ""),
+                (os.path.abspath(tempfile.gettempdir()) + "/", "$TMPDIR/"), (home + "/", "$HOME/")]
     # The longest first: one folder may hold another (CI's checkout is $INSITUBATCH_CACHE/ci-src).
     for prefix, name in sorted(prefixes, key=lambda p: -len(p[0])):
         text = text.replace(prefix, name)
     return text
+
+
+def portable_tree(value):
+    """A row (any JSON value) with every string ``portable``: the URLs, commands and paths a
+    run records, as another machine reads them."""
+    if isinstance(value, str):
+        return portable(value)
+    if isinstance(value, list):
+        return [portable_tree(v) for v in value]
+    if isinstance(value, dict):
+        return {k: portable_tree(v) for k, v in value.items()}
+    return value
 
 
 def command_line(script, args):
@@ -216,8 +230,8 @@ def header(meta, intro=()):
 # ------------------------------------------------------------ rows in and out
 class Rows:
     """The run's rows file: one JSON line per run as it finishes (so a run cut short keeps
-    what it measured), the meta line last. Stdout and stderr stay out; the stderr's tail
-    goes in."""
+    what it measured), the meta line last, every string ``portable`` (rows are committed).
+    Stdout and stderr stay out; the stderr's tail goes in."""
 
     def __init__(self, path):
         self.path = path
@@ -228,11 +242,11 @@ class Rows:
         rec = {k: v for k, v in row.items() if k not in ("stdout", "stderr")}
         if "stderr" in row:
             rec["stderr_tail"] = (row.get("stderr") or "")[-2000:]
-        self._f.write(json.dumps(rec) + "\n")
+        self._f.write(json.dumps(portable_tree(rec)) + "\n")
         self._f.flush()
 
     def close(self, meta):
-        self._f.write(json.dumps({"meta": meta}) + "\n")
+        self._f.write(json.dumps({"meta": portable_tree(meta)}) + "\n")
         self._f.close()
 
 

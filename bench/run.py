@@ -295,7 +295,10 @@ def run_suite(suite, args, cmdline):
             "results": shown_path(path), "options": options(args), **session.meta}
     rows.close(meta)
     out = args.out or os.path.splitext(path)[0] + ".md"
-    meta["plot"] = os.path.abspath(out).startswith(os.path.join(REPO, "docs") + os.sep)
+    # A report in the book links the plots in docs/img, relative to its own folder (docs/lab/ too).
+    docs = os.path.join(REPO, "docs")
+    if os.path.abspath(out).startswith(docs + os.sep):
+        meta["plot"] = os.path.relpath(os.path.join(docs, "img"), os.path.dirname(os.path.abspath(out))) + "/"
     write_markdown(out, suite.markdown(meta, kept))
     print(f"[run] rows: {path}; report: {out}", file=sys.stderr)
     return 0

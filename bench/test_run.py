@@ -194,7 +194,7 @@ class CommittedRows(unittest.TestCase):
         self.assertNotIn("anchor", {r["engine"] for r in rows})
         md = local.markdown({}, rows)
         rendered = tables(md.split("## Medians and spread", 1)[1])[0]
-        with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
+        with open(os.path.join(REPO, "docs", "lab", "benchmarks.md")) as f:
             page = f.read()
         recorded = tables(page.split("## Medians and spread", 1)[1])[0]
         self.assertEqual(rendered, recorded)
@@ -228,6 +228,26 @@ class RowsFiles(unittest.TestCase):
             meta, back = report.load_rows(path)
             self.assertEqual(meta["suite"], "local")
             self.assertEqual([r["engine"] for r in back], ["reference"])
+
+    def test_rows_are_written_with_portable_paths(self):
+        cache = os.environ.get("INSITUBATCH_CACHE") or os.path.expanduser("~/.cache/insitubatch")
+        store = os.path.join(cache, "bench-stores-320", "c8.zarr")
+        cli = os.path.join(tempfile.gettempdir(), "tgt", "release", "insitubatch")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.jsonl")
+            rows = report.Rows(path)
+            rows.add(dict(run_row("c8", "ours", 0, [1.0]), url="file://" + store,
+                          cmd=[cli, "bench", "file://" + store, os.path.join(REPO, "bench", "py_engines.py")]))
+            rows.close({"suite": "local", "command": f"python3 bench/run.py --cli {cli}"})
+            with open(path) as f:
+                text = f.read()
+            meta, back = report.load_rows(path)
+        for machine in (cache, tempfile.gettempdir(), REPO):
+            self.assertNotIn(machine + "/", text)
+        self.assertEqual(back[0]["url"], "file://$INSITUBATCH_CACHE/bench-stores-320/c8.zarr")
+        self.assertEqual(back[0]["cmd"], ["$TMPDIR/tgt/release/insitubatch", "bench", back[0]["url"],
+                                          "bench/py_engines.py"])
+        self.assertEqual(meta["command"], "python3 bench/run.py --cli $TMPDIR/tgt/release/insitubatch")
 
     def test_a_broken_line_says_where(self):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:

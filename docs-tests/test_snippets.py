@@ -7,7 +7,9 @@
   `http://localhost:8000/` is replaced by a loopback server over the demo store's folder;
 - ```bash: the blocks of a page, in order, as one `bash -euo pipefail` script with the
   `insitubatch` CLI ($IB_DOCS_CLI) first on PATH;
-- ```toml and ```json: parsed; ```text: not code; ```rust: doc-tests (examples/docs.rs).
+- ```toml and ```json: parsed; ```text: not code; ```rust: doc-tests (examples/docs.rs);
+- README.md's first ```python block (marked `<!-- readme-test: quickstart -->`), as written,
+  on the demo store, printing a batch and a limiting stage the engine has.
 
 Lines starting with `~` in python and js blocks are hidden in the book (book.toml) and run here
 without the `~`. A block whose info string has `untested` is skipped, and the skip is printed with
@@ -27,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -221,6 +224,39 @@ def test_python_blocks(page: Page, tmp_path: Path) -> None:
         f"    exec(compile('\\n' * line + code, '{DOCS / page.name}', 'exec'), ns)\n"
     )
     run([sys.executable, str(script)], tmp_path, f"python blocks of {page.name}")
+
+
+README = ROOT / "README.md"
+
+
+def test_the_readmes_first_python_block_runs_as_written_on_the_demo_store(tmp_path: Path) -> None:
+    """README.md's first Python block (marked `<!-- readme-test: quickstart -->`), run as
+    written, with nothing bound for it, reads the demo store `scripts/demo.sh` writes and
+    prints a batch and a limiting stage the engine has."""
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+    marked = re.findall(r"<!-- readme-test: quickstart -->\n```python\n(.*?)^```", text, re.S | re.M)
+    assert len(marked) == 1, "README.md has no block marked <!-- readme-test: quickstart --> (or several)"
+    assert blocks and blocks[0] == marked[0], "the block marked readme-test: quickstart is not README.md's first Python block"
+    try:
+        import torch  # noqa: F401
+        from insitubatch_rs import _reports
+    except ImportError as e:
+        missing(f"the README's block needs insitubatch_rs and torch in {sys.executable} ({e}): run scripts/test-python.sh")
+    demo_store()
+    script = tmp_path / "readme.py"
+    script.write_text(marked[0], encoding="utf-8")
+    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=HANG_GUARD_S)
+    sys.stdout.write(p.stdout)
+    assert p.returncode == 0, f"README.md's first Python block failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    lines = p.stdout.strip().splitlines()
+    assert any(re.match(r"epoch 1: last batch \(\d+, 91, 180\), mean -?\d", ln) for ln in lines), lines[-4:]
+    stages = set(typing.get_args(_reports.LimitingStage))
+    assert lines[-1] in stages, f"the block's last line {lines[-1]!r} is no limiting stage of the engine's {sorted(stages)}"
+    said = re.search(r"last_pass\.limiting_stage\)\s*#\s*(.*)$", marked[0], re.M)
+    named = set(re.findall(r'"(\w+)"', said.group(1))) if said else set()
+    assert named and named <= stages, f"the block's comment names stages the engine lacks: {sorted(named - stages)}"
 
 
 @pytest.fixture(scope="session")

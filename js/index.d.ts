@@ -3,8 +3,9 @@
 // `Checkpoint`, `BadChunk`, the explorer's `ArrayInfo`, `DrawOrderReport`, `QualityPoint`,
 // and their parts: `VariableReport`, `Depths`, `SplitName`, `DTypeName`, ...) are generated from the Rust report
 // types into src/reports.d.ts (tools/boundary-types; `cargo run -p insitubatch-boundary-types`
-// rewrites it, and CI fails when it is stale), re-exported here; so are the options' knobs,
-// into src/options.d.ts from core's `Knobs`.
+// rewrites it, and CI fails when it is stale), re-exported here; so are the options, into
+// src/options.d.ts from core's `DatasetSpec` (`DatasetSpec`, `ReadPolicySpec`, `HedgeFields`,
+// `VariableSpec`, `AxisSizes`, ...).
 import type {
   ArrayInfo,
   BadChunk,
@@ -17,50 +18,24 @@ import type {
   QualityPoint,
   SplitName,
 } from './src/reports.js';
-import type { Knobs } from './src/options.js';
+import type { DatasetSpec } from './src/options.js';
 
 export * from './src/reports.js';
-export type { Knobs } from './src/options.js';
+export * from './src/options.js';
 
 /**
- * The options of `open()` and `openInWorker()`: core's knobs (`batchSize`, `seed`,
- * `onBadChunk`, ...; generated into src/options.d.ts from core's `Knobs`, with their
- * defaults) and this package's own (wasm/src/options.rs `JsOpenOptions`; the engine refuses
- * unknown keys). js/test/types.test.js checks these keys against the engine's.
+ * The options of `open()` and `openInWorker()`: core's spec of every plain-data option
+ * (`batchSize`, `seed`, `readPolicy`, `patch`, `cacheDir`, ...: generated into
+ * src/options.d.ts from core's `DatasetSpec`, with their defaults; the engine refuses unknown
+ * keys and decides every default and rule) and this package's own keys, which are no data
+ * for the engine. js/test/types.test.js checks these keys against the engine's.
  */
-export interface OpenOptions extends Knobs {
-  /**
-   * Array paths to read (labels = paths), or labelled variables in order (the first is the
-   * split's reference), e.g. `{ x: 't2m', y: { path: 't2m', shift: 6 } }`: several labels
-   * may read one array at different offsets (windows; decoded once). Absent: discover them
-   * (needs consolidated metadata over HTTP, or a storage that lists).
-   */
-  variables?: string[] | Record<string, string | VariableSpec>;
-  /** The sample axis of every variable. Default 0. */
-  sampleAxis?: number;
+export interface OpenOptions extends DatasetSpec {
   /**
    * A windowed view: every variable again, `shift` samples on, labelled `label@+shift`
    * (`t2m@+6`; negative: `t2m@-6`). Anchors whose window leaves the array are not drawn. Default 0 (none).
    */
   shift?: number;
-  /** Train/val/test fractions of sample-axis chunks. Default [0.8, 0.1, 0.1]. */
-  fractions?: [number, number, number];
-  /** Shuffle chunks between splits (default false: contiguous runs, safe for time series). */
-  shuffleSplits?: boolean;
-  /** The seed of `shuffleSplits`. Default: `seed`. */
-  splitSeed?: number | bigint;
-  /** Split only the chunks overlapping samples `[start, stop)` (snapped outward to chunks). */
-  sampleRange?: [number, number];
-  /** Retries, backoff and request timeout of storage reads. */
-  readPolicy?: ReadPolicyOptions;
-  /**
-   * For `s3://bucket/prefix` URLs (Node, and in browsers the entry `insitubatch/web-s3`):
-   * object_store's S3 options as strings, the keys of Python's
-   * `storage_options` and the CLI's `--storage-option`, e.g. `{ aws_endpoint, aws_region,
-   * aws_access_key_id, aws_secret_access_key, aws_session_token, aws_allow_http: 'true' }`.
-   * wasm cannot read the environment, so pass them here. Requests are signed (SigV4).
-   */
-  storageOptions?: Record<string, string>;
   /**
    * For `s3://` URLs, short-lived credentials instead of keys in `storageOptions`: called
    * when a request needs credentials, and again when a request needs them and the last
@@ -78,86 +53,6 @@ export interface OpenOptions extends Knobs {
    * are over it) and refuses it elsewhere, saying why; the explorer ignores it.
    */
   batchViews?: boolean;
-  /**
-   * Cut each sample into patches (docs/patches.md): the patch size on each patched inner axis,
-   * by dimension name (`dimension_names`, or `_ARRAY_DIMENSIONS` in Zarr v2) or axis index
-   * (digits), e.g. `{ lat: 45, lon: 90 }`. Each batch row is then one patch of one sample
-   * (`patchOrigins`), and each chunk is still read once per epoch. The order given is the
-   * column order of `patchOrigins`; an object lists integer-like keys (`{ 2: 8 }`) first, so
-   * to put an index after a name use a `Map` or `[[axis, size], ...]`. A variable without
-   * the patched axes is read whole, its rows repeated per patch. Default: whole samples.
-   */
-  patch?: AxisSizes;
-  /**
-   * `"grid"` (default): every patch of a grid, each once per epoch (a remainder narrower
-   * than a patch at the far edge is never drawn); `"random"`: `patchesPerSample` patches per
-   * sample at uniform origins, drawn anew each epoch from `(seed, epoch, split)`.
-   */
-  patchMode?: 'grid' | 'random';
-  /** A grid's step per patched axis (axes not named step by their size; smaller overlaps). Grid only. */
-  patchStride?: AxisSizes;
-  /** Random patches per sample and epoch. Default 1. Random only. */
-  patchesPerSample?: number;
-  /**
-   * One boolean per sample of the sample axis (docs/sampling.md): a `false` sample is never
-   * drawn, and a chunk whose samples are all masked is never read. Default: every sample.
-   */
-  sampleMask?: boolean[];
-  /**
-   * One weight per sample (an array or a `Float64Array`): its expected draws per epoch (a
-   * weight of 2 is drawn twice as often as 1; a fractional part is one more draw with that
-   * probability, per `(seed, epoch)`). Each chunk is still read once per epoch.
-   */
-  sampleWeights?: number[] | Float64Array;
-  /**
-   * A rank mesh (docs/distributed.md): groups of this many consecutive ranks draw the same
-   * rows, each rank taking its part of every row along `modelParallelAxis` (`batch.part`).
-   * Default 1: none.
-   */
-  modelParallel?: number;
-  /** The axis `modelParallel` splits rows along: a dimension name or an axis index. */
-  modelParallelAxis?: string | number;
-  /**
-   * Select by label, inclusive, one range per dimension: on the sample axis's coordinate the
-   * samples (implies `coords`), `{ time: ['2010-01-01', '2019-12-31'] }` (dates
-   * `YYYY-MM-DD[THH:MM[:SS]]`, UTC) or numbers; on an inner dimension's coordinate the region
-   * every row is cut to, `{ lat: [30, 60] }` (a decreasing coordinate too; patches on that axis
-   * lie inside it, and only the tiles it touches are read). `{ labels: [...] }` picks exactly
-   * those labels in that order: `{ level: { labels: [500, 850] } }` (on the sample axis, those
-   * samples).
-   */
-  sel?: Record<string, [string | number, string | number] | { labels: (string | number)[] }>;
-  /** With a list of stores (`open([a, b])`): the dimension they are concatenated along. Default `"time"`. */
-  concatDim?: string;
-  /**
-   * A directory in the browser's origin private file system where decoded chunks are kept
-   * across passes and page loads (Python's `cache_dir`; docs/disk-tier.md "In the browser"):
-   * `"insitubatch/era5"`. Needs `persist` or `readonlyCache`. Pages and workers
-   * of a browser; Node has none. One writer, or readers only, per directory.
-   */
-  cacheDir?: string;
-  /** Keep cached chunks for later passes and page loads (with `cacheDir`). */
-  persist?: boolean;
-  /** Read a complete cache a writer warmed; write nothing; a chunk it lacks is an error. */
-  readonlyCache?: boolean;
-  /** Delete the cached chunks of arrays whose pipeline changed instead of refusing. */
-  resetStaleCache?: boolean;
-}
-
-/**
- * `OpenOptions.patch` and `patchStride`: a count per axis (a dimension name, or an axis
- * index as digits or a number), in the order given.
- */
-export type AxisSizes = Record<string, number> | Map<string | number, number> | [string | number, number][];
-
-/** One labelled variable of `OpenOptions.variables`. */
-export interface VariableSpec {
-  /** The array path. */
-  path: string;
-  /** Read `shift` samples on from the anchor (a window offset). Default 0. */
-  shift?: number;
-  /** This variable's sample axis. Default: `OpenOptions.sampleAxis`. */
-  sampleAxis?: number;
 }
 
 /** What an `OpenOptions.credentials` callback returns (the AWS SDK's `AwsCredentialIdentity`). */
@@ -170,38 +65,16 @@ export interface S3Credentials {
   expiration?: Date | number | string;
 }
 
-/** `OpenOptions.readPolicy` (core's ReadPolicy; its defaults where absent). */
-export interface ReadPolicyOptions {
-  /** Attempts after the first for a transient failure. Default 4. */
-  retries?: number;
-  /** First backoff, milliseconds; doubles per attempt. Default 100. */
-  backoffMs?: number;
-  /** A request with no answer after this many milliseconds is a transient failure. Default 120000. */
-  requestTimeoutMs?: number;
-  /** Ranges of one shard at most this many bytes apart are read by one request. Default 1048576. */
-  coalesceGapBytes?: number;
-  /** A coalesced request spans at most this many bytes (0: every inner chunk alone). Default 67108864. */
-  coalesceMaxBytes?: number;
-  /**
-   * `false`: never send a second request for a slow read; `true` (default, remote stores
-   * only): a request unanswered after 2x the running 95th-percentile latency gets a second
-   * one, at most 5% of requests; or the policy's own fields.
-   */
-  hedge?: boolean | HedgePolicyOptions;
-  /** Stored bytes read ahead for a shard's inner chunks a pass needs soon may hold at most this much. Default: a quarter of the residency floor; 0: off. */
-  readAheadBytes?: number;
-}
-
-/** `ReadPolicyOptions.hedge` as an object (core's HedgePolicy; its defaults where absent). */
-export interface HedgePolicyOptions {
-  /** The running latency quantile a request is compared with. Default 0.95. */
-  quantile?: number;
-  /** A request unanswered after this multiple of that quantile is hedged. Default 2. */
-  multiple?: number;
-  /** Hedges are at most this share of the requests made (one is always allowed). Default 0.05. */
-  maxShare?: number;
-  /** Answers seen before any request is hedged. Default 8. */
-  minSamples?: number;
+/**
+ * An error from the engine: its message names options in this package's spelling
+ * (`patchMode`); `kind` says what went wrong as a word to branch on (`invalid_option`, the
+ * store's `array_not_found`, `storage`, `decode`, ...; never match the message), `option`
+ * the option an `invalid_option` error concerns (`readPolicy.backoffS`), and `name` follows
+ * the kind (`InvalidOptionError`, `ArrayNotFoundError`, `InsitubatchIOError`, ...).
+ */
+export interface EngineError extends Error {
+  kind: string;
+  option?: string;
 }
 
 /** What `Storage.get` is asked for: half-open byte offsets, or the last `suffix` bytes. */

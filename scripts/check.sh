@@ -52,6 +52,11 @@ check "justfile: a recipe per phase of scripts/test.sh" justfile_covers_phases
 # Each Python environment's lock (tools/python/NAME.txt) is what scripts/lock.sh compiles from
 # its inputs: the stamp on its first line, recomputed with no network and no uv.
 check "Python locks: tools/python/*.txt match their .in files" bash scripts/lock.sh --check
+# The facts the user pages state, from their one source (docs-tests/facts.py): the README's
+# Status and the book's feature table rendered from docs/features.toml (whose tests exist),
+# every figure rendered or cited from a committed rows file and equal to it, the rows
+# portable, every public Python name in docs/migration.md. Stdlib only, about a second.
+check "docs: rendered facts, cited figures, rows" python3 docs-tests/facts.py --check
 # Host: every crate with its tests, benches and examples (core's `testing` feature comes on
 # through native's dev-dependency), then core alone, without that feature.
 check "clippy (host, all crates)" cargo clippy -q --workspace --all-targets "${W[@]}"
@@ -70,10 +75,25 @@ check "clippy (wasm32, wasm, threads feature)" env RUSTC_BOOTSTRAP=1 \
     RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals" \
     CARGO_TARGET_DIR="$INSITUBATCH_CACHE/target-check-threads" \
     cargo clippy -q -p insitubatch-wasm "${WASM[@]}" --no-default-features --features threads --lib "${W[@]}"
+# The files generated from the Rust types (tools/boundary-types: the reports' and options'
+# TypeScript and Python types, the dataclasses' fields, the book's option reference) are
+# current, and the generator's own tests pass.
+check "boundary types: generated files current" cargo test -q -p insitubatch-boundary-types
 # rustdoc: broken links and bad doc syntax fail, on the host and for the wasm32 API. All
 # features, so the feature-gated public modules (core's `testing`) are documented and linkable.
 check "doc (host, all crates)" env RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps --workspace --all-features
 check "doc (wasm32, wasm)" env RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps -p insitubatch-wasm "${WASM[@]}"
+
+# The dependency policy (deny.toml, docs/security.md "Releases and dependencies"): licenses,
+# duplicate versions, banned crates, crates.io as the only source, over Cargo.lock (--locked:
+# cargo metadata may fetch a manifest it lacks from crates.io). Not the advisories: their database is a GitHub repository, which CI cannot reach. Last, so that on a
+# cold machine scripts/warm.sh has built cargo-deny while the checks above ran.
+cargo_deny() {
+    source scripts/tools.sh
+    ib_tool cargo-deny || return 1
+    "$IB_CARGO_DENY" --locked --workspace --log-level error --config deny.toml check bans licenses sources
+}
+check "cargo-deny: licenses, bans, duplicates, sources" cargo_deny
 
 if [ ${#failed[@]} -gt 0 ]; then
     echo "checks: ${#failed[@]} of $n failed: ${failed[*]}" >&2

@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 ib_prereqs
 cargo build --release -q -p insitubatch-native --bin insitubatch
-exec "$CARGO_TARGET_DIR/release/insitubatch" demo "$@"
+"$CARGO_TARGET_DIR/release/insitubatch" demo "$@"
+# Where the CLI is: the README's next steps use it by name.
+echo "the CLI: $CARGO_TARGET_DIR/release/insitubatch (on your PATH with: cargo install --locked --path native)"

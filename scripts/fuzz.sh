@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz every parser of untrusted bytes (fuzz/fuzz_targets: Zarr v2/v3 metadata, shard
-# indexes, every codec chain, the cache log, split manifests) for SECONDS each (default 30;
+# indexes, every codec chain, the cache log, split manifests, resume checkpoints, the disk
+# tier's chunk files, StandardScaler files) for SECONDS each (default 30;
 # as many targets at once as there are cores, IB_FUZZ_JOBS),
 # under libFuzzer with AddressSanitizer, -rss_limit_mb=512 (which also fails any single
 # allocation over 512 MiB) and a 10 s per-input timeout. Prints one line per target with its
@@ -23,7 +24,7 @@ source scripts/tools.sh
 FUZZ_HOME="$INSITUBATCH_CACHE/fuzz"
 FUZZ_TARGET_DIR="$INSITUBATCH_CACHE/target-fuzz"
 TRIPLE=x86_64-unknown-linux-gnu
-ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest reference_set)
+ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest checkpoint chunk_file scaler_file reference_set)
 
 ib_prereqs
 # libfuzzer-sys compiles libFuzzer (C++) with the cc crate.

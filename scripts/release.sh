@@ -10,6 +10,20 @@
 #   dist/crates/  insitubatch-core, -object, -native: `cargo publish --dry-run` in dependency
 #                 order (cargo packages each, then builds it against the others' packages and
 #                 crates.io, as a user's `cargo add` would), each with its README and LICENSE.
+#   dist/sbom/    CycloneDX SBOMs (JSON): each crate's dependency tree (cargo-cyclonedx), the
+#                 environment the abi3 wheel installs into (cyclonedx-py; the Rust inside the
+#                 wheel is maturin's SBOM in its .dist-info/sboms/, checked to be there), the
+#                 npm package (cyclonedx-npm) and the Rust inside its wasm (cargo-cyclonedx for
+#                 wasm32), and the JavaScript bundled into the dashboard and the wheel's widget
+#                 (www's lockfile, cyclonedx-npm).
+#   dist/LICENSES.md  every component of those SBOMs with its license, each held to deny.toml's
+#                 allow-list (scripts/licenses.py); a license not on it fails the release.
+#   dist/SHA256SUMS   the checksum of every file above (`sha256sum -c SHA256SUMS` in dist/).
+# Reproducible: every artifact is built a second time (the wheels repackaged from the same
+# build, the sdist, the npm tarball, the crates) and compared byte for byte with the first; a
+# difference fails, naming the file, but for the one maturin makes on purpose: the SBOM it
+# embeds in a wheel carries a random serial number and the build's time (scripts/same_wheel.py
+# checks that nothing else differs; docs/security.md "Releases and dependencies").
 # One version everywhere: CHANGELOG.md's newest (docs-tests test_one_version_everywhere).
 #   scripts/release.sh           the release profile: what you publish (the wheels take ~15 min
 #                                cold on 2 cores; builds js/pkg and 3.14t when missing)
@@ -128,6 +142,103 @@ crates() {
     done
 }
 
+# -- reproducible -----------------------------------------------------------------------------
+# Build each artifact again into $WORK/again and compare. The wheels are packaged again from
+# the same compiled extension (maturin finds the build fresh; a build from an empty target dir
+# takes the release's 15 minutes twice, see docs/security.md for that comparison); the sdist,
+# the npm tarball and the crates are packed again from the tree. maturin, npm and cargo write
+# fixed timestamps and a fixed order into their archives, so nothing here depends on the clock.
+reproducible() {
+    local again="$WORK/again" f c
+    rm -rf "$again" && mkdir -p "$again/python" "$again/npm" "$again/crates"
+    if [ "$MODE" = check ]; then
+        ib_build_wheel "$IB_PY" "$again/python"
+    else
+        ib_build_wheel "$IB_PY" "$again/python" --release
+        ib_build_wheel "$(bash scripts/py314t.sh)" "$again/python" --release
+    fi
+    (cd python-bindings && "$BIN/maturin" sdist -o "$again/python" >/dev/null)
+    (cd js && npm pack --silent --pack-destination "$again/npm" >/dev/null)
+    cargo package -q --allow-dirty --no-verify "${CRATES[@]/#/-p}" 2>/dev/null
+    for c in "${CRATES[@]}"; do
+        f="$CARGO_TARGET_DIR/package/$c-$version.crate"
+        [ -f "$f" ] || f="$CARGO_TARGET_DIR/package/tmp-crate/$c-$version.crate"
+        cp "$f" "$again/crates/"
+    done
+    local differ=() stamped=()
+    for f in "$again"/*/*; do
+        local first="$DIST/${f#"$again"/}"
+        # In --check the cp314t wheel is test-python's, not rebuilt here: only what was built twice.
+        [ -f "$first" ] || { [ "$MODE" = check ] && continue; differ+=("${f#"$again"/} (no first build)"); continue; }
+        cmp -s "$f" "$first" && continue
+        # A wheel: maturin stamps its embedded SBOM with a random serial number and the time
+        # (and RECORD hashes that file); anything else that differs fails.
+        if [[ "$f" == *.whl ]] && python3 scripts/same_wheel.py "$first" "$f" >/dev/null; then
+            stamped+=("$(basename "$f")")
+        else
+            differ+=("${f#"$again"/}")
+        fi
+    done
+    [ ${#differ[@]} -eq 0 ] || { echo "FAIL: not reproducible, the second build differs: ${differ[*]}" >&2; return 1; }
+    local but=""
+    [ ${#stamped[@]} -eq 0 ] || but=" but for the serial number and timestamp of the SBOM maturin embeds in ${stamped[*]}"
+    echo "reproducible: $(cd "$again" && find . -type f | wc -l) artifacts built twice, byte for byte the same$but"
+    passed=$((passed + 1))
+}
+
+# -- supply chain -----------------------------------------------------------------------------
+# cargo-cyclonedx over the workspace for target $1 (more arguments: features): it writes
+# NAME.cdx.json beside each member's Cargo.toml; kept are those of the members named in $KEEP
+# ("member:file" words), moved to $SBOM/file, and the rest are removed.
+cyclonedx_rust() {
+    local target="$1" member dir
+    shift
+    "$IB_CARGO_CYCLONEDX" cyclonedx -q --format json --spec-version 1.5 --target "$target" "$@"
+    while read -r member dir; do
+        local keep="" w
+        for w in $KEEP; do [ "${w%%:*}" = "$member" ] && keep="${w#*:}"; done
+        if [ -n "$keep" ]; then mv "$dir/$member.cdx.json" "$SBOM/$keep"; else rm -f "$dir/$member.cdx.json"; fi
+    done < <(cargo metadata --format-version 1 --no-deps | python3 -c \
+        'import json, os, sys; [print(p["name"], os.path.dirname(p["manifest_path"])) for p in json.load(sys.stdin)["packages"]]')
+}
+
+supply_chain() {
+    local supply c whl
+    SBOM="$DIST/sbom"
+    mkdir -p "$SBOM"
+    source scripts/tools.sh
+    ib_tool cargo-cyclonedx && ib_tool npm
+    supply="$(dirname "$(ib_venv supply)")"
+    # The three crates with every feature, and the wasm crate compiled into the npm package,
+    # for wasm32 with the features of its builds (s3: Node and web-s3; threads: web-threads;
+    # `schema` is the declarations generator's only).
+    KEEP="$(for c in "${CRATES[@]}"; do printf '%s:%s.cdx.json ' "$c" "$c"; done)" \
+        cyclonedx_rust x86_64-unknown-linux-gnu --all-features
+    KEEP="insitubatch-wasm:insitubatch-npm-wasm.cdx.json" cyclonedx_rust wasm32-unknown-unknown --features s3,threads
+    # The environment a user's `pip install` of the abi3 wheel makes (the wheel and numpy),
+    # from the clean venv python_checks installed it into; the wheel's own Rust SBOM is there.
+    "$supply/cyclonedx-py" environment --sv 1.5 --of JSON --output-reproducible --pyproject python-bindings/pyproject.toml \
+        -o "$SBOM/insitubatch-rs-wheel.cdx.json" "$WORK/venv-abi3/bin/python" >/dev/null
+    for whl in "$DIST"/python/*.whl; do
+        python3 -c 'import sys, zipfile; sys.exit(not any("/sboms/" in n and n.endswith(".json") for n in zipfile.ZipFile(sys.argv[1]).namelist()))' \
+            "$whl" || { echo "FAIL: $(basename "$whl") carries no SBOM of its Rust in .dist-info/sboms/" >&2; return 1; }
+    done
+    # The npm package as packed (it has no dependencies of its own: the lockfile npm writes for
+    # it, offline, is what cyclonedx-npm reads), and the production dependencies the dashboard
+    # and the wheel's widget bundle (www's lockfile).
+    local cdx_npm=("$IB_NPM_PREFIX/node_modules/.bin/cyclonedx-npm" --package-lock-only --output-reproducible
+        --spec-version 1.5 --output-format JSON)
+    mkdir -p "$WORK/npm-sbom" && tar xzf "$DIST/npm/insitubatch-$version.tgz" -C "$WORK/npm-sbom"
+    (cd "$WORK/npm-sbom/package" && npm install --package-lock-only --ignore-scripts --offline --no-audit --no-fund \
+        --loglevel=error >/dev/null && "${cdx_npm[@]}" --output-file "$SBOM/insitubatch-npm.cdx.json" >/dev/null)
+    (cd www && "${cdx_npm[@]}" --omit dev --output-file "$SBOM/www-bundled.cdx.json" >/dev/null)
+    "$supply/python" scripts/licenses.py --allow deny.toml --report "$DIST/LICENSES.md" "$SBOM"/*.cdx.json
+    (cd "$DIST" && find . -type f ! -name SHA256SUMS -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS \
+        && sha256sum --quiet -c SHA256SUMS)
+    echo "SHA256SUMS: $(wc -l <"$DIST/SHA256SUMS") files; SBOMs: $(cd "$SBOM" && ls | tr '\n' ' ')"
+    passed=$((passed + 3))
+}
+
 echo "== Python: wheels (manylinux_2_28) and the sdist"
 "$IB_PY" tests/fixtures/make_fixtures.py "$FIXTURES" >/dev/null   # the stores use_wheel.py reads; skipped when current
 python_wheels
@@ -136,6 +247,10 @@ echo "== npm: the package tarball"
 npm_package
 echo "== crates: cargo publish --dry-run (${CRATES[*]})"
 crates
+echo "== reproducible: each artifact built again, compared byte for byte"
+reproducible
+echo "== supply chain: SBOMs, the license report, SHA256SUMS"
+supply_chain
 echo "dist/: $(cd "$DIST" && find . -type f | sort | tr '\n' ' ')"
 if grep -q 'example.invalid' Cargo.toml python-bindings/pyproject.toml; then
     echo "note: the repository address is a placeholder (example.invalid): set it in Cargo.toml and"

@@ -6,7 +6,8 @@
 # scripts/test.sh builds before it: the Python package in the test venv (scripts/test-python.sh)
 # and the Node wasm build (scripts/test-wasm.sh); missing ones skip loudly, and fail under CI.
 # Starts its own loopback server. Idempotent. The other generated files are checked here too: the
-# reports' TypeScript and Python declarations (tools/boundary-types) and the Python API page.
+# Python API page, and the blocks docs-tests/facts.py renders (the feature list, the figures from
+# bench/rows); the generated types and the option reference are checked by scripts/check.sh.
 #   scripts/test-docs.sh            # everything
 #   scripts/test-docs.sh --build    # the book and its links only; prints where it is
 set -euo pipefail
@@ -24,6 +25,9 @@ BOOK="$INSITUBATCH_CACHE/book"
 rm -rf "$BOOK"
 "$MDBOOK" build docs --dest-dir "$BOOK"
 python3 docs-tests/linkcheck.py "$BOOK"
+# The facts the pages state, against their one source (also in scripts/check.sh): the
+# feature list and its tests, every figure against its committed rows, portable rows.
+python3 docs-tests/facts.py --check
 if [ "${1:-}" = "--build" ]; then
     echo "the book: $BOOK/index.html"
     exit 0
@@ -40,13 +44,9 @@ echo "== docs: Rust blocks (doc-tests) and the reference pages against the repor
 cargo test -q -p insitubatch-examples --doc
 cargo test -q -p insitubatch-examples --test reference
 
-echo "== docs: the reports' TypeScript and Python declarations against the report types"
-# js/src/reports.d.ts and the package's _reports.py, generated from the Rust report types
-# (`cargo run -p insitubatch-boundary-types` rewrites them): fails when one is stale.
-cargo test -q -p insitubatch-boundary-types
-
 echo "== docs: Python, JS and bash blocks (pytest over extracted snippets)"
 source scripts/pyenv.sh
 ib_test_venv
-"$IB_PY" -m pytest -q -p no:cacheprovider -rs docs-tests/test_snippets.py docs-tests/test_python_api.py
+"$IB_PY" -m pytest -q -p no:cacheprovider -rs docs-tests/test_snippets.py docs-tests/test_python_api.py \
+    docs-tests/test_security_page.py
 echo "== scripts/test-docs.sh took $((SECONDS - START)) s"

@@ -93,7 +93,7 @@ trap 'kill "$THREADS_BUILD" $WEB_OPT 2>/dev/null || true' EXIT
 # dir: cargo keeps both feature sets' artifacts, so a warm run reruns only the crate's last
 # step. Node's package is that same module with Node's glue (default features, `s3`). It had
 # a build of its own at opt-level 3 until 2026-12-06: 1.02-1.06x faster cold epochs in Node,
-# spreads overlapping (docs/benchmarks.md "The Node build"), for a third wasm32 dependency
+# spreads overlapping (docs/lab/benchmarks.md "The Node build"), for a third wasm32 dependency
 # tree in every cold run (about 150 s of CI's 2 cores).
 nice -n 5 cargo build -q --release -p insitubatch-wasm --target wasm32-unknown-unknown --no-default-features
 rm -rf js/pkg/web

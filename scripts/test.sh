@@ -150,8 +150,9 @@ stop_servers() {
 }
 
 # The phases' bodies.
-# bench/test_run.py: stdlib only, about a second (bench/README.md).
-run_check() { bash scripts/check.sh; python3 -m unittest bench/test_run.py; }
+# bench/test_run.py, scripts/test_licenses.py and test_same_wheel.py: stdlib only, about a second each
+# (bench/README.md; the release's license check, docs/security.md).
+run_check() { bash scripts/check.sh; python3 -m unittest bench/test_run.py scripts/test_licenses.py scripts/test_same_wheel.py; }
 run_test_rust() {
     t cargo test -p insitubatch-core -p insitubatch-native
     # core's criterion benches, each run once as a test: they keep compiling and running.

@@ -3,7 +3,7 @@
 # function that installs it only when it is missing or at another version. Each holds its own
 # lock (flock), so scripts/warm.sh can install them in the background while the builds run,
 # and a foreground caller waits for that install and then finds it done.
-#   ib_tool cargo-fuzz | wasm-bindgen | mdbook | npm | just | uv | chromium
+#   ib_tool cargo-fuzz | wasm-bindgen | mdbook | cargo-deny | cargo-cyclonedx | npm | just | uv | chromium
 # The cargo installs build in one target dir of their own, $INSITUBATCH_CACHE/target-tools (the
 # workspace's would make its builds wait on its lock), at opt-level 1: the three tools share
 # most of their dependencies (syn, serde, clap ...), which then compile once, and opt-level 1
@@ -16,6 +16,14 @@ IB_CARGO_FUZZ_ROOT="$INSITUBATCH_CACHE/cargo-fuzz-$IB_CARGO_FUZZ_VERSION"
 IB_WASM_BINDGEN_VERSION=0.2.130   # must equal the wasm-bindgen crate pinned in wasm/Cargo.toml
 IB_MDBOOK_VERSION=0.5.4
 IB_MDBOOK="$INSITUBATCH_CACHE/tools/bin/mdbook"
+# The supply chain's cargo tools (docs/security.md): cargo-deny checks the dependency policy
+# (deny.toml) in scripts/check.sh; cargo-cyclonedx writes the crates' SBOMs in
+# scripts/release.sh. Both into $IB_SUPPLY_BIN.
+IB_CARGO_DENY_VERSION=0.20.2
+IB_CARGO_CYCLONEDX_VERSION=0.5.9
+IB_SUPPLY_ROOT="$INSITUBATCH_CACHE/tools/supply"
+IB_CARGO_DENY="$IB_SUPPLY_ROOT/bin/cargo-deny"
+IB_CARGO_CYCLONEDX="$IB_SUPPLY_ROOT/bin/cargo-cyclonedx"
 # The npm tools (playwright-core, binaryen's wasm-opt, typescript: tools/npm/package.json says
 # what each is for), pinned with their integrity hashes by tools/npm/package-lock.json and
 # installed by `npm ci` into a folder keyed by the hash of that package.json and lockfile:
@@ -38,7 +46,8 @@ IB_UV="$IB_UV_VENV/bin/uv"
 ib_tool() {
     local name="$1" fn
     case "$name" in
-        cargo-fuzz | wasm-bindgen | mdbook | npm | just | uv | chromium) fn="_ib_tool_${name//-/_}" ;;
+        cargo-fuzz | wasm-bindgen | mdbook | cargo-deny | cargo-cyclonedx | npm | just | uv | chromium)
+            fn="_ib_tool_${name//-/_}" ;;
         *) echo "ib_tool: unknown tool '$name'" >&2; return 2 ;;
     esac
     mkdir -p "$INSITUBATCH_CACHE"
@@ -72,6 +81,23 @@ _ib_tool_mdbook() {
         --no-default-features --features search --root "$(dirname "$(dirname "$IB_MDBOOK")")"
 }
 
+_ib_tool_cargo_deny() {
+    [ "$("$IB_CARGO_DENY" --version 2>/dev/null || true)" = "cargo-deny $IB_CARGO_DENY_VERSION" ] && return 0
+    echo "installing cargo-deny $IB_CARGO_DENY_VERSION into $IB_SUPPLY_ROOT" >&2
+    # Its manifest asks for fat LTO and one codegen unit (a smaller binary for its releases):
+    # minutes of single-threaded linking here for a tool that runs for seconds.
+    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+        _ib_cargo_install cargo-deny --version "$IB_CARGO_DENY_VERSION" --locked --root "$IB_SUPPLY_ROOT"
+}
+
+_ib_tool_cargo_cyclonedx() {
+    # Its version is the subcommand's (the binary alone answers only `cargo-cyclonedx cyclonedx`).
+    [ "$("$IB_CARGO_CYCLONEDX" cyclonedx --version 2>/dev/null || true)" = "cargo-cyclonedx-cyclonedx $IB_CARGO_CYCLONEDX_VERSION" ] \
+        && return 0
+    echo "installing cargo-cyclonedx $IB_CARGO_CYCLONEDX_VERSION into $IB_SUPPLY_ROOT" >&2
+    _ib_cargo_install cargo-cyclonedx --version "$IB_CARGO_CYCLONEDX_VERSION" --locked --root "$IB_SUPPLY_ROOT"
+}
+
 _ib_tool_npm() {
     # The marker is written last: an install cut short is done again (npm ci starts from an
     # empty node_modules).
@@ -82,8 +108,11 @@ _ib_tool_npm() {
     cp "$IB_ROOT/tools/npm/package.json" "$IB_ROOT/tools/npm/package-lock.json" "$IB_NPM_PREFIX/"
     # npm's cache is the one the other npm installs share; --prefer-offline takes what it
     # holds without asking the registry again (the lockfile's hashes still check it).
+    # --omit=optional: cyclonedx-npm's optional XML and schema validators (libxmljs2, whose
+    # install compiles libxml2 when its prebuilt binary cannot be fetched: 5 minutes here, for
+    # an XML output this project does not write).
     (cd "$IB_NPM_PREFIX" && npm_config_cache="$INSITUBATCH_CACHE/npm-cache" \
-        npm ci --prefer-offline --no-audit --no-fund --loglevel=error >&2) || return 1
+        npm ci --omit=optional --prefer-offline --no-audit --no-fund --loglevel=error >&2) || return 1
     touch "$IB_NPM_PREFIX/.ib-installed"
 }
 

@@ -24,12 +24,18 @@ ready() { echo "warm: $1 ready at $((SECONDS - start)) s"; }
 # fuzz targets (nightly + ASan: every dependency built once more), which the fuzzing beside
 # test-python needs; mdbook last: the book starts with test-widget, and builds it itself if it
 # comes first (the lock of scripts/tools.sh makes one of them wait and find it done).
+#
+# cargo-deny goes first: the static checks, the first phase, end with it (scripts/check.sh),
+# so it must be ready within their minutes; cargo-cyclonedx last, as only the release phase,
+# near the end, uses it.
 (
+    ib_tool cargo-deny && ready cargo-deny
     ib_tool wasm-bindgen && ready wasm-bindgen
     ib_venv py3.14t >/dev/null && ready "py314t and venv-py3.14t"
     ib_tool cargo-fuzz && ready cargo-fuzz
     bash scripts/fuzz.sh --build-only && ready "the fuzz targets"
     ib_tool mdbook && ready mdbook
+    ib_tool cargo-cyclonedx && ready cargo-cyclonedx
 ) &
 (
     ib_tool chromium && ready chromium
@@ -37,7 +43,7 @@ ready() { echo "warm: $1 ready at $((SECONDS - start)) s"; }
     # The environments of tools/python/ the phases use, the test venv first (the fixtures need it).
     ib_venv test >/dev/null && ready venv-test
     bash js/examples/edge-inference/setup.sh >/dev/null && ready "edge-inference's onnxruntime-web and venv-onnx"
-    for env in reference tf ray py3.10 py3.12 py3.13 widget; do
+    for env in reference tf ray py3.10 py3.12 py3.13 widget supply; do
         ib_venv "$env" >/dev/null && ready "venv-$env"
     done
 ) &

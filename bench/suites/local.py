@@ -213,7 +213,7 @@ def markdown(meta, rows):
                  if d["stat"] else f"- {store}: n/a")
     if meta.get("plot"):
         L += ["", "![Decoded MB/s per engine: medians with min–max bars, cold and warm epochs, "
-              "with the decode limit](img/benchmarks.png)",
+              f"with the decode limit]({meta['plot']}benchmarks.png)",
               f"(`bench/plot.py --rows {meta.get('results')}` redraws it from the rows.)"]
     if meta.get("results"):
         L += ["", f"Rows: `{meta['results']}`."]

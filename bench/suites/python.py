@@ -191,7 +191,7 @@ def markdown(meta, rows):
     L += ["", "Python binding (`rs-python`) ÷ Rust CLI: " + ("; ".join(parts) or "n/a")
           + " (target: within 5%, i.e. ≥ 0.95×).", ""]
     if meta.get("plot"):
-        L += ["![Decoded MB/s per Python loader and store, cold and warm, with stall %](img/benchmarks-python.png)",
+        L += [f"![Decoded MB/s per Python loader and store, cold and warm, with stall %]({meta['plot']}benchmarks-python.png)",
               f"(`bench/plot.py --python-rows {meta.get('results')}` redraws it from the rows.)", ""]
     if meta.get("results"):
         L += [f"Rows: `{meta['results']}`.", ""]

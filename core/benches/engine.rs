@@ -25,7 +25,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use insitubatch_core::internals::{TileLocation, ZarrArray, open_array};
 use insitubatch_core::runtime::{InlinePool, Runtime, Storage};
 use insitubatch_core::testing::{MemoryStorage, SimExecutor, write_f32_array};
-use insitubatch_core::{AlignedBytes, Dataset, DatasetOptions, Knobs, PatchAxis, PatchOptions, Split, SplitOptions};
+use insitubatch_core::{
+    AlignedBytes, Dataset, DatasetOptions, Knobs, PatchAxis, PatchOptions, PatchPlacement, Split, SplitOptions,
+};
 
 /// Long enough for any epoch here on a slow machine; the simulated clock never sleeps.
 const LIMIT: Duration = Duration::from_secs(600);
@@ -92,7 +94,7 @@ fn epochs(c: &mut Criterion) {
         DatasetOptions { knobs: Knobs { batch_size: 16, block_chunks: 4, ..Default::default() }, ..Default::default() };
     let patch = PatchOptions::from_parts(
         vec![(PatchAxis::Name("lat".into()), 16), (PatchAxis::Name("lon".into()), 16)],
-        "random",
+        PatchPlacement::Random,
         None,
         Some(4),
     )

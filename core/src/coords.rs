@@ -69,17 +69,20 @@ impl Label {
     /// or a date `YYYY-MM-DD[THH:MM[:SS]]` in UTC.
     ///
     /// # Errors
-    /// [`Error::Config`] for text that is neither, naming it.
+    /// [`Error::InvalidOption`] (`sel`) for text that is neither, naming it.
     pub fn from_text(text: &str) -> Result<Self> {
         let text = text.trim();
         if let Ok(x) = text.parse::<f64>() {
             return Ok(Self::Number(x));
         }
         epoch_ns(text).map(Self::Time).ok_or_else(|| {
-            Error::Config(format!(
-                "sel bound {text:?} is neither a number nor a date; write dates as YYYY-MM-DD, optionally with \
-                 THH:MM:SS (UTC)"
-            ))
+            Error::option(
+                "sel",
+                format!(
+                    "`sel` bound {text:?} is neither a number nor a date; write dates as YYYY-MM-DD, optionally with \
+                     THH:MM:SS (UTC)"
+                ),
+            )
         })
     }
 }
@@ -92,6 +95,144 @@ impl std::fmt::Display for Label {
             Self::Number(x) => write!(f, "{x}"),
             Self::Time(ns) => f.write_str(&iso_utc(ns)),
         }
+    }
+}
+
+/// `sel`: selections by label, one per dimension, in the order given. As data, an object
+/// `{dim: pick}` whose pick is `[low, high]` (both inclusive) or `{"labels": [a, b, ...]}`,
+/// each label a number or a date `YYYY-MM-DD[THH:MM[:SS[.fraction]]]` (UTC) in
+/// [`Label::from_text`]'s forms. The one reading of that form for every binding.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sel(pub Vec<LabelSel>);
+
+impl serde::Serialize for Label {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            Self::Number(x) => s.serialize_f64(x),
+            Self::Time(_) => s.serialize_str(&self.to_string()),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Label {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Label;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number or a date YYYY-MM-DD[THH:MM[:SS]]")
+            }
+            fn visit_f64<E: serde::de::Error>(self, x: f64) -> std::result::Result<Label, E> {
+                Ok(Label::Number(x))
+            }
+            #[allow(clippy::cast_precision_loss, reason = "a coordinate label, compared as f64")]
+            fn visit_i64<E: serde::de::Error>(self, x: i64) -> std::result::Result<Label, E> {
+                Ok(Label::Number(x as f64))
+            }
+            #[allow(clippy::cast_precision_loss, reason = "a coordinate label, compared as f64")]
+            fn visit_u64<E: serde::de::Error>(self, x: u64) -> std::result::Result<Label, E> {
+                Ok(Label::Number(x as f64))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<Label, E> {
+                Label::from_text(s).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+impl serde::Serialize for Sel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        #[derive(serde::Serialize)]
+        struct Labels<'a> {
+            labels: &'a [Label],
+        }
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for sel in &self.0 {
+            match &sel.pick {
+                LabelPick::Range { lo, hi } => m.serialize_entry(&sel.dim, &[lo, hi])?,
+                LabelPick::Labels(labels) => m.serialize_entry(&sel.dim, &Labels { labels })?,
+            }
+        }
+        m.end()
+    }
+}
+
+// By hand: the caller's order is kept, and a pick that is neither form is refused saying
+// what to write (a derived `untagged` enum would only say that nothing matched).
+impl<'de> serde::Deserialize<'de> for Sel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Pick(LabelPick);
+        impl<'de> serde::Deserialize<'de> for Pick {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                struct Visit;
+                impl<'de> serde::de::Visitor<'de> for Visit {
+                    type Value = Pick;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("[low, high] (both inclusive) or {\"labels\": [a, b, ...]}")
+                    }
+                    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                        self,
+                        mut seq: A,
+                    ) -> std::result::Result<Pick, A::Error> {
+                        use serde::de::Error as _;
+                        let lo = seq.next_element::<Label>()?;
+                        let hi = seq.next_element::<Label>()?;
+                        match (lo, hi, seq.next_element::<serde::de::IgnoredAny>()?) {
+                            (Some(lo), Some(hi), None) => Ok(Pick(LabelPick::Range { lo, hi })),
+                            _ => Err(A::Error::custom(
+                                "a range is [low, high], two labels; list labels as {\"labels\": [...]}",
+                            )),
+                        }
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(
+                        self,
+                        mut map: A,
+                    ) -> std::result::Result<Pick, A::Error> {
+                        use serde::de::Error as _;
+                        let mut labels = None;
+                        while let Some(key) = map.next_key::<String>()? {
+                            if key != "labels" {
+                                return Err(A::Error::unknown_field(&key, &["labels"]));
+                            }
+                            labels = Some(map.next_value::<Vec<Label>>()?);
+                        }
+                        labels.map(|l| Pick(LabelPick::Labels(l))).ok_or_else(|| A::Error::missing_field("labels"))
+                    }
+                }
+                d.deserialize_any(Visit)
+            }
+        }
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Sel;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("{dim: [low, high] or {\"labels\": [...]}}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Sel, A::Error> {
+                let mut out = Vec::new();
+                while let Some((dim, Pick(pick))) = map.next_entry::<String, Pick>()? {
+                    out.push(LabelSel { dim, pick });
+                }
+                Ok(Sel(out))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Sel {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Sel".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "{dim: [low, high] or {\"labels\": [a, b, ...]}}; labels are numbers or dates.",
+            "x-ts": "Record<string, [string | number, string | number] | { labels: (string | number)[] }>",
+            "x-python": {"type": "dict[str, list[str | float] | dict[str, list[str | float]]]"},
+        })
     }
 }
 
@@ -150,7 +291,7 @@ impl Coordinate {
     /// (latitude often runs from 90 to -90).
     ///
     /// # Errors
-    /// [`Error::Config`] for a time bound on a numeric coordinate (or the reverse), a
+    /// [`Error::InvalidOption`] for a time bound on a numeric coordinate (or the reverse), a
     /// coordinate that is not monotonic, or a range that selects nothing.
     pub fn select(&self, lo: Label, hi: Label) -> Result<(u64, u64)> {
         let (start, stop) = match (&self.values, lo, hi) {
@@ -159,7 +300,7 @@ impl Coordinate {
             _ => return Err(self.wrong_kind()),
         }?;
         if start >= stop {
-            return Err(Error::Config(format!("sel on {:?} selects nothing; widen the range", self.name)));
+            return Err(Error::option("sel", format!("`sel` on {:?} selects nothing; widen the range", self.name)));
         }
         Ok((start as u64, stop as u64))
     }
@@ -167,11 +308,11 @@ impl Coordinate {
     /// The position of each of `labels`, in order (exact matches).
     ///
     /// # Errors
-    /// [`Error::Config`] for no labels, a label of the other kind, or one the coordinate
+    /// [`Error::InvalidOption`] for no labels, a label of the other kind, or one the coordinate
     /// does not hold, naming it.
     pub fn positions(&self, labels: &[Label]) -> Result<Vec<u64>> {
         if labels.is_empty() {
-            return Err(Error::Config(format!("sel on {:?} lists no label; list at least one", self.name)));
+            return Err(Error::option("sel", format!("`sel` on {:?} lists no label; list at least one", self.name)));
         }
         labels
             .iter()
@@ -182,23 +323,29 @@ impl Coordinate {
                     _ => return Err(self.wrong_kind()),
                 };
                 at.map(|p| p as u64).ok_or_else(|| {
-                    Error::Config(format!(
-                        "sel on {:?}: {label} is not among its {} values; list values the coordinate holds",
-                        self.name,
-                        self.len()
-                    ))
+                    Error::option(
+                        "sel",
+                        format!(
+                            "`sel` on {:?}: {label} is not among its {} values; list values the coordinate holds",
+                            self.name,
+                            self.len()
+                        ),
+                    )
                 })
             })
             .collect()
     }
 
     fn wrong_kind(&self) -> Error {
-        Error::Config(format!(
-            "sel on {:?} needs {} bounds; give the bounds as {}",
-            self.name,
-            self.kind(),
-            if self.kind() == "time" { "dates, e.g. \"2010-01-01\"" } else { "numbers" }
-        ))
+        Error::option(
+            "sel",
+            format!(
+                "`sel` on {:?} needs {} bounds; give the bounds as {}",
+                self.name,
+                self.kind(),
+                if self.kind() == "time" { "dates, e.g. \"2010-01-01\"" } else { "numbers" }
+            ),
+        )
     }
 
     fn kind(&self) -> &'static str {
@@ -253,7 +400,7 @@ fn range_in<T: PartialOrd>(v: &[T], lo: &T, hi: &T) -> Result<(usize, usize)> {
     } else if all(Greater) {
         Ok((v.partition_point(|x| x > hi), v.partition_point(|x| x >= lo)))
     } else {
-        Err(Error::Config("sel needs a strictly increasing or decreasing coordinate".into()))
+        Err(Error::option("sel", "`sel` needs a strictly increasing or decreasing coordinate"))
     }
 }
 
@@ -292,7 +439,7 @@ async fn read_group_coordinate(
     let path = in_group(group, name);
     let array = match crate::zarr::open_array(storage, &path).await {
         Ok(a) => a,
-        Err(Error::NotFound { .. }) => return Ok(None),
+        Err(Error::ArrayNotFound { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
     if array.shape() != [n_samples] {

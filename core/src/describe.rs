@@ -6,21 +6,18 @@
 //! feature they derive `schemars::JsonSchema`, and tools/boundary-types writes
 //! `js/src/reports.d.ts` and the Python package's `_reports.py` from it. An `x-python`
 //! extension says where the Python package shows a field otherwise (insitubatch 0.2.0's shapes:
-//! `tuple` for a list, `dict` for `[name, value]` pairs, a Python `type` where the package
-//! replaces the value; on a struct, `extra` fields it adds, `total`, a Python `doc`), so adding
-//! a field here and regenerating updates every binding (CONTRIBUTING.md).
+//! `tuple` for a list, `dict` for `[name, value]` pairs, its `name`, an `alias` it is also
+//! shown under, `omit` where another field takes its name, a Python `type` where the package
+//! replaces the value; on a struct, `extra` fields it adds (`= value` where the value is
+//! fixed), `total`, a Python `doc`), so adding a field here and regenerating updates every
+//! binding (CONTRIBUTING.md). Every value is computed here: the Python package only reshapes.
 
 use serde::Serialize;
 
 /// One variable's geometry and per-chunk bytes.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(
-    feature = "schema",
-    schemars(extend("x-python" = {"total": false, "extra": {
-        "logical_chunk_bytes": "int  # the first chunk after chunk transforms, no padding (insitubatch 0.2.0's)"
-    }}))
-)]
+#[cfg_attr(feature = "schema", schemars(extend("x-python" = {"total": false})))]
 pub struct VariableReport {
     /// Label.
     pub label: String,
@@ -72,6 +69,18 @@ pub struct VariableReport {
     /// Element type after chunk transforms.
     #[cfg_attr(feature = "schema", schemars(with = "crate::DType"))]
     pub output_dtype: String,
+    /// Bytes of the first chunk after chunk transforms, without edge padding: its rows times
+    /// `gather_run_bytes` (insitubatch 0.2.0's).
+    pub logical_chunk_bytes: u64,
+    /// Array shape after chunk transforms (physical order): `output_inner_shape` with the
+    /// sample axis put back where it was; `shape` when they keep the sample's shape and type.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
+    pub output_shape: Vec<u64>,
+    /// Fetch unit after chunk transforms (physical order): a transform returns its chunk
+    /// whole, so one tile per sample-axis chunk; `chunks` when they keep the sample's shape
+    /// and type. The Python package's `view.geometries` are these.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"tuple": true})))]
+    pub output_chunks: Vec<u64>,
 }
 
 /// What the dataset resolved to.
@@ -85,7 +94,7 @@ pub struct VariableReport {
         "readonly_cache": "bool",
         "reset_stale_cache": "bool",
         "shared_cache": "bool  # ours: several processes fill this cache_dir together",
-        "assembles": "bool"
+        "assembles": "bool = True  # every chunk is assembled into one sample-first slot, transform or not"
     }}))
 )]
 pub struct ConfigReport {
@@ -109,11 +118,12 @@ pub struct ConfigReport {
     /// Current epoch.
     pub epoch: u64,
     /// Explicit budget, if any.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(extend("x-python" = {"type": "int  # the budget in force for one iteration (explicit or automatic)"}))
-    )]
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"omit": true})))]
     pub cache_budget_bytes: Option<u64>,
+    /// The residency budget in force for one iteration: `cache_budget_bytes`, or without one
+    /// the automatic budget (`memory.automatic_budget_bytes`).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"name": "cache_budget_bytes"})))]
+    pub budget_bytes: u64,
     /// The disk tier (`cache_dir` and its mode), if any.
     #[serde(default)]
     pub disk_tier: Option<String>,
@@ -134,11 +144,12 @@ pub struct ConfigReport {
     /// Reference samples per chunk (the anchor grid).
     pub samples_per_chunk: u64,
     /// Reference chunks.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(extend("x-python" = {"type": "dict[str, int]  # label -> chunks (insitubatch 0.2.0's)"}))
-    )]
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"omit": true})))]
     pub n_chunks: u64,
+    /// Label → chunks along its sample axis (each variable's `n_chunks`; insitubatch 0.2.0's
+    /// `n_chunks`).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true, "name": "n_chunks"})))]
+    pub variable_chunks: Vec<(String, u64)>,
     /// Chunks per split.
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub split_chunks: Vec<(String, usize)>,
@@ -158,23 +169,15 @@ pub struct ConfigReport {
     /// Batches per epoch per split, for this rank.
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"dict": true})))]
     pub batches_per_epoch: Vec<(String, usize)>,
-    /// Mixing score of this epoch's train order (0..1).
-    #[cfg_attr(
-        feature = "schema",
-        schemars(extend("x-python" = {"type": "float | None  # None with under two train anchors"}))
-    )]
-    pub shuffle_quality: f64,
+    /// Mixing score of this epoch's train order (0..1); none (`null`, `None`) when this
+    /// rank's train order has under two anchors, which have no order to score.
+    pub shuffle_quality: Option<f64>,
 }
 
 /// The memory model evaluated for this configuration.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[cfg_attr(
-    feature = "schema",
-    schemars(extend("x-python" = {"total": false, "extra": {
-        "working_set_bytes": "int  # the automatic budget for one iteration (insitubatch 0.2.0's name)"
-    }}))
-)]
+#[cfg_attr(feature = "schema", schemars(extend("x-python" = {"total": false})))]
 pub struct MemoryReport {
     /// Concurrent iterations assumed.
     pub iterations: usize,
@@ -193,6 +196,7 @@ pub struct MemoryReport {
     pub budget_is_automatic: bool,
     /// What an automatic budget holds for one iteration: read-once, capped at half the
     /// memory available, never below the floor.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"alias": "working_set_bytes"})))]
     pub automatic_budget_bytes: u64,
     /// The memory the runtime said the engine can have (available memory, cgroup-aware,
     /// natively; the instance's room in wasm); the automatic budget takes at most half.
@@ -267,6 +271,89 @@ impl Note {
     pub fn new(code: &str, severity: Severity, subject: impl Into<String>, message: impl Into<String>) -> Self {
         Self { code: code.into(), severity, subject: subject.into(), message: message.into() }
     }
+}
+
+/// The code of every note `describe()` can emit, each explained once, here. Every
+/// `Note::new` names one of these constants, and the note table of
+/// `docs/reference/describe.md` is generated from their doc comments
+/// (`examples/tests/reference.rs`, which fails when a code lacks one), so the page and the
+/// messages cannot drift apart. A doc comment says what the note means and what to do;
+/// its links are relative to `docs/reference/`.
+pub(crate) mod note_code {
+    /// `block_chunks` was raised so that any block holds a whole batch (otherwise a batch
+    /// could need three blocks and the floor would not hold). Lower `batch_size` or accept the
+    /// wider block; the shuffle only gets better.
+    pub(crate) const BLOCK_CHUNKS_WIDENED: &str = "block-chunks-widened";
+    /// `first_block_chunks` asked for a smaller first shuffle block, so the first batch waits
+    /// for fewer chunks; the message says how many samples open each epoch drawn from how few
+    /// chunks (instead of the specified order's), and the shuffle quality of the epoch with and
+    /// without it. Unset `first_block_chunks` for the specified order.
+    pub(crate) const FIRST_BLOCK_SMALLER: &str = "first-block-smaller";
+    /// The chunk grid does not divide the array, so the edge chunks are padded when decoded.
+    /// Only decode work is wasted; the pool holds the clipped chunks.
+    pub(crate) const RAGGED_GRID: &str = "ragged-grid";
+    /// One sample is so small that the per-row copy overhead of gather dominates. Rechunk so
+    /// that a sample is larger, or batch larger.
+    pub(crate) const SHORT_GATHER_RUN: &str = "short-gather-run";
+    /// Each chunk is one large stored object, so every read in flight costs a whole chunk of
+    /// memory. Chunking the inner axes makes `max_inflight` cheap.
+    pub(crate) const SINGLE_INNER_FAT_CHUNK: &str = "single-inner-fat-chunk";
+    /// A split has chunks but no sample whose window fits inside the array. Use larger
+    /// fractions or a smaller window shift.
+    pub(crate) const SPLIT_YIELDS_NOTHING: &str = "split-yields-nothing";
+    /// What the disk tier warns about (subject `cache_dir`). Natively: the `cache_dir` is on a
+    /// network filesystem, where the locking and memory-mapping the tier relies on may not
+    /// hold; use a local disk. In the browser: the tier stopped writing (a full quota, say;
+    /// batches are unchanged), or a chunk file failed its check and was read from the store
+    /// instead. The message says which.
+    pub(crate) const CACHE_DIR_NETWORK_FS: &str = "cache-dir-network-fs";
+    /// The explicit `cache_budget_bytes` is smaller than one floor per concurrent iteration,
+    /// so the second iteration will be refused when it starts. Raise the budget to the number
+    /// the message gives.
+    pub(crate) const BUDGET_BELOW_ITERATIONS: &str = "budget-below-iterations";
+    /// The budget (explicit, or automatic but capped at half the memory available) is below
+    /// read-once residency, so chunks shared between shuffle blocks may be evicted and fetched
+    /// again. The message bounds the extra bytes per epoch. See
+    /// [budgets and tiers](../concepts.md#budgets-and-tiers).
+    pub(crate) const BUDGET_BELOW_READ_ONCE: &str = "budget-below-read-once";
+    /// Under `model_parallel`: this rank's data-parallel group and its part in it, and what
+    /// the group reads (each rank fetches only the tiles of its part where chunks are tiled
+    /// along the split axis, else whole chunks). See
+    /// [the rank mesh](../distributed.md#model-parallelism-a-rank-mesh).
+    pub(crate) const MODEL_PARALLEL: &str = "model-parallel";
+    /// With `node_affinity`, each node draws from the same share of the train chunks in every
+    /// epoch (so a node's second epoch reads its own cache); the message gives the shuffle
+    /// quality of this rank's order with and without it. See
+    /// [the disk tier with several ranks](../distributed.md#the-disk-tier-on-a-machine-with-several-ranks).
+    pub(crate) const NODE_AFFINITY: &str = "node-affinity";
+    /// With `patch=`: how each sample is cut (grid positions, or random patches per sample),
+    /// what share of a sample's field one patch is, and how many of the tiles of the chunks
+    /// this train epoch reads its patches touch (only those are fetched, decoded and held), or
+    /// why its chunks are read whole. See [spatial patches](../patches.md#what-a-patch-costs).
+    pub(crate) const PATCHES: &str = "patches";
+    /// With `sel` on inner dimensions: the positions every row is cut to (a range, or the
+    /// listed labels' positions in their order), and that of chunks tiled on those axes only
+    /// the tiles they touch are read and held. See
+    /// [coordinates](../coordinates.md#a-region-on-inner-axes).
+    pub(crate) const REGION: &str = "region";
+    /// With `sample_mask` or `sample_weights`: the share of samples that can be drawn and,
+    /// with weights, the train view's expected rows per epoch, their effective sample size and
+    /// the most draws of one sample; each chunk is still read once per epoch. See
+    /// [masks and weighted sampling](../sampling.md).
+    pub(crate) const SAMPLE_DRAWS: &str = "sample-draws";
+    /// The estimated peak is more than the memory available. Lower `batch_size`,
+    /// `prefetch_depth`, `max_inflight` or `block_chunks`, or run fewer iterations.
+    pub(crate) const PEAK_ABOVE_MEMORY: &str = "peak-above-memory";
+    /// With several ranks, some samples of a split are not drawn this epoch so that every rank
+    /// yields the same number of batches (chunks are dealt to ranks a unit at a time): a note
+    /// for any dropped sample, a warning when more than a tenth of the split is dropped. Fewer
+    /// ranks, or a store chunked more finely along the sample axis, draws more. See
+    /// [ranks](../distributed.md#how-an-epoch-is-partitioned).
+    pub(crate) const RANKS_DROP_REMAINDER: &str = "ranks-drop-remainder";
+    /// A window reaches into the neighbouring chunk, so where that chunk belongs to another
+    /// rank both ranks read it: read-once holds per rank, not across the job, for those edge
+    /// chunks.
+    pub(crate) const RANKS_SHARE_WINDOW_CHUNKS: &str = "ranks-share-window-chunks";
 }
 
 /// The whole static picture.
@@ -350,7 +437,7 @@ impl DatasetReport {
         }
         let _ = writeln!(
             s,
-            "  batch {} | block_chunks {}{} | max_inflight {} | prefetch {} | seed {} epoch {} | shuffle quality {:.2}",
+            "  batch {} | block_chunks {}{} | max_inflight {} | prefetch {} | seed {} epoch {} | shuffle quality {}",
             c.batch_size,
             c.block_chunks,
             match (c.block_chunks != c.block_chunks_requested, c.first_block_chunks < c.block_chunks) {
@@ -363,7 +450,7 @@ impl DatasetReport {
             c.prefetch_depth,
             c.seed,
             c.epoch,
-            c.shuffle_quality
+            c.shuffle_quality.map_or_else(|| "n/a".to_string(), |q| format!("{q:.2}"))
         );
         let splits: Vec<String> = c
             .split_chunks

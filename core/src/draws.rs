@@ -34,32 +34,47 @@ pub struct Draws {
     copies: u64,
 }
 
+/// Every weight is an expected number of draws per epoch: finite, between 0 and
+/// [`MAX_COPIES`]. The one rule, for `DatasetSpec::resolve` (before any store is opened) and
+/// [`Draws::new`].
+///
+/// # Errors
+/// [`Error::InvalidOption`] naming the first weight out of range.
+pub(crate) fn check_weights(weights: &[f64]) -> Result<()> {
+    match weights.iter().enumerate().find(|(_, w)| !(0.0..=MAX_COPIES as f64).contains(*w)) {
+        Some((i, w)) => Err(Error::option(
+            "sample_weights",
+            format!("`sample_weights`[{i}] is {w}; weights are expected draws per epoch, between 0 and {MAX_COPIES}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl Draws {
     /// Check a mask and weights (either may be absent) over `n_samples`.
     ///
     /// # Errors
-    /// [`Error::Config`] for a length other than `n_samples`, a weight that is negative, not
+    /// [`Error::InvalidOption`] for a length other than `n_samples`, a weight that is negative, not
     /// finite or above [`MAX_COPIES`], or nothing left to draw.
     pub fn new(n_samples: u64, mask: Option<&[bool]>, weights: Option<&[f64]>) -> Result<Self> {
-        let n = usize::try_from(n_samples).map_err(|_| Error::Config("too many samples for a mask".into()))?;
+        let n = usize::try_from(n_samples).map_err(|_| Error::option("sample_mask", "too many samples for a mask"))?;
         for (what, len) in [("sample_mask", mask.map(<[bool]>::len)), ("sample_weights", weights.map(<[f64]>::len))] {
             if let Some(len) = len.filter(|&l| l != n) {
-                return Err(Error::Config(format!(
-                    "{what} has {len} entries but the sample axis has {n_samples}; give one per sample"
-                )));
+                return Err(Error::option(
+                    what,
+                    format!("`{what}` has {len} entries but the sample axis has {n_samples}; give one per sample"),
+                ));
             }
         }
-        if let Some((i, w)) =
-            weights.and_then(|w| w.iter().enumerate().find(|(_, w)| !(0.0..=MAX_COPIES as f64).contains(*w)))
-        {
-            return Err(Error::Config(format!(
-                "sample_weights[{i}] is {w}; weights are expected draws per epoch, between 0 and {MAX_COPIES}"
-            )));
+        if let Some(w) = weights {
+            check_weights(w)?;
         }
         let keep: Vec<bool> = (0..n).map(|t| mask.is_none_or(|m| m[t]) && weights.is_none_or(|w| w[t] > 0.0)).collect();
         if !keep.contains(&true) {
-            return Err(Error::Config(
-                "sample_mask and sample_weights leave no sample to draw; keep at least one".into(),
+            let what = if mask.is_some() { "sample_mask" } else { "sample_weights" };
+            return Err(Error::option(
+                what,
+                "`sample_mask` and `sample_weights` leave no sample to draw; keep at least one",
             ));
         }
         let copies = weights.map_or(1, |w| w.iter().fold(1.0f64, |m, &x| m.max(x.ceil())) as u64);

@@ -43,6 +43,9 @@ pub struct BadChunk {
     pub chunk_index: u64,
     /// Physical tile coordinate.
     pub tile: Vec<u64>,
+    /// The tile's coordinate on the inner axes, physical order: `tile` without the sample
+    /// axis (insitubatch 0.2.0's `StoredChunkRead.inner_coord`).
+    pub inner_coord: Vec<u64>,
     /// Why it could not be read.
     pub error: String,
 }
@@ -768,12 +771,14 @@ fn bad_or_raise(engine: &Arc<Engine>, key: ChunkKey, tile: u64, slot: &TiledSlot
     let element = g.dtype.nan_bytes().unwrap_or_else(|| reader.zarr.fill_value().to_vec());
     let filled = filled_bytes(g.tile.iter().product::<u64>() as usize, &element);
     slot.place(g, key.chunk, tile, filled, &engine.recycler).map_err(assembly_bug(g, key))?;
-    let coord = g.physical_tile_coord(key.chunk, &g.inner_coord(tile));
+    let inner_coord = g.inner_coord(tile);
+    let coord = g.physical_tile_coord(key.chunk, &inner_coord);
     tracing::warn!(array = %g.path, chunk = key.chunk, error = %error, "bad chunk filled (on_bad_chunk=\"nan\")");
     engine.bad_chunks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(BadChunk {
         array: g.path.clone(),
         chunk_index: key.chunk,
         tile: coord,
+        inner_coord,
         error: error.to_string(),
     });
     Ok(true)

@@ -184,7 +184,20 @@ fn epoch_covers_values_and_is_deterministic() {
     let st = ds.last_pass().unwrap();
     assert_eq!(st.batches, 8);
     assert!(st.depths.inflight_peak <= 3 && st.depths.inflight_peak >= 1, "{:?}", st.depths);
-    assert!(st.ttfb_s < st.wall_s);
+    assert!(st.ttfb_s.unwrap() < st.wall_s);
+    // The derived figures every binding shows are the engine's, from its own counts.
+    let (d, t) = (&st.depths, &st.times);
+    assert!(d.queue_samples > 0 && d.queue_empty > 0, "{d:?}");
+    assert_eq!(d.starved_frac, d.queue_empty as f64 / d.queue_samples as f64);
+    assert_eq!(d.fed_frac, d.queue_full_enough as f64 / d.queue_samples as f64);
+    let producer = t.fetch_wait_s + t.admission_parked_s + t.decode_s + t.assemble_s + t.gather_s + t.batch_transform_s;
+    assert!(t.fetch_wait_s > 0.0 && t.producer_s == producer, "{t:?}");
+    // A pass closed before its first batch has no time to first batch, and no shares.
+    let d = ds.clone();
+    f.sim.run(async move { drop(d.iter(Split::Train).unwrap()) }, LIMIT).unwrap();
+    let none = ds.last_pass().unwrap();
+    assert_eq!((none.batches, none.ttfb_s), (0, None));
+    assert_eq!((none.depths.starved_frac, none.depths.fed_frac), (0.0, 0.0));
 }
 
 /// The read window (crate::window) in the engine: batches stay exact whether it is narrow
@@ -415,6 +428,22 @@ fn a_consumer_that_stops_does_not_hang_and_errors_name_the_key() {
     assert_eq!(ds.last_pass().unwrap().bad_chunks, 1, "the pass stats count the filled chunk");
 }
 
+/// A filled tile is reported where it is: its physical coordinate, and its inner coordinate
+/// (the physical one without the sample axis), which the bindings show as they are.
+#[test]
+fn a_bad_tile_is_reported_with_its_physical_and_inner_coordinates() {
+    let f = Fixture::new(None);
+    f.array("x", &[4, 12, 6], &[2, 4, 3], None);
+    f.storage.insert("x/c/1/2/1", vec![1u8, 2, 3]);
+    let mut opts = DatasetOptions { knobs: Knobs { batch_size: 4, ..Default::default() }, ..Default::default() };
+    opts.knobs.on_bad_chunk = OnBadChunk::Nan;
+    let ds = f.dataset(&[("x", "x", 0)], 1, (1.0, 0.0, 0.0), opts).unwrap();
+    f.epoch(&ds, Split::Train).unwrap().unwrap();
+    let bad = ds.bad_chunks();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!((bad[0].chunk_index, &bad[0].tile[..], &bad[0].inner_coord[..]), (2, &[1, 2, 1][..], &[1, 1][..]));
+}
+
 #[test]
 fn transient_failures_are_retried_and_permanent_ones_reported() {
     let f = Fixture::new(None);
@@ -536,6 +565,15 @@ fn chunk_and_batch_transforms_run_and_describe_names_them() {
     assert_eq!(r.config.chunk_transforms, vec!["coarsen2".to_string()]);
     assert_eq!(r.config.batch_transforms, vec!["slow".to_string()]);
     assert_eq!(r.variables[0].output_inner_shape, vec![2, 2]);
+    // What the batches hold, from the same geometry: one 4x2x2 tile per chunk of 4 samples.
+    let v = &r.variables[0];
+    assert_eq!(
+        (&v.output_shape[..], &v.output_chunks[..], v.logical_chunk_bytes),
+        (&[16, 2, 2][..], &[4, 2, 2][..], 64)
+    );
+    let out = ds.output_geometries().unwrap();
+    assert_eq!((out[0].0.as_str(), &out[0].1.shape, &out[0].1.tile), ("t2m", &v.output_shape, &v.output_chunks));
+    assert_eq!(out[0].1.dtype, ds.variables()[0].geometry.dtype);
     assert!(ds.describe(0).is_err());
     let _ = BTreeMap::<u8, u8>::new();
 }
@@ -689,7 +727,7 @@ fn unequal_sample_lengths_and_bad_knobs_are_refused() {
             DatasetOptions { knobs: Knobs { batch_size: 0, ..Default::default() }, ..Default::default() },
         )
         .unwrap_err();
-    assert!(matches!(err, Error::Config(_)), "{err}");
+    assert_eq!(err.option_name(), Some("batch_size"), "{err}");
     let err = f.dataset(&[("a", "a", 0), ("a", "a", 1)], 0, (1.0, 0.0, 0.0), DatasetOptions::default()).unwrap_err();
     assert!(err.to_string().contains("used twice"), "{err}");
     // An empty split yields nothing, repeatably, and leaves the others alone.

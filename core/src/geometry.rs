@@ -108,6 +108,34 @@ impl ArrayGeometry {
         Self { offset: self.offset + k, ..self.clone() }
     }
 
+    /// The geometry of what this array's chunk transforms hand on (the batches' geometry):
+    /// `inner` per sample in `dtype`, each sample-axis chunk one tile (a transform returns its
+    /// chunk whole, never sharded), the sample axis where it was; `self` unchanged, tiles and
+    /// shard as stored, when the transforms kept the sample's shape and type. Not validated:
+    /// [`ArrayGeometry::validate`] says whether the declared shape makes a geometry (one of a
+    /// rank below the sample axis does not).
+    #[must_use]
+    pub fn transformed(&self, inner: &[u64], dtype: DType) -> Self {
+        if dtype == self.dtype && inner == self.inner_shape().as_slice() {
+            return self.clone();
+        }
+        let at = self.sample_axis.min(inner.len());
+        let with_samples = |along: u64| {
+            let mut dims = inner.to_vec();
+            dims.insert(at, along);
+            dims
+        };
+        Self {
+            path: self.path.clone(),
+            shape: with_samples(self.n_samples()),
+            tile: with_samples(self.sample_chunk_size()),
+            shard: None,
+            dtype,
+            sample_axis: self.sample_axis,
+            offset: self.offset,
+        }
+    }
+
     /// Physical indices of the inner (non-sample) axes, in order.
     pub fn inner_axes(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.shape.len()).filter(move |&a| a != self.sample_axis)
@@ -399,6 +427,20 @@ mod tests {
         assert_eq!(g.samples_in_chunk(u64::MAX), 37..37, "no overflow past the end");
         let p = placement(&g, u64::MAX, &[9, 9]);
         assert_eq!(p.extent, vec![0, 0, 0], "a tile past the end has nothing in bounds");
+    }
+
+    #[test]
+    fn a_transformed_geometry_has_one_tile_per_chunk_at_the_sample_axis() {
+        let g = ArrayGeometry::new("raw", vec![1, 2, 30, 16, 15], vec![1, 1, 4, 8, 8], DType::Uint16, 2).unwrap();
+        let g = ArrayGeometry { shard: Some(vec![1, 1, 4, 16, 16]), ..g.shift(3) };
+        assert_eq!(g.transformed(&[1, 2, 16, 15], DType::Uint16), g, "kept shape and type: the stored tiles and shard");
+        let out = g.transformed(&[2, 3, 3], DType::Float32);
+        assert_eq!((out.shape.clone(), out.tile.clone()), (vec![2, 3, 30, 3], vec![2, 3, 4, 3]));
+        assert_eq!((out.sample_axis, out.offset, out.shard.clone(), out.dtype), (2, 3, None, DType::Float32));
+        out.validate().unwrap();
+        assert_eq!(g.transformed(&[1, 2, 16, 15], DType::Float32).tile, vec![1, 2, 4, 16, 15], "a new type alone");
+        let e = g.transformed(&[5], DType::Uint16).validate().unwrap_err().to_string();
+        assert!(e.contains("sample_axis 2 out of range for 2-D array with shape [5, 30]"), "{e}");
     }
 
     #[test]

@@ -43,6 +43,27 @@ impl Default for HedgePolicy {
     }
 }
 
+impl HedgePolicy {
+    /// The policy's bounds: a quantile in (0, 1], a multiple of at least 1, a share in [0, 1].
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidOption`] naming the field (`read_policy.hedge.quantile`, ...).
+    pub fn check(&self) -> crate::error::Result<()> {
+        let bad = [
+            (!(self.quantile > 0.0 && self.quantile <= 1.0), "quantile", "in (0, 1]", self.quantile),
+            (!(self.multiple >= 1.0 && self.multiple.is_finite()), "multiple", "at least 1", self.multiple),
+            (!(0.0..=1.0).contains(&self.max_share), "max_share", "in [0, 1]", self.max_share),
+        ];
+        match bad.into_iter().find(|b| b.0) {
+            Some((_, key, bound, got)) => Err(crate::error::Error::option(
+                format!("read_policy.hedge.{key}"),
+                format!("`read_policy.hedge.{key}` must be {bound}, got {got}; or turn hedging off"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Recent latencies and the hedge budget of one engine.
 #[derive(Debug)]
 pub(crate) struct Hedger {

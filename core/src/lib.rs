@@ -87,11 +87,12 @@ pub use array::{AlignedBytes, DType, Element, NdArray, Prefault};
 pub use batch::{Batch, BatchPart, BatchPatches};
 pub use concat::ConcatStorage;
 pub use dataset::{
-    Dataset, DatasetBuilder, DatasetOptions, EpochPrediction, Knobs, PROBE_CHUNKS, ProbeReport, Variable,
+    CacheFlags, Dataset, DatasetBuilder, DatasetOptions, DatasetSpec, EpochPrediction, HedgeFields, HedgeSpec, Knobs,
+    PROBE_CHUNKS, ProbeReport, ReadPolicySpec, ResolvedSpec, TargetAbilities, Variable, VariableSpec, VariablesSpec,
 };
 pub use describe::{DatasetReport, Note, Severity, human_bytes};
 pub use engine::BadChunk;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result, camel_case};
 pub use fleet::{FleetSummary, RankReport, STRAGGLER_SHARE, fleet_summary};
 pub use geometry::ArrayGeometry;
 pub use hedge::HedgePolicy;
@@ -101,14 +102,14 @@ pub use mesh::ModelParallel;
 /// use the same version.
 pub use ndarray;
 pub use pass::BatchStream;
-pub use patch::{PatchAxis, PatchMode, PatchOptions, parse_axis_sizes};
+pub use patch::{AxisSizes, PatchAxis, PatchMode, PatchOptions, PatchPlacement, parse_axis_sizes};
 pub use refs::{FILE_OBJECT, FileOpener, Reference, ReferenceIndex, ReferenceSet, ReferenceStorage};
 pub use retry::{COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, OnBadChunk, ReadPolicy};
 pub use runtime::{ByteRange, Executor, Location, Runtime, Storage, StorageError, ThreadPool};
 pub use shard::{Checkpoint, Cut};
 pub use shuffle::{Split, UnknownSplit};
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
-pub use stats::{LimitingStage, PassObserver, PassStats, Stage};
-pub use tier::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+pub use stats::{Depths, LimitingStage, PassObserver, PassStats, Stage, StageTimes};
+pub use tier::{ArrayIdentity, ChunkTier, CommitRecord, TierCounters, TierOpener};
 pub use whatif::{DrawOrderReport, QualityPoint};
 pub use window::WindowReason;

@@ -6,7 +6,9 @@
 //! one axis: the row's box (the whole field, or its patch, `patch.rs`) split in `k` as
 //! `numpy.array_split` splits it (the first `len % k` parts one longer). So the union over a
 //! group is the full row, and a model sharded over the group's devices gets its slices
-//! without a scatter. Every rank still reads whole chunks (its part's tiles only is not built).
+//! without a scatter. Where a chunk is tiled along that axis, a rank fetches, decodes and
+//! holds only the tiles its part touches (`pass::plan_tiles`, as for patches); a chunk of one
+//! tile there, a chunk transform or a disk tier makes every rank of the group read it whole.
 
 use crate::error::{Error, Result};
 use crate::patch::PatchAxis;
@@ -28,18 +30,24 @@ impl ModelParallel {
     /// [`Error::Config`] saying what to pass.
     pub fn check(&self, world_size: usize, node_ranks: Option<usize>) -> Result<()> {
         if self.size == 0 || !world_size.is_multiple_of(self.size) {
-            return Err(Error::Config(format!(
-                "model_parallel={} must be at least 1 and divide world_size={world_size}; the ranks of a group are \
-                 consecutive",
-                self.size
-            )));
+            return Err(Error::option(
+                "model_parallel",
+                format!(
+                    "`model_parallel`={} must be at least 1 and divide `world_size`={world_size}; the ranks of a group \
+                     are consecutive",
+                    self.size
+                ),
+            ));
         }
         if let Some(k) = node_ranks.filter(|k| !k.is_multiple_of(self.size)) {
-            return Err(Error::Config(format!(
-                "node affinity's {k} ranks per node do not hold whole model-parallel groups of {}; make the ranks \
-                 per node a multiple of model_parallel",
-                self.size
-            )));
+            return Err(Error::option(
+                "node_ranks",
+                format!(
+                    "node affinity's {k} ranks per node (`node_ranks`) do not hold whole model-parallel groups of {}; \
+                     make the ranks per node a multiple of `model_parallel`",
+                    self.size
+                ),
+            ));
         }
         Ok(())
     }

@@ -25,7 +25,7 @@ use crate::plan::{ChunkKey, PassPlan};
 use crate::pool::{Admit, Chunk, LoadResult, PassId};
 use crate::runtime::BoxFuture;
 use crate::shard::Checkpoint;
-use crate::stats::{BatchTimeline, PassObserver, PassRecorder, PassStats, verdict};
+use crate::stats::{BatchTimeline, Depths, PassObserver, PassRecorder, PassStats, verdict};
 use crate::transform::BatchTransform;
 
 /// A labelled variable as the gather sees it.
@@ -906,12 +906,12 @@ impl BatchStream {
             decoded_bytes: r.decoded_bytes,
             bad_chunks: r.bad_chunks,
             wall_s: (end.saturating_sub(self.started)).as_secs_f64(),
-            ttfb_s: r.first_batch_at.map_or(0.0, |t| (t.saturating_sub(self.started)).as_secs_f64()),
+            ttfb_s: r.first_batch_at.map(|t| (t.saturating_sub(self.started)).as_secs_f64()),
             batch_wait_p50_s: r.batch_waits.quantile(0.50),
             batch_wait_p95_s: r.batch_waits.quantile(0.95),
             batch_wait_p99_s: r.batch_waits.quantile(0.99),
             blocked_s: crate::stats::Stage::ALL.iter().copied().zip(r.blocked).collect(),
-            depths: crate::stats::Depths {
+            depths: Depths {
                 queue_capacity: self.prefetch_depth,
                 queue_now: self.queued(),
                 queue_peak: r.queue_peak,
@@ -928,8 +928,10 @@ impl BatchStream {
                 resident_peak_chunks: counters.resident_peak_chunks,
                 resident_peak_bytes: counters.resident_peak_bytes,
                 budget_bytes: self.engine.pool.budget(),
+                starved_frac: Depths::share(r.queue_empty as f64, r.queue_samples as f64),
+                fed_frac: Depths::share(r.queue_full_enough as f64, r.queue_samples as f64),
             },
-            times: r.times,
+            times: r.times.totalled(),
             limiting_stage,
             advice,
             consumer_idle,

@@ -28,8 +28,10 @@ pub(crate) const PURPOSE_PATCH: u64 = 6;
 
 /// An inner axis a patch is cut on: a dimension name (zarr v3 `dimension_names`, or v2
 /// `_ARRAY_DIMENSIONS`) or a physical axis index of the array.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
+// serde by hand: a number is an axis index, and so is a string of digits (a JS object's keys
+// are strings, so `{ 1: 8 }` is axis 1 there); any other string is a dimension name. The one
+// rule for every binding, as `PatchAxis::parse` reads a CLI word.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PatchAxis {
     /// A physical axis index, as numpy counts them.
     Axis(usize),
@@ -43,6 +45,147 @@ impl std::fmt::Display for PatchAxis {
             Self::Axis(a) => write!(f, "axis {a}"),
             Self::Name(n) => write!(f, "{n:?}"),
         }
+    }
+}
+
+impl Serialize for PatchAxis {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Self::Axis(a) => s.serialize_u64(*a as u64),
+            Self::Name(n) => s.serialize_str(n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PatchAxis {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = PatchAxis;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a dimension name or a non-negative axis index")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<PatchAxis, E> {
+                Ok(PatchAxis::parse(s))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> std::result::Result<PatchAxis, E> {
+                let axis = usize::try_from(n).map_err(|_| E::custom(format!("axis index {n} is too large")))?;
+                Ok(PatchAxis::Axis(axis))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> std::result::Result<PatchAxis, E> {
+                let n = u64::try_from(n).map_err(|_| {
+                    E::custom(format!("axis index {n} is negative; count axes from 0, or name the dimension"))
+                })?;
+                self.visit_u64(n)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for PatchAxis {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PatchAxis".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A dimension name, or a physical axis index (a number, or its digits as text).",
+            "x-ts": "string | number",
+            "x-python": {"type": "str | int"},
+        })
+    }
+}
+
+/// A count per patched axis (`patch`, `patch_stride`), in the order given: the order of
+/// `patch` is the column order of a batch's patch origins. Written as an object or mapping
+/// `{axis: count}` (in its key order), a list of `[axis, count]` pairs, or the CLI's text
+/// `AXIS=N,...` ([`parse_axis_sizes`], the one reader of that grammar: a form's text field
+/// passes it as typed); serialized as the list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AxisSizes(pub Vec<(PatchAxis, u64)>);
+
+impl Serialize for AxisSizes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
+}
+
+// By hand: a map into a `BTreeMap` would lose the caller's order, and a derived `untagged`
+// enum would not say what was wrong.
+impl<'de> Deserialize<'de> for AxisSizes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = AxisSizes;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("{axis: count} (a dimension name or an axis index), [[axis, count], ...] or AXIS=N,...")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> std::result::Result<AxisSizes, E> {
+                parse_axis_sizes(text).map(AxisSizes).map_err(E::custom)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<AxisSizes, A::Error> {
+                let mut out = Vec::new();
+                while let Some(pair) = seq.next_element::<(PatchAxis, u64)>()? {
+                    out.push(pair);
+                }
+                Ok(AxisSizes(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<AxisSizes, A::Error> {
+                let mut out = Vec::new();
+                while let Some(pair) = map.next_entry::<PatchAxis, u64>()? {
+                    out.push(pair);
+                }
+                Ok(AxisSizes(out))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for AxisSizes {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AxisSizes".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A count per axis, in order: `{axis: count}`, `[[axis, count], ...]` or `\"AXIS=N,...\"`.",
+            "x-ts": "Record<string, number> | Map<string | number, number> | [string | number, number][] | string",
+            "x-python": {"type": "dict[str | int, int] | list[tuple[str | int, int]]"},
+        })
+    }
+}
+
+/// How `patch_mode` places patches: the one parser of its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase", try_from = "String")]
+pub enum PatchPlacement {
+    /// Every patch of a grid, each once per epoch.
+    #[default]
+    Grid,
+    /// `patches_per_sample` patches per sample at random origins, drawn anew each epoch.
+    Random,
+}
+
+impl std::str::FromStr for PatchPlacement {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "grid" => Ok(Self::Grid),
+            "random" => Ok(Self::Random),
+            other => {
+                Err(Error::option("patch_mode", format!("`patch_mode` must be 'grid' or 'random', got {other:?}")))
+            }
+        }
+    }
+}
+
+impl TryFrom<String> for PatchPlacement {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
     }
 }
 
@@ -84,38 +227,40 @@ impl PatchOptions {
     /// for random patches (default 1).
     ///
     /// # Errors
-    /// [`Error::Config`] for another mode word, a stride for random patches or a count for a
-    /// grid, or a stride naming an axis the patch does not.
+    /// [`Error::InvalidOption`] for a stride for random patches or a count for a grid, or a
+    /// stride naming an axis the patch does not.
     pub fn from_parts(
         size: Vec<(PatchAxis, u64)>,
-        mode: &str,
+        mode: PatchPlacement,
         stride: Option<Vec<(PatchAxis, u64)>>,
         per_sample: Option<u64>,
     ) -> Result<Self> {
         let mode = match (mode, stride, per_sample) {
-            ("grid", _, Some(_)) => {
-                return Err(Error::Config(
-                    "patches_per_sample is for patch_mode='random'; a grid draws every patch".into(),
+            (PatchPlacement::Grid, _, Some(_)) => {
+                return Err(Error::option(
+                    "patches_per_sample",
+                    "`patches_per_sample` is for `patch_mode` 'random'; a grid draws every patch",
                 ));
             }
-            ("grid", stride, None) => {
+            (PatchPlacement::Grid, stride, None) => {
                 let stride = stride.unwrap_or_default();
                 if let Some((a, _)) = stride.iter().find(|(a, _)| !size.iter().any(|(b, _)| a == b)) {
-                    return Err(Error::Config(format!(
-                        "patch_stride names {a}, which patch does not; name patched axes"
-                    )));
+                    return Err(Error::option(
+                        "patch_stride",
+                        format!("`patch_stride` names {a}, which `patch` does not; name patched axes"),
+                    ));
                 }
                 let step =
                     |(axis, s): &(PatchAxis, u64)| stride.iter().find(|(a, _)| a == axis).map_or(*s, |(_, st)| *st);
                 PatchMode::Grid { stride: size.iter().map(step).collect() }
             }
-            ("random", Some(_), _) => {
-                return Err(Error::Config("patch_stride is for patch_mode='grid'".into()));
+            (PatchPlacement::Random, Some(_), _) => {
+                return Err(Error::option("patch_stride", "`patch_stride` is for `patch_mode` 'grid'"));
             }
-            ("random", None, n) => PatchMode::Random { per_sample: n.unwrap_or(1) },
-            (other, _, _) => {
-                return Err(Error::Config(format!("patch_mode must be 'grid' or 'random', got {other:?}")));
+            (PatchPlacement::Random, None, Some(0)) => {
+                return Err(Error::option("patches_per_sample", "`patches_per_sample` must be at least 1"));
             }
+            (PatchPlacement::Random, None, n) => PatchMode::Random { per_sample: n.unwrap_or(1) },
         };
         Ok(Self { size, mode })
     }
@@ -126,24 +271,35 @@ impl PatchOptions {
     /// mode, stride or count without a size refused (they would be ignored silently).
     ///
     /// # Errors
-    /// As [`Self::from_parts`], and [`Error::Config`] for the companions without a size.
+    /// As [`Self::from_parts`], and [`Error::InvalidOption`] for the companions without a
+    /// size or a size naming no axis.
     pub fn from_words(
         size: Option<Vec<(PatchAxis, u64)>>,
-        mode: Option<&str>,
+        mode: Option<PatchPlacement>,
         stride: Option<Vec<(PatchAxis, u64)>>,
         per_sample: Option<u64>,
     ) -> Result<Option<Self>> {
         let Some(size) = size else {
-            if mode.is_some() || stride.is_some() || per_sample.is_some() {
-                return Err(Error::Config(
-                    "patch_mode, patch_stride and patches_per_sample shape the patches that patch cuts, and no patch \
-                     was given; pass patch too, e.g. patch={\"lat\": 32, \"lon\": 32}"
-                        .into(),
+            let given = [(mode.is_some(), "patch_mode"), (stride.is_some(), "patch_stride")]
+                .into_iter()
+                .chain([(per_sample.is_some(), "patches_per_sample")])
+                .find_map(|(set, name)| set.then_some(name));
+            if let Some(name) = given {
+                return Err(Error::option(
+                    name,
+                    "`patch_mode`, `patch_stride` and `patches_per_sample` shape the patches that `patch` cuts, and \
+                     no `patch` was given; pass `patch` too, e.g. {\"lat\": 32, \"lon\": 32}",
                 ));
             }
             return Ok(None);
         };
-        Self::from_parts(size, mode.unwrap_or("grid"), stride, per_sample).map(Some)
+        if size.is_empty() {
+            return Err(Error::option(
+                "patch",
+                "`patch` names no axis; give a size per patched axis, e.g. {\"lat\": 128}",
+            ));
+        }
+        Self::from_parts(size, mode.unwrap_or_default(), stride, per_sample).map(Some)
     }
 }
 
@@ -199,36 +355,39 @@ impl Patcher {
     /// Resolve `options` on a field of `extent` (one per patched axis, named `dims`).
     ///
     /// # Errors
-    /// [`Error::Config`] for a zero or too large size, a stride of the wrong length or zero,
-    /// zero patches per sample, or a grid too large to count.
+    /// [`Error::InvalidOption`] for a zero or too large size, a stride of the wrong length or
+    /// zero, zero patches per sample, or a grid too large to count.
     pub fn new(options: &PatchOptions, dims: Vec<String>, extent: Vec<u64>) -> Result<Self> {
         let size: Vec<u64> = options.size.iter().map(|(_, s)| *s).collect();
         for ((d, &s), &e) in dims.iter().zip(&size).zip(&extent) {
             if s == 0 || s > e {
-                return Err(Error::Config(format!(
-                    "patch size {s} on {d} must be between 1 and the axis length {e}; pass a size that fits"
-                )));
+                return Err(Error::option(
+                    "patch",
+                    format!("`patch` size {s} on {d} must be between 1 and the axis length {e}; pass a size that fits"),
+                ));
             }
         }
         let (stride, per_sample, positions) = match &options.mode {
             PatchMode::Random { per_sample: 0 } => {
-                return Err(Error::Config("patches_per_sample must be at least 1".into()));
+                return Err(Error::option("patches_per_sample", "`patches_per_sample` must be at least 1"));
             }
             PatchMode::Random { per_sample } => (None, *per_sample, Vec::new()),
             PatchMode::Grid { stride } => {
                 let stride = if stride.is_empty() { size.clone() } else { stride.clone() };
                 if stride.len() != size.len() || stride.contains(&0) {
-                    return Err(Error::Config(format!(
-                        "patch_stride {stride:?} needs one step of at least 1 per patched axis {dims:?}"
-                    )));
+                    return Err(Error::option(
+                        "patch_stride",
+                        format!("`patch_stride` {stride:?} needs one step of at least 1 per patched axis {dims:?}"),
+                    ));
                 }
                 let positions: Vec<u64> =
                     extent.iter().zip(&size).zip(&stride).map(|((e, s), st)| (e - s) / st + 1).collect();
                 let count = positions.iter().try_fold(1u64, |acc, &p| acc.checked_mul(p));
                 let Some(count) = count.filter(|&c| u32::try_from(c).is_ok()) else {
-                    return Err(Error::Config(format!(
-                        "a grid of {positions:?} patches per sample is too many; raise patch_stride"
-                    )));
+                    return Err(Error::option(
+                        "patch_stride",
+                        format!("a grid of {positions:?} patches per sample is too many; raise `patch_stride`"),
+                    ));
                 };
                 (Some(stride), count, positions)
             }
@@ -473,16 +632,17 @@ mod tests {
         let size = parse_axis_sizes("lat=4, 2=3").unwrap();
         assert_eq!(size, vec![(PatchAxis::Name("lat".into()), 4), (PatchAxis::Axis(2), 3)]);
         let stride = Some(vec![(PatchAxis::Axis(2), 1)]);
-        let o = PatchOptions::from_parts(size.clone(), "grid", stride, None).unwrap();
+        let o = PatchOptions::from_parts(size.clone(), PatchPlacement::Grid, stride, None).unwrap();
         assert_eq!(o.mode, PatchMode::Grid { stride: vec![4, 1] });
-        let o = PatchOptions::from_parts(size.clone(), "random", None, None).unwrap();
+        let o = PatchOptions::from_parts(size.clone(), PatchPlacement::Random, None, None).unwrap();
         assert_eq!(o.mode, PatchMode::Random { per_sample: 1 });
         let refused =
             |mode, stride, n| PatchOptions::from_parts(size.clone(), mode, stride, n).unwrap_err().to_string();
-        assert!(refused("tiles", None, None).contains("'grid' or 'random'"));
-        assert!(refused("grid", None, Some(2)).contains("patches_per_sample"));
-        assert!(refused("random", Some(vec![]), None).contains("patch_stride"));
-        assert!(refused("grid", Some(vec![(PatchAxis::Name("lon".into()), 2)]), None).contains("\"lon\""));
+        assert!("tiles".parse::<PatchPlacement>().unwrap_err().to_string().contains("'grid' or 'random'"));
+        assert!(refused(PatchPlacement::Grid, None, Some(2)).contains("patches_per_sample"));
+        assert!(refused(PatchPlacement::Random, Some(vec![]), None).contains("patch_stride"));
+        let lon = Some(vec![(PatchAxis::Name("lon".into()), 2)]);
+        assert!(refused(PatchPlacement::Grid, lon, None).contains("\"lon\""));
         assert!(parse_axis_sizes("lat:4").unwrap_err().to_string().contains("AXIS=SIZE"));
         assert!(parse_axis_sizes("lat=x").is_err());
     }

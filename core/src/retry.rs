@@ -46,7 +46,8 @@ impl std::str::FromStr for OnBadChunk {
             "raise" => Ok(Self::Raise),
             "nan" => Ok(Self::Nan),
             other => {
-                Err(crate::error::Error::Config(format!("on_bad_chunk must be \"raise\" or \"nan\", got {other:?}")))
+                let message = format!("`on_bad_chunk` must be \"raise\" or \"nan\", got {other:?}");
+                Err(crate::error::Error::option("on_bad_chunk", message))
             }
         }
     }
@@ -62,7 +63,7 @@ impl TryFrom<String> for OnBadChunk {
 /// How reads are made: retries and timeouts, coalescing, hedging. What a chunk that fails
 /// for good does is a knob ([`crate::Knobs::on_bad_chunk`]), since every binding passes it as
 /// data.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ReadPolicy {
     /// Attempts after the first for a transient failure.
     pub retries: u32,
@@ -84,6 +85,26 @@ pub struct ReadPolicy {
     /// may hold at most this much; `None`: a quarter of the residency floor; 0 turns
     /// read-ahead off.
     pub read_ahead_bytes: Option<u64>,
+}
+
+impl ReadPolicy {
+    /// The policy's rules: a request timeout above 0, hedging within its bounds.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidOption`] naming the key.
+    pub fn check(&self) -> crate::error::Result<()> {
+        if self.request_timeout.is_zero() {
+            return Err(crate::error::Error::option(
+                "read_policy.request_timeout_s",
+                format!(
+                    "`read_policy.request_timeout_s` must be above 0 (every request would time out at once); the \
+                     default is {} s",
+                    Self::default().request_timeout.as_secs_f64()
+                ),
+            ));
+        }
+        self.hedge.as_ref().map_or(Ok(()), HedgePolicy::check)
+    }
 }
 
 /// Default of [`ReadPolicy::coalesce_gap_bytes`]: object_store's own default for the ranges

@@ -288,10 +288,14 @@ fn check_matches(c: &Checkpoint, now: &Checkpoint) -> Result<()> {
 /// [`Error::Config`] saying what to pass.
 pub(crate) fn check_node_ranks(node_ranks: usize, world_size: usize) -> Result<()> {
     if node_ranks == 0 || !world_size.is_multiple_of(node_ranks) {
-        return Err(Error::Config(format!(
-            "node affinity needs ranks per node (local_world_size) that divide world_size, got {node_ranks} ranks per \
-             node and world_size={world_size}; pass the launcher's LOCAL_WORLD_SIZE, or turn node affinity off"
-        )));
+        return Err(Error::option(
+            "node_ranks",
+            format!(
+                "node affinity needs ranks per node (`node_ranks`, the launcher's LOCAL_WORLD_SIZE) that divide \
+                 `world_size`, got {node_ranks} ranks per node and world_size={world_size}; pass the launcher's \
+                 LOCAL_WORLD_SIZE, or turn node affinity off"
+            ),
+        ));
     }
     Ok(())
 }

@@ -49,28 +49,42 @@ fn round_half_even(x: f64) -> u64 {
     r.max(0.0) as u64
 }
 
+/// Fractions are non-negative and sum to 1: the one rule, for `DatasetSpec::resolve` and
+/// [`split_by_chunk`].
+///
+/// # Errors
+/// [`Error::InvalidOption`] naming `fractions`.
+pub(crate) fn check_fractions((f0, f1, f2): (f64, f64, f64)) -> Result<()> {
+    if [f0, f1, f2].iter().any(|f| !f.is_finite() || *f < 0.0) || (f0 + f1 + f2 - 1.0).abs() > 1e-6 {
+        return Err(Error::option(
+            "fractions",
+            format!(
+                "`fractions` must be non-negative and sum to 1.0, got ({f0}, {f1}, {f2}) summing to {}",
+                f0 + f1 + f2
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Partition `geom`'s sample-axis chunks into train/val/test.
 ///
 /// # Errors
 /// [`Error::Config`] when fractions are negative or do not sum to 1, or `sample_range` is
 /// not `0 <= start < stop <= n_samples`.
 pub fn split_by_chunk(geom: &ArrayGeometry, opts: &SplitOptions) -> Result<SplitManifest> {
-    let (f0, f1, f2) = opts.fractions;
-    if [f0, f1, f2].iter().any(|f| !f.is_finite() || *f < 0.0) || (f0 + f1 + f2 - 1.0).abs() > 1e-6 {
-        return Err(Error::Config(format!(
-            "fractions must be non-negative and sum to 1.0, got ({f0}, {f1}, {f2}) summing to {}",
-            f0 + f1 + f2
-        )));
-    }
+    check_fractions(opts.fractions)?;
+    let (f0, f1) = (opts.fractions.0, opts.fractions.1);
     let n = geom.n_samples();
     let spc = geom.sample_chunk_size();
     let mut ids: Vec<u64> = match opts.sample_range {
         None => (0..geom.n_chunks()).collect(),
         Some((start, stop)) => {
             if start >= stop || stop > n {
-                return Err(Error::Config(format!(
-                    "sample_range ({start}, {stop}) must satisfy 0 <= start < stop <= n_samples = {n}"
-                )));
+                return Err(Error::option(
+                    "sample_range",
+                    format!("`sample_range` ({start}, {stop}) must satisfy 0 <= start < stop <= n_samples = {n}"),
+                ));
             }
             (start / spc..stop.div_ceil(spc)).collect()
         }
@@ -115,12 +129,20 @@ impl SplitManifest {
 
     /// Global sample indices of a split's chunks, in chunk order.
     pub fn sample_indices(&self, split: Split) -> Vec<u64> {
+        self.sample_indices_on(split, self.sample_chunk_size, self.n_samples)
+    }
+
+    /// Global sample indices of a split's chunks, in chunk order, on another grid: chunks of
+    /// `sample_chunk_size` samples over `n_samples` (an array's own, where it is chunked
+    /// otherwise than the manifest's reference grid; insitubatch 0.2.0's
+    /// `sample_indices(split, geom)`).
+    pub fn sample_indices_on(&self, split: Split, sample_chunk_size: u64, n_samples: u64) -> Vec<u64> {
         self.chunks_of(split)
             .into_iter()
             .flat_map(|c| {
-                // Saturating: a manifest read from JSON may have `n_samples` near u64::MAX.
-                let start = c.saturating_mul(self.sample_chunk_size);
-                start..start.saturating_add(self.sample_chunk_size).min(self.n_samples)
+                // Saturating: a manifest read from JSON, or built by hand, may hold any numbers.
+                let start = c.saturating_mul(sample_chunk_size);
+                start..start.saturating_add(sample_chunk_size).min(n_samples)
             })
             .collect()
     }
@@ -130,13 +152,24 @@ impl SplitManifest {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Parse from JSON, checking that chunk ids are in range.
+    /// Parse from JSON, checking it ([`SplitManifest::check`]).
     ///
     /// # Errors
-    /// [`Error::Config`] on malformed JSON or out-of-range chunk ids.
+    /// [`Error::Config`] on malformed JSON, or a manifest `check` refuses.
     pub fn from_json(json: &str) -> Result<Self> {
         let m: Self =
             serde_json::from_str(json).map_err(|e| Error::Config(format!("malformed split manifest JSON: {e}")))?;
+        m.check()?;
+        Ok(m)
+    }
+
+    /// Check a manifest read or built by hand: its counts agree, its chunk ids are in range
+    /// and each appears once per split.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming what disagrees.
+    pub fn check(&self) -> Result<()> {
+        let m = self;
         if m.sample_chunk_size == 0 || m.n_samples.div_ceil(m.sample_chunk_size) != m.n_chunks {
             return Err(Error::Config(format!(
                 "split manifest is inconsistent: n_samples {} at {} per chunk is not {} chunks",
@@ -161,7 +194,7 @@ impl SplitManifest {
                 )));
             }
         }
-        Ok(m)
+        Ok(())
     }
 }
 
@@ -203,6 +236,17 @@ mod tests {
         all.sort_unstable();
         assert_eq!(all, (0..10).collect::<Vec<_>>());
         assert_eq!(s.sample_indices(Split::All).len(), 80);
+    }
+
+    #[test]
+    fn sample_indices_on_another_grid_clip_at_its_end() {
+        let m = split_by_chunk(&geom(80, 8), &SplitOptions::default()).unwrap();
+        assert_eq!(m.sample_indices(Split::Test), (72..80).collect::<Vec<_>>());
+        assert_eq!(m.sample_indices_on(Split::Test, 10, 95), (90..95).collect::<Vec<_>>());
+        assert_eq!(m.sample_indices_on(Split::Val, 10, 95), (80..90).collect::<Vec<_>>());
+        let hand = SplitManifest { chunks: BTreeMap::from([(Split::Train, vec![u64::MAX, 2])]), ..m };
+        assert_eq!(hand.sample_indices(Split::Train), (16..24).collect::<Vec<_>>(), "no overflow past the end");
+        assert!(hand.check().unwrap_err().to_string().contains("names chunk 18446744073709551615"));
     }
 
     #[test]

@@ -107,7 +107,9 @@ impl std::fmt::Display for LimitingStage {
 /// Summed stage seconds (task-seconds: concurrent work adds up).
 // Python's `StageTimes` is a dataclass of these fields (tools/boundary-types writes it from the
 // `x-python` extension), in `order`: insitubatch 0.2.0's fields, then ours as they were added
-// (its signature); a field not listed goes last.
+// (its signature); a field not listed goes last. `producer_s` is a property there: the
+// engine's value for times from a pass, `StageTimes::producer_seconds` (through the extension)
+// for times built by hand.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[cfg_attr(
@@ -135,6 +137,31 @@ pub struct StageTimes {
     pub consumer_s: f64,
     /// Time the caller spent waiting for a batch.
     pub consumer_wait_s: f64,
+    /// Accounted producer-side cost: every stage above but the caller's own (`consumer_s`,
+    /// `consumer_wait_s`), the denominator of a stage's share.
+    // Summed when the report is taken (`StageTimes::totalled`): the recorder's running times
+    // leave it at 0.
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"property": true})))]
+    pub producer_s: f64,
+}
+
+impl StageTimes {
+    /// The sum `producer_s` reports: fetch wait, admission parked, decode, assembly, gather
+    /// and batch transforms.
+    pub fn producer_seconds(&self) -> f64 {
+        self.fetch_wait_s
+            + self.admission_parked_s
+            + self.decode_s
+            + self.assemble_s
+            + self.gather_s
+            + self.batch_transform_s
+    }
+
+    /// These times as a report gives them: with `producer_s` summed.
+    #[must_use]
+    pub fn totalled(self) -> Self {
+        Self { producer_s: self.producer_seconds(), ..self }
+    }
 }
 
 /// Queue, in-flight and residency depths.
@@ -142,7 +169,9 @@ pub struct StageTimes {
 // `name`s below (tools/boundary-types writes them into its table and its dataclass, whose
 // fields come in `order`: insitubatch 0.2.0's, then ours as they were added; a field not
 // listed goes last); JS and the JSON keep ours.
-// A `default` of `None`: what a hand-built `Depths` says of a number it was not given.
+// A `default` of `None`: what a hand-built `Depths` says of a number it was not given. The two
+// shares are properties there: the engine's values for depths from a pass, `Depths::share`
+// (through the extension) for depths built by hand.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[cfg_attr(
@@ -200,6 +229,23 @@ pub struct Depths {
     /// The pool's byte budget at the end of the pass.
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "None"})))]
     pub budget_bytes: u64,
+    /// Share of the caller's requests that found the batch queue empty (`queue_empty` over
+    /// `queue_samples`; 0 when it never asked).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"property": true})))]
+    pub starved_frac: f64,
+    /// Share of the caller's requests that found the queue at least half full
+    /// (`queue_full_enough` over `queue_samples`; 0 when it never asked).
+    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"property": true})))]
+    pub fed_frac: f64,
+}
+
+impl Depths {
+    /// `count` of the caller's `asked` requests for a batch, as a share: the rule of
+    /// `starved_frac` and `fed_frac` (0 when it never asked). Floats, so that the Python
+    /// package's hand-built depths, whose counts may be anything, get the same rule.
+    pub fn share(count: f64, asked: f64) -> f64 {
+        if asked == 0.0 { 0.0 } else { count / asked }
+    }
 }
 
 /// Told of every pass's report when the pass ends (a Prometheus exporter, a Python callback):
@@ -287,9 +333,8 @@ pub struct PassStats {
     pub bad_chunks: u64,
     /// Wall time from the pass's start to its last batch.
     pub wall_s: f64,
-    /// Time to the first batch.
-    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "None"})))]
-    pub ttfb_s: f64,
+    /// Time to the first batch; none (`null`, `None`) before the first batch.
+    pub ttfb_s: Option<f64>,
     /// The caller's wait for a batch after the first (the first is `ttfb_s`): median, 95th
     /// and 99th percentiles, seconds (within 2%; 0 with fewer than two batches).
     pub batch_wait_p50_s: f64,
@@ -320,7 +365,7 @@ impl PassStats {
     pub fn summary(&self) -> String {
         let t = &self.times;
         format!(
-            "epoch {} ({}): {} batches in {:.2}s, first after {:.3}s | queue {}/{} (empty {:.0}%, fed {:.0}%) | inflight peak \
+            "epoch {} ({}): {} batches in {:.2}s, first after {} | queue {}/{} (empty {:.0}%, fed {:.0}%) | inflight peak \
              {}/{} (read window {}, {}) | decode queue peak {} | resident peak {} chunks, {} | chunks {}/{} hit, {} re-read{}{} | consumer \
              {:.2}s waited {:.2}s | fetch {:.2}s decode {:.2}s assemble {:.2}s gather {:.2}s transform {:.2}s parked \
              {:.2}s | limited by: {} -- {}",
@@ -328,11 +373,11 @@ impl PassStats {
             self.split,
             self.batches,
             self.wall_s,
-            self.ttfb_s,
+            self.ttfb_s.map_or_else(|| "no batch".to_string(), |t| format!("{t:.3}s")),
             self.depths.queue_peak,
             self.depths.queue_capacity,
-            100.0 * self.depths.queue_empty as f64 / self.depths.queue_samples.max(1) as f64,
-            100.0 * self.depths.queue_full_enough as f64 / self.depths.queue_samples.max(1) as f64,
+            100.0 * self.depths.starved_frac,
+            100.0 * self.depths.fed_frac,
             self.depths.inflight_peak,
             self.depths.max_inflight,
             self.depths.read_window,

@@ -70,6 +70,58 @@ pub(crate) fn array_fingerprint(
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The record that ends every chunk file a disk tier writes, natively (`cache_dir`) and in
+/// the browser (`cacheDir`): `IBCOMMIT`, the CRC-32C of everything the file says before it
+/// (and of whatever names the chunk, passed in as the first part: the native tier's file
+/// name), little-endian, then `END\n`.
+///
+/// It is written last, so an interrupted write, a truncated file, a flipped bit and a file
+/// moved under another chunk's name all fail [`CommitRecord::check`], and a revive treats
+/// any of them as a miss. CRC-32C, not a cryptographic hash: it is there to catch accidents
+/// (its 32 bits miss a random corruption once in 4 billion, and every burst of up to 32 bits),
+/// at the speed of the CPU's `crc32` instruction on x86-64, because it runs over every byte a
+/// revive serves. A deliberate forgery is kept out by who may write the folder, not by the
+/// checksum (docs/security.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitRecord([u8; CommitRecord::LEN]);
+
+impl CommitRecord {
+    /// Its length in bytes, at the end of the file.
+    pub const LEN: usize = 16;
+    const START: &[u8; 8] = b"IBCOMMIT";
+    const END: &[u8; 4] = b"END\n";
+
+    /// The record of `parts`, in order (their concatenation is what it checks).
+    pub fn over(parts: &[&[u8]]) -> Self {
+        let crc = parts.iter().fold(0, |crc, part| crc32c::crc32c_append(crc, part));
+        let mut out = [0u8; Self::LEN];
+        out[..8].copy_from_slice(Self::START);
+        out[8..12].copy_from_slice(&crc.to_le_bytes());
+        out[12..].copy_from_slice(Self::END);
+        Self(out)
+    }
+
+    /// The bytes to write.
+    pub fn as_bytes(&self) -> &[u8; Self::LEN] {
+        &self.0
+    }
+
+    /// Whether `tail`, read from the end of a file, is the record of `parts`: `Err` says what
+    /// is wrong, in words that follow "a cached chunk file".
+    ///
+    /// # Errors
+    /// No record there (a write cut short, or not a chunk file), or a checksum that differs.
+    pub fn check(parts: &[&[u8]], tail: &[u8]) -> std::result::Result<(), &'static str> {
+        if tail.len() != Self::LEN || tail[..8] != Self::START[..] || tail[12..] != Self::END[..] {
+            return Err("has no commit record (an interrupted write, or not a chunk file)");
+        }
+        if tail != Self::over(parts).0 {
+            return Err("does not match its checksum (damaged, or another chunk's file)");
+        }
+        Ok(())
+    }
+}
+
 /// Counters a tier reports into pass stats and `describe()`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TierCounters {
@@ -150,4 +202,27 @@ pub trait TierOpener: MaybeSend + MaybeSync + std::fmt::Debug {
     /// # Errors
     /// A held lock, a stale cache, an unreadable log: the dataset is refused with the message.
     fn open(&self, arrays: &[ArrayIdentity]) -> Result<Arc<dyn ChunkTier>>;
+}
+
+#[cfg(test)]
+mod tests {
+    // On wasm32 the tests run under wasm-bindgen-test (scripts/test-wasm.sh).
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::CommitRecord;
+
+    #[test]
+    fn the_record_is_crc32c_of_its_parts_in_order_and_checks_nothing_else() {
+        // CRC-32C's check value (RFC 3720): the checksum is Castagnoli's, little-endian.
+        let r = CommitRecord::over(&[b"1234", b"56789"]);
+        assert_eq!(r.as_bytes()[..8], *b"IBCOMMIT");
+        assert_eq!(r.as_bytes()[8..12], 0xE306_9283u32.to_le_bytes());
+        assert_eq!(r.as_bytes()[12..], *b"END\n");
+        assert_eq!(r, CommitRecord::over(&[b"123456789"]), "parts are concatenated");
+        assert_eq!(CommitRecord::check(&[b"123456789"], r.as_bytes()), Ok(()));
+        assert!(CommitRecord::check(&[b"123456780"], r.as_bytes()).unwrap_err().contains("checksum"));
+        assert!(CommitRecord::check(&[b"x"], &r.as_bytes()[..15]).unwrap_err().contains("no commit record"));
+        assert!(CommitRecord::check(&[b"x"], &[0; CommitRecord::LEN]).unwrap_err().contains("no commit record"));
+    }
 }

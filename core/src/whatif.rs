@@ -20,8 +20,9 @@ pub struct QualityPoint {
     pub block_chunks: usize,
     /// After widening (so a block holds a batch).
     pub block_chunks_widened: usize,
-    /// Shuffle quality of the train order at this epoch.
-    pub quality: f64,
+    /// Shuffle quality of the train order at this epoch (`describe()`'s `shuffle_quality`:
+    /// none under two anchors).
+    pub quality: Option<f64>,
     /// The residency floor of one iteration.
     pub floor_bytes: u64,
     /// The estimated peak for one iteration.

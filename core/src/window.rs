@@ -3,7 +3,7 @@
 //! A read's buffer lives until its decode starts, and the allocator keeps freed pages for
 //! reuse, so every read started beyond what the decoders can take is memory held for
 //! nothing: on a page-cached disk a read takes a tenth of a decode, and 8 reads of 40-sample
-//! chunks started at once held 0.6 GB beyond the decoded chunks (docs/benchmarks.md "Peak
+//! chunks started at once held 0.6 GB beyond the decoded chunks (docs/lab/benchmarks.md "Peak
 //! memory on 40-sample chunks").
 //!
 //! Little's law sizes it: requests in flight = the rate wanted × the time a request takes.

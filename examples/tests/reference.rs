@@ -3,12 +3,14 @@
 //! - every field of `DatasetReport` (core/src/describe.rs) and `PassStats` (core/src/stats.rs),
 //!   recursively, with its doc comment, read from the source with syn;
 //! - the words of the enums they serialize (`Severity`, `LimitingStage`, `Stage`);
-//! - every note code `describe()` can emit (`Note::new("code", Severity::..)` in core/src).
+//! - every note code `describe()` can emit, with what it means: the constants of
+//!   `note_code` in core/src/describe.rs (their doc comments), the severities and files of
+//!   the `Note::new(code::X, Severity::..)` calls in core/src that name them.
 //!
 //! The test also serializes a real report and pass of the demo store and checks that the JSON
 //! keys are exactly the documented fields (a serde rename, skip or flatten would show here),
-//! that every field has a doc comment, and that every note code is explained in the page's
-//! hand-written part. The generated part of each page sits between two markers; run with
+//! that every field has a doc comment, and that every note code has one and is emitted. The
+//! generated part of each page sits between two markers; run with
 //! `IB_BLESS=1` to rewrite it after changing a type, then commit the page.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -246,11 +248,44 @@ fn check_shape(ty: &str, v: &Value, at: &str, defs: &BTreeMap<String, Def>) {
     }
 }
 
-/// `Note::new("code", severity, ...)` calls: code → (severity, file). The severity is a
+/// The note codes of core/src/describe.rs's `note_code` module: constant name → (code, doc).
+fn note_code_consts() -> BTreeMap<String, (String, String)> {
+    let path = root().join("core/src/describe.rs");
+    let file = syn::parse_file(&std::fs::read_to_string(&path).expect("describe.rs readable")).expect("parses");
+    let module = file
+        .items
+        .iter()
+        .find_map(|i| match i {
+            syn::Item::Mod(m) if m.ident == "note_code" => m.content.as_ref(),
+            _ => None,
+        })
+        .expect("core/src/describe.rs has a `mod note_code { .. }` with the note codes");
+    let mut out = BTreeMap::new();
+    for item in &module.1 {
+        let syn::Item::Const(c) = item else { continue };
+        let syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(code), .. }) = &*c.expr else {
+            panic!("note_code::{} is not a string literal", c.ident)
+        };
+        let doc = doc_of(&c.attrs);
+        assert!(
+            !doc.is_empty(),
+            "note_code::{} ({:?}) has no doc comment: say what the note means",
+            c.ident,
+            code.value()
+        );
+        out.insert(c.ident.to_string(), (code.value(), doc));
+    }
+    out
+}
+
+/// `Note::new(code::NAME, severity, ...)` calls: code → (severity, file). The code is a
+/// constant of `note_code` (a literal fails: the page explains only those). The severity is a
 /// `Severity::X` path, or a local whose value picks among such paths (`let severity = if ..
 /// { Severity::Warn } else { Severity::Note }`): then every one it can take, "warn or note".
 struct NoteCodes {
     file: String,
+    /// The `note_code` constants: name → (code, doc).
+    consts: BTreeMap<String, (String, String)>,
     found: BTreeMap<String, (String, String)>,
     /// The current function's locals bound to expressions naming severities.
     locals: BTreeMap<String, Vec<String>>,
@@ -302,11 +337,19 @@ impl<'ast> Visit<'ast> for NoteCodes {
             let segs: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
             if segs.ends_with(&["Note".to_string(), "new".to_string()]) {
                 let mut args = call.args.iter();
-                let (Some(syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(code), .. })), Some(sev)) =
-                    (args.next(), args.next())
-                else {
-                    panic!("{}: a Note::new call without a literal code and a severity: teach reference.rs", self.file)
+                let (Some(syn::Expr::Path(code)), Some(sev)) = (args.next(), args.next()) else {
+                    panic!(
+                        "{}: a Note::new call whose code is not a note_code constant: add one to core/src/describe.rs",
+                        self.file
+                    )
                 };
+                let name = code.path.segments.last().expect("a path has a segment").ident.to_string();
+                let code = self
+                    .consts
+                    .get(&name)
+                    .unwrap_or_else(|| panic!("{}: Note::new names {name}, not a constant of note_code", self.file))
+                    .0
+                    .clone();
                 let mut sevs = severities_in(sev);
                 if sevs.is_empty()
                     && let syn::Expr::Path(local) = sev
@@ -320,19 +363,21 @@ impl<'ast> Visit<'ast> for NoteCodes {
                 }
                 assert!(
                     !sevs.is_empty(),
-                    "{}: the severity of note {:?} is neither Severity::X nor a local set from them: teach reference.rs",
-                    self.file,
-                    code.value()
+                    "{}: the severity of note {code:?} is neither Severity::X nor a local set from them: teach reference.rs",
+                    self.file
                 );
-                self.found.insert(code.value(), (sevs.join(" or "), self.file.clone()));
+                self.found.insert(code, (sevs.join(" or "), self.file.clone()));
             }
         }
         syn::visit::visit_expr_call(self, call);
     }
 }
 
-fn note_codes() -> BTreeMap<String, (String, String)> {
-    let mut v = NoteCodes { file: String::new(), found: BTreeMap::new(), locals: BTreeMap::new() };
+/// Every note code: code → (severity, file, doc).
+fn note_codes() -> BTreeMap<String, (String, String, String)> {
+    let consts = note_code_consts();
+    let mut v =
+        NoteCodes { file: String::new(), consts: consts.clone(), found: BTreeMap::new(), locals: BTreeMap::new() };
     let mut stack = vec![root().join("core/src")];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).expect("core/src readable").flatten() {
@@ -346,7 +391,14 @@ fn note_codes() -> BTreeMap<String, (String, String)> {
         }
     }
     assert!(!v.found.is_empty(), "no Note::new calls found in core/src");
-    v.found
+    consts
+        .into_values()
+        .map(|(code, doc)| {
+            let (sev, file) =
+                v.found.remove(&code).unwrap_or_else(|| panic!("note code {code:?} is never emitted: remove it"));
+            (code, (sev, file, doc))
+        })
+        .collect()
 }
 
 /// Replaces the generated part of a page, or (without IB_BLESS) checks it is current.
@@ -395,15 +447,18 @@ fn reference_pages_match_the_report_types() {
     let mut seen = Vec::new();
     render("DatasetReport", "describe()", &defs, &mut seen, &mut md);
     render_enums(&defs, &seen, &mut md);
-    let codes = note_codes();
-    let _ = writeln!(md, "### Note codes\n\n| code | severity | emitted in |\n|---|---|---|");
-    for (code, (sev, file)) in &codes {
-        let _ = writeln!(md, "| `{code}` | `{sev}` | `{file}` |");
+    let _ = writeln!(
+        md,
+        "### Notes\n\nEach note has a stable `code`, a `severity` (`warn`: act on it; `note`: worth knowing), the \
+         `subject` it is about (a variable label, a split, `dataset` or `cache_dir`) and a `message` that says what \
+         to do. What each code means (from `note_code` in `core/src/describe.rs`, beside the code that emits it):\n\n\
+         | code | severity | what it means, what to do | emitted in |\n|---|---|---|---|"
+    );
+    for (code, (sev, file, doc)) in &note_codes() {
+        let _ = writeln!(md, "| `{code}` | `{sev}` | {} | `{file}` |", doc.replace('|', "\\|"));
     }
     md.push('\n');
-    let hand_written = sync_page("docs/reference/describe.md", &md);
-    let unexplained: Vec<&String> = codes.keys().filter(|c| !hand_written.contains(&format!("`{c}`"))).collect();
-    assert!(unexplained.is_empty(), "docs/reference/describe.md explains no note {unexplained:?}: add a line for each");
+    sync_page("docs/reference/describe.md", &md);
 
     let mut md = String::new();
     let mut seen = Vec::new();

@@ -13,9 +13,13 @@ use libfuzzer_sys::fuzz_target;
 #[allow(dead_code, reason = "only `parse` is fuzzed; the writer half of the module is unused here")]
 #[path = "../../native/src/cache/log.rs"]
 mod log;
+// What log.rs's writer half creates files with (its `super::modes`).
+#[allow(dead_code, reason = "only the modes the writer half names")]
+#[path = "../../native/src/cache/modes.rs"]
+mod modes;
 
 fn seeds() -> Vec<Vec<u8>> {
-    let header = "{\"format\":\"insitubatch-rs chunk cache\",\"version\":1}\n";
+    let header = "{\"format\":\"insitubatch-rs chunk cache\",\"version\":2}\n";
     let entry = "{\"array\":\"t2m\",\"chunk\":3,\"file\":\"t2m.0123456789abcdef.3.npy\",\"pipeline\":\"0123456789abcdef\",\"dtype\":\"float32\",\"shape\":[8,4,4]}\n";
     vec![
         format!("{header}{entry}{entry}").into_bytes(),

@@ -4,7 +4,7 @@
 // across block sizes; and, reading a little of the store, the probe's predicted epoch. Every
 // answer comes from the engine's own code (wasm/src/explore.rs).
 
-import { Pass, checkSplit } from './facade.js';
+import { Pass } from './facade.js';
 
 /** A pass of `Explorer.iter`: an async iterable of batches (a `Pass` of the explorer's stream). */
 export class ExplorePass extends Pass {
@@ -51,7 +51,6 @@ export class Explorer {
   }
   /** The draw order of one epoch of `split`: anchors, their chunks, shuffle blocks and quality. */
   drawOrder(options = {}, split = 'train', { epoch = 0, shift = 0 } = {}) {
-    checkSplit(split);
     return this.#with((ex) => ex.drawOrder(options, split, epoch, shift));
   }
   /** Shuffle quality and memory of the train order for each `block_chunks` in `values`. */
@@ -74,7 +73,6 @@ export class Explorer {
    * against the store).
    */
   iter(options = {}, split = 'train', { epoch = 0, shift = 0, cache = true } = {}) {
-    checkSplit(split);
     return new ExplorePass(this.#inst, this.#with((ex) => ex.iter(options, split, epoch, shift, cache)));
   }
   /** Free the explorer's memory now (optional). */

@@ -59,6 +59,22 @@ export interface VariableReport {
   output_inner_shape: number[];
   /** Element type after chunk transforms. */
   output_dtype: DTypeName;
+  /**
+   * Bytes of the first chunk after chunk transforms, without edge padding: its rows times
+   * `gather_run_bytes` (insitubatch 0.2.0's).
+   */
+  logical_chunk_bytes: number;
+  /**
+   * Array shape after chunk transforms (physical order): `output_inner_shape` with the
+   * sample axis put back where it was; `shape` when they keep the sample's shape and type.
+   */
+  output_shape: number[];
+  /**
+   * Fetch unit after chunk transforms (physical order): a transform returns its chunk
+   * whole, so one tile per sample-axis chunk; `chunks` when they keep the sample's shape
+   * and type. The Python package's `view.geometries` are these.
+   */
+  output_chunks: number[];
 }
 
 /** The fixed-size numeric element types the engine moves (native endianness in memory). */
@@ -102,6 +118,11 @@ export interface ConfigReport {
   epoch: number;
   /** Explicit budget, if any. */
   cache_budget_bytes: number | null;
+  /**
+   * The residency budget in force for one iteration: `cache_budget_bytes`, or without one
+   * the automatic budget (`memory.automatic_budget_bytes`).
+   */
+  budget_bytes: number;
   /** The disk tier (`cache_dir` and its mode), if any. */
   disk_tier: string | null;
   /** `raise` or `nan`. */
@@ -118,6 +139,11 @@ export interface ConfigReport {
   samples_per_chunk: number;
   /** Reference chunks. */
   n_chunks: number;
+  /**
+   * Label → chunks along its sample axis (each variable's `n_chunks`; insitubatch 0.2.0's
+   * `n_chunks`).
+   */
+  variable_chunks: [string, number][];
   /** Chunks per split. */
   split_chunks: [string, number][];
   /** Drawable anchors per split. */
@@ -134,8 +160,11 @@ export interface ConfigReport {
   dropped_samples: [string, number][];
   /** Batches per epoch per split, for this rank. */
   batches_per_epoch: [string, number][];
-  /** Mixing score of this epoch's train order (0..1). */
-  shuffle_quality: number;
+  /**
+   * Mixing score of this epoch's train order (0..1); none (`null`, `None`) when this
+   * rank's train order has under two anchors, which have no order to score.
+   */
+  shuffle_quality: number | null;
 }
 
 /**
@@ -299,8 +328,8 @@ export interface PassStats {
   bad_chunks: number;
   /** Wall time from the pass's start to its last batch. */
   wall_s: number;
-  /** Time to the first batch. */
-  ttfb_s: number;
+  /** Time to the first batch; none (`null`, `None`) before the first batch. */
+  ttfb_s: number | null;
   /**
    * The caller's wait for a batch after the first (the first is `ttfb_s`): median, 95th
    * and 99th percentiles, seconds (within 2%; 0 with fewer than two batches).
@@ -352,6 +381,11 @@ export interface StageTimes {
   consumer_s: number;
   /** Time the caller spent waiting for a batch. */
   consumer_wait_s: number;
+  /**
+   * Accounted producer-side cost: every stage above but the caller's own (`consumer_s`,
+   * `consumer_wait_s`), the denominator of a stage's share.
+   */
+  producer_s: number;
 }
 
 /**
@@ -406,6 +440,16 @@ export interface Depths {
   resident_peak_bytes: number;
   /** The pool's byte budget at the end of the pass. */
   budget_bytes: number;
+  /**
+   * Share of the caller's requests that found the batch queue empty (`queue_empty` over
+   * `queue_samples`; 0 when it never asked).
+   */
+  starved_frac: number;
+  /**
+   * Share of the caller's requests that found the queue at least half full
+   * (`queue_full_enough` over `queue_samples`; 0 when it never asked).
+   */
+  fed_frac: number;
 }
 
 /**
@@ -573,6 +617,11 @@ export interface BadChunk {
   chunk_index: number;
   /** Physical tile coordinate. */
   tile: number[];
+  /**
+   * The tile's coordinate on the inner axes, physical order: `tile` without the sample
+   * axis (insitubatch 0.2.0's `StoredChunkRead.inner_coord`).
+   */
+  inner_coord: number[];
   /** Why it could not be read. */
   error: string;
 }
@@ -633,8 +682,11 @@ export interface QualityPoint {
   block_chunks: number;
   /** After widening (so a block holds a batch). */
   block_chunks_widened: number;
-  /** Shuffle quality of the train order at this epoch. */
-  quality: number;
+  /**
+   * Shuffle quality of the train order at this epoch (`describe()`'s `shuffle_quality`:
+   * none under two anchors).
+   */
+  quality: number | null;
   /** The residency floor of one iteration. */
   floor_bytes: number;
   /** The estimated peak for one iteration. */

@@ -5,7 +5,7 @@
 // transferred (moved, not copied) from the worker or, under `batchViews` (the threaded
 // build), as views over the worker's shared memory, valid until the pass's next step.
 
-import { AsyncBatches, SplitViews, checkSplit, isJoin, isStorage, joinEntries, viewBatch, staleViewError } from './facade.js';
+import { AsyncBatches, SplitViews, isJoin, isStorage, joinEntries, viewBatch, staleViewError } from './facade.js';
 import { EngineTrapError } from './engine.js';
 
 /**
@@ -205,7 +205,8 @@ export class WorkerDataset extends SplitViews {
     return this.#ch.call('setEpoch', { epoch });
   }
   iter(split) {
-    return new WorkerPass(this.#ch, { op: 'iter', split: checkSplit(split) }, this.#info.memory);
+    // The worker's engine reads the word: an unknown split rejects the pass's first next().
+    return new WorkerPass(this.#ch, { op: 'iter', split }, this.#info.memory);
   }
   /**
    * `Dataset.resume` in the worker: the pass `checkpoint` was taken in, continued where it
@@ -220,7 +221,7 @@ export class WorkerDataset extends SplitViews {
   }
   /** `Dataset.checkpoint` in the worker: where the latest pass over `split` (default "train") stands. */
   checkpoint(split = 'train') {
-    return this.#ch.call('checkpoint', { split: checkSplit(split) });
+    return this.#ch.call('checkpoint', { split });
   }
   lastPass() {
     return this.#ch.call('lastPass');

@@ -364,3 +364,28 @@ export async function referenceDigests({ url, options }) {
   await wds.close();
   return { main, worker };
 }
+
+/**
+ * The option table's cases (tests/options/cases.json, in JS's spelling: test-support/option-table.js)
+ * on this page, the browser build on one thread, over `store` (an http URL): each case's train
+ * digest after its warm pass, or the engine's error (`kind`, `option`, `name`, message).
+ */
+export async function optionWalk({ store, cases }) {
+  const out = {};
+  for (const { name, options, warm, stores } of cases) {
+    const url = stores > 1 ? Array(stores).fill(store) : store;
+    try {
+      if (warm) {
+        const w = await open(url, warm);
+        await collect(w.train());
+        w.close();
+      }
+      const ds = await open(url, options);
+      out[name] = { digest: await digest(await collect(ds.train())) };
+      ds.close();
+    } catch (e) {
+      out[name] = { error: { kind: e.kind, option: e.option, name: e.name, message: e.message } };
+    }
+  }
+  return out;
+}

@@ -97,17 +97,20 @@ export async function listing({ dir }) {
 }
 
 /**
- * Damage chunk files of `dir` as writes cut short would, each written whole with the
- * browser's own API: `truncated` (its first half), `flipped` (one data byte changed, the
- * size kept), `uncommitted` (the commit record zeroed). Returns the names, by kind.
+ * Damage chunk files of `dir` as writes cut short, a swapped file or a planted one would, each
+ * written whole with the browser's own API: `truncated` (its first half), `flipped` (one data
+ * byte changed, the size kept), `uncommitted` (the commit record zeroed), `swapped` (another
+ * chunk's whole, valid file under its name), `planted` (its header and commit record kept,
+ * other data between them). Returns the names, by kind.
  */
 export async function damage({ dir, names }) {
   const d = await cacheDir(dir);
-  const kinds = ['truncated', 'flipped', 'uncommitted'];
+  const kinds = ['truncated', 'flipped', 'uncommitted', 'swapped', 'planted'];
+  const read = async (name) => new Uint8Array(await (await (await d.getFileHandle(name)).getFile()).arrayBuffer());
   const out = {};
   for (const [i, name] of names.slice(0, kinds.length).entries()) {
     const h = await d.getFileHandle(name);
-    const bytes = new Uint8Array(await (await h.getFile()).arrayBuffer());
+    const bytes = await read(name);
     let next;
     if (kinds[i] === 'truncated') next = bytes.slice(0, bytes.length >> 1);
     if (kinds[i] === 'flipped') {
@@ -117,6 +120,12 @@ export async function damage({ dir, names }) {
     if (kinds[i] === 'uncommitted') {
       next = bytes.slice();
       next.fill(0, next.length - 16);
+    }
+    // The first file after the damaged ones: left as it is.
+    if (kinds[i] === 'swapped') next = await read(names[kinds.length]);
+    if (kinds[i] === 'planted') {
+      next = bytes.slice();
+      next.fill(0x42, 128, next.length - 16);
     }
     const w = await h.createWritable();
     await w.write(next);

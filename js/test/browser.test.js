@@ -6,8 +6,11 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
 import { HTTP, FAULTY_HTTP, faultySkip, skip, manifest, dataVars } from '../test-support/helpers.js';
-import { browserSkip, serveJs, launch } from '../test-support/browser.js';
+import { browserSkip, serveDir, serveJs, launch } from '../test-support/browser.js';
+import { REPO, TABLE, jsCases, nestedPaths } from '../test-support/option-table.js';
 
 const DIGESTS = process.env.INSITUBATCH_NATIVE_DIGESTS;
 // The parity parameters of wasm/tests/native_digest.rs.
@@ -190,7 +193,7 @@ test('Chromium, cross-origin isolated: the threaded build with fetchWorker: fals
 test('Chromium, cross-origin isolated: the fetch worker against a misbehaving server: faults retried, a stall aborted, a whole object for a range cut right, a 403 named', { skip: off || faultySkip || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
   // The cases of js/test/faults.test.js, through the fetch worker: v3_zstd reads whole
   // objects (bodies sent back), v3_sharded ranges (bodies written in place).
-  const options = { variables: ['t2m'], fractions: [1, 0, 0], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 4, backoffMs: 1, requestTimeoutMs: 500 } };
+  const options = { variables: ['t2m'], fractions: [1, 0, 0], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 4, backoffS: 0.001, requestTimeoutS: 0.5 } };
   const faulty = (session, fault, store) => `${FAULTY_HTTP}/${session}/${fault}/${store}`;
   const reads = [];
   for (const store of ['v3_zstd', 'v3_sharded']) {
@@ -227,7 +230,7 @@ test('Chromium, cross-origin isolated: the fetch worker against a misbehaving se
 
 test('Chromium, cross-origin isolated: a fetch worker that fails mid-pass sends its reads back to the engine\'s thread: the same batches', { skip: off || (!existsSync(THREADS_PKG) && !process.env.IB_REQUIRE_THREADS && 'js/pkg/web-threads not built') }, async () => {
   for (const store of ['v3_zstd', 'v3_sharded']) {
-    const options = { variables: ['t2m'], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 2, backoffMs: 1 } };
+    const options = { variables: ['t2m'], batchSize: 7, blockChunks: 2, seed: 5, readPolicy: { retries: 2, backoffS: 0.001 } };
     const r = await run(isolated, 'fetchWorkerFails', { url: `${HTTP}/${store}`, options, nThreads: 2 });
     assert.deepEqual(r.got, r.want, `${store}: the failed worker's passes differ from reads on the engine's thread`);
     assert.equal(r.fetch.running, false, `${store}: the failed fetch worker is stopped`);
@@ -295,4 +298,35 @@ test('Chromium, cross-origin isolated: a trap in the threaded worker rejects the
   assert.match(p.worker.message, /wasm engine trapped \(a panic: a trap forced by __debugTrap in a decode thread .*, in decode thread \d\)/);
   assert.match(p.worker.later, /^EngineTrapError/);
   assert.equal(p.worker.samplesAfter, 80);
+});
+
+test('Chromium: every case of the option table, the same batches as the CLI, Python and Node', { skip: off }, async () => {
+  // tests/options/store.zarr over HTTP (the browser build reads no paths); each cache case
+  // its own directory in this profile's origin private file system.
+  const store = await serveDir(join(REPO, 'tests/options'));
+  try {
+    const names = createRequire(import.meta.url)('../pkg/node/insitubatch_wasm.js').optionNames();
+    const run0 = Date.now();
+    const walks = jsCases('browser', nestedPaths(names), (c) => `options-walk/${run0}/${TABLE.cases.indexOf(c)}`);
+    const cases = walks.filter((w) => !w.skip).map((w) => ({ name: w.case.name, options: w.options, warm: w.warm, stores: w.case.stores }));
+    const res = await run(plain, 'optionWalk', { store: `${store.url}/store.zarr`, cases });
+    for (const w of walks) {
+      if (w.skip) {
+        console.log(`options walk (browser): skip ${JSON.stringify(w.case.name)}: ${w.skip}`);
+        continue;
+      }
+      const r = res[w.case.name];
+      const { expect } = w.case;
+      if (expect === 'batches') {
+        assert.equal(r.digest, w.case.digest, `${w.case.name}: ${r.error?.message ?? 'other batches than the table\'s'}`);
+      } else {
+        const option = expect.option?.split('.').map((p) => p.replace(/_([a-z0-9])/g, (_, x) => x.toUpperCase())).join('.');
+        assert.equal(r.error?.kind, expect.kind, `${w.case.name}: ${JSON.stringify(r)}`);
+        assert.equal(r.error?.option, option, `${w.case.name}: ${r.error?.message}`);
+      }
+    }
+    console.log(`options walk (browser): ${cases.length} cases`);
+  } finally {
+    store.stop();
+  }
 });

@@ -105,7 +105,7 @@ test('errors reach JS as Error with the engine message', { skip }, async () => {
     assert.match(e.message, /no_such_store/);
     return true;
   });
-  await assert.rejects(open(`${HTTP}/v3_zstd`, { batch_size: 3 }), /invalid options/);
+  await assert.rejects(open(`${HTTP}/v3_zstd`, { batch_size: 3 }), /unknown option "batch_size"; the known ones are batchSize/);
   await assert.rejects(open('file:///nonexistent/x.zarr'), /no Zarr store exists at this path: file:\/\/\/nonexistent\/x.zarr/);
   await assert.rejects(open('http://127.0.0.1:9/x.zarr', { variables: ['t2m'] }), Error);
   // Without consolidated metadata, HTTP cannot discover arrays: the message says so.

@@ -16,7 +16,7 @@ import { FIXTURES, FAULTY_HTTP, faultySkip as skip, collect, digest } from '../t
 /** Retries enough for every transient fault below, a 1 ms backoff, and a read timeout short
  * enough that a stalled read is abandoned quickly (its length decides no result). No hedging:
  * the server's faults count each path's GETs, and these tests are about retries. */
-const READ_POLICY = { retries: 4, backoffMs: 1, requestTimeoutMs: 500, hedge: false };
+const READ_POLICY = { retries: 4, backoffS: 0.001, requestTimeoutS: 0.5, hedge: false };
 
 function options(onBadChunk = 'raise') {
   return { variables: ['t2m'], fractions: [1, 0, 0], batchSize: 7, blockChunks: 2, seed: 5, onBadChunk, readPolicy: READ_POLICY };
@@ -63,7 +63,7 @@ test('more transient failures than readPolicy.retries: the pass rejects naming t
   });
 });
 
-test('a stall past readPolicy.requestTimeoutMs is abandoned and retried: the same batches, in a worker and on the main thread', { skip }, async () => {
+test('a stall past readPolicy.requestTimeoutS is abandoned and retried: the same batches, in a worker and on the main thread', { skip }, async () => {
   // The engine drops a timed-out read, and dropping it aborts its fetch (wasm/src/storage.rs
   // AbortOnDrop), which closes the socket and so ends the server's stall. Were it not
   // aborted, the open socket would keep this file's process alive (undici gives up after

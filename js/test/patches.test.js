@@ -195,11 +195,11 @@ test('whole samples have no patch fields; bad patch options are refused with wha
   assert.ok(!('patchOrigins' in b) && !('patchDims' in b));
   ds.close();
   const refused = (options, message) => assert.rejects(open(ZSTD, { variables: ['t2m'], ...options }), message);
-  await refused({ patch: { lat: 3 }, patchMode: 'tiles' }, /patch_mode must be 'grid' or 'random', got "tiles"/);
-  await refused({ patch: { lat: 3 }, patchesPerSample: 2 }, /patches_per_sample is for patch_mode='random'/);
+  await refused({ patch: { lat: 3 }, patchMode: 'tiles' }, /patchMode must be 'grid' or 'random', got "tiles"/);
+  await refused({ patch: { lat: 3 }, patchesPerSample: 2 }, /patchesPerSample is for patchMode 'random'/);
   await refused({ patchesPerSample: 2 }, /pass patch too/);
   await refused({ patch: { depth: 3 } }, /depth/);
   await refused({ patch: { lat: 7 } }, /between 1 and the axis length 6/);
-  await refused({ patch: [[-1, 3]] }, /invalid options: .*negative/);
-  await refused({ patch: 3 }, /invalid options/);
+  await refused({ patch: [[-1, 3]] }, /patch\[0\]\[0\]: axis index -1 is negative/);
+  await refused({ patch: 3 }, /patch: invalid type/);
 });

@@ -145,7 +145,8 @@ test('the credentials callback: its errors, and what it cannot be combined with'
   await refused(o(() => ({ accessKeyId: KEY_ID })), /the credentials callback returned no secretAccessKey; return \{ accessKeyId, secretAccessKey/);
   await refused(o(() => ({ accessKeyId: KEY_ID, secretAccessKey: SECRET, expiration: 'soon' })), /expiration is not a date/);
   await refused(o(() => ({}), { aws_secret_access_key: 'x' }), /either in storageOptions \(\["aws_secret_access_key"\]\) or by the credentials callback, not both/);
-  await refused(o(() => ({})), /storageOptions and credentials apply to s3:\/\/ URLs only/, 'http://127.0.0.1:9/x');
+  await refused(o(() => ({})), /storageOptions \["aws_allow_http", "aws_endpoint", "aws_region"\]: they apply to s3:\/\/ URLs only/, 'http://127.0.0.1:9/x');
+  await refused({ variables: ['t2m'], credentials: () => ({}) }, /credentials: they apply to s3:\/\/ URLs only/, 'http://127.0.0.1:9/x');
   await assert.rejects(open(SIGNED, { credentials: 'key' }), /credentials must be a function/);
 });
 

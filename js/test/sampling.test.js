@@ -92,9 +92,9 @@ test("bad mask, weights, mesh and sel options are refused with core's message", 
   const refused = async (options, pattern) => {
     await assert.rejects(open(ZSTD, { batchSize: 8, ...options }), pattern);
   };
-  await refused({ sampleMask: [true, false] }, /sample_mask has 2 entries/);
+  await refused({ sampleMask: [true, false] }, /sampleMask has 2 entries/);
   await refused({ modelParallel: 2 }, /modelParallelAxis/);
-  await refused({ modelParallelAxis: 'lat' }, /pass modelParallel too/);
+  await refused({ modelParallelAxis: 'lat' }, /modelParallel is 1 \(no groups\); pass modelParallel > 1 too/);
   await refused({ sel: { time: ['soon', '2020-01-02'] } }, /"soon" is neither a number nor a date/);
   await refused({ sel: { time: [0, 1], lat: [0, 1] } }, /sel on "lat" needs its coordinate/);
 });

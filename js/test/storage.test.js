@@ -115,7 +115,7 @@ test('onBadChunk "nan" fills chunks the storage cannot read; "raise" fails the p
     });
   }
   assert.equal(ds.lastPass().bad_chunks, 1);
-  await assert.rejects(open(await recording('v3_zstd'), { onBadChunk: 'skip' }), /on_bad_chunk must be "raise" or "nan", got "skip"/);
+  await assert.rejects(open(await recording('v3_zstd'), { onBadChunk: 'skip' }), /onBadChunk must be "raise" or "nan", got "skip"/);
 });
 
 test('readPolicy: transient storage errors are retried as many times as it says', { skip }, async () => {
@@ -133,12 +133,19 @@ test('readPolicy: transient storage errors are retried as many times as it says'
   };
   const url = pathToFileURL(join(FIXTURES, 'v3_zstd')).href;
   const want = digest(await collect((await open(url, OPTS)).all()));
-  const ok = await open(await recording('v3_zstd', flaky()), { ...OPTS, readPolicy: { retries: 1, backoffMs: 0 } });
+  const ok = await open(await recording('v3_zstd', flaky()), { ...OPTS, readPolicy: { retries: 1, backoffS: 0 } });
   assert.equal(digest(await collect(ok.all())), want);
   const none = await open(await recording('v3_zstd', flaky()), { ...OPTS, readPolicy: { retries: 0 } });
   await assert.rejects(collect(none.all()), /try again/);
-  await assert.rejects(open(url, { readPolicy: { retry: 1 } }), /unknown readPolicy field "retry"/);
-  await assert.rejects(open(url, { readPolicy: { backoffMs: -5 } }), /readPolicy\.backoffMs must be a non-negative number of milliseconds/);
+  await assert.rejects(open(url, { readPolicy: { retry: 1 } }), /unknown key of readPolicy "readPolicy\.retry"; the known ones are readPolicy\.retries/);
+  await assert.rejects(open(url, { readPolicy: { backoffS: -5 } }), /readPolicy\.backoffS must be a finite number of seconds >= 0, got -5/);
+  // The milliseconds of old are refused naming their key in seconds (durations are seconds everywhere).
+  await assert.rejects(open(url, { readPolicy: { backoffMs: 5 } }), (e) => {
+    assert.match(e.message, /readPolicy\.backoffMs is now readPolicy\.backoffS, in seconds/);
+    assert.equal(e.kind, 'invalid_option');
+    assert.equal(e.option, 'readPolicy.backoffMs');
+    return true;
+  });
 });
 
 test('windows: labelled variables and shift, on file:// and in a worker', { skip }, async () => {
@@ -169,5 +176,9 @@ test('windows: labelled variables and shift, on file:// and in a worker', { skip
   assert.deepEqual(await wds.badChunks(), []);
   await wds.close();
   await assert.rejects(openInWorker(await recording('v3_zstd')), /a storage object cannot be sent to a worker/);
-  await assert.rejects(open(url, { variables: { y: { path: 't2m', offset: 1 } } }), /unknown field `offset`/);
+  await assert.rejects(open(url, { variables: { y: { path: 't2m', offset: 1 } } }), (e) => {
+    assert.match(e.message, /unknown key of variables\.y "variables\.y\.offset"; the known ones are variables\.y\.path, variables\.y\.shift/);
+    assert.equal(e.kind, 'invalid_option');
+    return true;
+  });
 });

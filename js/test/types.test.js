@@ -54,9 +54,10 @@ const EVERY_OPTION = {
   prefetchDepth: 2,
   cacheBudgetBytes: 1 << 24,
   onBadChunk: 'nan',
-  readPolicy: { retries: 1, backoffMs: 10, requestTimeoutMs: 5000 },
+  readPolicy: { retries: 1, backoffS: 0.01, requestTimeoutS: 5, hedge: { maxShare: 0.1 } },
   rank: 0,
   worldSize: 1,
+  nodeRanks: 1,
   batchViews: true,
   patch: { 1: 5 },
   patchMode: 'random',
@@ -64,8 +65,8 @@ const EVERY_OPTION = {
 };
 /**
  * Options core refuses beside EVERY_OPTION's (a stride is for grids), or that need another
- * store (a coordinate, a mesh axis, one mask entry per sample) or a browser (`cacheDir`):
- * type-checked, not opened.
+ * store (a coordinate, a mesh axis, one mask entry per sample), a browser (`cacheDir`) or a
+ * native process (`threads`, the metrics endpoint): type-checked, not opened.
  */
 const EVERY_OTHER_OPTION = {
   storageOptions: { aws_region: 'x' },
@@ -82,6 +83,10 @@ const EVERY_OTHER_OPTION = {
   persist: true,
   readonlyCache: false,
   resetStaleCache: false,
+  sharedCache: false,
+  threads: 2,
+  metricsAddress: '127.0.0.1:0',
+  metricsCorsOrigin: 'http://127.0.0.1:5173',
 };
 /** Declared `unknown` on purpose: a Zarr array's attributes are arbitrary JSON. */
 const ALLOW_UNKNOWN = ['ArrayInfo.attributes'];
@@ -127,14 +132,15 @@ test('the option types of index.d.ts are the fields the engine parses', { skip: 
   const d = loadDeclarations(ts, indexDtsPath());
   const names = createRequire(import.meta.url)('../pkg/node/insitubatch_wasm.js').optionNames();
   const sorted = (a) => [...a].sort();
-  assert.deepEqual(sorted(declaredKeys(d, 'OpenOptions')), sorted(names.open), 'OpenOptions vs JsOpenOptions');
-  assert.deepEqual(sorted(declaredKeys(d, 'ReadPolicyOptions')), sorted(names.readPolicy), 'ReadPolicyOptions vs JsReadPolicy');
-  assert.deepEqual(sorted(declaredKeys(d, 'VariableSpec')), sorted(names.variable), 'VariableSpec vs JsVariable');
+  assert.deepEqual(sorted(declaredKeys(d, 'OpenOptions')), sorted(names.open), 'OpenOptions vs the spec and JS\'s own keys');
+  assert.deepEqual(sorted(declaredKeys(d, 'ReadPolicySpec')), sorted(names.readPolicy), 'ReadPolicySpec vs the spec');
+  assert.deepEqual(sorted(declaredKeys(d, 'HedgeFields')), sorted(names['readPolicy.hedge']), 'HedgeFields vs the spec');
+  assert.deepEqual(sorted(declaredKeys(d, 'VariableSpec')), sorted(names['variables.*']), 'VariableSpec vs the spec');
   const sample = { ...EVERY_OPTION, ...EVERY_OTHER_OPTION };
   assert.deepEqual(sorted(Object.keys(sample)), sorted(names.open), 'the sample sets every option');
   const r = checkValue(d, 'OpenOptions', sample);
   assert.deepEqual(r.errors, []);
-  for (const n of ['VariableSpec', 'ReadPolicyOptions']) assert.ok(r.visited.has(n), `${n} checked`);
+  for (const n of ['VariableSpec', 'ReadPolicySpec', 'HedgeFields']) assert.ok(r.visited.has(n), `${n} checked`);
 });
 
 /** The engine's values for a sharded store (shard set) and a plain one (shard null). */

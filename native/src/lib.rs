@@ -35,8 +35,9 @@ pub use cache::CacheOptions;
 pub use insitubatch_core as core;
 use insitubatch_core::transform::{BatchTransform, Scoped};
 pub use insitubatch_core::{
-    Batch, BatchStream, Checkpoint, Cut, DType, Dataset, DatasetBuilder, DatasetOptions, Knobs, NdArray, OnBadChunk,
-    PassStats, ReadPolicy, Split, SplitManifest, SplitOptions, Storage, Variable,
+    Batch, BatchStream, Checkpoint, Cut, DType, Dataset, DatasetBuilder, DatasetOptions, DatasetSpec, NdArray,
+    OnBadChunk, PassObserver, PassStats, ReadPolicy, ReadPolicySpec, ResolvedSpec, Split, SplitManifest, SplitOptions,
+    Storage, TierOpener, Variable, VariablesSpec,
 };
 pub use insitubatch_core::{DatasetReport, QualityPoint, human_bytes};
 pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
@@ -80,92 +81,61 @@ pub enum NativeError {
 /// `Result` with [`NativeError`].
 pub type Result<T, E = NativeError> = std::result::Result<T, E>;
 
-/// How to open a store: everything the Python package can say, in Rust.
-#[derive(Debug, Clone)]
+/// How to open a store: core's [`DatasetSpec`] (every plain-data option, as the Python and
+/// JS packages and the CLI pass it) beside what only a program can pass.
+#[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
-    /// Array paths to read (labels = paths); `None` discovers them, skipping CF coordinates.
-    pub variables: Option<Vec<String>>,
-    /// Labelled geometries instead of `variables`: windows (`geometry.shift(k)`) and several
-    /// labels over one array. Each geometry carries its own sample axis.
+    /// Every plain-data option: knobs, split, variables by path, read policy, patches,
+    /// selections, masks and weights, the mesh, storage options, cache flags, threads, the
+    /// metrics endpoint. Resolved (its defaults and rules) by [`DatasetSpec::resolve`].
+    pub spec: DatasetSpec,
+    /// Labelled geometries instead of `spec.variables`: windows (`geometry.shift(k)`) and
+    /// several labels over one array, as objects. Each geometry carries its own sample axis.
     pub labelled: Option<Vec<Variable>>,
-    /// The sample axis of every variable named by path.
-    pub sample_axis: usize,
-    /// Fractions of sample-axis chunks for train, val and test.
-    pub fractions: (f64, f64, f64),
-    /// Shuffle chunks between splits (`false`: contiguous runs, safe for time series).
-    pub shuffle_splits: bool,
-    /// The seed of `shuffle_splits`; `None` uses the dataset's seed.
-    pub split_seed: Option<u64>,
-    /// Split only the chunks overlapping samples `[start, stop)`.
-    pub sample_range: Option<(u64, u64)>,
-    /// A split manifest to use instead of the fractions (e.g. one saved by an earlier run).
+    /// A split manifest to use instead of the spec's fractions (e.g. one saved by an earlier run).
     pub manifest: Option<SplitManifest>,
-    /// Batch size, block size, in-flight reads, seed, shuffle, prefetch, budget, read policy.
-    pub dataset: DatasetOptions,
-    /// Decode threads; `None` = available parallelism.
-    pub threads: Option<usize>,
-    /// object_store configuration (`aws_region=...`), applied over the environment.
-    pub storage_options: Vec<(String, String)>,
-    /// The disk tier (`cache_dir`, `persist`, `readonly_cache`, `reset_stale_cache`).
-    pub cache: Option<CacheOptions>,
     /// Chunk transforms (cached with the chunk, in the disk tier too).
     pub chunk_transforms: Vec<Scoped>,
     /// Batch transforms, run on the pool after the gather.
     pub batch_transforms: Vec<Arc<dyn BatchTransform>>,
-    /// Serve the pass reports as Prometheus metrics at this `HOST:PORT` (`metrics.rs`; port 0
-    /// picks a free one, [`NativeDataset::metrics_address`] says which); `None`: no endpoint.
-    pub metrics_address: Option<String>,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        let split = SplitOptions::default();
-        Self {
-            variables: None,
-            labelled: None,
-            sample_axis: 0,
-            fractions: split.fractions,
-            shuffle_splits: !split.contiguous,
-            split_seed: None,
-            sample_range: split.sample_range,
-            manifest: None,
-            dataset: DatasetOptions::default(),
-            threads: None,
-            storage_options: Vec::new(),
-            cache: None,
-            chunk_transforms: Vec::new(),
-            batch_transforms: Vec::new(),
-            metrics_address: None,
-        }
-    }
+    /// Told of every pass's report when it ends (callbacks; the metrics endpoint adds its own).
+    pub observers: Vec<Arc<dyn PassObserver>>,
+    /// A disk tier of the caller's own instead of the one `spec.cache_dir` describes.
+    pub tier: Option<Arc<dyn TierOpener>>,
 }
 
 impl OpenOptions {
-    /// The core builder these options describe, over `storage` and `runtime`: the native
-    /// options convert (URL, threads, cache directory); the builder decides.
+    /// Options with this spec and nothing program-side.
+    pub fn from_spec(spec: DatasetSpec) -> Self {
+        Self { spec, ..Self::default() }
+    }
+
+    /// The core builder these options describe, over `storage` and `runtime`, with the
+    /// spec resolved (`resolved`, from [`DatasetSpec::resolve`]): the native parts convert
+    /// (the cache directory, whose readability natively is checked here); core decides.
     ///
     /// # Errors
-    /// [`NativeError::Core`] for cache options that contradict each other.
-    pub fn builder(self, storage: Arc<dyn Storage>, runtime: insitubatch_core::Runtime) -> Result<DatasetBuilder> {
-        let mut dataset = self.dataset;
-        if let Some(cache) = self.cache {
-            cache.validate()?;
-            dataset.tier = Some(Arc::new(cache) as Arc<dyn insitubatch_core::TierOpener>);
-        }
-        let split = SplitOptions {
-            fractions: self.fractions,
-            seed: self.split_seed.unwrap_or(dataset.knobs.seed),
-            contiguous: !self.shuffle_splits,
-            sample_range: self.sample_range,
+    /// [`NativeError::Core`] for cache options the native tier refuses.
+    pub fn builder(
+        self,
+        resolved: ResolvedSpec,
+        storage: Arc<dyn Storage>,
+        runtime: insitubatch_core::Runtime,
+    ) -> Result<DatasetBuilder> {
+        let tier = match (self.tier, &resolved.cache) {
+            (Some(tier), _) => Some(tier),
+            (None, Some(flags)) => Some(Arc::new(CacheOptions::from_flags(flags)?) as Arc<dyn TierOpener>),
+            (None, None) => None,
         };
         let mut builder = Dataset::builder(storage, runtime)
-            .sample_axis(self.sample_axis)
-            .split(split)
-            .options(dataset)
+            .resolved(resolved)
             .chunk_transforms(self.chunk_transforms)
             .batch_transforms(self.batch_transforms);
-        if let Some(paths) = self.variables {
-            builder = builder.arrays(paths);
+        for observer in self.observers {
+            builder = builder.observer(observer);
+        }
+        if let Some(tier) = tier {
+            builder = builder.tier(tier);
         }
         if let Some(vars) = self.labelled {
             builder = builder.variables(vars);
@@ -197,8 +167,9 @@ pub struct NativeDataset {
 /// [`NativeError::Url`]/[`NativeError::Open`] for bad URLs, options or a missing local
 /// store; [`NativeError::Core`] for metadata, geometry or configuration problems.
 pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
-    let storage = open_url_storage(url, &options.storage_options)?;
-    build_dataset(storage, url, options)
+    let resolved = options.spec.resolve()?;
+    let storage = open_url_storage(url, &resolved.storage_options)?;
+    build_dataset(storage, url, options, resolved)
 }
 
 /// Build a dataset over a storage the caller already built (a store object handed over by
@@ -208,8 +179,9 @@ pub fn open(url: &str, options: OpenOptions) -> Result<NativeDataset> {
 /// # Errors
 /// A configuration error when `options.storage_options` is not empty; otherwise as [`open`].
 pub fn open_storage_with(storage: Arc<dyn Storage>, location: &str, options: OpenOptions) -> Result<NativeDataset> {
-    refuse_storage_options(&options.storage_options, location)?;
-    build_dataset(storage, location, options)
+    let resolved = options.spec.resolve()?;
+    refuse_storage_options(&resolved.storage_options, location)?;
+    build_dataset(storage, location, options, resolved)
 }
 
 /// The storage [`open`] reads for `url`: [`open_storage`], then a missing local store is
@@ -256,9 +228,10 @@ pub fn open_joined_storage(parts: Vec<(String, JoinPart)>, options: &[(String, S
 /// # Errors
 /// As [`open_joined_storage`], then as [`open`].
 pub fn open_joined(parts: Vec<(String, JoinPart)>, options: OpenOptions) -> Result<NativeDataset> {
-    let storage = open_joined_storage(parts, &options.storage_options)?;
+    let resolved = options.spec.resolve()?;
+    let storage = open_joined_storage(parts, &resolved.storage_options)?;
     let location = storage.location();
-    build_dataset(storage, &location, OpenOptions { storage_options: Vec::new(), ..options })
+    build_dataset(storage, &location, options, resolved)
 }
 
 /// Several stores read as one along the sample axis (core's
@@ -291,16 +264,18 @@ pub fn open_concat_storage(
     Ok(Arc::new(runtime.block_on(opening)?))
 }
 
-/// Open stores concatenated along the sample axis ([`open_concat_storage`], along
-/// `options.sample_axis`) and build a dataset over them, named by the concatenation.
+/// Open stores concatenated along the sample axis ([`open_concat_storage`], along the spec's
+/// `concat_dim` and `sample_axis`) and build a dataset over them, named by the concatenation.
 ///
 /// # Errors
 /// As [`open_concat_storage`], then as [`open`].
-pub fn open_concat(parts: Vec<JoinPart>, dim: &str, options: OpenOptions) -> Result<NativeDataset> {
-    let concat = (dim, options.sample_axis);
-    let storage = open_concat_storage(parts, concat, &options.storage_options, &options.dataset.read_policy)?;
+pub fn open_concat(parts: Vec<JoinPart>, options: OpenOptions) -> Result<NativeDataset> {
+    let resolved = options.spec.resolve()?;
+    let concat = (resolved.concat_dim.as_str(), resolved.sample_axis);
+    let policy = &resolved.dataset.read_policy;
+    let storage = open_concat_storage(parts, concat, &resolved.storage_options, policy)?;
     let location = storage.location();
-    build_dataset(storage, &location, OpenOptions { storage_options: Vec::new(), ..options })
+    build_dataset(storage, &location, options, resolved)
 }
 
 /// Storage options are for stores opened by URL; a store built elsewhere carries its own
@@ -314,25 +289,33 @@ pub fn refuse_storage_options(options: &[(String, String)], location: &str) -> R
         return Ok(());
     }
     let keys: Vec<&str> = options.iter().map(|(k, _)| k.as_str()).collect();
-    Err(NativeError::Core(insitubatch_core::Error::Config(format!(
-        "storage options {keys:?} apply only to a store opened by URL; configure the store object itself instead: \
-         {location}"
-    ))))
+    Err(NativeError::Core(insitubatch_core::Error::option(
+        "storage_options",
+        format!(
+            "`storage_options` {keys:?} apply only to a store opened by URL; configure the store object itself \
+             instead: {location}"
+        ),
+    )))
 }
 
-/// The body [`open`] and [`open_storage_with`] share.
-fn build_dataset(storage: Arc<dyn Storage>, location: &str, mut options: OpenOptions) -> Result<NativeDataset> {
-    let runtime = NativeRuntime::new(options.threads)?;
-    let metrics = match options.metrics_address.take() {
+/// The body [`open`] and [`open_storage_with`] share: `resolved` is `options.spec` resolved.
+fn build_dataset(
+    storage: Arc<dyn Storage>,
+    location: &str,
+    mut options: OpenOptions,
+    resolved: ResolvedSpec,
+) -> Result<NativeDataset> {
+    let runtime = NativeRuntime::new(resolved.threads)?;
+    let metrics = match &resolved.metrics_address {
         None => None,
         Some(address) => {
             let exporter = Arc::new(metrics::PrometheusExporter::default());
-            let bound = exporter.serve(&address, &runtime.handle())?;
-            options.dataset.observers.push(exporter);
+            let bound = exporter.serve(address, resolved.metrics_cors_origin.as_deref(), &runtime.handle())?;
+            options.observers.push(exporter);
             Some(bound)
         }
     };
-    let builder = options.builder(Arc::clone(&storage), runtime.runtime.clone())?;
+    let builder = options.builder(resolved, Arc::clone(&storage), runtime.runtime.clone())?;
     let builder = runtime.block_on(async { builder.read_metadata().await?.read_coordinate().await })?;
     let dataset = builder.clone().build()?;
     let builder = Arc::new(builder);

@@ -10,7 +10,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// still bounded by the pool budget; it is just not handed back to the OS between epochs.
 /// Huge pages are left to the system (`thp:default`): asking for them (`thp:always`) made
 /// the cold epoch's system time bimodal (0.1 s to 5 s on the same run, see
-/// docs/benchmarks.md "Where the cold spread came from"): a 2 MiB fault costs little when
+/// docs/lab/benchmarks.md "Where the cold spread came from"): a 2 MiB fault costs little when
 /// the memory behind it is already backed, and seconds per GiB when a VM's free page
 /// reporting has handed it back to the host or the kernel must reclaim page cache for it.
 #[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]
@@ -28,14 +28,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
+use insitubatch_native::core::coords::{LabelSel, Sel};
 use insitubatch_native::core::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
-use insitubatch_native::core::{
-    DType, Knobs, ModelParallel, OnBadChunk, ReadPolicy, Result as CoreResult, Split, Storage,
-};
-use insitubatch_native::core::{PatchAxis, PatchOptions, parse_axis_sizes as parse_patch_axis_sizes};
+use insitubatch_native::core::{AxisSizes, DType, HedgeSpec, OnBadChunk, Result as CoreResult, Split, Storage};
+use insitubatch_native::core::{PatchAxis, PatchPlacement, parse_axis_sizes as parse_patch_axis_sizes};
 use insitubatch_native::{
-    Batch, BatchIter, Checkpoint, DatasetOptions, JoinPart, NativeDataset, OpenOptions, SplitOptions, demo, open,
-    open_concat, open_concat_storage, open_joined, open_joined_storage, open_storage,
+    Batch, BatchIter, Checkpoint, DatasetSpec, JoinPart, NativeDataset, OpenOptions, ReadPolicySpec, VariablesSpec,
+    demo, open, open_concat, open_concat_storage, open_joined, open_joined_storage, open_storage,
 };
 use rayon::prelude::*;
 use serde_json::json;
@@ -306,85 +305,111 @@ struct BenchRun {
     pause_after_chunks: Option<u64>,
 }
 
-/// What every command that opens a store takes: the store's variables and splits, core's
-/// knobs (as flags; [`RunArgs::knobs`] renames them), patches, selections, the cache.
+/// What every command that opens a store takes: core's [`DatasetSpec`] as flags (each named
+/// as its field, in kebab-case; [`RunArgs::spec`] fills the spec, whose `resolve` decides),
+/// and what only the command line has (files of per-sample values, joins, scaling, the epoch).
+// Defaults are the spec's (`DatasetSpec::default()`), restated nowhere; a flag without one is
+// the spec's `None`. No `requires` between the spec's flags: which combinations work is the
+// spec's rule (`DatasetSpec::resolve`), with its message.
 #[derive(Args, Debug, Clone)]
 struct RunArgs {
     /// Array to read (repeatable); default: every non-coordinate array.
     #[arg(long = "var")]
-    vars: Vec<String>,
+    variables: Vec<String>,
     /// The sample axis of every variable.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = spec().sample_axis)]
     sample_axis: usize,
-    // Defaults are the engine's own (core's Knobs::default()), restated nowhere.
-    #[arg(long, default_value_t = Knobs::default().batch_size)]
+    /// Rows per batch.
+    #[arg(long, default_value_t = spec().batch_size)]
     batch_size: usize,
-    #[arg(long, default_value_t = Knobs::default().block_chunks)]
+    /// Chunks per shuffle block (raised so a block holds a batch).
+    #[arg(long, default_value_t = spec().block_chunks)]
     block_chunks: usize,
     /// Chunks in each epoch's first shuffle block: fewer for a faster first batch, at a cost
     /// in mixing that `describe` reports; default: block_chunks (the specified order).
     #[arg(long)]
     first_block_chunks: Option<usize>,
-    #[arg(long, default_value_t = Knobs::default().max_inflight)]
+    /// Storage reads in flight.
+    #[arg(long, default_value_t = spec().max_inflight)]
     max_inflight: usize,
-    #[arg(long, default_value_t = Knobs::default().seed)]
+    /// Shuffle seed.
+    #[arg(long, default_value_t = spec().seed)]
     seed: u64,
-    #[arg(long, default_value_t = Knobs::default().prefetch_depth)]
+    /// Batches queued ahead.
+    #[arg(long, default_value_t = spec().prefetch_depth)]
     prefetch_depth: usize,
     /// Pool byte budget; default: sized automatically.
     #[arg(long)]
     cache_budget_bytes: Option<u64>,
     /// Do not shuffle the train view.
-    #[arg(long)]
-    no_shuffle: bool,
+    #[arg(long = "no-shuffle", action = clap::ArgAction::SetFalse)]
+    shuffle: bool,
     /// A chunk that cannot be fetched or decoded: raise (stop with an error naming it) or
     /// nan (fill its tiles, record it in the report, go on).
-    #[arg(long, value_name = "raise|nan", default_value = Knobs::default().on_bad_chunk.name(), value_parser = parse_on_bad_chunk)]
-    on_bad_chunk: OnBadChunk,
+    // Words are read by core's parser in `RunArgs::spec`, so a wrong one is core's refusal.
+    #[arg(long, value_name = "raise|nan", default_value = spec().on_bad_chunk.name())]
+    on_bad_chunk: String,
+    /// Carry the sample axis's coordinate in every batch.
+    #[arg(long)]
+    coords: bool,
     /// Decode threads; default: available parallelism.
     #[arg(long)]
     threads: Option<usize>,
-    /// Train, val, test fractions of sample-axis chunks.
-    #[arg(long, default_value_t = Fractions(SplitOptions::default().fractions), value_parser = parse_fractions)]
-    fractions: Fractions,
+    /// Train, val, test fractions of sample-axis chunks (default 0.8,0.1,0.1; `bench`'s
+    /// default is 1,0,0, the whole array).
+    #[arg(long, value_parser = parse_fractions)]
+    fractions: Option<Fractions>,
+    /// Shuffle chunks between the splits (default: contiguous runs, safe for time series).
+    #[arg(long)]
+    shuffle_splits: bool,
+    /// The seed of --shuffle-splits; default: --seed.
+    #[arg(long)]
+    split_seed: Option<u64>,
+    /// Split only the chunks overlapping samples START..STOP.
+    #[arg(long, value_name = "START,STOP", value_parser = parse_range)]
+    sample_range: Option<(u64, u64)>,
     /// The (first) epoch.
     #[arg(long, default_value_t = 0)]
     epoch: u64,
     /// This process's rank: it reads and yields only its share of each epoch.
-    #[arg(long, default_value_t = Knobs::default().rank)]
+    #[arg(long, default_value_t = spec().rank)]
     rank: usize,
     /// Processes sharing each epoch (each reads its own chunks; shares are equal).
-    #[arg(long, default_value_t = Knobs::default().world_size)]
+    #[arg(long, default_value_t = spec().world_size)]
     world_size: usize,
     /// Node affinity with K ranks per node: each node draws the same chunks in every epoch,
     /// reshuffled, so with a --shared-cache per node later epochs read from it.
-    #[arg(long, value_name = "K")]
-    node_affinity: Option<usize>,
+    #[arg(long, value_name = "K", alias = "node-affinity")]
+    node_ranks: Option<usize>,
     /// Cut each sample into patches: AXIS=SIZE per patched axis (a dimension name or an axis
     /// index), e.g. lat=128,lon=128. Batch rows are then patches; each chunk is still read once.
     #[arg(long, value_name = "AXIS=SIZE,...", value_parser = parse_axis_sizes)]
     patch: Option<AxisSizes>,
     /// grid: every patch of a grid (stepping --patch-stride); random: --patches-per-sample
-    /// patches at random origins per sample and epoch.
-    #[arg(long, default_value = "grid", requires = "patch")]
-    patch_mode: String,
+    /// patches at random origins per sample and epoch (default grid).
+    #[arg(long, value_name = "grid|random")]
+    patch_mode: Option<String>,
     /// The grid's step per axis, AXIS=STEP (default: the patch size; smaller overlaps).
-    #[arg(long, value_name = "AXIS=STEP,...", value_parser = parse_axis_sizes, requires = "patch")]
+    #[arg(long, value_name = "AXIS=STEP,...", value_parser = parse_axis_sizes)]
     patch_stride: Option<AxisSizes>,
     /// Random patches per sample and epoch (default 1).
-    #[arg(long, requires = "patch")]
+    #[arg(long)]
     patches_per_sample: Option<u64>,
-    /// Serve the pass reports as Prometheus metrics at IP:PORT (port 0: a free one; the
-    /// address is printed to stderr).
+    /// Serve the pass reports as Prometheus metrics at IP:PORT, or PORT alone on loopback
+    /// (port 0: a free one; the address is printed to stderr).
     #[arg(long, value_name = "IP:PORT")]
     metrics_address: Option<String>,
+    /// The one web origin allowed to read the metrics endpoint from a browser (the
+    /// dashboard's); default: none.
+    #[arg(long, value_name = "ORIGIN")]
+    metrics_cors_origin: Option<String>,
     /// A rank mesh: groups of K consecutive ranks draw the same rows, each rank taking its
-    /// part of every row along --model-parallel-axis.
-    #[arg(long, value_name = "K", requires = "model_parallel_axis")]
-    model_parallel: Option<usize>,
+    /// part of every row along --model-parallel-axis (1: none).
+    #[arg(long, value_name = "K", default_value_t = spec().model_parallel)]
+    model_parallel: usize,
     /// The axis a model-parallel group splits its rows along (a dimension name or index).
-    #[arg(long, value_name = "AXIS", requires = "model_parallel")]
-    model_parallel_axis: Option<String>,
+    #[arg(long, value_name = "AXIS", value_parser = parse_axis)]
+    model_parallel_axis: Option<PatchAxis>,
     /// Draw only the samples whose entry is non-zero: a text file of one number per sample
     /// (separated by whitespace or commas), e.g. written by `numpy.savetxt`.
     #[arg(long, value_name = "FILE")]
@@ -399,7 +424,7 @@ struct RunArgs {
     /// two pressure levels listed in brackets). Dates (YYYY-MM-DD, optionally THH:MM:SS, UTC)
     /// or numbers, e.g. time=2010-01-01,2019-12-31 (CF time is decoded).
     #[arg(long, value_name = "DIM=LO,HI|DIM=[A,B,...]", value_parser = parse_sel)]
-    sel: Vec<insitubatch_native::core::coords::LabelSel>,
+    sel: Vec<LabelSel>,
     /// object_store option KEY=VALUE (repeatable), e.g. aws_region=us-east-1.
     #[arg(long = "storage-option", value_parser = parse_kv)]
     storage_options: Vec<(String, String)>,
@@ -413,33 +438,26 @@ struct RunArgs {
     concat: Vec<String>,
     /// The dimension --concat concatenates along (arrays without dimension names: the
     /// sample axis).
-    #[arg(long, value_name = "NAME", default_value = "time", requires = "concat")]
+    #[arg(long, value_name = "NAME", default_value_t = spec().concat_dim)]
     concat_dim: String,
-    /// Spill decoded chunks to memory-mapped files in this directory (local disk).
+    /// Keep decoded chunks in memory-mapped files in this directory (local disk).
     #[arg(long)]
     cache_dir: Option<std::path::PathBuf>,
     /// Keep the cache_dir's chunks across epochs, evictions and runs.
-    #[arg(long, requires = "cache_dir")]
+    #[arg(long)]
     persist: bool,
     /// Read a complete warm cache_dir without writing; a miss is an error.
-    #[arg(long, requires = "cache_dir")]
+    #[arg(long)]
     readonly_cache: bool,
     /// Drop the cached chunks of arrays whose pipeline changed instead of refusing.
-    #[arg(long, requires = "cache_dir")]
+    #[arg(long)]
     reset_stale_cache: bool,
     /// Fill and read the cache_dir together with other processes (a machine's ranks): each
     /// chunk is written once, by whichever process fetched it first.
-    #[arg(long, requires = "persist")]
-    shared_cache: bool,
-    /// Ranges of one shard at most this many bytes apart are read by one request.
-    #[arg(long, default_value_t = ReadPolicy::default().coalesce_gap_bytes)]
-    coalesce_gap_bytes: u64,
-    /// A coalesced request spans at most this many bytes (0: every inner chunk alone).
-    #[arg(long, default_value_t = ReadPolicy::default().coalesce_max_bytes)]
-    coalesce_max_bytes: u64,
-    /// Never send a second request for a slow read (hedging is on for remote stores).
     #[arg(long)]
-    no_hedge: bool,
+    shared_cache: bool,
+    #[command(flatten)]
+    read_policy: ReadPolicyArgs,
     /// Standardize every array, `(x - MEAN) / (STD + 1e-8)` as numpy computes it with Python
     /// floats (the data keeps its dtype): the StandardScaler chunk transform, cached with the chunk.
     #[arg(long, value_parser = parse_scale, conflicts_with = "scaler")]
@@ -448,6 +466,38 @@ struct RunArgs {
     /// insitubatch 0.2.0's npz of `<array>.mean` and `<array>.std`).
     #[arg(long, value_name = "FILE")]
     scaler: Option<std::path::PathBuf>,
+}
+
+/// The spec's `read_policy` as flags (durations in seconds, as on every surface).
+#[derive(Args, Debug, Clone)]
+struct ReadPolicyArgs {
+    /// Attempts after the first for a transient failure.
+    #[arg(long, default_value_t = spec().read_policy.retries)]
+    retries: u32,
+    /// First backoff, seconds; doubles per attempt.
+    #[arg(long, default_value_t = spec().read_policy.backoff_s)]
+    backoff_s: f64,
+    /// A request with no answer after this many seconds is a transient failure.
+    #[arg(long, default_value_t = spec().read_policy.request_timeout_s)]
+    request_timeout_s: f64,
+    /// Ranges of one shard at most this many bytes apart are read by one request.
+    #[arg(long, default_value_t = spec().read_policy.coalesce_gap_bytes)]
+    coalesce_gap_bytes: u64,
+    /// A coalesced request spans at most this many bytes (0: every inner chunk alone).
+    #[arg(long, default_value_t = spec().read_policy.coalesce_max_bytes)]
+    coalesce_max_bytes: u64,
+    /// Stored bytes read ahead for a shard's inner chunks a pass needs soon (0: off);
+    /// default: a quarter of the residency floor.
+    #[arg(long)]
+    read_ahead_bytes: Option<u64>,
+    /// Never send a second request for a slow read (hedging is on for remote stores).
+    #[arg(long = "no-hedge", action = clap::ArgAction::SetFalse)]
+    hedge: bool,
+}
+
+/// The spec's defaults, which the flags show and start from.
+fn spec() -> DatasetSpec {
+    DatasetSpec::default()
 }
 
 fn parse_scale(s: &str) -> Result<(f64, f64), String> {
@@ -462,13 +512,6 @@ fn parse_scale(s: &str) -> Result<(f64, f64), String> {
 #[derive(Debug, Clone, Copy)]
 struct Fractions((f64, f64, f64));
 
-impl std::fmt::Display for Fractions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (a, b, c) = self.0;
-        write!(f, "{a},{b},{c}")
-    }
-}
-
 fn parse_fractions(s: &str) -> Result<Fractions, String> {
     let v: Vec<f64> = s
         .split(',')
@@ -477,6 +520,15 @@ fn parse_fractions(s: &str) -> Result<Fractions, String> {
     match v[..] {
         [a, b, c] => Ok(Fractions((a, b, c))),
         _ => Err(format!("expected three comma-separated fractions like 0.8,0.1,0.1, got {s:?}")),
+    }
+}
+
+/// `START,STOP` of `--sample-range`.
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let parse = |x: &str| x.trim().parse::<u64>().map_err(|e| format!("{x:?} is not a sample index ({e})"));
+    match s.split_once(',') {
+        Some((a, b)) => Ok((parse(a)?, parse(b)?)),
+        None => Err(format!("expected START,STOP, got {s:?}")),
     }
 }
 
@@ -495,11 +547,14 @@ fn per_sample_numbers(path: &Path) -> Result<Vec<f64>> {
 }
 
 /// `AXIS=N,...` parsed by core (one value: clap would take a `Vec` for a repeated flag).
-#[derive(Debug, Clone)]
-struct AxisSizes(Vec<(PatchAxis, u64)>);
-
 fn parse_axis_sizes(s: &str) -> Result<AxisSizes, String> {
     parse_patch_axis_sizes(s).map(AxisSizes).map_err(|e| e.to_string())
+}
+
+/// An axis word, read by core's one rule (digits: an index; else a dimension name).
+#[allow(clippy::unnecessary_wraps, reason = "clap's value parsers return a Result")]
+fn parse_axis(s: &str) -> Result<PatchAxis, String> {
+    Ok(PatchAxis::parse(s))
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -508,27 +563,102 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
 
-/// `--on-bad-chunk`, read by core's one parser of the word.
-fn parse_on_bad_chunk(s: &str) -> Result<OnBadChunk, String> {
-    s.parse().map_err(|e: insitubatch_native::core::Error| e.to_string())
+/// `--sel DIM=LO,HI` or `DIM=[A,B,...]` as core's selection (`LabelSel::from_arg`).
+fn parse_sel(s: &str) -> Result<LabelSel, String> {
+    LabelSel::from_arg(s).map_err(|e| e.to_string())
 }
 
-/// `--sel DIM=LO,HI` or `DIM=[A,B,...]` as core's selection (`LabelSel::from_arg`).
-fn parse_sel(s: &str) -> Result<insitubatch_native::core::coords::LabelSel, String> {
-    insitubatch_native::core::coords::LabelSel::from_arg(s).map_err(|e| e.to_string())
+/// An engine error as the CLI says it: option names as flags (`--patch-mode`), through core's
+/// one rendering of an option error's text.
+fn render_error(e: &insitubatch_native::core::Error) -> String {
+    e.message_in(&flag_of)
+}
+
+/// The flag of a spec option (`read_policy.backoff_s` → `--backoff-s`, `shuffle` →
+/// `--no-shuffle`), read from clap's own definition: the flags are the spec's fields, so a
+/// field's flag is the argument with its name. A path the CLI has no flag for stays as it is.
+fn flag_of(path: &str) -> String {
+    use clap::CommandFactory;
+    let name = path.rsplit('.').next().unwrap_or(path);
+    let cli = Cli::command();
+    let flag = cli
+        .get_subcommands()
+        .flat_map(clap::Command::get_arguments)
+        .find(|a| a.get_id() == name)
+        .and_then(clap::Arg::get_long)
+        .map(|long| format!("--{long}"));
+    flag.unwrap_or_else(|| path.to_string())
 }
 
 impl RunArgs {
+    /// The spec these flags describe (`bench`'s fractions default to the whole array); the
+    /// files of per-sample values are read here.
+    fn spec(&self, default_fractions: (f64, f64, f64)) -> Result<DatasetSpec> {
+        let numbers = |path: &Option<PathBuf>| path.as_deref().map(per_sample_numbers).transpose();
+        let p = &self.read_policy;
+        Ok(DatasetSpec {
+            variables: (!self.variables.is_empty()).then(|| VariablesSpec::Paths(self.variables.clone())),
+            sample_axis: self.sample_axis,
+            batch_size: self.batch_size,
+            block_chunks: self.block_chunks,
+            first_block_chunks: self.first_block_chunks,
+            max_inflight: self.max_inflight,
+            seed: self.seed,
+            shuffle: self.shuffle,
+            prefetch_depth: self.prefetch_depth,
+            cache_budget_bytes: self.cache_budget_bytes,
+            on_bad_chunk: self.on_bad_chunk.parse::<OnBadChunk>()?,
+            coords: self.coords,
+            threads: self.threads,
+            rank: self.rank,
+            world_size: self.world_size,
+            node_ranks: self.node_ranks,
+            model_parallel: self.model_parallel,
+            model_parallel_axis: self.model_parallel_axis.clone(),
+            sel: Sel(self.sel.clone()),
+            sample_mask: numbers(&self.sample_mask)?.map(|v| v.iter().map(|&x| x != 0.0).collect()),
+            sample_weights: numbers(&self.sample_weights)?,
+            patch: self.patch.clone(),
+            patch_mode: self.patch_mode.as_deref().map(str::parse::<PatchPlacement>).transpose()?,
+            patch_stride: self.patch_stride.clone(),
+            patches_per_sample: self.patches_per_sample,
+            fractions: self.fractions.map_or(default_fractions, |f| f.0),
+            shuffle_splits: self.shuffle_splits,
+            split_seed: self.split_seed,
+            sample_range: self.sample_range,
+            read_policy: ReadPolicySpec {
+                retries: p.retries,
+                backoff_s: p.backoff_s,
+                request_timeout_s: p.request_timeout_s,
+                coalesce_gap_bytes: p.coalesce_gap_bytes,
+                coalesce_max_bytes: p.coalesce_max_bytes,
+                read_ahead_bytes: p.read_ahead_bytes,
+                hedge: HedgeSpec::Flag(p.hedge),
+            },
+            storage_options: self.storage_options.iter().cloned().collect(),
+            concat_dim: self.concat_dim.clone(),
+            cache_dir: self.cache_dir.as_ref().map(|d| d.display().to_string()),
+            persist: self.persist,
+            readonly_cache: self.readonly_cache,
+            reset_stale_cache: self.reset_stale_cache,
+            shared_cache: self.shared_cache,
+            metrics_address: self.metrics_address.clone(),
+            metrics_cors_origin: self.metrics_cors_origin.clone(),
+        })
+    }
+
     /// The store to read: `url`, or with --join every store joined by name (`url` then
-    /// `NAME=URL` too); storage options go to each.
+    /// `NAME=URL` too), or with --concat the stores end to end; storage options go to each.
     fn storage(&self, url: &str) -> Result<Arc<dyn Storage>> {
+        let resolved = self.spec(spec().fractions)?.resolve()?;
         if let Some(parts) = self.concatenated(url)? {
-            let concat = (self.concat_dim.as_str(), self.sample_axis);
-            return Ok(open_concat_storage(parts, concat, &self.storage_options, &self.read_policy())?);
+            let concat = (resolved.concat_dim.as_str(), resolved.sample_axis);
+            let policy = &resolved.dataset.read_policy;
+            return Ok(open_concat_storage(parts, concat, &resolved.storage_options, policy)?);
         }
         Ok(match self.joined(url)? {
-            None => open_storage(url, &self.storage_options)?,
-            Some(parts) => open_joined_storage(parts, &self.storage_options)?,
+            None => open_storage(url, &resolved.storage_options)?,
+            Some(parts) => open_joined_storage(parts, &resolved.storage_options)?,
         })
     }
 
@@ -557,75 +687,8 @@ impl RunArgs {
         Ok(Some(parts.map(|(name, url)| (name, JoinPart::Url(url))).collect()))
     }
 
-    fn open_options(&self) -> OpenOptions {
-        OpenOptions {
-            variables: if self.vars.is_empty() { None } else { Some(self.vars.clone()) },
-            sample_axis: self.sample_axis,
-            fractions: self.fractions.0,
-            shuffle_splits: false,
-            dataset: DatasetOptions {
-                knobs: self.knobs(),
-                node_ranks: self.node_affinity,
-                model_parallel: self
-                    .model_parallel
-                    .zip(self.model_parallel_axis.as_deref())
-                    .map(|(size, axis)| ModelParallel { size, axis: PatchAxis::parse(axis) }),
-                read_policy: self.read_policy(),
-                sel: self.sel.clone(),
-                ..DatasetOptions::default()
-            },
-            threads: self.threads,
-            storage_options: self.storage_options.clone(),
-            cache: self.cache_dir.as_ref().map(|dir| insitubatch_native::CacheOptions {
-                dir: dir.clone(),
-                persist: self.persist,
-                readonly: self.readonly_cache,
-                reset_stale: self.reset_stale_cache,
-                shared: self.shared_cache,
-            }),
-            metrics_address: self.metrics_address.clone(),
-            ..OpenOptions::default()
-        }
-    }
-
-    /// Core's knobs from their flags.
-    fn knobs(&self) -> Knobs {
-        Knobs {
-            batch_size: self.batch_size,
-            block_chunks: self.block_chunks,
-            first_block_chunks: self.first_block_chunks,
-            max_inflight: self.max_inflight,
-            seed: self.seed,
-            shuffle: !self.no_shuffle,
-            prefetch_depth: self.prefetch_depth,
-            cache_budget_bytes: self.cache_budget_bytes,
-            on_bad_chunk: self.on_bad_chunk,
-            rank: self.rank,
-            world_size: self.world_size,
-            coords: Knobs::default().coords,
-        }
-    }
-
-    fn read_policy(&self) -> ReadPolicy {
-        let d = ReadPolicy::default();
-        ReadPolicy {
-            coalesce_gap_bytes: self.coalesce_gap_bytes,
-            coalesce_max_bytes: self.coalesce_max_bytes,
-            hedge: if self.no_hedge { None } else { d.hedge.clone() },
-            ..d
-        }
-    }
-
     /// The `--scale` / `--scaler` chunk transform: the one StandardScaler (core), its file
     /// format from `insitubatch_native::scaler_file`.
-    /// `--patch` and its companions as the engine's options (core decides what they mean).
-    fn patch(&self) -> Result<Option<PatchOptions>> {
-        let Some(size) = &self.patch else { return Ok(None) };
-        let stride = self.patch_stride.as_ref().map(|s| s.0.clone());
-        let options = PatchOptions::from_parts(size.0.clone(), &self.patch_mode, stride, self.patches_per_sample)?;
-        Ok(Some(options))
-    }
-
     fn chunk_transforms(&self) -> Result<Vec<insitubatch_native::core::transform::Scoped>> {
         use insitubatch_native::core::scaler::{ArrayStats, StandardScaler, Stat};
         let scaler = match (&self.scale, &self.scaler) {
@@ -639,32 +702,24 @@ impl RunArgs {
         };
         Ok(vec![insitubatch_native::core::transform::everywhere(Arc::new(scaler))])
     }
-
-    fn config_json(&self, threads: usize) -> serde_json::Value {
-        let mut config = json!(self.knobs());
-        config.as_object_mut().expect("knobs serialize to an object").extend([
-            ("threads".to_owned(), json!(threads)),
-            ("sample_axis".to_owned(), json!(self.sample_axis)),
-            ("epoch".to_owned(), json!(self.epoch)),
-            ("coalesce_gap_bytes".to_owned(), json!(self.coalesce_gap_bytes)),
-            ("coalesce_max_bytes".to_owned(), json!(self.coalesce_max_bytes)),
-            ("hedge".to_owned(), json!(!self.no_hedge)),
-        ]);
-        config
-    }
 }
 
-fn open_ds(url: &str, knobs: &RunArgs, mut opts: OpenOptions) -> Result<NativeDataset> {
-    opts.chunk_transforms = knobs.chunk_transforms()?;
-    opts.dataset.patch = knobs.patch()?;
-    if let Some(path) = &knobs.sample_mask {
-        opts.dataset.sample_mask = Some(per_sample_numbers(path)?.iter().map(|&x| x != 0.0).collect());
+/// The run's configuration as JSON: the spec as serde writes it, with the threads the pool
+/// has and the epoch the run starts at.
+fn config_json(spec: &DatasetSpec, threads: usize, epoch: u64) -> Result<serde_json::Value> {
+    let mut config = serde_json::to_value(spec)?;
+    if let Some(o) = config.as_object_mut() {
+        o.insert("threads".to_owned(), json!(threads));
+        o.insert("epoch".to_owned(), json!(epoch));
     }
-    if let Some(path) = &knobs.sample_weights {
-        opts.dataset.sample_weights = Some(per_sample_numbers(path)?.into());
-    }
+    Ok(config)
+}
+
+/// Open the store these flags name with `spec` (and a caller's own disk tier, if given).
+fn open_ds(url: &str, knobs: &RunArgs, spec: DatasetSpec, tier: Option<Arc<dyn TierOpener>>) -> Result<NativeDataset> {
+    let opts = OpenOptions { spec, chunk_transforms: knobs.chunk_transforms()?, tier, ..OpenOptions::default() };
     let ds = match (knobs.concatenated(url)?, knobs.joined(url)?) {
-        (Some(parts), _) => open_concat(parts, &knobs.concat_dim, opts)?,
+        (Some(parts), _) => open_concat(parts, opts)?,
         (None, None) => open(url, opts)?,
         (None, Some(parts)) => open_joined(parts, opts)?,
     };
@@ -686,18 +741,49 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
-            ExitCode::from(1)
-        }
+        Err(e) => report_error(&e),
     }
+}
+
+/// The exit of a failed command: an engine error names its kind (`error[invalid_option]: ...`)
+/// and its options as flags, and exits with 2 where a flag's value was refused (an option
+/// out of bounds, an array the store lacks: as clap does for a bad flag), else 1; any other
+/// error as it is, with 1.
+/// The engine's error `c` is (or holds, as `NativeError::Core`), if any.
+fn engine_error<'a>(c: &'a (dyn std::error::Error + 'static)) -> Option<&'a insitubatch_native::core::Error> {
+    c.downcast_ref::<insitubatch_native::core::Error>().or_else(|| match c.downcast_ref() {
+        Some(insitubatch_native::NativeError::Core(e)) => Some(e),
+        _ => None,
+    })
+}
+
+fn report_error(e: &anyhow::Error) -> ExitCode {
+    use insitubatch_native::core::ErrorKind;
+    // The chain's contexts (`--resume FILE: ...`), then the engine's error as the CLI says it.
+    let mut parts = Vec::new();
+    let mut kind = None;
+    for c in e.chain() {
+        if let Some(err) = engine_error(c) {
+            parts.push(render_error(err));
+            kind = Some(err.kind());
+            break;
+        }
+        parts.push(c.to_string());
+    }
+    let Some(kind) = kind else {
+        let _ = writeln!(std::io::stderr(), "error: {e:#}");
+        return ExitCode::from(1);
+    };
+    let _ = writeln!(std::io::stderr(), "error[{kind}]: {}", parts.join(": "));
+    let input = [ErrorKind::InvalidOption, ErrorKind::ArrayNotFound, ErrorKind::NotAnArray];
+    ExitCode::from(if input.contains(&kind) { 2 } else { 1 })
 }
 
 fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Demo { url, resume, knobs } => cmd_demo(url, &resume, &knobs),
         Command::Describe { url, iterations, json, probe, sweep_block_chunks, knobs } => {
-            let ds = open_ds(&url, &knobs, knobs.open_options())?;
+            let ds = open_ds(&url, &knobs, knobs.spec(spec().fractions)?, None)?;
             let report = ds.describe(iterations)?;
             let probed = probe.map(|chunks| ds.probe(Split::Train, chunks)).transpose()?;
             let curve = ds.quality_curve(&sweep_block_chunks)?;
@@ -749,10 +835,10 @@ fn render_quality_curve(curve: &[insitubatch_native::QualityPoint]) -> String {
         String::from("what if block_chunks were ...\n  block_chunks  widened  quality  floor       est. peak\n");
     for p in curve {
         out.push_str(&format!(
-            "  {:>12}  {:>7}  {:>7.3}  {:<10}  {}\n",
+            "  {:>12}  {:>7}  {:>7}  {:<10}  {}\n",
             p.block_chunks,
             p.block_chunks_widened,
-            p.quality,
+            p.quality.map_or_else(|| "n/a".to_string(), |q| format!("{q:.3}")),
             insitubatch_native::human_bytes(p.floor_bytes),
             insitubatch_native::human_bytes(p.estimated_peak_bytes)
         ));
@@ -777,7 +863,7 @@ fn cmd_demo(url: Option<String>, resume: &ResumeArgs, knobs: &RunArgs) -> Result
             path.display().to_string()
         }
     };
-    let ds = open_ds(&url, knobs, knobs.open_options())?;
+    let ds = open_ds(&url, knobs, knobs.spec(spec().fractions)?, None)?;
     outln!("{}", ds.describe(1)?.render());
     session.on_signal_write(&ds, resume.checkpoint.as_deref())?;
     let t0 = Instant::now();
@@ -843,15 +929,17 @@ fn cmd_bench(url: &str, run: &BenchRun, resume: &ResumeArgs, knobs: &RunArgs) ->
     let mut session = Session::new(resume)?;
     let resumed = session.resume.clone();
     let first_epoch = session.first_epoch(knobs.epoch);
-    let mut opts = knobs.open_options();
-    opts.fractions = (1.0, 0.0, 0.0);
-    if let Some(after) = run.pause_after_chunks {
-        let cache = opts.cache.take().ok_or_else(|| anyhow!("--pause-after-chunks needs --cache-dir"))?;
-        cache.validate()?;
-        opts.dataset.tier = Some(Arc::new(PauseAfter { cache, after }));
-    }
+    // `bench` times the whole array unless told otherwise.
+    let spec = knobs.spec((1.0, 0.0, 0.0))?;
+    let tier: Option<Arc<dyn TierOpener>> = match run.pause_after_chunks {
+        None => None,
+        Some(after) => {
+            let flags = spec.resolve()?.cache.ok_or_else(|| anyhow!("--pause-after-chunks needs --cache-dir"))?;
+            Some(Arc::new(PauseAfter { cache: insitubatch_native::CacheOptions::from_flags(&flags)?, after }))
+        }
+    };
     let t_open = Instant::now();
-    let ds = open_ds(url, knobs, opts)?;
+    let ds = open_ds(url, knobs, spec.clone(), tier)?;
     let open_s = t_open.elapsed().as_secs_f64();
     // Before --hold's line: a signal after it finds a checkpoint to write.
     session.on_signal_write(&ds, resume.checkpoint.as_deref())?;
@@ -869,8 +957,7 @@ fn cmd_bench(url: &str, run: &BenchRun, resume: &ResumeArgs, knobs: &RunArgs) ->
         let row = bench_epoch(&ds, run, &mut session, first_epoch + k, k == 0, t_open)?;
         rows.push(row);
     }
-    let mut config = knobs.config_json(threads);
-    config["fractions"] = json!([1.0, 0.0, 0.0]);
+    let mut config = config_json(&spec, threads, knobs.epoch)?;
     config["epochs"] = json!(epochs);
     if let Some(c) = &resumed {
         config["epoch"] = json!(first_epoch);
@@ -1050,7 +1137,7 @@ fn cmd_decode_limit(url: &str, knobs: &RunArgs, as_json: bool) -> Result<()> {
     use zarrs::array::{Array, ArrayMetadata, ArrayToBytesCodecTraits, CodecOptions};
     let rt = insitubatch_native::NativeRuntime::new(knobs.threads)?;
     let storage = knobs.storage(url)?;
-    let first = match knobs.vars.first() {
+    let first = match knobs.variables.first() {
         Some(v) => v.clone(),
         None => {
             let arrays = rt.block_on(insitubatch_native::core::internals::open_arrays(storage.as_ref(), None))?;

@@ -5,6 +5,14 @@
 //!
 //! The text format is prometheus-client's; the server is hyper on the dataset's tokio runtime,
 //! answering `GET /metrics` (any path) until the dataset's runtime shuts down.
+//!
+//! What a web page may read of it (docs/security.md): nothing, unless the job names the page's
+//! origin (`metrics_cors_origin`): then `Access-Control-Allow-Origin` carries exactly that
+//! origin, to a request from it, and no other origin is told anything. A bare port listens on
+//! loopback only; an endpoint on loopback answers only requests addressed to an IP or
+//! `localhost` (`Host`), so a page that rebinds its own host name to 127.0.0.1 is refused.
+//! The series hold counters and timings of passes, labelled by split and rank: no store URL,
+//! array name, path or credential.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -163,23 +171,26 @@ impl PrometheusExporter {
         out
     }
 
-    /// Listen on `address` (`IP:PORT`, or `localhost:PORT`; port 0 picks a free one) and
-    /// answer every request with [`Self::render`], on `runtime`; the bound address is returned.
+    /// Listen on `address` (`IP:PORT`, `localhost:PORT`, or a bare `PORT` for loopback; port 0
+    /// picks a free one) and answer every `GET` with [`Self::render`], on `runtime`; the bound
+    /// address is returned. `cors_origin`: the one web origin (`http://host:port`) whose pages
+    /// may read it; `None`: no page may.
     ///
     /// # Errors
     /// [`NativeError::Core`] (a configuration error) for an address that is not `IP:PORT` (no
-    /// name is looked up); [`NativeError::Open`] when it cannot be bound.
-    pub fn serve(self: &Arc<Self>, address: &str, runtime: &tokio::runtime::Handle) -> Result<SocketAddr> {
-        let parsed = match address.strip_prefix("localhost:") {
-            Some(port) => format!("127.0.0.1:{port}").parse::<SocketAddr>(),
-            None => address.parse::<SocketAddr>(),
-        };
-        let addr = parsed.map_err(|_| {
-            NativeError::Core(insitubatch_core::Error::Config(format!(
-                "metrics_address must be IP:PORT, e.g. 0.0.0.0:9400 to be scraped from other machines or \
-                 127.0.0.1:0 for a free local port; got {address:?}"
-            )))
-        })?;
+    /// name is looked up) or an origin that is not one; [`NativeError::Open`] when it cannot
+    /// be bound.
+    pub fn serve(
+        self: &Arc<Self>,
+        address: &str,
+        cors_origin: Option<&str>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<SocketAddr> {
+        let addr = parse_address(address)?;
+        let policy = Arc::new(Policy {
+            cors_origin: cors_origin.map(parse_origin).transpose()?,
+            loopback: addr.ip().is_loopback(),
+        });
         let bind = |e: std::io::Error| NativeError::Open {
             message: format!("the metrics endpoint cannot listen there ({e}); pass a free IP:PORT, or port 0"),
             url: address.to_string(),
@@ -189,18 +200,11 @@ impl PrometheusExporter {
         let exporter = Arc::clone(self);
         runtime.spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let exporter = Arc::clone(&exporter);
+                let (exporter, policy) = (Arc::clone(&exporter), Arc::clone(&policy));
                 tokio::spawn(async move {
-                    let answer = hyper::service::service_fn(move |_: Request<hyper::body::Incoming>| {
-                        let text = exporter.render();
-                        async move {
-                            // Any page may read it (the dashboard watches a job from its own
-                            // origin); the endpoint is opt-in and holds loader counters only.
-                            Response::builder()
-                                .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-                                .header("access-control-allow-origin", "*")
-                                .body(Full::new(Bytes::from(text)))
-                        }
+                    let answer = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                        let response = policy.answer(&request, &exporter);
+                        async move { response }
                     });
                     let _ =
                         hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), answer).await;
@@ -208,5 +212,125 @@ impl PrometheusExporter {
             }
         });
         Ok(bound)
+    }
+}
+
+/// A refused option of the endpoint, named so each binding spells it its own way.
+fn refused(option: &str, message: String) -> NativeError {
+    NativeError::Core(insitubatch_core::Error::option(option, message))
+}
+
+/// `IP:PORT`, `localhost:PORT` (127.0.0.1), or `PORT`/`:PORT` alone (127.0.0.1: loopback
+/// unless an address says otherwise).
+fn parse_address(address: &str) -> Result<SocketAddr> {
+    let port_only = address.strip_prefix(':').unwrap_or(address);
+    let parsed = match address.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}").parse::<SocketAddr>(),
+        None if port_only.parse::<u16>().is_ok() => format!("127.0.0.1:{port_only}").parse::<SocketAddr>(),
+        None => address.parse::<SocketAddr>(),
+    };
+    parsed.map_err(|_| {
+        refused("metrics_address", format!(
+            "`metrics_address` must be IP:PORT, e.g. 127.0.0.1:9400 (or 9400 alone) for this machine, 0.0.0.0:9400 to \
+             be scraped from other machines, or 127.0.0.1:0 for a free local port; got {address:?}"
+        ))
+    })
+}
+
+/// A web origin as browsers send it (`scheme://host[:port]`, no path), checked and normalized.
+fn parse_origin(origin: &str) -> Result<String> {
+    let refuse = || {
+        refused("metrics_cors_origin", format!(
+            "`metrics_cors_origin` must be one web origin, scheme://host[:port] with no path (the page that reads the \
+             endpoint, e.g. the dashboard's http://localhost:5173), never \"*\"; got {origin:?}"
+        ))
+    };
+    let url = url::Url::parse(origin).map_err(|_| refuse())?;
+    let bare = url.path() == "/" && url.query().is_none() && url.fragment().is_none() && url.username().is_empty();
+    if !matches!(url.scheme(), "http" | "https") || !bare || url.password().is_some() || url.host().is_none() {
+        return Err(refuse());
+    }
+    // As a browser sends it: the host in lower case, no default port, no trailing slash.
+    Ok(url.origin().ascii_serialization())
+}
+
+/// How the endpoint answers a request.
+#[derive(Debug)]
+struct Policy {
+    /// The one origin whose pages may read it.
+    cors_origin: Option<String>,
+    /// Bound to a loopback address: only requests addressed to an IP or `localhost`.
+    loopback: bool,
+}
+
+type Answer = std::result::Result<Response<Full<Bytes>>, hyper::http::Error>;
+
+impl Policy {
+    fn answer(&self, request: &Request<hyper::body::Incoming>, exporter: &PrometheusExporter) -> Answer {
+        let plain = |status: u16, text: &str| {
+            Response::builder()
+                .status(status)
+                .header("content-type", "text/plain")
+                .body(Full::new(Bytes::from(text.to_string())))
+        };
+        if self.loopback && !request.headers().get("host").is_none_or(|h| h.to_str().is_ok_and(addressed_directly)) {
+            return plain(403, "this endpoint listens on loopback and answers only requests to an IP or localhost\n");
+        }
+        if !matches!(*request.method(), hyper::Method::GET | hyper::Method::HEAD) {
+            return plain(405, "only GET\n");
+        }
+        let mut response =
+            Response::builder().header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8");
+        if let Some(allowed) = &self.cors_origin {
+            response = response.header("vary", "origin");
+            if request.headers().get("origin").is_some_and(|o| o.as_bytes() == allowed.as_bytes()) {
+                response = response.header("access-control-allow-origin", allowed.as_str());
+            }
+        }
+        response.body(Full::new(Bytes::from(exporter.render())))
+    }
+}
+
+/// True for a `Host` header that names an IP literal or `localhost` (with or without a port):
+/// what a scraper or a page on this machine sends, and a page whose own name was rebound to
+/// 127.0.0.1 (DNS rebinding) does not.
+fn addressed_directly(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.parse::<u16>().is_ok() && !name.ends_with(':') => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_default_to_loopback_and_origins_are_exact() {
+        assert_eq!(parse_address("9400").unwrap(), "127.0.0.1:9400".parse().unwrap());
+        assert_eq!(parse_address(":0").unwrap(), "127.0.0.1:0".parse().unwrap());
+        assert_eq!(parse_address("localhost:1").unwrap(), "127.0.0.1:1".parse().unwrap());
+        assert_eq!(parse_address("0.0.0.0:9400").unwrap(), "0.0.0.0:9400".parse().unwrap());
+        assert!(parse_address("example.org:9400").unwrap_err().to_string().contains("must be IP:PORT"));
+        assert_eq!(parse_origin("http://localhost:5173").unwrap(), "http://localhost:5173");
+        assert_eq!(parse_origin("https://Dash.Example.org:443/").unwrap(), "https://dash.example.org");
+        for bad in
+            ["*", "null", "localhost:5173", "http://localhost:5173/app", "file:///tmp/x", "http://a?b", "http://u@a"]
+        {
+            let e = parse_origin(bad).unwrap_err().to_string();
+            assert!(e.contains("one web origin"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_hosts_named_by_address_reach_a_loopback_endpoint() {
+        for ok in ["localhost", "localhost:9400", "127.0.0.1:9400", "[::1]:9400", "LOCALHOST", "10.1.2.3"] {
+            assert!(addressed_directly(ok), "{ok}");
+        }
+        for rebound in ["evil.example:9400", "evil.example", "localhost.evil.example:1", "127.0.0.1.nip.io:9400"] {
+            assert!(!addressed_directly(rebound), "{rebound}");
+        }
     }
 }

@@ -170,7 +170,7 @@ pub fn memory_available() -> Option<u64> {
 /// core's `Runtime::prefault` on Linux: `madvise(MADV_POPULATE_WRITE)` over the whole pages of
 /// a fresh buffer's capacity. One call faults them all in: 0.4–0.5 s of system time per GiB
 /// here against 0.5–1.0 s for a fault per page on first write, and steadier
-/// (bench/run.py faults, docs/benchmarks.md). Kernels before 5.14 refuse the advice
+/// (bench/run.py faults, docs/lab/benchmarks.md). Kernels before 5.14 refuse the advice
 /// (`EINVAL`), and then the pages fault on first write as before, so errors are ignored.
 /// No crate wraps madvise over memory we did not map ourselves (memmap2 advises only its own
 /// mappings), hence libc.

@@ -108,8 +108,17 @@ pub fn save(scaler: &StandardScaler, path: &Path) -> Result<(), ScalerFileError>
 pub fn load(path: &Path) -> Result<StandardScaler, ScalerFileError> {
     let shown = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|source| ScalerFileError::Read { path: shown.clone(), source })?;
-    let parsed = if bytes.starts_with(b"PK\x03\x04") { from_npz(&bytes) } else { from_json(&bytes) };
-    parsed.map_err(|message| ScalerFileError::Invalid { message, path: shown })
+    parse(&bytes, path)
+}
+
+/// Read a scaler file's content, as read from `path` (named in errors). Pure, so the fuzzer
+/// (`fuzz/fuzz_targets/scaler_file.rs`) feeds it any bytes.
+///
+/// # Errors
+/// [`ScalerFileError::Invalid`] naming what is wrong with the content.
+pub fn parse(bytes: &[u8], path: &Path) -> Result<StandardScaler, ScalerFileError> {
+    let parsed = if bytes.starts_with(b"PK\x03\x04") { from_npz(bytes) } else { from_json(bytes) };
+    parsed.map_err(|message| ScalerFileError::Invalid { message, path: path.display().to_string() })
 }
 
 fn number(v: f64) -> String {

@@ -43,10 +43,11 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
     let (store, can_list): (Arc<dyn ObjectStore>, bool) = match scheme {
         ObjectStoreScheme::Local => {
             if !options.is_empty() {
-                return Err(NativeError::Open {
-                    message: "local stores take no storage options".into(),
-                    url: url.to_string(),
-                });
+                let keys: Vec<&str> = options.iter().map(|(k, _)| k.as_str()).collect();
+                return Err(NativeError::Core(insitubatch_core::Error::option(
+                    "storage_options",
+                    format!("a local store takes no `storage_options` (got {keys:?}); leave them out: {url}"),
+                )));
             }
             (Arc::new(object_store::local::LocalFileSystem::new()), true)
         }

@@ -11,9 +11,9 @@ use std::sync::{Arc, OnceLock};
 use insitubatch_native::core::internals::open_array;
 use insitubatch_native::core::testing::{MemoryStorage, write_f32_array};
 use insitubatch_native::core::{
-    Dataset, DatasetOptions, Knobs, Split, SplitOptions, Storage, Variable, split_by_chunk,
+    CommitRecord, Dataset, DatasetOptions, Knobs, Split, SplitOptions, Storage, Variable, split_by_chunk,
 };
-use insitubatch_native::{BatchDigest, CacheOptions, NativeRuntime, OpenOptions, demo, open};
+use insitubatch_native::{BatchDigest, CacheOptions, DatasetSpec, NativeRuntime, OpenOptions, demo, open};
 use scratch::scratch_dir;
 use serde_json::Value;
 
@@ -130,10 +130,11 @@ fn a_second_writer_and_a_reader_are_refused_while_a_writer_holds_the_directory()
     // Another process (this one) as a writer: refused with the holder's pid and how to check it.
     let e = open(
         &url(),
-        OpenOptions {
-            cache: Some(CacheOptions { dir: dir.clone(), persist: true, ..Default::default() }),
+        OpenOptions::from_spec(DatasetSpec {
+            cache_dir: Some(dir.display().to_string()),
+            persist: true,
             ..Default::default()
-        },
+        }),
     )
     .unwrap_err()
     .to_string();
@@ -251,11 +252,12 @@ fn kill_nine_mid_epoch_then_a_clean_run_reads_the_source_values() {
     // And every value served from the (now complete) cache equals the source.
     let ds = open(
         &url(),
-        OpenOptions {
+        OpenOptions::from_spec(DatasetSpec {
             fractions: (1.0, 0.0, 0.0),
-            cache: Some(CacheOptions { dir: dir.clone(), readonly: true, ..Default::default() }),
+            cache_dir: Some(dir.display().to_string()),
+            readonly_cache: true,
             ..Default::default()
-        },
+        }),
     )
     .unwrap();
     let (ny, nx) = (demo::DEMO_LAT, demo::DEMO_LON);
@@ -275,6 +277,72 @@ fn kill_nine_mid_epoch_then_a_clean_run_reads_the_source_values() {
     }
     assert_eq!(seen as u64, 2 * N_TIME);
     assert_eq!(ds.last_pass().unwrap().storage_reads, 0);
+}
+
+/// The chunk files of `array` in `dir`, by chunk index.
+fn chunk_files(dir: &Path, array: &str) -> Vec<PathBuf> {
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.to_string();
+            let chunk =
+                name.strip_prefix(&format!("{array}__"))?.strip_suffix(".npy")?.rsplit("__").next()?.parse().ok()?;
+            Some((chunk, p))
+        })
+        .collect();
+    files.sort();
+    files.into_iter().map(|(_, p)| p).collect()
+}
+
+/// A cached chunk file altered on disk (a flipped byte, a truncation, another chunk's file
+/// under its name, an NPY planted under its name with a record of its own bytes) is never
+/// served: a read-only run refuses, naming the file; a persist run reads those chunks from
+/// the store, with the batches of a run without a cache, and writes them again.
+#[test]
+fn altered_chunk_files_are_refused_or_read_from_the_store_never_served() {
+    use std::io::Write;
+    let dir = cache_dir("altered");
+    let d = dir.display().to_string();
+    let plain = run(&["--epochs", "1"]).unwrap();
+    run(&["--cache-dir", &d, "--persist", "--epochs", "1"]).unwrap();
+    let files = chunk_files(&dir, "t2m");
+    assert!(files.len() >= 4, "{files:?}");
+    let mut flipped = std::fs::read(&files[0]).unwrap();
+    flipped[128 + 40] ^= 0x08;
+    std::fs::OpenOptions::new().write(true).open(&files[0]).unwrap().write_all(&flipped).unwrap();
+    let len = std::fs::metadata(&files[1]).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&files[1]).unwrap().set_len(len / 2).unwrap();
+    std::fs::copy(&files[3], &files[2]).unwrap();
+    let original = std::fs::read(&files[3]).unwrap();
+    let (header, rest) = original.split_at(128);
+    let data = vec![0x42u8; rest.len() - CommitRecord::LEN];
+    let planted = [header, &data, CommitRecord::over(&[header, &data]).as_bytes()].concat();
+    std::fs::write(&files[3], planted).unwrap();
+
+    let e = run(&["--cache-dir", &d, "--readonly-cache", "--epochs", "1"]).unwrap_err();
+    assert!(e.contains("so it is not served") && e.contains("persist=True"), "{e}");
+    assert!(files.iter().take(4).any(|f| e.trim_end().ends_with(&f.display().to_string())), "the file last: {e}");
+    let healed = run(&["--cache-dir", &d, "--persist", "--epochs", "1"]).unwrap();
+    assert_eq!(digests(&healed), digests(&plain), "an altered file changed the batches");
+    assert!(per_epoch(&healed, "storage_reads")[0] > 0, "the altered chunks were not read from the store");
+    assert_eq!(healed["disk_tier"]["stored"], 4, "each altered chunk is written again: {healed}");
+    let ro = run(&["--cache-dir", &d, "--readonly-cache", "--epochs", "1"]).unwrap();
+    assert_eq!(digests(&ro), digests(&plain));
+    assert_eq!(per_epoch(&ro, "storage_reads"), [0]);
+}
+
+/// A cache folder writable by every user is refused, with what to do and the folder last.
+#[test]
+fn a_cache_folder_writable_by_every_user_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = cache_dir("world-writable");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = run(&["--cache-dir", &dir.display().to_string(), "--persist", "--epochs", "1"]).unwrap_err();
+    assert!(e.contains("writable by every user") && e.contains("chmod 700"), "{e}");
+    assert!(e.trim_end().ends_with(&dir.display().to_string()), "the folder last: {e}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing was written there");
 }
 
 #[test]

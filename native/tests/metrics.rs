@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 
-use insitubatch_native::{OpenOptions, demo, open};
+use insitubatch_native::{DatasetSpec, OpenOptions, demo, open};
 
 /// `GET /metrics` over a plain TCP connection: the body.
 fn scrape(address: std::net::SocketAddr) -> String {
@@ -29,7 +29,8 @@ fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
 fn the_scraped_figures_equal_the_pass_reports() {
     let dir = tempfile::tempdir().unwrap();
     let store = demo::write_demo_store_sized(&dir.path().join("demo.zarr"), 48).unwrap();
-    let options = OpenOptions { metrics_address: Some("127.0.0.1:0".into()), ..OpenOptions::default() };
+    let options =
+        OpenOptions::from_spec(DatasetSpec { metrics_address: Some("127.0.0.1:0".into()), ..DatasetSpec::default() });
     let ds = open(&store.display().to_string(), options).unwrap();
     let address = ds.metrics_address().expect("the endpoint is up");
     assert!(!scrape(address).contains("insitubatch_samples_total{"), "no pass has ended yet");
@@ -66,7 +67,8 @@ fn an_address_that_cannot_be_bound_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let store = demo::write_demo_store_sized(&dir.path().join("demo.zarr"), 16).unwrap();
     let refused = |address: &str| {
-        let options = OpenOptions { metrics_address: Some(address.into()), ..OpenOptions::default() };
+        let options =
+            OpenOptions::from_spec(DatasetSpec { metrics_address: Some(address.into()), ..DatasetSpec::default() });
         open(&store.display().to_string(), options).unwrap_err().to_string()
     };
     let err = refused("256.0.0.1:1");
@@ -76,4 +78,69 @@ fn an_address_that_cannot_be_bound_is_a_clear_error() {
     let err = refused(&holder.local_addr().unwrap().to_string());
     assert!(err.contains("metrics endpoint cannot listen"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A request with these extra header lines: the answer's status line and its headers, lower case.
+fn ask(address: std::net::SocketAddr, method: &str, headers: &str) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(address).expect("connect to the metrics endpoint");
+    write!(s, "{method} /metrics HTTP/1.1\r\n{headers}Connection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, _) = reply.split_once("\r\n\r\n").unwrap();
+    let (status, rest) = head.split_once("\r\n").unwrap();
+    (status.to_string(), rest.to_ascii_lowercase())
+}
+
+#[test]
+fn no_page_may_read_the_endpoint_unless_the_job_names_its_exact_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = demo::write_demo_store_sized(&dir.path().join("secret-project.zarr"), 16).unwrap();
+    let open_with = |cors: Option<&str>| {
+        let options = OpenOptions::from_spec(DatasetSpec {
+            metrics_address: Some(":0".into()),
+            metrics_cors_origin: cors.map(str::to_string),
+            ..DatasetSpec::default()
+        });
+        open(&store.display().to_string(), options).unwrap()
+    };
+    let page = "Host: 127.0.0.1\r\nOrigin: http://localhost:5173\r\n";
+    // Not asked: no CORS header for any origin (a bare port is loopback).
+    let ds = open_with(None);
+    let address = ds.metrics_address().unwrap();
+    assert!(address.ip().is_loopback(), "{address}");
+    let (status, headers) = ask(address, "GET", page);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(!headers.contains("access-control-allow-origin"), "{headers}");
+    for b in ds.train().unwrap() {
+        b.unwrap();
+    }
+    let text = scrape(address);
+    assert!(text.contains("insitubatch_samples_total{"), "{text}");
+    assert!(!text.contains("secret-project") && !text.contains("t2m"), "the store's names are not exposed: {text}");
+    drop(ds);
+    // Asked for one origin: that exact origin, to that origin's requests only.
+    let ds = open_with(Some("http://localhost:5173"));
+    let address = ds.metrics_address().unwrap();
+    let (_, headers) = ask(address, "GET", page);
+    let lines: Vec<&str> = headers.split("\r\n").collect();
+    assert!(lines.contains(&"access-control-allow-origin: http://localhost:5173"), "{headers}");
+    assert!(lines.contains(&"vary: origin"), "a cache must key the answer by origin: {headers}");
+    for other in ["http://localhost:5174", "http://evil.example", "null"] {
+        let (_, headers) = ask(address, "GET", &format!("Host: 127.0.0.1\r\nOrigin: {other}\r\n"));
+        assert!(!headers.contains("access-control-allow-origin"), "{other}: {headers}");
+    }
+    // A page whose own name resolves to 127.0.0.1 (DNS rebinding) is same-origin to the
+    // browser, so CORS would not stop it: its Host is refused.
+    let (status, _) = ask(address, "GET", "Host: evil.example:9400\r\n");
+    assert!(status.starts_with("HTTP/1.1 403"), "{status}");
+    let (status, _) = ask(address, "POST", "Host: localhost\r\nContent-Length: 0\r\n");
+    assert!(status.starts_with("HTTP/1.1 405"), "{status}");
+    drop(ds);
+    let options = OpenOptions::from_spec(DatasetSpec {
+        metrics_address: Some(":0".into()),
+        metrics_cors_origin: Some("*".into()),
+        ..DatasetSpec::default()
+    });
+    let e = open(&store.display().to_string(), options).unwrap_err().to_string();
+    assert!(e.contains("one web origin") && e.contains("never \"*\""), "{e}");
 }

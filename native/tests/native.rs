@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use insitubatch_native::{NativeError, OpenOptions, Split, demo, open};
+use insitubatch_native::{DatasetSpec, NativeError, OpenOptions, Split, demo, open};
 use scratch::scratch_dir;
 
 #[path = "common/scratch.rs"]
@@ -85,7 +85,10 @@ fn missing_store_names_the_url_last() {
     }
     let err = open(
         "s3://bucket/x.zarr",
-        OpenOptions { storage_options: vec![("nope".into(), "1".into())], ..OpenOptions::default() },
+        OpenOptions::from_spec(DatasetSpec {
+            storage_options: [("nope".into(), "1".into())].into(),
+            ..DatasetSpec::default()
+        }),
     )
     .unwrap_err();
     assert!(err.to_string().ends_with("s3://bucket/x.zarr"), "{err}");
@@ -110,9 +113,13 @@ fn a_storage_handed_over_reads_as_its_url() {
     let handed = open_storage_with(storage.clone(), "my-store", OpenOptions::default()).unwrap();
     assert_eq!(digest(&handed), digest(&by_url));
     assert_eq!(handed.url(), "my-store");
-    let options = OpenOptions { storage_options: vec![("aws_region".into(), "x".into())], ..OpenOptions::default() };
+    let options = OpenOptions::from_spec(DatasetSpec {
+        storage_options: [("aws_region".into(), "x".into())].into(),
+        ..DatasetSpec::default()
+    });
     let err = open_storage_with(storage, "my-store", options).unwrap_err();
-    assert!(matches!(err, NativeError::Core(insitubatch_native::core::Error::Config(_))), "{err}");
+    let NativeError::Core(core) = &err else { panic!("{err}") };
+    assert_eq!(core.option_name(), Some("storage_options"), "{err}");
     assert!(err.to_string().ends_with("my-store"), "{err}");
 }
 
@@ -128,6 +135,16 @@ fn cli_describe_json_parses() {
     assert_eq!(v["config"]["batch_size"], 16);
     assert_eq!(v["variables"].as_array().unwrap().len(), 2);
     assert!(v["memory"]["estimated_peak_bytes"].as_u64().unwrap() > 0);
+    // The figures the engine derives for the bindings are in the CLI's JSON too.
+    assert_eq!(v["config"]["budget_bytes"], v["memory"]["automatic_budget_bytes"]);
+    let t2m = &v["variables"][0];
+    let chunks: Vec<serde_json::Value> =
+        v["variables"].as_array().unwrap().iter().map(|x| serde_json::json!([x["label"], x["n_chunks"]])).collect();
+    assert_eq!(v["config"]["variable_chunks"], serde_json::Value::from(chunks));
+    assert_eq!((&t2m["output_shape"], &t2m["output_chunks"]), (&t2m["shape"], &t2m["chunks"]));
+    let row: u64 = t2m["inner_shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).product();
+    assert_eq!(t2m["logical_chunk_bytes"], t2m["sample_chunk_size"].as_u64().unwrap() * row * 4);
+    assert!(v["config"]["shuffle_quality"].as_f64().unwrap() > 0.0);
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch"))
         .args(["describe", "/no/such/store.zarr"])
@@ -172,7 +189,7 @@ fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
         let out = cli(&["describe", dir.to_str().unwrap(), "--var", "a"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{name}: {err}");
-        assert!(err.starts_with("error: ") && err.contains(field), "{name}: must name `{field}`: {err}");
+        assert!(err.starts_with("error[metadata]: ") && err.contains(field), "{name}: must name `{field}`: {err}");
         assert!(err.trim_end().ends_with("a/zarr.json"), "{name}: must end with the metadata key: {err}");
     }
     // A stored chunk of 5 elements where the geometry says 8: an error naming the chunk.
@@ -194,6 +211,16 @@ fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((&v["config"]["on_bad_chunk"], &v["epochs"][0]["pass"]["bad_chunks"]), (&"nan".into(), &1.into()));
+    let pass = &v["epochs"][0]["pass"];
+    let (d, t) = (&pass["depths"], &pass["times"]);
+    let share = |n: &str| d[n].as_f64().unwrap() / d["queue_samples"].as_f64().unwrap();
+    assert_eq!(
+        (d["starved_frac"].as_f64(), d["fed_frac"].as_f64()),
+        (Some(share("queue_empty")), Some(share("queue_full_enough")))
+    );
+    let stages = ["fetch_wait_s", "admission_parked_s", "decode_s", "assemble_s", "gather_s", "batch_transform_s"];
+    assert_eq!(t["producer_s"].as_f64(), Some(stages.iter().map(|s| t[*s].as_f64().unwrap()).sum::<f64>()));
+    assert!(pass["ttfb_s"].as_f64().is_some_and(|s| s > 0.0), "{pass}");
     let out = cli(&[&bench[..], &["--on-bad-chunk", "skip"]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("\"raise\" or \"nan\", got \"skip\""), "{err}");
@@ -287,9 +314,12 @@ fn the_automatic_budget_never_plans_past_the_machine() {
     // An explicit budget the machine cannot hold is refused up front, with what would fit.
     let too_much = (available * 2).to_string();
     let out = cli_describe(&store, &["--cache-budget-bytes", &too_much]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a flag's value refused");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("pass at most") && err.contains("available"), "{err}");
+    assert!(
+        err.contains("--cache-budget-bytes=") && err.contains("pass at most") && err.contains("available"),
+        "{err}"
+    );
 }
 
 /// `--rank`/`--world-size` on the CLI: each rank's `bench` epoch draws its share, the shares
@@ -324,13 +354,7 @@ fn cli_ranks_share_an_epoch_and_read_it_once() {
 /// the epoch, the same bytes.
 #[test]
 fn a_native_pass_resumes_from_its_checkpoint() {
-    let opts = || OpenOptions {
-        dataset: insitubatch_native::DatasetOptions {
-            knobs: insitubatch_native::core::Knobs { batch_size: 5, world_size: 2, rank: 1, ..Default::default() },
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let opts = || OpenOptions::from_spec(DatasetSpec { batch_size: 5, world_size: 2, rank: 1, ..Default::default() });
     let ds = open(store().to_str().unwrap(), opts()).unwrap();
     ds.set_epoch(2);
     let whole: Vec<_> = ds.train().unwrap().map(|b| b.unwrap()).map(|b| (b.index, b.sample_indices)).collect();

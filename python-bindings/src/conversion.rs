@@ -1,8 +1,8 @@
 //! Python words as core's types, parsed by core's `FromStr` (the one parser the CLI and the JS
 //! package use too), core's refusal becoming the `ValueError` Python callers get. The Python
 //! package keeps no list of the words; its signatures keep `str` (polars' `conversion` module
-//! is the pattern: Rust parses, Python types). `on_bad_chunk` comes with the dataset's knobs
-//! (`dataset/options.rs` `KnobsArg`), read by the same `FromStr` through serde.
+//! is the pattern: Rust parses, Python types). `on_bad_chunk` comes with the dataset's spec
+//! (`dataset/options.rs` `SpecArg`), read by the same `FromStr` through serde.
 
 use insitubatch_core::{Split, UnknownSplit};
 use pyo3::exceptions::PyValueError;

@@ -4,23 +4,22 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use insitubatch_core::{BatchStream, Checkpoint, Dataset, DatasetOptions, Variable};
-use insitubatch_native::{CacheOptions, NativeError, OpenOptions};
+use insitubatch_core::{BatchStream, Checkpoint, Dataset, Variable};
+use insitubatch_native::{NativeError, OpenOptions};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
 use crate::buffer::i64_numpy;
 use crate::conversion::SplitArg;
 use crate::errors::{core_err, native_err};
 use crate::geometry::{PyGeometry, PyManifest};
-use crate::pystore::{self, StoreArg};
+use crate::pystore::StoreArg;
 use crate::stream::{NativeStream, stats_to_json};
 use crate::transforms::ErrSlot;
 
 mod options;
 
-use options::{AxisSizes, KnobsArg};
+use options::SpecArg;
 
 struct Open {
     opened: insitubatch_native::NativeDataset,
@@ -63,115 +62,56 @@ impl NativeDataset {
     }
 }
 
-/// Open `store` with `options`: a URL, a built store, a join or a concatenation along
-/// `concat_dim` (default [`pystore::DEFAULT_CONCAT_DIM`]).
-fn open_store(
-    store: StoreArg,
-    options: OpenOptions,
-    concat_dim: Option<&str>,
-) -> Result<insitubatch_native::NativeDataset, NativeError> {
-    let dim = concat_dim.unwrap_or(pystore::DEFAULT_CONCAT_DIM);
+/// Open `store` with `options`: a URL, a built store, a join or a concatenation (along the
+/// spec's `concat_dim`).
+fn open_store(store: StoreArg, options: OpenOptions) -> Result<insitubatch_native::NativeDataset, NativeError> {
     match store {
         StoreArg::Url(url) => insitubatch_native::open(&url, options),
         StoreArg::Built { storage, location } => insitubatch_native::open_storage_with(storage, &location, options),
         StoreArg::Joined(parts) => {
-            let concat = (dim, options.sample_axis);
-            let parts = StoreArg::join_parts(parts, concat, &options.storage_options, &options.dataset.read_policy)?;
+            let resolved = options.spec.resolve()?;
+            let concat = (resolved.concat_dim.as_str(), resolved.sample_axis);
+            let policy = &resolved.dataset.read_policy;
+            let parts = StoreArg::join_parts(parts, concat, &resolved.storage_options, policy)?;
             insitubatch_native::open_joined(parts, options)
         }
-        StoreArg::Concat(parts) => insitubatch_native::open_concat(StoreArg::concat_parts(parts)?, dim, options),
+        StoreArg::Concat(parts) => insitubatch_native::open_concat(StoreArg::concat_parts(parts)?, options),
     }
 }
 
 #[pymethods]
 impl NativeDataset {
     /// `store`: a URL, an obstore store or a zarr store ([`StoreArg`]). `variables`:
-    /// `(label, geometry)` pairs, or `None` to discover every data array. `knobs`: the
-    /// plain-data knobs as one dict, read into core's `Knobs` ([`KnobsArg`]). Each argument is
-    /// converted ([`options`]) and checked by core, in this order; the store is opened with
-    /// Python detached.
+    /// `(label, geometry)` pairs, or `None` for the spec's. `spec`: every plain-data option as
+    /// one dict (the generated `_options.DatasetSpec`), read into core's `DatasetSpec` by its
+    /// serde derive ([`SpecArg`]); core resolves and checks it. Transforms and callbacks are
+    /// Python objects, converted here. The store is opened with Python detached.
     #[new]
-    #[allow(
-        clippy::too_many_arguments,
-        clippy::fn_params_excessive_bools,
-        reason = "the Python constructor's keyword arguments, converted here one to one"
-    )]
-    #[pyo3(signature = (store, manifest, variables, knobs, *, storage_options, threads = None,
-                        chunk_transforms = Vec::new(), batch_transforms = Vec::new(), cache_dir = None,
-                        persist = false, readonly_cache = false, reset_stale_cache = false, shared_cache = false,
-                        node_ranks = None, read_policy = None, patch = None, patch_mode = None,
-                        patch_stride = None, patches_per_sample = None, sample_mask = None, sample_weights = None,
-                        model_parallel = None, callbacks = Vec::new(), metrics_address = None,
-                        sel_time = None, sel_number = None, concat_dim = None))]
+    #[pyo3(signature = (store, manifest, variables, spec, *, chunk_transforms = Vec::new(),
+                        batch_transforms = Vec::new(), callbacks = Vec::new()))]
     fn new(
-        py: Python<'_>,
         store: &Bound<'_, PyAny>,
         manifest: Option<PyRef<'_, PyManifest>>,
         variables: Option<Vec<(String, PyRef<'_, PyGeometry>)>>,
-        knobs: KnobsArg,
-        storage_options: Vec<(String, String)>,
-        threads: Option<usize>,
+        spec: SpecArg,
         chunk_transforms: Vec<(Option<Vec<String>>, Bound<'_, PyAny>)>,
         batch_transforms: Vec<Bound<'_, PyAny>>,
-        cache_dir: Option<std::path::PathBuf>,
-        persist: bool,
-        readonly_cache: bool,
-        reset_stale_cache: bool,
-        shared_cache: bool,
-        node_ranks: Option<usize>,
-        read_policy: Option<Bound<'_, PyDict>>,
-        patch: Option<AxisSizes<'_>>,
-        patch_mode: Option<&str>,
-        patch_stride: Option<AxisSizes<'_>>,
-        patches_per_sample: Option<u64>,
-        sample_mask: Option<Vec<bool>>,
-        sample_weights: Option<Vec<f64>>,
-        model_parallel: Option<(usize, Bound<'_, PyAny>)>,
         callbacks: Vec<Bound<'_, PyAny>>,
-        metrics_address: Option<String>,
-        sel_time: Option<Vec<(String, bool, Vec<i64>)>>,
-        sel_number: Option<Vec<(String, bool, Vec<f64>)>>,
-        concat_dim: Option<String>,
     ) -> PyResult<Self> {
+        let py = store.py();
         let store = StoreArg::from_py(store)?;
-        let patch = options::patch_options(patch, patch_mode, patch_stride, patches_per_sample)?;
-        let KnobsArg(knobs) = knobs;
-        let read_policy = options::read_policy_from(read_policy.as_ref())?;
         let errors: ErrSlot = Arc::default();
-        let chunk_transforms = options::chunk_transforms(py, &chunk_transforms, &errors)?;
-        let batch_transforms = options::batch_transforms(py, &batch_transforms, &errors)?;
-        let dataset = DatasetOptions {
-            read_policy,
-            node_ranks,
-            patch,
-            sample_mask: sample_mask.map(Into::into),
-            sample_weights: sample_weights.map(Into::into),
-            sel: options::label_sels(sel_time, sel_number),
-            observers: options::observers(&callbacks)?,
-            model_parallel: options::model_parallel(model_parallel)?,
-            ..DatasetOptions::from(knobs)
-        };
-        let flags = CacheOptions {
-            persist,
-            readonly: readonly_cache,
-            reset_stale: reset_stale_cache,
-            shared: shared_cache,
-            ..CacheOptions::default()
-        };
         let options = OpenOptions {
+            spec: spec.0,
             labelled: variables
                 .map(|vs| vs.into_iter().map(|(label, g)| Variable { label, geometry: g.inner.clone() }).collect()),
             manifest: manifest.map(|m| m.inner.clone()),
-            dataset,
-            threads,
-            storage_options,
-            cache: CacheOptions::from_flags(cache_dir, flags).map_err(core_err)?,
-            chunk_transforms,
-            batch_transforms,
-            metrics_address,
-            ..OpenOptions::default()
+            chunk_transforms: options::chunk_transforms(py, &chunk_transforms, &errors)?,
+            batch_transforms: options::batch_transforms(py, &batch_transforms, &errors)?,
+            observers: options::observers(&callbacks)?,
+            tier: None,
         };
-        let opened = py.detach(|| open_store(store, options, concat_dim.as_deref())).map_err(native_err)?;
+        let opened = py.detach(|| open_store(store, options)).map_err(native_err)?;
         let url = opened.url().to_string();
         Ok(Self { open: Mutex::new(Some(Arc::new(Open { opened, errors }))), url })
     }
@@ -224,6 +164,20 @@ impl NativeDataset {
             .iter()
             .map(|v| (v.label.clone(), PyGeometry { inner: v.geometry.clone() }))
             .collect())
+    }
+
+    /// `(label, geometry)` of each variable after its chunk transforms (core's
+    /// `Dataset::output_geometries`): what its batches hold.
+    #[getter]
+    fn output_geometries(&self) -> PyResult<Vec<(String, PyGeometry)>> {
+        let out = self.get()?.dataset().output_geometries().map_err(core_err)?;
+        Ok(out.into_iter().map(|(label, inner)| (label, PyGeometry { inner })).collect())
+    }
+
+    /// Batches queued ahead, as the engine resolved it (at least 1).
+    #[getter]
+    fn prefetch_depth(&self) -> PyResult<usize> {
+        Ok(self.get()?.dataset().options().knobs.prefetch_depth)
     }
 
     #[getter]

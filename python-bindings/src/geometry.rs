@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use crate::buffer::i64_numpy;
 use crate::conversion::SplitArg;
 use crate::errors::{core_err, native_err};
-use crate::pystore::{self, StoreArg};
+use crate::pystore::StoreArg;
 use crate::rules::count;
 
 /// The geometry of one array (or a windowed view of it).
@@ -125,6 +125,27 @@ pub struct PyManifest {
 
 #[pymethods]
 impl PyManifest {
+    /// A manifest from its fields, as the Python package's `SplitManifest` holds them (built
+    /// by hand, unchecked: `check` checks it); `chunks` maps split words to chunk ids.
+    #[new]
+    #[pyo3(signature = (n_chunks, sample_chunk_size, n_samples, chunks, seed = 0))]
+    fn new(
+        n_chunks: u64,
+        sample_chunk_size: u64,
+        n_samples: u64,
+        chunks: &Bound<'_, PyDict>,
+        seed: u64,
+    ) -> PyResult<Self> {
+        let chunks = chunks
+            .iter()
+            .map(|(split, ids)| Ok((split.extract::<SplitArg>()?.0, ids.extract::<Vec<u64>>()?)))
+            .collect::<PyResult<_>>()?;
+        Ok(Self { inner: CoreManifest { n_chunks, sample_chunk_size, n_samples, chunks, seed } })
+    }
+    /// Core's checks of a manifest (counts that agree, chunk ids in range and once per split).
+    fn check(&self) -> PyResult<()> {
+        self.inner.check().map_err(core_err)
+    }
     #[getter]
     fn n_chunks(&self) -> u64 {
         self.inner.n_chunks
@@ -154,9 +175,23 @@ impl PyManifest {
     fn chunks_of(&self, split: SplitArg) -> Vec<u64> {
         self.inner.chunks_of(split.0)
     }
-    /// Global sample indices of a split's chunks, in chunk order (int64 array).
-    fn sample_indices<'py>(&self, py: Python<'py>, split: SplitArg) -> PyResult<Bound<'py, PyAny>> {
-        i64_numpy(py, self.inner.sample_indices(split.0))
+    /// Global sample indices of a split's chunks, in chunk order (int64 array), on the
+    /// manifest's grid or on `geom`'s.
+    #[pyo3(signature = (split, geom = None))]
+    fn sample_indices<'py>(
+        &self,
+        py: Python<'py>,
+        split: SplitArg,
+        geom: Option<&Bound<'py, PyGeometry>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let indices = match geom {
+            Some(g) => {
+                let g = &g.get().inner;
+                self.inner.sample_indices_on(split.0, g.sample_chunk_size(), g.n_samples())
+            }
+            None => self.inner.sample_indices(split.0),
+        };
+        i64_numpy(py, indices)
     }
     /// The manifest as JSON; also written to `path` when given.
     #[pyo3(signature = (path = None))]
@@ -225,7 +260,8 @@ pub(crate) fn open_geometries(
     storage_options: Vec<(String, String)>,
     concat_dim: Option<String>,
 ) -> PyResult<Vec<PyGeometry>> {
-    let concat = (concat_dim.as_deref().unwrap_or(pystore::DEFAULT_CONCAT_DIM), sample_axis);
+    let dim = concat_dim.unwrap_or_else(|| insitubatch_core::DatasetSpec::default().concat_dim);
+    let concat = (dim.as_str(), sample_axis);
     let storage =
         StoreArg::from_py(store)?.storage(&storage_options, concat, &ReadPolicy::default()).map_err(native_err)?;
     let runtime = NativeRuntime::new(Some(1)).map_err(native_err)?;

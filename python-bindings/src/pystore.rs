@@ -61,9 +61,6 @@ pub enum StoreArg {
     Concat(Vec<StoreArg>),
 }
 
-/// The dimension a list of stores is concatenated along unless `concat_dim` says otherwise.
-pub const DEFAULT_CONCAT_DIM: &str = "time";
-
 impl StoreArg {
     /// Convert a URL string, an obstore store, a zarr-python store, or a dict of them by name.
     pub fn from_py(store: &Bound<'_, PyAny>) -> PyResult<Self> {

@@ -48,7 +48,9 @@ impl StoreReader {
     #[new]
     #[pyo3(signature = (store, storage_options = Vec::new()))]
     fn new(store: &Bound<'_, PyAny>, storage_options: Vec<(String, String)>) -> PyResult<Self> {
-        let concat = (crate::pystore::DEFAULT_CONCAT_DIM, 0);
+        // A list of stores is concatenated along the spec's default dimension.
+        let dim = insitubatch_core::DatasetSpec::default().concat_dim;
+        let concat = (dim.as_str(), 0);
         let storage =
             StoreArg::from_py(store)?.storage(&storage_options, concat, &ReadPolicy::default()).map_err(native_err)?;
         Ok(Self { storage, runtime: NativeRuntime::new(Some(1)).map_err(native_err)? })

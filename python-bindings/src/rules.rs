@@ -1,14 +1,14 @@
 //! The engine's rules behind the Python package's free functions and `ArrayGeometry`
 //! methods: the draw order and its score (`core/src/shuffle.rs`), the tile arithmetic of
-//! one array (`core/src/geometry.rs`, `core/src/assemble.rs`), the verdict on hand-built
-//! stats, the knob defaults, and the rules the Python package applies to its own arguments
+//! one array (`core/src/geometry.rs`, `core/src/assemble.rs`), the verdict and the derived
+//! figures (`producer_s`, the queue shares) of hand-built stats, the knob defaults, and the rules the Python package applies to its own arguments
 //! (a count's range, a split's word). Each function converts its arguments, lets core check
 //! and compute, and converts the result; a bad value is core's
 //! [`insitubatch_core::Error::Config`] (or `Geometry`), a `ValueError` naming the argument.
 
 use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
 use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
-use insitubatch_core::{DType, Knobs, SplitOptions};
+use insitubatch_core::{DatasetSpec, Depths, SplitOptions, StageTimes};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -35,12 +35,21 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(physical_chunk_coord, m)?)?;
     m.add_function(wrap_pyfunction!(slot_shape, m)?)?;
     m.add_function(wrap_pyfunction!(tile_placement, m)?)?;
-    m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
     m.add_function(wrap_pyfunction!(verdict, m)?)?;
+    m.add_function(wrap_pyfunction!(producer_s, m)?)?;
+    m.add_function(wrap_pyfunction!(queue_share, m)?)?;
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(count_arg, m)?)?;
     m.add_function(wrap_pyfunction!(parse_split, m)?)?;
+    m.add_function(wrap_pyfunction!(camel_case, m)?)?;
     Ok(())
+}
+
+/// An option's name as the JS package spells it (core's `camel_case`: `batch_size` →
+/// `batchSize`), for the notebook widget, which hands Python's options to the JS explorer.
+#[pyfunction]
+fn camel_case(name: &str) -> String {
+    insitubatch_core::camel_case(name)
 }
 
 /// Core's rule for a count argument (`shuffle::checked_count`), as a `ValueError` naming it.
@@ -218,14 +227,6 @@ fn tile_placement(
     Ok((std::iter::once(c).chain(inner).collect(), chunk_selection, out_selection, complete))
 }
 
-/// Bytes per element of an engine dtype name (`float32`, `bfloat16`, ...).
-#[pyfunction]
-fn dtype_size(name: &str) -> PyResult<usize> {
-    DType::from_zarr_name(name)
-        .map(DType::size)
-        .ok_or_else(|| PyValueError::new_err(format!("unsupported dtype {name:?}")))
-}
-
 /// The engine's verdict rule (`core::stats::verdict`) for stats built by hand in Python:
 /// `(stage, advice, consumer_idle)`. `blocked` is the consumer wait per stage, in
 /// `core::stats::Stage::ALL` order.
@@ -246,18 +247,47 @@ fn verdict(
     (stage.to_string(), advice, idle)
 }
 
-/// The engine's knob defaults (core's `Knobs`, written by its serde derive, and
-/// `SplitOptions`), so the Python signatures restate nothing.
+/// The engine's `producer_s` rule (`core::StageTimes::producer_seconds`) for times built by
+/// hand in Python: every stage's seconds but the caller's own.
+#[pyfunction]
+#[pyo3(signature = (*, fetch_wait_s, admission_parked_s, decode_s, assemble_s, gather_s, batch_transform_s))]
+fn producer_s(
+    fetch_wait_s: f64,
+    admission_parked_s: f64,
+    decode_s: f64,
+    assemble_s: f64,
+    gather_s: f64,
+    batch_transform_s: f64,
+) -> f64 {
+    let times = StageTimes {
+        fetch_wait_s,
+        admission_parked_s,
+        decode_s,
+        assemble_s,
+        gather_s,
+        batch_transform_s,
+        ..StageTimes::default()
+    };
+    times.producer_seconds()
+}
+
+/// The engine's rule of `starved_frac` and `fed_frac` (`core::Depths::share`) for depths built
+/// by hand in Python: `count` of the caller's `asked` requests, as a share.
+#[pyfunction]
+fn queue_share(count: f64, asked: f64) -> f64 {
+    Depths::share(count, asked)
+}
+
+/// The engine's option defaults (core's `DatasetSpec::default()`, written by its serde
+/// derive; `split_by_chunk`'s `contiguous` from `SplitOptions`), so the Python signatures
+/// restate nothing.
 #[pyfunction]
 fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let s = SplitOptions::default();
-    let out = pythonize::pythonize(py, &Knobs::default())
+    let out = pythonize::pythonize(py, &DatasetSpec::default())
         .map_err(|e| PyValueError::new_err(e.to_string()))?
         .cast_into::<PyDict>()
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    out.set_item("fractions", s.fractions)?;
-    out.set_item("split_seed", s.seed)?;
-    out.set_item("contiguous", s.contiguous)?;
+    out.set_item("contiguous", SplitOptions::default().contiguous)?;
     out.set_item("probe_chunks", insitubatch_core::PROBE_CHUNKS)?;
     Ok(out)
 }

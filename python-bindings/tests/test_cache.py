@@ -56,6 +56,55 @@ def test_persist_across_runs_reads_nothing_and_serves_the_same_batches(zstd, tmp
     assert np.load(f, mmap_mode="r").dtype == np.float32
 
 
+def test_altered_chunk_files_are_never_served(zstd, tmp_path):
+    """A flipped byte, a truncation, another chunk's file under a chunk's name and an NPY
+    planted under one are refused read-only (naming the file) and read from the store by a
+    writer, which writes them again."""
+    u, srcs = zstd
+    cache = tmp_path / "cache"
+    plain = epoch(make(u))
+    with make(u, cache_dir=cache, persist=True) as ds:
+        epoch(ds)
+    files = sorted((p for p in cache.iterdir() if p.name.startswith("t2m__")), key=lambda p: int(p.stem.rsplit("__")[-1]))
+    assert len(files) >= 4
+    data = bytearray(files[0].read_bytes())
+    data[128 + 4] ^= 0x01
+    with open(files[0], "r+b") as f:  # in place
+        f.write(data)
+    os.truncate(files[1], files[1].stat().st_size // 2)
+    files[2].write_bytes(files[3].read_bytes())
+    np.save(files[3], np.full(np.load(files[3], mmap_mode="r").shape, 42, np.float32), allow_pickle=False)
+    # Their times set back to 1970: this process checked (wrote) them moments ago, and a
+    # change within the clock's tick of that keeps a file's times (docs/security.md).
+    for f in files[:4]:
+        os.utime(f, ns=(10**9, 10**9))
+    with make(u, cache_dir=cache, readonly_cache=True) as ds, pytest.raises(RuntimeError, match="not served") as e:
+        epoch(ds)
+    assert any(str(e.value).endswith(str(f)) for f in files[:4]), str(e.value)
+    with make(u, cache_dir=cache, persist=True) as ds:
+        same(epoch(ds), plain)
+        assert ds.last_pass.storage_reads > 0
+    with make(u, cache_dir=cache, readonly_cache=True) as ds:
+        got = epoch(ds)
+        same(got, plain)
+        assert ds.last_pass.storage_reads == 0
+    for idx, arrays in got:
+        np.testing.assert_array_equal(arrays["t2m"], srcs["t2m"][idx])
+
+
+def test_a_cache_folder_writable_by_every_user_is_refused_and_created_files_are_the_owners(zstd, tmp_path):
+    u, _ = zstd
+    cache = tmp_path / "new" / "cache"
+    with make(u, cache_dir=cache, persist=True) as ds:
+        epoch(ds)
+    assert cache.stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in cache.iterdir()} == {0o600}
+    cache.chmod(0o777)
+    with pytest.raises(RuntimeError, match="writable by every user") as e:
+        make(u, cache_dir=cache, persist=True)
+    assert str(e.value).endswith(str(cache))
+
+
 def test_options_that_cannot_work_are_refused_up_front(zstd, tmp_path):
     u, _ = zstd
     with pytest.raises(ValueError, match="requires cache_dir"):
@@ -150,7 +199,7 @@ def test_fillers_share_a_directory_and_find_what_the_others_wrote_since_they_ope
     with make(u, cache_dir=cache, persist=True, shared_cache=True) as ds:
         assert ds.describe()["config"]["disk_tier"].endswith("[persist, shared with other processes (shared lock)]")
         assert sum(len(b) for b in ds.train) > 0 and ds.last_pass.storage_reads == 0
-    with pytest.raises(ValueError, match="needs persist=True"):
+    with pytest.raises(ValueError, match="needs persist and not readonly_cache"):
         make(u, cache_dir=cache, shared_cache=True)
     w = holder(u, cache, "writer")
     with pytest.raises(RuntimeError, match="while a writer without shared_cache holds it"):

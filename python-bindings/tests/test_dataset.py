@@ -156,6 +156,7 @@ def test_on_bad_chunk_nan_and_raise(fixtures, manifest):
         else:
             assert not np.isnan(r).any()
     assert len(ds.bad_chunks) == 1 and ds.bad_chunks[0].chunk_index == 1
+    assert ds.bad_chunks[0].inner_coord == (0, 0) and ds.bad_chunks[0].coords == (1, 0, 0)
     raising = ib.InSituDataset(u, ib.split_by_chunk(g), {"v": g}, batch_size=4)
     with pytest.raises(ib.InsitubatchIOError, match="c/1/0/0"):
         list(raising.all)
@@ -246,25 +247,27 @@ def test_errors_are_the_right_classes(fixtures, manifest):
         iter(ds.train)
 
 
-def test_the_knobs_arrive_as_one_dict_that_core_reads(fixtures):
-    """The dataset's knobs reach the extension as one dict (``_options.Knobs``, generated from
-    core's ``Knobs``), read by core's serde derive: an unknown key is refused naming the known
-    ones, a wrong value names its key, an absent one takes core's default, and a wrong
-    ``on_bad_chunk`` word gets core's message."""
+def test_the_options_arrive_as_one_spec_that_core_reads(fixtures):
+    """Every option reaches the extension as one dict (``_options.DatasetSpec``, generated from
+    core's ``DatasetSpec``), read by core's serde derive: an unknown key is refused naming the
+    known ones, a wrong value names its key, an absent one takes core's default, and a wrong
+    ``on_bad_chunk`` word gets core's message; each refusal carries its ``kind`` and ``option``."""
     from insitubatch_rs import _native
-    from insitubatch_rs._options import Knobs
+    from insitubatch_rs._options import DatasetSpec
 
     zs = url(fixtures, "v3_zstd")
     defaults = _native.defaults()
-    assert set(Knobs.__annotations__) <= set(defaults), "every knob has the engine's default"
+    assert set(DatasetSpec.__annotations__) <= set(defaults), "every option has the engine's default"
 
-    def open_with(knobs):
-        return _native.NativeDataset(zs, None, None, knobs, storage_options=[])
+    def open_with(spec):
+        return _native.NativeDataset(zs, None, None, spec)
 
-    with pytest.raises(ValueError, match="unknown field `batch_sise`, expected one of `batch_size`"):
+    with pytest.raises(ValueError, match='unknown option "batch_sise"; the known ones are batch_size') as e:
         open_with({"batch_sise": 8})
-    with pytest.raises(ValueError, match="^batch_size: "):
+    assert (e.value.kind, e.value.option) == ("invalid_option", "batch_sise")
+    with pytest.raises(ValueError, match="^batch_size: ") as e:
         open_with({"batch_size": "8"})
+    assert e.value.option == "batch_size"
     with pytest.raises(ValueError, match='on_bad_chunk must be "raise" or "nan", got "ignore"'):
         ib.InSituDataset(zs, on_bad_chunk="ignore")
     with pytest.raises(ValueError, match="^on_bad_chunk: "):

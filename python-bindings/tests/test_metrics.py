@@ -61,3 +61,21 @@ def test_a_failing_callback_goes_to_the_unraisable_hook(fixtures, monkeypatch):
         ib.InSituDataset(url(fixtures, "v3_zstd"), callbacks=[42])
     with pytest.raises(ValueError, match="IP:PORT"):
         ib.InSituDataset(url(fixtures, "v3_zstd"), metrics_address="256.0.0.1:1")
+
+
+def test_no_page_may_read_the_metrics_unless_the_job_names_its_origin(fixtures):
+    def allowed(ds: ib.InSituDataset, origin: str) -> str | None:
+        request = urllib.request.Request(f"http://{ds.metrics_address}/metrics", headers={"Origin": origin})
+        with urllib.request.urlopen(request) as r:  # noqa: S310 - loopback
+            return r.headers.get("Access-Control-Allow-Origin")
+
+    closed = ib.InSituDataset(url(fixtures, "v3_zstd"), batch_size=8, metrics_address="0")
+    assert closed.metrics_address is not None and closed.metrics_address.startswith("127.0.0.1:"), "a port alone is loopback"
+    assert allowed(closed, "http://localhost:5173") is None
+    ds = ib.InSituDataset(
+        url(fixtures, "v3_zstd"), batch_size=8, metrics_address="127.0.0.1:0", metrics_cors_origin="http://localhost:5173"
+    )
+    assert allowed(ds, "http://localhost:5173") == "http://localhost:5173"
+    assert allowed(ds, "http://evil.example") is None
+    with pytest.raises(ValueError, match="one web origin"):
+        ib.InSituDataset(url(fixtures, "v3_zstd"), metrics_address="127.0.0.1:0", metrics_cors_origin="*")

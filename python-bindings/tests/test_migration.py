@@ -318,6 +318,17 @@ def test_last_pass_and_the_per_epoch_log_line(era5, caplog):
     assert d["depths"]["decode_queue_peak"] >= 1  # every miss decoded a tile on the pool
     fed = st.depths.batch_queue_full_enough
     assert 0 <= fed <= st.depths.batch_queue_samples and st.depths.fed_frac == fed / st.depths.batch_queue_samples
+    # The derived figures are the engine's, and its rules give hand-built copies the same.
+    shares = (st.depths.starved_frac, st.depths.fed_frac)
+    assert shares == (engine["depths"]["starved_frac"], engine["depths"]["fed_frac"])
+    assert st.times.producer_s == engine["times"]["producer_s"] > 0.0
+    again = dataclasses.replace(st.depths), dataclasses.replace(st.times)
+    assert (again[0].starved_frac, again[0].fed_frac, again[1].producer_s) == (
+        st.depths.starved_frac,
+        st.depths.fed_frac,
+        st.times.producer_s,
+    )
+    assert "_engine" not in d and "_engine" not in d["times"] and "producer_s" not in d["times"]
     json.dumps(d)  # plain values all the way down
 
     lines = [r.getMessage() for r in caplog.records if r.name == "insitubatch"]
@@ -345,6 +356,11 @@ def test_bottleneck_on_hand_built_stats():
     idle = dataclasses.replace(store, times=T(consumer_s=0.1, consumer_wait_s=9.9))
     assert idle.consumer_idle and "throughput measurement" in idle.advice
     assert store.depths.fed_frac is None, "the engine does not count a full-enough queue"
+    assert (store.depths.starved_frac, D().starved_frac) == (0.0, 0.0)
+    assert D(batch_queue_samples=8, batch_queue_empty=2, batch_queue_full_enough=6).fed_frac == 0.75
+    assert D(batch_queue_samples=8, batch_queue_empty=2).starved_frac == 0.25
+    assert T(fetch_wait_s=1.0, decode_s=2.0, gather_s=0.5, batch_transform_s=0.25, consumer_s=9.0).producer_s == 3.75
+    assert T(admission_parked_s=1.0, assemble_s=2.0).producer_s == 3.0
 
 
 # -- API reference: Batch, windows, drop_last ----------------------------------------------
@@ -457,10 +473,18 @@ def test_split_manifest_constructible_and_either_librarys_json(era5, tmp_path):
     assert insitubatch.SplitManifest.from_json(reference_json) == made
     ours = tmp_path / "ours.json"
     made.to_json(ours)
-    assert json.loads(ours.read_text()) == dataclasses.asdict(made)
+    assert ours.read_text() == made.to_json() == json.dumps(dataclasses.asdict(made), indent=2), "its text too"
+    # The engine answers for the dataclass's fields as they are: unchecked until a dataset is built.
+    assert made.chunks_of("all") == [0, 1, 2, 3, 4] and made.chunks_of(None) == made.chunks_of("all")
+    made.chunks["train"] = [7, 5]
+    assert made.chunks_of("train") == [7, 5]
+    assert made.sample_indices("train").tolist() == [*range(56, 64), *range(40, 48)]
+    with pytest.raises(ValueError, match="tran"):
+        insitubatch.SplitManifest(1, 8, 8, {"tran": [0]}).chunks_of("train")
     assert [s.value for s in insitubatch.SplitName] == ["train", "val", "test"]
     assert insitubatch.SplitName.TRAIN == "train" and str(insitubatch.SplitName.TEST) == "test"
     bad = dataclasses.replace(made, chunks={"train": [10]})
+    assert bad.chunks_of("train") == [10] and bad.sample_indices("train").tolist() == [] and "10" in bad.to_json()
     with pytest.raises(ValueError, match="chunk 10"):
         insitubatch.InSituDataset(u, bad, {"t2m": g})
 

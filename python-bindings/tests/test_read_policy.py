@@ -21,22 +21,24 @@ def test_a_full_policy_is_taken(zstd):
 
 
 @pytest.mark.parametrize(
-    ("policy", "says"),
+    ("policy", "option", "says"),
     [
-        ({"retry": 3}, 'unknown read_policy key "retry"'),
-        ({"retries": -1}, "read_policy[\"retries\"] must be a whole number >= 0, got -1"),
-        ({"retries": "3"}, "read_policy[\"retries\"] must be a whole number >= 0, got '3'"),
-        ({"coalesce_max_bytes": 1.5}, "read_policy[\"coalesce_max_bytes\"] must be a whole number >= 0"),
-        ({"backoff_s": -1.0}, "read_policy[\"backoff_s\"] must be seconds >= 0, got -1"),
-        ({"request_timeout_s": "soon"}, "read_policy[\"request_timeout_s\"] must be seconds >= 0, got 'soon'"),
-        ({"request_timeout_s": 0}, "request_timeout must be above 0 s"),
-        ({"hedge": "yes"}, "must be True, False or a dict"),
-        ({"hedge": {"quantiles": 0.9}}, 'unknown read_policy["hedge"] key "quantiles"'),
-        ({"hedge": {"quantile": "high"}}, "read_policy[\"hedge.quantile\"] must be a number in (0, 1]"),
-        ({"hedge": {"quantile": 1.5}}, "hedging needs a quantile in (0, 1]"),
+        ({"retry": 3}, "read_policy.retry", 'unknown key of read_policy "read_policy.retry"; the known ones are'),
+        ({"retries": -1}, "read_policy.retries", "read_policy.retries: "),
+        ({"retries": "3"}, "read_policy.retries", "read_policy.retries: "),
+        ({"coalesce_max_bytes": 1.5}, "read_policy.coalesce_max_bytes", "read_policy.coalesce_max_bytes: "),
+        ({"backoff_s": -1.0}, "read_policy.backoff_s", "read_policy.backoff_s must be a finite number of seconds >= 0, got -1"),
+        ({"request_timeout_s": "soon"}, "read_policy.request_timeout_s", "read_policy.request_timeout_s: "),
+        ({"request_timeout_s": 0}, "read_policy.request_timeout_s", "read_policy.request_timeout_s must be above 0"),
+        ({"backoff_ms": 5}, "read_policy.backoff_ms", "read_policy.backoff_ms is now read_policy.backoff_s, in seconds"),
+        ({"hedge": "yes"}, "read_policy.hedge", "true, false or an object of quantile"),
+        ({"hedge": {"quantiles": 0.9}}, "read_policy.hedge.quantiles", 'unknown key of read_policy.hedge "read_policy.hedge.quantiles"'),
+        ({"hedge": {"quantile": "high"}}, "read_policy.hedge.quantile", "read_policy.hedge.quantile: "),
+        ({"hedge": {"quantile": 1.5}}, "read_policy.hedge.quantile", "read_policy.hedge.quantile must be in (0, 1], got 1.5"),
     ],
 )
-def test_a_wrong_policy_is_refused_naming_the_key(zstd, policy, says):
+def test_a_wrong_policy_is_refused_naming_the_key(zstd, policy, option, says):
     with pytest.raises(ValueError) as e:
         open_with(zstd[0], policy)
     assert says in str(e.value), str(e.value)
+    assert (e.value.kind, e.value.option) == ("invalid_option", option)

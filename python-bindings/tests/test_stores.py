@@ -390,7 +390,7 @@ def test_a_missing_array_in_a_store_object_is_the_reference_key_error(fixtures):
 def test_storage_options_with_a_store_object_are_refused(fixtures):
     zs = need("zarr.storage")
     st = zs.LocalStore(fixtures / "v3_zstd", read_only=True)
-    with pytest.raises(ValueError, match=r"storage options \[\"aws_region\"\] apply only to a store opened by URL"):
+    with pytest.raises(ValueError, match=r"storage_options \[\"aws_region\"\] apply only to a store opened by URL"):
         ib.open_geometries(st, aws_region="us-east-1")
     with pytest.raises(ValueError, match="configure the store object itself"):
         ib.InSituDataset(st, storage_options={"aws_region": "us-east-1"})

@@ -1,7 +1,7 @@
 //! Broken stores give clear errors naming the key (last), never a panic or a huge allocation.
 
-use insitubatch_native::core::{Batch, Knobs, OnBadChunk, Split};
-use insitubatch_native::{OpenOptions, open};
+use insitubatch_native::core::{Batch, OnBadChunk, Split};
+use insitubatch_native::{DatasetSpec, OpenOptions, VariablesSpec, open};
 use insitubatch_tests::fixtures_dir;
 
 fn url() -> String {
@@ -11,12 +11,13 @@ fn url() -> String {
 fn open_var(var: &str, on_bad_chunk: OnBadChunk) -> Result<insitubatch_native::NativeDataset, String> {
     open(
         &url(),
-        OpenOptions {
-            variables: Some(vec![var.into()]),
+        OpenOptions::from_spec(DatasetSpec {
+            variables: Some(VariablesSpec::Paths(vec![var.into()])),
             fractions: (1.0, 0.0, 0.0),
-            dataset: Knobs { batch_size: 4, on_bad_chunk, ..Default::default() }.into(),
+            batch_size: 4,
+            on_bad_chunk,
             ..Default::default()
-        },
+        }),
     )
     .map_err(|e| e.to_string())
 }

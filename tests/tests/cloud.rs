@@ -6,28 +6,34 @@
 //! depends on timing: the counts are the engine's choices, and the stalled read is one only
 //! a second request can finish.
 
-use insitubatch_native::core::{Batch, DatasetOptions, HedgePolicy, Knobs, PassStats, ReadPolicy};
-use insitubatch_native::{OpenOptions, open};
+use insitubatch_native::core::{Batch, HedgeFields, HedgeSpec, PassStats};
+use insitubatch_native::{DatasetSpec, OpenOptions, ReadPolicySpec, VariablesSpec, open};
 use insitubatch_tests::{CloudStore, digest, fixtures_dir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_cloud-store");
 
-fn pass(url: &str, dataset: DatasetOptions) -> (Vec<Batch>, PassStats) {
-    let ds = open(
-        url,
-        OpenOptions { variables: Some(vec!["t2m".into()]), fractions: (1.0, 0.0, 0.0), dataset, ..Default::default() },
-    )
-    .unwrap_or_else(|e| panic!("open {url}: {e}"));
+fn pass(url: &str, spec: DatasetSpec) -> (Vec<Batch>, PassStats) {
+    let ds = open(url, OpenOptions::from_spec(spec)).unwrap_or_else(|e| panic!("open {url}: {e}"));
     let batches = ds.train().unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{url}: {e}"));
     (batches, ds.last_pass().expect("a pass ended"))
 }
 
-fn options(read_policy: ReadPolicy) -> DatasetOptions {
-    DatasetOptions {
-        knobs: Knobs { batch_size: 8, block_chunks: 2, seed: 5, ..Default::default() },
+fn options(read_policy: ReadPolicySpec) -> DatasetSpec {
+    DatasetSpec {
+        variables: Some(VariablesSpec::Paths(vec!["t2m".into()])),
+        fractions: (1.0, 0.0, 0.0),
+        batch_size: 8,
+        block_chunks: 2,
+        seed: 5,
         read_policy,
         ..Default::default()
     }
+}
+
+/// No hedging: a read the loaded machine slows past the hedge's threshold would get a second
+/// request, and these tests count requests exactly (hedging has its own test below).
+fn no_hedge() -> HedgeSpec {
+    HedgeSpec::Flag(false)
 }
 
 /// Bytes and GETs the store served for paths under `prefix`.
@@ -50,8 +56,9 @@ fn a_sharded_store_is_read_in_few_requests_each_byte_once_with_the_same_batches(
         .iter()
         .map(|s| std::fs::metadata(fixtures.join(format!("v3_sharded/t2m/c/{s}/0/0"))).expect("a shard").len())
         .sum();
-    let local =
-        digest(&pass(&format!("file://{}", fixtures.join("v3_sharded").display()), options(ReadPolicy::default())).0);
+    let local = digest(
+        &pass(&format!("file://{}", fixtures.join("v3_sharded").display()), options(ReadPolicySpec::default())).0,
+    );
     let shard_prefix = format!("/{name}/v3_sharded/t2m/c/");
     let mut requests = Vec::new();
     for (what, policy) in [
@@ -61,11 +68,21 @@ fn a_sharded_store_is_read_in_few_requests_each_byte_once_with_the_same_batches(
         // exact (hedging has its own test below).
         (
             "coalesced",
-            ReadPolicy { coalesce_gap_bytes: 0, read_ahead_bytes: Some(1 << 20), hedge: None, ..ReadPolicy::default() },
+            ReadPolicySpec {
+                coalesce_gap_bytes: 0,
+                read_ahead_bytes: Some(1 << 20),
+                hedge: no_hedge(),
+                ..ReadPolicySpec::default()
+            },
         ),
         (
             "alone",
-            ReadPolicy { coalesce_max_bytes: 0, read_ahead_bytes: Some(0), hedge: None, ..ReadPolicy::default() },
+            ReadPolicySpec {
+                coalesce_max_bytes: 0,
+                read_ahead_bytes: Some(0),
+                hedge: no_hedge(),
+                ..ReadPolicySpec::default()
+            },
         ),
     ] {
         store.reset();
@@ -90,23 +107,22 @@ fn the_same_batches_come_over_s3_from_the_cloud_store() {
     let root = fixtures.parent().expect("the fixtures dir has a parent");
     let bucket = fixtures.file_name().expect("a name").to_string_lossy().into_owned();
     let store = CloudStore::start(BIN, root, &[]);
-    let local =
-        digest(&pass(&format!("file://{}", fixtures.join("v3_sharded").display()), options(ReadPolicy::default())).0);
+    let local = digest(
+        &pass(&format!("file://{}", fixtures.join("v3_sharded").display()), options(ReadPolicySpec::default())).0,
+    );
     let ds = open(
         &format!("s3://{bucket}/v3_sharded"),
-        OpenOptions {
-            variables: Some(vec!["t2m".into()]),
-            fractions: (1.0, 0.0, 0.0),
-            dataset: options(ReadPolicy::default()),
+        OpenOptions::from_spec(DatasetSpec {
             // A loopback endpoint and no signing: no client ever looks for cloud credentials.
-            storage_options: vec![
+            storage_options: [
                 ("aws_endpoint".into(), store.base.clone()),
                 ("aws_allow_http".into(), "true".into()),
                 ("aws_skip_signature".into(), "true".into()),
                 ("aws_region".into(), "us-east-1".into()),
-            ],
-            ..Default::default()
-        },
+            ]
+            .into(),
+            ..options(ReadPolicySpec::default())
+        }),
     )
     .expect("open over S3");
     let batches: Vec<Batch> = ds.train().unwrap().collect::<Result<_, _>>().expect("a pass over S3");
@@ -124,15 +140,17 @@ fn a_read_the_store_never_answers_is_hedged_and_the_epoch_does_not_wait_for_it()
     let stalled = format!("/{name}/v3_zstd/t2m/c/9/");
     let store = CloudStore::start(BIN, root, &[("ttfb_ms", "2"), ("stall", &stalled)]);
     let local =
-        digest(&pass(&format!("file://{}", fixtures.join("v3_zstd").display()), options(ReadPolicy::default())).0);
+        digest(&pass(&format!("file://{}", fixtures.join("v3_zstd").display()), options(ReadPolicySpec::default())).0);
     // Any number of hedges may go out (a read slowed by the machine may be hedged too); the
     // stalled one can only finish through its hedge. Two reads in flight: it starts after
     // eight others answered, which is what the hedge needs to compare with.
-    let hedging =
-        ReadPolicy { hedge: Some(HedgePolicy { max_share: 1.0, ..HedgePolicy::default() }), ..ReadPolicy::default() };
+    let hedging = ReadPolicySpec {
+        hedge: HedgeSpec::Policy(HedgeFields { max_share: 1.0, ..HedgeFields::default() }),
+        ..ReadPolicySpec::default()
+    };
     let mut sequential = options(hedging);
-    sequential.knobs.shuffle = false;
-    sequential.knobs.max_inflight = 2;
+    sequential.shuffle = false;
+    sequential.max_inflight = 2;
     let (batches, stats) = pass(&format!("{}/{name}/v3_zstd", store.base), sequential.clone());
     let local_seq = digest(&pass(&format!("file://{}", fixtures.join("v3_zstd").display()), sequential).0);
     assert_ne!(local_seq, local, "the sequential order differs from the shuffled one");

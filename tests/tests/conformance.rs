@@ -2,8 +2,8 @@
 //! exactly once, shuffled and sequential, for v2/v3, zstd/blosc/gzip/zlib, sharded (partial
 //! shard reads), ragged edges, sample_axis = 2, CF coordinates, mixed chunking, absent chunks.
 
-use insitubatch_native::core::{Batch, DatasetOptions, Knobs, Split};
-use insitubatch_native::{OpenOptions, open};
+use insitubatch_native::core::{Batch, Split};
+use insitubatch_native::{DatasetSpec, OpenOptions, VariablesSpec, open};
 use insitubatch_tests::{check_pass, fixtures_dir, manifest, source_rows};
 
 fn run(
@@ -15,16 +15,16 @@ fn run(
 ) -> (insitubatch_native::NativeDataset, Vec<Batch>) {
     let ds = open(
         url,
-        OpenOptions {
-            variables: vars,
+        OpenOptions::from_spec(DatasetSpec {
+            variables: vars.map(VariablesSpec::Paths),
             sample_axis,
             fractions: (1.0, 0.0, 0.0),
-            dataset: DatasetOptions {
-                knobs: Knobs { batch_size: 5, block_chunks: 2, shuffle, max_inflight: 4, ..Default::default() },
-                ..Default::default()
-            },
+            batch_size: 5,
+            block_chunks: 2,
+            shuffle,
+            max_inflight: 4,
             ..Default::default()
-        },
+        }),
     )
     .unwrap_or_else(|e| panic!("open {url}: {e}"));
     let batches: Vec<Batch> =

@@ -5,36 +5,38 @@
 //! never wrong data. The server counts each fault per path, so every read meets exactly the
 //! failures the test asked for, and a stall lasts until the client gives up: no clocks.
 
-use std::time::Duration;
-
-use insitubatch_native::core::{Batch, DatasetOptions, Knobs, OnBadChunk, ReadPolicy};
-use insitubatch_native::{OpenOptions, open};
+use insitubatch_native::core::{Batch, HedgeSpec, OnBadChunk};
+use insitubatch_native::{DatasetSpec, OpenOptions, ReadPolicySpec, VariablesSpec, open};
 use insitubatch_tests::{digest, faulty_http_url, fixtures_dir};
 
 /// Retries enough for every transient fault below, with a short backoff and a read timeout
 /// short enough that a stalled read is abandoned quickly (its length decides no result). No
 /// hedging: the server's faults count each path's GETs, and these tests are about retries.
-fn policy() -> ReadPolicy {
-    ReadPolicy {
+fn policy() -> ReadPolicySpec {
+    ReadPolicySpec {
         retries: 4,
-        backoff: Duration::from_millis(1),
-        request_timeout: Duration::from_secs(2),
-        hedge: None,
-        ..ReadPolicy::default()
+        backoff_s: 0.001,
+        request_timeout_s: 2.0,
+        hedge: HedgeSpec::Flag(false),
+        ..ReadPolicySpec::default()
     }
 }
 
 fn options(on_bad_chunk: OnBadChunk) -> OpenOptions {
-    OpenOptions {
-        variables: Some(vec!["t2m".into()]),
+    OpenOptions::from_spec(spec(on_bad_chunk))
+}
+
+fn spec(on_bad_chunk: OnBadChunk) -> DatasetSpec {
+    DatasetSpec {
+        variables: Some(VariablesSpec::Paths(vec!["t2m".into()])),
         fractions: (1.0, 0.0, 0.0),
         // object_store's own client gives up on a silent server after this long, too.
-        storage_options: vec![("timeout".into(), "2s".into())],
-        dataset: DatasetOptions {
-            knobs: Knobs { batch_size: 7, block_chunks: 2, seed: 5, on_bad_chunk, ..Default::default() },
-            read_policy: policy(),
-            ..Default::default()
-        },
+        storage_options: [("timeout".into(), "2s".into())].into(),
+        batch_size: 7,
+        block_chunks: 2,
+        seed: 5,
+        on_bad_chunk,
+        read_policy: policy(),
         ..Default::default()
     }
 }
@@ -51,7 +53,8 @@ fn epoch(url: &str, on_bad_chunk: OnBadChunk) -> Result<Vec<Batch>, String> {
 /// The same epoch from the local files (which take no storage options).
 fn clean(store: &str) -> String {
     let url = format!("file://{}", fixtures_dir().join(store).display());
-    digest(&epoch_with(&url, OpenOptions { storage_options: Vec::new(), ..options(OnBadChunk::Raise) }).unwrap())
+    let local = DatasetSpec { storage_options: Default::default(), ..spec(OnBadChunk::Raise) };
+    digest(&epoch_with(&url, OpenOptions::from_spec(local)).unwrap())
 }
 
 fn faulty(session: &str, fault: &str, store: &str) -> String {

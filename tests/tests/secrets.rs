@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
-use insitubatch_native::{OpenOptions, open};
+use insitubatch_native::{DatasetSpec, OpenOptions, VariablesSpec, open};
 use insitubatch_tests::{http_url, s3_url};
 
 const PASSWORD: &str = "pw-SECRET-4e1f";
@@ -52,10 +52,14 @@ fn credentials_appear_in_no_error_log_or_report() {
     tracing_subscriber::fmt().with_max_level(tracing::Level::TRACE).with_writer(move || writer.clone()).init();
     tracing::trace!("recording");
 
-    let vars = OpenOptions { variables: Some(vec!["t2m".into()]), ..OpenOptions::default() };
+    let t2m = DatasetSpec { variables: Some(VariablesSpec::Paths(vec!["t2m".into()])), ..DatasetSpec::default() };
+    let vars = OpenOptions::from_spec(t2m.clone());
     let http = http_url().replacen("http://", &format!("http://reader:{PASSWORD}@"), 1);
     let mut said = everything_said(&format!("{http}/v3_zstd"), &vars);
-    let s3 = OpenOptions { storage_options: vec![("aws_secret_access_key".into(), SECRET_KEY.into())], ..vars };
+    let s3 = OpenOptions::from_spec(DatasetSpec {
+        storage_options: [("aws_secret_access_key".into(), SECRET_KEY.into())].into(),
+        ..t2m
+    });
     said.push_str(&everything_said(&format!("{}/v3_zstd", s3_url()), &s3));
 
     let logged = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
@@ -77,15 +81,16 @@ fn signed_s3() -> (String, String, String) {
 }
 
 fn signed_options(endpoint: &str, key_id: &str, secret: &str) -> OpenOptions {
-    OpenOptions {
-        variables: Some(vec!["t2m".into()]),
-        storage_options: vec![
+    OpenOptions::from_spec(DatasetSpec {
+        variables: Some(VariablesSpec::Paths(vec!["t2m".into()])),
+        storage_options: [
             ("aws_endpoint".into(), endpoint.into()),
             ("aws_access_key_id".into(), key_id.into()),
             ("aws_secret_access_key".into(), secret.into()),
-        ],
-        ..OpenOptions::default()
-    }
+        ]
+        .into(),
+        ..DatasetSpec::default()
+    })
 }
 
 #[test]

@@ -10,8 +10,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use insitubatch_native::core::{Batch, DatasetOptions, Knobs, ReadPolicy};
-use insitubatch_native::{CacheOptions, OpenOptions, demo, open};
+use insitubatch_native::core::{Batch, HedgeSpec};
+use insitubatch_native::{CacheOptions, DatasetSpec, OpenOptions, ReadPolicySpec, demo, open};
 use insitubatch_tests::{CloudStore, digest};
 use scratch::scratch_dir;
 use serde_json::{Value, json};
@@ -31,25 +31,31 @@ const WORKER_ENV: &str = "INSITUBATCH_SHARED_CACHE_WORKER";
 
 /// What a worker opens.
 fn options(rank: usize, node_ranks: Option<usize>, cache: Option<CacheOptions>, endpoint: &str) -> OpenOptions {
-    OpenOptions {
+    let cache = cache.unwrap_or_default();
+    OpenOptions::from_spec(DatasetSpec {
         fractions: (1.0, 0.0, 0.0),
-        dataset: DatasetOptions {
-            knobs: Knobs { batch_size: 6, block_chunks: 2, seed: 11, rank, world_size: WORLD, ..Knobs::default() },
-            node_ranks,
-            // One request per chunk: a hedge would count twice at the store.
-            read_policy: ReadPolicy { hedge: None, ..ReadPolicy::default() },
-            ..DatasetOptions::default()
-        },
+        batch_size: 6,
+        block_chunks: 2,
+        seed: 11,
+        rank,
+        world_size: WORLD,
+        node_ranks,
+        // One request per chunk: a hedge would count twice at the store.
+        read_policy: ReadPolicySpec { hedge: HedgeSpec::Flag(false), ..ReadPolicySpec::default() },
         // A loopback endpoint and no signing: no client ever looks for cloud credentials.
-        storage_options: vec![
+        storage_options: [
             ("aws_endpoint".into(), endpoint.into()),
             ("aws_allow_http".into(), "true".into()),
             ("aws_skip_signature".into(), "true".into()),
             ("aws_region".into(), "us-east-1".into()),
-        ],
-        cache,
-        ..OpenOptions::default()
-    }
+        ]
+        .into(),
+        cache_dir: (!cache.dir.as_os_str().is_empty()).then(|| cache.dir.display().to_string()),
+        persist: cache.persist,
+        readonly_cache: cache.readonly,
+        shared_cache: cache.shared,
+        ..DatasetSpec::default()
+    })
 }
 
 fn shared(dir: &Path) -> CacheOptions {

@@ -69,3 +69,25 @@ fn s3_conforms() {
     let secret = std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_default();
     run(&format!("{}/{STORAGE_FIXTURE}", s3_url()), &Expectations::listable().with_secret(secret)).assert_ok();
 }
+
+/// A key is a name inside the store, never a path out of it: the notebook widget's front end
+/// sends keys to the kernel (`StoreReader`, the engine's own storage), so `..` segments, an
+/// absolute path or an encoded `..` must not reach a file beside the store.
+#[test]
+fn a_key_never_leaves_a_local_store() {
+    let root = tempfile::Builder::new().prefix("ib-storage-escape-").tempdir().expect("a temporary directory");
+    let store = root.path().join("store.zarr");
+    std::fs::create_dir_all(store.join("a")).unwrap();
+    std::fs::write(store.join("a/zarr.json"), b"{}").unwrap();
+    std::fs::write(root.path().join("secret"), b"outside the store").unwrap();
+    let storage = open_storage(&store.display().to_string(), &[]).unwrap();
+    let rt = runtime();
+    let secret = root.path().join("secret").display().to_string();
+    for key in ["../secret", "a/../../secret", "%2e%2e/secret", "..", secret.as_str(), "/../secret"] {
+        let got = rt.block_on(storage.get(key));
+        assert!(matches!(got, Ok(None) | Err(_)), "{key:?} read {got:?}");
+    }
+    assert_eq!(rt.block_on(storage.get("a/zarr.json")).unwrap().as_deref(), Some(&b"{}"[..]), "the store still reads");
+    let listed = rt.block_on(storage.list("..")).unwrap().unwrap_or_default();
+    assert!(!listed.iter().any(|k| k.contains("secret")), "{listed:?}");
+}

@@ -1,5 +1,6 @@
-//! The JavaScript API. Every export returns `Result<_, JsError>` (a rejected promise or a
-//! thrown `Error` with the engine's message); nothing panics into JS.
+//! The JavaScript API. Every export returns `Result<_, JsValue>`: a rejected promise or a
+//! thrown `Error` with the engine's message, its option names in JS's spelling, and the
+//! engine's `kind` and `option` on it ([`err`]); nothing panics into JS.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -9,7 +10,7 @@ use insitubatch_core::coords::CoordValues;
 #[cfg(not(feature = "threads"))]
 use insitubatch_core::runtime::InlinePool;
 use insitubatch_core::{Batch, Checkpoint, DType, NdArray, Runtime, Split};
-use js_sys::{Array, Object, Reflect, Uint8Array};
+use js_sys::{Array, ArrayBuffer, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
 use crate::storage::FetchStorage;
@@ -20,39 +21,81 @@ fn start() {
     crate::trap::install_panic_hook();
 }
 
-pub(crate) fn err(e: impl std::fmt::Display) -> JsError {
-    JsError::new(&e.to_string())
+/// An engine error as JS sees it: an `Error` whose message spells option names in camelCase
+/// (core's [`Error::message_in`](insitubatch_core::Error::message_in)), with the engine's
+/// `kind` (`invalid_option`, `storage`, ...: what to branch on, never the message) and, for an
+/// option error, `option` (its path in camelCase: `readPolicy.backoffS`), and a `name` from
+/// the kind ([`error_name`]).
+pub(crate) fn err(e: insitubatch_core::Error) -> JsValue {
+    let error = js_sys::Error::new(&e.message_in(&insitubatch_core::camel_case));
+    error.set_name(error_name(e.kind()));
+    let _ = Reflect::set(&error, &JsValue::from_str("kind"), &JsValue::from_str(e.kind().name()));
+    if let Some(option) = e.option_name() {
+        let option = insitubatch_core::camel_case(option);
+        let _ = Reflect::set(&error, &JsValue::from_str("option"), &JsValue::from_str(&option));
+    }
+    error.into()
+}
+
+/// The JS error `name` of an engine error's kind, the classes of Python's (`ValueError`,
+/// `KeyError` for an array the store lacks, ...) as JS names them.
+fn error_name(kind: insitubatch_core::ErrorKind) -> &'static str {
+    use insitubatch_core::ErrorKind as K;
+    match kind {
+        K::InvalidOption => "InvalidOptionError",
+        K::ArrayNotFound => "ArrayNotFoundError",
+        K::NotAnArray => "NotAnArrayError",
+        K::Storage | K::NotFound | K::Metadata | K::Decode => "InsitubatchIOError",
+        _ => "InsitubatchError",
+    }
+}
+
+/// Any other error (a JS value that could not be converted, a JSON failure) as a JS `Error`.
+pub(crate) fn text_err(e: impl std::fmt::Display) -> JsValue {
+    js_error(&e.to_string())
+}
+
+/// A JS `Error` with `message`, for what is not the engine's (arguments of this package's own).
+pub(crate) fn js_error(message: &str) -> JsValue {
+    JsError::new(message).into()
 }
 
 /// A JS value from anything serializable, through JSON (u64 → number, maps → objects).
-pub(crate) fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsError> {
-    let s = serde_json::to_string(v).map_err(err)?;
-    js_sys::JSON::parse(&s).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
+pub(crate) fn to_js<T: serde::Serialize>(v: &T) -> Result<JsValue, JsValue> {
+    let s = serde_json::to_string(v).map_err(text_err)?;
+    js_sys::JSON::parse(&s).map_err(|e| js_error(&crate::storage::js_message(&e)))
 }
 
-pub(crate) fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), JsError> {
-    Reflect::set(o, &JsValue::from_str(k), v).map(|_| ()).map_err(|e| JsError::new(&crate::storage::js_message(&e)))
+pub(crate) fn set(o: &Object, k: &str, v: &JsValue) -> Result<(), JsValue> {
+    Reflect::set(o, &JsValue::from_str(k), v).map(|_| ()).map_err(|e| js_error(&crate::storage::js_message(&e)))
 }
 
 /// A non-negative integer from a JS number.
-pub(crate) fn whole(name: &str, v: f64) -> Result<u64, JsError> {
+pub(crate) fn whole(name: &str, v: f64) -> Result<u64, JsValue> {
     if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
         Ok(v as u64)
     } else {
-        Err(JsError::new(&format!("{name} must be a non-negative integer, got {v}")))
+        Err(js_error(&format!("{name} must be a non-negative integer, got {v}")))
+    }
+}
+
+/// An integer (of either sign) from a JS number.
+pub(crate) fn signed(name: &str, v: f64) -> Result<i64, JsValue> {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_991.0 {
+        Ok(v as i64)
+    } else {
+        Err(js_error(&format!("{name} must be an integer, got {v}")))
     }
 }
 
 /// The probe's `chunks` from JS: absent, core's [`PROBE_CHUNKS`](insitubatch_core::PROBE_CHUNKS),
 /// the CLI's and Python's default; else at least 1 (the concurrent part needs a chunk).
-pub(crate) fn probe_chunks(chunks: Option<f64>) -> Result<usize, JsError> {
+pub(crate) fn probe_chunks(chunks: Option<f64>) -> Result<usize, JsValue> {
     match chunks {
         None => Ok(insitubatch_core::PROBE_CHUNKS),
         Some(v) => match whole("chunks", v)? {
-            0 => {
-                Err(JsError::new("chunks must be at least 1: the probe loads that many chunks at once after the first"))
-            }
-            n => usize::try_from(n).map_err(err),
+            0 => Err(js_error("chunks must be at least 1: the probe loads that many chunks at once after the first")),
+            n => usize::try_from(n).map_err(text_err),
         },
     }
 }
@@ -63,31 +106,27 @@ pub(crate) fn probe_promise<K: 'static>(ds: insitubatch_core::Dataset, chunks: u
     wasm_bindgen_futures::future_to_promise(async move {
         let _keep = keep;
         let report = ds.probe(insitubatch_core::shuffle::Split::Train, chunks).await.map_err(err)?;
-        Ok(to_js(&report)?)
+        to_js(&report)
     })
 }
 
 /// `fetch` for `http(s)://`; object_store's signed S3 for `s3://` (with `storageOptions` and
 /// the `credentials` callback).
-fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
+fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_core::Storage>, JsValue> {
     if url.starts_with("http://") || url.starts_with("https://") {
-        if opts.storage_options.is_some() || opts.credentials.is_some() {
-            return Err(JsError::new(&format!(
-                "storageOptions and credentials apply to s3:// URLs only; drop them for an http(s) store: {url}"
-            )));
-        }
+        refuse_s3_options(opts, &format!("they apply to s3:// URLs only; drop them for an http(s) store: {url}"))?;
         return Ok(Arc::new(FetchStorage::new(url)));
     }
     if url.starts_with("s3://") {
         #[cfg(feature = "s3")]
         {
-            let o = opts.storage_options.clone().unwrap_or_default();
+            let o = opts.spec.storage_options.clone();
             let s3 = crate::object::open_s3(url, &o, opts.credentials_callback.as_ref());
-            return Ok(Arc::new(s3.map_err(|e| JsError::new(&e))?));
+            return Ok(Arc::new(s3.map_err(|e| js_error(&e))?));
         }
         #[cfg(not(feature = "s3"))]
         {
-            return Err(JsError::new(&format!(
+            return Err(js_error(&format!(
                 "this build has no S3 support: the default browser builds leave it out to stay small; import \
                  insitubatch/web-s3 (one thread, signed S3) to read s3:// in a page, or read the store over \
                  https:// instead: {url}"
@@ -97,14 +136,28 @@ fn storage_for(url: &str, opts: &JsOpenOptions) -> Result<Arc<dyn insitubatch_co
     if url.starts_with("file://") || !has_scheme(url) {
         // The Node entry (js/src/index.js) reads local stores itself, with node:fs, and hands
         // them over as a storage object; anything that reaches here is in a browser.
-        return Err(JsError::new(&format!(
+        return Err(js_error(&format!(
             "a local path cannot be read in a browser; serve the store over http(s):// (with CORS), or pass a \
              storage object {{ get(key, range) }} to open(); in Node, open() reads file:// URLs and plain paths: {url}"
         )));
     }
-    Err(JsError::new(&format!(
-        "unsupported store URL; use http://, https://, s3://, or in Node file:// or a path: {url}"
-    )))
+    Err(js_error(&format!("unsupported store URL; use http://, https://, s3://, or in Node file:// or a path: {url}")))
+}
+
+/// `storageOptions` and `credentials` configure a store opened by `s3://` URL: refused for any
+/// other, with `why`.
+fn refuse_s3_options(opts: &JsOpenOptions, why: &str) -> Result<(), JsValue> {
+    if !opts.spec.storage_options.is_empty() {
+        let keys: Vec<&String> = opts.spec.storage_options.keys().collect();
+        return Err(err(insitubatch_core::Error::option(
+            "storage_options",
+            format!("`storage_options` {keys:?}: {why}"),
+        )));
+    }
+    if opts.credentials {
+        return Err(js_error(&format!("credentials: {why}")));
+    }
+    Ok(())
 }
 
 /// Whether `url` starts with a URL scheme (`name://`); anything else is a plain path.
@@ -131,7 +184,7 @@ fn cpu_pool() -> Arc<dyn insitubatch_core::runtime::ThreadPool> {
 /// signed, with `storageOptions`) and build a dataset. `options`: the fields of
 /// [`JsOpenOptions`] (`index.d.ts`'s `OpenOptions`).
 #[wasm_bindgen]
-pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsError> {
+pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
     let storage = url_storage(&url, &opts, None).await?;
     open_on(storage, url, &opts).await
@@ -175,23 +228,14 @@ async fn url_storage(
 /// absent, the object's `location`.
 #[cfg(not(feature = "threads"))]
 #[wasm_bindgen(js_name = openWithStorage)]
-pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: JsValue) -> Result<Dataset, JsError> {
+pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
-    let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
-        .map_err(|e| JsError::new(&e))?;
+    let storage =
+        crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)")).map_err(|e| js_error(&e))?;
     let url = url.unwrap_or_else(|| insitubatch_core::Storage::location(&storage));
-    if opts.credentials.is_some() {
-        return Err(JsError::new(&format!(
-            "credentials apply only to a store opened by s3:// URL; configure the storage object itself instead: {url}"
-        )));
-    }
-    if let Some(o) = &opts.storage_options {
-        let keys: Vec<&String> = o.keys().collect();
-        return Err(JsError::new(&format!(
-            "storageOptions {keys:?} apply only to a store opened by s3:// URL; configure the storage object itself \
-             instead: {url}"
-        )));
-    }
+    let why =
+        format!("they apply only to a store opened by s3:// URL; configure the storage object itself instead: {url}");
+    refuse_s3_options(&opts, &why)?;
     open_on(Arc::new(storage), url, &opts).await
 }
 
@@ -199,10 +243,10 @@ pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: J
 /// arrays are `names[i]/path`, under one plan and one budget. `parts[i]`: a URL, read as
 /// [`open`] reads it, or (not in the threaded build) a storage object, as [`open_with_storage`].
 #[wasm_bindgen(js_name = openJoined)]
-pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsError> {
+pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
     if names.len() != parts.len() {
-        return Err(JsError::new("openJoined takes one name per store"));
+        return Err(js_error("openJoined takes one name per store"));
     }
     let mut mounts = Vec::with_capacity(names.len());
     for (name, part) in names.into_iter().zip(parts) {
@@ -223,7 +267,7 @@ pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsVal
 async fn open_named<S: insitubatch_core::Storage + 'static>(
     storage: S,
     opts: &JsOpenOptions,
-) -> Result<Dataset, JsError> {
+) -> Result<Dataset, JsValue> {
     let url = insitubatch_core::Storage::location(&storage);
     open_on(shared(storage), url, opts).await
 }
@@ -241,13 +285,13 @@ pub(crate) fn shared<S: insitubatch_core::Storage + 'static>(storage: S) -> Arc<
 /// docs/joins.md): every array with the dimension `concatDim` (default `"time"`) is the
 /// stores' arrays in order. `parts[i]`: a URL, or (not in the threaded build) a storage object.
 #[wasm_bindgen(js_name = openConcat)]
-pub async fn open_concat(parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsError> {
+pub async fn open_concat(parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
     open_named(concat_storage(parts, &opts).await?, &opts).await
 }
 
 /// Stores end to end along `opts`'s `concatDim` (default `"time"`): URLs or storage objects.
-async fn concat_storage(parts: Vec<JsValue>, opts: &JsOpenOptions) -> Result<insitubatch_core::ConcatStorage, JsError> {
+async fn concat_storage(parts: Vec<JsValue>, opts: &JsOpenOptions) -> Result<insitubatch_core::ConcatStorage, JsValue> {
     let mut storages = Vec::with_capacity(parts.len());
     for (i, part) in parts.into_iter().enumerate() {
         storages.push(match part.as_string() {
@@ -255,27 +299,26 @@ async fn concat_storage(parts: Vec<JsValue>, opts: &JsOpenOptions) -> Result<ins
             None => storage_object(&part, &format!("#{i}"))?,
         });
     }
-    let dim = opts.concat_dim.as_deref().unwrap_or(crate::DEFAULT_CONCAT_DIM);
-    let axis = opts.sample_axis.unwrap_or_default();
-    // Its metadata reads follow the read policy, as the builder's own do (core decides how).
-    let (_, options) = opts.to_core().map_err(err)?;
+    // The dimension and axis, and its metadata reads' read policy, are the spec's (core decides).
+    let resolved = opts.to_core().map_err(err)?;
+    let (dim, axis) = (resolved.concat_dim.as_str(), resolved.sample_axis);
     let executor: Arc<dyn insitubatch_core::Executor> = Arc::new(LocalExecutor::new());
-    insitubatch_core::ConcatStorage::open_under_policy(storages, dim, axis, executor, options.read_policy)
+    insitubatch_core::ConcatStorage::open_under_policy(storages, dim, axis, executor, resolved.dataset.read_policy)
         .await
         .map_err(err)
 }
 
 /// A joined store given as a storage object.
 #[cfg(not(feature = "threads"))]
-fn storage_object(part: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
+fn storage_object(part: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsValue> {
     let storage = crate::JsStorage::new(part, &format!("(the JS storage object of {name:?})"));
-    Ok(Arc::new(storage.map_err(|e| JsError::new(&e))?))
+    Ok(Arc::new(storage.map_err(|e| js_error(&e))?))
 }
 
 /// The threaded build reads URLs only (as `openWithStorage` is not in it).
 #[cfg(feature = "threads")]
-fn storage_object(_: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
-    Err(JsError::new(&format!(
+fn storage_object(_: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsValue> {
+    Err(js_error(&format!(
         "this build (the threaded one, inside openInWorker) joins URLs only; give the store {name:?} as a URL"
     )))
 }
@@ -286,24 +329,26 @@ async fn open_on(
     storage: Arc<dyn insitubatch_core::Storage>,
     url: String,
     opts: &JsOpenOptions,
-) -> Result<Dataset, JsError> {
-    let (split, mut options) = opts.to_core().map_err(err)?;
+) -> Result<Dataset, JsValue> {
+    let resolved = opts.to_core().map_err(err)?;
     let pool = cpu_pool();
     // The disk tier (`cacheDir`): locked and listed now, asynchronously, since the builder
     // opens it synchronously (wasm/src/opfs.rs).
-    if let Some(cache) = crate::opfs::CacheFlags::from_options(opts).map_err(err)? {
-        options.tier = Some(crate::opfs::opener(cache, Arc::clone(&pool)).await.map_err(err)?);
-    }
+    let tier = match &resolved.cache {
+        Some(flags) => {
+            let dir = crate::opfs::OpfsDir::from_flags(flags).map_err(err)?;
+            Some(crate::opfs::opener(dir, Arc::clone(&pool)).await.map_err(err)?)
+        }
+        None => None,
+    };
     let runtime = Runtime::new(Arc::new(LocalExecutor::new()), pool).with_memory_available(crate::memory_available());
-    let mut builder = insitubatch_core::Dataset::builder(Arc::clone(&storage), runtime)
-        .sample_axis(opts.sample_axis.unwrap_or_default())
-        .split(split)
-        .options(options);
-    if let Some(paths) = opts.paths() {
-        builder = builder.arrays(paths);
+    let mut builder = insitubatch_core::Dataset::builder(Arc::clone(&storage), runtime).resolved(resolved);
+    if let Some(tier) = tier {
+        builder = builder.tier(tier);
     }
     builder = builder.read_metadata().await.map_err(err)?;
     if opts.windowed() {
+        // A window (`shift`): the spec's variables, then each again `shift` samples on.
         let arrays = builder.opened_arrays();
         let variables = opts.variables_over(arrays, arrays, opts.shift.unwrap_or(0)).map_err(err)?;
         builder = builder.variables(variables);
@@ -320,75 +365,91 @@ async fn open_on(
     })
 }
 
-/// The options object of `open()` and the explorer: unknown keys are refused (serde-wasm-bindgen
-/// only looks up a struct's declared fields, so `deny_unknown_fields` does not reach it),
-/// `undefined` values are absent options (a form field left empty).
-pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsError> {
+/// The options object of `open()` and the explorer: this package's own keys taken out
+/// ([`JS_OWN_NAMES`](crate::JS_OWN_NAMES)), the rest renamed by the one key-case pass
+/// ([`snake_keys`](crate::snake_keys), which refuses unknown keys: serde-wasm-bindgen reads a
+/// struct's declared fields only, so `deny_unknown_fields` never sees them) and read by core's
+/// spec. `undefined` and `null` values are absent options (a form field left empty).
+pub(crate) fn parse_options(v: JsValue) -> Result<JsOpenOptions, JsValue> {
     if v.is_undefined() || v.is_null() {
         return Ok(JsOpenOptions::default());
     }
     if !v.is_object() {
-        return Err(JsError::new("invalid options: pass an object, e.g. { batchSize: 32 }"));
+        return Err(js_error("invalid options: pass an object, e.g. { batchSize: 32 }"));
     }
-    let names = crate::open_option_names();
-    check_keys(&v, &names.iter().map(String::as_str).collect::<Vec<_>>(), "option")?;
-    let policy = Reflect::get(&v, &JsValue::from_str("readPolicy")).unwrap_or(JsValue::UNDEFINED);
-    if policy.is_object() {
-        check_keys(&policy, crate::READ_POLICY_NAMES, "readPolicy field")?;
-    }
-    let credentials = Reflect::get(&v, &JsValue::from_str("credentials")).unwrap_or(JsValue::UNDEFINED);
-    if !(credentials.is_undefined() || credentials.is_null() || credentials.is_function()) {
-        return Err(JsError::new(
+    let own = |key: &str| Reflect::get(&v, &JsValue::from_str(key)).ok().filter(|x| !x.is_undefined() && !x.is_null());
+    let credentials = own("credentials");
+    if credentials.as_ref().is_some_and(|c| !c.is_function()) {
+        return Err(js_error(
             "invalid options: credentials must be a function returning (a promise of) { accessKeyId, secretAccessKey, \
              sessionToken?, expiration? }",
         ));
     }
-    let invalid = |e: serde_wasm_bindgen::Error| {
-        JsError::new(&format!("invalid options: {}", crate::storage::js_message(&JsValue::from(e))))
-    };
-    // The knobs' keys go to core's `Knobs` under core's names (as `JsOpenOptions::from_json`).
-    let (knobs, own) = (Object::new(), Object::assign(&Object::new(), v.unchecked_ref()));
-    for key in insitubatch_core::Knobs::NAMES {
-        let js_key = JsValue::from_str(&crate::js_knob_name(key));
-        let value = Reflect::get(&own, &js_key).unwrap_or(JsValue::UNDEFINED);
-        let _ = Reflect::delete_property(&own, &js_key);
-        if !(value.is_undefined() || value.is_null()) {
-            let _ = Reflect::set(&knobs, &JsValue::from_str(key), &value);
-        }
+    let shift = own("shift").map(|s| signed("shift", s.as_f64().unwrap_or(f64::NAN))).transpose()?;
+    let batch_views = own("batchViews").map(|b| b.is_truthy());
+    let rest = JsObject(Object::assign(&Object::new(), v.unchecked_ref()));
+    for key in crate::JS_OWN_NAMES {
+        let _ = Reflect::delete_property(&rest.0, &JsValue::from_str(key));
     }
+    let renamed = crate::snake_keys(&rest).map_err(err)?;
+    let spec = insitubatch_core::DatasetSpec::from_deserializer(serde_wasm_bindgen::Deserializer::from(JsValue::from(
+        renamed.0,
+    )))
+    .map_err(err)?;
     #[allow(unused_mut, reason = "the callback is kept only in the builds with signed S3")]
-    let mut opts: JsOpenOptions = serde_wasm_bindgen::from_value(own.into()).map_err(invalid)?;
-    opts.knobs = serde_wasm_bindgen::from_value(knobs.into()).map_err(invalid)?;
+    #[allow(clippy::needless_update, reason = "`credentials_callback` is a field of the builds with signed S3 only")]
+    let mut opts = JsOpenOptions { spec, shift, batch_views, credentials: credentials.is_some(), ..Default::default() };
     #[cfg(feature = "s3")]
     {
-        opts.credentials_callback = credentials.dyn_into::<js_sys::Function>().ok();
+        opts.credentials_callback = credentials.and_then(|c| c.dyn_into::<js_sys::Function>().ok());
     }
     Ok(opts)
 }
 
-/// Every key of `v` whose value is not `undefined` is one of `known`.
-fn check_keys(v: &JsValue, known: &[&str], what: &str) -> Result<(), JsError> {
-    for k in Object::keys(v.unchecked_ref::<Object>()).iter() {
-        let k = k.as_string().unwrap_or_default();
-        if Reflect::get(v, &JsValue::from_str(&k)).is_ok_and(|x| x.is_undefined()) {
-            continue;
-        }
-        if !known.contains(&k.as_str()) {
-            return Err(JsError::new(&format!("invalid options: unknown {what} {k:?}; known: {}", known.join(", "))));
-        }
+/// A JS object as the key-case pass reads and makes it.
+struct JsObject(Object);
+
+impl crate::OptionObject for JsObject {
+    fn present_keys(&self) -> Vec<String> {
+        Object::keys(&self.0)
+            .iter()
+            .filter_map(|k| k.as_string())
+            .filter(|k| Reflect::get(&self.0, &JsValue::from_str(k)).is_ok_and(|x| !x.is_undefined() && !x.is_null()))
+            .collect()
     }
-    Ok(())
+
+    fn object_at(&self, key: &str) -> Option<Self> {
+        let v = Reflect::get(&self.0, &JsValue::from_str(key)).ok()?;
+        // A plain object: not an array, a `Map` or a typed array (their keys are no option's).
+        let plain = v.is_object()
+            && !Array::is_array(&v)
+            && !v.is_instance_of::<js_sys::Map>()
+            && !ArrayBuffer::is_view(&v)
+            && !v.is_function();
+        plain.then(|| Self(v.unchecked_into()))
+    }
+
+    fn renamed(&self, rename: &dyn Fn(&str) -> String) -> Self {
+        let out = Object::new();
+        for key in self.present_keys() {
+            let value = Reflect::get(&self.0, &JsValue::from_str(&key)).unwrap_or(JsValue::UNDEFINED);
+            let _ = Reflect::set(&out, &JsValue::from_str(&rename(&key)), &value);
+        }
+        Self(out)
+    }
+
+    fn put(&mut self, key: &str, value: Self) {
+        let _ = Reflect::set(&self.0, &JsValue::from_str(key), &value.0);
+    }
 }
 
-/// The option names `open()` accepts, for the types check (`js/test/types.test.js`):
-/// `{ open, readPolicy, variable }`, the fields of the options, of `readPolicy` and of a
-/// labelled variable's object.
+/// The option names `open()` accepts, for the types check (`js/test/types.test.js`): `open`,
+/// the options' keys, and each nested object's (`readPolicy`, `readPolicy.hedge`, and a
+/// labelled variable's as `variables.*`), all in JS's spelling.
 #[wasm_bindgen(js_name = optionNames)]
-pub fn option_names() -> Result<JsValue, JsError> {
-    let open = crate::open_option_names();
-    let open: Vec<&str> = open.iter().map(String::as_str).collect();
-    let names: std::collections::BTreeMap<&str, &[&str]> =
-        [("open", &open[..]), ("readPolicy", crate::READ_POLICY_NAMES), ("variable", crate::VARIABLE_NAMES)].into();
+pub fn option_names() -> Result<JsValue, JsValue> {
+    let mut names: std::collections::BTreeMap<String, Vec<String>> = crate::nested_option_names().into_iter().collect();
+    names.insert("open".into(), crate::open_option_names());
     to_js(&names)
 }
 
@@ -423,15 +484,15 @@ pub struct Dataset {
 
 /// A checkpoint from JS: core's serde form as an object (what `checkpoint()` returns) or
 /// as JSON text (a file the CLI's `--checkpoint` or Python's `state_dict()` wrote).
-fn checkpoint_from_js(v: &JsValue) -> Result<Checkpoint, JsError> {
+fn checkpoint_from_js(v: &JsValue) -> Result<Checkpoint, JsValue> {
     let json = match v.as_string() {
         Some(s) => s,
         None if v.is_object() => js_sys::JSON::stringify(v)
-            .map_err(|e| JsError::new(&crate::storage::js_message(&e)))?
+            .map_err(|e| js_error(&crate::storage::js_message(&e)))?
             .as_string()
             .unwrap_or_default(),
         None => {
-            return Err(JsError::new(
+            return Err(js_error(
                 "a checkpoint is the object checkpoint() returned (or its JSON text); got something else",
             ));
         }
@@ -443,21 +504,21 @@ fn checkpoint_from_js(v: &JsValue) -> Result<Checkpoint, JsError> {
 impl Dataset {
     /// The static report (memory model, variables, notes) for `iterations` concurrent
     /// iterations (default 1); nothing is read.
-    pub fn describe(&self, iterations: Option<f64>) -> Result<JsValue, JsError> {
+    pub fn describe(&self, iterations: Option<f64>) -> Result<JsValue, JsValue> {
         let n = whole("iterations", iterations.unwrap_or(1.0))? as usize;
         to_js(&self.inner.describe(n).map_err(err)?)
     }
 
     /// The same report, rendered as text.
     #[wasm_bindgen(js_name = describeText)]
-    pub fn describe_text(&self, iterations: Option<f64>) -> Result<String, JsError> {
+    pub fn describe_text(&self, iterations: Option<f64>) -> Result<String, JsValue> {
         let n = whole("iterations", iterations.unwrap_or(1.0))? as usize;
         Ok(self.inner.describe(n).map_err(err)?.render())
     }
 
     /// Reshuffle deterministically for `epoch`.
     #[wasm_bindgen(js_name = setEpoch)]
-    pub fn set_epoch(&self, epoch: f64) -> Result<(), JsError> {
+    pub fn set_epoch(&self, epoch: f64) -> Result<(), JsValue> {
         self.inner.set_epoch(whole("epoch", epoch)?);
         Ok(())
     }
@@ -483,8 +544,8 @@ impl Dataset {
     }
 
     /// One epoch of `split` (`"train"`, `"val"`, `"test"` or `"all"`) at the current epoch.
-    pub fn iter(&self, split: &str) -> Result<BatchStream, JsError> {
-        let split = parse_split(split).map_err(|e| JsError::new(&e))?;
+    pub fn iter(&self, split: &str) -> Result<BatchStream, JsValue> {
+        let split = parse_split(split).map_err(text_err)?;
         let stream = self.inner.iter(split).map_err(err)?;
         Ok(self.stream(split, stream))
     }
@@ -494,7 +555,7 @@ impl Dataset {
     /// would have yielded next; with another, this rank's share of the samples no rank had
     /// consumed. Sets the epoch to the checkpoint's. `checkpoint`: what `checkpoint()`
     /// returned, or its JSON text.
-    pub fn resume(&self, checkpoint: JsValue) -> Result<BatchStream, JsError> {
+    pub fn resume(&self, checkpoint: JsValue) -> Result<BatchStream, JsValue> {
         let checkpoint = checkpoint_from_js(&checkpoint)?;
         let stream = self.inner.resume(&checkpoint).map_err(err)?;
         Ok(self.stream(checkpoint.split, stream))
@@ -502,8 +563,8 @@ impl Dataset {
 
     /// Where the latest pass over `split` stands (core's `Checkpoint`, as a plain object),
     /// or, before a pass of the current epoch, the checkpoint of a fresh one.
-    pub fn checkpoint(&self, split: &str) -> Result<JsValue, JsError> {
-        let split = parse_split(split).map_err(|e| JsError::new(&e))?;
+    pub fn checkpoint(&self, split: &str) -> Result<JsValue, JsValue> {
+        let split = parse_split(split).map_err(text_err)?;
         let epoch = self.inner.epoch();
         let latest = self.latest.borrow().iter().find(|(s, _)| *s == split).map(|(_, at)| at.borrow().clone());
         match latest {
@@ -528,19 +589,19 @@ impl Dataset {
     pub fn probe(&self, chunks: Option<f64>) -> js_sys::Promise {
         match probe_chunks(chunks) {
             Ok(n) => probe_promise(self.inner.clone(), n, KeepAlive(Some(self.inner.clone()))),
-            Err(e) => js_sys::Promise::reject(&e.into()),
+            Err(e) => js_sys::Promise::reject(&e),
         }
     }
 
     /// Chunks filled under `onBadChunk: "nan"` so far: `{ array, chunk_index, tile, error }`.
     #[wasm_bindgen(js_name = badChunks)]
-    pub fn bad_chunks(&self) -> Result<JsValue, JsError> {
+    pub fn bad_chunks(&self) -> Result<JsValue, JsValue> {
         to_js(&self.inner.bad_chunks())
     }
 
     /// Stats of the last pass that ended, or `undefined`.
     #[wasm_bindgen(js_name = lastPass)]
-    pub fn last_pass(&self) -> Result<JsValue, JsError> {
+    pub fn last_pass(&self) -> Result<JsValue, JsValue> {
         match self.inner.last_pass() {
             Some(p) => to_js(&p),
             None => Ok(JsValue::UNDEFINED),
@@ -602,7 +663,7 @@ impl PassCursor {
 
     /// The next batch through `convert`, or `undefined` after the last one. `keep` lives
     /// until the promise settles (the stream may end, and be dropped, inside it).
-    pub(crate) fn next<K: 'static>(&self, convert: fn(&Batch) -> Result<JsValue, JsError>, keep: K) -> js_sys::Promise {
+    pub(crate) fn next<K: 'static>(&self, convert: fn(&Batch) -> Result<JsValue, JsValue>, keep: K) -> js_sys::Promise {
         self.step(convert, None, keep)
     }
 
@@ -617,7 +678,7 @@ impl PassCursor {
     /// One step of the pass: the batch through `convert`, then kept in `hold` if given.
     fn step<K: 'static>(
         &self,
-        convert: fn(&Batch) -> Result<JsValue, JsError>,
+        convert: fn(&Batch) -> Result<JsValue, JsValue>,
         hold: Option<Rc<RefCell<Option<Batch>>>>,
         keep: K,
     ) -> js_sys::Promise {
@@ -627,9 +688,7 @@ impl PassCursor {
         wasm_bindgen_futures::future_to_promise(async move {
             let _keep = keep;
             if busy.get() {
-                return Err(
-                    JsError::new("next() was called again before the previous call resolved; await it first").into()
-                );
+                return Err(js_error("next() was called again before the previous call resolved; await it first"));
             }
             let Some(mut stream) = inner.borrow_mut().take() else {
                 return Ok(JsValue::UNDEFINED);
@@ -648,13 +707,13 @@ impl PassCursor {
                     }
                     Ok(js)
                 }
-                Some(Err(e)) => Err(JsError::new(&e.to_string()).into()),
+                Some(Err(e)) => Err(err(e)),
                 None => Ok(JsValue::UNDEFINED),
             }
         })
     }
 
-    pub(crate) fn stats(&self) -> Result<JsValue, JsError> {
+    pub(crate) fn stats(&self) -> Result<JsValue, JsValue> {
         match self.inner.borrow().as_ref() {
             Some(s) => to_js(&s.stats()),
             None => Ok(JsValue::UNDEFINED),
@@ -695,14 +754,14 @@ impl BatchStream {
     }
 
     /// Stats of this pass so far (`undefined` once it has ended; see `Dataset.lastPass()`).
-    pub fn stats(&self) -> Result<JsValue, JsError> {
+    pub fn stats(&self) -> Result<JsValue, JsValue> {
         self.cursor.stats()
     }
 
     /// Where this pass stands after the last batch it returned (core's `Checkpoint`, as a
     /// plain object): `Dataset.resume` continues from there, in this process or another, with
     /// any world size. Also after the pass has ended or was closed.
-    pub fn checkpoint(&self) -> Result<JsValue, JsError> {
+    pub fn checkpoint(&self) -> Result<JsValue, JsValue> {
         to_js(&self.cursor.checkpoint())
     }
 
@@ -742,7 +801,7 @@ fn typed_over(dtype: DType, buf: &JsValue, byte_offset: u32, n: u32) -> JsValue 
 /// `{ arrays: { label: { data, shape, dtype } }, sampleIndices, offsets, index, epoch }`, with
 /// `patchOrigins` and `patchDims` when patched: the one batch encoding every JS stream
 /// (dataset, explorer, worker) receives.
-pub(crate) fn batch_to_js(b: &Batch) -> Result<JsValue, JsError> {
+pub(crate) fn batch_to_js(b: &Batch) -> Result<JsValue, JsValue> {
     batch_object(b, |a, o| set(o, "data", &typed_array(a)))
 }
 
@@ -752,7 +811,7 @@ pub(crate) fn batch_to_js(b: &Batch) -> Result<JsValue, JsError> {
 /// detaches its `ArrayBuffer` when it grows, which any allocation of the engine's background
 /// tasks may do, so `data` is only right at creation: the facade re-derives it from
 /// `byteOffset`, `length` and the current `wasmMemory().buffer` (js/src/facade.js).
-pub(crate) fn batch_view_to_js(b: &Batch) -> Result<JsValue, JsError> {
+pub(crate) fn batch_view_to_js(b: &Batch) -> Result<JsValue, JsValue> {
     let buf = wasm_memory().unchecked_into::<js_sys::WebAssembly::Memory>().buffer();
     batch_object(b, |a, o| {
         // wasm32: pointers are 32-bit offsets into the one linear memory.
@@ -773,8 +832,8 @@ pub fn wasm_memory() -> JsValue {
 /// A batch as a JS object; `array_fields` adds each array's data under its own name.
 pub(crate) fn batch_object(
     b: &Batch,
-    array_fields: impl Fn(&NdArray, &Object) -> Result<(), JsError>,
-) -> Result<JsValue, JsError> {
+    array_fields: impl Fn(&NdArray, &Object) -> Result<(), JsValue>,
+) -> Result<JsValue, JsValue> {
     let arrays = Object::new();
     for (label, a) in &b.arrays {
         let o = Object::new();
@@ -810,7 +869,7 @@ pub(crate) fn batch_object(
 
 /// `batch.coords`: each coordinate's value per row, CF time as nanoseconds since 1970 in a
 /// `BigInt64Array`, numbers in a `Float64Array` (fresh arrays, the batch's own).
-fn coords_to_js(coords: &std::collections::BTreeMap<String, CoordValues>) -> Result<Object, JsError> {
+fn coords_to_js(coords: &std::collections::BTreeMap<String, CoordValues>) -> Result<Object, JsValue> {
     let out = Object::new();
     for (name, values) in coords {
         let v: JsValue = match values {
@@ -828,7 +887,7 @@ fn coords_to_js(coords: &std::collections::BTreeMap<String, CoordValues>) -> Res
 
 /// `batch.part` under a rank mesh: `{ dim, index, of, start, len }`, this rank's slice of
 /// every row along `dim` (as Python's `batch.model_part`).
-fn part_to_js(p: &insitubatch_core::BatchPart) -> Result<Object, JsError> {
+fn part_to_js(p: &insitubatch_core::BatchPart) -> Result<Object, JsValue> {
     let out = Object::new();
     set(&out, "dim", &JsValue::from_str(&p.dim))?;
     set(&out, "index", &JsValue::from_f64(p.index as f64))?;
@@ -841,7 +900,7 @@ fn part_to_js(p: &insitubatch_core::BatchPart) -> Result<Object, JsError> {
 /// A patched batch's `patchOrigins` (row-major `rows × patchDims.length`, a fresh
 /// `BigUint64Array` as `sampleIndices`, so both are the batch's own under `batchViews` and
 /// can be transferred by the worker) and `patchDims`; absent for whole samples.
-fn set_patches(out: &Object, p: &insitubatch_core::BatchPatches) -> Result<(), JsError> {
+fn set_patches(out: &Object, p: &insitubatch_core::BatchPatches) -> Result<(), JsValue> {
     let origins = js_sys::BigUint64Array::new_with_length(p.origins.len() as u32);
     origins.copy_from(&p.origins);
     let dims: Array = p.dims.iter().map(|d| JsValue::from_str(d)).collect();

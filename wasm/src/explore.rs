@@ -125,14 +125,15 @@ impl Model {
         tier: Option<Arc<dyn TierOpener>>,
     ) -> Result<DatasetBuilder, Error> {
         let WhatIf { threads, shift, .. } = at;
-        if crate::opfs::CacheFlags::from_options(opts)?.is_some() {
-            return Err(Error::Config(
-                "the explorer's disk tier is opened once, with the explorer: pass cacheDir (and persist, \
-                 readonlyCache, resetStaleCache) to openExplorer, not to its questions"
-                    .into(),
+        let resolved = opts.to_core()?;
+        if resolved.cache.is_some() {
+            return Err(Error::option(
+                "cache_dir",
+                "the explorer's disk tier is opened once, with the explorer: pass `cache_dir` (and `persist`, \
+                 `readonly_cache`, `reset_stale_cache`) to openExplorer, not to its questions",
             ));
         }
-        let (split, mut options) = opts.to_core()?;
+        let (split, mut options) = (resolved.split, resolved.dataset);
         options.tier = tier;
         let opened: Vec<ZarrArray> = self.arrays.iter().chain(&self.coordinates).cloned().collect();
         // The what-if's shift, else the options' own window.
@@ -205,18 +206,12 @@ pub fn target_label(label: &str, shift: i64) -> String {
 mod js {
     use super::*;
     use crate::LocalExecutor;
-    use crate::api::{PassCursor, batch_to_js, err, parse_options, probe_chunks, probe_promise, to_js, whole};
+    use crate::api::{
+        PassCursor, batch_to_js, err, js_error, parse_options, probe_chunks, probe_promise, signed, to_js, whole,
+    };
     use crate::storage::FetchStorage;
     use insitubatch_core::internals::PolicyStorage;
     use wasm_bindgen::prelude::*;
-
-    fn signed(name: &str, v: f64) -> Result<i64, JsError> {
-        if v.is_finite() && v.fract() == 0.0 && v.abs() <= 9_007_199_254_740_991.0 {
-            Ok(v as i64)
-        } else {
-            Err(JsError::new(&format!("{name} must be an integer, got {v}")))
-        }
-    }
 
     /// Open the metadata of the store at `url` (`http(s)://`) once, for the dashboard:
     /// `variables` as in `open()` (absent: discover; needs consolidated metadata).
@@ -227,9 +222,9 @@ mod js {
         url: String,
         variables: Option<Vec<String>>,
         cache: JsValue,
-    ) -> Result<Explorer, JsError> {
+    ) -> Result<Explorer, JsValue> {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(JsError::new(&format!("unsupported store URL; use http:// or https://: {url}")));
+            return Err(js_error(&format!("unsupported store URL; use http:// or https://: {url}")));
         }
         explorer_on(Arc::new(FetchStorage::new(&url)), url, variables, cache).await
     }
@@ -245,9 +240,9 @@ mod js {
         url: Option<String>,
         variables: Option<Vec<String>>,
         cache: JsValue,
-    ) -> Result<Explorer, JsError> {
+    ) -> Result<Explorer, JsValue> {
         let storage = crate::JsStorage::new(&storage, url.as_deref().unwrap_or("(a JS storage object)"))
-            .map_err(|e| JsError::new(&e))?;
+            .map_err(|e| js_error(&e))?;
         let url = url.unwrap_or_else(|| storage.location());
         explorer_on(Arc::new(storage), url, variables, cache).await
     }
@@ -259,8 +254,10 @@ mod js {
         url: String,
         variables: Option<Vec<String>>,
         cache: JsValue,
-    ) -> Result<Explorer, JsError> {
-        let tier = match crate::opfs::CacheFlags::from_options(&parse_options(cache)?).map_err(err)? {
+    ) -> Result<Explorer, JsValue> {
+        let flags = parse_options(cache)?.to_core().map_err(err)?.cache;
+        let dir = flags.as_ref().map(crate::opfs::OpfsDir::from_flags).transpose().map_err(err)?;
+        let tier = match dir {
             // The explorer's jobs run on the calling thread (`WhatIfPool`), so do its checksums.
             Some(flags) => {
                 let pool: Arc<dyn ThreadPool> = Arc::new(insitubatch_core::runtime::InlinePool);
@@ -277,7 +274,7 @@ mod js {
             // A dimension without an array of its name is common (no coordinate stored).
             match insitubatch_core::internals::open_array(&reads, &name).await {
                 Ok(a) if a.is_coordinate() => coordinates.push(a),
-                Ok(_) | Err(Error::NotFound { .. }) => {}
+                Ok(_) | Err(Error::ArrayNotFound { .. }) => {}
                 Err(e) => return Err(err(e)),
             }
         }
@@ -305,7 +302,7 @@ mod js {
             threads: f64,
             shift: f64,
             tier: Option<Arc<dyn insitubatch_core::TierOpener>>,
-        ) -> Result<(Dataset, u64), JsError> {
+        ) -> Result<(Dataset, u64), JsValue> {
             let opts = parse_options(options)?;
             let epoch = whole("epoch", epoch)?;
             let threads = whole("threads", threads)?.max(1) as usize;
@@ -326,7 +323,7 @@ mod js {
             iterations: f64,
             threads: f64,
             shift: f64,
-        ) -> Result<insitubatch_core::DatasetReport, JsError> {
+        ) -> Result<insitubatch_core::DatasetReport, JsValue> {
             let (ds, _) = self.dataset(options, epoch, threads, shift, None)?;
             let n = whole("iterations", iterations)?.max(1) as usize;
             ds.describe(n).map_err(err)
@@ -343,7 +340,7 @@ mod js {
 
         /// Every array (data first, then coordinates): path, shape, chunks, shard, dtype,
         /// codecs, dimension names, attributes, and whether it is a coordinate.
-        pub fn arrays(&self) -> Result<JsValue, JsError> {
+        pub fn arrays(&self) -> Result<JsValue, JsValue> {
             to_js(&self.model.infos())
         }
 
@@ -356,7 +353,7 @@ mod js {
             iterations: f64,
             threads: f64,
             shift: f64,
-        ) -> Result<JsValue, JsError> {
+        ) -> Result<JsValue, JsValue> {
             to_js(&self.report(options, epoch, iterations, threads, shift)?)
         }
 
@@ -369,14 +366,14 @@ mod js {
             iterations: f64,
             threads: f64,
             shift: f64,
-        ) -> Result<String, JsError> {
+        ) -> Result<String, JsValue> {
             Ok(self.report(options, epoch, iterations, threads, shift)?.render())
         }
 
         /// The draw order of `split` at `epoch`: anchors, their chunks, shuffle blocks, quality.
         #[wasm_bindgen(js_name = drawOrder)]
-        pub fn draw_order(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<JsValue, JsError> {
-            let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
+        pub fn draw_order(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<JsValue, JsValue> {
+            let split = crate::parse_split(split).map_err(crate::api::text_err)?;
             let (ds, epoch) = self.dataset(options, epoch, 1.0, shift, None)?;
             to_js(&ds.draw_order_report(split, epoch).map_err(err)?)
         }
@@ -390,7 +387,7 @@ mod js {
             threads: f64,
             shift: f64,
             values: Vec<f64>,
-        ) -> Result<JsValue, JsError> {
+        ) -> Result<JsValue, JsValue> {
             let opts = parse_options(options)?;
             let epoch = whole("epoch", epoch)?;
             let threads = whole("threads", threads)?.max(1) as usize;
@@ -416,8 +413,8 @@ mod js {
             epoch: f64,
             shift: f64,
             cached: Option<bool>,
-        ) -> Result<ExploreStream, JsError> {
-            let split = crate::parse_split(split).map_err(|e| JsError::new(&e))?;
+        ) -> Result<ExploreStream, JsValue> {
+            let split = crate::parse_split(split).map_err(crate::api::text_err)?;
             let tier = if cached.unwrap_or(true) { self.tier.clone() } else { None };
             let (ds, _) = self.dataset(options, epoch, 1.0, shift, tier)?;
             Ok(ExploreStream { cursor: PassCursor::new(ds.iter(split).map_err(err)?) })
@@ -440,7 +437,7 @@ mod js {
                 .and_then(|n| Ok((self.dataset(options, epoch, threads.unwrap_or(1.0), shift, None)?.0, n)));
             match built {
                 Ok((ds, n)) => probe_promise(ds, n, ()),
-                Err(e) => js_sys::Promise::reject(&e.into()),
+                Err(e) => js_sys::Promise::reject(&e),
             }
         }
     }
@@ -467,7 +464,7 @@ mod js {
         }
 
         /// Stats of this pass so far (`undefined` once it has ended).
-        pub fn stats(&self) -> Result<JsValue, JsError> {
+        pub fn stats(&self) -> Result<JsValue, JsValue> {
             self.cursor.stats()
         }
 
@@ -484,7 +481,7 @@ pub use js::*;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
-    use insitubatch_core::{Knobs, Split};
+    use insitubatch_core::{DatasetSpec, Split, VariablesSpec};
     use insitubatch_native::{NativeRuntime, demo, open_storage};
 
     fn demo_store(n_time: u64) -> (tempfile_dir::Dir, String) {
@@ -544,17 +541,14 @@ mod tests {
         let dataset =
             |opts: &JsOpenOptions, at: WhatIf| m.dataset(Arc::clone(&storage), Arc::clone(&executor), opts, at, None);
         for (bs, bc, pf, epoch) in [(8, 2, 2, 0), (5, 1, 4, 3), (16, 4, 1, 1)] {
-            let knobs = Knobs { batch_size: bs, block_chunks: bc, prefetch_depth: pf, seed: 7, ..Default::default() };
-            let opts = JsOpenOptions { knobs, ..Default::default() };
+            let spec =
+                DatasetSpec { batch_size: bs, block_chunks: bc, prefetch_depth: pf, seed: 7, ..Default::default() };
+            let opts = JsOpenOptions { spec: spec.clone(), ..Default::default() };
             let ds = dataset(&opts, WhatIf { threads: 2, epoch, shift: 0 }).unwrap();
             let ours = serde_json::to_value(ds.describe(1).unwrap()).unwrap();
             let native = insitubatch_native::open(
                 &url,
-                insitubatch_native::OpenOptions {
-                    dataset: opts.to_core().unwrap().1,
-                    threads: Some(2),
-                    ..Default::default()
-                },
+                insitubatch_native::OpenOptions::from_spec(DatasetSpec { threads: Some(2), ..spec }),
             )
             .unwrap();
             native.set_epoch(epoch);
@@ -576,17 +570,19 @@ mod tests {
             assert_eq!(d.quality, ours["config"]["shuffle_quality"].as_f64().unwrap());
         }
         // A variable that is not in the store is a clear error, not a panic.
-        let bad =
-            JsOpenOptions { variables: Some(crate::JsVariables::Paths(vec!["nope".into()])), ..Default::default() };
+        let nope = DatasetSpec { variables: Some(VariablesSpec::Paths(vec!["nope".into()])), ..Default::default() };
+        let bad = JsOpenOptions { spec: nope, ..Default::default() };
         let e = dataset(&bad, WhatIf { threads: 1, epoch: 0, shift: 0 }).unwrap_err().to_string();
         assert!(e.contains("\"nope\"") && e.contains("t2m"), "{e}");
         // The disk tier is the explorer's, opened with it: a question naming one is refused.
-        let cached = JsOpenOptions { cache_dir: Some("c".into()), persist: Some(true), ..Default::default() };
-        let e = dataset(&cached, WhatIf { threads: 1, epoch: 0, shift: 0 }).unwrap_err().to_string();
+        let cached = DatasetSpec { cache_dir: Some("c".into()), persist: true, ..Default::default() };
+        let cached = JsOpenOptions { spec: cached, ..Default::default() };
+        let e = dataset(&cached, WhatIf { threads: 1, epoch: 0, shift: 0 }).unwrap_err();
+        let e = e.message_in(&insitubatch_core::camel_case);
         assert!(e.contains("pass cacheDir") && e.contains("to openExplorer"), "{e}");
         // A windowed view: every variable again as a target `shift` samples on, read for real.
         let opts = JsOpenOptions {
-            knobs: Knobs { batch_size: 6, block_chunks: 2, ..Default::default() },
+            spec: DatasetSpec { batch_size: 6, block_chunks: 2, ..Default::default() },
             ..Default::default()
         };
         let ds = dataset(&opts, WhatIf { threads: 1, epoch: 1, shift: 3 }).unwrap();
@@ -614,7 +610,7 @@ mod tests {
             .quality_curve(
                 &storage,
                 &executor,
-                &JsOpenOptions { knobs: Knobs { batch_size: 4, ..Default::default() }, ..Default::default() },
+                &JsOpenOptions { spec: DatasetSpec { batch_size: 4, ..Default::default() }, ..Default::default() },
                 WhatIf { threads: 1, epoch: 0, shift: 0 },
                 &[1, 2, 5],
             )

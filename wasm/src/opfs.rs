@@ -33,15 +33,14 @@
 
 use std::collections::BTreeSet;
 
-use insitubatch_core::{DType, Error};
+use insitubatch_core::{CacheFlags, CommitRecord, DType, Error, TargetAbilities};
 use sha2::{Digest, Sha256};
 
-use crate::JsOpenOptions;
-
-/// `cacheDir` and its flags, checked (the words of native's `CacheOptions::from_flags`, in
-/// JS spelling).
+/// `cacheDir` and its flags as this tier opens them: core's [`CacheFlags`] (their rules
+/// checked there, with this target's abilities: persisted or read-only, one writer) and the
+/// directory's names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheFlags {
+pub struct OpfsDir {
     /// The directory's names under the origin's OPFS root (`"a/b"` → `["a", "b"]`).
     pub dir: Vec<String>,
     /// Read a complete cache; write nothing; a miss is an error. Takes the lock shared.
@@ -50,41 +49,15 @@ pub struct CacheFlags {
     pub reset_stale: bool,
 }
 
-impl CacheFlags {
-    /// The cache `o` asks for: `None` without `cacheDir`, a refusal when a flag needs one, or
-    /// when the flags contradict each other.
+impl OpfsDir {
+    /// The directory `flags` name, in this origin's private file system.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the option and what to pass.
-    pub fn from_options(o: &JsOpenOptions) -> Result<Option<Self>, Error> {
-        let persist = o.persist.unwrap_or(false);
-        let readonly = o.readonly_cache.unwrap_or(false);
-        let reset_stale = o.reset_stale_cache.unwrap_or(false);
-        let Some(dir) = &o.cache_dir else {
-            let named = [(persist, "persist"), (readonly, "readonlyCache"), (reset_stale, "resetStaleCache")];
-            return match named.into_iter().find_map(|(set, name)| set.then_some(name)) {
-                Some(flag) => Err(Error::Config(format!(
-                    "{flag}: true requires cacheDir: pass cacheDir: \"name\" (a directory in this origin's private \
-                     file system, where decoded chunks are kept)"
-                ))),
-                None => Ok(None),
-            };
-        };
-        let segments = dir_segments(dir)?;
-        if readonly && reset_stale {
-            return Err(Error::Config(format!(
-                "readonlyCache: true and resetStaleCache: true contradict each other: a read-only opener never deletes \
-                 anything. Reset with a writer (persist: true), then open read-only: opfs:{dir}"
-            )));
-        }
-        if !persist && !readonly {
-            return Err(Error::Config(format!(
-                "cacheDir in a browser keeps decoded chunks for later passes and page loads, so it needs persist: true \
-                 (or readonlyCache: true, for a cache a writer warmed); there is no memory mapping to spill chunks to \
-                 as natively: opfs:{dir}"
-            )));
-        }
-        Ok(Some(Self { dir: segments, readonly, reset_stale }))
+    /// [`Error::InvalidOption`] for what this tier cannot do (`TargetAbilities::WASM`) or a
+    /// directory name OPFS refuses.
+    pub fn from_flags(flags: &CacheFlags) -> Result<Self, Error> {
+        flags.check_for(&TargetAbilities::WASM)?;
+        Ok(Self { dir: dir_segments(&flags.dir)?, readonly: flags.readonly, reset_stale: flags.reset_stale })
     }
 
     /// `a/b`: the directory as the caller names it.
@@ -102,10 +75,13 @@ impl CacheFlags {
 fn dir_segments(dir: &str) -> Result<Vec<String>, Error> {
     let segments: Vec<String> = dir.split('/').filter(|s| !s.is_empty()).map(str::to_string).collect();
     if segments.is_empty() || segments.iter().any(|s| s == "." || s == ".." || s.contains(['\\', '\0'])) {
-        return Err(Error::Config(format!(
-            "cacheDir names a directory in this origin's private file system: names separated by '/', none of them \
-             '.' or '..' and no '\\', e.g. \"insitubatch/era5\"; got {dir:?}"
-        )));
+        return Err(Error::option(
+            "cache_dir",
+            format!(
+                "`cache_dir` names a directory in this origin's private file system: names separated by '/', none of \
+                 them '.' or '..' and no '\\', e.g. \"insitubatch/era5\"; got {dir:?}"
+            ),
+        ));
     }
     Ok(segments)
 }
@@ -114,10 +90,8 @@ fn dir_segments(dir: &str) -> Result<Vec<String>, Error> {
 const SUFFIX: &str = ".ibchunk";
 /// The header line's length: a multiple of this.
 const HEADER_ALIGN: usize = 128;
-/// The commit record: `IBCOMMIT`, the CRC-32C of header and data (little-endian), `END\n`.
-pub const TRAILER_LEN: usize = 16;
-const COMMIT: &[u8; 8] = b"IBCOMMIT";
-const TRAILER_END: &[u8; 4] = b"END\n";
+/// The commit record's length: core's [`CommitRecord`] over header and data, as the native tier's.
+pub const TRAILER_LEN: usize = CommitRecord::LEN;
 
 /// The first 16 hex digits of SHA-256 of an array's path. File names carry it so that the
 /// directory's listing says which array a file belongs to (the readable part is lossy).
@@ -181,14 +155,10 @@ pub fn header(fingerprint: &str, chunk: u64, dtype: DType, shape: &[usize]) -> V
     out
 }
 
-/// The commit record written after `header` and `data`.
+/// The commit record written after `header` and `data` (core's [`CommitRecord`]: the
+/// header names the pipeline and the chunk, so no other part is needed).
 pub fn trailer(header: &[u8], data: &[u8]) -> [u8; TRAILER_LEN] {
-    let crc = crc32c::crc32c_append(crc32c::crc32c(header), data);
-    let mut out = [0u8; TRAILER_LEN];
-    out[..8].copy_from_slice(COMMIT);
-    out[8..12].copy_from_slice(&crc.to_le_bytes());
-    out[12..].copy_from_slice(TRAILER_END);
-    out
+    *CommitRecord::over(&[header, data]).as_bytes()
 }
 
 /// Whether a file read back as `head`, `data` and `tail` is the chunk whose header is
@@ -200,13 +170,7 @@ pub fn verify(head: &[u8], want: &[u8], data: &[u8], tail: &[u8]) -> Result<(), 
     if head != want {
         return Err("holds another pipeline, shape or dtype");
     }
-    if tail.len() != TRAILER_LEN || tail[..8] != COMMIT[..] || tail[12..] != TRAILER_END[..] {
-        return Err("has no commit record (an interrupted write)");
-    }
-    if tail[8..12] != trailer(head, data)[8..12] {
-        return Err("does not match its checksum (a torn or damaged write)");
-    }
-    Ok(())
+    CommitRecord::check(&[head, data], tail)
 }
 
 /// The fingerprints other than `fingerprint` that files of the array at `path` were written
@@ -244,8 +208,8 @@ mod js {
     };
 
     use super::{
-        CacheFlags, TRAILER_LEN, chunk_file_name, header, parse_chunk_file_name, path_hash, stale_fingerprints,
-        trailer, verify,
+        OpfsDir, TRAILER_LEN, chunk_file_name, header, parse_chunk_file_name, path_hash, stale_fingerprints, trailer,
+        verify,
     };
     use crate::storage::js_message;
 
@@ -268,7 +232,7 @@ mod js {
     /// # Errors
     /// [`Error::Cache`] when this runtime has no OPFS or Web Locks, the directory cannot be
     /// opened (or, read-only, does not exist), or another context holds its lock.
-    pub(crate) async fn opener(flags: CacheFlags, pool: Arc<dyn ThreadPool>) -> Result<Arc<dyn TierOpener>, Error> {
+    pub(crate) async fn opener(flags: OpfsDir, pool: Arc<dyn ThreadPool>) -> Result<Arc<dyn TierOpener>, Error> {
         let key = flags.key();
         let fail = |message: String| Error::Cache { message, key: key.clone() };
         let root = opfs_root().await.map_err(fail)?;
@@ -341,7 +305,7 @@ mod js {
     }
 
     /// The cache directory under `root`, made by a writer; a read-only opener needs it to exist.
-    async fn open_dir(root: FileSystemDirectoryHandle, flags: &CacheFlags) -> Result<FileSystemDirectoryHandle, Error> {
+    async fn open_dir(root: FileSystemDirectoryHandle, flags: &OpfsDir) -> Result<FileSystemDirectoryHandle, Error> {
         let options = FileSystemGetDirectoryOptions::new();
         options.set_create(!flags.readonly);
         let mut dir = root;
@@ -349,11 +313,14 @@ mod js {
             dir = match JsFuture::from(dir.get_directory_handle_with_options(name, &options)).await {
                 Ok(d) => d.unchecked_into(),
                 Err(e) if flags.readonly && js_name(&e) == "NotFoundError" => {
-                    return Err(Error::Config(format!(
-                        "readonlyCache: true requires an existing cacheDir, and this one does not exist in this \
-                         origin's private file system; warm it first with persist: true: {}",
-                        flags.key()
-                    )));
+                    return Err(Error::option(
+                        "readonly_cache",
+                        format!(
+                            "`readonly_cache` requires an existing `cache_dir`, and this one does not exist in this \
+                             origin's private file system; warm it first with `persist`: {}",
+                            flags.key()
+                        ),
+                    ));
                 }
                 Err(e) => {
                     return Err(Error::Cache {
@@ -405,7 +372,7 @@ mod js {
     }
 
     impl LockGuard {
-        async fn acquire(flags: &CacheFlags) -> Result<Self, Error> {
+        async fn acquire(flags: &OpfsDir) -> Result<Self, Error> {
             let key = flags.key();
             let name = format!("insitubatch-cache:{}", flags.dir_name());
             let fail = |message: String| Error::Cache { message, key: key.clone() };
@@ -492,7 +459,7 @@ mod js {
 
     /// An open cache directory, shared by every dataset its opener builds (the explorer's).
     struct Dir {
-        flags: CacheFlags,
+        flags: OpfsDir,
         handle: FileSystemDirectoryHandle,
         /// The engine's thread pool: a revived file's checksum is CPU work.
         pool: Arc<dyn ThreadPool>,
@@ -899,25 +866,29 @@ mod js {
 mod tests {
     use super::*;
 
-    fn flags(json: &str) -> Result<Option<CacheFlags>, String> {
-        let o = JsOpenOptions::from_json(json).unwrap();
-        CacheFlags::from_options(&o).map_err(|e| e.to_string())
+    fn flags(json: &str) -> Result<Option<OpfsDir>, String> {
+        let spell = |e: Error| e.message_in(&insitubatch_core::camel_case);
+        let o = crate::JsOpenOptions::from_json(json).map_err(spell)?;
+        let cache = o.to_core().map_err(spell)?.cache;
+        cache.as_ref().map(OpfsDir::from_flags).transpose().map_err(spell)
     }
 
     #[test]
-    fn flags_are_checked_as_natively_in_js_words() {
+    fn flags_are_checked_by_core_in_js_words() {
         assert_eq!(flags("{}"), Ok(None));
         let f = flags(r#"{"cacheDir":"insitubatch//era5/","persist":true}"#).unwrap().unwrap();
         assert_eq!(f.dir, ["insitubatch", "era5"]);
         assert_eq!((f.readonly, f.reset_stale, f.key().as_str()), (false, false, "opfs:insitubatch/era5"));
         let e = flags(r#"{"persist":true}"#).unwrap_err();
-        assert!(e.contains("persist: true requires cacheDir"), "{e}");
+        assert!(e.contains("persist requires cacheDir"), "{e}");
         let e = flags(r#"{"resetStaleCache":true}"#).unwrap_err();
-        assert!(e.contains("resetStaleCache: true requires cacheDir"), "{e}");
+        assert!(e.contains("resetStaleCache requires cacheDir"), "{e}");
         let e = flags(r#"{"cacheDir":"c","readonlyCache":true,"resetStaleCache":true}"#).unwrap_err();
-        assert!(e.contains("contradict") && e.ends_with("opfs:c"), "{e}");
+        assert!(e.contains("contradict") && e.ends_with(": c"), "{e}");
         let e = flags(r#"{"cacheDir":"c"}"#).unwrap_err();
-        assert!(e.contains("needs persist: true"), "{e}");
+        assert!(e.contains("needs persist"), "{e}");
+        let e = flags(r#"{"cacheDir":"c","persist":true,"sharedCache":true}"#).unwrap_err();
+        assert!(e.contains("sharedCache is not available"), "{e}");
         assert!(flags(r#"{"cacheDir":"c","readonlyCache":true}"#).unwrap().unwrap().readonly);
         for bad in ["", "/", "a/../b", "./a", "a\\b"] {
             let e = flags(&format!(r#"{{"cacheDir":{bad:?},"persist":true}}"#)).unwrap_err();

@@ -7,6 +7,7 @@
 //! of the instance's memory (to tell an out-of-memory abort from a bug), and, for tests only,
 //! a way to force each kind of trap deterministically.
 
+use crate::api::js_error;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -196,14 +197,14 @@ enum TrapKind {
 }
 
 impl TrapKind {
-    fn parse(s: &str) -> Result<Self, JsError> {
+    fn parse(s: &str) -> Result<Self, JsValue> {
         match s {
             "panic" => Ok(Self::Panic),
             "oom" => Ok(Self::OutOfMemory),
             "unreachable" => Ok(Self::Unreachable),
             "pool" if cfg!(feature = "threads") => Ok(Self::Pool),
-            "pool" => Err(JsError::new("the \"pool\" trap needs the threaded build (decode threads)")),
-            _ => Err(JsError::new(&format!(
+            "pool" => Err(js_error("the \"pool\" trap needs the threaded build (decode threads)")),
+            _ => Err(js_error(&format!(
                 "unknown trap kind {s:?}; use \"panic\", \"oom\", \"unreachable\" or (threaded build) \"pool\""
             ))),
         }
@@ -268,7 +269,7 @@ static ARMED_AFTER: AtomicU32 = AtomicU32::new(0);
 /// trap would: the JS layer must then reject the pending `next()` rather than hang.
 #[doc(hidden)]
 #[wasm_bindgen(js_name = __debugTrap)]
-pub fn debug_trap(kind: &str, after: Option<u32>) -> Result<(), JsError> {
+pub fn debug_trap(kind: &str, after: Option<u32>) -> Result<(), JsValue> {
     let kind = TrapKind::parse(kind)?;
     match after {
         None | Some(0) => kind.fire(),

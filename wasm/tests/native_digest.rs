@@ -6,12 +6,11 @@
 //! `$INSITUBATCH_NATIVE_DIGESTS` (`scripts/test-wasm.sh`).
 #![cfg(not(target_arch = "wasm32"))]
 
-use insitubatch_core::Knobs;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use insitubatch_native::core::{Batch, DatasetOptions, ModelParallel, PatchAxis, PatchOptions, Split};
-use insitubatch_native::{OpenOptions, Variable, open};
+use insitubatch_native::core::{AxisSizes, Batch, PatchAxis, PatchPlacement, Split};
+use insitubatch_native::{DatasetSpec, OpenOptions, Variable, VariablesSpec, open};
 use insitubatch_tests::{digest, skip};
 
 /// The parameters both sides use; keep in sync with `js/test/parity.test.js`.
@@ -47,16 +46,12 @@ fn native_digests_for_the_parity_check() {
         vars.sort();
         let ds = open(
             &format!("file://{}", dir.join(path).display()),
-            OpenOptions {
-                variables: Some(vars),
+            OpenOptions::from_spec(DatasetSpec {
+                variables: Some(VariablesSpec::Paths(vars)),
                 sample_axis,
                 fractions: (0.8, 0.1, 0.1),
-                dataset: DatasetOptions {
-                    knobs: Knobs { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..Default::default() },
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+                ..knobs()
+            }),
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         ds.set_epoch(EPOCH);
@@ -77,20 +72,13 @@ fn native_digests_for_the_parity_check() {
                     Variable { label: "x".into(), geometry: geometry.clone() },
                     Variable { label: "y".into(), geometry: geometry.shift(SHIFT) },
                 ]),
-                shuffle_splits: true,
-                split_seed: Some(SPLIT_SEED),
-                sample_range: Some((1, n - 1)),
-                dataset: DatasetOptions {
-                    knobs: Knobs {
-                        batch_size: BATCH,
-                        block_chunks: BLOCK_CHUNKS,
-                        first_block_chunks: Some(1),
-                        seed: SEED,
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-                ..Default::default()
+                ..OpenOptions::from_spec(DatasetSpec {
+                    shuffle_splits: true,
+                    split_seed: Some(SPLIT_SEED),
+                    sample_range: Some((1, n - 1)),
+                    first_block_chunks: Some(1),
+                    ..knobs()
+                })
             },
         )
         .unwrap_or_else(|e| panic!("{name} (knobs): {e}"));
@@ -109,6 +97,11 @@ fn native_digests_for_the_parity_check() {
     assert!(out.len() >= 30, "expected every fixture store");
 }
 
+/// The knobs every case shares.
+fn knobs() -> DatasetSpec {
+    DatasetSpec { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..DatasetSpec::default() }
+}
+
 /// The patched cases (`patch/STORE/train`): a grid with a stride on named axes over two
 /// variables tiled differently, and random patches on axis indices given out of order, on
 /// ragged chunks. JS: `PATCH_CASES` in js/test/parity.test.js.
@@ -117,34 +110,27 @@ fn patched_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
     let cases = [
         (
             "v3_zstd",
-            vec!["t2m", "u10"],
-            PatchOptions::from_parts(
-                vec![(name("lat"), 3), (name("lon"), 3)],
-                "grid",
-                Some(vec![(name("lon"), 2)]),
-                None,
-            ),
+            DatasetSpec {
+                variables: Some(VariablesSpec::Paths(vec!["t2m".into(), "u10".into()])),
+                patch: Some(AxisSizes(vec![(name("lat"), 3), (name("lon"), 3)])),
+                patch_stride: Some(AxisSizes(vec![(name("lon"), 2)])),
+                ..knobs()
+            },
         ),
         (
             "v3_ragged",
-            vec!["t2m"],
-            PatchOptions::from_parts(vec![(PatchAxis::Axis(2), 5), (PatchAxis::Axis(1), 4)], "random", None, Some(3)),
+            DatasetSpec {
+                variables: Some(VariablesSpec::Paths(vec!["t2m".into()])),
+                patch: Some(AxisSizes(vec![(PatchAxis::Axis(2), 5), (PatchAxis::Axis(1), 4)])),
+                patch_mode: Some(PatchPlacement::Random),
+                patches_per_sample: Some(3),
+                ..knobs()
+            },
         ),
     ];
-    for (store, vars, patch) in cases {
-        let ds = open(
-            &format!("file://{}", dir.join(store).display()),
-            OpenOptions {
-                variables: Some(vars.iter().map(ToString::to_string).collect()),
-                dataset: DatasetOptions {
-                    knobs: Knobs { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..Default::default() },
-                    patch: Some(patch.unwrap()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .unwrap_or_else(|e| panic!("{store} (patch): {e}"));
+    for (store, spec) in cases {
+        let ds = open(&format!("file://{}", dir.join(store).display()), OpenOptions::from_spec(spec))
+            .unwrap_or_else(|e| panic!("{store} (patch): {e}"));
         ds.set_epoch(EPOCH);
         let batches: Vec<Batch> =
             ds.iter(Split::Train).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{store}: {e}"));
@@ -158,29 +144,22 @@ fn patched_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
 /// js/test/parity.test.js.
 fn drawn_digests(dir: &std::path::Path, out: &mut BTreeMap<String, String>) {
     let n = 80; // samples of v3_zstd
-    let draws = DatasetOptions {
+    let both = DatasetSpec { variables: Some(VariablesSpec::Paths(vec!["t2m".into(), "u10".into()])), ..knobs() };
+    let draws = DatasetSpec {
         sample_mask: Some((0..n).map(|t| t % 4 != 1).collect()),
         sample_weights: Some((0..n).map(|t| 0.5 + f64::from(t % 5) * 0.5).collect()),
-        ..Default::default()
+        ..both.clone()
     };
-    let mesh = DatasetOptions {
-        knobs: Knobs { rank: 1, world_size: 2, ..Default::default() },
-        model_parallel: Some(ModelParallel { size: 2, axis: PatchAxis::Name("lat".into()) }),
-        ..Default::default()
+    let mesh = DatasetSpec {
+        rank: 1,
+        world_size: 2,
+        model_parallel: 2,
+        model_parallel_axis: Some(PatchAxis::Name("lat".into())),
+        ..both
     };
-    for (key, options) in [("draws/v3_zstd/train", draws), ("mesh/v3_zstd/train", mesh)] {
-        let ds = open(
-            &format!("file://{}", dir.join("v3_zstd").display()),
-            OpenOptions {
-                variables: Some(vec!["t2m".into(), "u10".into()]),
-                dataset: DatasetOptions {
-                    knobs: Knobs { batch_size: BATCH, block_chunks: BLOCK_CHUNKS, seed: SEED, ..options.knobs },
-                    ..options
-                },
-                ..Default::default()
-            },
-        )
-        .unwrap_or_else(|e| panic!("{key}: {e}"));
+    for (key, spec) in [("draws/v3_zstd/train", draws), ("mesh/v3_zstd/train", mesh)] {
+        let ds = open(&format!("file://{}", dir.join("v3_zstd").display()), OpenOptions::from_spec(spec))
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
         ds.set_epoch(EPOCH);
         let batches: Vec<Batch> =
             ds.iter(Split::Train).unwrap().collect::<Result<_, _>>().unwrap_or_else(|e| panic!("{key}: {e}"));

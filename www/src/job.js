@@ -1,6 +1,7 @@
 // Watching a running job: its Prometheus endpoint (`metrics_address=` in Python,
 // `--metrics-address` in the CLI) read from the page, one row per rank and split. The
-// endpoint answers with CORS allowed, so the dashboard reads it from its own origin.
+// endpoint lets a page read it only when the job names that page's origin
+// (`metrics_cors_origin=`, `--metrics-cors-origin`).
 
 /**
  * The samples of a Prometheus text exposition: `[{ name, labels, value }]`.

@@ -195,7 +195,7 @@ function showPassReport(s, m) {
     ['advice', s.advice, 'advice'],
     ['batches / samples', `${s.batches} / ${s.samples}`, 'batches'],
     ['delivered', `${human(s.batch_bytes)} in ${s.wall_s.toFixed(3)} s = ${(s.batch_bytes / 1e6 / Math.max(s.wall_s, 1e-9)).toFixed(1)} MB/s`, 'mbps'],
-    ['time to first batch', `${s.ttfb_s.toFixed(3)} s`, 'ttfb'],
+    ['time to first batch', s.ttfb_s === null ? 'no batch yet' : `${s.ttfb_s.toFixed(3)} s`, 'ttfb'],
     ['storage reads / decoded', `${s.storage_reads} / ${human(s.decoded_bytes)}`, 'reads'],
     ['cache hits / misses / re-reads', `${s.cache_hits} / ${s.cache_misses} / ${s.reread_chunks}`, 'cache'],
     ['consumer waited on', s.blocked_s.map(([k, v]) => `${k} ${v.toFixed(3)} s`).join(', ') || 'nothing', 'blocked'],

@@ -16,12 +16,12 @@ import { guarded, nextBatch, nextEpoch, prevBatch, showBatch } from './preview.j
 import { applyProbe, runProbe } from './probe.js';
 import { drawColorbar } from './render.js';
 import { scheduleUpdate } from './tune.js';
-import { stopWatching, watchJob } from './watch.js';
+import { showOrigin, stopWatching, watchJob } from './watch.js';
 
 // What this module exported before the sections moved out, for anything that imports them.
 export { human } from './components.js';
 export { storeUrl } from './open.js';
-export { currentOptions, parseAxisSizes } from './options.js';
+export { currentOptions, axisSizesText } from './options.js';
 
 document.head.append(Object.assign(document.createElement('style'), { textContent: COMPONENTS_CSS }));
 $('build').textContent = `page ${crossOriginIsolated ? 'is' : 'is not'} cross-origin isolated; describe and preview: one-thread wasm on this page; live run: a worker (threaded build when isolated and available)`;
@@ -65,6 +65,7 @@ $('job-form').addEventListener('submit', (ev) => {
   watchJob($('job-url').value.trim());
 });
 $('unwatch').addEventListener('click', stopWatching);
+showOrigin();
 
 // `?store=URL` opens a store at load; `?demo` the served demo store.
 const params = new URLSearchParams(location.search);

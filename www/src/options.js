@@ -10,19 +10,13 @@ export function num(id) {
 }
 
 /**
- * `lat=45,lon=90` (the CLI's `--patch` spelling) as `[axis, size]` pairs, in the order
- * typed (the order of `patchOrigins`' columns): a name, or digits for an axis index. Empty
- * text is `undefined`; anything else not AXIS=SIZE is an error naming `what`. The engine
- * checks the rest (an axis no variable has, a size beyond the axis).
+ * A text field's `lat=45,lon=90` (the CLI's `--patch` spelling), as typed: the engine reads
+ * it (core's one reader of that grammar, in the order typed: the order of `patchOrigins`'
+ * columns) and refuses what is not AXIS=SIZE, naming the option. Empty text is `undefined`.
  */
-export function parseAxisSizes(text, what) {
+export function axisSizesText(text) {
   const t = text.trim();
-  if (t === '') return undefined;
-  return t.split(',').map((part) => {
-    const m = /^\s*([^=\s]+)\s*=\s*(\d+)\s*$/.exec(part);
-    if (!m) throw new Error(`${what}: ${JSON.stringify(part.trim())} is not AXIS=SIZE; write sizes as lat=45,lon=90 (a dimension name or an axis index)`);
-    return [/^\d+$/.test(m[1]) ? Number(m[1]) : m[1], Number(m[2])];
-  });
+  return t === '' ? undefined : t;
 }
 
 /**
@@ -30,7 +24,7 @@ export function parseAxisSizes(text, what) {
  * patches per sample of a random draw); none without a patch size, as the engine asks.
  */
 function patchOptions() {
-  const patch = parseAxisSizes($('patch').value, 'patch size');
+  const patch = axisSizesText($('patch').value);
   const random = $('patchMode').value === 'random';
   // Each mode's own knob only: the other is disabled, and the engine refuses it.
   $('patchStride').disabled = random;
@@ -38,7 +32,7 @@ function patchOptions() {
   if (!patch) return {};
   return random
     ? { patch, patchMode: 'random', patchesPerSample: num('patchesPerSample') }
-    : { patch, patchMode: 'grid', patchStride: parseAxisSizes($('patchStride').value, 'patch stride') };
+    : { patch, patchMode: 'grid', patchStride: axisSizesText($('patchStride').value) };
 }
 
 /** The configuration the controls describe, in `open()`'s option names (an Error for unparsable patch text). */

@@ -66,7 +66,8 @@ function showReport(r) {
   $('mem-peak-big').textContent = `estimated peak ${human(m.estimated_peak_bytes)}`;
   const c = r.config;
   $('splits').querySelector('tbody').replaceChildren(...splitRows(c));
-  $('quality').textContent = c.shuffle_quality.toFixed(3);
+  // None under two train anchors: no order to score.
+  $('quality').textContent = c.shuffle_quality === null ? 'n/a' : c.shuffle_quality.toFixed(3);
   $('quality').dataset.value = String(c.shuffle_quality);
   $('var-report').querySelector('tbody').replaceChildren(...r.variables.map(variableRow));
   $('notes').replaceChildren(...notesList(r.notes));

@@ -1,5 +1,7 @@
 // 5. A running job: its Prometheus endpoint read every couple of seconds and shown as one
-// row per rank and split (job.js parses and lays out what it answers).
+// row per rank and split (job.js parses and lays out what it answers). The endpoint lets no
+// page read it unless the job names that page's origin (`metrics_cors_origin`, native/src/
+// metrics.rs), so the section says which origin to name, and a refused read says it again.
 import { $, state } from './app.js';
 import { jobTable, parseMetrics, rankRows } from './job.js';
 
@@ -23,10 +25,19 @@ async function scrapeJob() {
     $('job-state').dataset.state = 'ok';
     $('job-state').dataset.scrapes = String(J.scrapes);
   } catch (e) {
-    J.error = e.message;
-    $('job-state').textContent = `cannot read ${J.url}: ${e.message}`;
+    // A read the browser refused for CORS is a TypeError without details (nor may a page
+    // tell it from a job that is not running).
+    J.error = e instanceof TypeError
+      ? `cannot read the job's metrics: the job is not running there, or did not let this page read it (start it with metrics_cors_origin="${location.origin}", CLI: --metrics-cors-origin ${location.origin}): ${J.url}`
+      : `cannot read ${J.url}: ${e.message}`;
+    $('job-state').textContent = J.error;
     $('job-state').dataset.state = 'error';
   }
+}
+
+/** Name this page's origin where the section says what a job must let read it. */
+export function showOrigin() {
+  for (const el of document.querySelectorAll('.job-origin')) el.textContent = location.origin;
 }
 
 export function stopWatching() {

@@ -487,7 +487,7 @@ describe('dashboard', () => {
     for (const [text, re] of [
       ['lat=400', /^the configuration was refused: patch size 400 on lat must be between 1 and the axis length 91/],
       ['height=8', /^the configuration was refused: patch names "height" but no variable has it/],
-      ['lat', /^the configuration was refused: patch size: "lat" is not AXIS=SIZE/],
+      ['lat', /^the configuration was refused: patch: "lat" is not AXIS=SIZE/],
     ]) {
       await setControl('patch', text);
       await page.waitForSelector('#banner:not([hidden])');
@@ -541,10 +541,11 @@ describe('dashboard', () => {
   it('watches a running job: its Prometheus endpoint, one row per rank, the figures the job reports', async () => {
     // A real job: the CLI over the store, its endpoint on a free port, held after its first
     // epoch's pass ended (one 48-sample batch) and one batch into the next (no sleeps: the test
-    // acts on the lines the CLI prints).
-    const job = spawn(CLI, ['bench', STORE, '--epochs', '2', '--batch-size', '48', '--fractions', '1,0,0',
-      '--metrics-address', '127.0.0.1:0', '--pause-after-batches', '2', '--threads', '1']);
-    try {
+    // acts on the lines the CLI prints). `cors`: the origin the job lets read its metrics.
+    const startJob = async (cors) => {
+      const job = spawn(CLI, ['bench', STORE, '--epochs', '2', '--batch-size', '48', '--fractions', '1,0,0',
+        '--metrics-address', '127.0.0.1:0', ...(cors ? ['--metrics-cors-origin', cors] : []),
+        '--pause-after-batches', '2', '--threads', '1']);
       // The first match of `re` in what `stream` printed; `re` ends at a newline, as a chunk
       // may end mid-line.
       const lines = async (stream, re) => {
@@ -556,10 +557,36 @@ describe('dashboard', () => {
         }
         throw new Error(`the job ended before printing ${re}: ${text}`);
       };
-      const [[, endpoint]] = await Promise.all([lines(job.stderr, /metrics: (\S+)\r?\n/), lines(job.stdout, /paused after 2 batches\r?\n/)]);
+      try {
+        const [[, endpoint]] = await Promise.all([lines(job.stderr, /metrics: (\S+)\r?\n/), lines(job.stdout, /paused after 2 batches\r?\n/)]);
+        return { job, endpoint };
+      } catch (e) {
+        job.kill('SIGKILL');
+        throw e;
+      }
+    };
+    const watch = async (endpoint) => {
       await page.fill('#job-url', endpoint);
       await page.click('#watch');
       await page.waitForSelector('#job-state[data-state=ok], #job-state[data-state=error]');
+    };
+    await page.goto(base);
+    const origin = new URL(base).origin;
+    assert.equal(await page.textContent('#job-hint .job-origin'), origin, 'the page says which origin to name');
+    // A job that names no origin lets no page read it, and the page says what to pass.
+    const closed = await startJob(null);
+    try {
+      await watch(closed.endpoint);
+      assert.equal(await page.getAttribute('#job-state', 'data-state'), 'error');
+      const said = await page.textContent('#job-state');
+      assert.ok(said.includes(`--metrics-cors-origin ${origin}`) && said.endsWith(closed.endpoint), said);
+      await page.click('#unwatch');
+    } finally {
+      closed.job.kill('SIGKILL');
+    }
+    const { job, endpoint } = await startJob(origin);
+    try {
+      await watch(endpoint);
       assert.equal(await page.getAttribute('#job-state', 'data-state'), 'ok', await page.textContent('#job-state'));
       const cells = await page.$$eval('#job-table tr[data-rank="0"][data-split="train"] td', (tds) =>
         Object.fromEntries(tds.map((td) => [td.dataset.key, td.textContent])));
@@ -576,6 +603,7 @@ describe('dashboard', () => {
     } finally {
       job.kill('SIGKILL');
     }
+    // The refused read is logged by Chromium on the console, not thrown on the page.
     assert.deepEqual(pageErrors, []);
   });
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use async_lock::Semaphore;
 
-use super::{Dataset, DatasetOptions, Inner, Variable};
+use super::{Dataset, DatasetOptions, DatasetSpec, Inner, Variable, VariableSpec, VariablesSpec};
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
 use crate::coords::{Coordinate, LabelSel, group_of, read_agreed_coordinate};
@@ -49,6 +49,9 @@ enum Selection {
     Paths(Vec<String>),
     /// Labelled geometries: windows (`shift`), several labels over one array.
     Variables(Vec<Variable>),
+    /// Labelled variables as data (a spec's `variables`), resolved against the arrays'
+    /// metadata once it is read.
+    Labelled(Vec<(String, VariableSpec)>),
 }
 
 /// Everything a dataset is made of, set piece by piece; see the module docs.
@@ -168,10 +171,53 @@ impl DatasetBuilder {
         self
     }
 
-    /// The knobs (batch size, blocks, reads in flight, budget, policy, tier).
+    /// Everything the spec says (resolved by [`DatasetSpec::resolve`]): the options, the
+    /// split, the variables and their sample axis. What is program-side (a tier, observers,
+    /// labelled geometries, transforms) is set by the other methods and kept. The spec's
+    /// storage, cache-directory, thread and metrics options are the target's to apply (the
+    /// native `OpenOptions`, the wasm `open()`), from [`DatasetSpec::resolve`]'s result.
+    ///
+    /// # Errors
+    /// What [`DatasetSpec::resolve`] refuses.
+    pub fn spec(self, spec: &DatasetSpec) -> Result<Self> {
+        Ok(self.resolved(spec.resolve()?))
+    }
+
+    /// [`Self::spec`] from a spec already resolved.
+    #[must_use]
+    pub fn resolved(mut self, r: super::ResolvedSpec) -> Self {
+        let DatasetOptions { tier, observers, .. } = std::mem::take(&mut self.options);
+        self.options = DatasetOptions { tier, observers, ..r.dataset };
+        self.split = Some(r.split);
+        self.sample_axis = r.sample_axis;
+        match r.variables {
+            None => {}
+            Some(VariablesSpec::Paths(paths)) => self.selection = Selection::Paths(paths),
+            Some(VariablesSpec::Labelled(labelled)) => self.selection = Selection::Labelled(labelled),
+        }
+        self
+    }
+
+    /// Resolved options, as [`DatasetSpec::resolve`] makes them (checked again at build).
+    /// Most callers pass a spec ([`Self::spec`]); this replaces the options' tier and
+    /// observers too.
     #[must_use]
     pub fn options(mut self, options: DatasetOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// A disk tier for decoded chunks, opened at build with each array's identity.
+    #[must_use]
+    pub fn tier(mut self, tier: Arc<dyn crate::TierOpener>) -> Self {
+        self.options.tier = Some(tier);
+        self
+    }
+
+    /// Told of every pass's report when it ends (exporters, callbacks), beside any already set.
+    #[must_use]
+    pub fn observer(mut self, observer: Arc<dyn crate::PassObserver>) -> Self {
+        self.options.observers.push(observer);
         self
     }
 
@@ -231,20 +277,26 @@ impl DatasetBuilder {
         };
         if let Some(sel) = on_samples {
             let Some(c) = coordinate.as_ref().filter(|c| c.name == sel.dim) else {
-                return Err(Error::Config(format!(
-                    "sel on {:?} needs the sample axis's coordinate of that name; the sample axis is {} and the store \
-                     has {}",
-                    sel.dim,
-                    dim.as_deref().map_or("unnamed".to_string(), |d| format!("{d:?}")),
-                    coordinate.as_ref().map_or("no coordinate array for it".to_string(), |c| format!("{:?}", c.name))
-                )));
+                return Err(Error::option(
+                    "sel",
+                    format!(
+                        "`sel` on {:?} needs the sample axis's coordinate of that name; the sample axis is {} and the \
+                         store has {}",
+                        sel.dim,
+                        dim.as_deref().map_or("unnamed".to_string(), |d| format!("{d:?}")),
+                        coordinate
+                            .as_ref()
+                            .map_or("no coordinate array for it".to_string(), |c| format!("{:?}", c.name))
+                    ),
+                ));
             };
             if self.manifest.is_some() {
-                return Err(Error::Config(
-                    "sel with a manifest: the manifest already fixes the samples; pass one".into(),
+                return Err(Error::option(
+                    "sel",
+                    "`sel` on the sample axis with a manifest: the manifest already fixes the samples; pass one",
                 ));
             }
-            let picked = sel.positions(c)?;
+            let picked = sel.positions(c).map_err(|e| e.for_option("sel"))?;
             let (start, stop) = (picked.iter().min().copied().unwrap_or(0), picked.iter().max().map_or(0, |m| m + 1));
             let split =
                 self.split.take().unwrap_or(SplitOptions { seed: self.options.knobs.seed, ..SplitOptions::default() });
@@ -291,21 +343,27 @@ impl DatasetBuilder {
                 continue;
             };
             let Some(c) = crate::coords::read_coordinate(storage, &v.geometry.path, &sel.dim, extent).await? else {
-                return Err(Error::Config(format!(
-                    "sel on {:?} needs its coordinate: a 1-d array {:?} of {extent} values beside {:?}; select by \
-                     index with a patch, or add the coordinate to the store",
-                    sel.dim, sel.dim, v.geometry.path
-                )));
+                return Err(Error::option(
+                    "sel",
+                    format!(
+                        "`sel` on {:?} needs its coordinate: a 1-d array {:?} of {extent} values beside {:?}; select \
+                         by index with a patch, or add the coordinate to the store",
+                        sel.dim, sel.dim, v.geometry.path
+                    ),
+                ));
             };
-            let positions = sel.positions(&c)?;
+            let positions = sel.positions(&c).map_err(|e| e.for_option("sel"))?;
             self.regions.push(Region::new(sel.dim, positions, extent));
         }
         if on_samples.len() > 1 {
             let dims: Vec<&str> = on_samples.iter().map(|s| s.dim.as_str()).collect();
-            return Err(Error::Config(format!(
-                "sel names {dims:?}, which are not inner dimensions of the variables, and only one can be the sample \
-                 axis; name the sample axis's coordinate and inner dimensions"
-            )));
+            return Err(Error::option(
+                "sel",
+                format!(
+                    "`sel` names {dims:?}, which are not inner dimensions of the variables, and only one can be the \
+                     sample axis; name the sample axis's coordinate and inner dimensions"
+                ),
+            ));
         }
         Ok(on_samples.pop())
     }
@@ -352,6 +410,7 @@ impl DatasetBuilder {
             Selection::Discover => Some(Vec::new()),
             Selection::Paths(paths) => Some(paths.clone()),
             Selection::Variables(vars) => Some(distinct(vars.iter().map(|v| v.geometry.path.clone()))),
+            Selection::Labelled(labelled) => Some(VariablesSpec::Labelled(labelled.clone()).paths()),
         };
         let storage = PolicyStorage::new(
             Arc::clone(&self.storage),
@@ -415,6 +474,17 @@ impl DatasetBuilder {
         .assemble()
     }
 
+    /// The variables the dataset will read, labelled, over the arrays opened so far: as
+    /// given, resolved from the spec's labelled variables, or one per selected (or
+    /// discovered) array labelled by its path. For a caller that adds variables of its own
+    /// (JS's windows, `shift`) before [`Self::variables`].
+    ///
+    /// # Errors
+    /// As [`Self::build`] for a variable whose array was not opened or has no such axis.
+    pub fn resolved_variables(&self) -> Result<Vec<Variable>> {
+        self.resolve_variables()
+    }
+
     /// The labelled geometries: as given, or one per selected array labelled by its path.
     fn resolve_variables(&self) -> Result<Vec<Variable>> {
         let by_path = |paths: &[String]| -> Result<Vec<Variable>> {
@@ -428,6 +498,13 @@ impl DatasetBuilder {
         };
         let variables = match &self.selection {
             Selection::Variables(v) => v.clone(),
+            Selection::Labelled(labelled) => labelled
+                .iter()
+                .map(|(label, v)| {
+                    let geometry = self.find_opened(&v.path)?.geometry(v.sample_axis.unwrap_or(self.sample_axis))?;
+                    Ok(Variable { label: label.clone(), geometry: geometry.shift(v.shift) })
+                })
+                .collect::<Result<_>>()?,
             Selection::Paths(paths) => by_path(paths)?,
             Selection::Discover => by_path(&self.opened.iter().map(|a| a.path().to_string()).collect::<Vec<_>>())?,
         };
@@ -805,16 +882,20 @@ impl Assembly {
         let mut found = false;
         for gv in gather_vars.iter_mut() {
             let Some(PatchedVar { dims, names, extent }) =
-                patched_axes(&axis, &gv.label, &readers[gv.path as usize], "split for model_parallel the rows of")?
+                patched_axes(&axis, &gv.label, &readers[gv.path as usize], "split for model_parallel the rows of")
+                    .map_err(|e| e.for_option("model_parallel_axis"))?
             else {
                 continue;
             };
             let dim = dims.0[0];
             if gv.picks.iter().any(|p| p.dim == dim) {
-                return Err(Error::Config(format!(
-                    "model_parallel splits rows along {}, on which sel lists labels; split another axis",
-                    names[0]
-                )));
+                return Err(Error::option(
+                    "model_parallel_axis",
+                    format!(
+                        "`model_parallel` splits rows along {}, on which `sel` lists labels; split another axis",
+                        names[0]
+                    ),
+                ));
             }
             // The row's box on that axis: the patch, where the axis is patched, else the field.
             let patched = gv
@@ -825,22 +906,28 @@ impl Assembly {
             let region = gv.region.iter().find(|r| r.dim == dim).map(|r| r.len);
             let len = patched.or(region).unwrap_or(extent[0]);
             if len < mp.size as u64 {
-                return Err(Error::Config(format!(
-                    "{:?} has {len} elements on {} for model_parallel={}: every rank of a group needs a part; split \
-                     another axis or use a smaller group",
-                    gv.label, names[0], mp.size
-                )));
+                return Err(Error::option(
+                    "model_parallel",
+                    format!(
+                        "{:?} has {len} elements on {} for `model_parallel`={}: every rank of a group needs a part; \
+                         split another axis or use a smaller group",
+                        gv.label, names[0], mp.size
+                    ),
+                ));
             }
             let (start, part_len) = crate::mesh::part(p, mp.size, len);
             gv.part = Some(VarPart { dim, name: names[0].clone(), start, len: part_len });
             found = true;
         }
         if !found {
-            return Err(Error::Config(format!(
-                "model_parallel splits rows along {} but no variable has it; name a dimension from the arrays' \
-                 dimension_names or a physical axis index",
-                mp.axis
-            )));
+            return Err(Error::option(
+                "model_parallel_axis",
+                format!(
+                    "`model_parallel` splits rows along {} but no variable has it; name a dimension from the arrays' \
+                     dimension_names or a physical axis index (`model_parallel_axis`)",
+                    mp.axis
+                ),
+            ));
         }
         Ok(())
     }
@@ -860,23 +947,29 @@ impl Assembly {
     fn patcher(&self, readers: &[ArrayReader], gather_vars: &mut [GatherVar]) -> Result<Option<Arc<Patcher>>> {
         let Some(options) = &self.options.patch else { return Ok(None) };
         if options.size.is_empty() {
-            return Err(Error::Config("patch names no axis; give a size per patched axis, e.g. {\"lat\": 128}".into()));
+            return Err(Error::option(
+                "patch",
+                "`patch` names no axis; give a size per patched axis, e.g. {\"lat\": 128}",
+            ));
         }
         let mut field: Option<(String, Vec<String>, Vec<u64>)> = None;
         for gv in gather_vars.iter_mut() {
             let reader = &readers[gv.path as usize];
             let Some(PatchedVar { dims, names, extent }) =
-                patched_axes(options, &gv.label, reader, "cut patches from")?
+                patched_axes(options, &gv.label, reader, "cut patches from").map_err(|e| e.for_option("patch"))?
             else {
                 continue;
             };
             match &field {
                 Some((first, _, e)) if *e != extent => {
-                    return Err(Error::Config(format!(
-                        "patched axes have length {e:?} in {first:?} but {extent:?} in {:?}; patch variables of one \
-                         grid, or name the arrays to read",
-                        gv.label
-                    )));
+                    return Err(Error::option(
+                        "patch",
+                        format!(
+                            "patched axes have length {e:?} in {first:?} but {extent:?} in {:?}; patch variables of \
+                             one grid, or name the arrays to read",
+                            gv.label
+                        ),
+                    ));
                 }
                 Some(_) => {}
                 None => field = Some((gv.label.clone(), names, extent)),
@@ -885,19 +978,25 @@ impl Assembly {
         }
         let Some((_, names, extent)) = field else {
             let axes: Vec<String> = options.size.iter().map(|(a, _)| a.to_string()).collect();
-            return Err(Error::Config(format!(
-                "patch names {} but no variable has {}; name dimensions from the arrays' dimension_names or \
-                 _ARRAY_DIMENSIONS, or physical axis indices",
-                axes.join(", "),
-                if axes.len() == 1 { "it" } else { "them all" }
-            )));
+            return Err(Error::option(
+                "patch",
+                format!(
+                    "`patch` names {} but no variable has {}; name dimensions from the arrays' dimension_names or \
+                     _ARRAY_DIMENSIONS, or physical axis indices",
+                    axes.join(", "),
+                    if axes.len() == 1 { "it" } else { "them all" }
+                ),
+            ));
         };
         if let Some(r) = self.regions.iter().find(|r| r.picks.is_some() && names.contains(&r.dim)) {
-            return Err(Error::Config(format!(
-                "patch cuts {:?} into runs of positions, and sel lists labels on it that are not one run; select a \
-                 range on a patched axis",
-                r.dim
-            )));
+            return Err(Error::option(
+                "sel",
+                format!(
+                    "`patch` cuts {:?} into runs of positions, and `sel` lists labels on it that are not one run; \
+                     select a range on a patched axis",
+                    r.dim
+                ),
+            ));
         }
         let region =
             |d: &String, e: u64| self.regions.iter().find(|r| r.dim == *d).map_or((0, e), |r| (r.start, r.len));
@@ -921,16 +1020,20 @@ impl Assembly {
             let axis = PatchOptions::grid(vec![(PatchAxis::Name(r.dim.clone()), 1)]);
             for gv in gather_vars.iter_mut() {
                 let reader = &readers[gv.path as usize];
-                let Some(PatchedVar { dims, names, extent }) = patched_axes(&axis, &gv.label, reader, "select on")?
+                let Some(PatchedVar { dims, names, extent }) =
+                    patched_axes(&axis, &gv.label, reader, "select on").map_err(|e| e.for_option("sel"))?
                 else {
                     continue;
                 };
                 if extent[0] != r.extent {
-                    return Err(Error::Config(format!(
-                        "sel on {:?}: {:?} has {} positions on it but its coordinate {}; select on variables of one \
-                         grid, or name the arrays to read",
-                        r.dim, gv.label, extent[0], r.extent
-                    )));
+                    return Err(Error::option(
+                        "sel",
+                        format!(
+                            "`sel` on {:?}: {:?} has {} positions on it but its coordinate {}; select on variables of \
+                             one grid, or name the arrays to read",
+                            r.dim, gv.label, extent[0], r.extent
+                        ),
+                    ));
                 }
                 let dim = dims.0[0];
                 if gv.patch.as_ref().is_some_and(|p| p.0.contains(&dim)) {
@@ -1062,20 +1165,26 @@ impl Assembly {
     fn check_budget(&self, floor_max: u64) -> Result<()> {
         let Some(budget) = self.options.knobs.cache_budget_bytes else { return Ok(()) };
         if budget < floor_max {
-            return Err(Error::Config(format!(
-                "cache_budget_bytes={budget} is below this run's residency floor of {floor_max} bytes ({}): two \
-                 shuffle blocks of chunks must fit. Raise it, lower block_chunks or batch_size, or leave it unset to \
-                 size it automatically",
-                human_bytes(floor_max)
-            )));
+            return Err(Error::option(
+                "cache_budget_bytes",
+                format!(
+                    "`cache_budget_bytes`={budget} is below this run's residency floor of {floor_max} bytes ({}): two \
+                     shuffle blocks of chunks must fit. Raise it, lower `block_chunks` or `batch_size`, or leave it \
+                     unset to size it automatically",
+                    human_bytes(floor_max)
+                ),
+            ));
         }
         match self.runtime.memory_available {
-            Some(available) if budget > available => Err(Error::Config(format!(
-                "cache_budget_bytes={budget} ({}) is more than the {available} bytes ({}) of memory available to \
-                 this process: pass at most {available}, or leave it unset to size it automatically",
-                human_bytes(budget),
-                human_bytes(available)
-            ))),
+            Some(available) if budget > available => Err(Error::option(
+                "cache_budget_bytes",
+                format!(
+                    "`cache_budget_bytes`={budget} ({}) is more than the {available} bytes ({}) of memory available to \
+                     this process: pass at most {available}, or leave it unset to size it automatically",
+                    human_bytes(budget),
+                    human_bytes(available)
+                ),
+            )),
             _ => Ok(()),
         }
     }
@@ -1090,47 +1199,19 @@ pub(super) fn auto_budget_cap(memory_available: Option<u64>) -> Option<u64> {
     memory_available.map(|m| m / AUTO_BUDGET_SHARE_DIVISOR)
 }
 
-/// Zero knobs refused; prefetch and block size raised to at least 1.
+/// The options' rules, as [`DatasetSpec::resolve`](super::DatasetSpec::resolve) applies
+/// them (options handed to the builder directly, by a caller in Rust or a what-if, get the
+/// same checks): the knobs ([`Knobs::checked`](super::Knobs::checked)), node affinity, the
+/// mesh, the read policy.
 fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
-    if o.knobs.batch_size == 0 || o.knobs.max_inflight == 0 {
-        return Err(Error::Config(format!(
-            "batch_size and max_inflight must be at least 1, got batch_size={} max_inflight={}",
-            o.knobs.batch_size, o.knobs.max_inflight
-        )));
-    }
-    if o.knobs.world_size == 0 || o.knobs.rank >= o.knobs.world_size {
-        return Err(Error::Config(format!(
-            "rank must be in 0..world_size (world_size >= 1), got rank={} world_size={}",
-            o.knobs.rank, o.knobs.world_size
-        )));
-    }
+    o.knobs = o.knobs.checked()?;
     if let Some(k) = o.node_ranks {
         crate::shard::check_node_ranks(k, o.knobs.world_size)?;
     }
     if let Some(m) = &o.model_parallel {
         m.check(o.knobs.world_size, o.node_ranks)?;
     }
-    if o.knobs.first_block_chunks == Some(0) {
-        return Err(Error::Config(
-            "first_block_chunks must be at least 1; leave it unset for a first block of block_chunks".into(),
-        ));
-    }
-    if o.read_policy.request_timeout.is_zero() {
-        return Err(Error::Config(
-            "request_timeout must be above 0 s (every request would time out at once); the default is 120 s".into(),
-        ));
-    }
-    if let Some(h) = &o.read_policy.hedge
-        && !(h.quantile > 0.0 && h.quantile <= 1.0 && h.multiple >= 1.0 && (0.0..=1.0).contains(&h.max_share))
-    {
-        return Err(Error::Config(format!(
-            "hedging needs a quantile in (0, 1], a multiple of at least 1 and a max_share in [0, 1], got quantile={} \
-             multiple={} max_share={}; or turn hedging off",
-            h.quantile, h.multiple, h.max_share
-        )));
-    }
-    o.knobs.prefetch_depth = o.knobs.prefetch_depth.max(1);
-    o.knobs.block_chunks = o.knobs.block_chunks.max(1);
+    o.read_policy.check()?;
     Ok(o)
 }
 

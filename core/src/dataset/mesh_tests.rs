@@ -139,3 +139,37 @@ fn a_mesh_that_does_not_fit_is_refused_saying_why() {
     let err = open(&storage, 0, 2, DatasetOptions { patch: Some(patch), ..Default::default() }).unwrap_err();
     assert!(err.to_string().contains("every rank of a group needs a part"), "{err}");
 }
+
+/// Where chunks are tiled along the split axis, a rank of a group fetches only the tiles of
+/// its part: `t2m`'s chunks are 2 tiles along `lat` (3 rows each), and rank `p`'s part is
+/// rows `3p..3p + 3`, so it reads tile `p` of each chunk once and never the other; its
+/// `model-parallel` note says so. A chunk of one tile along the axis is read whole.
+#[test]
+fn a_rank_reads_only_the_tiles_of_its_part() {
+    for p in 0..2u64 {
+        let storage = store();
+        let (sim, ds) = open(&storage, p as usize, 2, DatasetOptions::default()).unwrap();
+        let before: Vec<(String, u64)> =
+            storage.keys().into_iter().map(|k| (k.clone(), storage.reads_of(&k))).collect();
+        let batches = epoch(&sim, &ds);
+        assert_eq!(batches.iter().map(Batch::len).sum::<usize>(), 16, "one group draws every sample");
+        for (key, n) in before.into_iter().filter(|(k, _)| !k.ends_with("zarr.json")) {
+            // t2m/c/TIME/LAT/LON
+            let lat: u64 = key.rsplit('/').nth(1).and_then(|s| s.parse().ok()).unwrap();
+            let want = u64::from(lat == p);
+            assert_eq!(storage.reads_of(&key) - n, want, "rank {p}: {key}");
+        }
+        assert_eq!(ds.last_pass().unwrap().tiles_read, 4, "rank {p}: one tile of each of the 4 chunks");
+        let notes = ds.describe(1).unwrap().notes;
+        let said = "only the tiles of its part, 4 of the 8 tiles";
+        assert!(notes.iter().any(|n| n.code == "model-parallel" && n.message.contains(said)), "{said}: {notes:?}");
+    }
+    // Untiled along lat: every rank of the group reads whole chunks, and the note says so.
+    let storage = MemoryStorage::new();
+    write_f32_array(&storage, "t2m", &SHAPE, &[4, 6, 5], None, Some(&["time", "lat", "lon"]), |i| i as f32);
+    let (sim, ds) = open(&storage, 1, 2, DatasetOptions::default()).unwrap();
+    epoch(&sim, &ds);
+    assert_eq!(ds.last_pass().unwrap().tiles_read, 4, "4 whole chunks of one tile");
+    let notes = ds.describe(1).unwrap().notes;
+    assert!(notes.iter().any(|n| n.code == "model-parallel" && n.message.contains("reads whole chunks")), "{notes:?}");
+}

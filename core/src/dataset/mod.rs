@@ -4,12 +4,17 @@
 mod build;
 mod probe;
 mod report;
+mod spec;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 pub use build::DatasetBuilder;
 pub use probe::{EpochPrediction, PROBE_CHUNKS, ProbeReport};
+pub use spec::{
+    CacheFlags, DatasetSpec, HedgeFields, HedgeSpec, ReadPolicySpec, ResolvedSpec, TargetAbilities, VariableSpec,
+    VariablesSpec,
+};
 
 use crate::coords::{Coordinate, LabelSel};
 use crate::draws::Draws;
@@ -51,10 +56,9 @@ fn max_batches_ahead(prefetch_depth: usize, parallelism: usize) -> usize {
     (prefetch_depth + 1).max(max_gathers(parallelism))
 }
 
-/// What a dataset is built with: the plain-data [`Knobs`] every binding passes as data, and
-/// what only a program can pass (a tier, observers, masks and weights, patches, a mesh, `sel`).
-/// One definition: the bindings read `Knobs` with serde (renaming its keys where their
-/// language spells them otherwise) and set the rest from their own arguments.
+/// What a dataset is built with, resolved: a [`DatasetSpec`]'s options as core's types
+/// ([`DatasetSpec::resolve`] makes them), beside what only a program can pass (a tier,
+/// observers). Callers describe a dataset with the spec; this is what the engine reads.
 #[derive(Debug, Clone, Default)]
 pub struct DatasetOptions {
     /// Batch size, blocks, in-flight reads, seed, shuffle, prefetch, budget, `on_bad_chunk`,
@@ -87,88 +91,85 @@ pub struct DatasetOptions {
     pub sel: Vec<LabelSel>,
 }
 
-// The part of [`DatasetOptions`] every binding passes as data: Python's `knobs` dict and
-// JS's options (its keys in camelCase, `Knobs::NAMES`) are read into it by serde, the CLI's
-// flags rename it (native/src/main.rs `RunArgs::knobs`), and `tools/boundary-types` writes its
-// Python and TypeScript types from this definition, docs and defaults included: so the docs
-// below are the user's, in every language.
-/// The dataset's knobs: plain data, spelled alike on every target (Python's keyword
-/// arguments, JS's options in camelCase, the CLI's flags), with the engine's defaults.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(default, deny_unknown_fields)]
+/// The engine's view of the spec's knobs, as [`DatasetSpec::resolve`] resolved them (counts
+/// checked, `prefetch_depth` at least 1): what the dataset reads at run time. Not an input
+/// of its own: callers pass a [`DatasetSpec`], whose fields and defaults these are
+/// (`Knobs::default()` is `DatasetSpec::default()` resolved).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Knobs {
     /// Rows per batch.
     pub batch_size: usize,
-    /// Chunks per shuffle block (raised so a block always holds a batch).
+    /// Chunks per shuffle block, as asked (the dataset widens it so a block holds a batch).
     pub block_chunks: usize,
-    /// Chunks in each epoch's first shuffle block (raised so it holds a batch, at most the
-    /// block size): fewer for a faster first batch, at a cost in mixing the epoch's first
-    /// samples that `describe()` notes (`first-block-smaller`). Absent: the block size, the
-    /// specified order.
+    /// Chunks in each epoch's first shuffle block, as asked (`None`: the block size).
     pub first_block_chunks: Option<usize>,
     /// Storage reads in flight, across every view.
     pub max_inflight: usize,
-    /// Shuffle seed: the same (seed, epoch) gives the same batches on every target.
+    /// Shuffle seed.
     pub seed: u64,
     /// Shuffle the train view.
     pub shuffle: bool,
-    /// Batches queued ahead of the caller.
+    /// Batches queued ahead of the caller (at least 1).
     pub prefetch_depth: usize,
-    /// Byte budget of the chunk pool. Absent: sized automatically from the memory available.
+    /// Byte budget of the chunk pool (`None`: automatic).
     pub cache_budget_bytes: Option<u64>,
-    /// A chunk that cannot be fetched or decoded: `raise` fails the pass naming it; `nan`
-    /// fills it with NaN (floats) or the fill value, records it among the bad chunks and goes
-    /// on.
-    // Read by `OnBadChunk: FromStr`, so a wrong word gets core's message. Python passes the
-    // caller's word as it came, for core to parse: typed `str` there.
-    #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"type": "str"})))]
+    /// What a chunk that cannot be read or decoded does.
     pub on_bad_chunk: OnBadChunk,
-    /// This process's rank among the world size: it reads and yields only its share of each
-    /// epoch, disjoint from the other ranks'; every rank yields as many batches (the few
-    /// samples that cannot be spread evenly are counted as dropped).
+    /// This process's rank.
     pub rank: usize,
-    /// Processes sharing each epoch (1: the whole epoch here).
+    /// Processes sharing each epoch.
     pub world_size: usize,
-    /// Read the sample axis's coordinate at open and carry it in every batch (its `coords`).
+    /// Read the sample axis's coordinate and carry it in every batch.
     pub coords: bool,
-}
-
-impl Knobs {
-    /// The knobs' keys as serde reads them: a binding whose options mix knobs with its own
-    /// keys picks these out (`wasm/src/options.rs`). A test checks them against the derive.
-    pub const NAMES: &[&str] = &[
-        "batch_size",
-        "block_chunks",
-        "first_block_chunks",
-        "max_inflight",
-        "seed",
-        "shuffle",
-        "prefetch_depth",
-        "cache_budget_bytes",
-        "on_bad_chunk",
-        "rank",
-        "world_size",
-        "coords",
-    ];
 }
 
 impl Default for Knobs {
     fn default() -> Self {
+        let d = DatasetSpec::default();
         Self {
-            batch_size: 32,
-            block_chunks: 16,
-            first_block_chunks: None,
-            max_inflight: 32,
-            seed: 0,
-            shuffle: true,
-            prefetch_depth: 2,
-            cache_budget_bytes: None,
-            on_bad_chunk: OnBadChunk::default(),
-            rank: 0,
-            world_size: 1,
-            coords: false,
+            batch_size: d.batch_size,
+            block_chunks: d.block_chunks,
+            first_block_chunks: d.first_block_chunks,
+            max_inflight: d.max_inflight,
+            seed: d.seed,
+            shuffle: d.shuffle,
+            prefetch_depth: d.prefetch_depth,
+            cache_budget_bytes: d.cache_budget_bytes,
+            on_bad_chunk: d.on_bad_chunk,
+            rank: d.rank,
+            world_size: d.world_size,
+            coords: d.coords,
         }
+    }
+}
+
+impl Knobs {
+    /// The knobs with their counts checked and `prefetch_depth` raised to at least 1 (as
+    /// insitubatch 0.2.0 does): the rule [`DatasetSpec::resolve`] applies, and the builder
+    /// again to options it is handed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a count below 1 or a rank outside the world.
+    pub fn checked(mut self) -> Result<Self> {
+        use spec::at_least;
+        at_least("batch_size", self.batch_size as u64, 1)?;
+        at_least("block_chunks", self.block_chunks as u64, 1)?;
+        at_least("max_inflight", self.max_inflight as u64, 1)?;
+        at_least("world_size", self.world_size as u64, 1)?;
+        if let Some(first) = self.first_block_chunks {
+            at_least("first_block_chunks", first as u64, 1)?;
+        }
+        if self.rank >= self.world_size {
+            return Err(Error::option(
+                "rank",
+                format!(
+                    "`rank` must be in 0..`world_size`, got rank={} world_size={}; ranks count from 0",
+                    self.rank, self.world_size
+                ),
+            ));
+        }
+        self.prefetch_depth = self.prefetch_depth.max(1);
+        Ok(self)
     }
 }
 

@@ -4,15 +4,17 @@
 use std::collections::HashSet;
 
 use super::{Dataset, max_batches_ahead};
+use crate::describe::note_code as code;
 use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport, human_bytes};
 use crate::engine::ArrayReader;
 use crate::error::{Error, Result};
+use crate::geometry::ArrayGeometry;
 use crate::plan::{PassPlan, block_bytes};
 use crate::shuffle::{Split, chunk_anchors, shuffle_quality};
 
 /// Process baseline (interpreter, allocator arenas, code) added to the accounted bytes. No
 /// share is added for allocator slack: the large buffers are recycled by the engine (see
-/// `Recycler`), and the measured peaks sit below the accounted bytes (docs/benchmarks.md).
+/// `Recycler`), and the measured peaks sit below the accounted bytes (docs/lab/benchmarks.md).
 const PROCESS_BASELINE_BYTES: u64 = 64 << 20;
 /// A sample shorter than this makes the gather a loop of tiny copies.
 const SHORT_GATHER_RUN_BYTES: u64 = 1024;
@@ -58,12 +60,37 @@ impl Dataset {
         arrays.iter().find(|r| r.geom.path == path).unwrap_or(&arrays[0])
     }
 
+    /// Each variable's geometry after its chunk transforms, label first: what its batches
+    /// hold (`ArrayGeometry::transformed`). The Python package's `view.geometries`.
+    ///
+    /// # Errors
+    /// [`Error::Geometry`] when a transform's declared output makes no geometry (a rank
+    /// below the sample axis, a zero extent).
+    pub fn output_geometries(&self) -> Result<Vec<(String, ArrayGeometry)>> {
+        self.inner
+            .vars
+            .iter()
+            .map(|v| {
+                let g = self.output_geometry(&v.geometry);
+                g.validate().map(|()| (v.label.clone(), g))
+            })
+            .collect()
+    }
+
+    /// `g` (a variable's geometry) after its array's chunk transforms.
+    fn output_geometry(&self, g: &ArrayGeometry) -> ArrayGeometry {
+        let r = self.reader_of(&g.path);
+        let inner: Vec<u64> = r.out_inner.iter().map(|&d| d as u64).collect();
+        g.transformed(&inner, r.out_dtype)
+    }
+
     /// One report per variable, with the notes its geometry calls for.
     fn variable_reports(&self, notes: &mut Vec<Note>) -> Vec<VariableReport> {
         let mut out = Vec::new();
         for v in &self.inner.vars {
             let g = &v.geometry;
             let r = self.reader_of(&g.path);
+            let output = self.output_geometry(g);
             let vr = VariableReport {
                 label: v.label.clone(),
                 path: g.path.clone(),
@@ -86,6 +113,9 @@ impl Dataset {
                 gather_run_bytes: r.out_sample_bytes(),
                 output_inner_shape: r.out_inner.clone(),
                 output_dtype: r.out_dtype.to_string(),
+                logical_chunk_bytes: g.sample_chunk_size().min(g.n_samples()) * r.out_sample_bytes(),
+                output_shape: output.shape,
+                output_chunks: output.tile,
             };
             notes.extend(variable_notes(&vr));
             out.push(vr);
@@ -115,7 +145,7 @@ impl Dataset {
             let n = i.manifest.chunks_of(s).len();
             if n > 0 && self.drawable(s) == 0 {
                 notes.push(Note::new(
-                    "split-yields-nothing",
+                    code::SPLIT_YIELDS_NOTHING,
                     Severity::Warn,
                     s.name(),
                     format!("{s} has {n} chunks but no anchor whose window stays inside the array"),
@@ -123,13 +153,13 @@ impl Dataset {
             }
         }
         for w in self.tier_warnings() {
-            notes.push(Note::new("cache-dir-network-fs", Severity::Warn, "cache_dir", w));
+            notes.push(Note::new(code::CACHE_DIR_NETWORK_FS, Severity::Warn, "cache_dir", w));
         }
         notes.extend(self.rank_notes());
         let requested = i.options.knobs.block_chunks;
         if i.block_chunks > requested {
             notes.push(Note::new(
-                "block-chunks-widened",
+                code::BLOCK_CHUNKS_WIDENED,
                 Severity::Note,
                 "dataset",
                 format!(
@@ -145,7 +175,7 @@ impl Dataset {
         if i.first_block_chunks < i.block_chunks {
             let c = self.first_block_cost(self.epoch());
             notes.push(Note::new(
-                "first-block-smaller",
+                code::FIRST_BLOCK_SMALLER,
                 Severity::Note,
                 "train",
                 format!(
@@ -186,7 +216,7 @@ impl Dataset {
                 .into(),
         };
         Some(Note::new(
-            "patches",
+            code::PATCHES,
             Severity::Note,
             "dataset",
             format!(
@@ -216,7 +246,7 @@ impl Dataset {
             if inside.is_empty() { String::new() } else { format!("; patches on {inside:?} lie inside it") }
         });
         Some(Note::new(
-            "region",
+            code::REGION,
             Severity::Note,
             "dataset",
             format!(
@@ -265,7 +295,7 @@ impl Dataset {
             String::new()
         };
         Some(Note::new(
-            "sample-draws",
+            code::SAMPLE_DRAWS,
             Severity::Note,
             "dataset",
             format!(
@@ -276,24 +306,37 @@ impl Dataset {
         ))
     }
 
-    /// Under a rank mesh: this rank's group and part, and what the group reads.
+    /// Under a rank mesh: this rank's group and part, and what the group reads: each rank
+    /// only its part's tiles where the chunks are tiled along the split axis (`plan_tiles`),
+    /// else whole chunks, which every rank of the group then reads.
     fn mesh_note(&self) -> Option<Note> {
         let o = &self.inner.options;
         let m = o.model_parallel.as_ref()?;
         let (group, part) = m.place(o.knobs.rank);
+        let reads = match self.patch_tiles() {
+            Some((read, all)) if read < all => format!(
+                "this rank fetches and decodes only the tiles of its part, {read} of the {all} tiles of the chunks \
+                 it reads in train epoch {}",
+                self.epoch()
+            ),
+            _ => format!(
+                "each rank of the group reads whole chunks (they are not tiled along {}, or a chunk transform or \
+                 cache_dir needs them whole), so a group reads them {} times (share a cache_dir per node to read \
+                 them once)",
+                m.axis, m.size
+            ),
+        };
         Some(Note::new(
-            "model-parallel",
+            code::MODEL_PARALLEL,
             Severity::Note,
             "dataset",
             format!(
                 "rank {} is part {part} of {} of data-parallel group {group} of {}: it draws its group's rows and \
-                 takes part {part} of each along {}; each rank of a group reads whole chunks, so a group reads \
-                 them {} times (share a cache_dir per node to read them once)",
+                 takes part {part} of each along {}; {reads}",
                 o.knobs.rank,
                 m.size,
                 o.knobs.world_size / m.size,
-                m.axis,
-                m.size
+                m.axis
             ),
         ))
     }
@@ -315,7 +358,7 @@ impl Dataset {
                 // ranks, a finer chunking or a larger split spreads it better.
                 let severity = if dropped * 10 > self.drawable(s) { Severity::Warn } else { Severity::Note };
                 notes.push(Note::new(
-                    "ranks-drop-remainder",
+                    code::RANKS_DROP_REMAINDER,
                     severity,
                     s.name(),
                     format!(
@@ -334,7 +377,7 @@ impl Dataset {
         for (v, p) in i.vars.iter().zip(&i.plan_vars) {
             if p.offset.rem_euclid(p.spc as i64) != 0 {
                 notes.push(Note::new(
-                    "ranks-share-window-chunks",
+                    code::RANKS_SHARE_WINDOW_CHUNKS,
                     Severity::Note,
                     &v.label,
                     format!(
@@ -362,7 +405,7 @@ impl Dataset {
         let ours = quality(&sharding);
         let plain = quality(&crate::shard::Sharding { node_ranks: None, ..sharding });
         Note::new(
-            "node-affinity",
+            code::NODE_AFFINITY,
             Severity::Note,
             Split::Train.name(),
             format!(
@@ -467,6 +510,7 @@ impl Dataset {
             seed: o.knobs.seed,
             epoch: self.epoch(),
             cache_budget_bytes: o.knobs.cache_budget_bytes,
+            budget_bytes: o.knobs.cache_budget_bytes.unwrap_or(i.auto_residency_bytes),
             disk_tier: i.engine.tier.as_ref().map(|t| t.describe()),
             on_bad_chunk: o.knobs.on_bad_chunk.name().into(),
             chunk_transforms: i.chunk_transform_labels.clone(),
@@ -475,6 +519,7 @@ impl Dataset {
             offsets: i.vars.iter().map(|v| (v.label.clone(), v.geometry.offset)).collect(),
             samples_per_chunk: i.manifest.sample_chunk_size,
             n_chunks: i.manifest.n_chunks,
+            variable_chunks: i.vars.iter().map(|v| (v.label.clone(), v.geometry.n_chunks())).collect(),
             split_chunks: splits.iter().map(|&s| (s.name().to_string(), i.manifest.chunks_of(s).len())).collect(),
             rank: o.knobs.rank,
             world_size: o.knobs.world_size,
@@ -486,7 +531,7 @@ impl Dataset {
                 .map(|(name, n)| (name.clone(), n.div_ceil(o.knobs.batch_size as u64) as usize))
                 .collect(),
             drawable_samples: drawable,
-            shuffle_quality: shuffle_quality(&order),
+            shuffle_quality: (order.len() >= 2).then(|| shuffle_quality(&order)),
         }
     }
 }
@@ -496,7 +541,7 @@ fn variable_notes(vr: &VariableReport) -> Vec<Note> {
     let mut notes = Vec::new();
     if vr.ragged_multiplier > RAGGED_NOTE_THRESHOLD {
         notes.push(Note::new(
-            "ragged-grid",
+            code::RAGGED_GRID,
             Severity::Note,
             &vr.label,
             format!(
@@ -508,7 +553,7 @@ fn variable_notes(vr: &VariableReport) -> Vec<Note> {
     }
     if vr.gather_run_bytes < SHORT_GATHER_RUN_BYTES {
         notes.push(Note::new(
-            "short-gather-run",
+            code::SHORT_GATHER_RUN,
             Severity::Warn,
             &vr.label,
             format!("one sample is only {} bytes; per-row overhead will dominate the gather", vr.gather_run_bytes),
@@ -516,7 +561,7 @@ fn variable_notes(vr: &VariableReport) -> Vec<Note> {
     }
     if vr.stored_chunks_per_chunk == 1 && vr.stored_chunk_bytes > FAT_CHUNK_BYTES {
         notes.push(Note::new(
-            "single-inner-fat-chunk",
+            code::SINGLE_INNER_FAT_CHUNK,
             Severity::Note,
             &vr.label,
             format!(
@@ -544,7 +589,7 @@ struct BudgetFit {
 impl BudgetFit {
     fn reread_note(&self, what: &str) -> Note {
         Note::new(
-            "budget-below-read-once",
+            code::BUDGET_BELOW_READ_ONCE,
             Severity::Note,
             "dataset",
             format!(
@@ -571,7 +616,7 @@ fn auto_budget_notes(residency: u64, fit: &BudgetFit) -> Option<Note> {
 fn peak_note(peak: u64, memory_available: Option<u64>) -> Option<Note> {
     let available = memory_available.filter(|&a| peak > a)?;
     Some(Note::new(
-        "peak-above-memory",
+        code::PEAK_ABOVE_MEMORY,
         Severity::Warn,
         "dataset",
         format!(
@@ -589,7 +634,7 @@ fn budget_notes(budget: u64, iterations: usize, fit: &BudgetFit) -> Vec<Note> {
     let mut notes = Vec::new();
     if budget < needed {
         notes.push(Note::new(
-            "budget-below-iterations",
+            code::BUDGET_BELOW_ITERATIONS,
             Severity::Warn,
             "dataset",
             format!(
@@ -624,7 +669,7 @@ struct ReadsHeld {
 /// next decode. Then every read the window lets ahead, no more than the budget's chunks,
 /// can sit beside a slot the residency term already counts, as far as the recycler's cap
 /// lets slots wait. Measured: 32 reads ahead on 1-sample chunks held 57 MB beyond the
-/// model (docs/benchmarks.md). A chunk assembled from several tiles holds its slot from its
+/// model (docs/lab/benchmarks.md). A chunk assembled from several tiles holds its slot from its
 /// first tile's decode, so its tiles still waiting are always extra, as is a decoded
 /// scratch tile per running decode.
 fn inflight_beyond_charge(r: &ArrayReader, reads: &ReadsHeld, floor: u64) -> u64 {

@@ -217,7 +217,7 @@ impl ZarrArray {
         match obj.get("node_type").and_then(Value::as_str) {
             Some("array") => {}
             Some("group") => {
-                return Err(Error::Config(format!("{key} is a group, not an array; name one of its arrays")));
+                return Err(Error::NotAnArray(format!("{key} is a group, not an array; name one of its arrays")));
             }
             other => return Err(malformed(format!("node_type {other:?} is not \"array\""), key)),
         }

@@ -32,7 +32,7 @@ async fn get(storage: &dyn Storage, key: &str) -> Result<Option<Bytes>> {
 /// Open one array by path: v3 `{path}/zarr.json`, else v2 `{path}/.zarray` (+ `.zattrs`).
 ///
 /// # Errors
-/// [`Error::NotFound`] naming the path with the store last; [`Error::Config`] for a group;
+/// [`Error::ArrayNotFound`] naming the path with the store last; [`Error::NotAnArray`] for a group;
 /// [`Error::Metadata`] for bad metadata; [`Error::Storage`] when reads fail.
 pub async fn open_array(storage: &dyn Storage, path: &str) -> Result<ZarrArray> {
     let path = normalize_path(path);
@@ -44,12 +44,12 @@ pub async fn open_array(storage: &dyn Storage, path: &str) -> Result<ZarrArray> 
         return ZarrArray::from_v2(&path, &b, attrs.as_deref()).map_err(|e| with_location(storage, e));
     }
     if get(storage, &join(&path, ".zgroup")).await?.is_some() {
-        return Err(Error::Config(format!(
+        return Err(Error::NotAnArray(format!(
             "{} is a group, not an array; name one of its arrays",
             located(storage, &join(&path, ".zgroup"))
         )));
     }
-    Err(Error::NotFound {
+    Err(Error::ArrayNotFound {
         message: format!(
             "no zarr array at path {path:?} (neither {} nor {} exists)",
             join(&path, "zarr.json"),

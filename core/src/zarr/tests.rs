@@ -319,7 +319,7 @@ fn discovery_by_listing_skips_coordinates() {
     assert!(arrays[0].is_coordinate());
     // A group named as an array.
     match block_on(open_array(&storage, "sub")) {
-        Err(Error::Config(m)) => assert!(m.contains("is a group, not an array"), "{m}"),
+        Err(Error::NotAnArray(m)) => assert!(m.contains("is a group, not an array"), "{m}"),
         other => panic!("{other:?}"),
     }
     // 0-D has no sample axis.
@@ -462,7 +462,7 @@ fn bad_metadata_is_an_error_not_a_panic() {
 
     // Missing array.
     match block_on(open_array(&storage, "nothere")) {
-        Err(Error::NotFound { message, key }) => {
+        Err(Error::ArrayNotFound { message, key }) => {
             assert!(message.contains("nothere"), "{message}");
             assert_eq!(key, "memory://");
         }

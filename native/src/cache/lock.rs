@@ -18,12 +18,14 @@
 //! deleting the lockfile releases nothing (it only lets the next two openers lock different
 //! inodes). `std::fs::File::try_lock` is `flock(2)` on Linux.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use insitubatch_core::Error;
+
+use super::modes::{Modes, create_or_open};
 
 /// The lockfile's name inside the cache directory.
 pub const LOCK_FILE: &str = ".insitu.lock";
@@ -170,7 +172,7 @@ fn io_error(what: &str, path: &Path, e: &std::io::Error) -> Error {
 /// # Errors
 /// [`Error::Cache`] when the lock is held in a conflicting mode (naming the holder) or the
 /// lockfile cannot be opened.
-pub fn acquire(dir: &Path, readonly: bool) -> Result<DirLock, Error> {
+pub fn acquire(dir: &Path, readonly: bool, modes: Modes) -> Result<DirLock, Error> {
     let path: PathBuf = dir.join(LOCK_FILE);
     let file = if readonly {
         // A reader writes nothing, not even the lockfile; a cache without one was never warmed.
@@ -187,13 +189,7 @@ pub fn acquire(dir: &Path, readonly: bool) -> Result<DirLock, Error> {
             Err(e) => return Err(io_error("cannot open the cache lockfile", &path, &e)),
         }
     } else {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io_error("cannot create the cache lockfile", &path, &e))?
+        create_or_open(&path, modes.control()).map_err(|e| io_error("cannot create the cache lockfile", &path, &e))?
     };
     let mode = if readonly { LockMode::Reader } else { LockMode::Writer };
     let attempt = if readonly { file.try_lock_shared() } else { file.try_lock() };
@@ -257,9 +253,9 @@ fn fillers_conflict(path: &Path, readonly: bool) -> Error {
 /// # Errors
 /// [`Error::Cache`] when a writer holds the directory, read-only openers use it, or another
 /// filler's opening does not finish within `FILLER_OPEN_WAIT` (30 s).
-pub fn acquire_filler(dir: &Path) -> Result<(DirLock, bool), Error> {
+pub fn acquire_filler(dir: &Path, modes: Modes) -> Result<(DirLock, bool), Error> {
     let path: PathBuf = dir.join(LOCK_FILE);
-    let create = |p: &Path| OpenOptions::new().read(true).write(true).create(true).truncate(false).open(p);
+    let create = |p: &Path| create_or_open(p, modes.control());
     let main = create(&path).map_err(|e| io_error("cannot create the cache lockfile", &path, &e))?;
     lock_for_opening(&main, dir)?;
     write_hint(&main, "filler");
@@ -371,15 +367,17 @@ mod tests {
     #[test]
     fn writer_excludes_writer_and_reader_in_one_process() {
         let dir = tempfile::tempdir().unwrap();
-        let w = acquire(dir.path(), false).unwrap();
-        let e = acquire(dir.path(), false).unwrap_err().to_string();
+        let w = acquire(dir.path(), false, Modes::default()).unwrap();
+        let e = acquire(dir.path(), false, Modes::default()).unwrap_err().to_string();
         assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
         assert!(e.contains("fuser -v") && e.contains("Do NOT delete"), "{e}");
-        assert!(acquire(dir.path(), true).unwrap_err().to_string().contains("read-only while a writer"));
+        assert!(
+            acquire(dir.path(), true, Modes::default()).unwrap_err().to_string().contains("read-only while a writer")
+        );
         drop(w);
-        let r1 = acquire(dir.path(), true).unwrap();
-        let _r2 = acquire(dir.path(), true).unwrap();
-        let e = acquire(dir.path(), false).unwrap_err().to_string();
+        let r1 = acquire(dir.path(), true, Modes::default()).unwrap();
+        let _r2 = acquire(dir.path(), true, Modes::default()).unwrap();
+        let e = acquire(dir.path(), false, Modes::default()).unwrap_err().to_string();
         assert!(e.contains("read-only openers"), "{e}");
         drop(r1);
     }
@@ -388,35 +386,35 @@ mod tests {
     fn fillers_share_a_directory_and_never_meet_a_writer_or_readers() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let (mut f1, alone) = acquire_filler(d).unwrap();
+        let (mut f1, alone) = acquire_filler(d, Modes::default()).unwrap();
         assert!(alone);
-        let e = acquire(d, true).unwrap_err().to_string();
+        let e = acquire(d, true, Modes::default()).unwrap_err().to_string();
         assert!(e.contains("opening it with shared_cache=True"), "a reader meets a filler opening: {e}");
         f1.opened(d).unwrap();
-        let (mut f2, alone) = acquire_filler(d).unwrap();
+        let (mut f2, alone) = acquire_filler(d, Modes::default()).unwrap();
         assert!(!alone, "a second filler is not alone");
         f2.opened(d).unwrap();
-        let e = acquire(d, true).unwrap_err().to_string();
+        let e = acquire(d, true, Modes::default()).unwrap_err().to_string();
         assert!(e.contains("read-only while processes fill it"), "{e}");
-        let e = acquire(d, false).unwrap_err().to_string();
+        let e = acquire(d, false, Modes::default()).unwrap_err().to_string();
         assert!(e.contains("while shared_cache fillers use it"), "{e}");
         drop((f1, f2));
-        let w = acquire(d, false).unwrap();
-        let e = acquire_filler(d).unwrap_err().to_string();
+        let w = acquire(d, false, Modes::default()).unwrap();
+        let e = acquire_filler(d, Modes::default()).unwrap_err().to_string();
         assert!(e.contains("while a writer without shared_cache holds it"), "{e}");
         drop(w);
-        let r = acquire(d, true).unwrap();
-        let e = acquire_filler(d).unwrap_err().to_string();
+        let r = acquire(d, true, Modes::default()).unwrap();
+        let e = acquire_filler(d, Modes::default()).unwrap_err().to_string();
         assert!(e.contains("while read-only openers"), "{e}");
         drop(r);
-        let (_f, alone) = acquire_filler(d).unwrap();
+        let (_f, alone) = acquire_filler(d, Modes::default()).unwrap();
         assert!(alone, "the last filler's exit leaves the directory alone");
     }
 
     #[test]
     fn reader_needs_a_warmed_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let e = acquire(dir.path(), true).unwrap_err().to_string();
+        let e = acquire(dir.path(), true, Modes::default()).unwrap_err().to_string();
         assert!(e.contains("no lockfile"), "{e}");
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "a reader wrote something");
     }

@@ -16,11 +16,14 @@ use std::path::{Path, PathBuf};
 use insitubatch_core::Error;
 use serde::{Deserialize, Serialize};
 
+use super::modes::{Modes, create_new};
+
 /// The log's name inside the cache directory.
 pub const LOG_FILE: &str = "insitu_cache.jsonl";
 const FORMAT: &str = "insitubatch-rs chunk cache";
-/// Bump when the file layout or the fingerprint changes meaning.
-pub const VERSION: u64 = 1;
+/// Bump when the file layout or the fingerprint changes meaning. 2: chunk files end with a
+/// commit record (`npy::check_file`); a version-1 cache is stale as a whole.
+pub const VERSION: u64 = 2;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Header {
@@ -176,16 +179,23 @@ fn entry_line(e: &Entry) -> String {
 ///
 /// # Errors
 /// [`Error::Cache`] when it cannot be written.
-pub fn rewrite(dir: &Path, entries: &[Entry]) -> Result<(), Error> {
+pub fn rewrite(dir: &Path, entries: &[Entry], modes: Modes) -> Result<(), Error> {
     let path = dir.join(LOG_FILE);
     let tmp = dir.join(format!("{LOG_FILE}.{}.insitu-tmp", std::process::id()));
     let mut text = header_line();
     for e in entries {
         text.push_str(&entry_line(e));
     }
-    std::fs::write(&tmp, text)
+    // Only a process alone with the directory rewrites: a temporary file of this name is an
+    // earlier failed rewrite's.
+    let _ = std::fs::remove_file(&tmp);
+    create_new(&tmp, modes.control())
+        .and_then(|mut f| f.write_all(text.as_bytes()))
         .and_then(|()| std::fs::rename(&tmp, &path))
-        .map_err(|e| corrupt(format!("cannot rewrite the cache log ({e}); check free space and permissions"), &path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            corrupt(format!("cannot rewrite the cache log ({e}); check free space and permissions"), &path)
+        })
 }
 
 /// The open log of a writer: appends one line per newly persisted chunk.
@@ -205,14 +215,14 @@ impl Appender {
     ///
     /// # Errors
     /// [`Error::Cache`] when it cannot be opened.
-    pub fn open(dir: &Path, existing: &[Entry], alone: bool) -> Result<Option<Self>, Error> {
+    pub fn open(dir: &Path, existing: &[Entry], alone: bool, modes: Modes) -> Result<Option<Self>, Error> {
         let path = dir.join(LOG_FILE);
         let empty = || !path.exists() || std::fs::metadata(&path).is_ok_and(|m| m.len() == 0);
         if alone && empty() {
-            rewrite(dir, &[])?;
+            rewrite(dir, &[], modes)?;
         } else if !alone
             && !path.exists()
-            && let Ok(mut f) = OpenOptions::new().write(true).create_new(true).open(&path)
+            && let Ok(mut f) = create_new(&path, modes.control())
         {
             f.write_all(header_line().as_bytes())
                 .map_err(|e| corrupt(format!("cannot write the cache log ({e}); check free space"), &path))?;
@@ -264,7 +274,7 @@ mod tests {
     #[test]
     fn round_trip_and_dedup() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Appender::open(dir.path(), &[], true).unwrap().unwrap();
+        let mut log = Appender::open(dir.path(), &[], true, Modes::default()).unwrap().unwrap();
         log.append(&entry("t2m", 0, "a.npy")).unwrap();
         log.append(&entry("t2m", 0, "a.npy")).unwrap();
         log.append(&entry("t2m", 1, "b.npy")).unwrap();
@@ -273,7 +283,7 @@ mod tests {
         assert_eq!(loaded.entries, vec![entry("t2m", 0, "a.npy"), entry("t2m", 1, "b.npy")]);
         assert!(!loaded.torn_tail && loaded.other_version.is_none());
         // Reopened: already-recorded files are not logged again.
-        let mut log = Appender::open(dir.path(), &loaded.entries, true).unwrap().unwrap();
+        let mut log = Appender::open(dir.path(), &loaded.entries, true, Modes::default()).unwrap().unwrap();
         log.append(&entry("t2m", 1, "b.npy")).unwrap();
         assert_eq!(load(&dir.path().join(LOG_FILE)).unwrap().entries.len(), 2);
     }
@@ -282,7 +292,7 @@ mod tests {
     fn torn_tail_is_dropped_but_interior_garbage_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(LOG_FILE);
-        rewrite(dir.path(), &[entry("t2m", 0, "a.npy")]).unwrap();
+        rewrite(dir.path(), &[entry("t2m", 0, "a.npy")], Modes::default()).unwrap();
         let good = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, format!("{good}{{\"array\":\"t2m\",\"chu")).unwrap();
         let loaded = load(&path).unwrap();
@@ -313,7 +323,7 @@ mod tests {
         std::fs::write(&path, "garbage\n").unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("header is unreadable"));
         for bad in ["../etc/passwd", "/tmp/x.npy", "sub/x.npy", ".."] {
-            rewrite(dir.path(), &[entry("t2m", 0, bad)]).unwrap();
+            rewrite(dir.path(), &[entry("t2m", 0, bad)], Modes::default()).unwrap();
             let e = load(&path).unwrap_err().to_string();
             assert!(e.contains("not a bare file name"), "{bad}: {e}");
         }

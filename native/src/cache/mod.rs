@@ -19,10 +19,19 @@
 //! and a killed process leaves only a temporary file, which never reads as a chunk. Identity
 //! is per array: a changed pipeline over one array is refused as stale, naming it, and
 //! `reset_stale_cache` drops only that array's files.
+//!
+//! Nothing on disk is served unchecked: every chunk file ends with a commit record over its
+//! name, header and data ([`npy::check_file`]), checked when a revive maps it, once per file
+//! version per process (`verified.rs`), on the pool; a file that fails is a miss (read from the
+//! store and written again), or, read-only, an error naming it. Who may write the folder is
+//! checked when it opens ([`modes`]): a folder writable by every user is refused, and what
+//! the tier creates is its owner's alone (or its group's, for `shared_cache`).
 
 pub mod lock;
 pub mod log;
+pub mod modes;
 pub mod npy;
+mod verified;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -32,11 +41,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use insitubatch_core::{ArrayIdentity, ChunkTier, TierCounters, TierOpener};
+use insitubatch_core::{ArrayIdentity, CacheFlags, ChunkTier, CommitRecord, TargetAbilities, TierCounters, TierOpener};
 use insitubatch_core::{DType, Error};
 use memmap2::Mmap;
 
 use log::{Appender, Entry};
+use modes::Modes;
 
 /// Where and how to keep decoded chunks on disk.
 #[derive(Debug, Clone, Default)]
@@ -53,10 +63,6 @@ pub struct CacheOptions {
     pub shared: bool,
 }
 
-fn config(message: String) -> Error {
-    Error::Config(message)
-}
-
 /// `t2m/level` → `t2m_level`: file-name safe. Collisions are harmless because the
 /// fingerprint (which hashes the real path) is part of every file name.
 fn safe_name(path: &str) -> String {
@@ -65,59 +71,49 @@ fn safe_name(path: &str) -> String {
 }
 
 impl CacheOptions {
-    /// The options the bindings' arguments describe: `flags` (every field but `dir`) in the
-    /// folder `dir`; `None` without a `cache_dir`, and a refusal when a flag that needs one
-    /// comes without it.
+    /// The native tier the spec's cache flags describe (core's [`CacheFlags`], their rules
+    /// checked there), with what only this target checks: its abilities, and that a
+    /// read-only directory exists.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the flag and what to pass.
-    pub fn from_flags(dir: Option<PathBuf>, flags: Self) -> Result<Option<Self>, Error> {
-        let Some(dir) = dir else {
-            let named = [
-                (flags.persist, "persist"),
-                (flags.readonly, "readonly_cache"),
-                (flags.reset_stale, "reset_stale_cache"),
-                (flags.shared, "shared_cache"),
-            ];
-            let flag = named.into_iter().find_map(|(set, name)| set.then_some(name));
-            return match flag {
-                Some(flag) => Err(config(format!(
-                    "{flag}=True requires cache_dir: pass cache_dir=\"/local/nvme/path\" (a local directory for the \
-                     chunk files)"
-                ))),
-                None => Ok(None),
-            };
+    /// [`Error::InvalidOption`] naming the flag and what to pass.
+    pub fn from_flags(flags: &CacheFlags) -> Result<Self, Error> {
+        flags.check_for(&TargetAbilities::NATIVE)?;
+        let options = Self {
+            dir: PathBuf::from(&flags.dir),
+            persist: flags.persist,
+            readonly: flags.readonly,
+            reset_stale: flags.reset_stale,
+            shared: flags.shared,
         };
-        let options = Self { dir, ..flags };
         options.validate()?;
-        Ok(Some(options))
+        Ok(options)
     }
 
-    /// Check the combination before anything touches the disk.
+    /// Check the combination before anything touches the disk: core's rules
+    /// ([`CacheFlags::check`]), then that a read-only cache exists.
     ///
     /// # Errors
-    /// [`Error::Config`] for `readonly` with `reset_stale`, or a read-only cache that does not exist.
+    /// [`Error::InvalidOption`] for flags that contradict each other, or a read-only cache
+    /// that does not exist.
     pub fn validate(&self) -> Result<(), Error> {
-        if self.readonly && self.reset_stale {
-            return Err(config(format!(
-                "readonly_cache=True and reset_stale_cache=True contradict each other: a read-only opener never \
-                 deletes anything. Reset with a writer (persist=True), then open read-only: {}",
-                self.dir.display()
-            )));
-        }
-        if self.shared && (self.readonly || !self.persist) {
-            return Err(config(format!(
-                "shared_cache=True fills one cache_dir from several processes, so it needs persist=True and not \
-                 readonly_cache=True (read-only openers share a finished cache without it): {}",
-                self.dir.display()
-            )));
-        }
+        let flags = CacheFlags {
+            dir: self.dir.display().to_string(),
+            persist: self.persist,
+            readonly: self.readonly,
+            reset_stale: self.reset_stale,
+            shared: self.shared,
+        };
+        flags.check()?;
         if self.readonly && !self.dir.is_dir() {
-            return Err(config(format!(
-                "readonly_cache=True requires an existing cache_dir, and this one does not exist; warm it first with \
-                 persist=True: {}",
-                self.dir.display()
-            )));
+            return Err(Error::option(
+                "readonly_cache",
+                format!(
+                    "`readonly_cache` requires an existing `cache_dir`, and this one does not exist; warm it first \
+                     with `persist`: {}",
+                    self.dir.display()
+                ),
+            ));
         }
         Ok(())
     }
@@ -143,7 +139,10 @@ pub struct DiskTier {
     stored: AtomicU64,
     misses: AtomicU64,
     warned_missing_file: AtomicBool,
+    warned_damaged: AtomicBool,
     warned_write: AtomicBool,
+    /// The modes of the files this opener creates.
+    modes: Modes,
     /// Set when the directory is on a network filesystem.
     pub warning: Option<String>,
     /// Declared last: fields drop in order, so the lock is released after everything else.
@@ -160,15 +159,16 @@ impl DiskTier {
         opts.validate()?;
         let dir = opts.dir.clone();
         if !opts.readonly {
-            std::fs::create_dir_all(&dir).map_err(|e| Error::Cache {
+            modes::create_folder(&dir).map_err(|e| Error::Cache {
                 message: format!("cannot create cache_dir ({e}); check the path and permissions"),
                 key: dir.display().to_string(),
             })?;
         }
+        let modes = modes::check_folder(&dir, opts.shared)?;
         let (lock, alone) = if opts.shared {
-            lock::acquire_filler(&dir)?
+            lock::acquire_filler(&dir, modes)?
         } else {
-            (lock::acquire(&dir, opts.readonly)?, !opts.readonly)
+            (lock::acquire(&dir, opts.readonly, modes)?, !opts.readonly)
         };
         let warning = lock::network_fs_warning(&dir);
         if let Some(w) = &warning {
@@ -188,7 +188,9 @@ impl DiskTier {
             stored: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             warned_missing_file: AtomicBool::new(false),
+            warned_damaged: AtomicBool::new(false),
             warned_write: AtomicBool::new(false),
+            modes,
             warning,
             lock,
         };
@@ -279,9 +281,9 @@ impl DiskTier {
         }
         if !self.readonly {
             if rewrite && alone {
-                log::rewrite(&self.dir, &kept)?;
+                log::rewrite(&self.dir, &kept, self.modes)?;
             }
-            self.log = Appender::open(&self.dir, &kept, alone)?.map(Mutex::new);
+            self.log = Appender::open(&self.dir, &kept, alone, self.modes)?.map(Mutex::new);
         }
         Ok(())
     }
@@ -317,45 +319,116 @@ impl DiskTier {
         Ok(None)
     }
 
+    /// A chunk file that failed its checks: never served. A writer reads the chunk from the
+    /// store (and writes the file again); a read-only opener stops, naming the file.
+    fn damaged(&self, array: u32, chunk: u64, file: &str, why: &str) -> Result<Option<Bytes>, Error> {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        if self.readonly {
+            let path = self.arrays.get(array as usize).map_or("?", |a| a.path.as_str());
+            return Err(Error::Cache {
+                message: format!(
+                    "readonly_cache=True but the cached file of chunk {chunk} of array {path:?} {why}, so it is not \
+                     served. A read-only opener cannot repair it: open the cache once with a writer (persist=True), \
+                     which reads the chunk from the store and writes its file again"
+                ),
+                key: self.dir.join(file).display().to_string(),
+            });
+        }
+        if !self.warned_damaged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                file = %file,
+                dir = %self.dir.display(),
+                "a cached chunk file {why}; it is read from the store instead and written again (any other such file \
+                 of this cache too, without another warning)"
+            );
+        }
+        Ok(None)
+    }
+
+    /// Map the chunk file `file` and check it: `Ok(None)` when there is none, `Err` saying
+    /// what is wrong with it. The commit record is checked once per version of the file in
+    /// this process ([`verified`]): a file this process wrote, or checked before and nobody
+    /// changed since, is served without reading it twice.
     fn map_file(&self, file: &str, header: &[u8], nbytes: usize) -> Result<Option<Bytes>, String> {
         let path = self.dir.join(file);
-        let f = match File::open(&path) {
+        let f = match open_chunk_file(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("cannot be opened ({e})")),
         };
+        let meta = f.metadata().map_err(|e| format!("cannot be read ({e})"))?;
+        plausible(&meta, npy::file_len(header, nbytes))?;
         // SAFETY: files in the cache are never truncated or written in place (they are
-        // replaced by rename), so the mapped bytes cannot change or shrink under us.
+        // replaced by rename), so the mapped bytes cannot change or shrink under us; one that
+        // a user with write access changes in place anyway is outside what a mapping can guard
+        // (docs/security.md: the folder's modes keep others out).
         // `populate` faults the pages in with one call, here on the pool in admission order,
         // instead of one fault per page later in the gather the consumer waits on.
         let map =
             unsafe { memmap2::MmapOptions::new().populate().map(&f) }.map_err(|e| format!("cannot be mapped ({e})"))?;
-        if map.len() != header.len() + nbytes || map[..header.len()] != *header {
+        if map.get(..header.len()) != Some(header) {
             return Err("does not match the chunk's shape and dtype".into());
         }
-        Ok(Some(Bytes::from_owner(map).slice(header.len()..)))
+        let stamp = verified::Stamp::of(&meta);
+        if !verified::contains(&stamp) {
+            npy::check_file(file, header, nbytes, &map)?;
+            verified::insert(stamp);
+        }
+        Ok(Some(Bytes::from_owner(map).slice(header.len()..header.len() + nbytes)))
     }
 }
 
-/// True when the file at `path` holds a chunk of this header and size (read: the header).
-fn file_matches(path: &Path, header: &[u8], nbytes: usize) -> bool {
-    use std::io::Read;
-    let Ok(mut f) = File::open(path) else { return false };
-    let mut head = vec![0u8; header.len()];
-    let sized = f.metadata().is_ok_and(|m| m.len() == (header.len() + nbytes) as u64);
-    sized && f.read_exact(&mut head).is_ok() && head == header
+/// Open a chunk file for reading: never through a symbolic link, and never waiting on a
+/// FIFO planted under a chunk's name (`O_NONBLOCK` does nothing to a regular file).
+fn open_chunk_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = File::options();
+    options.read(true);
+    #[cfg(target_os = "linux")]
+    options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    options.open(path)
+}
+
+/// Whether an opened chunk file may hold the chunk, before reading it: a regular file of the
+/// chunk file's length that not every user may write.
+fn plausible(meta: &std::fs::Metadata, len: usize) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
+    }
+    if meta.mode() & modes::WORLD_WRITABLE != 0 {
+        return Err("is writable by every user, so anyone could have changed it".into());
+    }
+    if meta.len() != len as u64 {
+        return Err("does not have the chunk's length (truncated, or another shape)".into());
+    }
+    Ok(())
+}
+
+/// True when the file at `path` (named `name`) holds this chunk, whole and unaltered.
+fn file_matches(path: &Path, name: &str, header: &[u8], nbytes: usize) -> bool {
+    let Ok(f) = open_chunk_file(path) else { return false };
+    let Ok(meta) = f.metadata() else { return false };
+    if plausible(&meta, npy::file_len(header, nbytes)).is_err() {
+        return false;
+    }
+    // SAFETY: as in `map_file`: chunk files are never written in place.
+    let Ok(map) = (unsafe { Mmap::map(&f) }) else { return false };
+    npy::check_file(name, header, nbytes, &map).is_ok()
 }
 
 /// Numbers this process's temporary chunk files.
 static TEMP_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-/// Write `header` and `data` to a new file at `tmp` and map it.
-fn write_mapped(tmp: &Path, header: &[u8], data: &[u8]) -> std::io::Result<Mmap> {
-    let mut f = File::options().read(true).write(true).create_new(true).open(tmp)?;
-    f.write_all(header)?;
-    f.write_all(data)?;
+/// Write `header`, `data` and `record` to a new file at `tmp` (mode `mode`) and map it.
+fn write_mapped(tmp: &Path, mode: u32, parts: [&[u8]; 3]) -> std::io::Result<(File, Mmap)> {
+    let mut f = modes::create_new(tmp, mode)?;
+    for part in parts {
+        f.write_all(part)?;
+    }
     // SAFETY: this file is ours alone until it is linked into place, and is never written again.
-    unsafe { memmap2::MmapOptions::new().populate().map(&f) }
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }?;
+    Ok((f, map))
 }
 
 impl DiskTier {
@@ -371,7 +444,9 @@ impl DiskTier {
         let placed = match std::fs::hard_link(tmp, &path) {
             Ok(()) => true,
             // Someone got there first: theirs stays unless it is not this chunk's file.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && file_matches(&path, header, nbytes) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && file_matches(&path, name, header, nbytes) => {
+                false
+            }
             // Not this chunk's file, or a filesystem without hard links: replace.
             Err(_) => {
                 self.replace(tmp, &path)?;
@@ -465,10 +540,7 @@ impl ChunkTier for DiskTier {
                 }
                 self.miss(array, chunk, "is logged but its file is missing")
             }
-            Err(why) => {
-                tracing::warn!(file = %file, "cached chunk file {why}; it is read from the store instead");
-                self.miss(array, chunk, &format!("has a file that {why}"))
-            }
+            Err(why) => self.damaged(array, chunk, &file, &why),
         }
     }
 
@@ -488,8 +560,11 @@ impl ChunkTier for DiskTier {
         let seq = TEMP_SEQUENCE.fetch_add(1, Ordering::Relaxed);
         let tmp = self.dir.join(format!("{name}.{}-{seq}.insitu-tmp", std::process::id()));
         let header = npy::header(dtype, shape);
-        let map = match write_mapped(&tmp, &header, data) {
-            Ok(m) => m,
+        // A spilled file is never revived, so it needs no record.
+        let record = if self.persist { npy::commit_record(&name, &header, data) } else { [0; CommitRecord::LEN] };
+        let record = if self.persist { &record[..] } else { &[] };
+        let (file, map) = match write_mapped(&tmp, self.modes.data(), [&header, data, record]) {
+            Ok(written) => written,
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
                 if !self.warned_write.swap(true, Ordering::Relaxed) {
@@ -505,10 +580,15 @@ impl ChunkTier for DiskTier {
             // Spill only: the mapping keeps the unlinked inode alive; nothing outlives the run.
             let _ = std::fs::remove_file(&tmp);
         } else if self.place(&tmp, &name, &header, data.len())? {
+            // Our inode is in place, checked by construction: a revive of it in this process
+            // need not read it again (taken after the link or rename, which change its ctime).
+            if let Ok(meta) = file.metadata() {
+                verified::insert(verified::Stamp::of(&meta));
+            }
             self.record(array, chunk, dtype, shape, name)?;
         }
         self.stored.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(Bytes::from_owner(map).slice(header.len()..)))
+        Ok(Some(Bytes::from_owner(map).slice(header.len()..header.len() + data.len())))
     }
 
     fn persists(&self) -> bool {

@@ -1,13 +1,16 @@
-//! The `.npy` header of a cached chunk.
+//! A cached chunk's file: an `.npy` header, the chunk's bytes, and a commit record.
 //!
-//! Written by hand rather than through an npy crate because the header must be padded to a
-//! whole [`HEADER_ALIGN`] so the data that follows a page-aligned mapping starts 128-byte
+//! The header is written by hand rather than through an npy crate because it must be padded
+//! to a whole [`HEADER_ALIGN`] so the data that follows a page-aligned mapping starts 128-byte
 //! aligned (zero-copy views for DLPack and XLA), and because a revive compares the header
 //! byte for byte against the one this run would write: any difference is a miss, never a
-//! reinterpretation. The files stay ordinary NPY v1.0, so `np.load(path, mmap_mode="r")`
-//! reads them.
+//! reinterpretation. The commit record (core's [`CommitRecord`], as the browser's tier
+//! writes) follows the data: the CRC-32C of the file's name, the header and the data, so a
+//! flipped bit, a truncation, a file cut short, or another chunk's file under this name all
+//! fail [`check_file`]. The files stay NPY v1.0 that numpy reads
+//! (`np.load(path, mmap_mode="r")` maps the array and ignores the 16 bytes after it).
 
-use insitubatch_core::DType;
+use insitubatch_core::{CommitRecord, DType};
 
 /// Header length, a multiple of the engine's buffer alignment.
 pub const HEADER_ALIGN: usize = 128;
@@ -51,6 +54,36 @@ pub fn header(dtype: DType, shape: &[usize]) -> Vec<u8> {
     out
 }
 
+/// The commit record of chunk file `name` holding `header` and `data`.
+pub fn commit_record(name: &str, header: &[u8], data: &[u8]) -> [u8; CommitRecord::LEN] {
+    *CommitRecord::over(&[name.as_bytes(), header, data]).as_bytes()
+}
+
+/// The length of a chunk file whose header is `header` and whose data is `nbytes` long.
+pub fn file_len(header: &[u8], nbytes: usize) -> usize {
+    header.len() + nbytes + CommitRecord::LEN
+}
+
+/// Whether `file`, the whole content of the file called `name`, is the chunk whose header
+/// this run would write (`header`) with `nbytes` of data under a commit record that matches:
+/// `Err` says what is wrong with it, in words that follow "a cached chunk file". Pure, so
+/// the fuzzer (`fuzz/fuzz_targets/chunk_file.rs`) feeds it any bytes.
+///
+/// # Errors
+/// Another length (truncated, another shape), another header (shape, dtype), no commit
+/// record, or a checksum that differs (damaged, or another chunk's file).
+pub fn check_file(name: &str, header: &[u8], nbytes: usize, file: &[u8]) -> Result<(), &'static str> {
+    if file.len() != file_len(header, nbytes) {
+        return Err("does not have the chunk's length (truncated, or another shape)");
+    }
+    let (head, rest) = file.split_at(header.len());
+    if head != header {
+        return Err("does not match the chunk's shape and dtype");
+    }
+    let (data, tail) = rest.split_at(nbytes);
+    CommitRecord::check(&[name.as_bytes(), head, data], tail)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +103,37 @@ mod tests {
         assert!(std::str::from_utf8(&header(DType::Uint8, &[5])[10..]).unwrap().contains("'shape': (5,)"));
         assert_ne!(header(DType::Float32, &[2, 3]), header(DType::Float32, &[3, 2]));
         assert_ne!(header(DType::Float32, &[2, 3]), header(DType::Int32, &[2, 3]));
+    }
+
+    /// The file a store writes, whole: header, data, record.
+    fn file(name: &str, header: &[u8], data: &[u8]) -> Vec<u8> {
+        [header, data, &commit_record(name, header, data)].concat()
+    }
+
+    #[test]
+    fn a_file_checks_only_whole_unaltered_and_under_its_own_name() {
+        let h = header(DType::Float32, &[2, 3]);
+        let data: Vec<u8> = (0..24).collect();
+        let good = file("t2m__aaaaaaaaaaaaaaaa__0.npy", &h, &data);
+        assert_eq!(check_file("t2m__aaaaaaaaaaaaaaaa__0.npy", &h, 24, &good), Ok(()));
+        let check = |bytes: &[u8]| check_file("t2m__aaaaaaaaaaaaaaaa__0.npy", &h, 24, bytes).unwrap_err();
+        let mut flipped = good.clone();
+        flipped[h.len() + 5] ^= 0x10;
+        assert!(check(&flipped).contains("checksum"), "a flipped data byte");
+        assert!(check(&good[..good.len() - 1]).contains("length"), "a truncation");
+        assert!(check(&good[..h.len() + 24]).contains("length"), "no record: a file of the old layout");
+        let mut unrecorded = good.clone();
+        let at = unrecorded.len() - 16;
+        unrecorded[at..].fill(0);
+        assert!(check(&unrecorded).contains("commit record"), "a write cut before its record");
+        // Chunk 1's whole, valid file under chunk 0's name: the record covers the name.
+        let other = file("t2m__aaaaaaaaaaaaaaaa__1.npy", &h, &data);
+        assert!(check(&other).contains("another chunk's file"));
+        // A planted file: a valid header, any data, a record computed without the name.
+        let planted = [&h[..], &data, CommitRecord::over(&[&h, &data]).as_bytes()].concat();
+        assert!(check(&planted).contains("checksum"));
+        let mut header_changed = good.clone();
+        header_changed[60] ^= 1;
+        assert!(check(&header_changed).contains("shape and dtype"));
     }
 }

@@ -1,5 +1,7 @@
 //! The disk tier on its own: store, revive, identity, stale handling and file safety.
 
+use std::io::Write;
+
 use super::*;
 
 fn ident(path: &str, fingerprint: &str) -> ArrayIdentity {
@@ -188,4 +190,171 @@ fn fillers_find_what_another_wrote_since_they_opened_and_write_each_chunk_once()
     drop(DiskTier::open(&reset, &changed).unwrap());
     assert!(!path.exists(), "alone, the reset deletes the stale array's file");
     assert!(CacheOptions { persist: false, ..shared }.validate().unwrap_err().to_string().contains("needs persist"));
+}
+
+/// Chunks 0..4 of `t2m` stored by a writer, and the names of their files.
+fn warm(dir: &Path, arrays: &[ArrayIdentity]) -> Vec<String> {
+    let t = DiskTier::open(&opts(dir, true), arrays).unwrap();
+    (0..4u64)
+        .map(|c| {
+            t.store(0, c, DType::Float32, &[1, 2], &bytes_of(&[c as f32, 10.0 + c as f32])).unwrap().unwrap();
+            t.file_name(0, c)
+        })
+        .collect()
+}
+
+#[test]
+fn altered_chunk_files_are_never_served_through_persist_and_readonly_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let arrays = [ident("t2m", "aaaaaaaaaaaaaaaa")];
+    let names = warm(d, &arrays);
+    let read = |n: &str| std::fs::read(d.join(n)).unwrap();
+    // A flipped data byte, in place.
+    let mut flipped = read(&names[0]);
+    flipped[128 + 2] ^= 0x40;
+    std::fs::OpenOptions::new().write(true).open(d.join(&names[0])).unwrap().write_all(&flipped).unwrap();
+    // A truncation (a full disk).
+    std::fs::OpenOptions::new().write(true).open(d.join(&names[1])).unwrap().set_len(128 + 4).unwrap();
+    // Chunk 3's whole, valid file under chunk 2's name.
+    std::fs::copy(d.join(&names[3]), d.join(&names[2])).unwrap();
+    // A file planted under the valid name of chunk 4, which was never written: an NPY of the
+    // right header and size, with a record that checks its own bytes.
+    let planted_data = bytes_of(&[666.0, 666.0]);
+    let header = npy::header(DType::Float32, &[1, 2]);
+    let record = CommitRecord::over(&[&header, &planted_data]);
+    let planted = [&header[..], &planted_data, record.as_bytes()].concat();
+    let planted_name = names[0].replace("__0.npy", "__4.npy");
+    std::fs::write(d.join(&planted_name), &planted).unwrap();
+    // As a new process would: nothing this one checked or wrote is taken on trust.
+    verified::forget_all();
+
+    let ro = CacheOptions { readonly: true, ..opts(d, false) };
+    let tier = DiskTier::open(&ro, &arrays).unwrap();
+    for (chunk, file, why) in [
+        (0, &names[0], "checksum"),
+        (1, &names[1], "length"),
+        (2, &names[2], "another chunk's file"),
+        (4, &planted_name, "checksum"),
+    ] {
+        let e = tier.revive(0, chunk, DType::Float32, &[1, 2]).unwrap_err().to_string();
+        assert!(e.contains(why) && e.contains("not served") && e.contains("persist=True"), "chunk {chunk}: {e}");
+        assert!(e.ends_with(&d.join(file).display().to_string()), "the file last: {e}");
+    }
+    let good = tier.revive(0, 3, DType::Float32, &[1, 2]).unwrap().unwrap();
+    assert_eq!(&good[..], &bytes_of(&[3.0, 13.0])[..], "the unaltered chunk is served");
+    drop(tier);
+
+    let tier = DiskTier::open(&opts(d, true), &arrays).unwrap();
+    for chunk in [0, 1, 2, 4] {
+        assert!(tier.revive(0, chunk, DType::Float32, &[1, 2]).unwrap().is_none(), "chunk {chunk} was served");
+    }
+    assert_eq!(tier.counters().misses, 4);
+    // The writer reads them from the store and writes them again: served from then on.
+    for chunk in [0, 1, 2, 4] {
+        let values = bytes_of(&[chunk as f32, 10.0 + chunk as f32]);
+        tier.store(0, chunk, DType::Float32, &[1, 2], &values).unwrap().unwrap();
+    }
+    drop(tier);
+    verified::forget_all();
+    let tier = DiskTier::open(&ro, &arrays).unwrap();
+    for chunk in [0, 1, 2, 3, 4] {
+        let got = tier.revive(0, chunk, DType::Float32, &[1, 2]).unwrap().unwrap();
+        assert_eq!(&got[..], &bytes_of(&[chunk as f32, 10.0 + chunk as f32])[..], "chunk {chunk}");
+    }
+}
+
+#[test]
+fn a_file_writable_by_every_user_or_not_a_regular_file_is_not_served() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let arrays = [ident("t2m", "aaaaaaaaaaaaaaaa")];
+    let names = warm(d, &arrays);
+    std::fs::set_permissions(d.join(&names[0]), std::fs::Permissions::from_mode(0o666)).unwrap();
+    // A symbolic link to a valid chunk file under another chunk's name, and a FIFO (which a
+    // plain open would wait on forever).
+    std::fs::remove_file(d.join(&names[1])).unwrap();
+    std::os::unix::fs::symlink(d.join(&names[3]), d.join(&names[1])).unwrap();
+    std::fs::remove_file(d.join(&names[2])).unwrap();
+    let fifo = std::ffi::CString::new(d.join(&names[2]).display().to_string()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path and nothing else.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    verified::forget_all();
+    let ro = CacheOptions { readonly: true, ..opts(d, false) };
+    let tier = DiskTier::open(&ro, &arrays).unwrap();
+    let e = tier.revive(0, 0, DType::Float32, &[1, 2]).unwrap_err().to_string();
+    assert!(e.contains("writable by every user"), "{e}");
+    let e = tier.revive(0, 1, DType::Float32, &[1, 2]).unwrap_err().to_string();
+    assert!(e.contains("cannot be opened"), "a symbolic link: {e}");
+    let e = tier.revive(0, 2, DType::Float32, &[1, 2]).unwrap_err().to_string();
+    assert!(e.contains("not a regular file"), "a FIFO: {e}");
+    assert!(tier.revive(0, 3, DType::Float32, &[1, 2]).unwrap().is_some());
+}
+
+#[test]
+fn a_folder_writable_by_every_user_is_refused_for_every_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let arrays = [ident("t2m", "aaaaaaaaaaaaaaaa")];
+    warm(d, &arrays);
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let shared = CacheOptions { shared: true, ..opts(d, true) };
+    let ro = CacheOptions { readonly: true, ..opts(d, false) };
+    for o in [opts(d, true), opts(d, false), shared, ro] {
+        let e = DiskTier::open(&o, &arrays).unwrap_err().to_string();
+        assert!(e.contains("writable by every user") && e.contains("chmod 700"), "{o:?}: {e}");
+        assert!(e.ends_with(&d.display().to_string()), "the folder last: {e}");
+    }
+}
+
+#[test]
+fn created_files_and_folders_have_the_documented_modes() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+    let modes_in = |d: &Path| -> Vec<(String, u32)> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name().to_string_lossy().into_owned(), mode(&e.path()))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    // Modes are set after creation (chmod), so the umask neither widens nor narrows them:
+    // under the usual 022 the group's write bits below would otherwise be lost. (The umask is
+    // the process's: a test that set it would change the files of the tests beside it.)
+    let root = tempfile::tempdir().unwrap();
+    let arrays = [ident("t2m", "aaaaaaaaaaaaaaaa")];
+    let dir = root.path().join("new/cache");
+    let names = warm(&dir, &arrays);
+    assert_eq!(mode(&dir), 0o700, "a created folder");
+    assert_eq!(mode(&root.path().join("new")), 0o700, "a created parent");
+    let want: Vec<(String, u32)> = {
+        let mut v = vec![(lock::LOCK_FILE.to_string(), 0o600), (log::LOG_FILE.to_string(), 0o600)];
+        v.extend(names.iter().map(|n| (n.clone(), 0o600)));
+        v.sort();
+        v
+    };
+    assert_eq!(modes_in(&dir), want);
+    // shared_cache in a folder prepared for a group: the group reads chunks, writes the log and locks.
+    let group = root.path().join("group");
+    std::fs::create_dir(&group).unwrap();
+    std::fs::set_permissions(&group, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let t = DiskTier::open(&CacheOptions { shared: true, ..opts(&group, true) }, &arrays).unwrap();
+    t.store(0, 0, DType::Float32, &[1, 2], &bytes_of(&[1.0, 2.0])).unwrap().unwrap();
+    let name = t.file_name(0, 0);
+    drop(t);
+    let mut want = vec![
+        (".insitu.fillers".to_string(), 0o660),
+        (lock::LOCK_FILE.to_string(), 0o660),
+        (log::LOG_FILE.to_string(), 0o660),
+        (name, 0o640),
+    ];
+    want.sort();
+    assert_eq!(modes_in(&group), want);
+    assert_eq!(mode(&group), 0o2770, "a folder the tier did not create keeps its mode");
 }

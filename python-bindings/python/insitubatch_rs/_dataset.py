@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TextIO, TypedDict
+from typing import Any, TextIO, cast
 
 import numpy as np
 
@@ -19,16 +19,15 @@ from . import _native
 from ._runtime import PassStats, format_pass
 from ._split import SplitManifest, native_manifest
 from ._store import close_store, engine_store, reference_errors
-from ._store import storage_options as _storage_opts
-from ._options import Knobs
-from ._reports import QualityPoint
+from ._options import DatasetSpec, ReadPolicySpec
+from ._reports import BadChunkJson, QualityPoint
 from ._summary import DatasetReport, dataset_report
 from ._transforms import native_chunk_transform
-from ._types import ArrayGeometry, Batch, StoredChunkRead, native_geometry, np_dtype, split_name
+from ._types import ArrayGeometry, Batch, StoredChunkRead, native_geometry, split_name
 
 logger = logging.getLogger("insitubatch")
 
-# The engine's defaults (DatasetOptions::default()): one home, restated nowhere here.
+# The engine's defaults (core's DatasetSpec::default()): one home, restated nowhere here.
 _D = _native.defaults()
 DEFAULT_MAX_INFLIGHT = _D["max_inflight"]
 NO_REUSE_ENV = "INSITUBATCH_NO_BUFFER_REUSE"
@@ -56,20 +55,10 @@ class SchedulerConfig:
     on_bad_chunk: str = _D["on_bad_chunk"]
 
 
-class _DiskTier(TypedDict):
-    """The disk-tier arguments a dataset was built with, as the engine takes them."""
-
-    cache_dir: str | None
-    persist: bool
-    readonly_cache: bool
-    reset_stale_cache: bool
-    shared_cache: bool
-
-
 def _node_ranks(node_affinity: Any) -> int | None:
-    """Ranks per node for node affinity: ``None`` when off; ``True`` reads the launcher's
-    ``LOCAL_WORLD_SIZE`` (torchrun, Lightning and Ray set it). The engine checks that it
-    divides ``world_size``."""
+    """The spec's ``node_ranks`` (ranks per node) from ``node_affinity``: ``None`` when off;
+    ``True`` reads the launcher's ``LOCAL_WORLD_SIZE`` (torchrun, Lightning and Ray set it).
+    The engine checks that it divides ``world_size``."""
     if node_affinity is False or node_affinity is None:
         return None
     if node_affinity is True:
@@ -79,27 +68,51 @@ def _node_ranks(node_affinity: Any) -> int | None:
                 "node_affinity=True takes the ranks per node from the launcher's LOCAL_WORLD_SIZE, which is "
                 f"{'not set' if local is None else repr(local)}; pass node_affinity=<ranks per node> instead"
             )
-        return _count("node_affinity", int(local), 1)
-    return _count("node_affinity", node_affinity, 1)
+        return int(local)
+    return _int("node_affinity", node_affinity)
 
 
 def _ranks(rank: Any, world_size: Any) -> tuple[int, int]:
     """``(rank, world_size)``: as given, or ``torch.distributed``'s when it is initialized
     (looked up only if torch is already imported: a job that never imported it has no
-    process group), else ``(0, 1)``."""
+    process group), else the spec's defaults. The engine checks them."""
     dist = sys.modules.get("torch.distributed")
     if (rank is None or world_size is None) and dist is not None and dist.is_available() and dist.is_initialized():
         rank = dist.get_rank() if rank is None else rank
         world_size = dist.get_world_size() if world_size is None else world_size
-    rank = 0 if rank is None else rank
-    world_size = 1 if world_size is None else world_size
-    world = _count("world_size", world_size, 1)
-    return _count("rank", rank, 0), world  # rank < world_size: the engine's rule, when it builds
+    rank = _D["rank"] if rank is None else rank
+    world_size = _D["world_size"] if world_size is None else world_size
+    return _int("rank", rank), _int("world_size", world_size)
+
+
+def _int(name: str, value: Any) -> int:
+    """An integer option as a Python ``int`` (``TypeError`` for a non-integer, as
+    ``operator.index`` says); its range is the engine's to check (a ``ValueError`` naming it)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+
+
+def _axis_sizes(name: str, sizes: Mapping[Any, Any] | None) -> dict[str | int, int] | None:
+    """``{axis: count}`` with each axis a dimension name or an axis index and each count an
+    integer (``TypeError`` otherwise); the engine checks the rest."""
+    if sizes is None:
+        return None
+    out: dict[str | int, int] = {}
+    for k, v in sizes.items():
+        if not isinstance(k, str):
+            try:
+                k = operator.index(k)
+            except TypeError:
+                raise TypeError(f"a {name} axis is a dimension name or an axis index, got {k!r}") from None
+        out[k] = _int(f"{name}[{k!r}]", v)
+    return out
 
 
 def _count(name: str, value: Any, minimum: int) -> int:
-    """An integer knob: converted here (``TypeError`` for a non-integer), then checked by the
-    engine's count rule (``ValueError`` naming it) before the extension's unsigned types see it."""
+    """An integer argument of a method (not an option): converted here (``TypeError`` for a
+    non-integer), then checked by the engine's count rule (``ValueError`` naming it)."""
     try:
         v = operator.index(value)
     except TypeError:
@@ -155,25 +168,13 @@ def _computed_mask(store: Any, spec: Any, storage_options: Mapping[str, Any] | N
     return mask
 
 
-def _model_parallel(size: Any, axis: str | int | None) -> tuple[int, str | int] | None:
-    """``model_parallel``/``model_parallel_axis`` as the engine's pair; 1 is no mesh."""
-    k = _count("model_parallel", size, 1)
-    if k == 1:
-        return None
-    if axis is None:
-        raise ValueError(
-            f"model_parallel={k} splits every row along an axis: pass model_parallel_axis=<dimension name or index>"
-        )
-    return (k, axis)
-
-
 def _sel(sel: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``sel={"time": (lo, hi), "lat": slice(lo, hi), "level": [500, 850]}`` as the engine's
-    selections ``(dim, is_range, values)``: a tuple or a slice is an inclusive range, a list
-    exactly those labels in that order (as xarray's ``sel``); dates (strings, ``datetime``,
-    ``datetime64``) as nanoseconds since 1970, numbers as floats. The engine checks them
-    against each coordinate and decides which is the sample axis."""
-    out: dict[str, list[tuple[str, bool, list[Any]]]] = {"sel_time": [], "sel_number": []}
+    """``sel={"time": (lo, hi), "lat": slice(lo, hi), "level": [500, 850]}`` as the spec's
+    ``sel``: a tuple or a slice is an inclusive range ``[lo, hi]``, a list exactly those
+    labels in that order (as xarray's ``sel``), ``{"labels": [...]}``; dates (strings,
+    ``datetime``, ``datetime64``) as ISO text to the nanosecond, numbers as floats. The engine
+    checks them against each coordinate and decides which is the sample axis."""
+    out: dict[str, Any] = {}
     for dim, pick in (sel or {}).items():
         if isinstance(pick, slice) and pick.step is None:
             pick = (pick.start, pick.stop)
@@ -184,11 +185,16 @@ def _sel(sel: Mapping[str, Any] | None) -> dict[str, Any]:
                 f"sel[{dim!r}] must be a (low, high) tuple or slice(low, high), both inclusive, or a list of labels; "
                 f"got {pick!r}"
             )
-        if all(isinstance(v, (int, float, np.number)) for v in values):
-            out["sel_number"].append((str(dim), is_range, [float(v) for v in values]))
-        else:
-            out["sel_time"].append((str(dim), is_range, [int(np.datetime64(v, "ns").astype(np.int64)) for v in values]))
-    return {k: v for k, v in out.items() if v}
+        labels = [_label(v) for v in values]
+        out[str(dim)] = labels if is_range else {"labels": labels}
+    return out
+
+
+def _label(v: Any) -> float | str:
+    """One ``sel`` label as the spec writes it: a number, or a date as ISO text."""
+    if isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)):
+        return float(v)
+    return str(np.datetime_as_string(np.datetime64(v, "ns"), unit="ns"))
 
 
 def _probe_chunks(probe: bool | int) -> int:
@@ -196,53 +202,6 @@ def _probe_chunks(probe: bool | int) -> int:
     if probe is True:
         return _D["probe_chunks"]
     return _count("probe", probe, 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Knobs:
-    """The dataset's numeric and mode arguments, counts checked so a bad one is a
-    ``ValueError`` naming it (rather than an ``OverflowError`` from the extension);
-    ``on_bad_chunk`` is the engine's to parse."""
-
-    batch_size: int
-    block_chunks: int  # as requested; the engine may widen it
-    first_block_chunks: int | None  # None: block_chunks (the specified order)
-    max_inflight: int
-    seed: int
-    shuffle: bool
-    prefetch_depth: int
-    cache_budget_bytes: int | None
-    threads: int | None
-    on_bad_chunk: str
-
-    @classmethod
-    def checked(
-        cls,
-        batch_size: Any,
-        block_chunks: Any,
-        max_inflight: Any,
-        seed: Any,
-        shuffle: Any,
-        prefetch_depth: Any,
-        cache_budget_bytes: Any,
-        threads: Any,
-        on_bad_chunk: Any,
-        first_block_chunks: Any = None,
-    ) -> _Knobs:
-        return cls(
-            batch_size=_count("batch_size", batch_size, 1),
-            block_chunks=_count("block_chunks", block_chunks, 1),
-            first_block_chunks=None if first_block_chunks is None else _count("first_block_chunks", first_block_chunks, 1),
-            max_inflight=DEFAULT_MAX_INFLIGHT if max_inflight is None else _count("max_inflight", max_inflight, 1),
-            seed=_count("seed", seed, 0),
-            shuffle=bool(shuffle),
-            prefetch_depth=max(operator.index(prefetch_depth), 1),  # clamped, as in insitubatch 0.2.0
-            cache_budget_bytes=None
-            if cache_budget_bytes is None
-            else _count("cache_budget_bytes", cache_budget_bytes, 0),
-            threads=None if threads is None else _count("threads", threads, 1),
-            on_bad_chunk=on_bad_chunk,
-        )
 
 
 class BatchIterator(Iterator[Batch]):
@@ -385,6 +344,15 @@ class InSituDataset:
     read one array at different offsets via ``geom.shift(k)``); ``None`` discovers every
     data array.
 
+    ``batch_size``: samples per batch (an epoch's last batch may be short). ``block_chunks``:
+    chunks per shuffle block (widened so a block holds a batch). ``max_inflight``: storage
+    reads in flight (``None``: the engine's default). ``seed``: the draw order's seed, the same
+    ``(seed, epoch)`` giving the same batches on every target. ``shuffle=False`` reads the train
+    view in order. ``prefetch_depth``: batches queued ahead (0 is taken as 1).
+    ``cache_budget_bytes``: the pool's byte budget (``None``: sized automatically).
+    ``on_bad_chunk``: ``"raise"`` or ``"nan"`` for a chunk that cannot be read (docs/errors.md).
+    Every option's default and its spelling in JavaScript and on the CLI: docs/reference/options.md.
+
     ``chunk_transforms``: callables ``(DecodedChunk) -> DecodedChunk`` (or returning the new
     ``data`` array), ``applies([...], fn)`` to scope one to some array paths, or a
     ``StandardScaler``. They run once per chunk on the engine's pool (cached with the chunk);
@@ -444,8 +412,11 @@ class InSituDataset:
     ``callbacks``: callables ``(PassStats) -> None``, each called with every pass's report
     when the pass ends (TensorBoard, W&B, OpenTelemetry; an exception goes to
     ``sys.unraisablehook``). ``metrics_address="HOST:PORT"``: serve the reports as
-    Prometheus metrics there (port 0 picks a free one: ``ds.metrics_address``), every series
-    labelled with the split, rank and world size (docs/distributed.md).
+    Prometheus metrics there (port 0 picks a free one: ``ds.metrics_address``; a port alone
+    listens on loopback), every series labelled with the split, rank and world size
+    (docs/distributed.md). ``metrics_cors_origin="http://host:port"``: the one web origin
+    whose pages may read them (the dashboard watching the job); without it no page may
+    (docs/security.md).
     ``coords=True``: read the sample axis's coordinate (the 1-d array named like its
     dimension, CF time decoded to ``datetime64[ns]``) once at open; every batch carries each
     row's value in ``batch.coords``. ``sel={"time": ("2010-01-01", "2019-12-31")}``: only
@@ -497,31 +468,32 @@ class InSituDataset:
         prefetch_depth: int = _D["prefetch_depth"],
         cache_dir: str | os.PathLike[str] | None = None,
         cache_budget_bytes: int | None = _D["cache_budget_bytes"],
-        persist: bool = False,
-        readonly_cache: bool = False,
-        reset_stale_cache: bool = False,
-        shared_cache: bool = False,
+        persist: bool = _D["persist"],
+        readonly_cache: bool = _D["readonly_cache"],
+        reset_stale_cache: bool = _D["reset_stale_cache"],
+        shared_cache: bool = _D["shared_cache"],
         on_bad_chunk: str = _D["on_bad_chunk"],
         chunk_transforms: Sequence[Any] = (),
         batch_transforms: Sequence[Any] = (),
         storage_options: Mapping[str, Any] | None = None,
-        threads: int | None = None,
+        threads: int | None = _D["threads"],
         rank: int | None = None,
         world_size: int | None = None,
         node_affinity: bool | int = False,
-        first_block_chunks: int | None = None,
+        first_block_chunks: int | None = _D["first_block_chunks"],
         read_policy: Mapping[str, Any] | None = None,
         patch: Mapping[str | int, int] | None = None,
-        patch_mode: str | None = None,
+        patch_mode: str | None = _D["patch_mode"],
         patch_stride: Mapping[str | int, int] | None = None,
-        patches_per_sample: int | None = None,
+        patches_per_sample: int | None = _D["patches_per_sample"],
         sample_mask: Any = None,
         sample_weights: Any = None,
-        model_parallel: int = 1,
+        model_parallel: int = _D["model_parallel"],
         model_parallel_axis: str | int | None = None,
         callbacks: Sequence[Any] = (),
-        metrics_address: str | None = None,
-        coords: bool = False,
+        metrics_address: str | None = _D["metrics_address"],
+        metrics_cors_origin: str | None = _D["metrics_cors_origin"],
+        coords: bool = _D["coords"],
         sel: Mapping[str, tuple[Any, Any] | slice | Sequence[Any]] | None = None,
         concat_dim: str | None = None,
     ) -> None:
@@ -533,13 +505,52 @@ class InSituDataset:
         self.store = store
         self._store = engine_store(store)
         self._url = self._store if isinstance(self._store, str) else str(self._store)
-        k = _Knobs.checked(
-            batch_size, block_chunks, max_inflight, seed, shuffle, prefetch_depth, cache_budget_bytes, threads,
-            on_bad_chunk, first_block_chunks,
-        )  # fmt: skip
-        self._knobs = k
-        self._rank, self._world_size = _ranks(rank, world_size)
-        self._node_ranks = _node_ranks(node_affinity)
+        rank_, world_size_ = _ranks(rank, world_size)
+        # Every option as the engine's spec (its type generated from core's DatasetSpec, so
+        # mypy checks each key; the extension reads it with serde and refuses a key it lacks,
+        # and core resolves it: defaults, bounds and the rules between options). Here only
+        # what Python alone can do: integers as ints, numpy as lists, torch's ranks, the
+        # launcher's LOCAL_WORLD_SIZE, dates as text. `None` is the spec's default.
+        spec: DatasetSpec = {
+            "batch_size": _int("batch_size", batch_size),
+            "block_chunks": _int("block_chunks", block_chunks),
+            "first_block_chunks": None if first_block_chunks is None else _int("first_block_chunks", first_block_chunks),
+            "seed": _int("seed", seed),
+            "shuffle": bool(shuffle),
+            "prefetch_depth": _int("prefetch_depth", prefetch_depth),
+            "cache_budget_bytes": None if cache_budget_bytes is None else _int("cache_budget_bytes", cache_budget_bytes),
+            "on_bad_chunk": on_bad_chunk,
+            "coords": bool(coords),
+            "threads": None if threads is None else _int("threads", threads),
+            "rank": rank_,
+            "world_size": world_size_,
+            "node_ranks": _node_ranks(node_affinity),
+            "model_parallel": _int("model_parallel", model_parallel),
+            "model_parallel_axis": model_parallel_axis,
+            "sel": _sel(sel),
+            "sample_mask": _per_sample("sample_mask", _computed_mask(store, sample_mask, storage_options, concat_dim), bool),
+            "sample_weights": _per_sample("sample_weights", sample_weights, np.float64),
+            "patch": _axis_sizes("patch", patch),
+            "patch_mode": patch_mode,
+            "patch_stride": _axis_sizes("patch_stride", patch_stride),
+            "patches_per_sample": None if patches_per_sample is None else _int("patches_per_sample", patches_per_sample),
+            "storage_options": {str(k): str(v) for k, v in (storage_options or {}).items()},
+            "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
+            "persist": bool(persist),
+            "readonly_cache": bool(readonly_cache),
+            "reset_stale_cache": bool(reset_stale_cache),
+            "shared_cache": bool(shared_cache),
+            "metrics_address": metrics_address,
+            "metrics_cors_origin": metrics_cors_origin,
+        }
+        # Absent (`None` here) is the engine's default.
+        if max_inflight is not None:
+            spec["max_inflight"] = _int("max_inflight", max_inflight)
+        if read_policy is not None:
+            spec["read_policy"] = cast(ReadPolicySpec, dict(read_policy))  # its keys are the engine's to check
+        if concat_dim is not None:
+            spec["concat_dim"] = concat_dim
+        self._spec = spec
         # The stream of the latest pass per split (its checkpoint outlives the pass), and a
         # loaded state waiting for the next pass over its split.
         self._streams: dict[str, _native.NativeStream] = {}
@@ -549,44 +560,20 @@ class InSituDataset:
         for t in self.batch_transforms:
             if not callable(t):
                 raise TypeError(f"a batch transform must be callable (Batch) -> Batch, got {t!r}")
-        self._cache: _DiskTier = {
-            "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
-            "persist": bool(persist),
-            "readonly_cache": bool(readonly_cache),
-            "reset_stale_cache": bool(reset_stale_cache),
-            "shared_cache": bool(shared_cache),
-        }
+        self._callbacks = list(callbacks)
         self._reuse = _reuse_enabled()
-        self._read_policy = None if read_policy is None else dict(read_policy)
-        self._selection: dict[str, Any] = {
-            "patch": None if patch is None else [(k, _count(f"patch[{k!r}]", v, 1)) for k, v in patch.items()],
-            "patch_mode": None if patch_mode is None else str(patch_mode),
-            "patch_stride": None
-            if patch_stride is None
-            else [(k, _count(f"patch_stride[{k!r}]", v, 1)) for k, v in patch_stride.items()],
-            "patches_per_sample": None
-            if patches_per_sample is None
-            else _count("patches_per_sample", patches_per_sample, 1),
-            "sample_mask": _per_sample("sample_mask", _computed_mask(store, sample_mask, storage_options, concat_dim), bool),
-            "sample_weights": _per_sample("sample_weights", sample_weights, np.float64),
-            "model_parallel": _model_parallel(model_parallel, model_parallel_axis),
-            "callbacks": list(callbacks),
-            "metrics_address": None if metrics_address is None else str(metrics_address),
-            **_sel(sel),
-            "concat_dim": concat_dim,
-        }
-        self._coords = bool(coords)
-        self._native = self._open(manifest, geometries, storage_options)
+        self._native = self._open(manifest, geometries)
         self._url = self._native.url  # a join's names every store
         if cache_dir is not None:
             for message in self._native.cache_warnings():
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
-        if self._native.block_chunks != k.block_chunks:
+        asked = self._spec["block_chunks"]
+        if self._native.block_chunks != asked:
             logger.info(
                 "block_chunks widened %d -> %d so a %d-sample batch fits one shuffle-block (%d sample(s) per chunk)",
-                k.block_chunks,
+                asked,
                 self._native.block_chunks,
-                k.batch_size,
+                self.batch_size,
                 self._native.manifest.sample_chunk_size,
             )
         self._last_pass: PassStats | None = None
@@ -595,45 +582,25 @@ class InSituDataset:
         self.test = _SplitView(self, "test")
         self.all = _SplitView(self, "all")
 
-    def _open(
-        self, manifest: Any, geometries: Mapping[str, ArrayGeometry] | None, options: Mapping[str, Any] | None
-    ) -> _native.NativeDataset:
+    def _open(self, manifest: Any, geometries: Mapping[str, ArrayGeometry] | None) -> _native.NativeDataset:
         """Build the engine's dataset (it opens the arrays and checks the rest)."""
-        k = self._knobs
         variables = None
         if geometries is not None:
             variables = [(str(label), native_geometry(g)) for label, g in geometries.items()]
-        # Core's `Knobs` as one dict (its type generated from the Rust struct, so mypy checks
-        # every key here; the extension reads it with serde and refuses a key it lacks).
-        knobs: Knobs = {
-            "batch_size": k.batch_size,
-            "block_chunks": k.block_chunks,
-            "first_block_chunks": k.first_block_chunks,
-            "max_inflight": k.max_inflight,
-            "seed": k.seed,
-            "shuffle": k.shuffle,
-            "prefetch_depth": k.prefetch_depth,
-            "cache_budget_bytes": k.cache_budget_bytes,
-            "on_bad_chunk": k.on_bad_chunk,
-            "rank": self._rank,
-            "world_size": self._world_size,
-            "coords": self._coords,
-        }
         with reference_errors():
             return _native.NativeDataset(
                 self._store,
                 native_manifest(manifest),
                 variables,
-                knobs,
-                storage_options=_storage_opts(options),
-                threads=k.threads,
+                self._spec,
                 chunk_transforms=[native_chunk_transform(t) for t in self.chunk_transforms],
                 batch_transforms=list(self.batch_transforms),
-                node_ranks=self._node_ranks,
-                read_policy=self._read_policy,
-                **self._selection,
-                **self._cache,
+                callbacks=self._callbacks,
             )
+
+    def _option(self, key: str) -> Any:
+        """An option as given, else the spec's default."""
+        return self._spec.get(key, _D[key])  # type: ignore[literal-required]  # a key of the spec
 
     # -- the engine -------------------------------------------------------------------
     def _ds(self) -> _native.NativeDataset:
@@ -653,12 +620,12 @@ class InSituDataset:
     @property
     def rank(self) -> int:
         """This process's rank (its share of every epoch)."""
-        return self._rank
+        return int(self._option("rank"))
 
     @property
     def world_size(self) -> int:
         """Processes sharing every epoch."""
-        return self._world_size
+        return int(self._option("world_size"))
 
     def state_dict(self, split: str = "train") -> dict[str, Any]:
         """Where the latest pass over ``split`` (default ``train``) stands, as a small dict
@@ -746,22 +713,22 @@ class InSituDataset:
     @property
     def batch_size(self) -> int:
         """Samples per batch (an epoch's last batch may be short)."""
-        return self._knobs.batch_size
+        return int(self._option("batch_size"))
 
     @property
     def seed(self) -> int:
         """The seed of every epoch's draw order."""
-        return self._knobs.seed
+        return int(self._option("seed"))
 
     @property
     def shuffle(self) -> bool:
         """Whether the train view is shuffled (the other views are read in order)."""
-        return self._knobs.shuffle
+        return bool(self._option("shuffle"))
 
     @property
     def prefetch_depth(self) -> int:
-        """Batches queued ahead (at least 1)."""
-        return self._knobs.prefetch_depth
+        """Batches queued ahead (at least 1: the engine's, as resolved)."""
+        return self._native.prefetch_depth
 
     @property
     def block_chunks(self) -> int:
@@ -776,8 +743,8 @@ class InSituDataset:
             AttributeError: on assignment (pass ``max_inflight=``, ``threads=`` and
                 ``on_bad_chunk=`` to ``InSituDataset`` instead).
         """
-        k = self._knobs
-        return SchedulerConfig(k.max_inflight, 0, k.threads or 0, k.on_bad_chunk)
+        threads = self._option("threads")
+        return SchedulerConfig(self._option("max_inflight"), 0, threads or 0, self._option("on_bad_chunk"))
 
     @scheduler_config.setter
     def scheduler_config(self, value: object) -> None:
@@ -813,7 +780,8 @@ class InSituDataset:
             InsitubatchIOError: a read or decode of the probe failed.
         """
         raw = json.loads(self._native.describe_json(_count("iterations", iterations, 1)))
-        report = dataset_report(raw, cache=self._cache)
+        cache = ("cache_dir", "persist", "readonly_cache", "reset_stale_cache", "shared_cache")
+        report = dataset_report(raw, cache={k: self._option(k) for k in cache})
         if probe:
             report["probe"] = json.loads(self._native.probe("train", _probe_chunks(probe))[0])
         return report
@@ -893,30 +861,12 @@ class InSituDataset:
     def bad_chunks(self) -> list[StoredChunkRead]:
         """Tiles filled under ``on_bad_chunk="nan"``, as ``StoredChunkRead(array, chunk_index,
         inner_coord)`` (``error`` says why)."""
-        axes = {g.path: g.sample_axis for _, g in self._native.variables}
-        out = []
-        for b in json.loads(self._native.bad_chunks_json()):
-            tile = list(b["tile"])
-            ax = axes.get(b["array"], 0)
-            inner = tuple(tile[:ax] + tile[ax + 1 :])
-            out.append(StoredChunkRead(b["array"], b["chunk_index"], inner, b.get("error", "")))
-        return out
+        bad: list[BadChunkJson] = json.loads(self._native.bad_chunks_json())
+        return [StoredChunkRead(b["array"], b["chunk_index"], tuple(b["inner_coord"]), b["error"]) for b in bad]
 
     def _out_geometries(self) -> dict[str, ArrayGeometry]:
-        """Each label's geometry after the chunk transforms (from ``describe()``)."""
-        out = {}
-        reports = self.describe()["variables"]
-        for label, g in self.geometries.items():
-            r = reports[label]
-            inner, dtype = r["output_inner_shape"], r["output_dtype"]
-            if inner == g.inner_shape and dtype == g._g.dtype:
-                out[label] = g
-                continue
-            ax = g.sample_axis
-            shape = (*inner[:ax], g.n_samples, *inner[ax:])
-            chunks = (*inner[:ax], g.sample_chunk_size, *inner[ax:])
-            out[label] = ArrayGeometry(g.path, shape, chunks, np_dtype(dtype), g.offset, ax)
-        return out
+        """Each label's geometry after the chunk transforms (the engine's)."""
+        return {label: ArrayGeometry._wrap(g) for label, g in self._native.output_geometries}
 
     # -- lifetime ---------------------------------------------------------------------
     def close(self) -> None:

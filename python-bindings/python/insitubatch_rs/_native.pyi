@@ -7,7 +7,7 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import Self
 
-from ._options import Knobs
+from ._options import DatasetSpec
 
 __all__ = [
     "InsitubatchIOError",
@@ -25,6 +25,8 @@ __all__ = [
     "buffer_address",
     "defaults",
     "verdict",
+    "producer_s",
+    "queue_share",
     "_shutdown",
     "_storage_conformance",
     "_storage_conformance_fixture",
@@ -43,9 +45,9 @@ __all__ = [
     "physical_chunk_coord",
     "slot_shape",
     "tile_placement",
-    "dtype_size",
     "checked_count",
     "parse_split",
+    "camel_case",
 ]
 
 class InsitubatchIOError(OSError):
@@ -95,6 +97,10 @@ class ArrayGeometry:
 
 @final
 class SplitManifest:
+    def __new__(
+        cls, n_chunks: int, sample_chunk_size: int, n_samples: int, chunks: dict[str, list[int]], seed: int = 0
+    ) -> Self: ...
+    def check(self) -> None: ...
     @property
     def n_chunks(self) -> int: ...
     @property
@@ -106,7 +112,7 @@ class SplitManifest:
     @property
     def chunks(self) -> dict[str, list[int]]: ...
     def chunks_of(self, split: str) -> list[int]: ...
-    def sample_indices(self, split: str) -> npt.NDArray[np.int64]: ...
+    def sample_indices(self, split: str, geom: ArrayGeometry | None = None) -> npt.NDArray[np.int64]: ...
     def to_json(self, path: str | PathLike[str] | None = None) -> str: ...
     @staticmethod
     def from_json(path: str | PathLike[str]) -> SplitManifest: ...
@@ -133,12 +139,10 @@ def open_geometries(
 def buffer_address(obj: Buffer) -> int: ...
 
 @type_check_only
-class Defaults(Knobs):
-    """The engine's knob defaults (core's `Knobs`, whose type is generated, and
-    `SplitOptions`): a dict at runtime."""
+class Defaults(DatasetSpec):
+    """The engine's option defaults (core's `DatasetSpec`, whose type is generated, and
+    `split_by_chunk`'s `contiguous`): a dict at runtime."""
 
-    fractions: tuple[float, float, float]
-    split_seed: int
     contiguous: bool
     probe_chunks: int
 
@@ -152,6 +156,16 @@ def verdict(
     inflight_peak: int,
     max_inflight: int,
 ) -> tuple[str, str, bool]: ...
+def producer_s(
+    *,
+    fetch_wait_s: float,
+    admission_parked_s: float,
+    decode_s: float,
+    assemble_s: float,
+    gather_s: float,
+    batch_transform_s: float,
+) -> float: ...
+def queue_share(count: float, asked: float) -> float: ...
 def _shutdown() -> None: ...
 
 # The engine's rules (python-bindings/src/rules.rs): draw orders and tile arithmetic.
@@ -181,11 +195,11 @@ def slot_shape(geom: ArrayGeometry, chunk_index: int) -> list[int]: ...
 def tile_placement(
     geom: ArrayGeometry, chunk_index: int, inner_coord: list[int]
 ) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]], bool]: ...
-def dtype_size(name: str) -> int: ...
 
 # Core's rules for the package's own arguments: a count's range, a split's word.
 def checked_count(name: str, value: int, minimum: int) -> int: ...
 def parse_split(split: str) -> Literal["train", "val", "test", "all"]: ...
+def camel_case(name: str) -> str: ...
 
 @final
 class StoreReader:
@@ -261,31 +275,11 @@ class NativeDataset:
         store: str | Any,
         manifest: SplitManifest | None,
         variables: list[tuple[str, ArrayGeometry]] | None,
-        knobs: Knobs,
+        spec: DatasetSpec,
         *,
-        storage_options: list[tuple[str, str]],
-        threads: int | None = None,
         chunk_transforms: list[tuple[list[str] | None, Any]] = ...,
         batch_transforms: list[Any] = ...,
-        cache_dir: str | None = None,
-        persist: bool = False,
-        readonly_cache: bool = False,
-        reset_stale_cache: bool = False,
-        shared_cache: bool = False,
-        node_ranks: int | None = None,
-        read_policy: dict[str, Any] | None = ...,
-        patch: list[tuple[str | int, int]] | None = None,
-        patch_mode: str | None = None,
-        patch_stride: list[tuple[str | int, int]] | None = None,
-        patches_per_sample: int | None = None,
-        sample_mask: list[bool] | None = None,
-        sample_weights: list[float] | None = None,
-        model_parallel: tuple[int, str | int] | None = None,
         callbacks: list[Any] = ...,
-        metrics_address: str | None = None,
-        sel_time: tuple[str, int, int] | None = None,
-        sel_number: tuple[str, float, float] | None = None,
-        concat_dim: str | None = None,
     ) -> Self: ...
     def probe(self, split: str, chunks: int) -> tuple[str, str]: ...
     def iter(self, split: str) -> NativeStream: ...
@@ -300,6 +294,10 @@ class NativeDataset:
     def manifest(self) -> SplitManifest: ...
     @property
     def variables(self) -> list[tuple[str, ArrayGeometry]]: ...
+    @property
+    def output_geometries(self) -> list[tuple[str, ArrayGeometry]]: ...
+    @property
+    def prefetch_depth(self) -> int: ...
     @property
     def block_chunks(self) -> int: ...
     def draw_order(self, split: str, epoch: int) -> npt.NDArray[np.int64]: ...

@@ -10,7 +10,7 @@ the tables at the end say the same to the code that reshapes."""
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 
 # The fixed-size numeric element types the engine moves (native endianness in memory).
@@ -147,6 +147,16 @@ class VariableReportJson(TypedDict):
     output_inner_shape: list[int]
     # Element type after chunk transforms.
     output_dtype: DTypeName
+    # Bytes of the first chunk after chunk transforms, without edge padding: its rows times
+    # `gather_run_bytes` (insitubatch 0.2.0's).
+    logical_chunk_bytes: int
+    # Array shape after chunk transforms (physical order): `output_inner_shape` with the
+    # sample axis put back where it was; `shape` when they keep the sample's shape and type.
+    output_shape: list[int]
+    # Fetch unit after chunk transforms (physical order): a transform returns its chunk
+    # whole, so one tile per sample-axis chunk; `chunks` when they keep the sample's shape
+    # and type. The Python package's `view.geometries` are these.
+    output_chunks: list[int]
 
 
 class ConfigReportJson(TypedDict):
@@ -173,6 +183,9 @@ class ConfigReportJson(TypedDict):
     epoch: int
     # Explicit budget, if any.
     cache_budget_bytes: int | None
+    # The residency budget in force for one iteration: `cache_budget_bytes`, or without one
+    # the automatic budget (`memory.automatic_budget_bytes`).
+    budget_bytes: int
     # The disk tier (`cache_dir` and its mode), if any.
     disk_tier: str | None
     # `raise` or `nan`.
@@ -189,6 +202,9 @@ class ConfigReportJson(TypedDict):
     samples_per_chunk: int
     # Reference chunks.
     n_chunks: int
+    # Label → chunks along its sample axis (each variable's `n_chunks`; insitubatch 0.2.0's
+    # `n_chunks`).
+    variable_chunks: list[tuple[str, int]]
     # Chunks per split.
     split_chunks: list[tuple[str, int]]
     # Drawable anchors per split.
@@ -205,8 +221,9 @@ class ConfigReportJson(TypedDict):
     dropped_samples: list[tuple[str, int]]
     # Batches per epoch per split, for this rank.
     batches_per_epoch: list[tuple[str, int]]
-    # Mixing score of this epoch's train order (0..1).
-    shuffle_quality: float
+    # Mixing score of this epoch's train order (0..1); none (`null`, `None`) when this
+    # rank's train order has under two anchors, which have no order to score.
+    shuffle_quality: float | None
 
 
 class MemoryReportJson(TypedDict):
@@ -329,8 +346,8 @@ class PassStatsJson(TypedDict):
     bad_chunks: int
     # Wall time from the pass's start to its last batch.
     wall_s: float
-    # Time to the first batch.
-    ttfb_s: float
+    # Time to the first batch; none (`null`, `None`) before the first batch.
+    ttfb_s: float | None
     # The caller's wait for a batch after the first (the first is `ttfb_s`): median, 95th
     # and 99th percentiles, seconds (within 2%; 0 with fewer than two batches).
     batch_wait_p50_s: float
@@ -371,6 +388,9 @@ class StageTimesJson(TypedDict):
     consumer_s: float
     # Time the caller spent waiting for a batch.
     consumer_wait_s: float
+    # Accounted producer-side cost: every stage above but the caller's own (`consumer_s`,
+    # `consumer_wait_s`), the denominator of a stage's share.
+    producer_s: float
 
 
 class DepthsJson(TypedDict):
@@ -411,6 +431,28 @@ class DepthsJson(TypedDict):
     resident_peak_bytes: int
     # The pool's byte budget at the end of the pass.
     budget_bytes: int
+    # Share of the caller's requests that found the batch queue empty (`queue_empty` over
+    # `queue_samples`; 0 when it never asked).
+    starved_frac: float
+    # Share of the caller's requests that found the queue at least half full
+    # (`queue_full_enough` over `queue_samples`; 0 when it never asked).
+    fed_frac: float
+
+
+class BadChunkJson(TypedDict):
+    """The engine's JSON of ``BadChunk``: A chunk filled under `on_bad_chunk = "nan"`."""
+
+    # Array path.
+    array: str
+    # Sample-axis chunk index.
+    chunk_index: int
+    # Physical tile coordinate.
+    tile: list[int]
+    # The tile's coordinate on the inner axes, physical order: `tile` without the sample
+    # axis (insitubatch 0.2.0's `StoredChunkRead.inner_coord`).
+    inner_coord: list[int]
+    # Why it could not be read.
+    error: str
 
 
 class _DatasetReportOptional(TypedDict, total=False):
@@ -479,8 +521,16 @@ class VariableReport(TypedDict, total=False):
     output_inner_shape: tuple[int, ...]
     # Element type after chunk transforms.
     output_dtype: DTypeName
-    # Added by the package: the first chunk after chunk transforms, no padding (insitubatch 0.2.0's)
+    # Bytes of the first chunk after chunk transforms, without edge padding: its rows times
+    # `gather_run_bytes` (insitubatch 0.2.0's).
     logical_chunk_bytes: int
+    # Array shape after chunk transforms (physical order): `output_inner_shape` with the
+    # sample axis put back where it was; `shape` when they keep the sample's shape and type.
+    output_shape: tuple[int, ...]
+    # Fetch unit after chunk transforms (physical order): a transform returns its chunk
+    # whole, so one tile per sample-axis chunk; `chunks` when they keep the sample's shape
+    # and type. The Python package's `view.geometries` are these.
+    output_chunks: tuple[int, ...]
 
 
 class ConfigReport(TypedDict, total=False):
@@ -505,8 +555,8 @@ class ConfigReport(TypedDict, total=False):
     seed: int
     # Current epoch.
     epoch: int
-    # Explicit budget, if any.
-    # the budget in force for one iteration (explicit or automatic)
+    # The residency budget in force for one iteration: `cache_budget_bytes`, or without one
+    # the automatic budget (`memory.automatic_budget_bytes`).
     cache_budget_bytes: int
     # The disk tier (`cache_dir` and its mode), if any.
     disk_tier: str | None
@@ -522,8 +572,8 @@ class ConfigReport(TypedDict, total=False):
     offsets: dict[str, int]
     # Reference samples per chunk (the anchor grid).
     samples_per_chunk: int
-    # Reference chunks.
-    # label -> chunks (insitubatch 0.2.0's)
+    # Label → chunks along its sample axis (each variable's `n_chunks`; insitubatch 0.2.0's
+    # `n_chunks`).
     n_chunks: dict[str, int]
     # Chunks per split.
     split_chunks: dict[str, int]
@@ -541,8 +591,8 @@ class ConfigReport(TypedDict, total=False):
     dropped_samples: list[tuple[str, int]]
     # Batches per epoch per split, for this rank.
     batches_per_epoch: dict[str, int]
-    # Mixing score of this epoch's train order (0..1).
-    # None with under two train anchors
+    # Mixing score of this epoch's train order (0..1); none (`null`, `None`) when this
+    # rank's train order has under two anchors, which have no order to score.
     shuffle_quality: float | None
     # Added by the package.
     cache_dir: str | None
@@ -554,7 +604,7 @@ class ConfigReport(TypedDict, total=False):
     reset_stale_cache: bool
     # Added by the package: ours: several processes fill this cache_dir together
     shared_cache: bool
-    # Added by the package.
+    # Added by the package: every chunk is assembled into one sample-first slot, transform or not
     assembles: bool
 
 
@@ -579,6 +629,8 @@ class MemoryReport(TypedDict, total=False):
     # What an automatic budget holds for one iteration: read-once, capped at half the
     # memory available, never below the floor.
     automatic_budget_bytes: int
+    # insitubatch 0.2.0's name for `automatic_budget_bytes` (the same value).
+    working_set_bytes: int
     # The memory the runtime said the engine can have (available memory, cgroup-aware,
     # natively; the instance's room in wasm); the automatic budget takes at most half.
     memory_available_bytes: int | None
@@ -604,8 +656,6 @@ class MemoryReport(TypedDict, total=False):
     accounted_bytes: int
     # Accounted + 64 MiB process baseline: an upper bound for a caller slower than the loader.
     estimated_peak_bytes: int
-    # Added by the package: the automatic budget for one iteration (insitubatch 0.2.0's name)
-    working_set_bytes: int
 
 
 class Note(TypedDict):
@@ -730,8 +780,9 @@ class QualityPoint(TypedDict):
     block_chunks: int
     # After widening (so a block holds a batch).
     block_chunks_widened: int
-    # Shuffle quality of the train order at this epoch.
-    quality: float
+    # Shuffle quality of the train order at this epoch (`describe()`'s `shuffle_quality`:
+    # none under two anchors).
+    quality: float | None
     # The residency floor of one iteration.
     floor_bytes: int
     # The estimated peak for one iteration.
@@ -739,8 +790,10 @@ class QualityPoint(TypedDict):
 
 
 # The reshaping, per Rust struct (the `x-python` extension): its lists given as tuples, its
-# `[name, value]` pair lists given as dicts, and its fields given another name (insitubatch
-# 0.2.0's).
+# `[name, value]` pair lists given as dicts, its fields given another name (insitubatch
+# 0.2.0's), a second name too, or none (another field takes its name), and the keys the package
+# adds with a fixed value. A dataclass's properties are the engine's values for a report it
+# sent, which the class keeps apart from its fields.
 TUPLE_FIELDS: dict[str, frozenset[str]] = {
     "VariableReport": frozenset({
         "shape",
@@ -749,14 +802,23 @@ TUPLE_FIELDS: dict[str, frozenset[str]] = {
         "inner_shape",
         "inner_chunks",
         "output_inner_shape",
+        "output_shape",
+        "output_chunks",
     }),
     "ConfigReport": frozenset({"chunk_transforms", "batch_transforms"}),
 }
 DICT_FIELDS: dict[str, frozenset[str]] = {
-    "ConfigReport": frozenset({"offsets", "split_chunks", "drawable_samples", "batches_per_epoch"}),
+    "ConfigReport": frozenset({
+        "offsets",
+        "variable_chunks",
+        "split_chunks",
+        "drawable_samples",
+        "batches_per_epoch",
+    }),
     "PassStats": frozenset({"blocked_s"}),
 }
 PYTHON_NAMES: dict[str, dict[str, str]] = {
+    "ConfigReport": {"budget_bytes": "cache_budget_bytes", "variable_chunks": "n_chunks"},
     "Depths": {
         "queue_capacity": "batch_queue_capacity",
         "queue_now": "batch_queue_now",
@@ -766,4 +828,18 @@ PYTHON_NAMES: dict[str, dict[str, str]] = {
         "queue_full_enough": "batch_queue_full_enough",
         "resident_peak_chunks": "resident_peak",
     },
+}
+PYTHON_ALIASES: dict[str, dict[str, str]] = {
+    "MemoryReport": {"automatic_budget_bytes": "working_set_bytes"},
+}
+OMITTED_FIELDS: dict[str, frozenset[str]] = {
+    "ConfigReport": frozenset({"cache_budget_bytes", "n_chunks"}),
+}
+FIXED_VALUES: dict[str, dict[str, Any]] = {
+    "ConfigReport": {"assembles": True},
+}
+PROPERTY_FIELDS: dict[str, frozenset[str]] = {
+    "PassStats": frozenset({"limiting_stage", "advice", "consumer_idle"}),
+    "StageTimes": frozenset({"producer_s"}),
+    "Depths": frozenset({"starved_frac", "fed_frac"}),
 }

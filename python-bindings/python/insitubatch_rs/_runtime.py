@@ -10,9 +10,10 @@ Two differences from the reference implementation (insitubatch 0.2.0), both deli
 * **The verdict is the engine's.** The reference ranks summed stage totals, which blames the
   store for a CPU-bound batch transform (its open bug #95). The engine instead attributes
   every second the consumer waited to the stage that batch was waiting on (``blocked_s``)
-  and decides from that. Stats from a pass carry the engine's own verdict; a ``PassStats``
-  built (or ``dataclasses.replace``-d) by hand gets the same rule in Python, which the tests
-  check against the engine on every pass they run.
+  and decides from that. Stats from a pass carry the engine's own verdict, and its
+  ``producer_s``, ``starved_frac`` and ``fed_frac``; a ``PassStats`` built (or
+  ``dataclasses.replace``-d) by hand gets the engine's rules through the extension, which the
+  tests check against the engine on every pass they run.
 * **Fields the engine does not measure are ``None``**, never a made-up number (only on
   ``PassStats`` built by hand without them); docs/migration.md lists the differences.
 
@@ -30,10 +31,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 from . import _native
-from ._reports import FleetSummary, PassStatsJson, RankReport, Stage
+from ._reports import PROPERTY_FIELDS, FleetSummary, PassStatsJson, RankReport, Stage
 from ._summary import reshape
 
 __all__ = ["Depths", "FleetSummary", "PassStats", "RankReport", "StageTimes", "bottleneck", "fleet_summary"]
@@ -52,7 +53,33 @@ class _EnginePassStats(PassStatsJson):
 
 # The fields of these three dataclasses are generated from the Rust types (core/src/stats.rs:
 # names, types, defaults and order, insitubatch 0.2.0's fields first) by tools/boundary-types,
-# which rewrites what lies between the markers; the rest of each class is written here.
+# which rewrites what lies between the markers; the rest of each class is written here. Each
+# keeps the engine's values of its properties (``PROPERTY_FIELDS``, the fields ``x-python``
+# marks as properties) for a report the engine sent, in ``_engine``: not an init field, so a
+# copy built or ``dataclasses.replace``-d by hand (``None`` there) gets the engine's rules
+# through the extension instead.
+_Report = TypeVar("_Report")
+
+
+def _engine_field() -> Any:
+    return dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+
+def _from_json(cls: type[_Report], struct: str, raw: Mapping[str, Any], **parts: Any) -> _Report:
+    """The dataclass ``cls`` of the engine's JSON of ``struct`` (reshaped as ``_reports`` says),
+    its properties' values kept in ``_engine``; ``parts`` replace fields (the nested
+    dataclasses). An engine field the dataclass does not declare is a ``TypeError``, never
+    dropped."""
+    fields = reshape(struct, raw)
+    engine = {k: fields.pop(k) for k in PROPERTY_FIELDS.get(struct, frozenset())}
+    obj = cls(**{**fields, **parts})
+    object.__setattr__(obj, "_engine", engine)
+    return obj
+
+
+def _plain(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``dataclasses.asdict``'s dicts without the private fields (``_engine``, ...)."""
+    return {k: v for k, v in items if not k.startswith("_")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,17 +105,21 @@ class StageTimes:
     # Time the caller spent waiting for a batch.
     consumer_wait_s: float = 0.0
     # END StageTimes fields
+    _engine: dict[str, Any] | None = _engine_field()
 
     @property
     def producer_s(self) -> float:
-        """Accounted producer-side cost (everything but the caller's own ``consumer_s``)."""
-        return (
-            self.fetch_wait_s
-            + self.admission_parked_s
-            + self.decode_s
-            + (self.assemble_s or 0.0)
-            + self.gather_s
-            + self.batch_transform_s
+        """Accounted producer-side cost, the denominator for a stage's share: every stage but
+        the caller's own ``consumer_s`` (the engine's figure; a missing ``assemble_s`` counts 0)."""
+        if self._engine is not None:
+            return float(self._engine["producer_s"])
+        return _native.producer_s(
+            fetch_wait_s=self.fetch_wait_s,
+            admission_parked_s=self.admission_parked_s,
+            decode_s=self.decode_s,
+            assemble_s=self.assemble_s or 0.0,
+            gather_s=self.gather_s,
+            batch_transform_s=self.batch_transform_s,
         )
 
 
@@ -133,19 +164,24 @@ class Depths:
     # Most stored bytes held read ahead at once (engine-wide, since it opened).
     read_ahead_peak_bytes: int = 0
     # END Depths fields
+    _engine: dict[str, Any] | None = _engine_field()
 
     @property
     def starved_frac(self) -> float:
-        """Share of the caller's requests that found the batch queue empty."""
-        return self.batch_queue_empty / self.batch_queue_samples if self.batch_queue_samples else 0.0
+        """Share of the caller's requests that found the batch queue empty (the engine's figure)."""
+        if self._engine is not None:
+            return float(self._engine["starved_frac"])
+        return _native.queue_share(self.batch_queue_empty, self.batch_queue_samples)
 
     @property
     def fed_frac(self) -> float | None:
-        """Share of requests that found the queue at least half full (``None`` on hand-built
-        stats without ``batch_queue_full_enough``)."""
+        """Share of requests that found the queue at least half full (the engine's figure;
+        ``None`` on hand-built stats without ``batch_queue_full_enough``)."""
+        if self._engine is not None:
+            return float(self._engine["fed_frac"])
         if self.batch_queue_full_enough is None:
             return None
-        return self.batch_queue_full_enough / self.batch_queue_samples if self.batch_queue_samples else 0.0
+        return _native.queue_share(self.batch_queue_full_enough, self.batch_queue_samples)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +227,7 @@ class PassStats:
     storage_reads: int = 0
     # Decoded bytes produced by those reads.
     decoded_bytes: int = 0
-    # Time to the first batch.
+    # Time to the first batch; none (`null`, `None`) before the first batch.
     ttfb_s: float | None = None
     # Consumer wait attributed to each stage, seconds.
     blocked_s: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -232,11 +268,9 @@ class PassStats:
     # The 99th percentile.
     batch_wait_p99_s: float = 0.0
     # END PassStats fields
-    # The engine's (stage, advice, consumer_idle) for stats from a pass. Not an init field, so
-    # `dataclasses.replace` drops it and a changed copy is judged afresh by `rule`.
-    _engine_verdict: tuple[str, str, bool] | None = dataclasses.field(
-        default=None, init=False, repr=False, compare=False
-    )
+    # The engine's verdict (`limiting_stage`, `advice`, `consumer_idle`) for stats from a
+    # pass; a changed copy is judged afresh by `rule`.
+    _engine: dict[str, Any] | None = _engine_field()
     # The engine's one-line summary (``PassStats::summary``), for the pass's INFO line.
     _engine_summary: str | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
@@ -258,26 +292,18 @@ class PassStats:
 
     def as_dict(self) -> dict[str, Any]:
         """A plain dict (for logging as JSON or asserting in a test), verdict included."""
-        d = dataclasses.asdict(self)
-        del d["_engine_verdict"], d["_engine_summary"]
+        d = dataclasses.asdict(self, dict_factory=_plain)
         d["limiting_stage"], d["advice"], d["consumer_idle"] = _verdict(self)
         return d
 
     @classmethod
     def _from_engine(cls, raw: _EnginePassStats) -> PassStats:
-        """From the engine's JSON (``core::stats::PassStats``), reshaped as ``_reports`` says
-        (pairs as dicts, the reference implementation's names). An engine field the dataclasses
-        do not declare is a ``TypeError`` here, never dropped."""
-        fields = reshape("PassStats", raw)
-        verdict = (fields.pop("limiting_stage"), fields.pop("advice"), fields.pop("consumer_idle"))
-        summary = fields.pop("summary")
-        fields["times"] = StageTimes(**reshape("StageTimes", raw["times"]))
-        fields["depths"] = Depths(**reshape("Depths", raw["depths"]))
-        if not raw["batches"]:
-            fields["ttfb_s"] = None
-        stats = cls(**fields)
-        object.__setattr__(stats, "_engine_verdict", verdict)
-        object.__setattr__(stats, "_engine_summary", summary)
+        """From the engine's JSON (``core::stats::PassStats``) and its one-line summary."""
+        report = {k: v for k, v in raw.items() if k != "summary"}
+        times = _from_json(StageTimes, "StageTimes", raw["times"])
+        depths = _from_json(Depths, "Depths", raw["depths"])
+        stats = _from_json(cls, "PassStats", report, times=times, depths=depths)
+        object.__setattr__(stats, "_engine_summary", raw["summary"])
         return stats
 
 
@@ -321,7 +347,8 @@ def fleet_summary(stats: Sequence[PassStats | Mapping[str, Any]]) -> FleetSummar
 
 def _verdict(stats: PassStats) -> tuple[str, str, bool]:
     """``(stage, advice, consumer_idle)``: the engine's own for stats from a pass, else :func:`rule`."""
-    return stats._engine_verdict if stats._engine_verdict is not None else rule(stats)
+    e = stats._engine
+    return rule(stats) if e is None else (e["limiting_stage"], e["advice"], e["consumer_idle"])
 
 
 def rule(stats: PassStats) -> tuple[str, str, bool]:

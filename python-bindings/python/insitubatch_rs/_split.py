@@ -1,7 +1,9 @@
 """Chunk-granular splits: insitubatch 0.2.0's ``SplitManifest`` as a plain, constructible record.
 
-The engine owns the arithmetic (``split_by_chunk``, the JSON format, validation); this class
-is insitubatch 0.2.0's dataclass shape over it. Both libraries write the same JSON keys
+The engine owns the arithmetic (``split_by_chunk``, a split's chunks and samples, the JSON
+format, validation); this class is insitubatch 0.2.0's dataclass shape over it, whose methods
+ask the engine's manifest of its fields (built unchecked, as the dataclass is: a manifest is
+checked when a dataset is built from it). Both libraries write the same JSON keys
 (``n_chunks``, ``sample_chunk_size``, ``n_samples``, ``chunks``, ``seed``), so a manifest
 written by either reads in the other.
 """
@@ -9,7 +11,6 @@ written by either reads in the other.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Iterable
 from typing import Any, cast
@@ -45,12 +46,9 @@ class SplitManifest:
         """The chunk ids of ``split``; ``"all"`` (or ``None``) is the sorted union.
 
         Raises:
-            ValueError: an unknown split.
+            ValueError: an unknown split, or a chunk key that names none.
         """
-        name = _native.parse_split(split_name(split))
-        if name == "all":
-            return sorted({c for ids in self.chunks.values() for c in ids})
-        return list(self.chunks.get(name, []))
+        return self._engine_manifest().chunks_of(split_name(split))
 
     def sample_indices(self, split: Any, geom: ArrayGeometry | None = None) -> np.ndarray:
         """Global sample indices of ``split``'s chunks, in chunk order (int64).
@@ -59,32 +57,19 @@ class SplitManifest:
         geometry's grid; without it, on the manifest's own reference grid.
 
         Raises:
-            ValueError: an unknown split.
+            ValueError: an unknown split, or a chunk key that names none.
         """
-        ids = self.chunks_of(split)
-        if geom is None:
-            spc, n = self.sample_chunk_size, self.n_samples
-        else:
-            spc, n = geom.sample_chunk_size, geom.n_samples
-        out = [np.arange(c * spc, min((c + 1) * spc, n), dtype=np.int64) for c in ids]
-        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
-
-    def _as_dict(self) -> dict[str, Any]:
-        return {
-            "n_chunks": int(self.n_chunks),
-            "sample_chunk_size": int(self.sample_chunk_size),
-            "n_samples": int(self.n_samples),
-            "chunks": {k: [int(c) for c in v] for k, v in self.chunks.items()},
-            "seed": int(self.seed),
-        }
+        grid = None if geom is None else native_geometry(geom)
+        return self._engine_manifest().sample_indices(split_name(split), grid)
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """The manifest as JSON (insitubatch 0.2.0's keys); also written to ``path`` when given.
 
         Raises:
             OSError: ``path`` cannot be written.
+            ValueError: a chunk key that names no split.
         """
-        text = json.dumps(self._as_dict(), indent=2)
+        text = self._engine_manifest().to_json()
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -114,9 +99,20 @@ class SplitManifest:
     def _from_native(cls, m: _native.SplitManifest) -> SplitManifest:
         return cls(m.n_chunks, m.sample_chunk_size, m.n_samples, dict(m.chunks), m.seed)
 
+    def _engine_manifest(self) -> _native.SplitManifest:
+        """The engine's manifest of these fields, unchecked (the dataclass is mutable: asked
+        each time)."""
+        return _native.SplitManifest(self.n_chunks, self.sample_chunk_size, self.n_samples, self.chunks, self.seed)
+
     def _to_native(self) -> _native.SplitManifest:
-        """The engine's manifest (validated: ids in range, counts consistent)."""
-        return _native.SplitManifest.from_json_str(json.dumps(self._as_dict()))
+        """The engine's manifest, checked (counts consistent, ids in range and once per split).
+
+        Raises:
+            ValueError: what the engine refuses.
+        """
+        m = self._engine_manifest()
+        m.check()
+        return m
 
 
 def native_manifest(m: Any) -> _native.SplitManifest | None:
@@ -132,7 +128,7 @@ def split_by_chunk(
     geom: ArrayGeometry,
     *,
     fractions: tuple[float, float, float] = _D["fractions"],
-    seed: int = _D["split_seed"],
+    seed: int = _D["seed"],
     contiguous: bool = _D["contiguous"],
     sample_range: tuple[int, int] | None = None,
 ) -> SplitManifest:

@@ -7,9 +7,9 @@ on zarr's I/O event loop: python-bindings/src/pystore.rs).
 The constructors import their optional package when called, and name the extra that brings it.
 
 insitubatch 0.2.0 raises ``KeyError`` for an array name the store does not have and ``TypeError``
-for a name that is a group. The engine reports both as its own errors (an
-``InsitubatchIOError`` "no zarr array at path ...", a ``ValueError`` "... is a group, not an
-array"); :func:`reference_errors` re-raises them as classes that are both: code written for
+for a name that is a group. The engine reports both as its own errors, of kinds
+``array_not_found`` (an ``InsitubatchIOError``) and ``not_an_array`` (a ``ValueError``): their
+``kind``; :func:`reference_errors` re-raises them as classes that are both: code written for
 insitubatch 0.2.0 catches them, and so does code written for the engine's classes.
 """
 
@@ -35,24 +35,19 @@ class NotAnArrayError(TypeError, ValueError):
     """The path names a group, not an array (a ``TypeError`` and a ``ValueError``)."""
 
 
-# The engine's messages for the two cases (core/src/zarr.rs `open_array`).
-_NOT_FOUND = "no zarr array at path"
-_GROUP = "is a group, not an array"
-
-
 @contextlib.contextmanager
 def reference_errors() -> Iterator[None]:
-    """Re-raise the engine's not-found and is-a-group errors as insitubatch 0.2.0's types."""
+    """Re-raise the engine's not-found and is-a-group errors (by their ``kind``) as insitubatch
+    0.2.0's types, keeping the engine's ``kind`` and ``option``."""
     try:
         yield
-    except InsitubatchIOError as e:
-        if _NOT_FOUND in str(e) and not isinstance(e, ArrayNotFoundError):
-            raise ArrayNotFoundError(str(e)) from None
-        raise
-    except ValueError as e:
-        if _GROUP in str(e) and not isinstance(e, NotAnArrayError):
-            raise NotAnArrayError(str(e)) from None
-        raise
+    except (InsitubatchIOError, ValueError) as e:
+        cls = {"array_not_found": ArrayNotFoundError, "not_an_array": NotAnArrayError}.get(getattr(e, "kind", ""))
+        if cls is None or isinstance(e, cls):
+            raise
+        again = cls(*e.args)
+        again.kind, again.option = e.kind, getattr(e, "option", None)  # type: ignore[attr-defined]
+        raise again from None
 
 
 def storage_options(opts: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -134,8 +129,9 @@ def fsspec_store(url: str, *, read_only: bool = True, **storage_options: Any) ->
     Rapid buckets through gcsfs, s3fs, ...); ``storage_options`` go to
     ``FsspecStore.from_url``. A ``file://`` store gets ``auto_mkdir``.
 
-    The engine reads it through zarr's async API (slower than obstore; see
-    docs/benchmarks-python.md). Requires ``insitubatch-rs[fsspec]`` and the backend's package.
+    The engine reads it through zarr's async API (more CPU per read than obstore: every read
+    crosses into Python; ``python3 bench/run.py objects`` measures both). Requires
+    ``insitubatch-rs[fsspec]`` and the backend's package.
 
     Raises:
         ImportError: fsspec, zarr or the URL's fsspec backend (``s3fs``, ``gcsfs``, ...) is

@@ -64,11 +64,6 @@ def np_dtype(name: str) -> Any:
     return np.dtype(name)
 
 
-def itemsize(name: str) -> int:
-    """Bytes per element of an engine dtype name."""
-    return _native.dtype_size(name)
-
-
 class ChunkProjection(NamedTuple):
     """Where one stored tile lands in its assembled chunk (the fields of zarr's
     ``ChunkProjection``, without importing zarr). Both selections are sample-first."""

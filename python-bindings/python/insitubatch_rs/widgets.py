@@ -49,11 +49,6 @@ def _engine_bytes() -> bytes:
     return path.read_bytes()
 
 
-def _camel(name: str) -> str:
-    """``batch_size`` → ``batchSize``: the JS package's spelling of the same knob."""
-    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
-
-
 # Knobs of sizes per axis: sent as ``[axis, size]`` pairs, since JSON would turn an axis index
 # into a string key and a JS object lists integer-like keys first, reordering the columns
 # of the batch's patch origins.
@@ -129,7 +124,8 @@ class Preview(anywidget.AnyWidget):
             url=str(target) if is_http else "",
             location=location,
             via_kernel=kernel,
-            options={_camel(k): _option(k, v) for k, v in knobs.items()},
+            # JS's spelling of each option, by the engine's one rule (core's camel_case).
+            options={_native.camel_case(k): _option(k, v) for k, v in knobs.items()},
             what_if=what_if,
             split=split,
             variable=variable or "",

@@ -20,6 +20,8 @@ pub enum Ty {
     Str,
     /// An object of arbitrary JSON (`serde_json::Map`).
     Json,
+    /// An object of the caller's keys, each value of this type (`BTreeMap<String, T>`).
+    Map(Box<Ty>),
     /// A struct or enum defined among the report types.
     Ref(String),
     /// A list.
@@ -47,6 +49,13 @@ pub struct Field {
     pub required: bool,
     /// How the Python package shows it (the `x-python` extension).
     pub python: PyField,
+    /// Its TypeScript type where JS passes more than the JSON's (`x-ts`: a `Float64Array` too).
+    pub ts: Option<String>,
+    /// An option JS must pass (`x-required`), where every other one is optional.
+    pub ts_required: bool,
+    /// Its CLI flag where that is not its name in kebab-case (`x-cli`; `null`: the CLI has
+    /// none), for the option reference.
+    pub cli: Option<Option<String>>,
 }
 
 impl Field {
@@ -65,6 +74,12 @@ pub struct PyField {
     pub dict: bool,
     /// The key in Python (insitubatch 0.2.0's name).
     pub name: Option<String>,
+    /// A second key in Python with the same value (insitubatch 0.2.0's name for it, where the
+    /// package keeps ours too).
+    pub alias: Option<String>,
+    /// Not in Python: another field takes its key there (the value insitubatch 0.2.0 gives
+    /// under that name).
+    pub omit: bool,
     /// The Python type, where the package replaces the value (and a `  # comment`).
     pub ty: Option<String>,
     /// In a dataclass (`x-python` `order` on the struct): the field's default, a Python
@@ -76,6 +91,42 @@ pub struct PyField {
     pub required: bool,
     /// In a dataclass: not a field; the package's class computes it (a property).
     pub property: bool,
+    /// Of an option: how a Python user passes it, where not as the keyword of its name
+    /// (`node_affinity`, `split_by_chunk(fractions=...)`), for the option reference.
+    pub keyword: Option<String>,
+}
+
+/// A key the Python package adds to a struct (`x-python` `extra`: `"key": "type"`, and
+/// `"type = value  # note"` where the value is fixed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Extra {
+    /// The key.
+    pub key: String,
+    /// `key?`: it may be absent.
+    pub optional: bool,
+    /// Its Python type.
+    pub ty: String,
+    /// Its value, a Python expression, where it is fixed (the package sets it, reshaping);
+    /// `None`: the package fills it from its own arguments.
+    pub value: Option<String>,
+    /// What it is, for its comment.
+    pub note: Option<String>,
+}
+
+impl Extra {
+    /// An `extra` entry, read.
+    ///
+    /// # Errors
+    /// A fixed value on a key that may be absent.
+    pub fn parse(key: &str, text: &str) -> Result<Self, String> {
+        let (head, note) = text.split_once("  # ").map_or((text, None), |(h, n)| (h, Some(n.to_string())));
+        let (ty, value) = head.split_once(" = ").map_or((head, None), |(t, v)| (t, Some(v.to_string())));
+        let (key, optional) = key.strip_suffix('?').map_or((key, false), |k| (k, true));
+        if optional && value.is_some() {
+            return Err(format!("x-python extra {key:?} may be absent (`?`) but has a fixed value"));
+        }
+        Ok(Self { key: key.into(), optional, ty: ty.into(), value, note })
+    }
 }
 
 /// A struct's `x-python` extension.
@@ -83,8 +134,8 @@ pub struct PyField {
 pub struct PyStruct {
     /// `False`: a `TypedDict` with `total=False`.
     pub total: bool,
-    /// Keys the Python package adds, with their Python types (`name?`: it may be absent).
-    pub extra: Vec<(String, String)>,
+    /// Keys the Python package adds.
+    pub extra: Vec<Extra>,
     /// The docstring in Python, where it says more than the Rust doc comment.
     pub doc: Option<String>,
     /// The package gives it as a dataclass, whose fields are written into its class (between
@@ -112,6 +163,21 @@ pub enum Def {
         doc: String,
         /// The serialized words and their docs.
         words: Vec<(String, String)>,
+    },
+    /// A type whose JSON Schema is hand-written with its TypeScript and Python types (an
+    /// ordered map, a value of several forms): `x-ts` and `x-python` `type`, used as they are.
+    Alias {
+        /// Its doc comment.
+        doc: String,
+        /// The TypeScript type.
+        ts: String,
+        /// The Python type.
+        py: String,
+        /// The struct its object form is (`x-object`: a hedging policy is `true`, `false` or
+        /// a `HedgeFields`), whose fields the option reference lists under it.
+        object: Option<String>,
+        /// Its object form is a map of them (`x-each`: labelled variables), not one.
+        each: bool,
     },
 }
 
@@ -147,10 +213,10 @@ impl Model {
             if seen.contains(&name) {
                 continue;
             }
-            if let Def::Struct { fields, .. } = self.get(&name) {
-                for f in fields {
-                    refs(&f.ty, &mut todo);
-                }
+            match self.get(&name) {
+                Def::Struct { fields, .. } => fields.iter().for_each(|f| refs(&f.ty, &mut todo)),
+                Def::Alias { object: Some(o), .. } => todo.push(o.clone()),
+                Def::Alias { .. } | Def::Enum { .. } => {}
             }
             seen.push(name);
         }
@@ -162,7 +228,7 @@ impl Model {
 fn refs(ty: &Ty, out: &mut Vec<String>) {
     match ty {
         Ty::Ref(n) => out.push(n.clone()),
-        Ty::Array(t) | Ty::Nullable(t) => refs(t, out),
+        Ty::Array(t) | Ty::Nullable(t) | Ty::Map(t) => refs(t, out),
         Ty::Tuple(ts) => ts.iter().for_each(|t| refs(t, out)),
         Ty::Int | Ty::Int64 | Ty::Float | Ty::Bool | Ty::Str | Ty::Json | Ty::Strs(_) | Ty::Ints(_) => {}
     }
@@ -213,12 +279,23 @@ fn def(name: &str, schema: &Value) -> Def {
                     ty: ty(p).unwrap_or_else(|e| panic!("{name}.{key}: {e}")),
                     required: required.contains(&key),
                     python: py_field(p).unwrap_or_else(|e| panic!("{name}.{key}: {e}")),
+                    ts: p.get("x-ts").and_then(Value::as_str).map(String::from),
+                    ts_required: p.get("x-required").and_then(Value::as_bool) == Some(true),
+                    cli: p.get("x-cli").map(|c| c.as_str().map(String::from)),
                 }
             })
             .collect();
         let python = py_struct(schema).unwrap_or_else(|e| panic!("{name}: {e}"));
         check_order(&python, &fields).unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_python_names(&python, &fields).unwrap_or_else(|e| panic!("{name}: {e}"));
         return Def::Struct { doc, fields, python };
+    }
+    if let Some(ts) = schema.get("x-ts").and_then(Value::as_str) {
+        let py = schema.pointer("/x-python/type").and_then(Value::as_str);
+        let py = py.unwrap_or_else(|| panic!("{name}: a hand-written schema (x-ts) needs its x-python type too"));
+        let object = schema.get("x-object").and_then(Value::as_str).map(String::from);
+        let each = schema.get("x-each").and_then(Value::as_bool) == Some(true);
+        return Def::Alias { doc, ts: ts.to_string(), py: py.to_string(), object, each };
     }
     let words = if let Some(variants) = schema.get("oneOf").and_then(Value::as_array) {
         variants
@@ -289,7 +366,13 @@ fn scalar(t: &str, o: &Map<String, Value>) -> Result<Ty, String> {
             (None, Some(items)) => Ty::Array(Box::new(ty(items)?)),
             (None, None) => return Err("an array without items".into()),
         },
-        "object" if !o.contains_key("properties") => Ty::Json,
+        "object" if o.contains_key("properties") => {
+            return Err("an inline struct (give it a name)".into());
+        }
+        "object" => match o.get("additionalProperties") {
+            Some(v @ Value::Object(_)) => Ty::Map(Box::new(ty(v)?)),
+            _ => Ty::Json,
+        },
         other => return Err(format!("a `{other}` the writers do not know (an inline struct? give it a name)")),
     })
 }
@@ -305,7 +388,7 @@ fn x_python<'a>(schema: &'a Value, keys: &[&str]) -> Result<Option<&'a Map<Strin
 }
 
 fn py_field(schema: &Value) -> Result<PyField, String> {
-    let keys = ["tuple", "dict", "name", "type", "default", "required", "property"];
+    let keys = ["tuple", "dict", "name", "alias", "omit", "type", "default", "required", "property", "keyword"];
     let Some(x) = x_python(schema, &keys)? else { return Ok(PyField::default()) };
     let flag = |k: &str| x.get(k).is_some_and(|v| v.as_bool() == Some(true));
     let text = |k: &str| x.get(k).and_then(Value::as_str).map(String::from);
@@ -313,13 +396,19 @@ fn py_field(schema: &Value) -> Result<PyField, String> {
         tuple: flag("tuple"),
         dict: flag("dict"),
         name: text("name"),
+        alias: text("alias"),
+        omit: flag("omit"),
         ty: text("type"),
         default: text("default"),
         required: flag("required"),
         property: flag("property"),
+        keyword: text("keyword"),
     };
     if [f.default.is_some(), f.required, f.property].iter().filter(|b| **b).count() > 1 {
         return Err("x-python default, required and property exclude each other".into());
+    }
+    if f.omit && (f.name.is_some() || f.alias.is_some() || f.ty.is_some()) {
+        return Err("x-python omit: the field is not shown, so it takes no name, alias or type".into());
     }
     let t = ty(schema)?;
     let list = match &t {
@@ -343,7 +432,7 @@ fn py_struct(schema: &Value) -> Result<PyStruct, String> {
         None => Vec::new(),
         Some(Value::Object(m)) => m
             .iter()
-            .map(|(k, v)| v.as_str().map(|t| (k.clone(), t.to_string())).ok_or("x-python extra types are strings"))
+            .map(|(k, v)| Extra::parse(k, v.as_str().ok_or("x-python extra types are strings")?))
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("x-python extra is not an object".into()),
     };
@@ -361,8 +450,17 @@ fn py_struct(schema: &Value) -> Result<PyStruct, String> {
     Ok(PyStruct { total: x.get("total").and_then(Value::as_bool).unwrap_or(true), extra, doc, order })
 }
 
-/// A struct's `order` names fields of it (by their Python names), each once, none a property.
+/// A struct's `order` names fields of it (by their Python names), each once, none a property;
+/// a dataclass's fields are shown once each, under one name.
 fn check_order(python: &PyStruct, fields: &[Field]) -> Result<(), String> {
+    if python.order.is_some()
+        && let Some(f) = fields.iter().find(|f| f.python.omit || f.python.alias.is_some())
+    {
+        return Err(format!(
+            "{}: x-python omit and alias are for a dictionary report, not a dataclass (order)",
+            f.name
+        ));
+    }
     let Some(order) = &python.order else {
         return match fields.iter().find(|f| f.python.default.is_some() || f.python.required || f.python.property) {
             Some(f) => Err(format!("{}: x-python default, required and property are for a dataclass (order)", f.name)),
@@ -378,6 +476,23 @@ fn check_order(python: &PyStruct, fields: &[Field]) -> Result<(), String> {
             Some(f) if f.python.property => return Err(format!("x-python order names {n:?}, a property")),
             Some(_) => {}
         }
+    }
+    Ok(())
+}
+
+/// Each key of the struct in Python (its fields' names and aliases, but omitted fields', and
+/// the package's own) is given once.
+fn check_python_names(python: &PyStruct, fields: &[Field]) -> Result<(), String> {
+    let mut seen: Vec<&str> = Vec::new();
+    let shown = fields.iter().filter(|f| !f.python.omit);
+    let names = shown.flat_map(|f| std::iter::once(f.python_name()).chain(f.python.alias.as_deref()));
+    for n in names.chain(python.extra.iter().map(|e| e.key.as_str())) {
+        if seen.contains(&n) {
+            return Err(format!(
+                "the Python key {n:?} is given twice (x-python name, alias or extra; omit the other field)"
+            ));
+        }
+        seen.push(n);
     }
     Ok(())
 }

@@ -58,8 +58,10 @@ fn ty(model: &Model, t: &Ty, side: Side) -> String {
         Ty::Bool => "bool".into(),
         Ty::Str => "str".into(),
         Ty::Json => "dict[str, Any]".into(),
+        Ty::Map(t) => format!("dict[str, {}]", ty(model, t, side)),
         Ty::Ref(n) => match (model.get(n), side) {
             (Def::Struct { .. }, Side::Json) => format!("{n}Json"),
+            (Def::Alias { py, .. }, _) => py.clone(),
             _ => n.clone(),
         },
         Ty::Array(item) => format!("list[{}]", ty(model, item, side)),
@@ -179,48 +181,32 @@ pub fn write(model: &Model, json: &[String], views: &[String], header: &str) -> 
         let Def::Struct { doc, fields, python } = model.get(n) else { continue };
         let mut required = Vec::new();
         let mut optional = Vec::new();
-        for f in fields {
+        for f in fields.iter().filter(|f| !f.python.omit) {
             let (t, note) = view_ty(model, f);
             let doc = match note {
                 Some(c) => format!("{}\n{c}", f.doc),
                 None => f.doc.clone(),
             };
-            let e = Entry { key: f.python_name().to_string(), ty: t, doc };
-            if f.required { required.push(e) } else { optional.push(e) }
+            let side = if f.required { &mut required } else { &mut optional };
+            let alias = f.python.alias.as_ref().map(|a| Entry {
+                key: a.clone(),
+                ty: t.clone(),
+                doc: format!("insitubatch 0.2.0's name for `{}` (the same value).", f.python_name()),
+            });
+            side.push(Entry { key: f.python_name().to_string(), ty: t, doc });
+            side.extend(alias);
         }
-        for (key, t) in &python.extra {
-            let (t, c) = t.split_once("  # ").map_or((t.as_str(), ""), |(t, c)| (t, c));
-            let doc =
-                if c.is_empty() { "Added by the package.".to_string() } else { format!("Added by the package: {c}") };
-            match key.strip_suffix('?') {
-                Some(k) => optional.push(Entry { key: k.into(), ty: t.into(), doc }),
-                None => required.push(Entry { key: key.clone(), ty: t.into(), doc }),
-            }
+        for e in &python.extra {
+            let doc = e
+                .note
+                .as_ref()
+                .map_or_else(|| "Added by the package.".into(), |n| format!("Added by the package: {n}"));
+            let entry = Entry { key: e.key.clone(), ty: e.ty.clone(), doc };
+            if e.optional { optional.push(entry) } else { required.push(entry) }
         }
         class(&mut body, n, python.doc.as_deref().unwrap_or(doc), &required, &optional, python.total);
     }
-    let reshaped = |f: &Field| f.python.tuple || f.python.dict || f.python.name.is_some();
-    if all.iter().any(|n| matches!(model.get(n), Def::Struct { fields, .. } if fields.iter().any(reshaped))) {
-        let _ = writeln!(
-            body,
-            "\n\n# The reshaping, per Rust struct (the `x-python` extension): its lists given as tuples, its\n\
-             # `[name, value]` pair lists given as dicts, and its fields given another name (insitubatch\n\
-             # 0.2.0's).\n\
-             TUPLE_FIELDS: dict[str, frozenset[str]] = {{"
-        );
-        table(&mut body, model, &all, |f| f.python.tuple.then(|| lit(&f.name)), ("frozenset({", "})"));
-        let _ = writeln!(body, "}}\nDICT_FIELDS: dict[str, frozenset[str]] = {{");
-        table(&mut body, model, &all, |f| f.python.dict.then(|| lit(&f.name)), ("frozenset({", "})"));
-        let _ = writeln!(body, "}}\nPYTHON_NAMES: dict[str, dict[str, str]] = {{");
-        table(
-            &mut body,
-            model,
-            &all,
-            |f| f.python.name.as_ref().map(|p| format!("{}: {}", lit(&f.name), lit(p))),
-            ("{", "}"),
-        );
-        let _ = writeln!(body, "}}");
-    }
+    reshaping_tables(&mut body, model, &all);
 
     let mut typing = Vec::new();
     if body.contains("Any]") {
@@ -231,6 +217,59 @@ pub fn write(model: &Model, json: &[String], views: &[String], header: &str) -> 
     let _ = writeln!(out, "from typing import {}", typing.join(", "));
     out.push_str(&body);
     out
+}
+
+/// The reshaping as tables, per Rust struct, for the code that applies it (`_summary.reshape`,
+/// `_runtime`'s dataclasses); none when no struct is reshaped.
+fn reshaping_tables(body: &mut String, model: &Model, all: &[String]) {
+    let reshaped = |f: &Field| {
+        let p = &f.python;
+        p.tuple || p.dict || p.name.is_some() || p.alias.is_some() || p.omit || p.property
+    };
+    if all.iter().any(|n| matches!(model.get(n), Def::Struct { fields, .. } if fields.iter().any(reshaped))) {
+        let _ = writeln!(
+            body,
+            "\n\n# The reshaping, per Rust struct (the `x-python` extension): its lists given as tuples, its\n\
+             # `[name, value]` pair lists given as dicts, its fields given another name (insitubatch\n\
+             # 0.2.0's), a second name too, or none (another field takes its name), and the keys the package\n\
+             # adds with a fixed value. A dataclass's properties are the engine's values for a report it\n\
+             # sent, which the class keeps apart from its fields.\n\
+             TUPLE_FIELDS: dict[str, frozenset[str]] = {{"
+        );
+        table(body, model, all, |f| f.python.tuple.then(|| lit(&f.name)), ("frozenset({", "})"));
+        let _ = writeln!(body, "}}\nDICT_FIELDS: dict[str, frozenset[str]] = {{");
+        table(body, model, all, |f| f.python.dict.then(|| lit(&f.name)), ("frozenset({", "})"));
+        let _ = writeln!(body, "}}\nPYTHON_NAMES: dict[str, dict[str, str]] = {{");
+        table(
+            body,
+            model,
+            all,
+            |f| f.python.name.as_ref().map(|p| format!("{}: {}", lit(&f.name), lit(p))),
+            ("{", "}"),
+        );
+        let _ = writeln!(body, "}}\nPYTHON_ALIASES: dict[str, dict[str, str]] = {{");
+        table(
+            body,
+            model,
+            all,
+            |f| f.python.alias.as_ref().map(|a| format!("{}: {}", lit(&f.name), lit(a))),
+            ("{", "}"),
+        );
+        let _ = writeln!(body, "}}\nOMITTED_FIELDS: dict[str, frozenset[str]] = {{");
+        table(body, model, all, |f| f.python.omit.then(|| lit(&f.name)), ("frozenset({", "})"));
+        let _ = writeln!(body, "}}\nFIXED_VALUES: dict[str, dict[str, Any]] = {{");
+        for n in all {
+            let Def::Struct { python, .. } = model.get(n) else { continue };
+            let items: Vec<String> =
+                python.extra.iter().filter_map(|e| e.value.as_ref().map(|v| format!("{}: {v}", lit(&e.key)))).collect();
+            if !items.is_empty() {
+                let _ = writeln!(body, "{},", wrapped("    ", &format!("{}: {{", lit(n)), &items, "}"));
+            }
+        }
+        let _ = writeln!(body, "}}\nPROPERTY_FIELDS: dict[str, frozenset[str]] = {{");
+        table(body, model, all, |f| f.python.property.then(|| lit(&f.name)), ("frozenset({", "})"));
+        let _ = writeln!(body, "}}");
+    }
 }
 
 /// The structs the package gives as dataclasses (those with an `x-python` `order`).
@@ -252,9 +291,10 @@ fn dc_ty(model: &Model, t: &Ty, within: &str) -> String {
         Ty::Float => "float".into(),
         Ty::Bool => "bool".into(),
         Ty::Str | Ty::Strs(_) => "str".into(),
-        Ty::Json => "dict[str, Any]".into(),
+        Ty::Json | Ty::Map(_) => "dict[str, Any]".into(),
         Ty::Ref(n) => match model.get(n) {
             Def::Enum { .. } => "str".into(),
+            Def::Alias { py, .. } => py.clone(),
             Def::Struct { python, .. } => {
                 assert!(
                     python.order.is_some(),
@@ -287,7 +327,7 @@ fn dc_field(model: &Model, f: &Field, within: &str) -> (String, Option<String>) 
             _ => unreachable!("model.rs checks that a dict field is a list of pairs"),
         },
         Ty::Array(_) => (dc_ty(model, &f.ty, &within), factory("list")),
-        Ty::Json => (dc_ty(model, &f.ty, &within), factory("dict")),
+        Ty::Json | Ty::Map(_) => (dc_ty(model, &f.ty, &within), factory("dict")),
         Ty::Nullable(_) => (dc_ty(model, &f.ty, &within), Some("None".into())),
         Ty::Int | Ty::Int64 | Ty::Ints(_) => ("int".into(), Some("0".into())),
         Ty::Float => ("float".into(), Some("0.0".into())),

@@ -28,7 +28,7 @@ fn every_report_type_and_field_has_a_doc_comment() {
                     );
                 }
             }
-            Def::Enum { doc, .. } => assert!(!doc.is_empty(), "{name} has no doc comment"),
+            Def::Enum { doc, .. } | Def::Alias { doc, .. } => assert!(!doc.is_empty(), "{name} has no doc comment"),
         }
     }
 }
@@ -93,11 +93,20 @@ fn sample() -> Model {
         ]},
         "Report": {
             "description": "A report.\nTwo lines.",
-            "x-python": {"total": false, "extra": {"own": "int  # computed", "late?": "str"}},
+            "x-python": {"total": false, "extra": {
+                "own": "int  # computed", "late?": "str", "fixed": "bool = True  # always"
+            }},
             "type": "object",
-            "required": ["shape", "pairs", "stage", "peak"],
+            "required": ["shape", "pairs", "stage", "peak", "chunks", "label_chunks", "auto"],
             "properties": {
                 "peak": {"type": "integer", "description": "The peak.", "x-python": {"name": "resident_peak"}},
+                "chunks": {"type": "integer", "description": "Chunks.", "x-python": {"omit": true}},
+                "label_chunks": {
+                    "type": "array",
+                    "items": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]},
+                    "description": "By label.", "x-python": {"dict": true, "name": "chunks"}
+                },
+                "auto": {"type": "integer", "description": "Automatic.", "x-python": {"alias": "working_set"}},
                 "shape": {
                     "type": ["array", "null"], "items": {"type": "integer"},
                     "description": "A shape.", "x-python": {"tuple": true}
@@ -122,6 +131,12 @@ fn the_typescript_options_of_a_sample() {
             {"type": "string", "const": "store", "description": "The store."},
             {"type": "string", "const": "decode", "description": "The decoders."}
         ]},
+        "Sizes": {"description": "Sizes in order.", "x-ts": "Record<string, number>", "x-python": {"type": "dict"}},
+        "Inner": {
+            "description": "Nested.",
+            "type": "object",
+            "properties": {"backoff_s": {"type": "number", "description": "Seconds."}}
+        },
         "Opts": {
             "description": "Options.",
             "type": "object",
@@ -129,15 +144,35 @@ fn the_typescript_options_of_a_sample() {
                 "batch_size": {"type": "integer", "format": "uint", "description": "Rows."},
                 "seed": {"type": "integer", "format": "uint64", "description": "A seed."},
                 "budget_bytes": {"type": ["integer", "null"], "format": "uint64", "description": "Bytes."},
-                "stage": {"$ref": "#/$defs/Stage", "description": "The stage."}
+                "stage": {"$ref": "#/$defs/Stage", "description": "The stage."},
+                "read_policy": {"$ref": "#/$defs/Inner", "description": "Reads."},
+                "sizes": {"anyOf": [{"$ref": "#/$defs/Sizes"}, {"type": "null"}], "description": "Patch."},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Map."},
+                "weights": {"type": "array", "items": {"type": "number"}, "x-ts": "number[] | Float64Array",
+                            "description": "Weights."}
             }
         }
     });
     let m = Model::from_defs(defs.as_object().expect("an object"));
-    let defaults = json!({"batch_size": 32, "seed": 0, "budget_bytes": null, "stage": "store"});
-    let camel = |k: &str| k.replace("_s", "S").replace("_b", "B");
-    let out = ts::write_options(&m, "Opts", &defaults, camel, "header");
+    let defaults = [
+        (
+            "Opts",
+            json!({"batch_size": 32, "seed": 0, "budget_bytes": null, "stage": "store", "read_policy": {},
+                        "labels": {}}),
+        ),
+        ("Inner", json!({"backoff_s": 0.1})),
+    ];
+    let out = ts::write_options(&m, &defaults, insitubatch_core::camel_case, "header");
     let want = "// header
+
+/** Sizes in order. */
+export type Sizes = Record<string, number>;
+
+/** Nested. */
+export interface Inner {
+  /** Seconds. Default `0.1`. */
+  backoffS?: number;
+}
 
 /** Options. */
 export interface Opts {
@@ -149,6 +184,14 @@ export interface Opts {
   budgetBytes?: number | bigint;
   /** The stage. Default `'store'`. */
   stage?: 'store' | 'decode';
+  /** Reads. */
+  readPolicy?: Inner;
+  /** Patch. */
+  sizes?: Sizes;
+  /** Map. */
+  labels?: Record<string, string>;
+  /** Weights. */
+  weights?: number[] | Float64Array;
 }
 ";
     assert_eq!(out, want);
@@ -181,6 +224,12 @@ export interface Report {
   stage: Stage;
   /** The peak. */
   peak: number;
+  /** Chunks. */
+  chunks: number;
+  /** By label. */
+  label_chunks: [string, number][];
+  /** Automatic. */
+  auto: number;
   /** Skipped when None. */
   absent?: string;
 }
@@ -195,7 +244,7 @@ fn the_python_of_a_sample() {
     assert_eq!(all, ["Stage", "Report"]);
     let out = py::write(&m, &all, &all, "Header.");
     for want in [
-        "from typing import Literal, TypedDict\n",
+        "from typing import Any, Literal, TypedDict\n",
         "# - `store`: The store.\n",
         "Stage = Literal[\"store\", \"decode\"]\n",
         // The engine's JSON: the optional field in a total=False base.
@@ -207,14 +256,22 @@ fn the_python_of_a_sample() {
         "    shape: tuple[int, ...] | None\n",
         "    pairs: dict[Stage, float]\n",
         "    resident_peak: int\n",
+        // One `chunks` in Python: the omitted field's name, taken by the other.
+        "    # By label.\n    chunks: dict[str, int]\n",
+        "    # Automatic.\n    auto: int\n    # insitubatch 0.2.0's name for `auto` (the same value).\n    working_set: int\n",
         "    # Added by the package: computed\n    own: int\n",
+        "    # Added by the package: always\n    fixed: bool\n",
         "    late: str\n",
         "TUPLE_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"shape\"}),\n}\n",
-        "DICT_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"pairs\"}),\n}\n",
-        "PYTHON_NAMES: dict[str, dict[str, str]] = {\n    \"Report\": {\"peak\": \"resident_peak\"},\n}\n",
+        "DICT_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"pairs\", \"label_chunks\"}),\n}\n",
+        "PYTHON_NAMES: dict[str, dict[str, str]] = {\n    \"Report\": {\"peak\": \"resident_peak\", \"label_chunks\": \"chunks\"},\n}\n",
+        "PYTHON_ALIASES: dict[str, dict[str, str]] = {\n    \"Report\": {\"auto\": \"working_set\"},\n}\n",
+        "OMITTED_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"chunks\"}),\n}\n",
+        "FIXED_VALUES: dict[str, dict[str, Any]] = {\n    \"Report\": {\"fixed\": True},\n}\n",
     ] {
         assert!(out.contains(want), "missing:\n{want}\nin:\n{out}");
     }
+    assert_eq!(out.matches("    chunks: ").count(), 2, "ReportJson's and Report's, once each:\n{out}");
 }
 
 #[test]
@@ -223,13 +280,26 @@ fn misplaced_python_annotations_are_refused() {
         (json!({"type": "integer", "x-python": {"tuple": true}}), "tuple"),
         (json!({"type": "array", "items": {"type": "integer"}, "x-python": {"dict": true}}), "dict"),
         (json!({"type": "integer", "x-python": {"nmae": "x"}}), "nmae"),
+        (json!({"type": "integer", "x-python": {"omit": true, "name": "g"}}), "takes no name, alias or type"),
+        // Two Python keys of one name: a field's name, another's alias or an extra.
+        (json!({"type": "integer", "x-python": {"name": "g"}}), "the Python key \"g\" is given twice"),
+        (json!({"type": "integer", "x-python": {"alias": "g"}}), "the Python key \"g\" is given twice"),
+        (json!({"type": "integer", "x-python": {"alias": "own"}}), "the Python key \"own\" is given twice"),
     ] {
-        let defs = json!({"R": {"description": "R.", "type": "object", "required": ["f"], "properties": {"f": field}}});
+        let defs = json!({"R": {
+            "description": "R.", "type": "object", "required": ["f", "g"],
+            "x-python": {"extra": {"own": "int"}},
+            "properties": {"f": field, "g": {"type": "integer"}}
+        }});
         let err =
             std::panic::catch_unwind(|| Model::from_defs(defs.as_object().expect("an object"))).expect_err("refused");
         let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(msg.contains(why), "{msg}");
     }
+    // A fixed value on a key the package may leave out.
+    let defs = json!({"R": {"description": "R.", "type": "object", "x-python": {"extra": {"k?": "int = 1"}}, "properties": {}}});
+    let err = std::panic::catch_unwind(|| Model::from_defs(defs.as_object().expect("an object"))).expect_err("refused");
+    assert!(err.downcast_ref::<String>().is_some_and(|m| m.contains("may be absent (`?`) but has a fixed value")));
 }
 
 /// A report given to Python as a dataclass (`order`), holding another (after it in the
@@ -338,6 +408,11 @@ class Report:
     assert_eq!(out, want);
     // Filling again changes nothing.
     assert_eq!(fill(&defs, &out).expect("filled"), want);
+    // The module's tables name the properties, which the class keeps apart from its fields.
+    let m = Model::from_defs(defs.as_object().expect("an object"));
+    let module = py::write(&m, &m.reachable(&["Report"]), &[], "Header.");
+    let want = "PROPERTY_FIELDS: dict[str, frozenset[str]] = {\n    \"Report\": frozenset({\"verdict\"}),\n}\n";
+    assert!(module.contains(want), "{module}");
 }
 
 #[test]
@@ -353,6 +428,9 @@ fn dataclass_annotations_that_cannot_work_are_refused() {
     // Dataclass keys on a struct that is no dataclass; keys that exclude each other.
     assert!(refused(json!({}), json!({"required": true})).contains("are for a dataclass"));
     assert!(refused(json!({"order": []}), json!({"required": true, "default": "1"})).contains("exclude each other"));
+    // A dataclass shows each field once, under one name.
+    assert!(refused(json!({"order": []}), json!({"alias": "s"})).contains("not a dataclass"));
+    assert!(refused(json!({"order": []}), json!({"omit": true})).contains("not a dataclass"));
     // A word field needs a default; a struct a dataclass holds is one.
     let mut defs = dataclass_sample(json!({"order": []}), json!({}));
     defs["Report"]["properties"]["stage"]["x-python"] = json!({});
@@ -378,4 +456,31 @@ fn dataclass_markers_are_checked() {
         &MODULE[MODULE.find("@dataclasses.dataclass(frozen=True)\nclass Report").expect("there")..]
     );
     assert!(fill(&defs, &twice).expect_err("refused").contains("generated twice"));
+}
+
+/// The nested objects whose keys JS renames (core's `DatasetSpec::nested_objects`, read by
+/// wasm's key-case pass) are exactly the spec's structs of options, at their paths.
+#[test]
+fn the_nested_objects_are_the_specs_structs() {
+    fn walk(m: &Model, name: &str, prefix: &str, out: &mut Vec<(String, Vec<String>)>) {
+        let Def::Struct { fields, .. } = m.get(name) else { panic!("{name} is not a struct") };
+        for f in fields {
+            if let Some((inner, each)) = crate::nested(m, &f.ty) {
+                let path = format!("{prefix}{}{}", f.name, if each { ".*" } else { "" });
+                let Def::Struct { fields: inner_fields, .. } = m.get(&inner) else { panic!("{inner}") };
+                out.push((path.clone(), inner_fields.iter().map(|f| f.name.clone()).collect()));
+                walk(m, &inner, &format!("{path}."), out);
+            }
+        }
+    }
+    let m = model();
+    let mut from_schema = Vec::new();
+    walk(&m, "DatasetSpec", "", &mut from_schema);
+    let mut from_core: Vec<(String, Vec<String>)> = insitubatch_core::DatasetSpec::nested_objects()
+        .into_iter()
+        .map(|(p, f)| (p.to_string(), f.iter().map(|s| (*s).to_string()).collect()))
+        .collect();
+    from_schema.sort();
+    from_core.sort();
+    assert_eq!(from_core, from_schema);
 }

@@ -40,6 +40,7 @@ pub fn ty(t: &Ty) -> String {
         Ty::Bool => "boolean".into(),
         Ty::Str => "string".into(),
         Ty::Json => "Record<string, unknown>".into(),
+        Ty::Map(t) => format!("Record<string, {}>", ty(t)),
         Ty::Ref(n) => n.clone(),
         Ty::Array(item) => match item.as_ref() {
             Ty::Nullable(_) | Ty::Strs(_) | Ty::Ints(_) => format!("({})[]", ty(item)),
@@ -78,6 +79,10 @@ pub fn write(model: &Model, names: &[String], header: &str) -> String {
                     }
                 }
             }
+            Def::Alias { doc, ts, .. } => {
+                jsdoc(&mut out, doc, "");
+                let _ = writeln!(out, "export type {name} = {ts};");
+            }
             Def::Struct { doc, fields, .. } => {
                 jsdoc(&mut out, doc, "");
                 let _ = writeln!(out, "export interface {name} {{");
@@ -98,37 +103,82 @@ pub fn write(model: &Model, names: &[String], header: &str) -> String {
     out
 }
 
-/// The options JS passes in, from the Rust struct `name` (core's `Knobs`): every field
-/// optional and keyed as `wasm/src/options.rs` renames core's keys (`rename`, camelCase), a
-/// 64-bit integer a number or a `BigInt`, an enum its words, and its default (`defaults`, the
-/// struct's `Default` as JSON; `null` says nothing, the doc says what absent means) after the
-/// doc.
+/// The options JS passes in (core's `DatasetSpec` and the structs and aliases it reaches):
+/// every field optional and keyed as `wasm/src/options.rs` renames core's keys (`rename`,
+/// camelCase), a 64-bit integer a number or a `BigInt`, an enum its words, a struct its
+/// interface, and each field's default (`defaults`: per struct, its `Default` as JSON; `null`
+/// says nothing, the doc says what absent means) after its doc.
 ///
 /// # Panics
-/// When `name` is not a struct, or a field refers to another struct (options are flat).
+/// When `defaults` names no struct.
 pub fn write_options(
     model: &Model,
-    name: &str,
-    defaults: &serde_json::Value,
+    defaults: &[(&str, serde_json::Value)],
     rename: impl Fn(&str) -> String,
     header: &str,
 ) -> String {
     let mut out = comment(header);
-    let Def::Struct { doc, fields, .. } = model.get(name) else { panic!("{name} is not a struct") };
-    out.push('\n');
-    jsdoc(&mut out, doc, "");
-    let _ = writeln!(out, "export interface {name} {{");
-    for f in fields {
-        let mut doc = f.doc.clone();
-        match defaults.get(&f.name) {
-            None | Some(serde_json::Value::Null) => {}
-            Some(serde_json::Value::String(s)) => doc.push_str(&format!(" Default `'{s}'`.")),
-            Some(v) => doc.push_str(&format!(" Default `{v}`.")),
+    let roots: Vec<&str> = defaults.iter().map(|(n, _)| *n).collect();
+    for name in model.reachable(&roots) {
+        match model.get(&name) {
+            // An enum has no declaration of its own here: a field of one lists its words.
+            Def::Enum { .. } => {}
+            Def::Alias { doc, ts, .. } => {
+                out.push('\n');
+                jsdoc(&mut out, &in_js(doc, &rename), "");
+                let _ = writeln!(out, "export type {name} = {};", rename_ts(ts, &rename));
+            }
+            Def::Struct { doc, fields, .. } => {
+                out.push('\n');
+                let given = defaults.iter().find(|(n, _)| *n == name).map(|(_, d)| d);
+                jsdoc(&mut out, &in_js(doc, &rename), "");
+                let _ = writeln!(out, "export interface {name} {{");
+                for f in fields {
+                    let mut doc = f.doc.clone();
+                    match given.and_then(|d| d.get(&f.name)) {
+                        // Absent says nothing (the doc says what it means); a nested object's
+                        // defaults are on its own interface.
+                        None | Some(serde_json::Value::Null | serde_json::Value::Object(_)) => {}
+                        Some(serde_json::Value::String(s)) => doc.push_str(&format!(" Default `'{s}'`.")),
+                        Some(v) => doc.push_str(&format!(" Default `{}`.", rename_ts(&v.to_string(), &rename))),
+                    }
+                    jsdoc(&mut out, &in_js(&doc, &rename), "  ");
+                    let t = f.ts.clone().unwrap_or_else(|| option_ty(model, &f.ty));
+                    let optional = if f.ts_required { "" } else { "?" };
+                    let _ = writeln!(out, "  {}{optional}: {t};", rename(&f.name));
+                }
+                let _ = writeln!(out, "}}");
+            }
         }
-        jsdoc(&mut out, &doc, "  ");
-        let _ = writeln!(out, "  {}?: {};", rename(&f.name), option_ty(model, &f.ty));
     }
-    let _ = writeln!(out, "}}");
+    out
+}
+
+/// A doc comment as JS reads it: the option names in its code spans (`` `cache_dir` ``) in
+/// JS's spelling, so that each language's doc names its own keys.
+fn in_js(doc: &str, rename: &impl Fn(&str) -> String) -> String {
+    doc.split('`')
+        .enumerate()
+        .map(|(i, part)| if i % 2 == 1 { rename_ts(part, rename) } else { part.to_string() })
+        .collect::<Vec<_>>()
+        .join("`")
+}
+
+/// A TypeScript type or value written with the spec's snake_case keys (an alias's object
+/// type, `{ sample_axis }`), as JS spells them.
+fn rename_ts(text: &str, rename: &impl Fn(&str) -> String) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            word.push(c);
+            continue;
+        }
+        out.push_str(&if word.contains('_') { rename(&word) } else { std::mem::take(&mut word) });
+        word.clear();
+        out.push(c);
+    }
+    out.pop();
     out
 }
 
@@ -139,8 +189,11 @@ fn option_ty(model: &Model, t: &Ty) -> String {
         Ty::Nullable(inner) => option_ty(model, inner),
         Ty::Ref(n) => match model.get(n) {
             Def::Enum { words, .. } => ty(&Ty::Strs(words.iter().map(|(w, _)| w.clone()).collect())),
-            Def::Struct { .. } => panic!("an option of struct type {n}: options are flat"),
+            Def::Struct { .. } | Def::Alias { .. } => n.clone(),
         },
+        Ty::Array(item) => format!("{}[]", option_ty(model, item)),
+        Ty::Tuple(items) => format!("[{}]", items.iter().map(|i| option_ty(model, i)).collect::<Vec<_>>().join(", ")),
+        Ty::Map(item) => format!("Record<string, {}>", option_ty(model, item)),
         other => ty(other),
     }
 }

@@ -19,12 +19,12 @@ pub async fn a_fixture_over_http() {
         panic!("INSITUBATCH_HTTP_URL was unset when this test was built, under CI: run scripts/test-wasm.sh");
     };
     let opts = js_sys::JSON::parse(r#"{"variables":["t2m"],"batchSize":8,"blockChunks":2,"seed":3}"#).unwrap();
-    let ds = insitubatch_wasm::open(format!("{base}/v3_sharded"), opts).await.map_err(JsValue::from).unwrap();
-    let report = ds.describe(None).map_err(JsValue::from).unwrap();
+    let ds = insitubatch_wasm::open(format!("{base}/v3_sharded"), opts).await.unwrap();
+    let report = ds.describe(None).unwrap();
     assert!(get(&get(&report, "memory"), "floor_bytes").as_f64().unwrap() > 0.0);
 
     // One pass of every split: each of the 80 samples once; the first batch is (8, 10, 12) f32.
-    let stream = ds.iter("all").map_err(JsValue::from).unwrap();
+    let stream = ds.iter("all").unwrap();
     let mut seen = Vec::new();
     let mut first = true;
     loop {
