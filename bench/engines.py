@@ -159,6 +159,8 @@ REGISTRY = {e.name: e for e in [
     Engine("zarr-loop", "py", "zarr-python: a chunk (or shard) slab at a time in shuffled order", ("zarr", "numpy")),
     Engine("tensorstore", "py", "tensorstore zarr3 driver, chunk slabs in shuffled order, 4 reads in flight",
            ("tensorstore", "numpy")),
+    Engine("rs-fsspec-refs", "py", "rs-python over a zarr FsspecStore of fsspec's ReferenceFileSystem for a "
+           "kerchunk set (reference+URL): the Python store-object path", RS + ("zarr", "fsspec", "aiohttp")),
     Engine("xbatcher-torch-nw0", "py", "xbatcher BatchGenerator as a map-style Dataset, DataLoader, 0 workers", XB),
     Engine("xbatcher-torch-nw2", "py", "the same with 2 workers", XB),
     Engine("rs-patch", "patch", "insitubatch_rs patch= random 128 x 128 patches", RS),

@@ -17,6 +17,8 @@ Every store holds the same values (sample t is seeded by t). Written in 40-sampl
 slabs (~166 MB), so memory stays well under 4 GB. A store whose marker
 OUTDIR/<name>.zarr.done matches (samples, script hash) is skipped.
 The full sweep at N=720 takes ~7 GB of disk: check `df` first.
+`--netcdf FILES,STEPS,TxYxX` writes the virtual-Zarr benchmark's NetCDF4 files, their kerchunk
+references and a Zarr copy with the same chunks and codecs instead (write_netcdf; the test venv).
 Run it with the reference venv (insitubatch 0.2.0 and zarr 3.4.2; bench/setup_reference.sh), as
 bench/run.py --samples N does.
 """
@@ -122,13 +124,102 @@ def write_store(outdir, name, n):
     return info
 
 
+def netcdf_name(chunks):
+    """The folder of the NetCDF4 benchmark data with chunks ``(t, y, x)``: era5_nc_2x721x1440."""
+    return "era5_nc_" + "x".join(str(c) for c in chunks)
+
+
+def write_netcdf(outdir, files, steps, chunks):
+    """The virtual-Zarr benchmark (bench/run.py references): ``files`` NetCDF4 files of
+    ``steps`` samples each (t2m float32 (steps, 721, 1440) in ``chunks``, zlib level 4 + shuffle,
+    as netCDF-C writes ERA5-like archives) in OUTDIR/NAME/ (`netcdf_name`), kerchunk's
+    references over them combined along time (NAME/refs.json, file URLs relative to it, so the
+    folder can be served), and the same data as a Zarr v2 store with the same chunks and codecs
+    (OUTDIR/NAME_copy.zarr): each chunk's bytes copied from its range of its file, so only the
+    layout differs (one object per chunk against ranges of a few files). Needs netCDF4 and
+    kerchunk (the test venv, tools/python/fixtures.in). Skipped when the marker OUTDIR/NAME.done
+    matches."""
+    import netCDF4
+    from kerchunk.combine import MultiZarrToZarr
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    name = netcdf_name(chunks)
+    folder, copy = os.path.join(outdir, name), os.path.join(outdir, name + "_copy.zarr")
+    marker = os.path.join(outdir, name + ".done")
+    want = {"files": files, "steps": steps, "chunks": list(chunks), "script": SCRIPT_HASH}
+    try:
+        have = json.load(open(marker))
+        if all(have.get(k) == v for k, v in want.items()):
+            print(f"{name}: complete, skipping ({have['ratio']:.2f}x)", file=sys.stderr)
+            return have
+    except (OSError, ValueError):
+        pass
+    t0 = time.perf_counter()
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(copy, ignore_errors=True)
+    os.makedirs(folder)
+    singles = []
+    for i in range(files):
+        path = os.path.join(folder, f"era5_{i}.nc")
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.createDimension("time", steps)
+            ds.createDimension("latitude", H)
+            ds.createDimension("longitude", W)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units, t.calendar = "hours since 2000-01-01 00:00", "standard"
+            t[:] = np.arange(i * steps, (i + 1) * steps, dtype="f8")
+            v = ds.createVariable("t2m", "f4", ("time", "latitude", "longitude"), zlib=True, complevel=4,
+                                  shuffle=True, chunksizes=tuple(chunks))
+            for k in range(steps):
+                v[k] = sample(i * steps + k)
+        singles.append(SingleHdf5ToZarr(path, inline_threshold=0).translate())
+    refs = MultiZarrToZarr(singles, concat_dims=["time"]).translate()
+    for ref in refs["refs"].values():
+        if isinstance(ref, list):
+            ref[0] = os.path.basename(ref[0])
+    with open(os.path.join(folder, "refs.json"), "w") as f:
+        json.dump(refs, f)
+    stored = 0
+    for key, ref in refs["refs"].items():
+        dest = os.path.join(copy, key)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "wb") as out:
+            if isinstance(ref, list):
+                with open(os.path.join(folder, ref[0]), "rb") as f:
+                    f.seek(ref[1])
+                    data = f.read(ref[2])
+                if key.startswith("t2m/") and "/." not in key:
+                    stored += len(data)
+            else:
+                data = ref.encode() if isinstance(ref, str) and not ref.startswith("base64:") else ref
+                if isinstance(data, str):
+                    import base64
+                    data = base64.b64decode(data[len("base64:"):])
+            out.write(data)
+    decoded = files * steps * H * W * 4
+    info = dict(want, stored_bytes=stored, decoded_bytes=decoded, ratio=decoded / max(stored, 1),
+                seconds=time.perf_counter() - t0)
+    with open(marker, "w") as f:
+        json.dump(info, f)
+    print(f"{name}: {files} files x {steps} samples, {stored / 1e6:.0f} MB stored, ratio {info['ratio']:.2f}x, "
+          f"{info['seconds']:.1f}s", file=sys.stderr)
+    return info
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("outdir")
     ap.add_argument("--samples", type=int, default=720)
     ap.add_argument("--only", default=None, help="comma list of " + ",".join(STORES))
+    ap.add_argument("--netcdf", default=None, metavar="FILES,STEPS,TxYxX",
+                    help="instead: the NetCDF4 files, their references and the Zarr copy (write_netcdf)")
     args = ap.parse_args(argv)
+    if args.netcdf:
+        files, steps, chunks = args.netcdf.split(",")
+        os.makedirs(args.outdir, exist_ok=True)
+        write_netcdf(args.outdir, int(files), int(steps), tuple(int(c) for c in chunks.split("x")))
+        return 0
     names = args.only.split(",") if args.only else list(STORES)
     bad = [x for x in names if x not in STORES]
     if bad:

@@ -26,6 +26,10 @@ max_batches) -> dict``):
   xbatcher.BatchGenerator(input_dims={time: 1, lat: all, lon: all}) as a map-style torch
   Dataset of samples, DataLoader(batch_size, shuffle=True, num_workers=N,
   persistent_workers=N>0). Each sample reads (decodes) its whole chunk again.
+- ``rs-fsspec-refs``: ``rs-python`` over a zarr ``FsspecStore`` of fsspec's
+  ``ReferenceFileSystem`` for the kerchunk set at ``--url`` (``reference+URL``): the Python
+  store-object path (bench/run.py references). ``xbatcher-torch-nw0`` takes ``reference+URL``
+  too, and reads through the same filesystem.
 - ``zarr-loop``: zarr-python: each chunk (or shard) of the sample axis in a shuffled order,
   ``arr[c*spc:(c+1)*spc]``, then cut into batches in order (no shuffle within).
 - ``tensorstore``: tensorstore zarr3 driver, chunk-aligned slabs in a shuffled order,
@@ -65,7 +69,17 @@ def _path_of(url):
 
 def _array_meta(url, var):
     """shape, read unit on axis 0 (the shard when sharded, else the chunk), dim names, itemsize,
-    straight from zarr.json (no zarr import: safe before DataLoader workers fork)."""
+    straight from zarr.json (no zarr import: safe before DataLoader workers fork); for a
+    kerchunk set (``reference+URL``), from its ``.zarray``."""
+    if url.startswith("reference+"):
+        import fsspec
+
+        with fsspec.open(url[len("reference+"):], "rt") as f:
+            refs = json.load(f)
+        refs = refs.get("refs", refs)
+        meta, attrs = json.loads(refs[f"{var}/.zarray"]), json.loads(refs.get(f"{var}/.zattrs", "{}"))
+        dims = attrs.get("_ARRAY_DIMENSIONS") or [f"dim_{i}" for i in range(len(meta["shape"]))]
+        return meta["shape"], meta["chunks"][0], dims, int(meta["dtype"][-1])
     with open(os.path.join(_path_of(url), var, "zarr.json")) as f:
         m = json.load(f)
     unit = m["chunk_grid"]["configuration"]["chunk_shape"][0]
@@ -232,6 +246,37 @@ def run_rs_zarrstore(url, var, batch_size, epochs, compute_ms, max_batches, seed
                          store=_store_object("zarr", url), engine="rs-zarrstore")
 
 
+def _reference_fs(url, asynchronous=True):
+    """fsspec's ReferenceFileSystem over the kerchunk set at ``url`` (``reference+`` in front
+    or not), its files read over HTTP (aiohttp) or from disk as their URLs say (asynchronous,
+    as zarr's FsspecStore needs)."""
+    import fsspec
+
+    set_url = url[len("reference+"):] if url.startswith("reference+") else url
+    folder = set_url.rsplit("/", 1)[0]
+    protocol = set_url.split("://", 1)[0] if "://" in set_url else "file"
+    # fsspec reads a relative file URL against the working directory; the benchmark's sets name
+    # their files relative to the set, as the engine reads them: rebase them here.
+    with fsspec.open(set_url, "rt") as f:
+        refs = json.load(f)
+    for ref in refs.get("refs", refs).values():
+        if isinstance(ref, list) and ref and "://" not in ref[0] and not ref[0].startswith("/"):
+            ref[0] = f"{folder}/{ref[0]}"
+    return fsspec.filesystem("reference", fo=refs, remote_protocol=protocol, asynchronous=asynchronous,
+                             remote_options={"asynchronous": asynchronous})
+
+
+def run_rs_fsspec_refs(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
+    """rs-python over a zarr FsspecStore of fsspec's ReferenceFileSystem: our Python store-object
+    path (every read through zarr's async API and fsspec), against rs-python's native reading
+    of the same set (``reference+URL``)."""
+    import zarr.storage
+
+    store = zarr.storage.FsspecStore(_reference_fs(url), read_only=True, path="")
+    return run_rs_python(url, var, batch_size, epochs, compute_ms, max_batches, seed,
+                         store=store, engine="rs-fsspec-refs")
+
+
 def run_rs_torch(url, var, batch_size, epochs, compute_ms, max_batches, seed=0):
     import torch
     from torch.utils.data import DataLoader
@@ -290,7 +335,14 @@ class _XbSamples:
             import xarray as xr
             import xbatcher
 
-            ds = xr.open_zarr(_path_of(self.url), chunks=None, consolidated=False)
+            if self.url.startswith("reference+"):  # xbatcher over fsspec's reference filesystem
+                import zarr.storage
+
+                store = zarr.storage.FsspecStore(_reference_fs(self.url), read_only=True, path="")
+                ds = xr.open_dataset(store, engine="zarr", chunks=None,
+                                     backend_kwargs={"consolidated": False, "zarr_format": 2})
+            else:
+                ds = xr.open_zarr(_path_of(self.url), chunks=None, consolidated=False)
             da = ds[self.var]
             dims = dict(zip(da.dims, [1] + list(da.shape[1:])))
             self._bgen = xbatcher.BatchGenerator(da, input_dims=dims)
@@ -431,6 +483,7 @@ ENGINES = {
     "reference-zarrstore": run_reference_zarrstore,
     "xbatcher-torch-nw0": run_xbatcher_nw0,
     "xbatcher-torch-nw2": run_xbatcher_nw2,
+    "rs-fsspec-refs": run_rs_fsspec_refs,
     "zarr-loop": run_zarr_loop,
     "tensorstore": run_tensorstore,
 }

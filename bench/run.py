@@ -21,6 +21,8 @@ Suites (bench/suites/):
   ranks      N CLI processes, one rank each, against one process
   cache      the disk tier: a warm epoch from a persisted cache in a fresh process
   objects    store objects (obstore, zarr-python) against the URL
+  references kerchunk references of NetCDF4 files through the cloud-like store, against a Zarr
+             copy with the same chunks and codecs, xbatcher and the Python store-object path
   slow-loop  peak RSS of a loop slower than the loader against describe()'s estimate
   workers    torch DataLoader workers each reading a share, against one process
   faults     the system time of first-touching fresh memory on this machine

@@ -107,6 +107,7 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "icechunk_store",
             "obstore_store",
             "open_geometries",
+            "reference_store",
         ),
     ),
     (

@@ -24,7 +24,7 @@ source scripts/tools.sh
 FUZZ_HOME="$INSITUBATCH_CACHE/fuzz"
 FUZZ_TARGET_DIR="$INSITUBATCH_CACHE/target-fuzz"
 TRIPLE=x86_64-unknown-linux-gnu
-ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest checkpoint chunk_file scaler_file)
+ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest checkpoint chunk_file scaler_file reference_set)
 
 ib_prereqs
 # libfuzzer-sys compiles libFuzzer (C++) with the cc crate.
@@ -76,6 +76,11 @@ seed() {
                 else
                     cp "$f" "$dir/fx-$((i++))"
                 fi
+            done ;;
+        reference_set)
+            # The virtual fixtures' kerchunk sets (tests/fixtures/make_virtual.py).
+            find "$fx/virtual" -name '*.json' ! -name manifest.json -size -64k 2>/dev/null | while read -r f; do
+                cp "$f" "$dir/fx-$((i++))"
             done ;;
         decode_tile)
             # A selector byte for an array with the same compressor, then a real chunk of

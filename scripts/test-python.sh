@@ -103,6 +103,9 @@ fi
 # 3. Fixtures (the generator skips work when they are current).
 export INSITUBATCH_FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures}"
 "$IB_PY" tests/fixtures/make_fixtures.py "$INSITUBATCH_FIXTURES" >/dev/null
+# The NetCDF4 files and kerchunk references (tests/fixtures/make_virtual.py) are the test venv's:
+# the sessions that write their own zarr fixtures read these.
+export INSITUBATCH_VIRTUAL_FIXTURES="$INSITUBATCH_FIXTURES/virtual"
 python_zarr() { "$IB_PY" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/manifest.json"))["zarr_python"])' "$1"; }
 
 # The python of environment $1 (scripts/pyenv.sh ib_venv) with wheel(s) $2... installed, which

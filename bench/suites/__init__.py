@@ -10,6 +10,7 @@
   ``session.keep`` (bench/run.py's Session); returns the rows;
 - ``config(args)``: the report's config line; ``markdown(meta, rows)``: the report (pure).
 """
-from . import cache, cloud, faults, local, objects, patches, python, ranks, slow_loop, workers
+from . import cache, cloud, faults, local, objects, patches, python, ranks, references, slow_loop, workers
 
-SUITES = {m.NAME: m for m in (local, python, cloud, patches, ranks, cache, objects, slow_loop, workers, faults)}
+SUITES = {m.NAME: m for m in (local, python, cloud, patches, ranks, cache, objects, references, slow_loop, workers,
+                                faults)}

@@ -22,7 +22,12 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::retry::{PolicyStorage, ReadPolicy};
-use crate::runtime::{BoxFuture, ByteRange, Executor, Storage, StorageError};
+use crate::runtime::{BoxFuture, ByteRange, Executor, Location, Storage, StorageError};
+
+/// The start of the key of a part's object that stands for a range of another
+/// ([`ConcatStorage::locate`]); the part's number and the object's key follow. A control
+/// character, as in [`crate::refs::FILE_OBJECT`], so no Zarr key starts with it.
+const PART_OBJECT: &str = "\u{1}part:";
 
 /// Stores concatenated along one dimension.
 #[derive(Debug)]
@@ -305,7 +310,7 @@ impl ConcatStorage {
 
     /// The part and key a key is read from: a concatenated array's chunk goes to the part
     /// holding it (`None`: past the end), anything else to the first store.
-    fn route<'k>(&self, key: &'k str) -> Option<(&dyn Storage, std::borrow::Cow<'k, str>)> {
+    fn route<'k>(&self, key: &'k str) -> Option<(usize, std::borrow::Cow<'k, str>)> {
         let found = self
             .arrays
             .iter()
@@ -314,16 +319,23 @@ impl ConcatStorage {
                 Some((path, c, rest?))
             })
             .max_by_key(|(path, _, _)| path.len());
-        let Some((path, c, rest)) = found else { return Some((self.parts[0].as_ref(), key.into())) };
+        let Some((path, c, rest)) = found else { return Some((0, key.into())) };
         let Some(mut coords) = c.encoding.parse(rest).filter(|v| v.len() > c.axis) else {
-            return Some((self.parts[0].as_ref(), key.into()));
+            return Some((0, key.into()));
         };
         let g = coords[c.axis];
         let p = c.chunk_starts.windows(2).position(|w| w[0] <= g && g < w[1])?;
         coords[c.axis] = g - c.chunk_starts[p];
         let local = c.encoding.format(&coords);
         let key = if path.is_empty() { local } else { format!("{path}/{local}") };
-        Some((self.parts[p].as_ref(), key.into()))
+        Some((p, key.into()))
+    }
+
+    /// A part's object that stands for a range of another ([`Storage::locate`]: a file of a
+    /// reference set), as `PART_OBJECT{part}/{object}`: the part and its key there.
+    fn part_object<'k>(&self, key: &'k str) -> Option<(&dyn Storage, &'k str)> {
+        let (part, object) = key.strip_prefix(PART_OBJECT)?.split_once('/')?;
+        Some((self.parts.get(part.parse::<usize>().ok()?)?.as_ref(), object))
     }
 }
 
@@ -471,13 +483,48 @@ impl Storage for ConcatStorage {
         if let Some(doc) = self.served.get(key) {
             return Box::pin(async move { slice(doc, range).map(Some) });
         }
+        if let Some((storage, object)) = self.part_object(key) {
+            return storage.read(object, range);
+        }
         match self.route(key) {
-            Some((storage, k)) => Box::pin(async move { storage.read(&k, range).await }),
+            Some((p, k)) => Box::pin(async move { self.parts[p].read(&k, range).await }),
             None => Box::pin(async { Ok(None) }),
         }
     }
 
-    // `start_read` is the default (the whole read): a routed chunk key is made here, and a
+    /// A part's object (a file of a reference set) is that part's read, hedged at its answer.
+    fn start_read<'a>(
+        &'a self,
+        key: &'a str,
+        range: Option<ByteRange>,
+    ) -> BoxFuture<'a, std::result::Result<Option<crate::runtime::Body<'a>>, StorageError>> {
+        if let Some((storage, object)) = self.part_object(key) {
+            return storage.start_read(object, range);
+        }
+        Box::pin(async move { Ok(self.read(key, range).await?.map(crate::runtime::ready_body)) })
+    }
+
+    /// A chunk of a part that is a range of another of its objects (a reference set's chunk):
+    /// that object, under the part's prefix.
+    fn locate<'a>(&'a self, key: &'a str) -> BoxFuture<'a, std::result::Result<Option<Location>, StorageError>> {
+        Box::pin(async move {
+            if self.served.contains_key(key) || key.starts_with(PART_OBJECT) {
+                return Ok(None);
+            }
+            let Some((p, k)) = self.route(key) else { return Ok(None) };
+            let located = self.parts[p].locate(&k).await?;
+            Ok(located.map(|l| l.map_object(|o| format!("{PART_OBJECT}{p}/{o}"))))
+        })
+    }
+
+    fn key_url(&self, key: &str) -> String {
+        match self.part_object(key) {
+            Some((storage, object)) => storage.key_url(object),
+            None => crate::runtime::join_url(&self.location(), key),
+        }
+    }
+
+    // `start_read` of a chunk key is the whole read: a routed chunk key is made here, and a
     // body may not outlive it, so the engine hedges these reads compared at their size
     // (`answers_before_body` false) rather than at their first byte.
 }

@@ -26,7 +26,7 @@ use crate::plan::ChunkKey;
 use crate::pool::{Chunk, ChunkData, LoadResult, LoadTimes, Pool};
 use crate::reads::{Coalescer, Delivery, TileRead};
 use crate::retry::{OnBadChunk, ReadPolicy, with_policy};
-use crate::runtime::{BoxFuture, ByteRange, Cancelled, Job, MaybeSend, Runtime, Storage, ThreadPool};
+use crate::runtime::{BoxFuture, ByteRange, Cancelled, Job, Location, MaybeSend, Runtime, Storage, ThreadPool};
 use crate::stats::PassRecorder;
 use crate::tier::ChunkTier;
 use crate::transform::{ChunkTransform, DecodedChunk};
@@ -253,8 +253,7 @@ impl Engine {
     }
 
     pub(crate) fn url(&self, key: &str) -> String {
-        let loc = self.storage.location();
-        if loc.ends_with('/') { format!("{loc}{key}") } else { format!("{loc}/{key}") }
+        self.storage.key_url(key)
     }
 
     /// One storage request of about `bytes` (0: unknown) under the read policy: retried and
@@ -632,9 +631,23 @@ async fn locate_tile(engine: &Arc<Engine>, key: ChunkKey, tile: u64, rec: &Arc<P
     let g = &reader.geom;
     let coord = g.physical_tile_coord(key.chunk, &g.inner_coord(tile));
     let location = reader.zarr.tile_location(&coord);
-    let tile = TileRef { key, tile, url: engine.url(location.key()) };
+    let mut tile = TileRef { key, tile, url: engine.url(location.key()) };
     let source = match location {
-        TileLocation::Object { key: object } => Ok(Source::Read(TileRead::register(engine, object, None, None))),
+        TileLocation::Object { key: object } => match engine.storage.locate(&object).await {
+            // A range of another object (a reference set's chunk in its file): registered on
+            // that object, so the chunks of one file are coalesced.
+            Ok(Some(Location::In { object: file, range })) => {
+                tile.url = in_file(&tile.url, &engine.url(&file), range);
+                Ok(Source::Read(TileRead::register(engine, file, range, None)))
+            }
+            // Nowhere (a chunk a reference set does not list): the fill value, no request.
+            Ok(Some(Location::Missing)) => Ok(Source::Absent),
+            Ok(None) => Ok(Source::Read(TileRead::register(engine, object, None, None))),
+            Err(e) => Err(Error::Storage {
+                message: format!("cannot find where this chunk is stored ({})", e.message),
+                key: tile.url.clone(),
+            }),
+        },
         TileLocation::InShard { key: shard, index } => match engine.shard_index(key.path, &shard, rec).await {
             Ok(Some(ix)) => Ok(match (ix.range(index), u32::try_from(index)) {
                 (Some(r), Ok(i)) => Source::Read(TileRead::register(engine, shard, Some(r), Some((i, ix)))),
@@ -646,6 +659,15 @@ async fn locate_tile(engine: &Arc<Engine>, key: ChunkKey, tile: u64, rec: &Arc<P
         },
     };
     Located { tile, source }
+}
+
+/// A chunk's URL with where its bytes are (`… (bytes 10..20 of https://…/a.nc)`), so that an
+/// error decoding a chunk of a reference set names the chunk and its file.
+fn in_file(chunk: &str, file: &str, range: Option<ByteRange>) -> String {
+    match range {
+        Some(ByteRange::Bounded { start, end }) => format!("{chunk} (bytes {start}..{end} of {file})"),
+        _ => format!("{chunk} (the whole of {file})"),
+    }
 }
 
 /// Read, decode and place one located tile. Returns (permit time, fetch-done time,

@@ -165,6 +165,29 @@ impl Storage for JoinedStorage {
     fn answers_before_body(&self) -> bool {
         self.mounts.iter().all(|(_, s)| s.answers_before_body())
     }
+
+    /// A chunk of a store that is a range of another of its objects (a reference set's chunk
+    /// in its file): that object, under the store's name.
+    fn locate<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, std::result::Result<Option<crate::runtime::Location>, StorageError>> {
+        let Some((storage, rest)) = self.route(key) else { return Box::pin(async { Ok(None) }) };
+        let name = &key[..key.len() - rest.len()];
+        Box::pin(async move {
+            let located = storage.locate(rest).await?;
+            Ok(located.map(|l| l.map_object(|o| format!("{name}{o}"))))
+        })
+    }
+
+    /// An object that stands for a file of a reference set is named by its store (the file's
+    /// URL); other keys as before, under the join's location.
+    fn key_url(&self, key: &str) -> String {
+        match self.route(key) {
+            Some((storage, rest)) if rest.starts_with(crate::refs::FILE_OBJECT) => storage.key_url(rest),
+            _ => crate::runtime::join_url(&self.location(), key),
+        }
+    }
 }
 
 #[cfg(test)]

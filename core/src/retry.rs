@@ -229,4 +229,12 @@ impl Storage for PolicyStorage {
     fn reads_are_local(&self) -> bool {
         self.inner.reads_are_local()
     }
+
+    fn locate<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<crate::runtime::Location>, StorageError>> {
+        self.inner.locate(key)
+    }
+
+    fn key_url(&self, key: &str) -> String {
+        self.inner.key_url(key)
+    }
 }

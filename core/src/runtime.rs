@@ -122,6 +122,51 @@ pub trait Storage: MaybeSend + MaybeSync + Debug {
     fn answers_before_body(&self) -> bool {
         false
     }
+    /// Where `key`'s bytes are kept when they are part of another object of this storage: a
+    /// reference set's chunk is a byte range of a file (`refs.rs`), or nowhere for a chunk the
+    /// set does not list. The engine then reads that range of that object, so the ranges of one
+    /// file wait together and go out coalesced, as the inner chunks of a shard do. `None`
+    /// (every store but references): `key` is an object of its own, or missing.
+    fn locate<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Location>, StorageError>> {
+        let _ = key;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+    /// The URL of `key` in messages: the location and the key, or for an object that stands
+    /// for a file of a reference set ([`Self::locate`]), the file's own URL.
+    fn key_url(&self, key: &str) -> String {
+        join_url(&self.location(), key)
+    }
+}
+
+/// Where a key's bytes are kept ([`Storage::locate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A range of another object of the same storage.
+    In {
+        /// The object's key in the same storage.
+        object: String,
+        /// Its range, or `None` for the whole object.
+        range: Option<ByteRange>,
+    },
+    /// Nowhere: the key does not exist, so a chunk reads as its fill value with no request (a
+    /// chunk a reference set does not list).
+    Missing,
+}
+
+impl Location {
+    /// The same place, its object's key made by `f` (a storage over others puts its prefix on it).
+    #[must_use]
+    pub fn map_object(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            Self::In { object, range } => Self::In { object: f(object), range },
+            Self::Missing => Self::Missing,
+        }
+    }
+}
+
+/// `location/key`, with one slash between them.
+pub fn join_url(location: &str, key: &str) -> String {
+    if location.ends_with('/') { format!("{location}{key}") } else { format!("{location}/{key}") }
 }
 
 /// Bytes already read, as the body of a two-step read ([`Storage::start_read`]).

@@ -320,11 +320,15 @@ export function joinEntries(source) {
 /**
  * `open(source, options)` over an engine (src/engine.js: a fresh wasm instance after a
  * trap). `source`: a URL, a storage object (wasm/src/js_storage.rs), a join of them by
- * name (`isJoin`), or an array of them, concatenated along the sample axis. `local`, in Node
- * only: `{ isLocal(url), nodeFileStorage(url) }` (src/node-storage.js), which turns `file://`
- * URLs and plain paths into a storage object; elsewhere the engine refuses them with what to
- * use instead.
+ * name (`isJoin`), or an array of them, concatenated along the sample axis; a URL may be a
+ * kerchunk reference set, `reference+URL`. `local`, in Node only: `{ isLocal(url),
+ * nodeFileStorage(url), fileUrl(path) }` (src/node-storage.js), which turns `file://` URLs and
+ * plain paths into a storage object (and a reference set's local files into reads under `/`);
+ * elsewhere the engine refuses them with what to use instead.
  */
+/** The prefix of a kerchunk reference set's URL (`reference+https://host/era5.json`). */
+const REFERENCE_PREFIX = 'reference+';
+
 export function makeOpen(engine, local) {
   /** One store of a join, as `openJoined` takes it: a URL, a storage object, or an array of them (concatenated first). */
   const joinPart = async (one) => {
@@ -352,6 +356,17 @@ export function makeOpen(engine, local) {
       return opened((w) => w.openWithStorage(source, undefined, options));
     }
     const url = String(source);
+    if (url.startsWith(REFERENCE_PREFIX)) {
+      // A kerchunk reference set (wasm/src/refs.rs). In Node its local files (and a local set)
+      // are read through a node:fs store rooted at `/`; elsewhere its files are URLs.
+      if (local && inst.wasm.openReferences) {
+        const inner = url.slice(REFERENCE_PREFIX.length);
+        const absolute = local.isLocal(inner) ? REFERENCE_PREFIX + local.fileUrl(inner) : url;
+        const root = await local.nodeFileStorage('/');
+        return opened((w) => w.openReferences(absolute, root, options));
+      }
+      return opened((w) => w.open(url, options));
+    }
     if (local?.isLocal(url)) {
       const storage = await local.nodeFileStorage(url);
       return opened((w) => w.openWithStorage(storage, url, options));

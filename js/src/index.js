@@ -7,7 +7,7 @@ import { Worker } from 'node:worker_threads';
 import { makeOpen, makeEngineHooks, Dataset, Pass } from './facade.js';
 import { Engine, EngineTrapError, isTrap } from './engine.js';
 import { makeOpenExplorer, Explorer } from './explore.js';
-import { isLocal, nodeFileStorage } from './node-storage.js';
+import { fileUrl, isLocal, nodeFileStorage } from './node-storage.js';
 import { makeOpenInWorker, nodeWorkerPort } from './worker-client.js';
 
 const GLUE = fileURLToPath(new URL('../pkg/node/insitubatch_wasm.js', import.meta.url));
@@ -42,9 +42,10 @@ const engine = new Engine(loadNode);
 
 /**
  * Open the Zarr store at `url` (http://, https://, s3://, file:// or a plain path, read with
- * node:fs) or a storage object, and build a dataset.
+ * node:fs; or a kerchunk reference set at any of them, `reference+URL`) or a storage object,
+ * and build a dataset.
  */
-export const open = makeOpen(engine, { isLocal, nodeFileStorage });
+export const open = makeOpen(engine, { isLocal, nodeFileStorage, fileUrl });
 export { nodeFileStorage };
 export { Dataset, Pass, EngineTrapError };
 /** Open a store's metadata once for many what-if questions (the dashboard; src/explore.js). */

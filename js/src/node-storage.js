@@ -24,6 +24,11 @@ export function localPath(url) {
   return resolve(/^file:/i.test(s) ? fileURLToPath(s) : s);
 }
 
+/** The `file://` URL of a local path or `file://` URL (absolute, percent-encoded). */
+export function fileUrl(url) {
+  return pathToFileURL(localPath(url)).href;
+}
+
 /** Whether `url` names a local store: `file://…`, or no `scheme://` at all (a plain path). */
 export function isLocal(url) {
   const s = String(url);

@@ -352,6 +352,20 @@ export async function s3Signed({ endpoint, bucket, keyId, secret, store, epoch, 
 }
 
 /**
+ * Digests of a train epoch of the kerchunk reference set at `url` (`reference+http://…`), read
+ * on the page and in a worker (js/test/references.test.js compares them with Node's).
+ */
+export async function referenceDigests({ url, options }) {
+  const ds = await open(url, options);
+  const main = await digest(await collect(ds.train()));
+  ds.close();
+  const wds = await openInWorker(url, options, { threads: 'auto' });
+  const worker = await digest(await collect(wds.train()));
+  await wds.close();
+  return { main, worker };
+}
+
+/**
  * The option table's cases (tests/options/cases.json, in JS's spelling: test-support/option-table.js)
  * on this page, the browser build on one thread, over `store` (an http URL): each case's train
  * digest after its warm pass, or the engine's error (`kind`, `option`, `name`, message).

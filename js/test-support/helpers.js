@@ -31,9 +31,10 @@ export function dataVars(store) {
   return Object.entries(store.arrays).filter(([, a]) => !a.is_coordinate).map(([p]) => p).sort();
 }
 
-/** Source rows (sample-first, inner axes in C order) as Buffers, one per sample. */
-export function sourceRows(a, sampleAxis) {
-  const raw = readFileSync(join(FIXTURES, a.values_file));
+/** Source rows (sample-first, inner axes in C order) as Buffers, one per sample; the values
+ * file is relative to `dir` (the fixtures, or the virtual fixtures' folder). */
+export function sourceRows(a, sampleAxis, dir = FIXTURES) {
+  const raw = readFileSync(join(dir, a.values_file));
   const item = itemsize(a.dtype);
   const shape = a.shape;
   const strides = new Array(shape.length);

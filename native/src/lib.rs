@@ -24,6 +24,7 @@
 pub mod cache;
 pub mod demo;
 pub mod metrics;
+pub mod refs;
 pub mod runtime;
 pub mod scaler_file;
 pub mod storage;
@@ -324,6 +325,9 @@ fn build_dataset(
 /// A `file://` URL whose directory does not exist: said before any metadata read, so the
 /// message names the path rather than a missing `zarr.json`.
 fn refuse_missing_local_store(url: &str) -> Result<()> {
+    if refs::reference_url(url).is_some() {
+        return Ok(()); // opening it read it
+    }
     let parsed = storage::parse_location(url)?;
     if parsed.scheme() == "file"
         && let Ok(p) = parsed.to_file_path()

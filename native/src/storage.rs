@@ -23,13 +23,17 @@ fn build_err(url: &str) -> impl Fn(object_store::Error) -> NativeError + '_ {
 }
 
 /// Open a store by URL: `file://`, a bare local path, `s3://`, `gs://`, `az://`/`abfs://`,
-/// `http(s)://`. Credentials come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`),
+/// `http(s)://`, or a kerchunk reference set at any of those as `reference+URL`
+/// ([`crate::refs`]). Credentials come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`),
 /// then `options` (`KEY=VALUE`, object_store's config keys) override them.
 ///
 /// # Errors
 /// [`NativeError::Url`] for an unparsable URL, [`NativeError::Open`] for unknown schemes,
 /// unknown options or builder failures.
 pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn Storage>, NativeError> {
+    if crate::refs::reference_url(url).is_some() {
+        return crate::refs::open_references(url, options);
+    }
     let parsed = parse_location(url)?;
     let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|e| NativeError::Open {
         message: format!("unsupported store URL ({e}); use file://, s3://, gs://, az://, abfs:// or http(s)://"),
@@ -88,7 +92,7 @@ pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn S
 
 /// The location shown at the end of every storage error message: `url` as the user gave
 /// it, less any user info (`https://user:token@host/...`), which would print a password.
-fn location_of(parsed: &Url, url: &str) -> String {
+pub(crate) fn location_of(parsed: &Url, url: &str) -> String {
     if parsed.username().is_empty() && parsed.password().is_none() {
         return url.to_string();
     }

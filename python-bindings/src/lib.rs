@@ -53,6 +53,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::NativeStream>()?;
     m.add_class::<transforms::PyStandardScaler>()?;
     m.add_class::<reader::StoreReader>()?;
+    m.add_class::<pystore::ReferenceStore>()?;
     m.add_function(wrap_pyfunction!(geometry::open_geometries, m)?)?;
     m.add_function(wrap_pyfunction!(geometry::split_by_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(geometry::valid_anchor_range, m)?)?;

@@ -94,6 +94,10 @@ impl StoreArg {
         if let Ok(url) = store.cast::<PyString>() {
             return Ok(Self::Url(url.to_str()?.to_string()));
         }
+        if let Ok(refs) = store.cast::<ReferenceStore>() {
+            let refs = refs.get();
+            return Ok(Self::Built { storage: Arc::clone(&refs.storage), location: refs.location.clone() });
+        }
         let location = store.str()?.to_str()?.to_string();
         let module: String = store.get_type().getattr("__module__")?.extract()?;
         if module.split('.').next() == Some("obstore") {
@@ -188,6 +192,47 @@ impl StoreArg {
             out.push((name, part));
         }
         Ok(out)
+    }
+}
+
+/// A kerchunk reference set opened as the engine's storage (`reference_store(url, ...)`): the
+/// set read and parsed, its files' stores opened with the storage options it was given, read
+/// in Rust like a URL (`insitubatch_native::refs`). A handle, so it goes wherever a store goes
+/// (a join, a concatenation) carrying its own options.
+#[pyclass(name = "ReferenceStore", module = "insitubatch_rs._native", frozen)]
+pub struct ReferenceStore {
+    storage: Arc<dyn Storage>,
+    location: String,
+}
+
+#[pymethods]
+impl ReferenceStore {
+    /// Open the reference set at `url` (`reference+` in front or not) with `storage_options`.
+    #[new]
+    #[pyo3(signature = (url, storage_options = Vec::new()))]
+    fn new(py: Python<'_>, url: &str, storage_options: Vec<(String, String)>) -> PyResult<Self> {
+        let prefixed = match insitubatch_native::refs::reference_url(url) {
+            Some(_) => url.to_string(),
+            None => format!("{}{url}", insitubatch_native::refs::REFERENCE_PREFIX),
+        };
+        let storage = py
+            .detach(|| insitubatch_native::open_storage(&prefixed, &storage_options))
+            .map_err(crate::errors::native_err)?;
+        Ok(Self { location: storage.location(), storage })
+    }
+
+    /// `reference+URL`: the set, as messages and the disk tier name it.
+    #[getter]
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("ReferenceStore({:?})", self.location)
+    }
+
+    fn __str__(&self) -> String {
+        self.location.clone()
     }
 }
 

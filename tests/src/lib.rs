@@ -67,6 +67,25 @@ pub fn manifest() -> Manifest {
         .expect("valid manifest")
 }
 
+/// The virtual-Zarr fixtures (`tests/fixtures/make_virtual.py`, run by make_fixtures.py):
+/// NetCDF4 files, kerchunk reference sets over them (`stores`, each's `path` relative to the
+/// folder), xarray's reading of the files as each array's values, and the sets that are wrong
+/// on purpose (`bad`).
+pub fn virtual_dir() -> PathBuf {
+    fixtures_dir().join("virtual")
+}
+
+/// The virtual fixtures' manifest; `None` (after a loud skip, or a failure under CI) when
+/// they were not made.
+pub fn virtual_manifest(test: &str) -> Option<Manifest> {
+    let p = virtual_dir().join("manifest.json");
+    let Ok(bytes) = std::fs::read(&p) else {
+        skip(test, &format!("no virtual fixtures at {} (tests/fixtures/make_virtual.py)", p.display()));
+        return None;
+    };
+    Some(serde_json::from_slice(&bytes).expect("a valid virtual manifest"))
+}
+
 /// Element size of a numpy dtype name.
 pub fn itemsize(dtype: &str) -> usize {
     match dtype {
@@ -79,7 +98,12 @@ pub fn itemsize(dtype: &str) -> usize {
 
 /// The source rows (sample-first, inner axes in physical order), as bytes, for each sample.
 pub fn source_rows(a: &FixtureArray, sample_axis: usize) -> Vec<Vec<u8>> {
-    let raw = std::fs::read(fixtures_dir().join(&a.values_file)).expect("values file");
+    source_rows_in(&fixtures_dir(), a, sample_axis)
+}
+
+/// [`source_rows`] of an array whose values file is relative to `dir`.
+pub fn source_rows_in(dir: &std::path::Path, a: &FixtureArray, sample_axis: usize) -> Vec<Vec<u8>> {
+    let raw = std::fs::read(dir.join(&a.values_file)).expect("values file");
     let item = itemsize(&a.dtype);
     let shape = &a.shape;
     let n_inner: u64 = (0..shape.len()).filter(|&x| x != sample_axis).map(|x| shape[x]).product();

@@ -186,8 +186,40 @@ fn cpu_pool() -> Arc<dyn insitubatch_core::runtime::ThreadPool> {
 #[wasm_bindgen]
 pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
-    let storage = storage_for(&url, &opts)?;
+    let storage = url_storage(&url, &opts, None).await?;
     open_on(storage, url, &opts).await
+}
+
+/// Open the kerchunk reference set at `url` (`reference+URL`; `wasm/src/refs.rs`) whose local
+/// files (`file://` URLs, absolute paths) are read through `files`, a storage object rooted at
+/// `/` (the Node facade's `node:fs` store); its other files as [`open`] reads URLs.
+#[cfg(not(feature = "threads"))]
+#[wasm_bindgen(js_name = openReferences)]
+pub async fn open_references(url: String, files: JsValue, options: JsValue) -> Result<Dataset, JsError> {
+    let opts = parse_options(options)?;
+    let local = crate::JsStorage::new(&files, "file:///").map_err(|e| JsError::new(&e))?;
+    let storage = url_storage(&url, &opts, Some(shared(local))).await?;
+    open_on(storage, url, &opts).await
+}
+
+/// The storage of a URL: a reference set (`reference+URL`, read now; its local files through
+/// `local`, in Node), or [`storage_for`]'s.
+async fn url_storage(
+    url: &str,
+    opts: &JsOpenOptions,
+    local: Option<Arc<dyn insitubatch_core::Storage>>,
+) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
+    if !url.starts_with(crate::refs::REFERENCE_PREFIX) {
+        return storage_for(url, opts);
+    }
+    if opts.credentials.is_some() {
+        return Err(JsError::new(&format!(
+            "credentials apply to s3:// stores opened by URL, not to a reference set; give its S3 files \
+             storageOptions: {url}"
+        )));
+    }
+    let files = crate::refs::WasmFiles::new(local, opts.storage_options.clone().unwrap_or_default());
+    crate::refs::open_references(url, files).await
 }
 
 /// Open the Zarr store a JS storage object reads (`{ get(key, range), list?(prefix),
@@ -219,7 +251,7 @@ pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsVal
     let mut mounts = Vec::with_capacity(names.len());
     for (name, part) in names.into_iter().zip(parts) {
         let storage = match part.as_string() {
-            Some(url) => storage_for(&url, &opts)?,
+            Some(url) => url_storage(&url, &opts, None).await?,
             // A list inside a join: its stores concatenated first (`{ era5: [a, b], static: c }`).
             None if js_sys::Array::is_array(&part) => {
                 shared(concat_storage(js_sys::Array::from(&part).iter().collect(), &opts).await?)
@@ -245,7 +277,7 @@ async fn open_named<S: insitubatch_core::Storage + 'static>(
     clippy::arc_with_non_send_sync,
     reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
 )]
-fn shared<S: insitubatch_core::Storage + 'static>(storage: S) -> Arc<dyn insitubatch_core::Storage> {
+pub(crate) fn shared<S: insitubatch_core::Storage + 'static>(storage: S) -> Arc<dyn insitubatch_core::Storage> {
     Arc::new(storage)
 }
 
@@ -263,7 +295,7 @@ async fn concat_storage(parts: Vec<JsValue>, opts: &JsOpenOptions) -> Result<ins
     let mut storages = Vec::with_capacity(parts.len());
     for (i, part) in parts.into_iter().enumerate() {
         storages.push(match part.as_string() {
-            Some(url) => storage_for(&url, opts)?,
+            Some(url) => url_storage(&url, opts, None).await?,
             None => storage_object(&part, &format!("#{i}"))?,
         });
     }

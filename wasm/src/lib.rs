@@ -26,6 +26,8 @@ mod js_storage;
 mod object;
 pub mod opfs;
 #[cfg(target_arch = "wasm32")]
+mod refs;
+#[cfg(target_arch = "wasm32")]
 mod runtime;
 #[cfg(target_arch = "wasm32")]
 mod storage;

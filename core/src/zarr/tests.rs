@@ -923,3 +923,72 @@ fn bench_fast_vs_generic() {
     let mb = a.tile_bytes() as f64 / 1e6;
     println!("tile {mb:.1} MB: fast {:.0} MB/s, zarrs generic {:.0} MB/s", mb / fast, mb / generic);
 }
+
+/// HDF5's chunks as NetCDF4 files hold them, read through the metadata kerchunk (and
+/// `tests/fixtures/make_virtual.py`) writes for them: filters `[shuffle, zlib, fletcher32]`
+/// (HDF5 applies them in that order and appends the checksum last). The two chunks below are
+/// h5py's own bytes (`read_direct_chunk`) for the float32 array `1.5 * arange(24) - 7` of shape
+/// (4, 6) in chunks of (2, 6), gzip level 4. They decode bit for bit; a byte flipped in either
+/// is refused by the checksum, naming the key, rather than decoded.
+#[test]
+fn hdf5_chunks_decode_through_shuffle_zlib_and_a_checked_fletcher32() {
+    let storage = MemoryStorage::new();
+    let zarray = json!({
+        "zarr_format": 2, "shape": [4, 6], "chunks": [2, 6], "dtype": "<f4", "fill_value": "NaN", "order": "C",
+        "compressor": null, "dimension_separator": ".",
+        "filters": [{"id": "shuffle", "elementsize": 4}, {"id": "zlib", "level": 4}, {"id": "fletcher32"}],
+    });
+    put_json(&storage, "x/.zarray", &zarray);
+    let hex = |s: &str| {
+        Bytes::from((0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect::<Vec<u8>>())
+    };
+    let chunks = [
+        hex("785e6360c00e1e6c68506860604858708141e20010ecb777000247470086dc0a1923ac9335"),
+        hex("785e6360c00e0c3c122a3aa62c58b3e3c8853b8e4800008ade09edbeec6ae3"),
+    ];
+    let a = block_on(open_array(&storage, "x")).unwrap();
+    assert_eq!(a.codec_names(), ["bytes", "numcodecs.shuffle", "numcodecs.zlib", "numcodecs.fletcher32"]);
+    let mut got = Vec::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let tile = a.decode_tile(Some(chunk.clone()), &format!("x/{i}.0")).unwrap();
+        got.extend_from_slice(tile.as_slice::<f32>().unwrap());
+    }
+    let want: Vec<f32> = (0..24).map(|i| 1.5 * i as f32 - 7.0).collect();
+    assert_eq!(got, want);
+    for at in [0, 10, chunks[0].len() - 1] {
+        let mut bad = chunks[0].to_vec();
+        bad[at] ^= 0x40;
+        match a.decode_tile(Some(Bytes::from(bad)), "x/0.0") {
+            Err(Error::Decode { message, key }) => {
+                assert_eq!(key, "x/0.0");
+                assert!(message.contains("on_bad_chunk"), "byte {at}: {message}");
+            }
+            other => panic!("byte {at} flipped: {other:?}"),
+        }
+    }
+}
+
+/// netCDF-C puts HDF5's checksum first (`[fletcher32, shuffle, zlib]` in encoding order), so a
+/// float64 chunk is shuffled together with its 4 checksum bytes: a length that is not a
+/// multiple of the element size, whose last bytes HDF5's shuffle leaves in place (zarrs and
+/// numcodecs refuse it; zarr/bounded.rs `unshuffle` reads it). The chunk is netCDF4-python's
+/// own (`read_direct_chunk`) for the float64 array `0.25 * arange(15) - 1` of shape (3, 5),
+/// one chunk, deflate level 4.
+#[test]
+fn netcdf_c_checksums_before_the_shuffle_decode_bit_for_bit() {
+    let storage = MemoryStorage::new();
+    let zarray = json!({
+        "zarr_format": 2, "shape": [3, 5], "chunks": [3, 5], "dtype": "<f8", "fill_value": "NaN", "order": "C",
+        "compressor": null, "dimension_separator": ".",
+        "filters": [{"id": "fletcher32"}, {"id": "shuffle", "elementsize": 8}, {"id": "zlib", "level": 4}],
+    });
+    put_json(&storage, "v/.zarray", &zarray);
+    let hex = "785e6360a015f8f0e2c105860b0f5e7cf8f2e30f0313cb7e2060b087000707877ae688750069ad10fc";
+    let chunk = Bytes::from(
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect::<Vec<u8>>(),
+    );
+    let a = block_on(open_array(&storage, "v")).unwrap();
+    let tile = a.decode_tile(Some(chunk), "v/0.0").unwrap();
+    let want: Vec<f64> = (0..15).map(|i| 0.25 * f64::from(i) - 1.0).collect();
+    assert_eq!(tile.as_slice::<f64>().unwrap(), want.as_slice());
+}

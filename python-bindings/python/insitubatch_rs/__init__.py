@@ -34,6 +34,7 @@ from ._store import (
     icechunk_store,
     obstore_store,
     open_geometries,
+    reference_store,
 )
 from ._summary import DatasetReport
 from ._transforms import _cache_token  # noqa: F401 - the engine calls insitubatch_rs._cache_token
@@ -98,6 +99,7 @@ __all__ = [
     "ReshapingChunkTransform",
     "fleet_summary",
     "pin_host_buffers",
+    "reference_store",
     "to_jax_global",
     "View",
 ]

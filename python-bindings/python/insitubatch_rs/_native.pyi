@@ -18,6 +18,7 @@ __all__ = [
     "NativeStream",
     "StandardScaler",
     "StoreReader",
+    "ReferenceStore",
     "open_geometries",
     "split_by_chunk",
     "valid_anchor_range",
@@ -207,6 +208,14 @@ class StoreReader:
     def __new__(cls, store: Any, storage_options: list[tuple[str, str]] = ...) -> Self: ...
     def get(self, key: str, start: int | None = None, end: int | None = None, suffix: int | None = None) -> bytes | None: ...
     def list(self, prefix: str) -> list[str] | None: ...
+    @property
+    def location(self) -> str: ...
+
+@final
+class ReferenceStore:
+    """A kerchunk reference set opened as the engine's storage (``reference_store``)."""
+
+    def __new__(cls, url: str, storage_options: list[tuple[str, str]] = ...) -> Self: ...
     @property
     def location(self) -> str: ...
 

@@ -1,8 +1,9 @@
 """Opening stores: ``open_geometries``, insitubatch 0.2.0's store constructors and helpers, and
 its error types for what a store lacks.
 
-The engine takes a URL, an obstore store (read in Rust) or any zarr-python v3 ``Store``
-(read through its async API on zarr's I/O event loop: python-bindings/src/pystore.rs).
+The engine takes a URL, an obstore store (read in Rust), a kerchunk reference set
+(``reference_store``, read in Rust) or any zarr-python v3 ``Store`` (read through its async API
+on zarr's I/O event loop: python-bindings/src/pystore.rs).
 The constructors import their optional package when called, and name the extra that brings it.
 
 insitubatch 0.2.0 raises ``KeyError`` for an array name the store does not have and ``TypeError``
@@ -51,6 +52,9 @@ def reference_errors() -> Iterator[None]:
 
 def storage_options(opts: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return [(str(k), str(v)) for k, v in (opts or {}).items()]
+
+
+_option_pairs = storage_options  # for functions whose ``**storage_options`` hides the name
 
 
 def _kind(obj: Any) -> tuple[str, str]:
@@ -140,6 +144,27 @@ def fsspec_store(url: str, *, read_only: bool = True, **storage_options: Any) ->
     if urlparse(url).scheme in ("", "file"):
         storage_options.setdefault("auto_mkdir", True)
     return zarr_storage.FsspecStore.from_url(url, storage_options=storage_options or None, read_only=read_only)
+
+
+def reference_store(url: str | os.PathLike[str], **storage_options: Any) -> Any:
+    """A kerchunk reference set (JSON, as kerchunk or VirtualiZarr write them over NetCDF4/HDF5,
+    GRIB2 or TIFF files) as a store, read by the engine in Rust.
+
+    ``url`` is the set's URL or local path (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+    ``file://``); its chunks are byte ranges of the files it names, which the engine reads
+    through the same stores as a URL, coalescing the ranges of one file into few requests.
+    ``storage_options`` are object_store settings (``aws_region="..."``,
+    ``skip_signature="true"``) for every store that is not local: the set's own and its files'.
+    A file URL without a scheme is a local path, relative ones relative to the set's folder.
+    The handle goes wherever a store goes: ``InSituDataset``, ``open_geometries``, joins
+    (``{name: store}``) and concatenations (lists). As a URL string the same set is
+    ``"reference+" + url``.
+
+    Raises:
+        InsitubatchIOError: the set cannot be read or is malformed (its message names what and
+            where), or a file URL no store can take.
+    """
+    return _native.ReferenceStore(os.fspath(url), _option_pairs(storage_options))
 
 
 def icechunk_store(

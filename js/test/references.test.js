@@ -1,0 +1,166 @@
+// Kerchunk reference sets over NetCDF4 files (tests/fixtures/make_virtual.py) in the JS package:
+// `open('reference+' + url)` gives xarray's reading of the original files, the set and its files
+// read in Node with node:fs or over HTTP with fetch, and in headless Chromium (on the page and in
+// a worker) the same batches over HTTP; over the cloud-like store each chunk's bytes are fetched
+// once per epoch; bad sets reject naming the chunk and the file.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { join } from 'node:path';
+import { open } from '../src/index.js';
+import { FIXTURES, UNDER_CI, bytesOf, collect, digest, sourceRows } from '../test-support/helpers.js';
+import { browserSkip, launch, serveDir, serveJs } from '../test-support/browser.js';
+
+const VIRTUAL = process.env.INSITUBATCH_VIRTUAL_FIXTURES ?? (FIXTURES ? join(FIXTURES, 'virtual') : undefined);
+const BIN = process.env.INSITUBATCH_CLOUD_STORE_BIN;
+const why = !VIRTUAL || !existsSync(join(VIRTUAL, 'manifest.json'))
+  ? 'no virtual fixtures (tests/fixtures/make_virtual.py, made with the zarr fixtures): run scripts/test-wasm.sh'
+  : !BIN ? 'INSITUBATCH_CLOUD_STORE_BIN unset: run scripts/test-wasm.sh' : false;
+if (why && UNDER_CI) throw new Error(`references.test.js: ${why}; CI is set, where this is a failure, not a skip`);
+const skip = why;
+const manifest = () => JSON.parse(readFileSync(join(VIRTUAL, 'manifest.json'), 'utf8'));
+const VARIABLES = ['t2m', 'tp', 'msl', 'sst'];
+const OPTS = { fractions: [1, 0, 0], batchSize: 7, blockChunks: 3, seed: 11 };
+
+/** Every batch of an epoch against xarray's values of the original files, each sample once. */
+async function checkEpoch(ds, store) {
+  const rows = Object.fromEntries(VARIABLES.map((v) => [v, sourceRows(store.arrays[v], 0, VIRTUAL)]));
+  const seen = [];
+  for await (const b of ds.train()) {
+    assert.deepEqual(Object.keys(b.arrays).sort(), [...VARIABLES].sort());
+    b.sampleIndices.forEach((t, i) => {
+      for (const v of VARIABLES) {
+        const data = bytesOf(b.arrays[v].data);
+        const n = data.length / b.arrays[v].shape[0];
+        assert.ok(data.subarray(i * n, (i + 1) * n).equals(rows[v][Number(t)]), `${v}: sample ${t} differs from xarray's`);
+      }
+      seen.push(Number(t));
+    });
+  }
+  seen.sort((a, b) => a - b);
+  assert.deepEqual(seen, [...Array(store.arrays.t2m.shape[0]).keys()]);
+  return ds.lastPass();
+}
+
+test('every reference set gives xarray\'s reading of the NetCDF4 files, its files read with node:fs', { skip }, async () => {
+  // kerchunk's Parquet form is read natively only (the parquet crate is not in the wasm builds).
+  const stores = manifest().stores.filter((s) => !s.path.endsWith('.parq'));
+  assert.ok(stores.length >= 5);
+  for (const store of stores) {
+    const ds = await open(`reference+${join(VIRTUAL, store.path)}`, OPTS);
+    try {
+      const stats = await checkEpoch(ds, store);
+      assert.ok(stats.storage_reads < stats.tiles_read, `${store.path}: the chunks of one file coalesced`);
+    } finally {
+      ds.close();
+    }
+  }
+});
+
+/** A cloud-like store serving the virtual fixtures' folder. */
+async function cloudStore() {
+  const child = spawn(BIN, ['--root', VIRTUAL, '--port-file', '-'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`cloud-store exited with ${code} before listening`)));
+    createInterface({ input: child.stdout }).once('line', resolve);
+  });
+  const base = `http://127.0.0.1:${line.trim()}`;
+  const call = async (path) => JSON.parse(await (await fetch(base + path)).text());
+  await call('/_ib/config?ttfb_ms=2');
+  return { base, call, close: () => child.kill() };
+}
+
+test('over HTTP each chunk\'s bytes are fetched once per epoch, the ranges of a file coalesced', { skip }, async () => {
+  const store = await cloudStore();
+  try {
+    const fixture = manifest().stores.find((s) => s.path === 'relative.json');
+    const set = JSON.parse(readFileSync(join(VIRTUAL, 'relative.json'), 'utf8'));
+    const want = {};
+    let chunks = 0;
+    for (const [key, v] of Object.entries(set.refs)) {
+      if (Array.isArray(v) && VARIABLES.some((a) => key.startsWith(`${a}/`)) && !key.includes('/.')) {
+        want[`/${v[0]}`] = (want[`/${v[0]}`] ?? 0) + v[2];
+        chunks += 1;
+      }
+    }
+    const readPolicy = { coalesceGapBytes: 0, hedge: false };
+    const ds = await open(`reference+${store.base}/relative.json`, { ...OPTS, readPolicy });
+    await store.call('/_ib/reset');
+    let stats;
+    try {
+      stats = await checkEpoch(ds, fixture);
+    } finally {
+      ds.close();
+    }
+    const served = await store.call('/_ib/stats');
+    const got = {};
+    let gets = 0;
+    for (const [path, c] of Object.entries(served.paths)) {
+      got[path] = c.bytes;
+      gets += c.requests;
+    }
+    assert.deepEqual(got, want, 'each chunk\'s bytes once, nothing else');
+    assert.equal(stats.tiles_read, chunks);
+    assert.equal(gets, stats.storage_reads, 'the pass counts what the store served');
+    assert.ok(gets < chunks, `${gets} requests for ${chunks} chunks`);
+  } finally {
+    store.close();
+  }
+});
+
+test('bad reference sets reject naming the chunk and the file', { skip }, async () => {
+  for (const [name, c] of Object.entries(manifest().bad)) {
+    await assert.rejects(async () => {
+      const ds = await open(`reference+${join(VIRTUAL, c.path)}`, OPTS);
+      try {
+        for await (const _ of ds.train());
+      } finally {
+        ds.close();
+      }
+    }, (e) => {
+      assert.ok(e.message.includes(c.chunk ?? 'chunk "'), `${name}: ${e.message}`);
+      if (c.file) assert.ok(e.message.includes(c.file), `${name}: ${e.message}`);
+      return true;
+    });
+  }
+});
+
+test('Chromium reads a reference set over HTTP, on the page and in a worker: the batches of Node', { skip: skip || browserSkip }, async () => {
+  const files = await serveDir(VIRTUAL);
+  const page = await serveJs();
+  const chrome = await launch();
+  try {
+    const url = `reference+${files.url}/relative.json`;
+    const fixture = manifest().stores.find((s) => s.path === 'relative.json');
+    const ds = await open(url, OPTS);
+    try {
+      await checkEpoch(ds, fixture);
+    } finally {
+      ds.close();
+    }
+    const again = await open(url, OPTS);
+    const want = digest(await collect(again.train()));
+    again.close();
+    const p = await chrome.page(`${page.url}/test-support/page/`);
+    let got;
+    try {
+      got = await p.evaluate(
+        async (arg) => (await import('/test-support/browser-cases.js')).referenceDigests(arg),
+        { url, options: OPTS },
+      );
+    } catch (e) {
+      throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
+    } finally {
+      await p.close();
+    }
+    assert.equal(got.main, want, 'the page reads what Node reads');
+    assert.equal(got.worker, want, 'and so does a worker');
+  } finally {
+    await chrome.browser.close();
+    page.stop();
+    files.stop();
+  }
+});
