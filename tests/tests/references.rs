@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use insitubatch_native::core::{Batch, DatasetOptions, Knobs, PassStats, ReadPolicy};
-use insitubatch_native::{NativeError, OpenOptions, open};
+use insitubatch_native::core::{Batch, HedgeSpec, PassStats};
+use insitubatch_native::{DatasetSpec, NativeError, OpenOptions, ReadPolicySpec, VariablesSpec, open};
 use insitubatch_tests::{
     CloudStore, FixtureStore, check_pass, http_url, s3_url, source_rows_in, virtual_dir, virtual_manifest,
 };
@@ -17,20 +17,19 @@ const BIN: &str = env!("CARGO_BIN_EXE_cloud-store");
 /// The data variables of every set (the coordinates are read at open).
 const VARIABLES: [&str; 4] = ["t2m", "tp", "msl", "sst"];
 
-fn options(policy: ReadPolicy) -> OpenOptions {
-    OpenOptions {
-        variables: Some(VARIABLES.iter().map(|v| (*v).to_string()).collect()),
+fn options(read_policy: ReadPolicySpec) -> OpenOptions {
+    OpenOptions::from_spec(DatasetSpec {
+        variables: Some(VariablesSpec::Paths(VARIABLES.iter().map(|v| (*v).to_string()).collect())),
         fractions: (1.0, 0.0, 0.0),
-        dataset: DatasetOptions {
-            knobs: Knobs { batch_size: 7, block_chunks: 3, seed: 11, ..Default::default() },
-            read_policy: policy,
-            ..Default::default()
-        },
+        batch_size: 7,
+        block_chunks: 3,
+        seed: 11,
+        read_policy,
         ..Default::default()
-    }
+    })
 }
 
-fn pass(url: &str, policy: ReadPolicy) -> Result<(Vec<Batch>, PassStats), NativeError> {
+fn pass(url: &str, policy: ReadPolicySpec) -> Result<(Vec<Batch>, PassStats), NativeError> {
     let ds = open(url, options(policy))?;
     let batches = ds.train()?.collect::<Result<Vec<_>, _>>()?;
     Ok((batches, ds.last_pass().expect("a pass ended")))
@@ -53,7 +52,7 @@ fn every_reference_set_gives_xarrays_values_for_the_original_files() {
     assert!(manifest.stores.len() >= 4, "single, combined, relative and templated sets");
     for store in &manifest.stores {
         let url = format!("reference+{}", virtual_dir().join(&store.path).display());
-        let (batches, stats) = pass(&url, ReadPolicy::default()).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let (batches, stats) = pass(&url, ReadPolicySpec::default()).unwrap_or_else(|e| panic!("{url}: {e}"));
         check_against_xarray(store, &batches);
         assert!(stats.storage_reads < stats.tiles_read, "{url}: chunks of one file coalesced: {}", stats.summary());
     }
@@ -69,7 +68,7 @@ fn a_set_and_its_files_read_over_http_and_s3() {
     // Both serve the fixtures folder, whose `virtual/` holds the sets.
     for base in [http_url(), s3_url()] {
         let url = format!("reference+{base}/virtual/relative.json");
-        let (batches, _) = pass(&url, ReadPolicy::default()).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let (batches, _) = pass(&url, ReadPolicySpec::default()).unwrap_or_else(|e| panic!("{url}: {e}"));
         check_against_xarray(store, &batches);
     }
 }
@@ -115,7 +114,7 @@ fn over_the_cloud_store_each_chunk_is_fetched_once_and_ranges_of_a_file_coalesce
     }
     // Ranges that touch are read together and no gap between ranges is read; no hedging (a
     // read the loaded machine slowed would get a second request, and these counts are exact).
-    let policy = ReadPolicy { coalesce_gap_bytes: 0, hedge: None, ..ReadPolicy::default() };
+    let policy = ReadPolicySpec { coalesce_gap_bytes: 0, hedge: HedgeSpec::Flag(false), ..ReadPolicySpec::default() };
     let ds = open(&url, options(policy)).unwrap_or_else(|e| panic!("{url}: {e}"));
     store.reset();
     let batches = ds.train().unwrap().collect::<Result<Vec<_>, _>>().unwrap();
@@ -157,7 +156,7 @@ fn bad_reference_sets_fail_naming_the_chunk_and_the_file() {
     for name in ["past_end", "missing_file", "malformed", "corrupt_checksum"] {
         let case = &bad[name];
         let url = format!("reference+{}", virtual_dir().join(case["path"].as_str().unwrap()).display());
-        let e = match pass(&url, ReadPolicy::default()) {
+        let e = match pass(&url, ReadPolicySpec::default()) {
             Ok(_) => panic!("{name} ({}): read without an error", case["what"]),
             Err(e) => e.to_string(),
         };
