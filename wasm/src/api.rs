@@ -195,9 +195,9 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsValue> {
 /// `/` (the Node facade's `node:fs` store); its other files as [`open`] reads URLs.
 #[cfg(not(feature = "threads"))]
 #[wasm_bindgen(js_name = openReferences)]
-pub async fn open_references(url: String, files: JsValue, options: JsValue) -> Result<Dataset, JsError> {
+pub async fn open_references(url: String, files: JsValue, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
-    let local = crate::JsStorage::new(&files, "file:///").map_err(|e| JsError::new(&e))?;
+    let local = crate::JsStorage::new(&files, "file:///").map_err(|e| js_error(&e))?;
     let storage = url_storage(&url, &opts, Some(shared(local))).await?;
     open_on(storage, url, &opts).await
 }
@@ -208,17 +208,17 @@ async fn url_storage(
     url: &str,
     opts: &JsOpenOptions,
     local: Option<Arc<dyn insitubatch_core::Storage>>,
-) -> Result<Arc<dyn insitubatch_core::Storage>, JsError> {
+) -> Result<Arc<dyn insitubatch_core::Storage>, JsValue> {
     if !url.starts_with(crate::refs::REFERENCE_PREFIX) {
         return storage_for(url, opts);
     }
-    if opts.credentials.is_some() {
-        return Err(JsError::new(&format!(
+    if opts.credentials {
+        return Err(js_error(&format!(
             "credentials apply to s3:// stores opened by URL, not to a reference set; give its S3 files \
              storageOptions: {url}"
         )));
     }
-    let files = crate::refs::WasmFiles::new(local, opts.storage_options.clone().unwrap_or_default());
+    let files = crate::refs::WasmFiles::new(local, opts.spec.storage_options.clone());
     crate::refs::open_references(url, files).await
 }
 
