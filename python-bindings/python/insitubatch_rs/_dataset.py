@@ -767,7 +767,7 @@ class InSituDataset:
     def describe(self, iterations: int = 1, *, probe: bool | int = False) -> DatasetReport:
         """The static report (geometry + configuration only; never touches the store).
 
-        ``probe=True`` (or a number of chunks, default 8) also times a few real reads and
+        ``probe=True`` (or a number of chunks; ``True``: the engine's default number) also times a few real reads and
         decodes of the store and adds ``report["probe"]``: the measured time to first byte,
         per-connection and concurrent rates, decode rate, the epoch it predicts for the train
         view (``predicted``: seconds, MB/s, first batch, limiting stage, requests) and a
