@@ -18,9 +18,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::ahead::ReadAhead;
 use crate::array::{DType, NdArray, Recycler, filled_bytes};
-use crate::assemble::{TileLayout, TiledSlot, slot_shape};
+use crate::assemble::{TileLayout, TiledSlot};
 use crate::error::{Error, Result};
-use crate::geometry::ArrayGeometry;
+use crate::geometry::{ArrayGeometry, slot_shape};
 use crate::hedge::{Hedger, hedged};
 use crate::plan::ChunkKey;
 use crate::pool::{Chunk, ChunkData, LoadResult, LoadTimes, Pool};
