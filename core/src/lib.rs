@@ -50,6 +50,7 @@ mod shard;
 mod split;
 mod stats;
 mod tier;
+mod units;
 mod whatif;
 mod window;
 mod zarr;
@@ -91,7 +92,7 @@ pub use dataset::{
     CacheFlags, Dataset, DatasetBuilder, DatasetOptions, DatasetSpec, EpochPrediction, HedgeFields, HedgeSpec, Knobs,
     PROBE_CHUNKS, ProbeReport, ReadPolicySpec, ResolvedSpec, TargetAbilities, Variable, VariableSpec, VariablesSpec,
 };
-pub use describe::{DatasetReport, Note, Severity, human_bytes};
+pub use describe::{DatasetReport, Note, Severity};
 pub use engine::BadChunk;
 pub use error::{Error, ErrorKind, Result, camel_case};
 pub use fleet::{FleetSummary, RankReport, STRAGGLER_SHARE, fleet_summary};
@@ -112,5 +113,6 @@ pub use shard::{Checkpoint, Cut};
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 pub use stats::{Depths, LimitingStage, PassObserver, PassStats, Stage, StageTimes};
 pub use tier::{ArrayIdentity, ChunkTier, CommitRecord, TierCounters, TierOpener};
+pub use units::human_bytes;
 pub use whatif::{DrawOrderReport, QualityPoint};
 pub use window::WindowReason;

@@ -17,7 +17,6 @@ use super::{Dataset, DatasetOptions, DatasetSpec, Inner, Variable, VariableSpec,
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
 use crate::coords::{Coordinate, LabelSel, group_of, read_agreed_coordinate};
-use crate::describe::human_bytes;
 use crate::draws::Draws;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
 use crate::error::{Error, Result};
@@ -36,6 +35,7 @@ use crate::shuffle::chunk_anchors;
 use crate::split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 use crate::tier::{ArrayIdentity, ChunkTier, array_fingerprint};
 use crate::transform::{BatchTransform, Scoped};
+use crate::units::human_bytes;
 use crate::window::ReadWindow;
 use crate::zarr::{ZarrArray, open_array, open_arrays};
 

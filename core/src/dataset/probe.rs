@@ -84,9 +84,9 @@ impl ProbeReport {
             "probe ({} requests, {} read):\n  store: first byte {:.0} ms, one request of {} in {:.0} ms ({:.0} MB/s per \
              connection), {} at once {:.0} MB/s{}\n  decode: {:.0} MB/s per thread x {}, ratio {:.2}\n",
             self.requests,
-            crate::describe::human_bytes(self.bytes_read),
+            crate::units::human_bytes(self.bytes_read),
             self.first_byte_s * 1e3,
-            crate::describe::human_bytes(self.request_bytes),
+            crate::units::human_bytes(self.request_bytes),
             self.request_s * 1e3,
             self.connection_bytes_per_s / 1e6,
             self.concurrent_requests,

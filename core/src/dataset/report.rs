@@ -5,12 +5,13 @@ use std::collections::HashSet;
 
 use super::{Dataset, max_batches_ahead};
 use crate::describe::note_code as code;
-use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport, human_bytes};
+use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport};
 use crate::engine::ArrayReader;
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::plan::{PassPlan, block_bytes};
 use crate::shuffle::{Split, chunk_anchors, shuffle_quality};
+use crate::units::human_bytes;
 
 /// Process baseline (interpreter, allocator arenas, code) added to the accounted bytes. No
 /// share is added for allocator slack: the large buffers are recycled by the engine (see
