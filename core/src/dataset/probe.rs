@@ -251,7 +251,7 @@ impl Dataset {
         let r = &engine.arrays[key.path as usize];
         let location = r.zarr.tile_location(&r.geom.physical_tile_coord(key.chunk, &r.geom.inner_coord(0)));
         let t0 = engine.now();
-        engine.fetch(location.key(), Some(ByteRange::Bounded { start: 0, end: 1 }), 1, None).await?;
+        engine.reads.fetch(location.key(), Some(ByteRange::Bounded { start: 0, end: 1 }), 1, None).await?;
         Ok(engine.now().saturating_sub(t0).as_secs_f64())
     }
 

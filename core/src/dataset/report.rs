@@ -449,7 +449,7 @@ impl Dataset {
         let slots_go_idle = resident_max_bytes < store_bytes || !i.chunk_transform_labels.is_empty();
         let reads = ReadsHeld {
             decoding: parallelism,
-            ahead: i.engine.window.reach(i.engine.storage.reads_are_local()),
+            ahead: i.engine.reads.window.reach(i.engine.storage.reads_are_local()),
             idle_slots_max: if slots_go_idle { i.engine.recycler.cap_bytes() as u64 } else { 0 },
             residency,
         };
@@ -463,7 +463,7 @@ impl Dataset {
         // is allocated only when none is idle); idle chunk buffers can outlast a size change,
         // so count two chunks of slack.
         let recycled_bytes = 2 * i.floor_arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
-        let read_ahead_bytes = i.engine.ahead.budget();
+        let read_ahead_bytes = i.engine.reads.ahead.budget();
         let accounted =
             resident_max_bytes + inflight_bytes + read_ahead_bytes + queue_bytes + scratch_bytes + recycled_bytes;
         let estimated_peak_bytes = accounted + PROCESS_BASELINE_BYTES;
