@@ -92,7 +92,7 @@ pub use dataset::{
     CacheFlags, Dataset, DatasetBuilder, DatasetOptions, DatasetSpec, EpochPrediction, HedgeFields, HedgeSpec, Knobs,
     PROBE_CHUNKS, ProbeReport, ReadPolicySpec, ResolvedSpec, TargetAbilities, Variable, VariableSpec, VariablesSpec,
 };
-pub use describe::{DatasetReport, Note, Severity};
+pub use describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport};
 pub use engine::BadChunk;
 pub use error::{Error, ErrorKind, Result, camel_case};
 pub use fleet::{FleetSummary, RankReport, STRAGGLER_SHARE, fleet_summary};
@@ -105,6 +105,7 @@ pub use mesh::ModelParallel;
 pub use ndarray;
 pub use pass::BatchStream;
 pub use patch::{AxisSizes, PatchAxis, PatchMode, PatchOptions, PatchPlacement, parse_axis_sizes};
+pub use pool::PoolCounters;
 pub use random::{Split, UnknownSplit};
 pub use refs::{FILE_OBJECT, FileOpener, Reference, ReferenceIndex, ReferenceSet, ReferenceStorage};
 pub use retry::{COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, OnBadChunk, ReadPolicy};
