@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The static checks (CODE_STYLE.md "Checks"): formatting, clippy on every crate and target the
-# project builds for, and rustdoc, all with warnings as errors. scripts/test.sh runs this
-# first; run it alone before a commit. Prints one line per check and exits non-zero if any
+# The static checks (CODE_STYLE.md "Checks"): formatting, no import circles, clippy on every
+# crate and target the project builds for, and rustdoc, all with warnings as errors.
+# scripts/test.sh runs this first; run it alone before a commit. Prints one line per check and exits non-zero if any
 # failed (every check runs, so one run shows every problem).
 #   scripts/check.sh
 # Lint settings: [workspace.lints] in Cargo.toml; core's no-runtime list in core/clippy.toml.
@@ -33,6 +33,11 @@ W=(-- -D warnings)
 WASM=(--target wasm32-unknown-unknown)
 
 check "fmt" cargo fmt --all --check
+# No import circles in any crate's module graph (ARCHITECTURE.md, "Core's public API"): the
+# strongly connected components of its `crate::`/`super::` paths, tools/modgraph (stdlib
+# only, under a second), and that script's own tests on made-up crates.
+check "module graph: no import circles" python3 tools/modgraph/modgraph.py
+check "module graph: the check's tests" python3 -m unittest discover -s tools/modgraph -p 'test_*.py'
 # scripts/test.sh holds the one list of test phases; the justfile names each once more, as a
 # recipe that runs it, so that `just --list` shows it. The pinned just parses the justfile (a
 # syntax error fails here), and a phase without its recipe fails.

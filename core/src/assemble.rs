@@ -5,37 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::array::{AlignedBytes, Recycler};
-use crate::geometry::ArrayGeometry;
-
-/// Where one tile lands in a slot.
-#[derive(Debug, Clone)]
-pub struct Placement {
-    /// Per physical axis: the in-bounds extent of the tile.
-    pub extent: Vec<usize>,
-    /// Per physical axis: the tile's first index inside the slot's coordinates.
-    pub slot_origin: Vec<usize>,
-}
-
-/// The placement of tile `inner` of chunk `c` (`inner` has one coordinate per inner axis:
-/// [`ArrayGeometry::check_inner_coord`]; a tile past the array's end has nothing in bounds).
-pub fn placement(g: &ArrayGeometry, c: u64, inner: &[u64]) -> Placement {
-    let coord = g.physical_tile_coord(c, inner);
-    let mut extent = Vec::with_capacity(coord.len());
-    let mut slot_origin = Vec::with_capacity(coord.len());
-    for (ax, &k) in coord.iter().enumerate() {
-        let origin = k.saturating_mul(g.tile[ax]);
-        extent.push((g.tile[ax].min(g.shape[ax].saturating_sub(origin))) as usize);
-        // The slot spans the whole array on inner axes and the chunk on the sample axis.
-        slot_origin.push(if ax == g.sample_axis { 0 } else { origin as usize });
-    }
-    Placement { extent, slot_origin }
-}
-
-/// Shape of chunk `c`'s slot: `(rows, *inner_shape)`.
-pub fn slot_shape(g: &ArrayGeometry, c: u64) -> Vec<usize> {
-    let r = g.samples_in_chunk(c);
-    std::iter::once((r.end - r.start) as usize).chain(g.inner_shape().iter().map(|&d| d as usize)).collect()
-}
+use crate::geometry::{ArrayGeometry, Placement, placement, slot_shape};
 
 /// Copy the in-bounds part of `tile` (full tile shape, physical order) into `slot`: the safe
 /// form of [`TiledSlot::place`], which the tests check it against.

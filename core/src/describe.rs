@@ -14,6 +14,8 @@
 
 use serde::Serialize;
 
+use crate::units::human_bytes;
+
 /// One variable's geometry and per-chunk bytes.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -381,18 +383,6 @@ pub struct DatasetReport {
     pub memory: MemoryReport,
     /// Findings, per-variable first.
     pub notes: Vec<Note>,
-}
-
-/// `1.5 GiB`-style sizes.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
 /// Two lines per variable: its geometry and codecs, then its per-chunk bytes.

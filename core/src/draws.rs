@@ -14,7 +14,7 @@
 use rand_core::Rng;
 
 use crate::error::{Error, Result};
-use crate::shuffle::{Split, key, stream};
+use crate::random::{Split, key, splitmix64, stream};
 
 /// Purpose word of a weighted sample's extra draw.
 pub(crate) const PURPOSE_WEIGHT: u64 = 7;
@@ -138,10 +138,10 @@ impl Draws {
     /// A fingerprint of the mask and weights, recorded in checkpoints: positions count the
     /// rows these draws make, so a resume under other draws is refused.
     pub fn fingerprint(&self) -> u64 {
-        let mut h = crate::shuffle::splitmix64(self.copies);
+        let mut h = splitmix64(self.copies);
         for (t, &k) in self.keep.iter().enumerate() {
             let w = self.weights.as_ref().map_or(1.0, |w| w[t]);
-            h = crate::shuffle::splitmix64(h ^ u64::from(k) ^ w.to_bits().rotate_left(1));
+            h = splitmix64(h ^ u64::from(k) ^ w.to_bits().rotate_left(1));
         }
         h
     }

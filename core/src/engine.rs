@@ -6,31 +6,27 @@
 //! (a read holding a permit never waits on another read for one).
 
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_lock::Semaphore;
-use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::Shared;
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use crate::ahead::ReadAhead;
 use crate::array::{DType, NdArray, Recycler, filled_bytes};
-use crate::assemble::{TileLayout, TiledSlot, slot_shape};
+use crate::assemble::{TileLayout, TiledSlot};
 use crate::error::{Error, Result};
-use crate::geometry::ArrayGeometry;
-use crate::hedge::{Hedger, hedged};
+use crate::geometry::{ArrayGeometry, slot_shape};
 use crate::plan::ChunkKey;
 use crate::pool::{Chunk, ChunkData, LoadResult, LoadTimes, Pool};
-use crate::reads::{Coalescer, Delivery, TileRead};
-use crate::retry::{OnBadChunk, ReadPolicy, with_policy};
+use crate::reads::{Delivery, ReadPath, TileRead};
+use crate::retry::OnBadChunk;
 use crate::runtime::{BoxFuture, ByteRange, Cancelled, Job, Location, MaybeSend, Runtime, Storage, ThreadPool};
 use crate::stats::PassRecorder;
 use crate::tier::ChunkTier;
 use crate::transform::{ChunkTransform, DecodedChunk};
-use crate::window::{ReadWindow, SmallestFirst};
+use crate::window::SmallestFirst;
 use crate::zarr::{ShardIndex, TileLocation, ZarrArray};
 
 /// A chunk filled under `on_bad_chunk = "nan"`.
@@ -189,19 +185,9 @@ pub(crate) struct Engine {
     pub runtime: Runtime,
     pub pool: Arc<Pool>,
     pub arrays: Vec<ArrayReader>,
-    pub inflight: Arc<Semaphore>,
-    /// Reads allowed ahead of the decoders ([`ReadWindow`]).
-    pub window: Arc<ReadWindow>,
-    /// Requests holding a `max_inflight` permit now.
-    pub inflight_now: Arc<AtomicUsize>,
+    /// What every tile read shares: permits, window, coalescer, hedging, read-ahead, policy.
+    pub reads: Arc<ReadPath>,
     pub max_inflight: usize,
-    /// Ranges of one object waiting to be read together.
-    pub coalescer: Coalescer,
-    /// Latencies and the hedge budget (`None`: no hedging, as for local stores).
-    pub hedger: Option<Hedger>,
-    /// Inner chunks passes want soon, and bytes read ahead for them.
-    pub ahead: ReadAhead,
-    pub policy: ReadPolicy,
     /// What a chunk that fails for good does (the `on_bad_chunk` knob).
     pub on_bad_chunk: OnBadChunk,
     pub bad_chunks: Mutex<Vec<BadChunk>>,
@@ -236,14 +222,14 @@ impl Engine {
     /// Mark (or, `want = false`, unmark) the inner chunks of chunk `key` (its tiles `tiles`,
     /// or all) as wanted soon.
     pub(crate) fn want_chunk(&self, key: ChunkKey, tiles: Option<&[u64]>, want: bool) {
-        if self.ahead.is_off() || self.arrays[key.path as usize].geom.shard.is_none() {
+        if self.reads.ahead.is_off() || self.arrays[key.path as usize].geom.shard.is_none() {
             return;
         }
         for (shard, indices) in self.inner_chunks(key, tiles) {
             if want {
-                self.ahead.want(&shard, indices);
+                self.reads.ahead.want(&shard, indices);
             } else {
-                self.ahead.unwant(&shard, indices);
+                self.reads.ahead.unwant(&shard, indices);
             }
         }
     }
@@ -254,37 +240,6 @@ impl Engine {
 
     pub(crate) fn url(&self, key: &str) -> String {
         self.storage.key_url(key)
-    }
-
-    /// One storage request of about `bytes` (0: unknown) under the read policy: retried and
-    /// timed out by [`crate::retry::with_policy`], each attempt hedged while the store has
-    /// not answered ([`Storage::start_read`]; a store that cannot tell its answer from its
-    /// bytes is hedged on the whole read, compared at size).
-    pub(crate) async fn fetch(
-        &self,
-        key: &str,
-        range: Option<ByteRange>,
-        bytes: u64,
-        rec: Option<&PassRecorder>,
-    ) -> Result<Option<Bytes>> {
-        let exec = self.runtime.executor.as_ref();
-        // Times to first byte do not grow with the size; whole reads do.
-        let size = if self.storage.answers_before_body() { 0 } else { bytes };
-        let attempt = || async move {
-            let answer = hedged(exec, self.hedger.as_ref(), rec, size, || self.storage.start_read(key, range)).await?;
-            match answer {
-                Some(body) => body.await.map(Some),
-                None => Ok(None),
-            }
-        };
-        with_policy(exec, &self.policy, key, attempt).await.map_err(|gave_up| Error::Storage {
-            message: format!(
-                "storage read failed after {} attempt(s): {} (check credentials, endpoint and network; \
-                     on_bad_chunk=\"nan\" skips unreadable chunks)",
-                gave_up.attempts, gave_up.error.message
-            ),
-            key: self.url(key),
-        })
     }
 
     async fn shard_index(
@@ -349,7 +304,7 @@ async fn read_shard_index(
         ByteRange::Bounded { start, end } => end.saturating_sub(start),
         ByteRange::Suffix(n) => n,
     };
-    let index = engine.fetch(&key, Some(range), size, Some(&rec)).await;
+    let index = engine.reads.fetch(&key, Some(range), size, Some(&rec)).await;
     rec.with(|r| r.index_reads += 1);
     match index? {
         None => Ok(None),
@@ -365,8 +320,10 @@ impl Engine {
     /// ranges, as insitubatch 0.2.0 reads shards, without holding their decoded bytes.
     fn reads_whole_shard(&self, path: u32, key: &str) -> bool {
         let Some((inner, decoded)) = self.arrays[path as usize].zarr.shard_extent() else { return false };
-        let wanted = self.ahead.wanted_in(key).len() as u64;
-        decoded <= self.policy.coalesce_max_bytes && decoded <= self.ahead.budget() && wanted * 11 >= inner * 10
+        let wanted = self.reads.ahead.wanted_in(key).len() as u64;
+        decoded <= self.reads.policy.coalesce_max_bytes
+            && decoded <= self.reads.ahead.budget()
+            && wanted * 11 >= inner * 10
     }
 }
 
@@ -380,20 +337,20 @@ async fn read_whole_shard(
 ) -> Result<Option<Arc<ShardIndex>>> {
     let zarr = &engine.arrays[path as usize].zarr;
     let url = engine.url(key);
-    let delivery = crate::reads::read_tile_alone(engine, key, rec).await;
+    let delivery = crate::reads::read_tile_alone(&engine.reads, key, rec).await;
     let Some(object) = delivery.bytes? else { return Ok(None) };
     let bad = || Error::Decode { message: "a shard shorter than its index".into(), key: url.clone() };
     let index_bytes = zarr.shard_index_in(&object).ok_or_else(bad)?;
     let index = Arc::new(zarr.decode_shard_index(index_bytes, &url)?);
     let (mut used, mut tiles) = (index_bytes.len() as u64, 0u64);
-    for i in engine.ahead.wanted_in(key) {
+    for i in engine.reads.ahead.wanted_in(key) {
         let Some(ByteRange::Bounded { start, end }) = index.range(i as usize) else { continue };
         let (Ok(s), Ok(e)) = (usize::try_from(start), usize::try_from(end)) else { continue };
         let Some(part) = (e <= object.len()).then(|| object.slice(s..e)) else { continue };
-        if engine.ahead.begin(key, i, end - start) {
+        if engine.reads.ahead.begin(key, i, end - start) {
             used += end - start;
             tiles += 1;
-            engine.ahead.fill(key, i, Ok(part));
+            engine.reads.ahead.fill(key, i, Ok(part));
         }
     }
     // The request was counted as one tile (`reads.rs`); it brought `tiles`, and the bytes of
@@ -638,11 +595,11 @@ async fn locate_tile(engine: &Arc<Engine>, key: ChunkKey, tile: u64, rec: &Arc<P
             // that object, so the chunks of one file are coalesced.
             Ok(Some(Location::In { object: file, range })) => {
                 tile.url = in_file(&tile.url, &engine.url(&file), range);
-                Ok(Source::Read(TileRead::register(engine, file, range, None)))
+                Ok(Source::Read(TileRead::register(&engine.reads, file, range, None)))
             }
             // Nowhere (a chunk a reference set does not list): the fill value, no request.
             Ok(Some(Location::Missing)) => Ok(Source::Absent),
-            Ok(None) => Ok(Source::Read(TileRead::register(engine, object, None, None))),
+            Ok(None) => Ok(Source::Read(TileRead::register(&engine.reads, object, None, None))),
             Err(e) => Err(Error::Storage {
                 message: format!("cannot find where this chunk is stored ({})", e.message),
                 key: tile.url.clone(),
@@ -650,8 +607,8 @@ async fn locate_tile(engine: &Arc<Engine>, key: ChunkKey, tile: u64, rec: &Arc<P
         },
         TileLocation::InShard { key: shard, index } => match engine.shard_index(key.path, &shard, rec).await {
             Ok(Some(ix)) => Ok(match (ix.range(index), u32::try_from(index)) {
-                (Some(r), Ok(i)) => Source::Read(TileRead::register(engine, shard, Some(r), Some((i, ix)))),
-                (Some(r), Err(_)) => Source::Read(TileRead::register(engine, shard, Some(r), None)),
+                (Some(r), Ok(i)) => Source::Read(TileRead::register(&engine.reads, shard, Some(r), Some((i, ix)))),
+                (Some(r), Err(_)) => Source::Read(TileRead::register(&engine.reads, shard, Some(r), None)),
                 (None, _) => Source::Absent,
             }),
             Ok(None) => Ok(Source::Absent),
@@ -730,7 +687,7 @@ async fn decode_tile(
             let scratch = reader.zarr.has_fast_path().then(|| engine.recycler.take(reader.zarr.tile_bytes()));
             let tile_arr = reader.zarr.decode_tile_into(encoded, &url, scratch)?;
             let t1 = engine.now();
-            engine.window.decode_took(t1.saturating_sub(t0));
+            engine.reads.window.decode_took(t1.saturating_sub(t0));
             job_slot.place(g, key.chunk, tile, tile_arr.into_data(), &engine.recycler).map_err(assembly_bug(g, key))?;
             let t2 = engine.now();
             job_rec.with(|r| {

@@ -8,10 +8,6 @@ use serde::{Deserialize, Serialize};
 use crate::array::DType;
 use crate::error::{Error, Result};
 
-/// Where a tile lands in its chunk's slot, and the slot's shape: the placement assembly
-/// uses, here for the bindings' tile arithmetic (the Python package's `tile_placement`).
-pub use crate::assemble::{Placement, placement, slot_shape};
-
 /// Largest chunk (one sample-axis chunk, all inner tiles) the engine will hold: 1 TiB.
 /// A store declaring more is hostile or broken; refusing it beats an allocation abort.
 pub const MAX_CHUNK_BYTES: u64 = 1 << 40;
@@ -326,6 +322,37 @@ impl ArrayGeometry {
         }
         run
     }
+}
+
+/// Where one tile lands in its chunk's slot: assembly copies by it (`assemble.rs`), and the
+/// bindings' tile arithmetic asks it (the Python package's `tile_placement`).
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// Per physical axis: the in-bounds extent of the tile.
+    pub extent: Vec<usize>,
+    /// Per physical axis: the tile's first index inside the slot's coordinates.
+    pub slot_origin: Vec<usize>,
+}
+
+/// The placement of tile `inner` of chunk `c` (`inner` has one coordinate per inner axis:
+/// [`ArrayGeometry::check_inner_coord`]; a tile past the array's end has nothing in bounds).
+pub fn placement(g: &ArrayGeometry, c: u64, inner: &[u64]) -> Placement {
+    let coord = g.physical_tile_coord(c, inner);
+    let mut extent = Vec::with_capacity(coord.len());
+    let mut slot_origin = Vec::with_capacity(coord.len());
+    for (ax, &k) in coord.iter().enumerate() {
+        let origin = k.saturating_mul(g.tile[ax]);
+        extent.push((g.tile[ax].min(g.shape[ax].saturating_sub(origin))) as usize);
+        // The slot spans the whole array on inner axes and the chunk on the sample axis.
+        slot_origin.push(if ax == g.sample_axis { 0 } else { origin as usize });
+    }
+    Placement { extent, slot_origin }
+}
+
+/// Shape of chunk `c`'s slot: `(rows, *inner_shape)`.
+pub fn slot_shape(g: &ArrayGeometry, c: u64) -> Vec<usize> {
+    let r = g.samples_in_chunk(c);
+    std::iter::once((r.end - r.start) as usize).chain(g.inner_shape().iter().map(|&d| d as usize)).collect()
 }
 
 /// Row-major (C-order) coordinates of flat index `i` in `shape`.

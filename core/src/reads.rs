@@ -19,18 +19,81 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use async_lock::SemaphoreGuardArc;
+use async_lock::{Semaphore, SemaphoreGuardArc};
 use bytes::Bytes;
 use futures::channel::oneshot;
 use futures::future::{Either, select};
 
 use crate::ahead::{Found, ReadAhead};
-use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::runtime::ByteRange;
+use crate::hedge::{Hedger, hedged};
+use crate::retry::{ReadPolicy, with_policy};
+use crate::runtime::{ByteRange, Executor, Storage};
 use crate::stats::PassRecorder;
-use crate::window::WindowSlot;
+use crate::window::{ReadWindow, WindowSlot};
 use crate::zarr::ShardIndex;
+
+/// The state every tile read of a dataset shares, across its passes: the store and the
+/// clock, the `max_inflight` permits, the read window, the pending ranges, hedging, the
+/// read-ahead and the read policy. The engine holds one (`Engine::reads`) and hands it to
+/// each tile's read.
+pub(crate) struct ReadPath {
+    pub storage: Arc<dyn Storage>,
+    pub executor: Arc<dyn Executor>,
+    pub inflight: Arc<Semaphore>,
+    /// Reads allowed ahead of the decoders ([`ReadWindow`]).
+    pub window: Arc<ReadWindow>,
+    /// Requests holding a `max_inflight` permit now.
+    pub inflight_now: Arc<AtomicUsize>,
+    /// Ranges of one object waiting to be read together.
+    pub coalescer: Coalescer,
+    /// Latencies and the hedge budget (`None`: no hedging, as for local stores).
+    pub hedger: Option<Hedger>,
+    /// Inner chunks passes want soon, and bytes read ahead for them.
+    pub ahead: ReadAhead,
+    pub policy: ReadPolicy,
+}
+
+impl ReadPath {
+    pub(crate) fn now(&self) -> Duration {
+        self.executor.now()
+    }
+
+    pub(crate) fn url(&self, key: &str) -> String {
+        self.storage.key_url(key)
+    }
+
+    /// One storage request of about `bytes` (0: unknown) under the read policy: retried and
+    /// timed out by [`crate::retry::with_policy`], each attempt hedged while the store has
+    /// not answered ([`Storage::start_read`]; a store that cannot tell its answer from its
+    /// bytes is hedged on the whole read, compared at size).
+    pub(crate) async fn fetch(
+        &self,
+        key: &str,
+        range: Option<ByteRange>,
+        bytes: u64,
+        rec: Option<&PassRecorder>,
+    ) -> Result<Option<Bytes>> {
+        let exec = self.executor.as_ref();
+        // Times to first byte do not grow with the size; whole reads do.
+        let size = if self.storage.answers_before_body() { 0 } else { bytes };
+        let attempt = || async move {
+            let answer = hedged(exec, self.hedger.as_ref(), rec, size, || self.storage.start_read(key, range)).await?;
+            match answer {
+                Some(body) => body.await.map(Some),
+                None => Ok(None),
+            }
+        };
+        with_policy(exec, &self.policy, key, attempt).await.map_err(|gave_up| Error::Storage {
+            message: format!(
+                "storage read failed after {} attempt(s): {} (check credentials, endpoint and network; \
+                     on_bad_chunk=\"nan\" skips unreadable chunks)",
+                gave_up.attempts, gave_up.error.message
+            ),
+            key: self.url(key),
+        })
+    }
+}
 
 /// One tile's stored bytes, with what its request holds until the tile is decoded and placed.
 pub(crate) struct Delivery {
@@ -54,11 +117,11 @@ pub(crate) struct ReadHold {
 }
 
 impl ReadHold {
-    async fn acquire(engine: &Engine, rec: &PassRecorder) -> Self {
-        let permit = engine.inflight.acquire_arc().await;
-        let now = engine.inflight_now.fetch_add(1, Ordering::SeqCst) + 1;
+    async fn acquire(reads: &ReadPath, rec: &PassRecorder) -> Self {
+        let permit = reads.inflight.acquire_arc().await;
+        let now = reads.inflight_now.fetch_add(1, Ordering::SeqCst) + 1;
         rec.with(|r| r.inflight_peak = r.inflight_peak.max(now));
-        Self { _permit: permit, inflight: Arc::clone(&engine.inflight_now) }
+        Self { _permit: permit, inflight: Arc::clone(&reads.inflight_now) }
     }
 }
 
@@ -192,7 +255,7 @@ impl Coalescer {
 /// request of its own or as part of another's, or found read ahead. Dropping it withdraws a
 /// pending range.
 pub(crate) struct TileRead {
-    engine: Arc<Engine>,
+    reads: Arc<ReadPath>,
     object: String,
     range: Option<ByteRange>,
     /// Its inner chunk index and its shard's index, for an inner chunk of a shard.
@@ -216,37 +279,37 @@ impl TileRead {
     /// Register `range` of `object` (`None`: the whole object, read alone); `shard` is the
     /// inner chunk's index in its shard and the shard's index.
     pub(crate) fn register(
-        engine: &Arc<Engine>,
+        reads: &Arc<ReadPath>,
         object: String,
         range: Option<ByteRange>,
         shard: Option<(u32, Arc<ShardIndex>)>,
     ) -> Self {
-        let ahead = shard.as_ref().and_then(|(i, _)| engine.ahead.take(&object, *i));
+        let ahead = shard.as_ref().and_then(|(i, _)| reads.ahead.take(&object, *i));
         let source = match (ahead, range) {
             (Some(Found::Held(b)), _) => Source::Held(b),
             (Some(Found::Coming(rx)), _) => Source::Coming(rx),
             (None, Some(ByteRange::Bounded { start, end })) => {
-                let (id, rx) = engine.coalescer.register(&object, start, end);
+                let (id, rx) = reads.coalescer.register(&object, start, end);
                 Source::Pending(id, rx)
             }
             (None, _) => Source::Alone,
         };
-        Self { engine: Arc::clone(engine), object, range, shard, source }
+        Self { reads: Arc::clone(reads), object, range, shard, source }
     }
 
     /// The tile's stored bytes, at decode priority `priority`.
     pub(crate) async fn read(mut self, priority: u64, rec: &Arc<PassRecorder>) -> Delivery {
-        let engine = Arc::clone(&self.engine);
+        let reads = Arc::clone(&self.reads);
         match std::mem::replace(&mut self.source, Source::Taken) {
-            Source::Alone => return alone(&engine, &self.object, self.range, priority, rec).await,
-            Source::Held(b) => return read_ahead(&engine, rec, Ok(b)),
+            Source::Alone => return alone(&reads, &self.object, self.range, priority, rec).await,
+            Source::Held(b) => return read_ahead(&reads, rec, Ok(b)),
             Source::Coming(rx) => {
                 if let Ok(bytes) = rx.await {
-                    return read_ahead(&engine, rec, bytes);
+                    return read_ahead(&reads, rec, bytes);
                 }
                 // Its request was dropped before it answered: read it here.
                 let (start, end) = self.bounds().unwrap_or_default();
-                let (id, rx) = engine.coalescer.register(&self.object, start, end);
+                let (id, rx) = reads.coalescer.register(&self.object, start, end);
                 self.source = Source::Pending(id, rx);
             }
             pending => self.source = pending,
@@ -257,7 +320,7 @@ impl TileRead {
         loop {
             let Source::Pending(id, rx) = &mut self.source else { unreachable_source() };
             let id = *id;
-            let place = match select(&mut *rx, engine.window.enter(priority)).await {
+            let place = match select(&mut *rx, reads.window.enter(priority)).await {
                 Either::Left((Ok(swept), _)) => return swept,
                 Either::Left((Err(oneshot::Canceled), _)) => {
                     self.reregister(); // its request was dropped: ask again
@@ -265,7 +328,7 @@ impl TileRead {
                 }
                 Either::Right((place, _)) => place,
             };
-            let hold = match select(&mut *rx, std::pin::pin!(ReadHold::acquire(&engine, rec))).await {
+            let hold = match select(&mut *rx, std::pin::pin!(ReadHold::acquire(&reads, rec))).await {
                 Either::Left((Ok(swept), _)) => return swept,
                 Either::Left((Err(oneshot::Canceled), _)) => {
                     self.reregister();
@@ -274,7 +337,7 @@ impl TileRead {
                 Either::Right((hold, _)) => hold,
             };
             let wanted = self.wanted();
-            let Some(claim) = engine.coalescer.claim(&self.object, id, &wanted, &engine.ahead) else {
+            let Some(claim) = reads.coalescer.claim(&self.object, id, &wanted, &reads.ahead) else {
                 drop((place, hold));
                 let Source::Pending(_, rx) = std::mem::replace(&mut self.source, Source::Taken) else {
                     unreachable_source()
@@ -288,21 +351,21 @@ impl TileRead {
                 }
             };
             self.source = Source::Taken; // claimed: nothing left to withdraw
-            return fetch_claimed(&engine, &self.object, claim, id, place, hold, rec).await;
+            return fetch_claimed(&reads, &self.object, claim, id, place, hold, rec).await;
         }
     }
 
     /// Register the range again (the request that took it was dropped).
     fn reregister(&mut self) {
         let (start, end) = self.bounds().unwrap_or_default();
-        let (id, rx) = self.engine.coalescer.register(&self.object, start, end);
+        let (id, rx) = self.reads.coalescer.register(&self.object, start, end);
         self.source = Source::Pending(id, rx);
     }
 
     /// The inner chunks of this shard that passes want read ahead, with their ranges.
     fn wanted(&self) -> Vec<Wanted> {
         let Some((_, ix)) = &self.shard else { return Vec::new() };
-        self.engine
+        self.reads
             .ahead
             .wanted_in(&self.object)
             .into_iter()
@@ -328,15 +391,15 @@ fn unreachable_source() -> ! {
 impl Drop for TileRead {
     fn drop(&mut self) {
         if let Source::Pending(id, _) = &self.source {
-            self.engine.coalescer.withdraw(&self.object, *id);
+            self.reads.coalescer.withdraw(&self.object, *id);
         }
     }
 }
 
 /// A tile found read ahead: no request of its own.
-fn read_ahead(engine: &Engine, rec: &PassRecorder, bytes: Result<Bytes>) -> Delivery {
+fn read_ahead(reads: &ReadPath, rec: &PassRecorder, bytes: Result<Bytes>) -> Delivery {
     rec.with(|r| r.tiles_read_ahead += 1);
-    let now = engine.now();
+    let now = reads.now();
     Delivery { bytes: bytes.map(Some), place: None, hold: None, permitted: now, fetched: now }
 }
 
@@ -356,32 +419,32 @@ pub(crate) fn yield_once() -> impl std::future::Future<Output = ()> {
 
 /// A whole object read by a request of its own at the most urgent priority (a shard read
 /// whole, `engine::read_whole_shard`).
-pub(crate) async fn read_tile_alone(engine: &Arc<Engine>, object: &str, rec: &Arc<PassRecorder>) -> Delivery {
-    alone(engine, object, None, 0, rec).await
+pub(crate) async fn read_tile_alone(reads: &Arc<ReadPath>, object: &str, rec: &Arc<PassRecorder>) -> Delivery {
+    alone(reads, object, None, 0, rec).await
 }
 
 /// A read that cannot be coalesced (a whole object, a suffix): one request of its own.
 async fn alone(
-    engine: &Arc<Engine>,
+    reads: &Arc<ReadPath>,
     object: &str,
     range: Option<ByteRange>,
     priority: u64,
     rec: &Arc<PassRecorder>,
 ) -> Delivery {
-    let place = engine.window.enter(priority).await;
-    let hold = ReadHold::acquire(engine, rec).await;
-    let permitted = engine.now();
-    let bytes = engine.fetch(object, range, range_len(range), Some(rec)).await;
-    let fetched = engine.now();
+    let place = reads.window.enter(priority).await;
+    let hold = ReadHold::acquire(reads, rec).await;
+    let permitted = reads.now();
+    let bytes = reads.fetch(object, range, range_len(range), Some(rec)).await;
+    let fetched = reads.now();
     let got = bytes.as_ref().ok().and_then(Option::as_ref).map_or(0, |b| b.len() as u64);
-    account(engine, rec, fetched.saturating_sub(permitted), 1, got, got);
-    Delivery { bytes, place: kept(engine, place), hold: Some(Arc::new(hold)), permitted, fetched }
+    account(reads, rec, fetched.saturating_sub(permitted), 1, got, got);
+    Delivery { bytes, place: kept(reads, place), hold: Some(Arc::new(hold)), permitted, fetched }
 }
 
 /// Fetch the claimed ranges in one request and hand each its slice (the ones read ahead to
 /// the engine's read-ahead); returns tile `mine`'s.
 async fn fetch_claimed(
-    engine: &Arc<Engine>,
+    reads: &Arc<ReadPath>,
     object: &str,
     claim: Claim,
     mine: u64,
@@ -394,22 +457,22 @@ async fn fetch_claimed(
     let lo = spans.clone().map(|s| s.0).min().unwrap_or(0);
     let hi = spans.clone().map(|s| s.1).max().unwrap_or(lo);
     let needed = covered_bytes(spans);
-    let mut reading = ReadingAhead { engine, object, wanted: ahead };
-    let permitted = engine.now();
-    let bytes = engine.fetch(object, Some(ByteRange::Bounded { start: lo, end: hi }), hi - lo, Some(rec)).await;
-    let fetched = engine.now();
-    account(engine, rec, fetched.saturating_sub(permitted), pending.len() + reading.wanted.len(), hi - lo, needed);
+    let mut reading = ReadingAhead { reads, object, wanted: ahead };
+    let permitted = reads.now();
+    let bytes = reads.fetch(object, Some(ByteRange::Bounded { start: lo, end: hi }), hi - lo, Some(rec)).await;
+    let fetched = reads.now();
+    account(reads, rec, fetched.saturating_sub(permitted), pending.len() + reading.wanted.len(), hi - lo, needed);
     for w in std::mem::take(&mut reading.wanted) {
-        let part = slice(&bytes, w.start - lo, w.end - lo, engine, object).and_then(|b| {
-            b.ok_or_else(|| Error::Internal(format!("a read-ahead found no object: {}", engine.url(object))))
+        let part = slice(&bytes, w.start - lo, w.end - lo, reads, object).and_then(|b| {
+            b.ok_or_else(|| Error::Internal(format!("a read-ahead found no object: {}", reads.url(object))))
         });
-        engine.ahead.fill(object, w.index, part);
+        reads.ahead.fill(object, w.index, part);
     }
-    let (place, hold) = (kept(engine, place), Arc::new(hold));
+    let (place, hold) = (kept(reads, place), Arc::new(hold));
     let mut own = None;
     for p in pending {
         let delivery = Delivery {
-            bytes: slice(&bytes, p.start - lo, p.end - lo, engine, object),
+            bytes: slice(&bytes, p.start - lo, p.end - lo, reads, object),
             place: place.clone(),
             hold: Some(Arc::clone(&hold)),
             permitted,
@@ -435,7 +498,7 @@ async fn fetch_claimed(
 /// (its pass closed mid-read) abandons them, so no later load waits for bytes that will never
 /// come and their budget is given back.
 struct ReadingAhead<'a> {
-    engine: &'a Engine,
+    reads: &'a ReadPath,
     object: &'a str,
     wanted: Vec<Wanted>,
 }
@@ -443,26 +506,26 @@ struct ReadingAhead<'a> {
 impl Drop for ReadingAhead<'_> {
     fn drop(&mut self) {
         for w in &self.wanted {
-            self.engine.ahead.abandon(self.object, w.index);
+            self.reads.ahead.abandon(self.object, w.index);
         }
     }
 }
 
 /// A request's window place once its bytes arrived: given back now for a remote store,
 /// kept until the decodes start for a local one (`window.rs`).
-fn kept(engine: &Engine, place: WindowSlot) -> Option<Arc<WindowSlot>> {
-    (!engine.window.frees_on_arrival()).then(|| Arc::new(place))
+fn kept(reads: &ReadPath, place: WindowSlot) -> Option<Arc<WindowSlot>> {
+    (!reads.window.frees_on_arrival()).then(|| Arc::new(place))
 }
 
 /// One tile's part of a coalesced answer. The storage contract makes a bounded read exact,
 /// so a short answer is a bug of the storage adapter, reported as such.
-fn slice(bytes: &Result<Option<Bytes>>, from: u64, to: u64, engine: &Engine, object: &str) -> Result<Option<Bytes>> {
+fn slice(bytes: &Result<Option<Bytes>>, from: u64, to: u64, reads: &ReadPath, object: &str) -> Result<Option<Bytes>> {
     match bytes {
         Ok(Some(b)) if to as usize <= b.len() => Ok(Some(b.slice(from as usize..to as usize))),
         Ok(Some(b)) => Err(Error::Internal(format!(
             "a coalesced read of {} bytes is shorter than the {to} it asked for: {}",
             b.len(),
-            engine.url(object)
+            reads.url(object)
         ))),
         Ok(None) => Ok(None),
         Err(e) => Err(e.clone()),
@@ -493,8 +556,8 @@ fn range_len(range: Option<ByteRange>) -> u64 {
 }
 
 /// One request's figures: the window's latency measurement and the pass's counters.
-fn account(engine: &Engine, rec: &PassRecorder, took: Duration, tiles: usize, fetched: u64, needed: u64) {
-    engine.window.read_took(took, tiles, fetched, engine.now());
+fn account(reads: &ReadPath, rec: &PassRecorder, took: Duration, tiles: usize, fetched: u64, needed: u64) {
+    reads.window.read_took(took, tiles, fetched, reads.now());
     rec.with(|r| {
         r.times.fetch_wait_s += took.as_secs_f64();
         r.storage_reads += 1;

@@ -1,6 +1,6 @@
 //! The one place a [`ReadPolicy`] is applied to storage requests: a timeout per request and
 //! retries with doubling backoff for transient failures. Chunk reads go through it
-//! (`Engine::fetch`), and so do the metadata reads at open, through
+//! (`ReadPath::fetch`), and so do the metadata reads at open, through
 //! [`PolicyStorage`]: natively object_store retries those itself, but the wasm and
 //! JS-storage paths have nothing else that would, and a 503 on `zarr.json` must not fail an
 //! open that a chunk read would have retried.

@@ -1,7 +1,7 @@
 //! The epoch's draw order: a pure function of `(seed, epoch, split)`.
 //!
 //! Specification (ARCHITECTURE.md repeats it; every target runs this code, and any
-//! reimplementation must match it bit for bit):
+//! reimplementation must match it bit for bit; steps 1-3 are in `random.rs`, re-exported here):
 //! 1. Random streams: `h = 0; for w in words { h = splitmix64(h ^ w) }`, then a PCG64
 //!    (XSL-RR 128/64, `rand_pcg::Pcg64::new(state, STREAM)`) with
 //!    `state = splitmix64(h ^ 1) << 64 | splitmix64(h ^ 2)`. `words` are
@@ -15,14 +15,11 @@
 //!    then sample order) shuffled with purpose 2 / index = block number. Sequential views skip
 //!    both shuffles.
 
-use rand_core::Rng;
-use rand_pcg::Pcg64;
-
 use crate::draws::Draws;
 use crate::error::{Error, Result};
-
-/// The PCG stream constant (PCG's default increment).
-pub const STREAM: u128 = 0x0a02_bdbf_7bb3_c0a7_ac28_fa16_a64a_bf96;
+// Steps 1-3, and the split's word in the key: in their own module, which `draws.rs` keys its
+// weighted draws with too. Named here, the cross-target rules' namespace.
+pub use crate::random::{STREAM, Split, UnknownSplit, below, key, shuffle, splitmix64, stream};
 
 /// Purpose word for the per-epoch chunk permutation.
 pub const PURPOSE_CHUNKS: u64 = 1;
@@ -30,102 +27,6 @@ pub const PURPOSE_CHUNKS: u64 = 1;
 pub const PURPOSE_BLOCK: u64 = 2;
 /// Purpose word for `split_by_chunk(contiguous = false)`.
 pub const PURPOSE_SPLIT: u64 = 3;
-
-/// SplitMix64's output function (Steele, Lea, Flood 2014).
-pub fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A random stream keyed by `words`.
-pub fn stream(words: &[u64]) -> Pcg64 {
-    let h = words.iter().fold(0u64, |h, &w| splitmix64(h ^ w));
-    let state = (u128::from(splitmix64(h ^ 1)) << 64) | u128::from(splitmix64(h ^ 2));
-    Pcg64::new(state, STREAM)
-}
-
-/// A uniform integer in `0..n` (`n >= 1`), by Lemire's multiply-shift with rejection.
-// Hand-written rather than `rand::Rng::random_range`: rand reserves the right to change its
-// sampling algorithm between versions, and this order is a written, cross-target contract.
-pub fn below(rng: &mut Pcg64, n: u64) -> u64 {
-    debug_assert!(n > 0);
-    let mut m = u128::from(rng.next_u64()) * u128::from(n);
-    if (m as u64) < n {
-        let threshold = n.wrapping_neg() % n;
-        while (m as u64) < threshold {
-            m = u128::from(rng.next_u64()) * u128::from(n);
-        }
-    }
-    (m >> 64) as u64
-}
-
-/// Fisher–Yates, from the back.
-pub fn shuffle<T>(items: &mut [T], rng: &mut Pcg64) {
-    for i in (1..items.len()).rev() {
-        let j = below(rng, i as u64 + 1) as usize;
-        items.swap(i, j);
-    }
-}
-
-/// Which view an order is for; part of the random key so splits draw independent streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "SplitName"))]
-#[serde(rename_all = "lowercase")]
-pub enum Split {
-    /// Shuffled when the dataset shuffles.
-    Train,
-    /// Always sequential.
-    Val,
-    /// Always sequential.
-    Test,
-    /// The union of the three, sequential.
-    All,
-}
-
-impl Split {
-    /// Every view, the three splits first.
-    pub const ALL: [Split; 4] = [Split::Train, Split::Val, Split::Test, Split::All];
-
-    /// The split's word in the random key.
-    pub fn tag(self) -> u64 {
-        match self {
-            Self::Train => 1,
-            Self::Val => 2,
-            Self::Test => 3,
-            Self::All => 4,
-        }
-    }
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Train => "train",
-            Self::Val => "val",
-            Self::Test => "test",
-            Self::All => "all",
-        }
-    }
-}
-
-/// The split word was not one of `train`, `val`, `test`, `all`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown split {0:?}; use \"train\", \"val\", \"test\" or \"all\"")]
-pub struct UnknownSplit(pub String);
-
-/// The one parser of split names (the CLI, Python and JS all pass strings).
-impl std::str::FromStr for Split {
-    type Err = UnknownSplit;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Split::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| UnknownSplit(s.to_string()))
-    }
-}
-
-impl std::fmt::Display for Split {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// One epoch's anchors in draw order, and the shuffle blocks holding them.
 ///
@@ -241,11 +142,6 @@ fn chunk_set(ids: &[u64]) -> Vec<u64> {
     ids.sort_unstable();
     ids.dedup();
     ids
-}
-
-/// The words of a random stream of one epoch and view: `[seed, epoch, split_tag, purpose, index]`.
-pub fn key(seed: u64, epoch: u64, split: Split, purpose: u64, index: u64) -> [u64; 5] {
-    [seed, epoch, split.tag(), purpose, index]
 }
 
 /// Steps 3–4: `chunks` cut into blocks (the first of `first_block_chunks`, the rest of

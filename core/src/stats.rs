@@ -384,7 +384,7 @@ impl PassStats {
             self.depths.read_window_reason.name(),
             self.depths.decode_queue_peak,
             self.depths.resident_peak_chunks,
-            crate::describe::human_bytes(self.depths.resident_peak_bytes),
+            crate::units::human_bytes(self.depths.resident_peak_bytes),
             self.cache_hits,
             self.cache_hits + self.cache_misses,
             self.reread_chunks,

@@ -112,8 +112,6 @@ pub fn applies(arrays: &[&str], transform: Arc<dyn ChunkTransform>) -> Result<Sc
     Ok(Scoped { arrays: Some(arrays), transform })
 }
 
-pub use crate::scaler::{ArrayStats, StandardScaler, Stat, StatDType};
-
 /// Block-mean regrid of the last two axes by `factor`, trimming ragged edges: a reshaping
 /// chunk transform that declares its output shape.
 #[derive(Debug, Clone, Copy)]

@@ -24,7 +24,6 @@
 pub mod cache;
 pub mod demo;
 pub mod metrics;
-pub mod refs;
 pub mod runtime;
 pub mod scaler_file;
 pub mod storage;
@@ -41,7 +40,7 @@ pub use insitubatch_core::{
 };
 pub use insitubatch_core::{DatasetReport, QualityPoint, human_bytes};
 pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
-pub use storage::{ObjectStoreStorage, open_storage};
+pub use storage::{ObjectStoreStorage, open_storage, refs};
 
 /// Everything that can go wrong here; messages end with the URL or path.
 #[derive(Debug, thiserror::Error)]

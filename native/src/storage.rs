@@ -9,6 +9,10 @@ use url::Url;
 
 use crate::NativeError;
 
+// Reference sets are a kind of store URL (`reference+URL`) whose files are opened by this
+// module's `open_storage`: one recursion, so one module (`insitubatch_native::refs` is this).
+pub mod refs;
+
 /// Apply `KEY=VALUE` options to a builder through the shared config-key parser.
 macro_rules! apply_opts {
     ($builder:expr, $key_ty:ty, $options:expr, $url:expr, $kind:expr) => {{
@@ -24,15 +28,15 @@ fn build_err(url: &str) -> impl Fn(object_store::Error) -> NativeError + '_ {
 
 /// Open a store by URL: `file://`, a bare local path, `s3://`, `gs://`, `az://`/`abfs://`,
 /// `http(s)://`, or a kerchunk reference set at any of those as `reference+URL`
-/// ([`crate::refs`]). Credentials come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`),
+/// ([`refs`]). Credentials come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`),
 /// then `options` (`KEY=VALUE`, object_store's config keys) override them.
 ///
 /// # Errors
 /// [`NativeError::Url`] for an unparsable URL, [`NativeError::Open`] for unknown schemes,
 /// unknown options or builder failures.
 pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn Storage>, NativeError> {
-    if crate::refs::reference_url(url).is_some() {
-        return crate::refs::open_references(url, options);
+    if refs::reference_url(url).is_some() {
+        return refs::open_references(url, options);
     }
     let parsed = parse_location(url)?;
     let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|e| NativeError::Open {

@@ -11,11 +11,10 @@ use pyo3::prelude::*;
 
 use crate::buffer::i64_numpy;
 use crate::conversion::SplitArg;
-use crate::errors::{core_err, native_err};
+use crate::errors::{ErrSlot, core_err, native_err};
 use crate::geometry::{PyGeometry, PyManifest};
 use crate::pystore::StoreArg;
 use crate::stream::{NativeStream, stats_to_json};
-use crate::transforms::ErrSlot;
 
 mod options;
 

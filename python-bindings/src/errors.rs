@@ -5,6 +5,8 @@
 //! every exception carries the kind as `kind` and an option error its option as `option`,
 //! which `_store.reference_errors` reads to raise insitubatch 0.2.0's classes.
 
+use std::sync::{Arc, Mutex};
+
 use insitubatch_core::{Error as CoreError, ErrorKind};
 use insitubatch_native::NativeError;
 use pyo3::create_exception;
@@ -58,3 +60,6 @@ pub(crate) fn native_err(e: NativeError) -> PyErr {
         NativeError::Runtime(_) => tagged(PyRuntimeError::new_err(e.to_string()), ErrorKind::Internal.name(), None),
     }
 }
+
+/// The first Python exception a dataset's transforms raised (re-raised by the pass).
+pub type ErrSlot = Arc<Mutex<Option<PyErr>>>;

@@ -11,10 +11,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::buffer::i64_numpy;
-use crate::conversion::SplitArg;
+use crate::conversion::{SplitArg, count};
 use crate::errors::{core_err, native_err};
 use crate::pystore::StoreArg;
-use crate::rules::count;
 
 /// The geometry of one array (or a windowed view of it).
 #[pyclass(frozen, eq, name = "ArrayGeometry", module = "insitubatch_rs")]

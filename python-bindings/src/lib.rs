@@ -12,7 +12,8 @@
 //! (geometry, manifest and splits), `dataset` (the dataset and its option conversion),
 //! `stream` (one pass and its batches), `rules` (the engine's rules behind the package's free
 //! functions, the verdict and the defaults), `transforms` and `observe` (Python callables the
-//! engine runs), `pystore` and `reader` (stores given as Python objects, and raw reads).
+//! engine runs), `attach` (the one gate for calls into Python from the engine's threads,
+//! drained at exit), `pystore` and `reader` (stores given as Python objects, and raw reads).
 
 #[cfg(all(target_os = "linux", not(target_env = "musl")))]
 #[global_allocator]
@@ -27,6 +28,7 @@ pub static _rjem_malloc_conf: &[u8] = b"dirty_decay_ms:-1,muzzy_decay_ms:-1,nare
 
 use pyo3::prelude::*;
 
+mod attach;
 mod buffer;
 mod conversion;
 mod dataset;
@@ -58,7 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(geometry::split_by_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(geometry::valid_anchor_range, m)?)?;
     m.add_function(wrap_pyfunction!(buffer::buffer_address, m)?)?;
-    m.add_function(wrap_pyfunction!(transforms::_shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(attach::_shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(pystore::_storage_conformance, m)?)?;
     m.add_function(wrap_pyfunction!(pystore::_storage_conformance_fixture, m)?)?;
     rules::register(m)?;

@@ -40,7 +40,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCFunction, PyDict, PyList, PyModule, PyString, PyTuple};
 use pyo3_object_store::AnyObjectStore;
 
-use crate::transforms::with_python;
+use crate::attach::with_python;
 
 /// What the Python package passed as the store, converted.
 pub enum StoreArg {

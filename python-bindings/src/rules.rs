@@ -7,14 +7,14 @@
 //! [`insitubatch_core::Error::Config`] (or `Geometry`), a `ValueError` naming the argument.
 
 use insitubatch_core::geometry::{placement, slot_shape as core_slot_shape};
-use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids, checked_count};
+use insitubatch_core::shuffle::{self, OrderArgs, checked_chunk_ids};
 use insitubatch_core::{DatasetSpec, Depths, SplitOptions, StageTimes};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::buffer::i64_numpy;
-use crate::conversion::SplitArg;
+use crate::conversion::{SplitArg, count};
 use crate::errors::core_err;
 use crate::geometry::PyGeometry;
 
@@ -50,11 +50,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn camel_case(name: &str) -> String {
     insitubatch_core::camel_case(name)
-}
-
-/// Core's rule for a count argument (`shuffle::checked_count`), as a `ValueError` naming it.
-pub(crate) fn count(name: &str, value: i128, min: u64) -> PyResult<u64> {
-    checked_count(name, value, min).map_err(core_err)
 }
 
 /// `value` of the argument `name` checked by core's count rule: at least `minimum`, at most

@@ -14,8 +14,7 @@ use pyo3::sync::MutexExt;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::buffer::{Buffer, i64_numpy};
-use crate::errors::core_err;
-use crate::transforms::ErrSlot;
+use crate::errors::{ErrSlot, core_err};
 
 /// One pass; `next()` blocks with the GIL released and wakes every 100 ms for Ctrl-C.
 /// `frozen`: every method takes `&self` and the state is behind mutexes, so threads share it

@@ -13,8 +13,7 @@
 //! therefore keeps the pair alive until `close()` breaks the cycle.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 use insitubatch_core::Batch;
 use insitubatch_core::geometry::ArrayGeometry as CoreGeometry;
@@ -27,47 +26,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::attach::with_python;
 use crate::buffer::{Buffer, i64_numpy};
-use crate::errors::core_err;
+use crate::errors::{ErrSlot, core_err};
 use crate::geometry::PyGeometry;
 use crate::stream::{coords_to_py, patches_to_py};
-
-static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
-static IN_CALL: AtomicUsize = AtomicUsize::new(0);
-
-/// Run `f` with the GIL, unless the interpreter is shutting down: engine threads may still
-/// be running transforms when Python exits, and attaching during finalization crashes.
-/// Callers are counted so [`shutdown`] can wait for those already inside.
-pub(crate) fn with_python<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> insitubatch_core::Result<R> {
-    struct Leave;
-    impl Drop for Leave {
-        fn drop(&mut self) {
-            IN_CALL.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-    IN_CALL.fetch_add(1, Ordering::SeqCst);
-    let _leave = Leave;
-    if SHUTTING_DOWN.load(Ordering::SeqCst) {
-        return Err(CoreError::Cancelled("the Python interpreter is shutting down".into()));
-    }
-    Ok(Python::attach(f))
-}
-
-/// Registered with `atexit`: stop starting Python transforms and wait (GIL released, at
-/// most 5 s) for the calls already under way.
-#[pyfunction]
-pub fn _shutdown(py: Python<'_>) {
-    SHUTTING_DOWN.store(true, Ordering::SeqCst);
-    py.detach(|| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while IN_CALL.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    });
-}
-
-/// The first Python exception a dataset's transforms raised (re-raised by the pass).
-pub type ErrSlot = Arc<Mutex<Option<PyErr>>>;
 
 /// The Python classes a chunk transform sees: `insitubatch_rs.ChunkRead` and
 /// `insitubatch_rs.DecodedChunk` (dataclasses, as in insitubatch 0.2.0, so

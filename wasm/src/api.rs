@@ -1,6 +1,6 @@
 //! The JavaScript API. Every export returns `Result<_, JsValue>`: a rejected promise or a
 //! thrown `Error` with the engine's message, its option names in JS's spelling, and the
-//! engine's `kind` and `option` on it ([`err`]); nothing panics into JS.
+//! engine's `kind` and `option` on it (`errors.rs`); nothing panics into JS.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -13,51 +13,13 @@ use insitubatch_core::{Batch, Checkpoint, DType, NdArray, Runtime, Split};
 use js_sys::{Array, ArrayBuffer, Object, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 
-use crate::storage::FetchStorage;
+use crate::errors::{err, js_error, text_err};
+use crate::storage::{FetchStorage, shared};
 use crate::{JsOpenOptions, LocalExecutor, parse_split};
 
 #[wasm_bindgen(start)]
 fn start() {
     crate::trap::install_panic_hook();
-}
-
-/// An engine error as JS sees it: an `Error` whose message spells option names in camelCase
-/// (core's [`Error::message_in`](insitubatch_core::Error::message_in)), with the engine's
-/// `kind` (`invalid_option`, `storage`, ...: what to branch on, never the message) and, for an
-/// option error, `option` (its path in camelCase: `readPolicy.backoffS`), and a `name` from
-/// the kind ([`error_name`]).
-pub(crate) fn err(e: insitubatch_core::Error) -> JsValue {
-    let error = js_sys::Error::new(&e.message_in(&insitubatch_core::camel_case));
-    error.set_name(error_name(e.kind()));
-    let _ = Reflect::set(&error, &JsValue::from_str("kind"), &JsValue::from_str(e.kind().name()));
-    if let Some(option) = e.option_name() {
-        let option = insitubatch_core::camel_case(option);
-        let _ = Reflect::set(&error, &JsValue::from_str("option"), &JsValue::from_str(&option));
-    }
-    error.into()
-}
-
-/// The JS error `name` of an engine error's kind, the classes of Python's (`ValueError`,
-/// `KeyError` for an array the store lacks, ...) as JS names them.
-fn error_name(kind: insitubatch_core::ErrorKind) -> &'static str {
-    use insitubatch_core::ErrorKind as K;
-    match kind {
-        K::InvalidOption => "InvalidOptionError",
-        K::ArrayNotFound => "ArrayNotFoundError",
-        K::NotAnArray => "NotAnArrayError",
-        K::Storage | K::NotFound | K::Metadata | K::Decode => "InsitubatchIOError",
-        _ => "InsitubatchError",
-    }
-}
-
-/// Any other error (a JS value that could not be converted, a JSON failure) as a JS `Error`.
-pub(crate) fn text_err(e: impl std::fmt::Display) -> JsValue {
-    js_error(&e.to_string())
-}
-
-/// A JS `Error` with `message`, for what is not the engine's (arguments of this package's own).
-pub(crate) fn js_error(message: &str) -> JsValue {
-    JsError::new(message).into()
 }
 
 /// A JS value from anything serializable, through JSON (u64 → number, maps → objects).
@@ -270,15 +232,6 @@ async fn open_named<S: insitubatch_core::Storage + 'static>(
 ) -> Result<Dataset, JsValue> {
     let url = insitubatch_core::Storage::location(&storage);
     open_on(shared(storage), url, opts).await
-}
-
-/// A storage as the engine shares it.
-#[allow(
-    clippy::arc_with_non_send_sync,
-    reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
-)]
-pub(crate) fn shared<S: insitubatch_core::Storage + 'static>(storage: S) -> Arc<dyn insitubatch_core::Storage> {
-    Arc::new(storage)
 }
 
 /// Open several stores end to end along the sample axis (core's `ConcatStorage`,

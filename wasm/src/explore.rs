@@ -206,9 +206,8 @@ pub fn target_label(label: &str, shift: i64) -> String {
 mod js {
     use super::*;
     use crate::LocalExecutor;
-    use crate::api::{
-        PassCursor, batch_to_js, err, js_error, parse_options, probe_chunks, probe_promise, signed, to_js, whole,
-    };
+    use crate::api::{PassCursor, batch_to_js, parse_options, probe_chunks, probe_promise, signed, to_js, whole};
+    use crate::errors::{err, js_error};
     use crate::storage::FetchStorage;
     use insitubatch_core::internals::PolicyStorage;
     use wasm_bindgen::prelude::*;
@@ -373,7 +372,7 @@ mod js {
         /// The draw order of `split` at `epoch`: anchors, their chunks, shuffle blocks, quality.
         #[wasm_bindgen(js_name = drawOrder)]
         pub fn draw_order(&self, options: JsValue, split: &str, epoch: f64, shift: f64) -> Result<JsValue, JsValue> {
-            let split = crate::parse_split(split).map_err(crate::api::text_err)?;
+            let split = crate::parse_split(split).map_err(crate::errors::text_err)?;
             let (ds, epoch) = self.dataset(options, epoch, 1.0, shift, None)?;
             to_js(&ds.draw_order_report(split, epoch).map_err(err)?)
         }
@@ -414,7 +413,7 @@ mod js {
             shift: f64,
             cached: Option<bool>,
         ) -> Result<ExploreStream, JsValue> {
-            let split = crate::parse_split(split).map_err(crate::api::text_err)?;
+            let split = crate::parse_split(split).map_err(crate::errors::text_err)?;
             let tier = if cached.unwrap_or(true) { self.tier.clone() } else { None };
             let (ds, _) = self.dataset(options, epoch, 1.0, shift, tier)?;
             Ok(ExploreStream { cursor: PassCursor::new(ds.iter(split).map_err(err)?) })

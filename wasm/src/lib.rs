@@ -16,6 +16,8 @@
 
 #[cfg(target_arch = "wasm32")]
 mod api;
+#[cfg(target_arch = "wasm32")]
+mod errors;
 pub mod explore;
 mod options;
 // Not in the threaded build: it runs only inside `openInWorker`'s worker, which opens URLs

@@ -129,7 +129,7 @@ pub(crate) async fn open_references(url: &str, files: WasmFiles) -> Result<Arc<d
         }
         Err(e) => return Err(fail(format!("cannot read the reference set ({})", e.message))),
     };
-    let mut set = ReferenceSet::from_json(&bytes, url).map_err(crate::api::err)?;
+    let mut set = ReferenceSet::from_json(&bytes, url).map_err(crate::errors::err)?;
     set.map_files(|f| resolve(inner, f))
         .map_err(|m| fail(format!("a file URL of the reference set cannot be read ({m})")))?;
     #[allow(
@@ -138,5 +138,5 @@ pub(crate) async fn open_references(url: &str, files: WasmFiles) -> Result<Arc<d
     )]
     let files: Arc<dyn FileOpener> = Arc::new(files);
     let storage = ReferenceStorage::open(set, files, url).map_err(|e| fail(e.message))?;
-    Ok(crate::api::shared(storage))
+    Ok(crate::storage::shared(storage))
 }

@@ -1,6 +1,8 @@
 //! [`Storage`] over the global `fetch` (Node ≥ 18, browsers, workers), with HTTP `Range`
 //! requests. Plain HTTP cannot list, so discovery needs consolidated metadata.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use insitubatch_core::runtime::{BoxFuture, ByteRange, Storage, StorageError};
 use js_sys::{Object, Reflect, Uint8Array};
@@ -349,3 +351,12 @@ mod off_thread {
 
 #[cfg(feature = "threads")]
 pub use off_thread::set_fetch_hook;
+
+/// A storage as the engine shares it.
+#[allow(
+    clippy::arc_with_non_send_sync,
+    reason = "on wasm32 a `dyn Storage` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
+)]
+pub(crate) fn shared<S: insitubatch_core::Storage + 'static>(storage: S) -> Arc<dyn insitubatch_core::Storage> {
+    Arc::new(storage)
+}

@@ -7,7 +7,7 @@
 //! of the instance's memory (to tell an out-of-memory abort from a bug), and, for tests only,
 //! a way to force each kind of trap deterministically.
 
-use crate::api::js_error;
+use crate::errors::js_error;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};

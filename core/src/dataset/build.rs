@@ -17,7 +17,6 @@ use super::{Dataset, DatasetOptions, DatasetSpec, Inner, Variable, VariableSpec,
 use crate::ahead::ReadAhead;
 use crate::array::Recycler;
 use crate::coords::{Coordinate, LabelSel, group_of, read_agreed_coordinate};
-use crate::describe::human_bytes;
 use crate::draws::Draws;
 use crate::engine::{ArrayReader, CpuQueue, Engine};
 use crate::error::{Error, Result};
@@ -27,7 +26,7 @@ use crate::pass::{GatherVar, VarPart, part_charge_max};
 use crate::patch::{AxisPicks, PatchAxis, PatchOptions, PatchedDims, Patcher};
 use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block_chunks_over};
 use crate::pool::Pool;
-use crate::reads::Coalescer;
+use crate::reads::{Coalescer, ReadPath};
 use crate::retry::PolicyStorage;
 use crate::runtime::{Runtime, Storage};
 use crate::shard::unit_chunks;
@@ -36,6 +35,7 @@ use crate::shuffle::chunk_anchors;
 use crate::split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};
 use crate::tier::{ArrayIdentity, ChunkTier, array_fingerprint};
 use crate::transform::{BatchTransform, Scoped};
+use crate::units::human_bytes;
 use crate::window::ReadWindow;
 use crate::zarr::{ZarrArray, open_array, open_arrays};
 
@@ -703,20 +703,25 @@ impl Assembly {
         let policy = &o.read_policy;
         // A local store has no slow tail worth a second request.
         let hedger = policy.hedge.clone().filter(|_| !local).map(Hedger::new);
+        let reads = Arc::new(ReadPath {
+            storage: Arc::clone(&self.storage),
+            executor: Arc::clone(&self.runtime.executor),
+            inflight: Arc::new(Semaphore::new(o.knobs.max_inflight)),
+            window,
+            inflight_now: Arc::new(AtomicUsize::new(0)),
+            coalescer: Coalescer::new(policy.coalesce_gap_bytes, policy.coalesce_max_bytes),
+            hedger,
+            ahead: ReadAhead::new(read_ahead_budget(policy, readers_sharded, residency.floor_max)),
+            policy: policy.clone(),
+        });
         let engine = Arc::new(Engine {
             storage: self.storage,
             pool: Arc::new(Pool::new(o.knobs.cache_budget_bytes, auto_residency_bytes)),
             cpu: CpuQueue::new(Arc::clone(&self.runtime.pool)),
             runtime: self.runtime,
             arrays: readers,
-            inflight: Arc::new(Semaphore::new(o.knobs.max_inflight)),
-            window,
-            inflight_now: Arc::new(AtomicUsize::new(0)),
+            reads,
             max_inflight: o.knobs.max_inflight,
-            coalescer: Coalescer::new(policy.coalesce_gap_bytes, policy.coalesce_max_bytes),
-            hedger,
-            ahead: ReadAhead::new(read_ahead_budget(policy, readers_sharded, residency.floor_max)),
-            policy: policy.clone(),
             on_bad_chunk: o.knobs.on_bad_chunk,
             bad_chunks: Mutex::new(Vec::new()),
             recycler,

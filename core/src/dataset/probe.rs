@@ -84,9 +84,9 @@ impl ProbeReport {
             "probe ({} requests, {} read):\n  store: first byte {:.0} ms, one request of {} in {:.0} ms ({:.0} MB/s per \
              connection), {} at once {:.0} MB/s{}\n  decode: {:.0} MB/s per thread x {}, ratio {:.2}\n",
             self.requests,
-            crate::describe::human_bytes(self.bytes_read),
+            crate::units::human_bytes(self.bytes_read),
             self.first_byte_s * 1e3,
-            crate::describe::human_bytes(self.request_bytes),
+            crate::units::human_bytes(self.request_bytes),
             self.request_s * 1e3,
             self.connection_bytes_per_s / 1e6,
             self.concurrent_requests,
@@ -251,7 +251,7 @@ impl Dataset {
         let r = &engine.arrays[key.path as usize];
         let location = r.zarr.tile_location(&r.geom.physical_tile_coord(key.chunk, &r.geom.inner_coord(0)));
         let t0 = engine.now();
-        engine.fetch(location.key(), Some(ByteRange::Bounded { start: 0, end: 1 }), 1, None).await?;
+        engine.reads.fetch(location.key(), Some(ByteRange::Bounded { start: 0, end: 1 }), 1, None).await?;
         Ok(engine.now().saturating_sub(t0).as_secs_f64())
     }
 

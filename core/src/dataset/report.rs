@@ -5,12 +5,13 @@ use std::collections::HashSet;
 
 use super::{Dataset, max_batches_ahead};
 use crate::describe::note_code as code;
-use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport, human_bytes};
+use crate::describe::{ConfigReport, DatasetReport, MemoryReport, Note, Severity, VariableReport};
 use crate::engine::ArrayReader;
 use crate::error::{Error, Result};
 use crate::geometry::ArrayGeometry;
 use crate::plan::{PassPlan, block_bytes};
 use crate::shuffle::{Split, chunk_anchors, shuffle_quality};
+use crate::units::human_bytes;
 
 /// Process baseline (interpreter, allocator arenas, code) added to the accounted bytes. No
 /// share is added for allocator slack: the large buffers are recycled by the engine (see
@@ -448,7 +449,7 @@ impl Dataset {
         let slots_go_idle = resident_max_bytes < store_bytes || !i.chunk_transform_labels.is_empty();
         let reads = ReadsHeld {
             decoding: parallelism,
-            ahead: i.engine.window.reach(i.engine.storage.reads_are_local()),
+            ahead: i.engine.reads.window.reach(i.engine.storage.reads_are_local()),
             idle_slots_max: if slots_go_idle { i.engine.recycler.cap_bytes() as u64 } else { 0 },
             residency,
         };
@@ -462,7 +463,7 @@ impl Dataset {
         // is allocated only when none is idle); idle chunk buffers can outlast a size change,
         // so count two chunks of slack.
         let recycled_bytes = 2 * i.floor_arrays.iter().map(|a| a.max_slot_bytes).max().unwrap_or(0);
-        let read_ahead_bytes = i.engine.ahead.budget();
+        let read_ahead_bytes = i.engine.reads.ahead.budget();
         let accounted =
             resident_max_bytes + inflight_bytes + read_ahead_bytes + queue_bytes + scratch_bytes + recycled_bytes;
         let estimated_peak_bytes = accounted + PROCESS_BASELINE_BYTES;

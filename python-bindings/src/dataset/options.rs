@@ -8,9 +8,10 @@ use insitubatch_core::transform::{BatchTransform, Scoped};
 use insitubatch_core::{DatasetSpec, PassObserver};
 use pyo3::prelude::*;
 
+use crate::errors::ErrSlot;
 use crate::errors::core_err;
 use crate::observe::PyPassCallback;
-use crate::transforms::{self, ErrSlot, PyBatchFn};
+use crate::transforms::{self, PyBatchFn};
 
 /// The dataset's spec, one dict (the generated `_options.DatasetSpec`), read into core's
 /// [`DatasetSpec`] by its serde derive (pythonize) through core's one reader of it: the keys

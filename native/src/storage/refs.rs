@@ -1,5 +1,5 @@
 //! Reference sets by URL: `reference+URL` opens the kerchunk reference set at `URL` (a JSON
-//! file, or kerchunk's Parquet folder, read lazily by `refs/parquet.rs`) as core's
+//! file, or kerchunk's Parquet folder, read lazily by `storage/refs/parquet.rs`) as core's
 //! [`ReferenceStorage`], its files read through the same object_store stores as any URL
 //! (`file`, `s3`, `gs`, `az`, `http(s)`), so coalescing, hedging, retries and the request
 //! counters apply to them.
@@ -17,8 +17,8 @@ use insitubatch_core::runtime::{Storage, StorageError};
 use insitubatch_core::{FileOpener, ReferenceSet, ReferenceStorage};
 use url::Url;
 
+use super::{location_of, open_storage, parse_location};
 use crate::NativeError;
-use crate::storage::{open_storage, parse_location};
 
 mod parquet;
 
@@ -48,7 +48,7 @@ pub fn open_references(url: &str, options: &[(String, String)]) -> Result<Arc<dy
     // (JSON) or a folder (Parquet), named without its trailing slash.
     let path = set_url.path().trim_end_matches('/').to_string();
     set_url.set_path(&path);
-    let location = format!("{REFERENCE_PREFIX}{}", crate::storage::location_of(&set_url, inner));
+    let location = format!("{REFERENCE_PREFIX}{}", location_of(&set_url, inner));
     let opener = Arc::new(NativeFiles { options: options.to_vec(), stores: Mutex::new(HashMap::new()) });
     let storage = match read_set(&set_url, "", options).map_err(open_err)? {
         Some(bytes) => {
