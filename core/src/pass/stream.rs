@@ -11,7 +11,7 @@ use crate::batch::Batch;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::pool::PassId;
-use crate::shard::Checkpoint;
+use crate::ranks::Checkpoint;
 use crate::stats::{Depths, PassObserver, PassRecorder, PassStats, verdict};
 
 /// The rank's side of a pass: what its stats report and where its checkpoints start.

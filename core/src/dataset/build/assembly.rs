@@ -21,9 +21,9 @@ use crate::hedge::Hedger;
 use crate::pass::GatherVar;
 use crate::plan::PlanVar;
 use crate::pool::Pool;
+use crate::ranks::unit_chunks;
 use crate::reads::Coalescer;
 use crate::runtime::{Runtime, Storage};
-use crate::shard::unit_chunks;
 use crate::split::{SplitManifest, valid_anchor_range};
 use crate::tier::{ArrayIdentity, ChunkTier, array_fingerprint};
 use crate::transform::{BatchTransform, Scoped};
@@ -291,7 +291,7 @@ impl Assembly {
 fn checked_options(mut o: DatasetOptions) -> Result<DatasetOptions> {
     o.knobs = o.knobs.checked()?;
     if let Some(k) = o.node_ranks {
-        crate::shard::check_node_ranks(k, o.knobs.world_size)?;
+        crate::ranks::check_node_ranks(k, o.knobs.world_size)?;
     }
     if let Some(m) = &o.model_parallel {
         m.check(o.knobs.world_size, o.node_ranks)?;
