@@ -240,10 +240,13 @@ fn parse_address(address: &str) -> Result<SocketAddr> {
 /// A web origin as browsers send it (`scheme://host[:port]`, no path), checked and normalized.
 fn parse_origin(origin: &str) -> Result<String> {
     let refuse = || {
-        refused("metrics_cors_origin", format!(
-            "`metrics_cors_origin` must be one web origin, scheme://host[:port] with no path (the page that reads the \
+        refused(
+            "metrics_cors_origin",
+            format!(
+                "`metrics_cors_origin` must be one web origin, scheme://host[:port] with no path (the page that reads the \
              endpoint, e.g. the dashboard's http://localhost:5173), never \"*\"; got {origin:?}"
-        ))
+            ),
+        )
     };
     let url = url::Url::parse(origin).map_err(|_| refuse())?;
     let bare = url.path() == "/" && url.query().is_none() && url.fragment().is_none() && url.username().is_empty();
