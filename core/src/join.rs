@@ -3,7 +3,7 @@
 //! Variables joined from different stores (ERA5 with static fields in another bucket, say)
 //! become arrays of one storage (`era5/t2m`, `static/lsm`), so everything above the storage
 //! seam is unchanged: one plan, one `max_inflight` budget, one byte budget, one disk tier.
-//! The builder checks what a join needs (`dataset/build.rs`): the sample-axis lengths agree
+//! The builder checks what a join needs (`dataset/build/`): the sample-axis lengths agree
 //! and, where each store has the sample axis's coordinate, so do its values.
 //!
 //! Hand-written: object_store's prefix store maps one store under a prefix, not several

@@ -2,7 +2,7 @@
 //!
 //! With `model_parallel = k`, ranks `g·k .. g·k + k` form group `g`. The ranks of a group
 //! draw the same rows in the same order (the order is dealt to the `world_size / k` groups as
-//! it is dealt to ranks, `shard.rs`), and rank `g·k + p` takes part `p` of every row along
+//! it is dealt to ranks, `ranks.rs`), and rank `g·k + p` takes part `p` of every row along
 //! one axis: the row's box (the whole field, or its patch, `patch.rs`) split in `k` as
 //! `numpy.array_split` splits it (the first `len % k` parts one longer). So the union over a
 //! group is the full row, and a model sharded over the group's devices gets its slices

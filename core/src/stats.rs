@@ -286,7 +286,7 @@ pub struct PassStats {
     #[cfg_attr(feature = "schema", schemars(extend("x-python" = {"default": "1"})))]
     pub world_size: usize,
     /// Samples of the epoch no rank draws so that every rank draws the same number (job-wide;
-    /// 0 with one rank). See `shard.rs`.
+    /// 0 with one rank). See `ranks.rs`.
     pub dropped_samples: u64,
     /// Samples this rank had consumed before a resumed pass started (0 for a fresh pass).
     pub resumed_at: u64,

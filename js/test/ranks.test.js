@@ -1,5 +1,5 @@
 // Ranks in JS (`rank`/`worldSize`): each rank of a job reads and yields its own share of an
-// epoch (core/src/shard.rs, the same rule on every target). The shares are disjoint, have
+// epoch (core/src/ranks.rs, the same rule on every target). The shares are disjoint, have
 // equal batch counts, and together with the reported remainder cover the split. Over the
 // node:fs store, in Node.
 import { test } from 'node:test';

@@ -1,4 +1,4 @@
-// Exact mid-epoch resume in JS (core's `Checkpoint`, core/src/shard.rs): a pass stopped after
+// Exact mid-epoch resume in JS (core's `Checkpoint`, core/src/ranks.rs): a pass stopped after
 // a few batches and resumed by a fresh dataset yields exactly the rest of the uninterrupted
 // pass, in order (every sample once), on the main thread and through openInWorker; a
 // checkpoint of another seed is refused; one taken with 2 ranks resumed by 1 covers exactly

@@ -117,7 +117,7 @@ fn resolve(set_url: &str, file: &str) -> Result<String, String> {
 /// Open the reference set `url` (`reference+URL`, `URL` absolute: the Node facade makes a
 /// path a `file://` URL), reading it and its files through `files`.
 pub(crate) async fn open_references(url: &str, files: WasmFiles) -> Result<Arc<dyn Storage>, JsValue> {
-    let fail = |m: String| crate::api::js_error(&format!("{m}: {url}"));
+    let fail = |m: String| crate::errors::js_error(&format!("{m}: {url}"));
     let inner = url
         .strip_prefix(REFERENCE_PREFIX)
         .ok_or_else(|| fail(format!("a reference set's URL starts with {REFERENCE_PREFIX}")))?;

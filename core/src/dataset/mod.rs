@@ -26,8 +26,8 @@ use crate::pass::{BatchStream, GatherVar, PassSpec, Patching, ShardInfo, StatsSi
 use crate::patch::{PatchOptions, Patcher};
 use crate::plan::{FloorArray, PassPlan, PlanVar, residency_floor};
 use crate::pool::PoolCounters;
+use crate::ranks::{Checkpoint, RankPass, Sharding, rank_pass};
 use crate::retry::{OnBadChunk, ReadPolicy};
-use crate::shard::{Checkpoint, RankPass, Sharding, rank_pass};
 use crate::shuffle::{DrawOrder, DrawRows, OrderSpec, Split, draw_order, shuffle_quality};
 use crate::split::SplitManifest;
 use crate::stats::{PassObserver, PassRecorder, PassStats};
@@ -70,7 +70,7 @@ pub struct DatasetOptions {
     pub tier: Option<Arc<dyn TierOpener>>,
     /// Node affinity: ranks per node (the launcher's local world size; nodes are runs of
     /// consecutive ranks). Each node then draws the same chunks in every epoch, reshuffled, so
-    /// ranks sharing a node's `cache_dir` read epoch 2 from it (`shard.rs`, step 2). `None`:
+    /// ranks sharing a node's `cache_dir` read epoch 2 from it (`ranks.rs`, step 2). `None`:
     /// the specified partition.
     pub node_ranks: Option<usize>,
     /// Spatial patches: each sample cut into patches on some inner axes (`patch.rs`); `None`:
@@ -439,7 +439,7 @@ impl Dataset {
         self.draws().map(|d| format!("{:016x}", d.fingerprint()))
     }
 
-    /// Reference chunks per rank-assignment unit (`shard.rs`): 1 unless a variable is chunked
+    /// Reference chunks per rank-assignment unit (`ranks.rs`): 1 unless a variable is chunked
     /// more coarsely than the reference grid.
     pub fn unit_chunks(&self) -> u64 {
         self.inner.unit_chunks
@@ -498,7 +498,7 @@ impl Dataset {
 
     /// Start the pass a checkpoint was taken in, where it stopped: with the world size it was
     /// saved with, exactly the batches the uninterrupted pass would have yielded next; with
-    /// another, this rank's share of the samples no rank had consumed (`shard.rs`). Sets the
+    /// another, this rank's share of the samples no rank had consumed (`ranks.rs`). Sets the
     /// dataset's epoch to the checkpoint's.
     ///
     /// # Errors
@@ -524,7 +524,7 @@ impl Dataset {
     pub fn fresh_checkpoint(&self, split: Split, epoch: u64) -> Checkpoint {
         let o = &self.inner.options;
         Checkpoint {
-            version: crate::shard::CHECKPOINT_VERSION,
+            version: crate::ranks::CHECKPOINT_VERSION,
             seed: o.knobs.seed,
             epoch,
             split,

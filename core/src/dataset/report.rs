@@ -399,12 +399,12 @@ impl Dataset {
         let nodes = world / k;
         let chunks = self.inner.manifest.chunks_of(Split::Train);
         let spec = self.order_spec(Split::Train, epoch, &chunks);
-        let quality = |sharding: &crate::shard::Sharding| {
-            crate::shard::rank_pass(&spec, sharding, None).map_or(0.0, |p| shuffle_quality(&p.order.anchors))
+        let quality = |sharding: &crate::ranks::Sharding| {
+            crate::ranks::rank_pass(&spec, sharding, None).map_or(0.0, |p| shuffle_quality(&p.order.anchors))
         };
         let sharding = self.sharding();
         let ours = quality(&sharding);
-        let plain = quality(&crate::shard::Sharding { node_ranks: None, ..sharding });
+        let plain = quality(&crate::ranks::Sharding { node_ranks: None, ..sharding });
         Note::new(
             code::NODE_AFFINITY,
             Severity::Note,

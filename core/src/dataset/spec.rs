@@ -725,7 +725,7 @@ impl DatasetSpec {
     pub fn resolve(&self) -> Result<ResolvedSpec> {
         let knobs = self.knobs()?;
         if let Some(k) = self.node_ranks {
-            crate::shard::check_node_ranks(k, self.world_size)?;
+            crate::ranks::check_node_ranks(k, self.world_size)?;
         }
         let model_parallel = self.mesh()?;
         if let Some(threads) = self.threads {

@@ -236,7 +236,7 @@ class PassStats:
     # Ranks sharing the epoch (in this segment, after an elastic resume).
     world_size: int = 1
     # Samples of the epoch no rank draws so that every rank draws the same number (job-wide;
-    # 0 with one rank). See `shard.rs`.
+    # 0 with one rank). See `ranks.rs`.
     dropped_samples: int = 0
     # Samples this rank had consumed before a resumed pass started (0 for a fresh pass).
     resumed_at: int = 0
