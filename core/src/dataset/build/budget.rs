@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use super::assembly::Assembly;
 use crate::dataset::DatasetOptions;
-use crate::units::human_bytes;
 use crate::draws::Draws;
 use crate::engine::ArrayReader;
 use crate::error::{Error, Result};
@@ -19,6 +18,7 @@ use crate::plan::{FloorArray, PlanVar, block_bytes, residency_floor, widen_block
 use crate::shuffle::Split;
 use crate::shuffle::chunk_anchors;
 use crate::tier::ChunkTier;
+use crate::units::human_bytes;
 
 /// What a chunk holds in rows: its drawable samples, their patches and weighted copies.
 pub(super) struct ChunkRows<'a> {
