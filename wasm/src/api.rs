@@ -286,7 +286,7 @@ async fn open_on(
     let resolved = opts.to_core().map_err(err)?;
     let pool = cpu_pool();
     // The disk tier (`cacheDir`): locked and listed now, asynchronously, since the builder
-    // opens it synchronously (wasm/src/opfs.rs).
+    // opens it synchronously (wasm/src/opfs/).
     let tier = match &resolved.cache {
         Some(flags) => {
             let dir = crate::opfs::OpfsDir::from_flags(flags).map_err(err)?;

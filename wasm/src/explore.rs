@@ -286,7 +286,7 @@ mod js {
         storage: Arc<dyn Storage>,
         model: Model,
         url: String,
-        /// The disk tier (`cacheDir`, given to `openExplorer`; wasm/src/opfs.rs), held while
+        /// The disk tier (`cacheDir`, given to `openExplorer`; wasm/src/opfs/), held while
         /// the explorer lives: its passes read and fill it, so previews come back after a
         /// reload without the network. The what-ifs and the probe are built without it.
         tier: Option<Arc<dyn insitubatch_core::TierOpener>>,
