@@ -1,7 +1,7 @@
 //! The dashboard's exports (`www/`): open a store's metadata once, then answer "what would
 //! this configuration do?" for every move of a control without touching the store again.
 //!
-//! `open()` (api.rs) reads metadata and builds one dataset for one configuration; the
+//! `open()` (api/open.rs) reads metadata and builds one dataset for one configuration; the
 //! dashboard needs hundreds of configurations per minute. Core's `DatasetBuilder::build` does no I/O,
 //! so the [`Model`] here keeps the opened [`ZarrArray`]s and builds a fresh dataset per
 //! question: the describe report, the draw order of an epoch, and the shuffle quality across
@@ -231,7 +231,7 @@ mod js {
     /// [`open_explorer`] over a JS storage object (`{ get(key, range), list?(prefix),
     /// location? }`, see [`JsStorage`](crate::JsStorage)): the notebook widget's store read
     /// through the kernel. `url`: the store as the caller names it; absent, the object's
-    /// `location`. Not in the threaded build, as `openWithStorage` (`wasm/src/api.rs`).
+    /// `location`. Not in the threaded build, as `openWithStorage` (`wasm/src/api/open.rs`).
     #[cfg(not(feature = "threads"))]
     #[wasm_bindgen(js_name = openExplorerWithStorage)]
     pub async fn open_explorer_with_storage(
