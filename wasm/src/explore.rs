@@ -10,9 +10,8 @@
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use insitubatch_core::internals::ZarrArray;
 use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
-use insitubatch_core::{Dataset, DatasetBuilder, Error, TierOpener};
+use insitubatch_core::{Dataset, DatasetBuilder, Error, TierOpener, ZarrArray};
 pub use insitubatch_core::{DrawOrderReport, QualityPoint};
 use serde::Serialize;
 

@@ -3,8 +3,9 @@
 //! its serde derive, beside this package's own keys ([`JS_OWN_NAMES`]). The words, defaults
 //! and rules are core's (`DatasetSpec::resolve`); this module only renames.
 
-use insitubatch_core::internals::ZarrArray;
-use insitubatch_core::{DatasetSpec, Error, ResolvedSpec, TargetAbilities, VariableSpec, VariablesSpec, camel_case};
+use insitubatch_core::{
+    DatasetSpec, Error, ResolvedSpec, TargetAbilities, VariableSpec, VariablesSpec, ZarrArray, camel_case,
+};
 
 /// The keys `open()` takes that are not the spec's, taken out before the key-case pass:
 /// `credentials` (a function, which is no data), `batchViews` (how this package hands batches
