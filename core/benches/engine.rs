@@ -22,11 +22,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use insitubatch_core::internals::{TileLocation, ZarrArray, open_array};
+use insitubatch_core::internals::{TileLocation, open_array};
 use insitubatch_core::runtime::{InlinePool, Runtime, Storage};
 use insitubatch_core::testing::{MemoryStorage, SimExecutor, write_f32_array};
 use insitubatch_core::{
     AlignedBytes, Dataset, DatasetOptions, Knobs, PatchAxis, PatchOptions, PatchPlacement, Split, SplitOptions,
+    ZarrArray,
 };
 
 /// Long enough for any epoch here on a slow machine; the simulated clock never sleeps.

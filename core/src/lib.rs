@@ -82,7 +82,7 @@ pub mod internals {
     pub use crate::array::{BUFFER_ALIGN, zeroed_bytes};
     pub use crate::retry::PolicyStorage;
     pub use crate::stats::{Recorded, verdict};
-    pub use crate::zarr::{TileLocation, ZarrArray, open_array, open_arrays};
+    pub use crate::zarr::{TileLocation, open_array, open_arrays};
 }
 
 pub use array::{AlignedBytes, DType, Element, NdArray, Prefault};
@@ -117,3 +117,4 @@ pub use tier::{ArrayIdentity, ChunkTier, CommitRecord, TierCounters, TierOpener}
 pub use units::human_bytes;
 pub use whatif::{DrawOrderReport, QualityPoint};
 pub use window::WindowReason;
+pub use zarr::ZarrArray;

@@ -12,7 +12,7 @@
 //! so a changed pipeline over one array invalidates only that array.
 //!
 //! A tier whose storage has no blocking API (the browser's Origin Private File System outside
-//! dedicated workers, `insitubatch-wasm`'s `opfs.rs`) answers [`ChunkTier::revive_async`] and
+//! dedicated workers, `insitubatch-wasm`'s `opfs/`) answers [`ChunkTier::revive_async`] and
 //! [`ChunkTier::store_async`] instead: the engine awaits them on its executor where it would
 //! have awaited the blocking calls' pool job.
 

@@ -58,7 +58,12 @@ impl TileLocation {
     }
 }
 
-/// One Zarr array's metadata and codecs; never touches storage.
+/// An opened Zarr array: its metadata and codecs, read once, never touching storage.
+/// [`DatasetBuilder::read_metadata`](crate::DatasetBuilder::read_metadata) opens them and
+/// [`DatasetBuilder::opened_arrays`](crate::DatasetBuilder::opened_arrays) gives them out; a
+/// clone handed to [`DatasetBuilder::opened`](crate::DatasetBuilder::opened) builds another
+/// dataset over the same arrays without reading their metadata again (the wasm explorer
+/// builds one per configuration so).
 #[derive(Debug, Clone)]
 pub struct ZarrArray {
     /// zarrs' array over no storage (`()`): used for keys, data type, fill value and codecs.
@@ -196,6 +201,9 @@ impl ZarrArray {
     }
 
     /// Where the tile at physical tile-grid coordinate `coord` (units of `tile_shape`) is stored.
+    /// Hidden, as `internals` (which names [`TileLocation`]): the engine's addressing, for the
+    /// fuzz targets and the benches; not a stable API.
+    #[doc(hidden)]
     pub fn tile_location(&self, coord: &[u64]) -> TileLocation {
         match &self.sharding {
             None => TileLocation::Object { key: self.array.chunk_key(coord).as_str().to_string() },

@@ -3,8 +3,9 @@
 //! Every accepted array must pass `check_array`; everything else must be a clean error.
 #![no_main]
 
+use insitubatch_core::ZarrArray;
+use insitubatch_core::internals::open_arrays;
 use insitubatch_core::testing::MemoryStorage;
-use insitubatch_core::internals::{ZarrArray, open_arrays};
 use insitubatch_fuzz::{block_on, check_array, metadata_seeds, write_seeds_if_asked};
 use libfuzzer_sys::fuzz_target;
 

@@ -10,7 +10,8 @@ use std::pin::pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
-use insitubatch_core::internals::{TileLocation, ZarrArray};
+use insitubatch_core::ZarrArray;
+use insitubatch_core::internals::TileLocation;
 use serde_json::{Value, json};
 use zarrs::array::{Array, ArrayBytes};
 use zarrs::storage::ReadableStorageTraits;

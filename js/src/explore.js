@@ -89,7 +89,7 @@ export class Explorer {
  * over an engine (src/engine.js). `source`: an http(s) URL, or a storage object
  * (`{ get(key, range), list?(prefix), location? }`, as `open()` takes; the notebook widget's
  * store read through the kernel). `cacheDir` and its flags, as `open()` takes them: a disk
- * tier in the origin private file system for the explorer's passes (`iter`; wasm/src/opfs.rs),
+ * tier in the origin private file system for the explorer's passes (`iter`; wasm/src/opfs/),
  * held until `close()`; the what-ifs answer without it, and the probe reads the store.
  */
 export function makeOpenExplorer(engine) {

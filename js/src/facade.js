@@ -50,7 +50,7 @@ export class SplitViews {
 
 /**
  * A batch of views into wasm `memory` (the `batchViews` option): `raw` is the engine's
- * (wasm/src/api.rs `batch_view_to_js`: each array's `data`, `byteOffset` and `length`), and
+ * (wasm/src/api/batch.rs `batch_view_to_js`: each array's `data`, `byteOffset` and `length`), and
  * `check()` throws unless the batch may still be read (its pass is still at this step, its
  * instance alive). Each read of `data` checks that, then re-derives the typed array if the
  * memory grew since (a non-shared memory detaches its old `ArrayBuffer`; a shared one, the

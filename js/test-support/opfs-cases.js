@@ -1,4 +1,4 @@
-// Page-side halves of js/test/opfs.test.js (the browser's disk tier, wasm/src/opfs.rs), imported
+// Page-side halves of js/test/opfs.test.js (the browser's disk tier, wasm/src/opfs/), imported
 // into test-support/page/ on the js/ origin. Each returns plain JSON for the Node side.
 import { open, openInWorker } from '../src/web.js';
 import { digest } from './browser-cases.js';

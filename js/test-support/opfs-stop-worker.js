@@ -1,5 +1,5 @@
 // openInWorker's worker (src/worker-web.js) with the browser disk tier's test hook set
-// (wasm/src/opfs.rs `stop_after`): each chunk write stops after its first `stopAfter` bytes
+// (wasm/src/opfs/dir.rs `stop_after`): each chunk write stops after its first `stopAfter` bytes
 // (this module's query) and never finishes, and the file's name is posted on the
 // `insitubatch-opfs-test` BroadcastChannel, so js/test/opfs.test.js can terminate the worker
 // mid-write, as a closed tab's worker is.

@@ -1,4 +1,4 @@
-// The browser's disk tier (`cacheDir`, wasm/src/opfs.rs) in headless Chromium (playwright-core
+// The browser's disk tier (`cacheDir`, wasm/src/opfs/) in headless Chromium (playwright-core
 // driving Debian's chromium): decoded chunks kept in the origin private file system. The store
 // is served by its own tests/servers/http_server.py with --count-requests, so every test says
 // how many chunk reads reached the network: a warm open, in a fresh worker, after a page

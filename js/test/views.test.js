@@ -1,4 +1,4 @@
-// `batchViews: true` (wasm/src/api.rs `batch_view_to_js`, js/src/facade.js `viewBatch`):
+// `batchViews: true` (wasm/src/api/batch.rs `batch_view_to_js`, js/src/facade.js `viewBatch`):
 // each batch's arrays are typed arrays over wasm memory instead of copies, valid until the
 // pass's next step or close(). Over a whole epoch of every fixture store (read over the
 // loopback HTTP server; sharded, blosc, gzip, v2, windows…) and every split, the views hold

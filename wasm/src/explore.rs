@@ -1,7 +1,7 @@
 //! The dashboard's exports (`www/`): open a store's metadata once, then answer "what would
 //! this configuration do?" for every move of a control without touching the store again.
 //!
-//! `open()` (api.rs) reads metadata and builds one dataset for one configuration; the
+//! `open()` (api/open.rs) reads metadata and builds one dataset for one configuration; the
 //! dashboard needs hundreds of configurations per minute. Core's `DatasetBuilder::build` does no I/O,
 //! so the [`Model`] here keeps the opened [`ZarrArray`]s and builds a fresh dataset per
 //! question: the describe report, the draw order of an epoch, and the shuffle quality across
@@ -10,9 +10,8 @@
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use insitubatch_core::internals::ZarrArray;
 use insitubatch_core::runtime::{Job, Runtime, Storage, ThreadPool};
-use insitubatch_core::{Dataset, DatasetBuilder, Error, TierOpener};
+use insitubatch_core::{Dataset, DatasetBuilder, Error, TierOpener, ZarrArray};
 pub use insitubatch_core::{DrawOrderReport, QualityPoint};
 use serde::Serialize;
 
@@ -231,7 +230,7 @@ mod js {
     /// [`open_explorer`] over a JS storage object (`{ get(key, range), list?(prefix),
     /// location? }`, see [`JsStorage`](crate::JsStorage)): the notebook widget's store read
     /// through the kernel. `url`: the store as the caller names it; absent, the object's
-    /// `location`. Not in the threaded build, as `openWithStorage` (`wasm/src/api.rs`).
+    /// `location`. Not in the threaded build, as `openWithStorage` (`wasm/src/api/open.rs`).
     #[cfg(not(feature = "threads"))]
     #[wasm_bindgen(js_name = openExplorerWithStorage)]
     pub async fn open_explorer_with_storage(
@@ -286,7 +285,7 @@ mod js {
         storage: Arc<dyn Storage>,
         model: Model,
         url: String,
-        /// The disk tier (`cacheDir`, given to `openExplorer`; wasm/src/opfs.rs), held while
+        /// The disk tier (`cacheDir`, given to `openExplorer`; wasm/src/opfs/), held while
         /// the explorer lives: its passes read and fill it, so previews come back after a
         /// reload without the network. The what-ifs and the probe are built without it.
         tier: Option<Arc<dyn insitubatch_core::TierOpener>>,

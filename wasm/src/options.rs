@@ -3,8 +3,9 @@
 //! its serde derive, beside this package's own keys ([`JS_OWN_NAMES`]). The words, defaults
 //! and rules are core's (`DatasetSpec::resolve`); this module only renames.
 
-use insitubatch_core::internals::ZarrArray;
-use insitubatch_core::{DatasetSpec, Error, ResolvedSpec, TargetAbilities, VariableSpec, VariablesSpec, camel_case};
+use insitubatch_core::{
+    DatasetSpec, Error, ResolvedSpec, TargetAbilities, VariableSpec, VariablesSpec, ZarrArray, camel_case,
+};
 
 /// The keys `open()` takes that are not the spec's, taken out before the key-case pass:
 /// `credentials` (a function, which is no data), `batchViews` (how this package hands batches
@@ -49,7 +50,7 @@ pub struct JsOpenOptions {
 }
 
 /// A JS options object as the key-case pass sees it: on the page a JS object
-/// (`api.rs`), on the host serde_json's (the tests). The pass is written once, over this.
+/// (`api/js_options.rs`), on the host serde_json's (the tests). The pass is written once, over this.
 pub trait OptionObject: Sized {
     /// Its own enumerable keys whose values are neither `undefined` nor `null` (an option
     /// left empty is absent).
@@ -149,7 +150,7 @@ impl OptionObject for serde_json::Value {
 }
 
 impl JsOpenOptions {
-    /// Options from a JSON object, as `api.rs` `parse_options` reads a JS object: this
+    /// Options from a JSON object, as `api/js_options.rs` `parse_options` reads a JS object: this
     /// package's own keys taken out, the rest renamed by [`snake_keys`] and read by core's
     /// spec (for the host's tests).
     ///

@@ -29,8 +29,8 @@ struct SendJob(Job);
 // worker). What a job captures includes an `Arc` of the engine, whose cache may hold a
 // pending `fetch` future (a JS value): the last reference must therefore never be
 // released on a pool thread. The JS-facing objects hold their engine through
-// `api::KeepAlive`, which releases it with [`drop_when_idle`], after every job has run and
-// dropped its captures; jobs are only created while such a holder is alive.
+// `api/dataset.rs`'s `KeepAlive`, which releases it with [`drop_when_idle`], after every
+// job has run and dropped its captures; jobs are only created while such a holder is alive.
 unsafe impl Send for SendJob {}
 
 impl SendJob {

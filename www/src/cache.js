@@ -1,4 +1,4 @@
-// The browser's disk tier (`cacheDir`, wasm/src/opfs.rs) for the dashboard's and the notebook
+// The browser's disk tier (`cacheDir`, wasm/src/opfs/) for the dashboard's and the notebook
 // widget's previews: decoded chunks kept in this origin's private file system, one directory
 // per store, so a reload previews what was read before without the network. The what-ifs and
 // the probe never use it, and the dashboard's live run (a worker) reads the store: they say

@@ -1,4 +1,4 @@
-// The previews' cache (src/cache.js over the browser's disk tier, wasm/src/opfs.rs): the
+// The previews' cache (src/cache.js over the browser's disk tier, wasm/src/opfs/): the
 // dashboard's production build on Vite's preview server, whose store middleware counts the
 // store's requests (IB_COUNT_STORE_REQUESTS, vite.config.js), driven in Debian's headless
 // Chromium. An epoch previewed once is previewed again after a reload with zero chunk reads

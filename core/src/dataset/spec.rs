@@ -506,7 +506,7 @@ pub struct TargetAbilities {
 impl TargetAbilities {
     /// The native engine (`insitubatch_native`: the CLI, the Rust API, the Python package).
     pub const NATIVE: Self = Self { place: "natively", spill: true, shared_cache: true, threads: true, metrics: true };
-    /// The wasm engine (Node and browsers): a browser's disk tier (`wasm/src/opfs.rs`) persists
+    /// The wasm engine (Node and browsers): a browser's disk tier (`wasm/src/opfs/`) persists
     /// or reads, one writer per directory; its threads are its build's; no metrics endpoint.
     pub const WASM: Self =
         Self { place: "in the wasm engine", spill: false, shared_cache: false, threads: false, metrics: false };

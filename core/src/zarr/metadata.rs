@@ -205,6 +205,8 @@ impl ZarrArray {
     ///
     /// # Errors
     /// [`Error::Metadata`] for malformed or unsupported metadata, [`Error::Config`] for a group.
+    /// Hidden, as `internals`: the metadata parser, for the fuzz targets.
+    #[doc(hidden)]
     pub fn from_v3(path: &str, zarr_json: &[u8]) -> Result<Self> {
         let path = normalize_path(path);
         let key = join(&path, "zarr.json");
@@ -264,6 +266,8 @@ impl ZarrArray {
     ///
     /// # Errors
     /// [`Error::Metadata`] for malformed or unsupported metadata.
+    /// Hidden, as `internals`: the metadata parser, for the fuzz targets.
+    #[doc(hidden)]
     pub fn from_v2(path: &str, zarray: &[u8], zattrs: Option<&[u8]>) -> Result<Self> {
         let path = normalize_path(path);
         let key = join(&path, ".zarray");
