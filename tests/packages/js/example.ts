@@ -11,7 +11,7 @@ const options: OpenOptions = {
   sampleRange: [0, 8760],
   shuffleSplits: true,
   onBadChunk: 'nan',
-  readPolicy: { retries: 4, backoffMs: 100, requestTimeoutMs: 120_000 },
+  readPolicy: { retries: 4, backoffS: 0.1, requestTimeoutS: 120 },
 };
 
 export async function train(url: string): Promise<number> {
