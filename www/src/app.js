@@ -26,8 +26,9 @@ export const state = {
   errors: [],
   /** The progress texts shown when a slow step started (`preview` or `live`), oldest first (the last 100). */
   progress: [],
-  /** A watched job: its endpoint, the rows of its last scrape, scrapes so far, the last error. */
-  job: { url: null, rows: [], scrapes: 0, error: null, timer: null },
+  /** A watched job: its endpoint, the rows of its last scrape, scrapes so far, the last error;
+   * `watch` counts the watches begun, so a read begun for an earlier one is dropped. */
+  job: { url: null, rows: [], scrapes: 0, error: null, timer: null, watch: 0 },
 };
 window.__ib = state;
 

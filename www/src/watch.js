@@ -11,10 +11,14 @@ const JOB_POLL_MS = 2000;
 /** Read the watched endpoint once and show its ranks. */
 async function scrapeJob() {
   const J = state.job;
+  // A read still in flight when the watch changed answers for the job watched before.
+  const watch = J.watch;
   try {
     const r = await fetch(J.url, { cache: 'no-store' });
     if (!r.ok) throw new Error(`HTTP ${r.status} from ${J.url}`);
-    J.rows = rankRows(parseMetrics(await r.text()));
+    const text = await r.text();
+    if (watch !== J.watch) return;
+    J.rows = rankRows(parseMetrics(text));
     J.scrapes += 1;
     J.error = null;
     $('job-table').replaceChildren(jobTable(J.rows));
@@ -25,6 +29,7 @@ async function scrapeJob() {
     $('job-state').dataset.state = 'ok';
     $('job-state').dataset.scrapes = String(J.scrapes);
   } catch (e) {
+    if (watch !== J.watch) return;
     // A read the browser refused for CORS is a TypeError without details (nor may a page
     // tell it from a job that is not running).
     J.error = e instanceof TypeError
@@ -43,12 +48,17 @@ export function showOrigin() {
 export function stopWatching() {
   clearInterval(state.job.timer);
   state.job.timer = null;
+  state.job.watch += 1;
   $('unwatch').disabled = true;
 }
 
 /** Watch `url` in place of the job watched so far (none for empty text): read it now, then every JOB_POLL_MS. */
 export function watchJob(url) {
   stopWatching();
+  // Until its first read answers, the section shows no state: not the last job's.
+  delete $('job-state').dataset.state;
+  $('job-state').textContent = url ? `reading ${url}` : '';
+  $('job-table').replaceChildren();
   if (!url) return;
   Object.assign(state.job, { url, rows: [], scrapes: 0, error: null });
   $('unwatch').disabled = false;
