@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::retry::{PolicyStorage, ReadPolicy};
-use crate::runtime::{BoxFuture, ByteRange, Executor, Location, Storage, StorageError};
+use crate::runtime::{BoxFuture, ByteRange, Executor, Location, Storage, StorageError, slice_in_memory};
 
 /// The start of the key of a part's object that stands for a range of another
 /// ([`ConcatStorage::locate`]); the part's number and the object's key follow. A control
@@ -434,19 +434,6 @@ fn storage_error(e: &StorageError, storage: &dyn Storage) -> Error {
     }
 }
 
-/// `range` of `bytes`, held to the storage contract (a range past the end is an error).
-fn slice(bytes: &Bytes, range: Option<ByteRange>) -> std::result::Result<Bytes, StorageError> {
-    let len = bytes.len() as u64;
-    match range {
-        None => Ok(bytes.clone()),
-        Some(ByteRange::Suffix(n)) => Ok(bytes.slice((len - n.min(len)) as usize..)),
-        Some(ByteRange::Bounded { start, end }) if start <= end && end <= len => {
-            Ok(bytes.slice(start as usize..end as usize))
-        }
-        Some(ByteRange::Bounded { start, end }) => Err(crate::runtime::past_end(start, end, len)),
-    }
-}
-
 impl Storage for ConcatStorage {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, std::result::Result<Option<Bytes>, StorageError>> {
         self.read(key, None)
@@ -481,7 +468,7 @@ impl Storage for ConcatStorage {
         range: Option<ByteRange>,
     ) -> BoxFuture<'a, std::result::Result<Option<Bytes>, StorageError>> {
         if let Some(doc) = self.served.get(key) {
-            return Box::pin(async move { slice(doc, range).map(Some) });
+            return Box::pin(async move { slice_in_memory(doc, range).map(Some) });
         }
         if let Some((storage, object)) = self.part_object(key) {
             return storage.read(object, range);

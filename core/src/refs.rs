@@ -28,7 +28,7 @@ pub use set::ReferenceSet;
 
 use crate::runtime::{
     Body, BoxFuture, ByteRange, Location, MaybeSend, MaybeSync, Storage, StorageError, StorageErrorKind, join_url,
-    past_end,
+    past_end, reversed, slice_in_memory,
 };
 
 /// The start of the key under which a [`ReferenceStorage`] serves a file the set names (its
@@ -157,7 +157,7 @@ impl ReferenceStorage {
         }
         Ok(match self.index.lookup(key).await? {
             None => Resolved::Bytes(None),
-            Some(Reference::Inline(b)) => Resolved::Bytes(Some(slice(&b, range)?)),
+            Some(Reference::Inline(b)) => Resolved::Bytes(Some(slice_in_memory(&b, range)?)),
             Some(Reference::File { url, range: within }) => {
                 Resolved::File { url: url.to_string(), range: file_range(within, range)?, chunk: Some(key.to_string()) }
             }
@@ -205,9 +205,9 @@ impl ReferenceStorage {
     }
 
     async fn read_resolved(&self, resolved: Resolved) -> Result<Option<Bytes>, StorageError> {
-        let Resolved::File { url, range, chunk } = resolved else {
-            let Resolved::Bytes(b) = resolved else { unreachable!("matched above") };
-            return Ok(b);
+        let (url, range, chunk) = match resolved {
+            Resolved::Bytes(b) => return Ok(b),
+            Resolved::File { url, range, chunk } => (url, range, chunk),
         };
         let file = self.file(&url)?;
         match file.storage.read(&file.key, range).await {
@@ -236,24 +236,6 @@ enum Resolved {
         range: Option<ByteRange>,
         chunk: Option<String>,
     },
-}
-
-/// `range` of inline bytes, held to the storage contract (past the end is an error).
-fn slice(bytes: &Bytes, range: Option<ByteRange>) -> Result<Bytes, StorageError> {
-    let len = bytes.len() as u64;
-    match range {
-        None => Ok(bytes.clone()),
-        Some(ByteRange::Suffix(n)) => Ok(bytes.slice((len - n.min(len)) as usize..)),
-        Some(ByteRange::Bounded { start, end }) if start <= end && end <= len => {
-            Ok(bytes.slice(start as usize..end as usize))
-        }
-        Some(ByteRange::Bounded { start, end }) if start > end => Err(reversed(start, end)),
-        Some(ByteRange::Bounded { start, end }) => Err(past_end(start, end, len)),
-    }
-}
-
-fn reversed(start: u64, end: u64) -> StorageError {
-    StorageError::permanent(format!("invalid byte range {start}..{end}: start after end"))
 }
 
 /// The range of the file that `range` of a chunk at `within` (its offset and length; `None`:

@@ -218,7 +218,7 @@ where
     SF: Future<Output = Result<Option<u64>, StorageError>>,
 {
     if start > end {
-        return Err(StorageError::permanent(format!("invalid byte range {start}..{end}: start after end")));
+        return Err(reversed(start, end));
     }
     if start == end {
         return match size().await? {
@@ -244,6 +244,24 @@ pub fn past_end(start: u64, end: u64, size: u64) -> StorageError {
         "byte range {start}..{end} reaches past the end of the object ({size} bytes); the object may be truncated, \
          or the shard index that gave the range is corrupt"
     ))
+}
+
+/// A range whose start is after its end: never worth retrying.
+pub(crate) fn reversed(start: u64, end: u64) -> StorageError {
+    StorageError::permanent(format!("invalid byte range {start}..{end}: start after end"))
+}
+
+/// `range` of bytes already in memory (an inline value, a concatenation's synthesized
+/// metadata), held to the storage contract: a reversed range or one past the end is an error.
+pub(crate) fn slice_in_memory(bytes: &Bytes, range: Option<ByteRange>) -> Result<Bytes, StorageError> {
+    let len = bytes.len() as u64;
+    match range {
+        None => Ok(bytes.clone()),
+        Some(ByteRange::Suffix(n)) => Ok(bytes.slice((len - n.min(len)) as usize..)),
+        Some(ByteRange::Bounded { start, end }) if start > end => Err(reversed(start, end)),
+        Some(ByteRange::Bounded { start, end }) if end <= len => Ok(bytes.slice(start as usize..end as usize)),
+        Some(ByteRange::Bounded { start, end }) => Err(past_end(start, end, len)),
+    }
 }
 
 /// Background tasks and time. Time is an input so tests can simulate it.
