@@ -2,7 +2,8 @@
 # The release artifacts, built into dist/ and checked as a user receives them:
 #   dist/python/  the abi3 wheel (CPython 3.10+) and the free-threaded cp314t wheel, both
 #                 manylinux_2_28 (scripts/pyenv.sh ib_build_wheel: zig against glibc 2.28), and
-#                 the sdist. Checked: `auditwheel show` reports manylinux_2_28 or older; `twine
+#                 the sdist. Checked: each wheel ships the notebook widget's front end
+#                 (scripts/www.sh ib_widget_assets); `auditwheel show` reports manylinux_2_28 or older; `twine
 #                 check` passes; the abi3 wheel, installed with its dependencies from PyPI into a
 #                 clean venv of Python 3.10 (not the builder's 3.11), reads real batches there
 #                 (tests/packages/use_wheel.py), and so does the cp314t wheel in a clean 3.14t venv.
@@ -36,6 +37,7 @@ ROOT="$PWD"
 START=$SECONDS
 source scripts/env.sh
 source scripts/pyenv.sh
+source scripts/www.sh
 ib_test_venv   # maturin, zig, auditwheel and twine (tools/python/test.in)
 MODE=release
 case "${1:-}" in --check) MODE=check ;; "") ;; *) echo "usage: scripts/release.sh [--check]" >&2; exit 2 ;; esac
@@ -56,6 +58,7 @@ python_wheels() {
         cp "$INSITUBATCH_CACHE"/python-wheels/insitubatch_rs-*.whl "$INSITUBATCH_CACHE"/python-wheels-ft/insitubatch_rs-*.whl \
             "$DIST/python/" || { echo "FAIL: no wheels from scripts/test-python.sh in $INSITUBATCH_CACHE" >&2; return 1; }
     else
+        ib_widget_assets
         ib_build_wheel "$IB_PY" "$DIST/python" --release
         py314t="$(bash scripts/py314t.sh)"
         ib_build_wheel "$py314t" "$DIST/python" --release
@@ -72,6 +75,17 @@ check_manylinux() {
     echo "auditwheel: $(basename "$whl"): $tag"
 }
 
+# Wheel $1 ships the notebook widget's front end (scripts/www.sh ib_widget_assets).
+check_widget() {
+    local whl="$1" f listing
+    listing="$("$BIN/python" -m zipfile -l "$whl")"
+    for f in widget.js insitubatch_wasm_bg.wasm; do
+        grep -q "insitubatch_rs/_widget/$f " <<<"$listing" \
+            || { echo "FAIL: $(basename "$whl") lacks insitubatch_rs/_widget/$f: the widget would not load (scripts/www.sh ib_widget_assets)" >&2; return 1; }
+    done
+    echo "widget: $(basename "$whl") ships insitubatch_rs/_widget/"
+}
+
 # A clean venv of interpreter $1 outside the repo, the wheel installed from $2 with its
 # dependencies from PyPI, and tests/packages/use_wheel.py run there on a fixture store.
 use_in_clean_venv() {
@@ -85,7 +99,7 @@ use_in_clean_venv() {
 
 python_checks() {
     local whl py310
-    for whl in "$DIST"/python/*.whl; do check_manylinux "$whl"; done
+    for whl in "$DIST"/python/*.whl; do check_manylinux "$whl" && check_widget "$whl"; done
     "$BIN/twine" check --strict "$DIST"/python/*
     py310="$(ib_python_version 3.10)"
     [ -n "$py310" ] || { echo "FAIL: no Python 3.10 (pyenv or PATH) to install the abi3 wheel into" >&2; return 1; }

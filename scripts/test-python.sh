@@ -77,10 +77,13 @@ ib_test_venv
 VENV="$(dirname "$(dirname "$IB_PY")")"
 PB="$ROOT/python-bindings"
 
-# 2. The extension, keyed on every input of the build (Rust sources, manifests, Python package).
+# 2. The extension, keyed on every input of the build (Rust sources, manifests, Python package,
+# the widget's front end: scripts/www.sh ib_widget_assets, which every wheel ships).
+source scripts/www.sh
+ib_widget_assets
 build_hash="$( { echo "$profile manylinux_2_28"; declare -f ib_build_wheel; cat Cargo.toml Cargo.lock; \
     find core native python-bindings/src python-bindings/python python-bindings/Cargo.toml python-bindings/pyproject.toml \
-        -type f \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name '*.pyi' -o -name py.typed \) -print0 \
+        -type f \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name '*.pyi' -o -name py.typed -o -path '*/_widget/*' \) -print0 \
         | sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
 wheels="${IB_TEST_VENV:+$IB_TEST_VENV/wheels}"
 wheels="${wheels:-$INSITUBATCH_CACHE/python-wheels}"

@@ -21,14 +21,7 @@ source scripts/pyenv.sh
 ib_prereqs
 
 echo "== widget: wasm package, npm packages, front-end bundle"
-ib_www_pkg
-ib_www_npm
-ASSETS=python-bindings/python/insitubatch_rs/_widget
-mkdir -p "$ASSETS"
-www/node_modules/.bin/esbuild www/src/widget.js --bundle --format=esm --platform=browser --minify \
-    --external:'node:*' --log-level=warning --outfile="$ASSETS/widget.js"
-cp js/pkg/web/insitubatch_wasm_bg.wasm "$ASSETS/"
-echo "widget assets: $(du -cb "$ASSETS"/* | tail -1 | cut -f1) bytes ($(ls "$ASSETS" | tr '\n' ' '))"
+ib_widget_assets
 
 echo "== widget: JupyterLab venv and the insitubatch_rs wheel"
 ib_test_venv   # the shared test venv: its python and maturin build the wheel

@@ -31,6 +31,23 @@ ib_www_npm() {
     fi
 }
 
+# The notebook widget's front end, which every wheel ships in insitubatch_rs/_widget/:
+# www/src/widget.js bundled by esbuild (Vite's, from www/node_modules) with the one-thread web
+# engine (js/pkg/web). Every wheel build calls this first (scripts/test-python.sh,
+# scripts/release.sh, scripts/test-widget.sh), so what a wheel holds never depends on which
+# scripts ran before it: a wheel built before the widget's test once lacked the widget, and
+# the release check's second build, made after it, differed from the first.
+ib_widget_assets() {
+    local assets=python-bindings/python/insitubatch_rs/_widget
+    ib_www_pkg
+    ib_www_npm
+    mkdir -p "$assets"
+    www/node_modules/.bin/esbuild www/src/widget.js --bundle --format=esm --platform=browser --minify \
+        --external:'node:*' --log-level=warning --outfile="$assets/widget.js"
+    cp js/pkg/web/insitubatch_wasm_bg.wasm "$assets/"
+    echo "widget assets: $(du -cb "$assets"/* | tail -1 | cut -f1) bytes ($(ls "$assets" | tr '\n' ' '))"
+}
+
 # The demo store, written once by the CLI (`$1`: the insitubatch binary). Prints its path.
 ib_www_demo_store() {
     local store
