@@ -56,7 +56,7 @@ from collections import deque
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from reference_bench import vm_hwm_bytes  # noqa: E402  (stdlib-only at import time)
+from reference_bench import cpu_fields, cpu_times, vm_hwm_bytes  # noqa: E402  (stdlib-only at import time)
 
 
 def _path_of(url):
@@ -105,6 +105,7 @@ def time_epochs(make_iter, epochs, compute_ms, max_batches, count, set_epoch=Non
         samples = nbytes = nb = 0
         ttfb = None
         wait = 0.0
+        cpu0 = cpu_times()
         t0 = time.perf_counter()
         it = iter(make_iter(e))  # a DataLoader may block here (worker start / drain)
         wait = time.perf_counter() - t0
@@ -131,6 +132,7 @@ def time_epochs(make_iter, epochs, compute_ms, max_batches, count, set_epoch=Non
             if max_batches and nb >= max_batches:
                 break
         secs = time.perf_counter() - t0
+        cpu = cpu_fields(cpu0, cpu_times(), nbytes)
         del held
         close = getattr(it, "close", None)
         if max_batches and close is not None:
@@ -149,6 +151,7 @@ def time_epochs(make_iter, epochs, compute_ms, max_batches, count, set_epoch=Non
             "samples_per_s": samples / secs if secs > 0 else 0.0,
             "ttfb_s": ttfb if ttfb is not None else secs,
             "limiting_stage": "",
+            **cpu,
         }
         if compute_ms > 0:
             row["stall_pct"] = 100.0 * wait / secs if secs > 0 else 0.0

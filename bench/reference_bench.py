@@ -12,6 +12,7 @@ Run it inside the reference venv (bench/setup_reference.sh); bench/run.py runs i
 """
 import argparse
 import json
+import resource
 import sys
 import time
 
@@ -25,6 +26,21 @@ def vm_hwm_bytes():
     except OSError:
         pass
     return 0
+
+
+def cpu_times():
+    """(user, system) CPU seconds of this process so far, every thread (not a DataLoader's
+    worker processes)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime
+
+
+def cpu_fields(before, after, decoded_bytes):
+    """An epoch row's CPU fields, as `insitubatch bench --json` writes them: ``cpu_user_s``,
+    ``cpu_sys_s`` and ``cpu_s_per_gb`` (user + system per 1e9 decoded bytes)."""
+    user, sys_s = after[0] - before[0], after[1] - before[1]
+    per_gb = (user + sys_s) / (decoded_bytes / 1e9) if decoded_bytes else None
+    return {"cpu_user_s": user, "cpu_sys_s": sys_s, "cpu_s_per_gb": per_gb}
 
 
 def main(argv=None):
@@ -72,6 +88,7 @@ def main(argv=None):
         samples = 0
         nbytes = 0
         ttfb = None
+        cpu0 = cpu_times()
         t0 = time.perf_counter()
         for batch in ds.train:
             if ttfb is None:
@@ -79,6 +96,7 @@ def main(argv=None):
             samples += len(batch)
             nbytes += sum(int(a.nbytes) for a in batch.arrays.values())
         secs = time.perf_counter() - t0
+        cpu = cpu_fields(cpu0, cpu_times(), nbytes)
         lp = ds.last_pass
         stage = str(getattr(lp, "limiting_stage", "")) if lp is not None else ""
         epochs.append({
@@ -93,6 +111,7 @@ def main(argv=None):
             # From the start of work (import and open included): the first epoch only.
             "first_batch_since_start_s": (t0 - t_import) + (ttfb if ttfb is not None else secs) if e == 0 else None,
             "limiting_stage": stage,
+            **cpu,
         })
     ds.close()
 

@@ -70,6 +70,11 @@ def gb(b):
     return None if not b else b / 1e9
 
 
+def per_gb(seconds, decoded_bytes):
+    """Seconds per 1e9 decoded bytes, or None."""
+    return None if seconds is None or not decoded_bytes else seconds / (decoded_bytes / 1e9)
+
+
 def ratio(a, b):
     return None if a is None or b in (None, 0) else a / b
 
@@ -101,6 +106,10 @@ def run_metrics(row):
         lab = epoch_label(k)
         m[f"{lab}_mbs"] = e.get("mb_per_s")
         m[f"{lab}_stage"] = e.get("limiting_stage") or None
+        # The epoch's own CPU per decoded GB (user + system, every thread of the engine's
+        # process), where the engine reports it (cpu_s_per_gb; rows before 2026-12-07 do not).
+        m[f"{lab}_cpu_gb"] = e.get("cpu_s_per_gb")
+        m[f"{lab}_sys_gb"] = per_gb(e.get("cpu_sys_s"), e.get("decoded_bytes"))
     cold = res["epochs"][0]
     m["ttfb"] = cold.get("ttfb_s")
     own = res.get("peak_rss_bytes") or 0
@@ -157,17 +166,21 @@ def group(rows):
 
 
 def decode_limits(rows):
-    """{store: {"stat": stat of MB/s over rounds, "threads": .., "source": ..}}."""
+    """{store: {"stat": stat of MB/s over rounds, "cpu_gb": stat of the decode alone's CPU
+    seconds per decoded GB (the CLI's decode_cpu_s_per_gb; None from bench/decode_limit.py),
+    "threads": .., "source": ..}}."""
     out = {}
     for r in rows:
         if r.get("engine") != DECODE:
             continue
-        d = out.setdefault(r["store"], {"values": [], "threads": None, "source": None})
+        d = out.setdefault(r["store"], {"values": [], "cpu_gb": [], "threads": None, "source": None})
         res = r.get("result") or {}
         d["values"].append(res.get("decode_limit_mb_per_s"))
+        d["cpu_gb"].append(res.get("decode_cpu_s_per_gb"))
         d["threads"] = d["threads"] or res.get("threads")
         d["source"] = d["source"] or res.get("source")
-    return {s: {"stat": stat(d["values"]), "threads": d["threads"], "source": d["source"]}
+    return {s: {"stat": stat(d["values"]), "cpu_gb": stat(d["cpu_gb"]), "threads": d["threads"],
+                "source": d["source"]}
             for s, d in out.items()}
 
 

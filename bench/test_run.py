@@ -175,6 +175,31 @@ class LocalReport(unittest.TestCase, WellFormed):
         self.assertIn("- command (from the repo root): `python3 bench/run.py --quick`", self.md)
         self.assertIn("2000 [1500–2500 ×1.67] MB/s", self.md)
 
+    def test_cpu_per_gb_beside_the_decode_alone(self):
+        self.assertNotIn("## CPU per decoded GB", self.md)  # no engine reported its CPU
+
+        def with_cpu(row, per_gb):
+            for e, v in zip(row["result"]["epochs"], per_gb):
+                e.update(decoded_bytes=2e9, cpu_s_per_gb=v, cpu_sys_s=v / 4 * 2)
+            return row
+
+        rows = ([with_cpu(run_row("c8", "ours", r, [1000, 2000]), [v, 1.0]) for r, v in enumerate([3.0, 2.0, 4.0])]
+                + [run_row("c8", "reference", 0, [500, 600])]
+                + [decode_row("c8", r, 2000) for r in range(2)])
+        for r, v in zip(rows[-2:], [1.5, 2.5]):
+            r["result"]["decode_cpu_s_per_gb"] = v
+        md = local.markdown(META, rows)
+        self.assert_tables(md, least=3)
+        part = md.split("## CPU per decoded GB\n\n", 1)[1].split("\n## ", 1)[0]
+        t = tables(part)[0]
+        decode = next(ln for ln in t if "decode alone" in ln)
+        self.assertEqual(cells(decode)[2], "2.00 [1.50–2.50 ×1.67]")
+        ours = next(ln for ln in t if "| ours" in ln)
+        # cold 3.00 [2.00–4.00], its system part a quarter; warm1 1.00; × decode 3/2
+        self.assertEqual(cells(ours)[2:], ["3.00 [2.00–4.00 ×2.00]", "0.75 [0.50–1.00 ×2.00]",
+                                            "1.00 [1.00–1.00 ×1.00]", "0.25 [0.25–0.25 ×1.00]", "1.50"])
+        self.assertFalse(any("insitubatch 0.2.0" in ln for ln in t))  # it reported no CPU
+
     def test_the_python_project_is_the_reference_implementation(self):
         self.assertNotIn("anchor", self.md.lower())
         self.assertIn("insitubatch 0.2.0 (the reference implementation)", self.md)
@@ -511,6 +536,11 @@ class SuiteReports(unittest.TestCase, WellFormed):
         self.assertEqual(line[:6], ["c8", "900 (900, 1000)", "600", "300", "2.00", "67%"])
         self.assertEqual(line[6], "540 (0.90)")
         self.assertEqual(line[7], "41 / 47")
+        self.assertEqual(line[-1], "n/a / n/a")  # no engine reported its CPU
+        rows[0]["result"]["epochs"][0].update(cpu_s_per_gb=3.0)
+        rows[2]["result"]["decode_cpu_s_per_gb"] = 2.0
+        md = cloud.markdown({**META, "options": {"settings": "50ms"}, "ratios": {"c8": 2.25}}, rows)
+        self.assertEqual(cells(tables(md)[0][2])[-1], "3.00 (×1.50) / n/a")
 
     def test_the_rest(self):
         fabricated = {

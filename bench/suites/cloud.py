@@ -29,7 +29,7 @@ import urllib.request
 
 import engines as registry
 from measure import warm_files
-from report import REPO, cell, fmt, header, stat
+from report import REPO, cell, fmt, header, med, stat
 
 from .common import knobs, rotated
 
@@ -176,6 +176,20 @@ def rate(text):
     return float(text)
 
 
+def cpu_cell(mine, by, engines):
+    """Each engine's cold epoch CPU seconds per decoded GB (user + system, its own process) and
+    that ÷ the decode alone's of the same rounds (`bench --decode-limit`, timed after the fetch):
+    what reading over the network costs beyond decoding (#48)."""
+    dec = med(stat([(r.get("result") or {}).get("decode_cpu_s_per_gb")
+                    for r in mine if r["engine"] == registry.DECODE]))
+    parts = []
+    for e in engines:
+        per_gb = med(stat([cold(r).get("cpu_s_per_gb") for r in by[e]]))
+        parts.append("n/a" if per_gb is None else
+                     f"{per_gb:.2f}" + (f" (×{per_gb / dec:.2f})" if dec else ""))
+    return " / ".join(parts)
+
+
 def markdown(meta, rows):
     """One table per setting: per store, each engine's cold MB/s, requests, first batch, peak
     RSS; ours ÷ insitubatch 0.2.0; the bound and our share of it; the probe's prediction."""
@@ -196,7 +210,8 @@ def markdown(meta, rows):
         names = "/".join(label.get(e, e) for e in engines)
         head = ["store", "bound MB/s (net, decode)"] + [f"{label.get(e, e)} MB/s" for e in engines]
         head += [f"{e} ÷ 0.2.0" for e in engines if e != "reference"] + ["ours % of bound", "probe MB/s (÷ ours)"]
-        head += [f"requests ({names})", f"first batch s ({names})", f"peak RSS GB ({names})", "server CPU s (ours)"]
+        head += [f"requests ({names})", f"first batch s ({names})", f"peak RSS GB ({names})", "server CPU s (ours)",
+                 f"cold CPU-s/GB, × decode alone ({names})"]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for name in stores:
             mine = [r for r in rows if r.get("setting") == setting and r["store"] == name]
@@ -226,6 +241,7 @@ def markdown(meta, rows):
                                                    r.get("tree_peak_rss_bytes") or 0) / 1e9) or None
                                               for r in by[e]]), "{:.2f}") for e in engines))
             line.append(cell(stat([(r.get("served") or {}).get("cpu_s") for r in by.get("ours", [])]), "{:.2f}"))
+            line.append(cpu_cell(mine, by, engines))
             out.append("| " + " | ".join(line) + " |")
         out.append("")
     if meta.get("results"):

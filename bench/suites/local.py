@@ -16,7 +16,8 @@ the ×CLI column is B ÷ --cli); --first-block-chunks N adds `ours-fbN`.
 
 Per run: each epoch's MB/s and TTFB, wall time, user and system CPU seconds of the child,
 peak RSS = max(process-tree VmRSS polled every 50 ms, the engine's VmHWM), and MemFree /
-MemAvailable / Cached at its start. --page-cache-fill GIB reads files under --ballast before
+MemAvailable / Cached at its start; each epoch's own CPU per decoded GB (user + system),
+beside the decode alone's from the decode-limit run of the same round. --page-cache-fill GIB reads files under --ballast before
 each round until the kernel's Cached is at least GIB (the page cache holding most of RAM, a
 training machine's normal state). The report has per store and engine the median of each
 metric with its spread, and the ratios of medians.
@@ -147,6 +148,34 @@ def config(args):
             f"shuffle on, whole array as train split, local file:// stores under {shown_path(args.stores)}")
 
 
+def cpu_table(agg, dec, kinds):
+    """CPU seconds per decoded GB, each epoch's own (user + system, every thread of the
+    engine's process), beside the decode alone of the same bytes in the same rounds (the CLI's
+    `bench --decode-limit`, timed after every chunk is fetched): what the engine spends beyond
+    the work no loader can avoid (#48). Empty when no engine reported it."""
+    if not any(g.get(f"{k}_cpu_gb") for engines in agg.values() for g in engines.values() for k in kinds):
+        return []
+    L = ["", "## CPU per decoded GB", "",
+         "CPU-s/GB: the epoch's own user + system CPU seconds (every thread of the engine's process, "
+         "not a DataLoader's workers) per 1e9 decoded bytes; sys: the system part; × decode: cold "
+         "CPU-s/GB ÷ the decode alone's (medians of the same rounds).", "",
+         "| store | engine | " + " | ".join(f"{k} CPU-s/GB | {k} sys" for k in kinds) + " | × decode (cold) |",
+         "|---|---|" + "--:|--:|" * len(kinds) + "--:|"]
+    for store, engines in agg.items():
+        dl = (dec.get(store) or {}).get("cpu_gb")
+        L.append(f"| {store} | decode alone | {cell(dl, '{:.2f}')} |" + " |" * (2 * len(kinds) - 1) + " 1.00 |"
+                 if dl else f"| {store} | decode alone | n/a |" + " |" * (2 * len(kinds)))
+        for eng in ordered(engines, ORDER):
+            g = engines[eng]
+            if not g["ok"] or not g.get("cold_cpu_gb"):
+                continue
+            L.append("| " + " | ".join(
+                [store, LABEL.get(eng, eng)]
+                + [c for k in kinds for c in (cell(g.get(f"{k}_cpu_gb"), "{:.2f}"), cell(g.get(f"{k}_sys_gb"), "{:.2f}"))]
+                + [fmt(ratio(med(g.get("cold_cpu_gb")), med(dl)), "{:.2f}", "—")]) + " |")
+    return L
+
+
 def markdown(meta, rows):
     """meta: command, date, machine, config, memory (lines), notes (lines), results (path),
     plot (bool). Returns the report's text."""
@@ -206,6 +235,7 @@ def markdown(meta, rows):
                    vs(cli, "cold_mbs", skip="ours"), vs(cli, "warm1_mbs", skip="ours"),
                    fmt(100 * ratio(med(g.get("cold_mbs")), dl) if dl else None, "{:.0f}%"),
                    fmt(ratio(est, med(g.get("rss"))) if est else None, "{:.2f}", "—")]) + " |")
+    L += cpu_table(agg, dec, kinds)
     L += ["", "## Decode limit (MB/s of decoded output, all cores; measured in every round)", ""]
     for store, d in dec.items():
         src = d["source"] or "insitubatch-rs CLI"

@@ -221,9 +221,36 @@ fn cli_refuses_hostile_metadata_naming_the_array_and_the_field() {
     let stages = ["fetch_wait_s", "admission_parked_s", "decode_s", "assemble_s", "gather_s", "batch_transform_s"];
     assert_eq!(t["producer_s"].as_f64(), Some(stages.iter().map(|s| t[*s].as_f64().unwrap()).sum::<f64>()));
     assert!(pass["ttfb_s"].as_f64().is_some_and(|s| s > 0.0), "{pass}");
+    // The epoch's own CPU, user and system apart, and their sum per decoded GB (#48).
+    if cfg!(target_os = "linux") {
+        let e = &v["epochs"][0];
+        let (user, sys) = (e["cpu_user_s"].as_f64().unwrap(), e["cpu_sys_s"].as_f64().unwrap());
+        assert!(user >= 0.0 && sys >= 0.0, "{e}");
+        let gb = e["decoded_bytes"].as_f64().unwrap() / 1e9;
+        assert_eq!(e["cpu_s_per_gb"].as_f64(), Some((user + sys) / gb), "{e}");
+    }
     let out = cli(&[&bench[..], &["--on-bad-chunk", "skip"]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("\"raise\" or \"nan\", got \"skip\""), "{err}");
+}
+
+/// `bench --decode-limit --json` reports the decode alone's CPU beside its rate: what every
+/// epoch's `cpu_s_per_gb` is compared with (bench/suites/local.py, #48).
+#[test]
+fn the_decode_limit_reports_the_decode_alones_cpu_per_gb() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_insitubatch"))
+        .args(["bench", store().to_str().unwrap(), "--decode-limit", "--json", "--threads", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let decoded = row["decoded_bytes"].as_f64().unwrap();
+    assert!(decoded > 0.0 && row["decode_limit_mb_per_s"].as_f64().is_some_and(|m| m > 0.0), "{row}");
+    if cfg!(target_os = "linux") {
+        let (user, sys) = (row["decode_cpu_user_s"].as_f64().unwrap(), row["decode_cpu_sys_s"].as_f64().unwrap());
+        assert!(user >= 0.0 && sys >= 0.0, "{row}");
+        assert_eq!(row["decode_cpu_s_per_gb"].as_f64(), Some((user + sys) / (decoded / 1e9)), "{row}");
+    }
 }
 
 /// A tokio application awaits batches: the same bytes as the blocking iterator, and

@@ -25,16 +25,56 @@ pub(super) struct BenchRun {
     pub(super) pause_after_chunks: Option<u64>,
 }
 
-/// CPU seconds (user + system, every thread) this process has spent so far, from
-/// `/proc/self/stat` in USER_HZ ticks (100 per second on Linux): what a run costs the machine
-/// beside its wall time, which a parent cannot read once the process has exited. `None` off
-/// Linux.
-pub(super) fn process_cpu_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
-    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ').skip(11);
-    let ticks = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
+/// CPU seconds this process has spent so far (every thread), user and system apart: the
+/// cost of a run beside its wall time, which a parent cannot split by epoch. From
+/// `getrusage(RUSAGE_SELF)` (microseconds); `None` off Linux.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct CpuTimes {
+    pub(super) user_s: f64,
+    pub(super) sys_s: f64,
+}
+
+impl CpuTimes {
+    #[cfg(target_os = "linux")]
+    pub(super) fn now() -> Option<Self> {
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage writes a whole `rusage` into the pointer it is given and nothing else.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: the call succeeded, so it initialised the struct (zeroed before in any case).
+        let usage = unsafe { usage.assume_init() };
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Some(Self { user_s: secs(usage.ru_utime), sys_s: secs(usage.ru_stime) })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn now() -> Option<Self> {
+        None
+    }
+
+    /// What was spent between `earlier` and `self`.
+    pub(super) fn since(self, earlier: Self) -> Self {
+        Self { user_s: self.user_s - earlier.user_s, sys_s: self.sys_s - earlier.sys_s }
+    }
+
+    pub(super) fn total_s(self) -> f64 {
+        self.user_s + self.sys_s
+    }
+
+    /// User + system CPU seconds per 1e9 decoded bytes: what a user on a cloud bill pays per
+    /// gigabyte. `None` when nothing was decoded.
+    pub(super) fn s_per_gb(self, decoded_bytes: u64) -> Option<f64> {
+        (decoded_bytes > 0).then(|| self.total_s() / (decoded_bytes as f64 / 1e9))
+    }
+
+    /// The JSON fields of a row that spent these times on `decoded_bytes`, under `prefix`:
+    /// `{prefix}user_s`, `{prefix}sys_s` and `{prefix}s_per_gb`.
+    pub(super) fn add_to(self, row: &mut serde_json::Value, prefix: &str, decoded_bytes: u64) {
+        row[format!("{prefix}user_s")] = json!(self.user_s);
+        row[format!("{prefix}sys_s")] = json!(self.sys_s);
+        row[format!("{prefix}s_per_gb")] = json!(self.s_per_gb(decoded_bytes));
+    }
 }
 
 pub(super) fn peak_rss_bytes() -> u64 {
@@ -93,7 +133,7 @@ pub(super) fn cmd_bench(url: &str, run: &BenchRun, resume: &ResumeArgs, knobs: &
         "config": config,
         "epochs": rows,
         "peak_rss_bytes": peak_rss_bytes(),
-        "process_cpu_s": process_cpu_s(),
+        "process_cpu_s": CpuTimes::now().map(CpuTimes::total_s),
         "open_s": open_s,
         "disk_tier": ds.dataset().tier_counters(),
         "describe_estimated_peak_bytes": report.memory.estimated_peak_bytes,
@@ -120,6 +160,7 @@ pub(super) fn bench_epoch(
     t_open: Instant,
 ) -> Result<serde_json::Value> {
     ds.set_epoch(epoch);
+    let cpu0 = CpuTimes::now();
     let t0 = Instant::now();
     let (mut samples, mut bytes, mut ttfb) = (0u64, 0u64, None);
     let mut digest = run.digest.then(insitubatch_native::BatchDigest::default);
@@ -138,6 +179,7 @@ pub(super) fn bench_epoch(
         session.finished(&it, &b);
     }
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    let cpu = CpuTimes::now().zip(cpu0).map(|(now, before)| now.since(before));
     let last = ds.last_pass();
     let stage = last.as_ref().map_or_else(|| "unknown".to_string(), |s| s.limiting_stage.to_string());
     let mut row = json!({
@@ -153,6 +195,10 @@ pub(super) fn bench_epoch(
         "first_batch_since_start_s": first.then(|| (t0 - t_open).as_secs_f64() + ttfb.unwrap_or(0.0)),
         "limiting_stage": stage,
     });
+    if let Some(cpu) = cpu {
+        // This epoch's own CPU (every thread of the process), apart from open and the others.
+        cpu.add_to(&mut row, "cpu_", bytes);
+    }
     if let Some(p) = &last {
         row["storage_reads"] = json!(p.storage_reads);
         row["revived_chunks"] = json!(p.revived_chunks);

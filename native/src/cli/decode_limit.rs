@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use serde_json::json;
 
 use super::args::RunArgs;
+use super::bench::CpuTimes;
 
 /// Fetch every stored chunk of the first variable, then decode them all with zarrs on all
 /// cores: the ceiling any loader can reach on this machine.
@@ -64,6 +65,7 @@ pub(super) fn cmd_decode_limit(url: &str, knobs: &RunArgs, as_json: bool) -> Res
     let opts = CodecOptions::default().with_concurrent_target(1);
     let pool = rt.pool.rayon();
     let threads = pool.current_num_threads();
+    let cpu0 = CpuTimes::now();
     let t0 = Instant::now();
     let decoded: u64 = pool.install(|| {
         chunks
@@ -79,15 +81,20 @@ pub(super) fn cmd_decode_limit(url: &str, knobs: &RunArgs, as_json: bool) -> Res
             .try_reduce(|| 0, |a, b| Ok(a + b))
     })?;
     let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    // The decode alone: the fetch above is done, so this is the CPU a loader cannot avoid.
+    let cpu = CpuTimes::now().zip(cpu0).map(|(now, before)| now.since(before));
     let mbs = decoded as f64 / 1e6 / secs;
     if as_json {
-        outln!(
-            "{}",
-            json!({"decode_limit_mb_per_s": mbs, "threads": threads, "variable": first, "chunks": chunks.len(), "decoded_bytes": decoded, "seconds": secs})
-        );
+        let mut row = json!({"decode_limit_mb_per_s": mbs, "threads": threads, "variable": first, "chunks": chunks.len(), "decoded_bytes": decoded, "seconds": secs});
+        if let Some(cpu) = cpu {
+            cpu.add_to(&mut row, "decode_cpu_", decoded);
+        }
+        outln!("{row}");
     } else {
+        let per_gb = cpu.and_then(|c| c.s_per_gb(decoded));
+        let cpu_text = per_gb.map_or_else(String::new, |g| format!(", {g:.2} CPU-s per GB"));
         outln!(
-            "decode limit: {mbs:.1} MB/s on {threads} threads ({} chunks of {first}, {decoded} bytes in {secs:.2}s)",
+            "decode limit: {mbs:.1} MB/s on {threads} threads ({} chunks of {first}, {decoded} bytes in {secs:.2}s{cpu_text})",
             chunks.len()
         );
     }
