@@ -108,6 +108,8 @@ pub use patch::{AxisSizes, PatchAxis, PatchMode, PatchOptions, PatchPlacement, p
 pub use pool::PoolCounters;
 pub use random::{Split, UnknownSplit};
 pub use ranks::{Checkpoint, Cut};
+#[cfg(feature = "parquet-refs")]
+pub use refs::{DecodeInline, ParquetIndex, RecordDecoder, ResolveFile, decode_record};
 pub use refs::{FILE_OBJECT, FileOpener, Reference, ReferenceIndex, ReferenceSet, ReferenceStorage};
 pub use retry::{COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, OnBadChunk, ReadPolicy};
 pub use runtime::{ByteRange, Executor, Location, Runtime, Storage, StorageError, ThreadPool};

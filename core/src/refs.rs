@@ -16,6 +16,8 @@
 //! Hand-written: zarrs has no reference store, and fsspec's `ReferenceFileSystem` (Python)
 //! is what this replaces; the engine's storage seam is its own trait.
 
+#[cfg(feature = "parquet-refs")]
+mod parquet;
 mod set;
 
 use std::collections::HashMap;
@@ -24,6 +26,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 
+#[cfg(feature = "parquet-refs")]
+pub use parquet::{DecodeInline, ParquetIndex, RecordDecoder, ResolveFile, decode_record};
 pub use set::ReferenceSet;
 
 use crate::runtime::{

@@ -45,9 +45,9 @@ async function checkEpoch(ds, store) {
 }
 
 test('every reference set gives xarray\'s reading of the NetCDF4 files, its files read with node:fs', { skip }, async () => {
-  // kerchunk's Parquet form is read natively only (the parquet crate is not in the wasm builds).
-  const stores = manifest().stores.filter((s) => !s.path.endsWith('.parq'));
-  assert.ok(stores.length >= 5);
+  const stores = manifest().stores;
+  assert.ok(stores.length >= 6);
+  assert.ok(stores.some((s) => s.path.endsWith('.parq')), 'kerchunk\'s Parquet form among them');
   for (const store of stores) {
     const ds = await open(`reference+${join(VIRTUAL, store.path)}`, OPTS);
     try {
@@ -108,6 +108,22 @@ test('over HTTP each chunk\'s bytes are fetched once per epoch, the ranges of a 
     assert.ok(gets < chunks, `${gets} requests for ${chunks} chunks`);
   } finally {
     store.close();
+  }
+});
+
+test('a Parquet reference set over HTTP gives xarray\'s reading, its records and files fetched', { skip }, async () => {
+  const files = await serveDir(VIRTUAL);
+  try {
+    for (const fixture of manifest().stores.filter((s) => s.path.endsWith('.parq'))) {
+      const ds = await open(`reference+${files.url}/${fixture.path}`, OPTS);
+      try {
+        await checkEpoch(ds, fixture);
+      } finally {
+        ds.close();
+      }
+    }
+  } finally {
+    files.stop();
   }
 });
 

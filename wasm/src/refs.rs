@@ -1,9 +1,10 @@
-//! Kerchunk reference sets in wasm: `reference+URL` read as core's [`ReferenceStorage`], its
-//! files read with `fetch` (`http(s)://`, one [`FetchStorage`] per origin), object_store's
-//! signed S3 (`s3://`, the `s3` builds, with `storageOptions`), or in Node a storage object
-//! over the local file system (`file://`, the facade's `node:fs` store rooted at `/`). The
-//! set itself is read the same way. Relative file URLs resolve against the set's URL with the
-//! platform's `URL` (as the native side resolves them with the `url` crate).
+//! Kerchunk reference sets in wasm: `reference+URL` read as core's [`ReferenceStorage`] (a JSON
+//! file, or kerchunk's Parquet folder read lazily by core's `ParquetIndex` in the builds with
+//! the `parquet` feature), its files read with `fetch` (`http(s)://`, one [`FetchStorage`] per
+//! origin), object_store's signed S3 (`s3://`, the `s3` builds, with `storageOptions`), or in
+//! Node a storage object over the local file system (`file://`, the facade's `node:fs` store
+//! rooted at `/`). The set itself is read the same way. Relative file URLs resolve against the
+//! set's URL with the platform's `URL` (as the native side resolves them with the `url` crate).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -121,22 +122,74 @@ pub(crate) async fn open_references(url: &str, files: WasmFiles) -> Result<Arc<d
     let inner = url
         .strip_prefix(REFERENCE_PREFIX)
         .ok_or_else(|| fail(format!("a reference set's URL starts with {REFERENCE_PREFIX}")))?;
+    // A set is a file (JSON) or a folder (Parquet), named without its trailing slash.
+    let inner = inner.trim_end_matches('/');
     let (store, key) = files.locate(inner).map_err(&fail)?;
-    let bytes = match store.get(&key).await {
-        Ok(Some(b)) => b,
-        Ok(None) => {
-            return Err(fail("no reference set at this URL (kerchunk's JSON; Parquet sets are not read here)".into()));
-        }
-        Err(e) => return Err(fail(format!("cannot read the reference set ({})", e.message))),
+    let read = |key: String| {
+        let store = Arc::clone(&store);
+        async move { store.get(&key).await.map_err(|e| fail(format!("cannot read the reference set ({})", e.message))) }
     };
-    let mut set = ReferenceSet::from_json(&bytes, url).map_err(crate::errors::err)?;
-    set.map_files(|f| resolve(inner, f))
-        .map_err(|m| fail(format!("a file URL of the reference set cannot be read ({m})")))?;
     #[allow(
         clippy::arc_with_non_send_sync,
         reason = "on wasm32 a `dyn FileOpener` need not be Send + Sync (core's MaybeSend/MaybeSync are empty there)"
     )]
-    let files: Arc<dyn FileOpener> = Arc::new(files);
-    let storage = ReferenceStorage::open(set, files, url).map_err(|e| fail(e.message))?;
-    Ok(crate::storage::shared(storage))
+    let opener = |files: WasmFiles| -> Arc<dyn FileOpener> { Arc::new(files) };
+    if let Some(bytes) = read(key.clone()).await? {
+        let mut set = ReferenceSet::from_json(&bytes, url).map_err(crate::errors::err)?;
+        set.map_files(|f| resolve(inner, f))
+            .map_err(|m| fail(format!("a file URL of the reference set cannot be read ({m})")))?;
+        let storage = ReferenceStorage::open(set, opener(files), url).map_err(|e| fail(e.message))?;
+        return Ok(crate::storage::shared(storage));
+    }
+    let Some(zmetadata) = read(format!("{key}/.zmetadata")).await? else {
+        return Err(fail(
+            "no reference set at this URL (kerchunk's JSON file, or its Parquet folder with .zmetadata)".into(),
+        ));
+    };
+    parquet_set(&zmetadata, (store, key), opener(files), (inner, url))
+}
+
+/// kerchunk's Parquet form, its `.zmetadata` read: core's lazy `ParquetIndex` over the
+/// folder `inner` (the set's URL `url`).
+#[cfg(feature = "parquet")]
+fn parquet_set(
+    zmetadata: &[u8],
+    at: (Arc<dyn Storage>, String),
+    files: Arc<dyn FileOpener>,
+    (inner, url): (&str, &str),
+) -> Result<Arc<dyn Storage>, JsValue> {
+    use insitubatch_core::{DecodeInline, ParquetIndex, ResolveFile};
+    #[allow(clippy::arc_with_non_send_sync, reason = "as for the opener in open_references")]
+    let folder: Arc<dyn ResolveFile> = Arc::new(AgainstFolder(format!("{inner}/")));
+    let index = ParquetIndex::new(zmetadata, at, folder, Arc::new(DecodeInline))
+        .map_err(|m| crate::errors::err(insitubatch_core::Error::Metadata { message: m, key: url.to_string() }))?;
+    #[allow(clippy::arc_with_non_send_sync, reason = "as for the opener in open_references")]
+    let index = Arc::new(index);
+    Ok(crate::storage::shared(ReferenceStorage::lazy(index, files, url)))
+}
+
+#[cfg(not(feature = "parquet"))]
+fn parquet_set(
+    _: &[u8],
+    _: (Arc<dyn Storage>, String),
+    _: Arc<dyn FileOpener>,
+    (_, url): (&str, &str),
+) -> Result<Arc<dyn Storage>, JsValue> {
+    Err(crate::errors::js_error(&format!(
+        "this build does not read kerchunk's Parquet reference sets (the default browser builds leave the parquet \
+         reader out); import insitubatch/web-s3, or write the set as JSON (kerchunk's default): {url}"
+    )))
+}
+
+/// A Parquet set's file URLs, resolved against its folder (`…/refs.parq/`) as [`resolve`]
+/// resolves a JSON set's against the file.
+#[cfg(feature = "parquet")]
+#[derive(Debug)]
+struct AgainstFolder(String);
+
+#[cfg(feature = "parquet")]
+impl insitubatch_core::ResolveFile for AgainstFolder {
+    fn resolve(&self, file: &str) -> Result<String, String> {
+        resolve(&self.0, file)
+    }
 }

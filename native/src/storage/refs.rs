@@ -1,5 +1,5 @@
 //! Reference sets by URL: `reference+URL` opens the kerchunk reference set at `URL` (a JSON
-//! file, or kerchunk's Parquet folder, read lazily by `storage/refs/parquet.rs`) as core's
+//! file, or kerchunk's Parquet folder, read lazily by core's [`ParquetIndex`]) as core's
 //! [`ReferenceStorage`], its files read through the same object_store stores as any URL
 //! (`file`, `s3`, `gs`, `az`, `http(s)`), so coalescing, hedging, retries and the request
 //! counters apply to them.
@@ -13,14 +13,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use insitubatch_core::runtime::{Storage, StorageError};
-use insitubatch_core::{FileOpener, ReferenceSet, ReferenceStorage};
+use bytes::Bytes;
+use insitubatch_core::runtime::{BoxFuture, Storage, StorageError};
+use insitubatch_core::{
+    FileOpener, ParquetIndex, RecordDecoder, Reference, ReferenceSet, ReferenceStorage, ResolveFile, decode_record,
+};
 use url::Url;
 
 use super::{location_of, open_storage, parse_location};
 use crate::NativeError;
-
-mod parquet;
 
 /// The prefix of a reference set's URL: `reference+s3://bucket/era5.json`,
 /// `reference+/data/era5.json`.
@@ -67,9 +68,11 @@ pub fn open_references(url: &str, options: &[(String, String)]) -> Result<Arc<dy
             let (store, root) = opener.open(set_url.as_str()).map_err(|e| open_err(e.message))?;
             let mut base = set_url.clone();
             base.set_path(&format!("{path}/"));
-            let index = parquet::ParquetIndex::new(&zmetadata, store, root, base).map_err(|m| {
-                NativeError::Core(insitubatch_core::Error::Metadata { message: m, key: location.clone() })
-            })?;
+            let index =
+                ParquetIndex::new(&zmetadata, (store, root), Arc::new(AgainstFolder(base)), Arc::new(OffTheRuntime))
+                    .map_err(|m| {
+                        NativeError::Core(insitubatch_core::Error::Metadata { message: m, key: location.clone() })
+                    })?;
             ReferenceStorage::lazy(Arc::new(index), opener, location)
         }
     };
@@ -101,6 +104,39 @@ fn resolve(set_url: &Url, file: &str) -> Result<Url, String> {
         return Url::from_file_path(file).map_err(|()| format!("not a valid local path: {file}"));
     }
     set_url.join(file).map_err(|e| format!("{e}: {file} relative to {set_url}"))
+}
+
+/// A Parquet set's file URLs, resolved against its folder (`…/refs.parq/`) as [`resolve`] does.
+#[derive(Debug)]
+struct AgainstFolder(Url);
+
+impl ResolveFile for AgainstFolder {
+    fn resolve(&self, file: &str) -> Result<String, String> {
+        resolve(&self.0, file).map(String::from)
+    }
+}
+
+/// Decodes a Parquet record on tokio's blocking threads, so a large record does not hold up
+/// the reads the runtime's workers serve (on the calling thread where there is no runtime).
+#[derive(Debug)]
+struct OffTheRuntime;
+
+impl RecordDecoder for OffTheRuntime {
+    fn decode(
+        &self,
+        bytes: Bytes,
+        resolve: Arc<dyn ResolveFile>,
+    ) -> BoxFuture<'static, Result<Vec<Option<Reference>>, String>> {
+        Box::pin(async move {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => handle
+                    .spawn_blocking(move || decode_record(bytes, resolve.as_ref()))
+                    .await
+                    .map_err(|e| format!("decoding a Parquet record stopped ({e})"))?,
+                Err(_) => decode_record(bytes, resolve.as_ref()),
+            }
+        })
+    }
 }
 
 /// The root of `url`'s store (`s3://bucket/`, `https://host/`, `file:///`) and the object's

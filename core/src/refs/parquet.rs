@@ -4,8 +4,10 @@
 //! C-order number in the array's chunk grid is `N * record_size + i` (fsspec's
 //! `LazyReferenceMapper`, which `kerchunk.df.refs_to_dataframe` writes). A record file is read
 //! (one request) and decoded the first time one of its chunks is asked for, and kept, so a set
-//! of millions of chunks costs only the records a pass touches. Native only: the `parquet`
-//! crate is not in the wasm builds (docs/references.md).
+//! of millions of chunks costs only the records a pass touches. In core (feature
+//! `parquet-refs`), so the native and the wasm builds read the same sets the same way; each
+//! side gives how a file URL is made absolute ([`ResolveFile`]) and where a record is decoded
+//! ([`RecordDecoder`]: natively off the runtime's threads).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,12 +15,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::Shared;
-use insitubatch_core::runtime::{BoxFuture, Storage, StorageError};
-use insitubatch_core::{Reference, ReferenceIndex};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
 use serde_json::Value;
-use url::Url;
+
+use super::{Reference, ReferenceIndex};
+use crate::runtime::{BoxFuture, MaybeSend, MaybeSync, Storage, StorageError};
 
 /// Record files kept decoded at once; past it the cache starts over (a pass walks its chunks
 /// block by block, so the records it needs next are read again at most once).
@@ -28,14 +30,51 @@ const MAX_RECORDS: usize = 256;
 type Record = Arc<Vec<Option<Reference>>>;
 type Loading = Shared<BoxFuture<'static, Result<Record, StorageError>>>;
 
+/// Makes a file URL of the set absolute: one with a scheme as it is, an absolute path a local
+/// file, anything else relative to the set's folder (with the platform's URL parser, as the
+/// JSON sets' files are resolved on each side).
+pub trait ResolveFile: MaybeSend + MaybeSync + std::fmt::Debug {
+    /// `file` as an absolute URL, or a message saying why it cannot be one.
+    ///
+    /// # Errors
+    /// A message naming what is wrong with `file`.
+    fn resolve(&self, file: &str) -> Result<String, String>;
+}
+
+/// Where a record file is decoded: [`decode_record`] on the calling task, or (natively) on a
+/// thread of its own, so a large record does not hold up the runtime's other reads.
+pub trait RecordDecoder: MaybeSend + MaybeSync + std::fmt::Debug {
+    /// The rows of the record file `bytes`, as [`decode_record`] reads them.
+    fn decode(
+        &self,
+        bytes: Bytes,
+        resolve: Arc<dyn ResolveFile>,
+    ) -> BoxFuture<'static, Result<Vec<Option<Reference>>, String>>;
+}
+
+/// Decodes on the task that asked for the record (the wasm builds: no threads to hand it to).
+#[derive(Debug, Default)]
+pub struct DecodeInline;
+
+impl RecordDecoder for DecodeInline {
+    fn decode(
+        &self,
+        bytes: Bytes,
+        resolve: Arc<dyn ResolveFile>,
+    ) -> BoxFuture<'static, Result<Vec<Option<Reference>>, String>> {
+        Box::pin(std::future::ready(decode_record(bytes, resolve.as_ref())))
+    }
+}
+
 /// A Parquet reference set: its metadata in memory, its records read as they are needed.
 #[derive(Debug)]
-pub(super) struct ParquetIndex {
+pub struct ParquetIndex {
     /// The set's own store, and the set folder's key in it.
     store: Arc<dyn Storage>,
     root: String,
-    /// The set folder's URL (`…/refs.parq/`): relative file URLs resolve against it.
-    base: Url,
+    /// Makes the rows' file URLs absolute (relative ones against the set's folder).
+    resolve: Arc<dyn ResolveFile>,
+    decoder: Arc<dyn RecordDecoder>,
     metadata: BTreeMap<String, Bytes>,
     record_size: u64,
     /// Each array's chunk grid (chunks along each axis), from its `.zarray`.
@@ -44,11 +83,17 @@ pub(super) struct ParquetIndex {
 }
 
 impl ParquetIndex {
-    /// The set whose `.zmetadata` is `zmetadata`, its records read from `store` under `root`.
+    /// The set whose `.zmetadata` is `zmetadata`, its records read from `store` under `root`,
+    /// their file URLs made absolute by `resolve` and decoded by `decoder`.
     ///
     /// # Errors
     /// A message naming what is malformed in `.zmetadata`.
-    pub(super) fn new(zmetadata: &[u8], store: Arc<dyn Storage>, root: String, base: Url) -> Result<Self, String> {
+    pub fn new(
+        zmetadata: &[u8],
+        (store, root): (Arc<dyn Storage>, String),
+        resolve: Arc<dyn ResolveFile>,
+        decoder: Arc<dyn RecordDecoder>,
+    ) -> Result<Self, String> {
         let doc: Value = serde_json::from_slice(zmetadata)
             .map_err(|e| format!("the Parquet reference set's .zmetadata is not JSON ({e})"))?;
         let record_size = doc.get("record_size").and_then(Value::as_u64).filter(|&n| n > 0).ok_or_else(|| {
@@ -66,7 +111,7 @@ impl ParquetIndex {
             metadata.insert(key.clone(), Bytes::from(value.to_string()));
         }
         let records = Mutex::new(HashMap::new());
-        Ok(Self { store, root, base, metadata, record_size, grids, records })
+        Ok(Self { store, root, resolve, decoder, metadata, record_size, grids, records })
     }
 
     /// The record file of chunk number `n` of `array` and its row there; `None` for a key that
@@ -94,17 +139,11 @@ impl ParquetIndex {
         }
         let key = if array.is_empty() { format!("refs.{record}.parq") } else { format!("{array}/refs.{record}.parq") };
         let key = if self.root.is_empty() { key } else { format!("{}/{key}", self.root) };
-        let (store, base) = (Arc::clone(&self.store), self.base.clone());
+        let (store, resolve, decoder) = (Arc::clone(&self.store), Arc::clone(&self.resolve), Arc::clone(&self.decoder));
         let loading: BoxFuture<'static, Result<Record, StorageError>> = Box::pin(async move {
             // A record file that is not there holds no chunk (fsspec reads it so too).
             let Some(bytes) = store.get(&key).await? else { return Ok(Arc::new(Vec::new())) };
-            let decoded = match tokio::runtime::Handle::try_current() {
-                Ok(handle) => handle
-                    .spawn_blocking(move || decode(bytes, &base))
-                    .await
-                    .map_err(|e| StorageError::permanent(format!("decoding a Parquet record stopped ({e})")))?,
-                Err(_) => decode(bytes, &base),
-            };
+            let decoded = decoder.decode(bytes, resolve).await;
             decoded.map(Arc::new).map_err(|m| {
                 StorageError::permanent(format!(
                     "the Parquet reference file {} is malformed ({m})",
@@ -136,7 +175,10 @@ fn grid(zarray: &Value) -> Result<Vec<u64>, String> {
 
 /// A record file's rows as references: `raw` is inline data; else `path` (`offset` and
 /// `size` both 0: the whole file), or nothing (no chunk).
-fn decode(bytes: Bytes, base: &Url) -> Result<Vec<Option<Reference>>, String> {
+///
+/// # Errors
+/// A message naming what is malformed: the file, a column, a row, or a file URL.
+pub fn decode_record(bytes: Bytes, resolve: &dyn ResolveFile) -> Result<Vec<Option<Reference>>, String> {
     let reader = SerializedFileReader::new(bytes).map_err(|e| e.to_string())?;
     let rows = reader.get_row_iter(None).map_err(|e| e.to_string())?;
     let mut urls: HashMap<String, Arc<str>> = HashMap::new();
@@ -167,7 +209,7 @@ fn decode(bytes: Bytes, base: &Url) -> Result<Vec<Option<Reference>>, String> {
                 let url = match urls.get(&path) {
                     Some(u) => Arc::clone(u),
                     None => {
-                        let u: Arc<str> = Arc::from(super::resolve(base, &path)?.as_str());
+                        let u: Arc<str> = Arc::from(resolve.resolve(&path)?.as_str());
                         urls.insert(path, Arc::clone(&u));
                         u
                     }
@@ -203,20 +245,34 @@ impl ReferenceIndex for ParquetIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::MemoryStorage;
 
-    fn index(zmetadata: &serde_json::Value) -> Result<ParquetIndex, String> {
-        let store = crate::storage::open_storage("file:///", &[]).map_err(|e| e.to_string())?;
-        let base = Url::parse("file:///data/refs.parq/").unwrap();
-        ParquetIndex::new(zmetadata.to_string().as_bytes(), store, "data/refs.parq".into(), base)
+    /// File URLs as they are: the tests resolve nothing.
+    #[derive(Debug)]
+    struct AsGiven;
+
+    impl ResolveFile for AsGiven {
+        fn resolve(&self, file: &str) -> Result<String, String> {
+            Ok(file.to_string())
+        }
+    }
+
+    fn index(zmetadata: &[u8]) -> Result<ParquetIndex, String> {
+        let store: Arc<dyn Storage> = Arc::new(MemoryStorage::new());
+        ParquetIndex::new(zmetadata, (store, "data/refs.parq".into()), Arc::new(AsGiven), Arc::new(DecodeInline))
     }
 
     #[test]
     fn a_chunk_key_is_a_row_of_a_record_file_in_c_order() {
-        let set = index(&serde_json::json!({"record_size": 5, "metadata": {
-            ".zgroup": {"zarr_format": 2},
-            "t2m/.zarray": {"shape": [10, 7], "chunks": [4, 3], "dtype": "<f4"},
-            "t0/.zarray": {"shape": [], "chunks": [], "dtype": "<f8"},
-        }}))
+        let set = index(
+            serde_json::json!({"record_size": 5, "metadata": {
+                ".zgroup": {"zarr_format": 2},
+                "t2m/.zarray": {"shape": [10, 7], "chunks": [4, 3], "dtype": "<f4"},
+                "t0/.zarray": {"shape": [], "chunks": [], "dtype": "<f8"},
+            }})
+            .to_string()
+            .as_bytes(),
+        )
         .unwrap();
         // A grid of 3 x 3 chunks: chunk 1.2 is number 5, the first row of record 1.
         assert_eq!(set.place("t2m/1.2"), Some(("t2m".into(), 1, 0)));
@@ -227,6 +283,9 @@ mod tests {
         }
         let keys = futures::executor::block_on(set.keys("t2m/")).unwrap();
         assert_eq!(keys, ["t2m/.zarray"], "metadata keys are listed, chunk keys are not");
+        // A record file that is not in the store holds no chunk.
+        let missing = futures::executor::block_on(set.lookup("t2m/1.2")).unwrap();
+        assert!(missing.is_none());
     }
 
     #[test]
@@ -244,16 +303,16 @@ mod tests {
                 "do not make a grid",
             ),
         ] {
-            let e = index(&doc).unwrap_err();
+            let e = index(doc.to_string().as_bytes()).unwrap_err();
             assert!(e.contains(want), "{doc}: {e}");
         }
-        let e = ParquetIndex::new(
-            b"not json",
-            crate::storage::open_storage("file:///", &[]).unwrap(),
-            String::new(),
-            Url::parse("file:///x/").unwrap(),
-        )
-        .unwrap_err();
+        let e = index(b"not json").unwrap_err();
         assert!(e.contains("is not JSON"), "{e}");
+    }
+
+    #[test]
+    fn a_record_file_that_is_not_parquet_is_named() {
+        let e = decode_record(Bytes::from_static(b"PAR1 but not really"), &AsGiven).unwrap_err();
+        assert!(!e.is_empty(), "{e}");
     }
 }
