@@ -355,14 +355,18 @@ export async function s3Signed({ endpoint, bucket, keyId, secret, store, epoch, 
  * Digests of a train epoch of the kerchunk reference set at `url` (`reference+http://…`), read
  * on the page and in a worker (js/test/references.test.js compares them with Node's).
  */
-export async function referenceDigests({ url, options }) {
+export async function referenceDigests({ url, options, parquet }) {
   const ds = await open(url, options);
   const main = await digest(await collect(ds.train()));
   ds.close();
   const wds = await openInWorker(url, options, { threads: 'auto' });
   const worker = await digest(await collect(wds.train()));
   await wds.close();
-  return { main, worker };
+  // The default browser build has no Parquet reader: a Parquet set is refused, saying why.
+  const parquetRefusal = parquet
+    ? await open(parquet, options).then((d) => { d.close(); return null; }, (e) => e.message)
+    : null;
+  return { main, worker, parquetRefusal };
 }
 
 /**

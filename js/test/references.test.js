@@ -165,7 +165,7 @@ test('Chromium reads a reference set over HTTP, on the page and in a worker: the
     try {
       got = await p.evaluate(
         async (arg) => (await import('/test-support/browser-cases.js')).referenceDigests(arg),
-        { url, options: OPTS },
+        { url, options: OPTS, parquet: `reference+${files.url}/combined.parq` },
       );
     } catch (e) {
       throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
@@ -174,6 +174,7 @@ test('Chromium reads a reference set over HTTP, on the page and in a worker: the
     }
     assert.equal(got.main, want, 'the page reads what Node reads');
     assert.equal(got.worker, want, 'and so does a worker');
+    assert.match(got.parquetRefusal ?? '', /does not read kerchunk's Parquet reference sets.*web-s3/, 'the page build refuses Parquet, saying what to use');
   } finally {
     await chrome.browser.close();
     page.stop();
