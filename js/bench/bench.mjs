@@ -18,6 +18,12 @@
 // load change on a shared machine touches every row alike; each row reports the median
 // and the min–max spread of its runs.
 //
+// Every row also gives its epoch's CPU per decoded GB (`cpu_s_per_gb`: user + system seconds
+// of the process that runs the engine, its worker threads included, per 1e9 decoded bytes; the
+// CLI's own epoch figure for `native`), beside `decode-alone`: the CLI's decode limit on one
+// thread, timed after every chunk is fetched (`bench --decode-limit`), the CPU no loader can
+// avoid for these bytes (#48; the Chromium rows have the per-process figures of `--cpu`).
+//
 // `--rows a,b`: only the rows named. `--cpu` (Linux): each run also records the CPU seconds
 // (user + system, from /proc) that every process spent during it, by kind: Chromium's
 // renderer (the page, the engine's worker, its decode threads and fetch worker), its network
@@ -152,19 +158,31 @@ function nativeRun() {
   // The CLI's own CPU seconds (`process_cpu_s`, open included): it has exited by the time
   // `--cpu` reads /proc.
   const cpu = j.process_cpu_s == null ? undefined : { 'native-cli': +j.process_cpu_s.toFixed(2) };
-  return { mb_per_s: e.mb_per_s, seconds: e.seconds, limiting_stage: e.limiting_stage, times: e.times, cpu };
+  return { mb_per_s: e.mb_per_s, seconds: e.seconds, limiting_stage: e.limiting_stage, times: e.times, cpu,
+    cpu_s_per_gb: e.cpu_s_per_gb };
+}
+
+/** The decode alone of every chunk on one thread (`bench --decode-limit`): its CPU per GB. */
+function decodeAloneRun() {
+  const r = spawnSync(a.cli, ['bench', url, '--decode-limit', '--threads', '1', '--json'], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`insitubatch bench --decode-limit failed: ${r.stderr}`);
+  const j = JSON.parse(r.stdout);
+  return { mb_per_s: j.decode_limit_mb_per_s, seconds: j.seconds, limiting_stage: 'decode', cpu_s_per_gb: j.decode_cpu_s_per_gb };
 }
 
 /** One cold epoch in Node on this thread; `batchViews`: read the batches in place. */
 async function nodeRun(batchViews, entry = { open }) {
   const ds = await entry.open(url, { ...options, fractions: [1, 0, 0], batchViews });
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   let bytes = 0;
   for await (const b of ds.train()) for (const x of Object.values(b.arrays)) bytes += x.data.byteLength;
   const seconds = (performance.now() - t0) / 1e3;
+  const used = process.cpuUsage(cpu0); // microseconds, every thread of this process
   const { limiting_stage, times } = ds.lastPass() ?? {};
   ds.close();
-  return { mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage, times };
+  return { mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage, times,
+    cpu_s_per_gb: (used.user + used.system) / 1e6 / (bytes / 1e9) };
 }
 
 const wantNode = a.only !== 'chromium';
@@ -179,6 +197,7 @@ try {
   }
   for (let round = 0; round < RUNS; round++) {
     if (a.cli && !a.only) await add('native', () => nativeRun());
+    if (a.cli && !a.only) await add('decode-alone', () => decodeAloneRun());
     if (wantNode) {
       await add('node', () => nodeRun(false));
       await add('node-views', () => nodeRun(true));
@@ -231,7 +250,9 @@ function summary(runs) {
   const common = [...stages].sort((x, y) => stages.filter((s) => s === y).length - stages.filter((s) => s === x).length)[0];
   const mid = median(mbs);
   const nearest = runs.reduce((m, r) => (Math.abs(r.mb_per_s - mid) < Math.abs(m.mb_per_s - mid) ? r : m));
-  return { mb_per_s: mid, min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common, times: nearest.times ?? nearest.pass?.times, cpu: nearest.cpu, cpu_wall_s: nearest.cpu_wall_s, seconds: nearest.seconds };
+  const perGb = runs.map((r) => r.cpu_s_per_gb).filter((x) => x != null);
+  const cpu_s_per_gb = perGb.length ? { median: median(perGb), min: Math.min(...perGb), max: Math.max(...perGb) } : undefined;
+  return { mb_per_s: mid, min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common, times: nearest.times ?? nearest.pass?.times, cpu: nearest.cpu, cpu_wall_s: nearest.cpu_wall_s, seconds: nearest.seconds, cpu_s_per_gb };
 }
 const rows = Object.fromEntries(Object.entries(series).map(([k, runs]) => [k, summary(runs)]));
 /** Ratio of medians, with the range of the per-round ratios (rounds are interleaved). */
@@ -255,11 +276,29 @@ for (const [k, r] of Object.entries(rows)) {
   console.log(`${k.padEnd(20)} ${r.mb_per_s.toFixed(1).padStart(8)} MB/s  [${r.min.toFixed(1)}–${r.max.toFixed(1)}] median of ${r.runs.length} (${r.runs.join(', ')}); limited by ${r.limiting_stage}`);
 }
 for (const [k, r] of Object.entries(rows)) {
-  if (!r.cpu) continue;
+  if (!r.cpu || r.cpu_wall_s == null) continue; // --cpu's per-process figures
   const ours = Object.entries(r.cpu).filter(([p]) => p !== 'other' && p !== 'renderer-not-workers').reduce((n, [, v]) => n + v, 0);
   console.log(`${k.padEnd(20)} CPU s in its median run (${r.cpu_wall_s} s with the open, ${(ours / r.cpu_wall_s).toFixed(2)} cores busy): ${Object.entries(r.cpu).filter(([, v]) => v > 0).map(([p, v]) => `${p} ${v}`).join(', ')}`);
 }
+const gb = (k) => rows[k]?.cpu_s_per_gb?.median;
+for (const [k, r] of Object.entries(rows)) {
+  const c = r.cpu_s_per_gb;
+  if (!c) continue;
+  const vs = (base) => (gb(base) && k !== base ? `, ${(c.median / gb(base)).toFixed(2)}× ${base}` : '');
+  console.log(`${k.padEnd(20)} ${c.median.toFixed(2)} CPU-s per decoded GB [${c.min.toFixed(2)}–${c.max.toFixed(2)}]${vs('native')}${vs('decode-alone')}`);
+}
+/** Each row's CPU per decoded GB ÷ native's and ÷ the decode alone's (medians). */
+const cpuRatios = Object.fromEntries(Object.keys(rows).filter((k) => gb(k)).map((k) => [k, {
+  vs_native: gb('native') ? gb(k) / gb('native') : undefined,
+  vs_decode_alone: gb('decode-alone') ? gb(k) / gb('decode-alone') : undefined,
+}]));
 for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.median.toFixed(2)} [${v.min.toFixed(2)}–${v.max.toFixed(2)} per round]`);
 const os = await import('node:os');
-const out = { store: storeDir, options, rows, ratios, cpus: os.availableParallelism(), loadavg: os.loadavg() };
+// Committed rows carry no machine's paths (docs-tests/facts.py): the cache folder as
+// $INSITUBATCH_CACHE, the repository's files relative, as bench/report.py `portable` writes them.
+const cache = process.env.INSITUBATCH_CACHE ?? `${os.homedir()}/.cache/insitubatch`;
+const repo = resolve(dirname(new URL(import.meta.url).pathname), '../..');
+const portable = (text) => text.replaceAll(`${resolve(cache)}/`, '$INSITUBATCH_CACHE/').replaceAll(`${repo}/`, '');
+const command = portable(['node js/bench/bench.mjs', ...process.argv.slice(2)].join(' '));
+const out = { command, store: portable(storeDir), options, rows, ratios, cpu_ratios: cpuRatios, cpus: os.availableParallelism(), loadavg: os.loadavg() };
 if (a.json) writeFileSync(a.json, JSON.stringify(out, null, 2));
