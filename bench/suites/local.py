@@ -17,9 +17,9 @@ the ×CLI column is B ÷ --cli); --first-block-chunks N adds `ours-fbN`.
 Per run: each epoch's MB/s and TTFB, wall time, user and system CPU seconds of the child,
 peak RSS = max(process-tree VmRSS polled every 50 ms, the engine's VmHWM), and MemFree /
 MemAvailable / Cached at its start; each epoch's own CPU per decoded GB (user + system),
-beside the decode alone's from the decode-limit run of the same round. --page-cache-fill GIB reads files under --ballast before
-each round until the kernel's Cached is at least GIB (the page cache holding most of RAM, a
-training machine's normal state). The report has per store and engine the median of each
+beside the decode alone's from the decode-limit run of the same round. --page-cache-fill GIB
+reads files under --ballast before each round until the kernel's Cached is at least GIB (the
+page cache holding most of RAM, a training machine's normal state). The report has per store and engine the median of each
 metric with its spread, and the ratios of medians.
 """
 import sys

@@ -312,7 +312,19 @@ mod tests {
 
     #[test]
     fn a_record_file_that_is_not_parquet_is_named() {
-        let e = decode_record(Bytes::from_static(b"PAR1 but not really"), &AsGiven).unwrap_err();
-        assert!(!e.is_empty(), "{e}");
+        let store = MemoryStorage::new();
+        store.insert("data/refs.parq/t2m/refs.0.parq", Bytes::from_static(b"PAR1 but not really"));
+        let doc = serde_json::json!({"record_size": 4, "metadata": {
+            "t2m/.zarray": {"shape": [4], "chunks": [1], "dtype": "<f4"},
+        }});
+        let set = ParquetIndex::new(
+            doc.to_string().as_bytes(),
+            (Arc::new(store), "data/refs.parq".into()),
+            Arc::new(AsGiven),
+            Arc::new(DecodeInline),
+        )
+        .unwrap();
+        let e = futures::executor::block_on(set.lookup("t2m/2")).unwrap_err();
+        assert!(e.message.contains("is malformed") && e.message.contains("t2m/refs.0.parq"), "{}", e.message);
     }
 }
