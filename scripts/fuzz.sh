@@ -4,7 +4,10 @@
 # tier's chunk files, StandardScaler files) for SECONDS each (default 30;
 # as many targets at once as there are cores, IB_FUZZ_JOBS),
 # under libFuzzer with AddressSanitizer, -rss_limit_mb=512 (which also fails any single
-# allocation over 512 MiB) and a 10 s per-input timeout. Prints one line per target with its
+# allocation over 512 MiB) and a 10 s per-input timeout. ASan's quarantine of freed memory
+# is held to 64 MiB (its default, 256 MiB, counts toward the RSS limit and with the heap's
+# fragmentation pushed reference_set's replay of its grown corpus past 512 MB with no input
+# over 16 MB: a limit on the harness, not on what an input may cost). Prints one line per target with its
 # executions and exits non-zero on any crash, panic, leak, timeout or over-limit allocation;
 # the input that did it is kept under $INSITUBATCH_CACHE/fuzz/artifacts/TARGET/ (reproduce
 # with `scripts/fuzz.sh --repro FILE TARGET`).
@@ -33,6 +36,7 @@ if ! command -v c++ >/dev/null; then
     "${SUDO[@]}" apt-get update -qq && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
 fi
 NIGHTLY=$(ib_nightly)
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=64"
 ib_tool cargo-fuzz
 export PATH="$IB_CARGO_FUZZ_ROOT/bin:$PATH"
 # The AddressSanitizer runtime ships with the nightly's x86_64 Linux std: nothing else to add.
