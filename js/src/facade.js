@@ -367,7 +367,7 @@ export function makeOpen(engine, local) {
       }
       return opened((w) => w.open(url, options));
     }
-    if (local?.isLocal(url)) {
+    if (local?.isLocal(url) && !url.startsWith('icechunk+')) {
       const storage = await local.nodeFileStorage(url);
       return opened((w) => w.openWithStorage(storage, url, options));
     }

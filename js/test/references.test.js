@@ -144,6 +144,12 @@ test('bad reference sets reject naming the chunk and the file', { skip }, async 
   }
 });
 
+test('an Icechunk repository is refused, saying JavaScript does not read one yet', async () => {
+  for (const url of ['icechunk+/data/era5.icechunk#tag=v1', 'icechunk+https://host/era5.icechunk']) {
+    await assert.rejects(open(url), (e) => /not yet in JavaScript/.test(e.message) && e.message.endsWith(url), url);
+  }
+});
+
 test('Chromium reads a reference set over HTTP, on the page and in a worker: the batches of Node', { skip: skip || browserSkip }, async () => {
   const files = await serveDir(VIRTUAL);
   const page = await serveJs();

@@ -40,7 +40,7 @@ pub use insitubatch_core::{
 };
 pub use insitubatch_core::{DatasetReport, QualityPoint, human_bytes};
 pub use runtime::{NativeRuntime, RayonPool, TokioExecutor};
-pub use storage::{ObjectStoreStorage, open_storage, refs};
+pub use storage::{ObjectStoreStorage, icechunk, open_storage, refs};
 
 /// Everything that can go wrong here; messages end with the URL or path.
 #[derive(Debug, thiserror::Error)]
@@ -324,7 +324,7 @@ fn build_dataset(
 /// A `file://` URL whose directory does not exist: said before any metadata read, so the
 /// message names the path rather than a missing `zarr.json`.
 fn refuse_missing_local_store(url: &str) -> Result<()> {
-    if refs::reference_url(url).is_some() {
+    if refs::reference_url(url).is_some() || storage::icechunk::icechunk_url(url).is_some() {
         return Ok(()); // opening it read it
     }
     let parsed = storage::parse_location(url)?;

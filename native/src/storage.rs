@@ -12,6 +12,9 @@ use crate::NativeError;
 // Reference sets are a kind of store URL (`reference+URL`) whose files are opened by this
 // module's `open_storage`: one recursion, so one module (`insitubatch_native::refs` is this).
 pub mod refs;
+// Icechunk repositories (`icechunk+URL`) are read as a lazy reference index over the same
+// stores (`insitubatch_native::icechunk`), whose chunks `refs` opens.
+pub mod icechunk;
 
 /// Apply `KEY=VALUE` options to a builder through the shared config-key parser.
 macro_rules! apply_opts {
@@ -27,8 +30,8 @@ fn build_err(url: &str) -> impl Fn(object_store::Error) -> NativeError + '_ {
 }
 
 /// Open a store by URL: `file://`, a bare local path, `s3://`, `gs://`, `az://`/`abfs://`,
-/// `http(s)://`, or a kerchunk reference set at any of those as `reference+URL`
-/// ([`refs`]). Credentials come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`),
+/// `http(s)://`, a kerchunk reference set at any of those as `reference+URL` ([`refs`]), or an
+/// Icechunk repository as `icechunk+URL` ([`icechunk`]). Credentials come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`),
 /// then `options` (`KEY=VALUE`, object_store's config keys) override them.
 ///
 /// # Errors
@@ -37,6 +40,9 @@ fn build_err(url: &str) -> impl Fn(object_store::Error) -> NativeError + '_ {
 pub fn open_storage(url: &str, options: &[(String, String)]) -> Result<Arc<dyn Storage>, NativeError> {
     if refs::reference_url(url).is_some() {
         return refs::open_references(url, options);
+    }
+    if icechunk::icechunk_url(url).is_some() {
+        return icechunk::open_icechunk(url, options);
     }
     let parsed = parse_location(url)?;
     let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|e| NativeError::Open {

@@ -98,6 +98,9 @@ impl StoreArg {
             let refs = refs.get();
             return Ok(Self::Built { storage: Arc::clone(&refs.storage), location: refs.location.clone() });
         }
+        if let Some(native) = native_icechunk(store)? {
+            return Ok(native);
+        }
         let location = store.str()?.to_str()?.to_string();
         let module: String = store.get_type().getattr("__module__")?.extract()?;
         if module.split('.').next() == Some("obstore") {
@@ -237,6 +240,17 @@ impl ReferenceStore {
 }
 
 /// An obstore store as an object_store store (rebuilt from its configuration, see above).
+/// An Icechunk store that `icechunk_store` marked for the engine to read itself (its
+/// `_insitubatch_native`: the repository's `icechunk+` URL at the session's snapshot, and
+/// storage options), opened natively; `None` for any other object.
+fn native_icechunk(store: &Bound<'_, PyAny>) -> PyResult<Option<StoreArg>> {
+    let Ok(native) = store.getattr("_insitubatch_native") else { return Ok(None) };
+    let (url, options): (String, Vec<(String, String)>) = native.extract()?;
+    let storage =
+        store.py().detach(|| insitubatch_native::open_storage(&url, &options)).map_err(crate::errors::native_err)?;
+    Ok(Some(StoreArg::Built { location: storage.location(), storage }))
+}
+
 fn obstore_storage(store: &Bound<'_, PyAny>, location: &str) -> PyResult<Arc<dyn Storage>> {
     let class = store.get_type().name()?.to_str()?.to_string();
     let inner = store.extract::<AnyObjectStore>().map_err(|e| {

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import fixtures_dir
 
-from insitubatch_rs import InSituDataset, InsitubatchIOError, open_geometries, reference_store
+from insitubatch_rs import InSituDataset, InsitubatchIOError, icechunk_store, open_geometries, reference_store
 
 VARIABLES = ["t2m", "tp", "msl", "sst"]
 
@@ -111,3 +111,28 @@ def test_a_missing_set_and_bad_options_are_refused_at_once(virtual, tmp_path):
     with pytest.raises(InsitubatchIOError, match="a JSON object of references") as e:
         reference_store(tmp_path / "not.json")
     assert str(e.value).endswith(str(tmp_path / "not.json"))
+
+
+def test_an_icechunk_repository_is_read_by_the_engine_at_the_sessions_snapshot(virtual, manifest):
+    """The fixtures' Icechunk repository (make_virtual.py ``build_icechunk``): icechunk_store's
+    session store and the ``icechunk+`` URL read natively give xarray's values; main removed sst
+    after tag v1."""
+    pytest.importorskip("icechunk", reason="insitubatch-rs[icechunk] is not installed")
+    entry = manifest["icechunk"]
+    want = {name: np.fromfile(virtual / a["values_file"], dtype=np.dtype(a["dtype"]).newbyteorder("<"))
+            .reshape(a["shape"]) for name, a in entry["arrays"].items()}
+    repo = virtual / entry["path"]
+    store = icechunk_store(repo.as_uri())
+    url, _ = store._insitubatch_native
+    assert url == f"icechunk+{repo}#snapshot={entry['snapshots']['main']}"
+    assert sorted(open_geometries(store)) == ["msl", "t2m", "tp"], "main removed sst"
+    with InSituDataset(store, batch_size=5, seed=2) as ds:
+        for b in ds.all:
+            for name in ("t2m", "tp", "msl"):
+                np.testing.assert_array_equal(b[name], want[name][b.sample_indices], err_msg=name)
+        assert ds.last_pass.storage_reads < ds.last_pass.tiles_read, "the chunks of one file coalesced"
+    with InSituDataset(f"icechunk+{repo}#tag=v1", batch_size=5, seed=2) as ds:
+        check_epoch(ds, want)
+    with pytest.raises(InsitubatchIOError, match="era_gone.nc"):
+        with InSituDataset(f"icechunk+{repo}#branch=bad", batch_size=5) as ds:
+            list(ds.all)

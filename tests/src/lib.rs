@@ -50,6 +50,10 @@ pub struct Manifest {
     pub stores: Vec<FixtureStore>,
     /// Broken arrays.
     pub bad: serde_json::Value,
+    /// The virtual fixtures' Icechunk repository (make_virtual.py `build_icechunk`): a store
+    /// entry with its `snapshots` (`v1`, `main`) and its `bad` branch.
+    #[serde(default)]
+    pub icechunk: Option<serde_json::Value>,
 }
 
 /// The fixtures directory (`$INSITUBATCH_FIXTURES`), written by `scripts/test.sh`.

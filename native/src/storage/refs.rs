@@ -50,7 +50,7 @@ pub fn open_references(url: &str, options: &[(String, String)]) -> Result<Arc<dy
     let path = set_url.path().trim_end_matches('/').to_string();
     set_url.set_path(&path);
     let location = format!("{REFERENCE_PREFIX}{}", location_of(&set_url, inner));
-    let opener = Arc::new(NativeFiles { options: options.to_vec(), stores: Mutex::new(HashMap::new()) });
+    let opener = Arc::new(NativeFiles::new(options));
     let storage = match read_set(&set_url, "", options).map_err(open_err)? {
         Some(bytes) => {
             let mut set = ReferenceSet::from_json(&bytes, &location)?;
@@ -152,11 +152,19 @@ fn options_for<'o>(root: &str, options: &'o [(String, String)]) -> &'o [(String,
     if root.starts_with("file:") { &[] } else { options }
 }
 
-/// Opens the stores of a set's files: one per bucket or host, shared by its files.
+/// Opens the stores of a set's files (and of an Icechunk repository's chunks): one per bucket
+/// or host, shared by its files.
 #[derive(Debug)]
-struct NativeFiles {
+pub(super) struct NativeFiles {
     options: Vec<(String, String)>,
     stores: Mutex<HashMap<String, Arc<dyn Storage>>>,
+}
+
+impl NativeFiles {
+    /// An opener whose remote stores take `options` (local ones take none).
+    pub(super) fn new(options: &[(String, String)]) -> Self {
+        Self { options: options.to_vec(), stores: Mutex::new(HashMap::new()) }
+    }
 }
 
 impl FileOpener for NativeFiles {

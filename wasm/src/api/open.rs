@@ -108,12 +108,19 @@ pub async fn open_references(url: String, files: JsValue, options: JsValue) -> R
 }
 
 /// The storage of a URL: a reference set (`reference+URL`, read now; its local files through
-/// `local`, in Node), or [`storage_for`]'s.
+/// `local`, in Node), or [`storage_for`]'s. An Icechunk repository (`icechunk+URL`, native
+/// only: the icechunk crate does not build for wasm) is refused, saying so.
 async fn url_storage(
     url: &str,
     opts: &JsOpenOptions,
     local: Option<Arc<dyn insitubatch_core::Storage>>,
 ) -> Result<Arc<dyn insitubatch_core::Storage>, JsValue> {
+    if url.starts_with("icechunk+") {
+        return Err(js_error(&format!(
+            "Icechunk repositories are read natively by the CLI, Rust and Python, not yet in JavaScript; give a \
+             page the repository's data as a Zarr store or a kerchunk reference set: {url}"
+        )));
+    }
     if !url.starts_with(crate::refs::REFERENCE_PREFIX) {
         return storage_for(url, opts);
     }
