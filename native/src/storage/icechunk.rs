@@ -172,12 +172,12 @@ fn s3_config(options: &[(String, String)]) -> Result<(S3Options, S3Credentials),
         let key = AmazonS3ConfigKey::from_str(&lower)
             .or_else(|_| AmazonS3ConfigKey::from_str(lower.trim_start_matches("aws_")))
             .ok()?;
-        supported(&key).then_some((key, v))
+        supported(key).then_some((key, v))
     });
     let mut settings: Vec<(AmazonS3ConfigKey, String)> = from_env.collect();
     for (k, v) in options {
         let key = AmazonS3ConfigKey::from_str(k).map_err(|_| format!("unknown S3 storage option {k:?}"))?;
-        if !supported(&key) {
+        if !supported(key) {
             return Err(format!("the S3 storage option {k:?} is not supported for Icechunk repositories"));
         }
         settings.push((key, v.clone()));
@@ -186,7 +186,7 @@ fn s3_config(options: &[(String, String)]) -> Result<(S3Options, S3Credentials),
 }
 
 /// The object_store S3 keys [`s3_settings`] maps onto icechunk's configuration.
-fn supported(key: &AmazonS3ConfigKey) -> bool {
+fn supported(key: AmazonS3ConfigKey) -> bool {
     use AmazonS3ConfigKey as K;
     matches!(
         key,
