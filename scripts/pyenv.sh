@@ -121,6 +121,13 @@ ib_build_wheel() {
             --compatibility manylinux_2_28 --strip -i "$py" -o "$out" "$@")
 }
 
+# Where scripts/test-python.sh keeps the abi3 wheel it builds and tests; scripts/test-widget.sh
+# installs the same one (`scripts/test-python.sh --build-only` makes it current).
+ib_test_wheels() {
+    local w="${IB_TEST_VENV:+$IB_TEST_VENV/wheels}"
+    echo "${w:-$INSITUBATCH_CACHE/python-wheels}"
+}
+
 # Install wheel file(s) into the venv of python $1, replacing what is there, without their
 # dependencies (the lock has them). --no-cache: a wheel built here is not kept in uv's cache
 # (each build would add a copy); copied, not linked, from uv's temporary one.

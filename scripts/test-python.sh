@@ -5,6 +5,7 @@
 # already installed or built is not done again.
 #   scripts/test-python.sh [py=V[,V...]] [fw=F[,F...]] [profile=release] [PYTEST ARGS...]
 #   scripts/test-python.sh --list        the sessions
+#   scripts/test-python.sh --build-only  the test wheel only (scripts/test-widget.sh installs it)
 # py= and fw= choose sessions (by default every one, in the order below: what CI runs); fw=none
 # is the sessions without a framework. Through the task runner (with the loopback servers the
 # store-object tests read): `just test-python py=3.12 fw=tf -k dataset`. profile=release builds
@@ -41,6 +42,7 @@ PYTEST_ARGS=()
 for a in "$@"; do
     case "$a" in
         --list) list_sessions; exit 0 ;;
+        --build-only) build_only=1 ;;
         py=*) want_py="${a#py=}" ;;
         fw=*) want_fw="${a#fw=}" ;;
         profile=dev | profile=release) profile="${a#profile=}" ;;
@@ -68,7 +70,11 @@ if [ ${#SELECTED[@]} -eq 0 ]; then
     list_sessions >&2
     exit 2
 fi
-echo "== test-python: sessions ${SELECTED[*]} ($profile build)"
+if [ -n "${build_only:-}" ]; then
+    echo "== test-python: the test wheel ($profile build; --build-only)"
+else
+    echo "== test-python: sessions ${SELECTED[*]} ($profile build)"
+fi
 
 source scripts/env.sh
 source scripts/pyenv.sh
@@ -85,8 +91,7 @@ build_hash="$( { echo "$profile manylinux_2_28"; declare -f ib_build_wheel; cat 
     find core native python-bindings/src python-bindings/python python-bindings/Cargo.toml python-bindings/pyproject.toml \
         -type f \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name '*.pyi' -o -name py.typed -o -path '*/_widget/*' \) -print0 \
         | sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
-wheels="${IB_TEST_VENV:+$IB_TEST_VENV/wheels}"
-wheels="${wheels:-$INSITUBATCH_CACHE/python-wheels}"
+wheels="$(ib_test_wheels)"
 rel=()
 [ "$profile" = release ] && rel=(--release)
 if [ "$(cat "$VENV/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
@@ -102,6 +107,7 @@ if [ "$(cat "$VENV/.ib-python-build" 2>/dev/null || true)" != "$build_hash" ] \
     ib_install_wheel "$IB_PY" "$wheels"/insitubatch_rs-*.whl
     echo "$build_hash" >"$VENV/.ib-python-build"
 fi
+[ -n "${build_only:-}" ] && exit 0
 
 # 3. Fixtures (the generator skips work when they are current).
 export INSITUBATCH_FIXTURES="${INSITUBATCH_FIXTURES:-$INSITUBATCH_CACHE/fixtures}"

@@ -5,7 +5,8 @@
 #      www/node_modules) with the one-thread web engine (js/pkg/web) into
 #      python-bindings/python/insitubatch_rs/_widget/, which the wheel ships;
 #   2. a venv with JupyterLab, anywidget and marimo (scripts/pyenv.sh `ib_venv widget`: uv, from
-#      tools/python/widget.txt) and the wheel built from this tree (rebuilt when an input changes);
+#      tools/python/widget.txt) and the wheel scripts/test-python.sh builds from this tree and
+#      tests (`--build-only`: rebuilt when an input changes);
 #   3. the test: in each of JupyterLab and marimo, a notebook per store (a local path read
 #      through the kernel; the same store served by tests/servers/http_server.py, fetched by
 #      the browser), each batch image's pixels checked against the source values
@@ -23,24 +24,20 @@ ib_prereqs
 echo "== widget: wasm package, npm packages, front-end bundle"
 ib_widget_assets
 
-echo "== widget: JupyterLab venv and the insitubatch_rs wheel"
-ib_test_venv   # the shared test venv: its python and maturin build the wheel
+echo "== widget: JupyterLab venv and the insitubatch_rs wheel (scripts/test-python.sh's)"
+# The wheel test-python builds and tests (its dev profile; it ships the widget's front end):
+# one build of the extension per change, not a second one here.
+bash scripts/test-python.sh --build-only
+ib_test_venv   # IB_PY, which installs wheels
 WIDGET_PY="$(ib_venv widget)"
 VENV="$(dirname "$(dirname "$WIDGET_PY")")"
-build_hash="$( { cat Cargo.toml Cargo.lock; \
-    find core native python-bindings/src python-bindings/python python-bindings/Cargo.toml python-bindings/pyproject.toml \
-        -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
-WHEELS="$VENV/wheels"
+WHEELS="$(ib_test_wheels)"
+wheel_hash="$(sha256sum "$WHEELS"/insitubatch_rs-*abi3*.whl | sha256sum | cut -d' ' -f1)"
 # (A sync of the venv to a changed lock removes the wheel: the import check sees that.)
-if [ "$(cat "$VENV/.ib-build" 2>/dev/null || true)" != "$build_hash" ] \
+if [ "$(cat "$VENV/.ib-build" 2>/dev/null || true)" != "$wheel_hash" ] \
     || ! "$WIDGET_PY" -c 'import insitubatch_rs._native' 2>/dev/null; then
-    rm -rf "$WHEELS"
-    MATURIN="$(dirname "$IB_PY")/maturin"
-    # The test venv's interpreter, as scripts/test-python.sh builds with: the same cargo
-    # fingerprints, so this reuses that build instead of recompiling pyo3 and what follows.
-    (cd python-bindings && "$MATURIN" build -q --strip -i "$IB_PY" -o "$WHEELS")
-    ib_install_wheel "$WIDGET_PY" "$WHEELS"/insitubatch_rs-*.whl
-    echo "$build_hash" >"$VENV/.ib-build"
+    ib_install_wheel "$WIDGET_PY" "$WHEELS"/insitubatch_rs-*abi3*.whl
+    echo "$wheel_hash" >"$VENV/.ib-build"
 fi
 whl=("$WHEELS"/insitubatch_rs-*.whl)
 echo "wheel: $(basename "${whl[0]}") $(stat -c %s "${whl[0]}") bytes; widget files in it:"

@@ -6,7 +6,7 @@
 
 use insitubatch_native::core::{Batch, PassStats};
 use insitubatch_native::{DatasetSpec, NativeError, OpenOptions, VariablesSpec, open, open_storage};
-use insitubatch_tests::{FixtureStore, check_pass, s3_url, source_rows_in, virtual_dir, virtual_manifest};
+use insitubatch_tests::{FixtureStore, check_pass, http_url, s3_url, source_rows_in, virtual_dir, virtual_manifest};
 use serde_json::Value;
 
 /// The repository's entry in the virtual manifest, with its snapshots and bad branch.
@@ -112,24 +112,27 @@ fn a_virtual_chunk_in_a_missing_file_fails_naming_the_chunk_and_the_file() {
     }
 }
 
-/// The repository in the loopback S3 bucket (moto holds the fixtures folder; the endpoint and
-/// credentials come from the environment, as for any `s3://` URL): icechunk reads its refs and
-/// manifests over S3 and the engine its native chunk (the time coordinate) through its own S3
-/// store; its virtual chunks are files of this machine, which a repository on a server is
-/// never given.
+/// The repository in the loopback S3 bucket and on the loopback HTTP server (both serve the
+/// fixtures folder; S3's endpoint and credentials come from the environment, as for any `s3://`
+/// URL): icechunk reads its refs and manifests from there and the engine its native chunk (the
+/// time coordinate) through its own store; its virtual chunks are files of this machine, which
+/// a repository on a server is never given.
 #[test]
-fn a_repository_on_s3_reads_its_native_chunks_and_never_this_machines_files() {
-    let Some((store, _)) = repository("a_repository_on_s3_reads_its_native_chunks_and_never_this_machines_files")
+fn a_repository_on_s3_or_http_reads_its_native_chunks_and_never_this_machines_files() {
+    let Some((store, _)) =
+        repository("a_repository_on_s3_or_http_reads_its_native_chunks_and_never_this_machines_files")
     else {
         return;
     };
-    let url = format!("icechunk+{}/virtual/{}#tag=v1", s3_url(), store.path);
-    let storage = open_storage(&url, &[]).unwrap_or_else(|e| panic!("{url}: {e}"));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let want = std::fs::read(virtual_dir().join(&store.arrays["time"].values_file)).unwrap();
-    let got = rt.block_on(storage.get("time/c/0")).unwrap().expect("the native chunk");
-    assert_eq!(got.as_ref(), want.as_slice());
-    let Err(e) = pass(&url, &["t2m"]) else { panic!("{url}: a local file read for a repository on S3") };
-    let e = e.to_string();
-    assert!(e.contains("t2m/c/") && e.contains("refers to the local file file://"), "{e}");
+    for base in [s3_url(), http_url()] {
+        let url = format!("icechunk+{base}/virtual/{}#tag=v1", store.path);
+        let storage = open_storage(&url, &[]).unwrap_or_else(|e| panic!("{url}: {e}"));
+        let got = rt.block_on(storage.get("time/c/0")).unwrap().expect("the native chunk");
+        assert_eq!(got.as_ref(), want.as_slice(), "{url}");
+        let Err(e) = pass(&url, &["t2m"]) else { panic!("{url}: a local file read for a repository on a server") };
+        let e = e.to_string();
+        assert!(e.contains("t2m/c/") && e.contains("refers to the local file file://"), "{url}: {e}");
+    }
 }

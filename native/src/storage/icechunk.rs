@@ -1,23 +1,24 @@
 //! Icechunk repositories by URL: `icechunk+URL` opens the repository at `URL` (a local path or
-//! `file://`, or `s3://`) at one snapshot, read through core's [`ReferenceStorage`]: the
-//! repository's refs, snapshots and manifests are read by the `icechunk` crate (the format's
-//! own reader, both format versions), and every chunk is resolved to a range of an object and
-//! read by our read path like any other: native chunks are ranges of the repository's
-//! `chunks/` objects, virtual chunks ranges of the files they point into, inline chunks come
-//! with the manifest. So coalescing, hedging, retries, the request counters and the disk tier
-//! apply to an Icechunk repository's chunks as to a Zarr store's.
+//! `file://`, `s3://` or `http(s)://`) at one snapshot, read through core's
+//! [`ReferenceStorage`]: the repository's refs, snapshots and manifests are read by the
+//! `icechunk` crate (the format's own reader, both format versions), and every chunk is
+//! resolved to a range of an object and read by our read path like any other: native chunks
+//! are ranges of the repository's `chunks/` objects, virtual chunks ranges of the files they
+//! point into, inline chunks come with the manifest. So coalescing, hedging, retries, the
+//! request counters and the disk tier apply to an Icechunk repository's chunks as to a Zarr
+//! store's.
 //!
 //! The version follows the URL's fragment: `#branch=NAME` (the default is `main`),
 //! `#tag=NAME` or `#snapshot=ID`. A branch is resolved once, at open, to its snapshot, and
 //! the storage's location names that snapshot, so a run (and the disk tier, which keys its
 //! cache by location) reads one fixed version while writers commit.
 //!
-//! Not (yet) done natively: `gs://`, `az://` and `http(s)://` repositories (Python's
+//! Not (yet) done natively: `gs://` and `az://` repositories (Python's
 //! `icechunk_store` reads those through the icechunk package), and the checksums Icechunk
 //! keeps for virtual chunks (the ETag or modification time of the file when the reference
 //! was written): a file changed since is read as it is now, as a kerchunk reference would be.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -135,10 +136,18 @@ async fn open_session(repo_url: &Url, options: &[(String, String)], version: &Ve
                 .await
                 .map_err(|e| brief(&e))?
         }
+        "http" | "https" => {
+            if !options.is_empty() {
+                return Err("an http(s):// repository takes no `storage_options`; leave them out".into());
+            }
+            // A plain http:// URL is an explicit choice (a local or internal server), as for stores.
+            let allow = HashMap::from([("allow_http".to_string(), (repo_url.scheme() == "http").to_string())]);
+            icechunk::storage::new_http_storage(&format!("{repo_url}/"), Some(allow), None).map_err(|e| brief(&e))?
+        }
         other => {
             return Err(format!(
-                "{other}:// Icechunk repositories are not read natively yet (file:// and s3:// are); from Python, \
-                 icechunk_store(url) reads one through the icechunk package"
+                "{other}:// Icechunk repositories are not read natively yet (file://, s3:// and http(s):// are); \
+                 from Python, icechunk_store(url) reads one through the icechunk package"
             ));
         }
     };

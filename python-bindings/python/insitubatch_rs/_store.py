@@ -176,8 +176,8 @@ def icechunk_store(
     Public buckets need ``anonymous=True``; otherwise credentials come from the environment.
     Extra keywords go to Icechunk's storage constructor. Requires ``insitubatch-rs[icechunk]``.
     A local repository's chunks are read by the engine itself at the session's snapshot (the
-    URL string ``"icechunk+PATH#snapshot=ID"`` does the same, and reads ``s3://`` natively too);
-    other repositories go through icechunk's store.
+    URL string ``"icechunk+PATH#snapshot=ID"`` does the same, and reads ``s3://`` and
+    ``http(s)://`` repositories natively too); other repositories go through icechunk's store.
 
     Raises:
         ValueError: a URL of another scheme (an Arraylake repository: ``arraylake_store``).
