@@ -87,7 +87,9 @@ PB="$ROOT/python-bindings"
 # the widget's front end: scripts/www.sh ib_widget_assets, which every wheel ships).
 source scripts/www.sh
 ib_widget_assets
-build_hash="$( { echo "$profile manylinux_2_28"; declare -f ib_build_wheel; cat Cargo.toml Cargo.lock; \
+# The checkout's path too: maturin's SBOM names the crates' source folders, so a wheel built in
+# another checkout sharing this cache (a worktree beside CI's clone) is not this one's.
+build_hash="$( { echo "$profile manylinux_2_28 $ROOT"; declare -f ib_build_wheel; cat Cargo.toml Cargo.lock; \
     find core native python-bindings/src python-bindings/python python-bindings/Cargo.toml python-bindings/pyproject.toml \
         -type f \( -name '*.rs' -o -name '*.toml' -o -name '*.py' -o -name '*.pyi' -o -name py.typed -o -path '*/_widget/*' \) -print0 \
         | sort -z | xargs -0 sha256sum; } | sha256sum | cut -d' ' -f1)"
