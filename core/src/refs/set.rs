@@ -269,6 +269,9 @@ impl Builder {
                  Parquet references, which are read lazily"
             ));
         }
+        if total == Some(0) {
+            return Ok(()); // an empty dimension (`stop: 0`): the product has no points, as in kerchunk
+        }
         let mut point = vec![0usize; dims.len()];
         loop {
             let vars: Vec<(&str, minijinja::Value)> =

@@ -96,6 +96,11 @@ fn gen_expands_the_product_of_its_dimensions_with_jinja_arithmetic() {
         "n": {"start": 10, "stop": 0, "step": -4}}}]}));
     assert_eq!(stepped.len(), 3, "range(10, 0, -4) is 10, 6, 2");
     assert_eq!(stepped.get("k2"), file("u2", None));
+    // An empty dimension generates nothing (the fuzzer's crash: it indexed an empty range).
+    let empty =
+        parse(&json!({"version": 1, "refs": {"a": "x"}, "gen": [{"key": "k{{i}}.{{j}}", "url": "u", "dimensions": {
+        "i": {"stop": 0}, "j": [0, 1]}}]}));
+    assert_eq!(empty.len(), 1, "only the one reference of `refs`");
 }
 
 #[test]

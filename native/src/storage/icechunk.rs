@@ -26,7 +26,7 @@ use icechunk::Repository;
 use icechunk::format::manifest::{ChunkPayload, VirtualChunkRef};
 use icechunk::format::{ChunkIndices, Path, SnapshotId};
 use icechunk::repository::VersionInfo;
-use icechunk::session::Session;
+use icechunk::session::{Session, SessionErrorKind};
 use icechunk::storage::{S3Credentials, S3Options, S3StaticCredentials};
 use insitubatch_core::runtime::{BoxFuture, StorageError};
 use insitubatch_core::{Reference, ReferenceIndex, ReferenceStorage};
@@ -310,6 +310,12 @@ fn parse_key(key: &str) -> Option<Key> {
     Some(Key::Chunk(format!("/{node}"), indices))
 }
 
+/// Whether a session's error says there is no such node (or no array there): a key that
+/// does not exist, not a failure.
+fn absent(kind: &SessionErrorKind) -> bool {
+    matches!(kind, SessionErrorKind::NodeNotFound { .. } | SessionErrorKind::NotAnArray { .. })
+}
+
 /// An icechunk error as the engine's: permanent (the engine's retries are for the chunk
 /// reads; icechunk retries its own).
 fn failed(what: &str, e: impl std::fmt::Display) -> StorageError {
@@ -329,8 +335,19 @@ impl IcechunkIndex {
         &self,
         job: impl std::future::Future<Output = Result<T, StorageError>> + Send + 'static,
     ) -> Result<T, StorageError> {
-        let rt = self.runtime.as_ref().expect("the runtime lives until drop");
+        let Some(rt) = self.runtime.as_ref() else {
+            return Err(StorageError::permanent("the Icechunk repository's reader has shut down"));
+        };
         rt.spawn(job).await.map_err(|e| failed("a read", e))?
+    }
+
+    /// Keep `key`'s range of `url` among the [`RECENT`] resolved chunks.
+    fn remember(&self, url: &Arc<str>, key: &str, offset: u64, length: u64) {
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back((Arc::clone(url), key.to_string(), offset, length));
     }
 
     /// What a chunk's payload is read as.
@@ -372,16 +389,6 @@ impl IcechunkIndex {
     }
 }
 
-impl IcechunkIndex {
-    fn remember(&self, url: &Arc<str>, key: &str, offset: u64, length: u64) {
-        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        if recent.len() == RECENT {
-            recent.pop_front();
-        }
-        recent.push_back((Arc::clone(url), key.to_string(), offset, length));
-    }
-}
-
 impl ReferenceIndex for IcechunkIndex {
     fn lookup<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Reference>, StorageError>> {
         Box::pin(async move {
@@ -389,9 +396,14 @@ impl ReferenceIndex for IcechunkIndex {
             match parse_key(key) {
                 None => Ok(None),
                 Some(Key::Metadata(node)) => {
+                    let owned = key.to_string();
                     self.on_runtime(async move {
                         let Ok(path) = Path::try_from(node.as_str()) else { return Ok(None) };
-                        Ok(session.get_node(&path).await.ok().map(|n| Reference::Inline(n.user_data)))
+                        match session.get_node(&path).await {
+                            Ok(n) => Ok(Some(Reference::Inline(n.user_data))),
+                            Err(e) if absent(&e.kind) => Ok(None),
+                            Err(e) => Err(failed(&format!("reading {owned:?}"), e)),
+                        }
                     })
                     .await
                 }
@@ -400,8 +412,10 @@ impl ReferenceIndex for IcechunkIndex {
                     let payload = self
                         .on_runtime(async move {
                             let Ok(path) = Path::try_from(node.as_str()) else { return Ok(None) };
-                            if session.get_array(&path).await.is_err() {
-                                return Ok(None); // no array here: nothing at this key
+                            match session.get_array(&path).await {
+                                Ok(_) => {}
+                                Err(e) if absent(&e.kind) => return Ok(None), // no array: nothing here
+                                Err(e) => return Err(failed(&format!("looking up chunk {owned:?}"), e)),
                             }
                             session
                                 .get_chunk_ref(&path, &ChunkIndices(coords))
