@@ -31,8 +31,9 @@ fn build_err(url: &str) -> impl Fn(object_store::Error) -> NativeError + '_ {
 
 /// Open a store by URL: `file://`, a bare local path, `s3://`, `gs://`, `az://`/`abfs://`,
 /// `http(s)://`, a kerchunk reference set at any of those as `reference+URL` ([`refs`]), or an
-/// Icechunk repository as `icechunk+URL` ([`icechunk`]). Credentials come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`),
-/// then `options` (`KEY=VALUE`, object_store's config keys) override them.
+/// Icechunk repository as `icechunk+URL` ([`icechunk`]). Credentials come from the environment
+/// (`AWS_*`, `GOOGLE_*`, `AZURE_*`), then `options` (`KEY=VALUE`, object_store's config keys)
+/// override them.
 ///
 /// # Errors
 /// [`NativeError::Url`] for an unparsable URL, [`NativeError::Open`] for unknown schemes,

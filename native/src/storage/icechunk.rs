@@ -54,6 +54,16 @@ enum Version {
     Snapshot(String),
 }
 
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Branch(b) => write!(f, "branch {b:?}"),
+            Self::Tag(t) => write!(f, "tag {t:?}"),
+            Self::Snapshot(s) => write!(f, "snapshot {s}"),
+        }
+    }
+}
+
 /// The version a URL's fragment names (none: branch `main`).
 fn version_of(fragment: Option<&str>) -> Result<Version, String> {
     let Some(fragment) = fragment.filter(|f| !f.is_empty()) else { return Ok(Version::Branch("main".into())) };
@@ -153,11 +163,7 @@ async fn open_session(repo_url: &Url, options: &[(String, String)], version: &Ve
     };
     let repo =
         Repository::open(storage).execute().await.map_err(|e| format!("cannot open the repository ({})", brief(&e)))?;
-    let wanted = match version {
-        Version::Branch(b) => format!("branch {b:?}"),
-        Version::Tag(t) => format!("tag {t:?}"),
-        Version::Snapshot(s) => format!("snapshot {s}"),
-    };
+    let wanted = version.to_string();
     let version = match version {
         Version::Branch(b) => VersionInfo::BranchTipRef(b.clone()),
         Version::Tag(t) => VersionInfo::TagRef(t.clone()),
@@ -412,15 +418,12 @@ impl ReferenceIndex for IcechunkIndex {
                     let payload = self
                         .on_runtime(async move {
                             let Ok(path) = Path::try_from(node.as_str()) else { return Ok(None) };
-                            match session.get_array(&path).await {
-                                Ok(_) => {}
-                                Err(e) if absent(&e.kind) => return Ok(None), // no array: nothing here
-                                Err(e) => return Err(failed(&format!("looking up chunk {owned:?}"), e)),
+                            // One node lookup per chunk: get_chunk_ref finds the node itself.
+                            match session.get_chunk_ref(&path, &ChunkIndices(coords)).await {
+                                Ok(payload) => Ok(payload),
+                                Err(e) if absent(&e.kind) => Ok(None), // no array here: nothing at this key
+                                Err(e) => Err(failed(&format!("looking up chunk {owned:?}"), e)),
                             }
-                            session
-                                .get_chunk_ref(&path, &ChunkIndices(coords))
-                                .await
-                                .map_err(|e| failed(&format!("looking up chunk {owned:?}"), e))
                         })
                         .await?;
                     let reference = payload.map(|p| self.reference(key, p)).transpose()?.flatten();
