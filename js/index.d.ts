@@ -219,7 +219,9 @@ export declare class Dataset<B extends Batch = Batch> {
  * Open a Zarr store and build a dataset: `http://` or `https://` (fetch, with Range
  * requests); `s3://` (signed, with `storageOptions` or `credentials`); in Node also `file://` URLs and plain paths
  * (node:fs, ranged reads); a kerchunk reference set at any of them, `reference+URL` (its
- * files over http(s), s3, or in Node local paths; docs/references.md); or a `Storage` object of your own. A browser refuses local paths,
+ * files over http(s), s3, or in Node local paths; docs/references.md); an Icechunk repository,
+ * `icechunk+URL#branch=NAME|tag=NAME|snapshot=ID` (in Node and the `insitubatch/web-s3` entry;
+ * docs/references.md); or a `Storage` object of your own. A browser refuses local paths,
  * saying what to use instead. With `batchViews: true` its batches are `ViewBatch`es. A
  * `JoinedStores` reads several stores as one (docs/joins.md); `ConcatenatedStores` reads
  * them end to end along the sample axis.

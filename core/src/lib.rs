@@ -110,7 +110,9 @@ pub use random::{Split, UnknownSplit};
 pub use ranks::{Checkpoint, Cut};
 #[cfg(feature = "parquet-refs")]
 pub use refs::{DecodeInline, ParquetIndex, RecordDecoder, ResolveFile, decode_record};
-pub use refs::{FILE_OBJECT, FileOpener, Reference, ReferenceIndex, ReferenceSet, ReferenceStorage};
+pub use refs::{FILE_OBJECT, FileOpener, ICECHUNK_PREFIX, Reference, ReferenceIndex, ReferenceSet, ReferenceStorage};
+#[cfg(feature = "icechunk")]
+pub use refs::{IcechunkIndex, IcechunkVersion, icechunk_url};
 pub use retry::{COALESCE_GAP_BYTES, COALESCE_MAX_BYTES, OnBadChunk, ReadPolicy};
 pub use runtime::{ByteRange, Executor, Location, Runtime, Storage, StorageError, ThreadPool};
 pub use split::{SplitManifest, SplitOptions, split_by_chunk, valid_anchor_range};

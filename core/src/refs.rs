@@ -16,6 +16,8 @@
 //! Hand-written: zarrs has no reference store, and fsspec's `ReferenceFileSystem` (Python)
 //! is what this replaces; the engine's storage seam is its own trait.
 
+#[cfg(feature = "icechunk")]
+mod icechunk;
 #[cfg(feature = "parquet-refs")]
 mod parquet;
 mod set;
@@ -26,6 +28,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 
+#[cfg(feature = "icechunk")]
+pub use icechunk::{IcechunkIndex, IcechunkVersion, icechunk_url};
 #[cfg(feature = "parquet-refs")]
 pub use parquet::{DecodeInline, ParquetIndex, RecordDecoder, ResolveFile, decode_record};
 pub use set::ReferenceSet;
@@ -39,6 +43,11 @@ use crate::runtime::{
 /// URL follows). A control character, which no Zarr key holds: a set with such a key is
 /// refused.
 pub const FILE_OBJECT: &str = "\u{1}file:";
+
+/// The prefix of an Icechunk repository's URL on every target (`icechunk+s3://bucket/era5#tag=v1`,
+/// `icechunk+/data/era5.icechunk`); defined in every build, so one without the reader can
+/// say it has none.
+pub const ICECHUNK_PREFIX: &str = "icechunk+";
 
 /// At most this many references are checked, one zero-length read each, to find the one a
 /// failed range read went past the end for (only after a permanent failure).

@@ -321,13 +321,18 @@ export function joinEntries(source) {
  * `open(source, options)` over an engine (src/engine.js: a fresh wasm instance after a
  * trap). `source`: a URL, a storage object (wasm/src/js_storage.rs), a join of them by
  * name (`isJoin`), or an array of them, concatenated along the sample axis; a URL may be a
- * kerchunk reference set, `reference+URL`. `local`, in Node only: `{ isLocal(url),
+ * kerchunk reference set, `reference+URL`, or an Icechunk repository, `icechunk+URL#VERSION`. `local`, in Node only: `{ isLocal(url),
  * nodeFileStorage(url), fileUrl(path) }` (src/node-storage.js), which turns `file://` URLs and
  * plain paths into a storage object (and a reference set's local files into reads under `/`);
  * elsewhere the engine refuses them with what to use instead.
  */
 /** The prefix of a kerchunk reference set's URL (`reference+https://host/era5.json`). */
 const REFERENCE_PREFIX = 'reference+';
+/** The prefix of an Icechunk repository's URL (`icechunk+https://host/era5#tag=v1`). */
+const ICECHUNK_PREFIX = 'icechunk+';
+
+/** `url`'s prefix when it names a reference set or an Icechunk repository, else undefined. */
+const prefixOf = (url) => [REFERENCE_PREFIX, ICECHUNK_PREFIX].find((p) => url.startsWith(p));
 
 export function makeOpen(engine, local) {
   /** One store of a join, as `openJoined` takes it: a URL, a storage object, or an array of them (concatenated first). */
@@ -335,7 +340,7 @@ export function makeOpen(engine, local) {
     if (Array.isArray(one)) return Promise.all(one.map(joinPart));
     if (isStorage(one)) return one;
     const url = String(one);
-    return local?.isLocal(url) ? local.nodeFileStorage(url) : url;
+    return local?.isLocal(url) && !prefixOf(url) ? local.nodeFileStorage(url) : url;
   };
   return async function open(source, options = {}) {
     const inst = await engine.instance();
@@ -356,18 +361,22 @@ export function makeOpen(engine, local) {
       return opened((w) => w.openWithStorage(source, undefined, options));
     }
     const url = String(source);
-    if (url.startsWith(REFERENCE_PREFIX)) {
-      // A kerchunk reference set (wasm/src/refs.rs). In Node its local files (and a local set)
-      // are read through a node:fs store rooted at `/`; elsewhere its files are URLs.
+    const prefix = prefixOf(url);
+    if (prefix) {
+      // A kerchunk reference set or an Icechunk repository (wasm/src/refs.rs). In Node its
+      // local files (and a local set or repository) are read through a node:fs store rooted
+      // at `/`; elsewhere its files are URLs. An Icechunk URL's fragment names its version.
       if (local && inst.wasm.openReferences) {
-        const inner = url.slice(REFERENCE_PREFIX.length);
-        const absolute = local.isLocal(inner) ? REFERENCE_PREFIX + local.fileUrl(inner) : url;
+        const inner = url.slice(prefix.length);
+        const cut = prefix === ICECHUNK_PREFIX && inner.includes('#') ? inner.indexOf('#') : inner.length;
+        const [where, fragment] = [inner.slice(0, cut), inner.slice(cut)];
+        const absolute = local.isLocal(where) ? prefix + local.fileUrl(where) + fragment : url;
         const root = await local.nodeFileStorage('/');
         return opened((w) => w.openReferences(absolute, root, options));
       }
       return opened((w) => w.open(url, options));
     }
-    if (local?.isLocal(url) && !url.startsWith('icechunk+')) {
+    if (local?.isLocal(url)) {
       const storage = await local.nodeFileStorage(url);
       return opened((w) => w.openWithStorage(storage, url, options));
     }

@@ -353,9 +353,11 @@ export async function s3Signed({ endpoint, bucket, keyId, secret, store, epoch, 
 
 /**
  * Digests of a train epoch of the kerchunk reference set at `url` (`reference+http://…`), read
- * on the page and in a worker (js/test/references.test.js compares them with Node's).
+ * on the page and in a worker (js/test/references.test.js compares them with Node's); and of
+ * the Icechunk repository at `icechunk` (`icechunk+http://…`, its native `time` chunks), which
+ * the default build refuses and `insitubatch/web-s3` reads.
  */
-export async function referenceDigests({ url, options, parquet }) {
+export async function referenceDigests({ url, options, parquet, icechunk }) {
   const ds = await open(url, options);
   const main = await digest(await collect(ds.train()));
   ds.close();
@@ -366,7 +368,16 @@ export async function referenceDigests({ url, options, parquet }) {
   const parquetRefusal = parquet
     ? await open(parquet, options).then((d) => { d.close(); return null; }, (e) => e.message)
     : null;
-  return { main, worker, parquetRefusal };
+  let icechunkRefusal = null;
+  let icechunkDigest = null;
+  if (icechunk) {
+    icechunkRefusal = await open(icechunk, options).then((d) => { d.close(); return null; }, (e) => e.message);
+    const s3 = await import('../src/web-s3.js');
+    const ids = await s3.open(icechunk, { ...options, variables: ['time'] });
+    icechunkDigest = await digest(await collect(ids.train()));
+    ids.close();
+  }
+  return { main, worker, parquetRefusal, icechunkRefusal, icechunkDigest };
 }
 
 /**

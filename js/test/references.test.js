@@ -144,13 +144,70 @@ test('bad reference sets reject naming the chunk and the file', { skip }, async 
   }
 });
 
-test('an Icechunk repository is refused, saying JavaScript does not read one yet', async () => {
-  for (const url of ['icechunk+/data/era5.icechunk#tag=v1', 'icechunk+https://host/era5.icechunk']) {
-    await assert.rejects(open(url), (e) => /not yet in JavaScript/.test(e.message) && e.message.endsWith(url), url);
+/** An epoch of `url` that must fail; its error's message. */
+async function failedEpoch(url, options = OPTS) {
+  let error;
+  await assert.rejects(async () => {
+    const ds = await open(url, options);
+    try {
+      for await (const _ of ds.train());
+    } finally {
+      ds.close();
+    }
+  }, (e) => { error = e; return true; });
+  return error.message;
+}
+
+test('an Icechunk repository gives xarray\'s reading of the NetCDF4 files, read with node:fs at its tag, branch or snapshot', { skip }, async () => {
+  const repo = manifest().icechunk;
+  const path = join(VIRTUAL, repo.path);
+  for (const version of ['tag=v1', `snapshot=${repo.snapshots.v1}`]) {
+    const ds = await open(`icechunk+${path}#${version}`, OPTS);
+    try {
+      const stats = await checkEpoch(ds, repo);
+      assert.ok(stats.storage_reads < stats.tiles_read, `${version}: the chunks of one file coalesced`);
+    } finally {
+      ds.close();
+    }
+  }
+  // main removed sst after v1; an unknown branch is named.
+  assert.match(await failedEpoch(`icechunk+${path}`, { ...OPTS, variables: VARIABLES }), /sst/);
+  const nope = await failedEpoch(`icechunk+${path}#branch=nope`);
+  assert.ok(nope.includes('branch "nope"') && nope.includes(repo.path), nope);
+  for (const bad of [repo.bad, repo.outside]) {
+    const message = await failedEpoch(`icechunk+${path}#branch=${bad.branch}`);
+    assert.ok(message.includes(bad.chunk) && message.includes(bad.file), `${bad.branch}: ${message}`);
   }
 });
 
-test('Chromium reads a reference set over HTTP, on the page and in a worker: the batches of Node', { skip: skip || browserSkip }, async () => {
+test('an Icechunk repository over HTTP reads its native chunks and never this machine\'s files', { skip }, async () => {
+  const repo = manifest().icechunk;
+  const files = await serveDir(VIRTUAL);
+  try {
+    const url = `icechunk+${files.url}/${repo.path}#tag=v1`;
+    const message = await failedEpoch(url);
+    assert.ok(/(t2m|tp|msl|sst)\/c\//.test(message) && message.includes('refers to the local file file://'), message);
+    // The time coordinate is a native chunk of the repository: read over HTTP, xarray's values.
+    const ds = await open(url, { ...OPTS, variables: ['time'] });
+    try {
+      const rows = sourceRows(repo.arrays.time, 0, VIRTUAL);
+      let seen = 0;
+      for await (const b of ds.train()) {
+        const data = bytesOf(b.arrays.time.data);
+        const n = data.length / b.arrays.time.shape[0];
+        b.sampleIndices.forEach((t, i) => assert.ok(data.subarray(i * n, (i + 1) * n).equals(rows[Number(t)]), `time ${t}`));
+        seen += b.sampleIndices.length;
+      }
+      assert.equal(seen, repo.arrays.time.shape[0]);
+    } finally {
+      ds.close();
+    }
+  } finally {
+    files.stop();
+  }
+});
+
+test('Chromium reads a reference set over HTTP, on the page and in a worker, and web-s3 an Icechunk repository: the batches of Node', { skip: skip || browserSkip }, async () => {
   const files = await serveDir(VIRTUAL);
   const page = await serveJs();
   const chrome = await launch();
@@ -166,12 +223,16 @@ test('Chromium reads a reference set over HTTP, on the page and in a worker: the
     const again = await open(url, OPTS);
     const want = digest(await collect(again.train()));
     again.close();
+    const icechunk = `icechunk+${files.url}/${manifest().icechunk.path}#tag=v1`;
+    const times = await open(icechunk, { ...OPTS, variables: ['time'] });
+    const wantTimes = digest(await collect(times.train()));
+    times.close();
     const p = await chrome.page(`${page.url}/test-support/page/`);
     let got;
     try {
       got = await p.evaluate(
         async (arg) => (await import('/test-support/browser-cases.js')).referenceDigests(arg),
-        { url, options: OPTS, parquet: `reference+${files.url}/combined.parq` },
+        { url, options: OPTS, parquet: `reference+${files.url}/combined.parq`, icechunk },
       );
     } catch (e) {
       throw new Error(`${e.message}\n${chrome.logs.join('\n')}`);
@@ -181,6 +242,8 @@ test('Chromium reads a reference set over HTTP, on the page and in a worker: the
     assert.equal(got.main, want, 'the page reads what Node reads');
     assert.equal(got.worker, want, 'and so does a worker');
     assert.match(got.parquetRefusal ?? '', /does not read kerchunk's Parquet reference sets.*web-s3/, 'the page build refuses Parquet, saying what to use');
+    assert.match(got.icechunkRefusal ?? '', /does not read Icechunk repositories.*web-s3/, 'the page build refuses Icechunk, saying what to use');
+    assert.equal(got.icechunkDigest, wantTimes, 'insitubatch/web-s3 reads the repository as Node does');
   } finally {
     await chrome.browser.close();
     page.stop();

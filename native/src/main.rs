@@ -32,10 +32,7 @@ fn main() -> ExitCode {
         let _ = writeln!(std::io::stderr(), "error: internal error: {info}");
     }));
     let cli = Cli::parse();
-    // icechunk warns that a local repository is not safe for concurrent commits each time one
-    // opens; this process only reads, so that warning is left to RUST_LOG.
-    let default =
-        if cli.verbose { "info,icechunk_arrow_object_store=error" } else { "warn,icechunk_arrow_object_store=error" };
+    let default = if cli.verbose { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();

@@ -17,6 +17,7 @@ use crate::storage::{FetchStorage, js_message};
 
 /// The prefix of a reference set's URL, as natively (`insitubatch_native::refs`).
 pub(crate) const REFERENCE_PREFIX: &str = "reference+";
+pub(crate) use insitubatch_core::ICECHUNK_PREFIX;
 
 /// Where the files of a set are read from.
 #[derive(Debug, Default)]
@@ -192,4 +193,33 @@ impl insitubatch_core::ResolveFile for AgainstFolder {
     fn resolve(&self, file: &str) -> Result<String, String> {
         resolve(&self.0, file)
     }
+}
+
+/// Open the Icechunk repository `url` (`icechunk+URL#VERSION`, `URL` absolute: the Node facade
+/// makes a path a `file://` URL) at the version its fragment names, reading its files and its
+/// chunks through `files` (core's `IcechunkIndex`, as natively).
+#[cfg(feature = "icechunk")]
+pub(crate) async fn open_icechunk(url: &str, files: WasmFiles) -> Result<Arc<dyn Storage>, JsValue> {
+    use insitubatch_core::IcechunkIndex;
+    let fail = |m: String| crate::errors::js_error(&format!("{m}: {url}"));
+    let (repo, version) = insitubatch_core::icechunk_url(url)
+        .ok_or_else(|| fail(format!("an Icechunk repository's URL starts with {ICECHUNK_PREFIX}")))?
+        .map_err(&fail)?;
+    let repo = repo.trim_end_matches('/');
+    #[allow(clippy::arc_with_non_send_sync, reason = "as for the opener in open_references")]
+    let files: Arc<dyn FileOpener> = Arc::new(files);
+    let index = IcechunkIndex::open(repo, &version, files.as_ref(), Arc::clone(&files)).await.map_err(&fail)?;
+    let location = format!("{ICECHUNK_PREFIX}{repo}#snapshot={}", index.snapshot_id());
+    #[allow(clippy::arc_with_non_send_sync, reason = "as for the opener in open_references")]
+    let index = Arc::new(index);
+    Ok(crate::storage::shared(ReferenceStorage::lazy(index, files, location)))
+}
+
+#[cfg(not(feature = "icechunk"))]
+#[allow(clippy::unused_async, reason = "the same signature as the reader's, which awaits its reads")]
+pub(crate) async fn open_icechunk(url: &str, _: WasmFiles) -> Result<Arc<dyn Storage>, JsValue> {
+    Err(crate::errors::js_error(&format!(
+        "this build does not read Icechunk repositories (the default browser builds leave the reader out); import \
+         insitubatch/web-s3, or read the repository from Node: {url}"
+    )))
 }

@@ -176,8 +176,8 @@ def icechunk_store(
     Public buckets need ``anonymous=True``; otherwise credentials come from the environment.
     Extra keywords go to Icechunk's storage constructor. Requires ``insitubatch-rs[icechunk]``.
     A local repository's chunks are read by the engine itself at the session's snapshot (the
-    URL string ``"icechunk+PATH#snapshot=ID"`` does the same, and reads ``s3://`` and
-    ``http(s)://`` repositories natively too); other repositories go through icechunk's store.
+    URL string ``"icechunk+PATH#snapshot=ID"`` does the same, and reads a repository over any
+    store URL natively too); other repositories go through icechunk's store.
 
     Raises:
         ValueError: a URL of another scheme (an Arraylake repository: ``arraylake_store``).
@@ -205,7 +205,7 @@ def icechunk_store(
     session = icechunk.Repository.open(storage).readonly_session(branch)
     store = session.store
     if parsed.scheme in ("file", "") and not kw:
-        # The engine reads this repository itself (native/src/storage/icechunk.rs), at this
+        # The engine reads this repository itself (core/src/refs/icechunk.rs), at this
         # session's snapshot: its chunks go through the engine's read path, not through Python.
         # The object stays icechunk's store, for every other use.
         path = url2pathname(parsed.path) if parsed.scheme else url

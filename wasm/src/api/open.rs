@@ -107,30 +107,28 @@ pub async fn open_references(url: String, files: JsValue, options: JsValue) -> R
     open_on(storage, url, &opts).await
 }
 
-/// The storage of a URL: a reference set (`reference+URL`, read now; its local files through
-/// `local`, in Node), or [`storage_for`]'s. An Icechunk repository (`icechunk+URL`, native
-/// only: the icechunk crate does not build for wasm) is refused, saying so.
+/// The storage of a URL: a reference set (`reference+URL`) or an Icechunk repository
+/// (`icechunk+URL`), read now, their local files through `local` (in Node); or
+/// [`storage_for`]'s.
 async fn url_storage(
     url: &str,
     opts: &JsOpenOptions,
     local: Option<Arc<dyn insitubatch_core::Storage>>,
 ) -> Result<Arc<dyn insitubatch_core::Storage>, JsValue> {
-    if url.starts_with("icechunk+") {
-        return Err(js_error(&format!(
-            "Icechunk repositories are read natively by the CLI, Rust and Python, not yet in JavaScript; give a \
-             page the repository's data as a Zarr store or a kerchunk reference set: {url}"
-        )));
-    }
-    if !url.starts_with(crate::refs::REFERENCE_PREFIX) {
+    let icechunk = url.starts_with(crate::refs::ICECHUNK_PREFIX);
+    if !icechunk && !url.starts_with(crate::refs::REFERENCE_PREFIX) {
         return storage_for(url, opts);
     }
     if opts.credentials {
         return Err(js_error(&format!(
-            "credentials apply to s3:// stores opened by URL, not to a reference set; give its S3 files \
-             storageOptions: {url}"
+            "credentials apply to s3:// stores opened by URL, not to a reference set or an Icechunk repository; give \
+             its S3 files storageOptions: {url}"
         )));
     }
     let files = crate::refs::WasmFiles::new(local, opts.spec.storage_options.clone());
+    if icechunk {
+        return crate::refs::open_icechunk(url, files).await;
+    }
     crate::refs::open_references(url, files).await
 }
 
