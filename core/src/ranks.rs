@@ -60,6 +60,11 @@ pub(crate) const PURPOSE_NODES: u64 = 5;
 /// The checkpoint format this build writes and reads.
 pub(crate) const CHECKPOINT_VERSION: u32 = 1;
 
+/// The most ranks a checkpoint's world sizes may name: far beyond any training job, so a
+/// larger figure is an edited or corrupted file, which is refused rather than allocated for
+/// (each rank of a segment gets its list while the pass is rebuilt).
+const MAX_CHECKPOINT_WORLD: usize = 1 << 20;
+
 /// A rank's place in the job, and the grain of its share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Sharding {
@@ -271,6 +276,13 @@ fn check_matches(c: &Checkpoint, now: &Checkpoint) -> Result<()> {
     }
     if c.world_size == 0 || c.history.iter().any(|h| h.world_size == 0) {
         return Err(Error::Config("a checkpoint's world sizes must be at least 1".into()));
+    }
+    let worlds = std::iter::once(c.world_size).chain(c.history.iter().map(|h| h.world_size));
+    if let Some(w) = worlds.filter(|&w| w > MAX_CHECKPOINT_WORLD).max() {
+        return Err(Error::Config(format!(
+            "the checkpoint names a world of {w} ranks, more than the {MAX_CHECKPOINT_WORLD} any job has: it was \
+             edited or corrupted; resume from another checkpoint"
+        )));
     }
     let first_world = c.history.first().map_or(c.world_size, |h| h.world_size);
     if let Some(k) = c.node_ranks.filter(|&k| k == 0 || !first_world.is_multiple_of(k)) {

@@ -158,7 +158,7 @@ async function failedEpoch(url, options = OPTS) {
   return error.message;
 }
 
-test('an Icechunk repository gives xarray\'s reading of the NetCDF4 files, read with node:fs at its tag, branch or snapshot', { skip }, async () => {
+test('an Icechunk repository gives xarray\'s reading of the NetCDF4 files, read with node:fs at its tag, branch or snapshot, and so does VirtualiZarr\'s', { skip }, async () => {
   const repo = manifest().icechunk;
   const path = join(VIRTUAL, repo.path);
   for (const version of ['tag=v1', `snapshot=${repo.snapshots.v1}`]) {
@@ -169,6 +169,14 @@ test('an Icechunk repository gives xarray\'s reading of the NetCDF4 files, read 
     } finally {
       ds.close();
     }
+  }
+  // The repository VirtualiZarr writes from the files (HDF5's filter order, fletcher32 first).
+  const vz = manifest().virtualizarr;
+  const vds = await open(`icechunk+${join(VIRTUAL, vz.path)}`, OPTS);
+  try {
+    await checkEpoch(vds, vz);
+  } finally {
+    vds.close();
   }
   // main removed sst after v1; an unknown branch is named.
   assert.match(await failedEpoch(`icechunk+${path}`, { ...OPTS, variables: VARIABLES }), /sst/);

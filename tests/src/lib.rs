@@ -54,6 +54,10 @@ pub struct Manifest {
     /// entry with its `snapshots` (`v1`, `main`) and its `bad` branch.
     #[serde(default)]
     pub icechunk: Option<serde_json::Value>,
+    /// The Icechunk repository VirtualiZarr writes from the NetCDF4 files (make_virtual.py
+    /// `build_virtualizarr`): a store entry.
+    #[serde(default)]
+    pub virtualizarr: Option<serde_json::Value>,
 }
 
 /// The fixtures directory (`$INSITUBATCH_FIXTURES`), written by `scripts/test.sh`.

@@ -54,6 +54,22 @@ fn an_icechunk_repository_gives_xarrays_values_for_the_original_files() {
     assert!(stats.storage_reads < stats.tiles_read, "virtual chunks of one file coalesced: {}", stats.summary());
 }
 
+/// The repository VirtualiZarr writes from the files (its HDF5 parser, HDF5's filter order:
+/// fletcher32 first, then shuffle over a length that is not a whole number of elements, which
+/// numcodecs refuses or misreads): every batch is xarray's reading of the files.
+#[test]
+fn a_repository_virtualizarr_writes_gives_xarrays_values_for_the_original_files() {
+    let test = "a_repository_virtualizarr_writes_gives_xarrays_values_for_the_original_files";
+    let Some(manifest) = virtual_manifest(test) else { return };
+    let entry = manifest.virtualizarr.expect("make_virtual.py writes VirtualiZarr's repository");
+    let store: FixtureStore = serde_json::from_value(entry).expect("a store entry");
+    let variables = ["t2m", "tp", "msl", "sst"];
+    let url = url(&store, "branch=main");
+    let (batches, stats) = pass(&url, &variables).unwrap_or_else(|e| panic!("{url}: {e}"));
+    check_against_xarray(&store, &batches, &variables);
+    assert!(stats.storage_reads < stats.tiles_read, "virtual chunks of one file coalesced: {}", stats.summary());
+}
+
 /// The time coordinate is a native chunk (the repository's `chunks/` object), lat a virtual
 /// one: both read as the bytes xarray reads (no codecs on either).
 #[test]

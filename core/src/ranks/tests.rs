@@ -260,6 +260,16 @@ fn a_checkpoint_with_node_ranks_that_do_not_divide_its_world_is_refused() {
     assert!(check_node_ranks(3, 4).is_err() && check_node_ranks(0, 4).is_err() && check_node_ranks(2, 4).is_ok());
 }
 
+/// Fuzzing found it: a checkpoint whose history names 300 billion ranks (3 billion here, which
+/// wasm32's usize holds) allocated a list per rank while the pass was rebuilt.
+#[test]
+fn a_checkpoint_naming_more_ranks_than_any_job_is_refused() {
+    let g = shuffled(10, 80, 2, 1);
+    let cp = checkpoint(&g, 1, 6, vec![Cut { world_size: 3_000_000_000, position: 3 }]);
+    let e = rank_pass(&g.spec(), &g.sharding(0, 1), Some(&cp)).unwrap_err().to_string();
+    assert!(e.contains("a world of 3000000000 ranks") && e.contains("corrupted"), "{e}");
+}
+
 #[test]
 fn one_rank_is_the_draw_order_and_a_checkpoint_round_trips() {
     let g = shuffled(10, 77, 3, 7);
