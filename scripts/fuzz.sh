@@ -27,7 +27,7 @@ source scripts/tools.sh
 FUZZ_HOME="$INSITUBATCH_CACHE/fuzz"
 FUZZ_TARGET_DIR="$INSITUBATCH_CACHE/target-fuzz"
 TRIPLE=x86_64-unknown-linux-gnu
-ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest checkpoint chunk_file scaler_file reference_set)
+ALL_TARGETS=(zarr_v3_metadata zarr_v2_metadata shard_index decode_tile cache_log split_manifest checkpoint chunk_file scaler_file reference_set icechunk_repository)
 
 ib_prereqs
 # libfuzzer-sys compiles libFuzzer (C++) with the cc crate.

@@ -108,6 +108,8 @@ pub use patch::{AxisSizes, PatchAxis, PatchMode, PatchOptions, PatchPlacement, p
 pub use pool::PoolCounters;
 pub use random::{Split, UnknownSplit};
 pub use ranks::{Checkpoint, Cut};
+#[cfg(all(feature = "icechunk", feature = "testing"))]
+pub use refs::icechunk_sample;
 #[cfg(feature = "parquet-refs")]
 pub use refs::{DecodeInline, ParquetIndex, RecordDecoder, ResolveFile, decode_record};
 pub use refs::{FILE_OBJECT, FileOpener, ICECHUNK_PREFIX, Reference, ReferenceIndex, ReferenceSet, ReferenceStorage};

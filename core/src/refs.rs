@@ -28,6 +28,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 
+#[cfg(all(feature = "icechunk", any(test, feature = "testing")))]
+pub use icechunk::sample as icechunk_sample;
 #[cfg(feature = "icechunk")]
 pub use icechunk::{IcechunkIndex, IcechunkVersion, icechunk_url};
 #[cfg(feature = "parquet-refs")]
@@ -262,7 +264,13 @@ fn file_range(within: Option<(u64, u64)>, range: Option<ByteRange>) -> Result<Op
         Some(ByteRange::Bounded { start, end }) if end > length => return Err(past_end(start, end, length)),
         Some(ByteRange::Bounded { start, end }) => (start, end),
     };
-    Ok(Some(ByteRange::Bounded { start: offset + start, end: offset + end }))
+    match (offset.checked_add(start), offset.checked_add(end)) {
+        (Some(start), Some(end)) => Ok(Some(ByteRange::Bounded { start, end })),
+        _ => Err(StorageError::permanent(format!(
+            "the reference's range {offset}+{length} runs past the largest byte offset (2^64); the reference is \
+             corrupt: remake it"
+        ))),
+    }
 }
 
 /// `range` as bounds for [`ReferenceIndex::in_file`] (everything for a whole file or a suffix).

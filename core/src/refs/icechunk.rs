@@ -118,7 +118,7 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// A virtual chunk container the repository declares: virtual chunks are read only under one.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 struct Container {
     #[serde(default)]
     name: Option<String>,
@@ -126,10 +126,128 @@ struct Container {
 }
 
 /// The part of a repository's configuration a reader needs (the rest is ignored).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 struct Config {
     #[serde(default)]
     virtual_chunk_containers: Option<HashMap<String, Container>>,
+}
+
+/// The virtual chunk containers of a spec version 2 repository's configuration, a flexbuffer
+/// (what serde's flexbuffers writes for the icechunk crate's `RepositoryConfig`).
+///
+/// Hand-written, and only as far as the containers: the flexbuffers crate panics on some
+/// malformed buffers (an offset or a length past the end: fuzz `icechunk_repository` found it)
+/// and has no verifier, and a panic kills a wasm instance. Every read here is bounds-checked;
+/// anything unexpected is `None`, a malformed configuration.
+mod flex {
+    use std::collections::HashMap;
+
+    use super::{Config, Container};
+
+    /// Flexbuffer value types this reader follows (the format's numbering).
+    const NULL: u8 = 0;
+    const KEY: u8 = 4;
+    const STRING: u8 = 5;
+    const MAP: u8 = 9;
+
+    /// A value in its slot: where the slot is, its type, the width of what it points to, and
+    /// the slot's own width.
+    #[derive(Debug, Clone, Copy)]
+    struct Value {
+        slot: usize,
+        kind: u8,
+        width: usize,
+        slot_width: usize,
+    }
+
+    /// The unsigned integer of `width` bytes at `at`.
+    fn uint(buf: &[u8], at: usize, width: usize) -> Option<usize> {
+        let bytes = buf.get(at..at.checked_add(width)?)?;
+        let mut le = [0u8; 8];
+        le.get_mut(..width)?.copy_from_slice(bytes);
+        usize::try_from(u64::from_le_bytes(le)).ok()
+    }
+
+    /// Where the offset in the slot at `at` points (offsets count back from their slot).
+    fn target(buf: &[u8], at: usize, width: usize) -> Option<usize> {
+        at.checked_sub(uint(buf, at, width)?)
+    }
+
+    /// A width byte's bytes (1, 2, 4 or 8), from a packed type's low bits or a width field.
+    fn width_of(code: usize) -> Option<usize> {
+        [1, 2, 4, 8].into_iter().find(|&w| w == code)
+    }
+
+    fn packed(byte: u8, slot: usize, slot_width: usize) -> Value {
+        Value { slot, kind: byte >> 2, width: 1 << (byte & 3), slot_width }
+    }
+
+    /// The buffer's root value.
+    fn root(buf: &[u8]) -> Option<Value> {
+        let n = buf.len();
+        let slot_width = width_of(usize::from(*buf.get(n.checked_sub(1)?)?))?;
+        let kind = *buf.get(n.checked_sub(2)?)?;
+        Some(packed(kind, n.checked_sub(2)?.checked_sub(slot_width)?, slot_width))
+    }
+
+    /// The NUL-terminated key at `at`.
+    fn key(buf: &[u8], at: usize) -> Option<&str> {
+        let rest = buf.get(at..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        std::str::from_utf8(rest.get(..end)?).ok()
+    }
+
+    /// A string (or key) value; `None` for null.
+    fn string(buf: &[u8], v: Value) -> Option<Option<String>> {
+        match v.kind {
+            NULL => Some(None),
+            KEY => Some(Some(key(buf, target(buf, v.slot, v.slot_width)?)?.to_string())),
+            STRING => {
+                let at = target(buf, v.slot, v.slot_width)?;
+                let len = uint(buf, at.checked_sub(v.width)?, v.width)?;
+                let bytes = buf.get(at..at.checked_add(len)?)?;
+                Some(Some(std::str::from_utf8(bytes).ok()?.to_string()))
+            }
+            _ => None,
+        }
+    }
+
+    /// A map's entries, by key; `None` when `v` is not a well-formed map.
+    fn map(buf: &[u8], v: Value) -> Option<HashMap<&str, Value>> {
+        if v.kind != MAP {
+            return None;
+        }
+        let (at, w) = (target(buf, v.slot, v.slot_width)?, v.width);
+        let len = uint(buf, at.checked_sub(w)?, w)?;
+        let keys_width = width_of(uint(buf, at.checked_sub(2 * w)?, w)?)?;
+        let keys = target(buf, at.checked_sub(3 * w)?, w)?;
+        let types = at.checked_add(len.checked_mul(w)?)?;
+        buf.get(types..types.checked_add(len)?)?;
+        let mut entries = HashMap::with_capacity(len.min(64));
+        for i in 0..len {
+            let key_slot = keys.checked_add(i.checked_mul(keys_width)?)?;
+            let name = key(buf, target(buf, key_slot, keys_width)?)?;
+            entries.insert(name, packed(*buf.get(types + i)?, at + i * w, w));
+        }
+        Some(entries)
+    }
+
+    /// The configuration's virtual chunk containers.
+    pub(super) fn config(buf: &[u8]) -> Option<Config> {
+        let root = map(buf, root(buf)?)?;
+        let Some(&containers) = root.get("virtual_chunk_containers") else { return Some(Config::default()) };
+        if containers.kind == NULL {
+            return Some(Config::default());
+        }
+        let mut found = HashMap::new();
+        for (prefix, entry) in map(buf, containers)? {
+            let fields = map(buf, entry)?;
+            let url_prefix = string(buf, *fields.get("url_prefix")?)??;
+            let name = fields.get("name").map_or(Some(None), |&n| string(buf, n))?;
+            found.insert(prefix.to_string(), Container { name, url_prefix });
+        }
+        Some(Config { virtual_chunk_containers: Some(found) })
+    }
 }
 
 /// A repository's snapshot as a reference index: metadata from its nodes, each chunk's
@@ -240,10 +358,13 @@ async fn resolve(store: &dyn Storage, root: &str, version: &IcechunkVersion) -> 
             IcechunkVersion::Tag(t) => info.resolve_tag(t).map_err(|_| no_such(version))?.to_string(),
             IcechunkVersion::Snapshot(s) => s.clone(),
         };
-        let config = info
-            .config::<Config>()
-            .map_err(|e| format!("the repository's configuration is malformed ({})", brief(&e)))?;
-        return Ok((id, config.unwrap_or_default()));
+        let config = match info.config_bytes_raw() {
+            Ok(Some(bytes)) => flex::config(&bytes)
+                .ok_or("the repository's configuration is malformed (not the flexbuffer it should be)")?,
+            Ok(None) => Config::default(),
+            Err(e) => return Err(format!("the repository's configuration is malformed ({})", brief(&e))),
+        };
+        return Ok((id, config));
     }
     let id = match version {
         IcechunkVersion::Branch(b) => v1_ref(store, root, &format!("branch.{b}"), version).await?,
@@ -296,6 +417,24 @@ fn check_indices(info: &RepoInfo) -> Result<(), String> {
     Ok(())
 }
 
+/// Every node of a snapshot is an array or a group: `icechunk-format` panics on another
+/// (which kills a wasm instance) when it reads the node, and its verifier lets one through.
+fn check_nodes(snapshot: &Snapshot) -> Result<(), String> {
+    use icechunk_format::flatbuffers::generated::{NodeData as Kind, Snapshot as Flat};
+    let flat = flatbuffers::root::<Flat<'_>>(snapshot.bytes()).map_err(|e| e.to_string())?;
+    for node in flat.nodes() {
+        let known = match node.node_data_type() {
+            Kind::Array => node.node_data_as_array().is_some(),
+            Kind::Group => node.node_data_as_group().is_some(),
+            _ => false,
+        };
+        if !known {
+            return Err(format!("the node {:?} is neither an array nor a group", node.path()));
+        }
+    }
+    Ok(())
+}
+
 impl IcechunkIndex {
     /// Open the repository at `repo` (its URL without the prefix or fragment) at `version`:
     /// its refs, configuration and snapshot read through `at_open` (a store for this one
@@ -326,6 +465,7 @@ impl IcechunkIndex {
         };
         let (spec, body) = unpack(&bytes, FileTypeBin::Snapshot, &what)?;
         let snapshot = Snapshot::from_buffer(spec, body).map_err(|e| format!("{what} is malformed ({})", brief(&e)))?;
+        check_nodes(&snapshot).map_err(|m| format!("{what} is malformed ({m})"))?;
         let containers = config.virtual_chunk_containers.unwrap_or_default().into_values().collect();
         Ok(Self {
             repo,
@@ -481,7 +621,9 @@ impl ReferenceIndex for IcechunkIndex {
         let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         let mut found: Vec<(String, u64, u64)> = recent
             .iter()
-            .filter(|(u, _, offset, length)| u.as_ref() == url && *offset < end && offset + length > start)
+            .filter(|(u, _, offset, length)| {
+                u.as_ref() == url && *offset < end && offset.saturating_add(*length) > start
+            })
             .map(|(_, key, offset, length)| (key.clone(), *offset, *length))
             .collect();
         found.sort_by_key(|(_, offset, _)| *offset);
@@ -504,6 +646,172 @@ impl ReferenceIndex for IcechunkIndex {
             .filter(|k| k.as_ref().map_or(true, |k: &String| k.starts_with(prefix)))
             .collect();
         Box::pin(std::future::ready(keys))
+    }
+}
+
+/// A small spec version 2 repository, written with `icechunk-format`'s own writers: for this
+/// module's tests and the `icechunk_repository` fuzz target (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+pub mod sample {
+    use std::collections::HashMap;
+
+    use bytes::Bytes;
+    use icechunk_format::format_constants::{
+        CompressionAlgorithmBin, FileTypeBin, ICECHUNK_FORMAT_MAGIC_BYTES, SpecVersionBin,
+    };
+    use icechunk_format::manifest::{
+        ChunkInfo, ChunkPayload, ChunkRef, Manifest, ManifestExtents, ManifestRef, VirtualChunkLocation,
+        VirtualChunkRef,
+    };
+    use icechunk_format::repo_info::RepoInfo;
+    use icechunk_format::snapshot::{ArrayShape, ManifestFileInfo, NodeData, NodeSnapshot, Snapshot, SnapshotInfo};
+    use icechunk_format::{ChunkId, ChunkIndices, ManifestId, NodeId, Path, SnapshotId};
+
+    /// Which of the repository's files.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum File {
+        /// `repo`: its branches, tags and configuration.
+        RepoInfo,
+        /// `snapshots/ID`: its nodes.
+        Snapshot,
+        /// `manifests/ID`: its chunks' locations.
+        Manifest,
+    }
+
+    /// The repository at key `repo/` of one store: array `a` of 4 one-byte chunks (inline,
+    /// native, virtual by its container's name, virtual outside every container; the container
+    /// `data` is `file://host/files/`), under branch `main`.
+    #[derive(Debug)]
+    pub struct Repository {
+        /// Every object (`repo/...`, and the files of its virtual chunks).
+        pub files: Vec<(String, Bytes)>,
+        /// Each binary file's key and its body before the header and compression.
+        pub bodies: Vec<(File, String, Vec<u8>)>,
+        /// The id of `main`'s snapshot.
+        pub snapshot: String,
+    }
+
+    /// A file's bytes as Icechunk writes them: its header, then the body (zstd when `compress`).
+    ///
+    /// # Panics
+    /// If zstd cannot compress (it always can).
+    pub fn pack(file: File, body: &[u8], compress: bool) -> Bytes {
+        let file_type = match file {
+            File::RepoInfo => FileTypeBin::RepoInfo,
+            File::Snapshot => FileTypeBin::Snapshot,
+            File::Manifest => FileTypeBin::Manifest,
+        };
+        let compression = if compress { CompressionAlgorithmBin::Zstd } else { CompressionAlgorithmBin::None };
+        let mut out = ICECHUNK_FORMAT_MAGIC_BYTES.to_vec();
+        out.extend_from_slice(format!("{:<24}", "ic-test").as_bytes());
+        out.extend([SpecVersionBin::V2 as u8, file_type as u8, compression as u8]);
+        if compress {
+            out.extend(zstd::bulk::compress(body, 3).expect("zstd compresses"));
+        } else {
+            out.extend_from_slice(body);
+        }
+        Bytes::from(out)
+    }
+
+    /// How the icechunk crate's configuration serializes its containers (the store too: a
+    /// reader skips it).
+    #[derive(serde::Serialize)]
+    struct WrittenConfig {
+        virtual_chunk_containers: HashMap<String, WrittenContainer>,
+        caching: Option<u32>,
+    }
+    #[derive(serde::Serialize)]
+    struct WrittenContainer {
+        name: Option<String>,
+        url_prefix: String,
+        store: WrittenStore,
+    }
+    #[derive(serde::Serialize)]
+    enum WrittenStore {
+        LocalFileSystem(String),
+    }
+
+    /// The chunks of array `a`, in order.
+    fn chunks(chunk: &ChunkId) -> [ChunkPayload; 4] {
+        let virtual_at =
+            |location, offset| ChunkPayload::Virtual(VirtualChunkRef { location, offset, length: 1, checksum: None });
+        [
+            ChunkPayload::Inline(Bytes::from_static(b"A")),
+            ChunkPayload::Ref(ChunkRef { id: chunk.clone(), offset: 1, length: 1 }),
+            virtual_at(VirtualChunkLocation::from_vcc_path("data", "f.bin").expect("a vcc path"), 2),
+            virtual_at(VirtualChunkLocation::from_url("file://host/elsewhere/g.bin").expect("a URL"), 0),
+        ]
+    }
+
+    /// The repository, its files compressed when `compress`.
+    ///
+    /// # Panics
+    /// If `icechunk-format` refuses what it is given (a bug here).
+    pub fn repository(compress: bool) -> Repository {
+        let (node, chunk, manifest_id) = (NodeId::new([3; 8]), ChunkId::new([4; 12]), ManifestId::new([2; 12]));
+        let infos = chunks(&chunk).into_iter().zip(0u32..).map(|(payload, i)| ChunkInfo {
+            node: node.clone(),
+            coord: ChunkIndices(vec![i]),
+            payload,
+        });
+        let manifest = futures::executor::block_on(Manifest::from_iter(&manifest_id, infos, None))
+            .expect("a manifest")
+            .expect("with chunks");
+        let array = r#"{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"uint8","chunk_grid":{"name":"regular","configuration":{"chunk_shape":[1]}},"chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},"fill_value":0,"codecs":[{"name":"bytes"}]}"#;
+        let extents = ManifestExtents::new(&[0], &[4]);
+        let nodes = [
+            NodeSnapshot {
+                id: NodeId::new([1; 8]),
+                path: Path::root(),
+                user_data: Bytes::from_static(br#"{"zarr_format":3,"node_type":"group"}"#),
+                node_data: NodeData::Group,
+            },
+            NodeSnapshot {
+                id: node,
+                path: Path::try_from("/a").expect("a path"),
+                user_data: Bytes::from(array),
+                node_data: NodeData::Array {
+                    shape: ArrayShape::new([(4, 4)]).expect("a shape"),
+                    dimension_names: None,
+                    manifests: vec![ManifestRef { object_id: manifest_id.clone(), extents }],
+                },
+            },
+        ];
+        let id = SnapshotId::new([1; 12]);
+        let listed = vec![ManifestFileInfo::new(&manifest, manifest.bytes().len() as u64)];
+        let snapshot = Snapshot::from_iter(
+            Some(id.clone()),
+            None,
+            SpecVersionBin::V2,
+            "sample",
+            None,
+            listed,
+            None,
+            nodes.map(Ok),
+        )
+        .expect("a snapshot");
+        let container = WrittenContainer {
+            name: Some("data".into()),
+            url_prefix: "file://host/files/".into(),
+            store: WrittenStore::LocalFileSystem("/files".into()),
+        };
+        let config = WrittenConfig {
+            virtual_chunk_containers: HashMap::from([("file://host/files/".to_string(), container)]),
+            caching: None,
+        };
+        let first = SnapshotInfo::from_snapshot_file(&snapshot).expect("its info");
+        let info = RepoInfo::initial(SpecVersionBin::V2, first, 100, Some(&config), None);
+        let bodies = vec![
+            (File::RepoInfo, "repo/repo".to_string(), info.bytes().to_vec()),
+            (File::Snapshot, format!("repo/snapshots/{id}"), snapshot.bytes().to_vec()),
+            (File::Manifest, format!("repo/manifests/{manifest_id}"), manifest.bytes().to_vec()),
+        ];
+        let mut files: Vec<(String, Bytes)> =
+            bodies.iter().map(|(file, key, body)| (key.clone(), pack(*file, body, compress))).collect();
+        files.push((format!("repo/chunks/{chunk}"), Bytes::from_static(b"xBx")));
+        files.push(("files/f.bin".into(), Bytes::from_static(b"xxC")));
+        files.push(("elsewhere/g.bin".into(), Bytes::from_static(b"D")));
+        Repository { files, bodies, snapshot: id.to_string() }
     }
 }
 
@@ -565,6 +873,8 @@ mod tests {
         assert!(err.contains("not a Snapshot"), "{err}");
     }
 
+    use bytes::Bytes;
+
     /// Files by URL, each an object of one memory store (`file://host/KEY`).
     #[derive(Debug)]
     struct MemoryFiles(crate::testing::MemoryStorage);
@@ -578,132 +888,14 @@ mod tests {
         }
     }
 
-    /// One of a repository's files as Icechunk writes it: its header, then its zstd body.
-    fn packed(file_type: FileTypeBin, body: &[u8]) -> Bytes {
-        let mut out = icechunk_format::format_constants::ICECHUNK_FORMAT_MAGIC_BYTES.to_vec();
-        out.extend_from_slice(format!("{:<24}", "ic-test").as_bytes());
-        out.extend([SpecVersionBin::V2 as u8, file_type as u8, CompressionAlgorithmBin::Zstd as u8]);
-        out.extend(zstd::bulk::compress(body, 3).unwrap());
-        Bytes::from(out)
-    }
-
-    use bytes::Bytes;
-    use icechunk_format::manifest::{ChunkInfo, ChunkRef, ManifestExtents, VirtualChunkLocation};
-    use icechunk_format::snapshot::{ArrayShape, ManifestFileInfo, SnapshotInfo};
-    use icechunk_format::{ChunkId, NodeId};
-
-    /// How the icechunk crate's configuration serializes its containers (the store too: a
-    /// reader skips it).
-    #[derive(serde::Serialize)]
-    struct WrittenConfig {
-        virtual_chunk_containers: HashMap<String, WrittenContainer>,
-        caching: Option<u32>,
-    }
-    #[derive(serde::Serialize)]
-    struct WrittenContainer {
-        name: Option<String>,
-        url_prefix: String,
-        store: WrittenStore,
-    }
-    #[derive(serde::Serialize)]
-    enum WrittenStore {
-        LocalFileSystem(String),
-    }
-
-    /// A spec version 2 repository at `file://host/repo` (a repo file, no refs/): array `a`
-    /// of 4 one-byte chunks, inline, native, virtual by container name and virtual outside
-    /// every container; its files in `files`.
-    fn version_2_repository(files: &crate::testing::MemoryStorage) -> SnapshotId {
-        let (node, chunk, manifest_id) = (NodeId::new([3; 8]), ChunkId::new([4; 12]), ManifestId::new([2; 12]));
-        let chunks = [
-            ChunkPayload::Inline(Bytes::from_static(b"A")),
-            ChunkPayload::Ref(ChunkRef { id: chunk.clone(), offset: 1, length: 1 }),
-            ChunkPayload::Virtual(VirtualChunkRef {
-                location: VirtualChunkLocation::from_vcc_path("data", "f.bin").unwrap(),
-                offset: 2,
-                length: 1,
-                checksum: None,
-            }),
-            ChunkPayload::Virtual(VirtualChunkRef {
-                location: VirtualChunkLocation::from_url("file://host/elsewhere/g.bin").unwrap(),
-                offset: 0,
-                length: 1,
-                checksum: None,
-            }),
-        ];
-        let infos = chunks.into_iter().enumerate().map(|(i, payload)| ChunkInfo {
-            node: node.clone(),
-            coord: ChunkIndices(vec![i as u32]),
-            payload,
-        });
-        let manifest = futures::executor::block_on(Manifest::from_iter(&manifest_id, infos, None)).unwrap().unwrap();
-        let array = r#"{"zarr_format":3,"node_type":"array","shape":[4],"data_type":"uint8","chunk_grid":{"name":"regular","configuration":{"chunk_shape":[1]}},"chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},"fill_value":0,"codecs":[{"name":"bytes"}]}"#;
-        let nodes = [
-            NodeSnapshot {
-                id: NodeId::new([1; 8]),
-                path: Path::root(),
-                user_data: Bytes::from_static(br#"{"zarr_format":3,"node_type":"group"}"#),
-                node_data: NodeData::Group,
-            },
-            NodeSnapshot {
-                id: node,
-                path: Path::try_from("/a").unwrap(),
-                user_data: Bytes::from(array),
-                node_data: NodeData::Array {
-                    shape: ArrayShape::new([(4, 4)]).unwrap(),
-                    dimension_names: None,
-                    manifests: vec![ManifestRef {
-                        object_id: manifest_id.clone(),
-                        extents: ManifestExtents::new(&[0], &[4]),
-                    }],
-                },
-            },
-        ];
-        let id = SnapshotId::new([1; 12]);
-        let files_of = vec![ManifestFileInfo::new(&manifest, manifest.bytes().len() as u64)];
-        let snapshot = Snapshot::from_iter(
-            Some(id.clone()),
-            None,
-            SpecVersionBin::V2,
-            "test",
-            None,
-            files_of,
-            None,
-            nodes.map(Ok),
-        )
-        .unwrap();
-        let config = WrittenConfig {
-            virtual_chunk_containers: HashMap::from([(
-                "file://host/files/".to_string(),
-                WrittenContainer {
-                    name: Some("data".into()),
-                    url_prefix: "file://host/files/".into(),
-                    store: WrittenStore::LocalFileSystem("/files".into()),
-                },
-            )]),
-            caching: None,
-        };
-        let info = RepoInfo::initial(
-            SpecVersionBin::V2,
-            SnapshotInfo::from_snapshot_file(&snapshot).unwrap(),
-            100,
-            Some(&config),
-            None,
-        );
-        let put = |key: String, bytes: Bytes| files.insert(&key, bytes);
-        put("repo/repo".into(), packed(FileTypeBin::RepoInfo, info.bytes()));
-        put(format!("repo/snapshots/{id}"), packed(FileTypeBin::Snapshot, snapshot.bytes()));
-        put(format!("repo/manifests/{manifest_id}"), packed(FileTypeBin::Manifest, manifest.bytes()));
-        put(format!("repo/chunks/{chunk}"), Bytes::from_static(b"xBx"));
-        put("files/f.bin".into(), Bytes::from_static(b"xxC"));
-        put("elsewhere/g.bin".into(), Bytes::from_static(b"D"));
-        id
-    }
-
     #[test]
     fn a_spec_version_2_repository_reads_through_its_repo_file() {
         let files = crate::testing::MemoryStorage::new();
-        let id = version_2_repository(&files);
+        let repository = sample::repository(true);
+        for (key, bytes) in &repository.files {
+            files.insert(key, bytes.clone());
+        }
+        let id = repository.snapshot;
         let opener: Arc<dyn FileOpener> = Arc::new(MemoryFiles(files.clone()));
         let open = |version: IcechunkVersion| {
             futures::executor::block_on(IcechunkIndex::open(
@@ -714,7 +906,7 @@ mod tests {
             ))
         };
         let index = open(IcechunkVersion::Branch("main".into())).unwrap();
-        assert_eq!(index.snapshot_id(), id.to_string());
+        assert_eq!(index.snapshot_id(), id);
         let storage = super::super::ReferenceStorage::lazy(Arc::new(index), Arc::clone(&opener), "icechunk+test");
         let get = |key: &str| futures::executor::block_on(storage.get(key));
         assert!(get("zarr.json").unwrap().unwrap().starts_with(b"{\"zarr_format\":3"));
@@ -728,13 +920,39 @@ mod tests {
         assert_eq!(get("b/zarr.json").unwrap(), None, "no such node");
         let keys = futures::executor::block_on(storage.list("")).unwrap().unwrap();
         assert_eq!(keys, vec!["zarr.json".to_string(), "a/zarr.json".to_string()]);
-        assert_eq!(open(IcechunkVersion::Snapshot(id.to_string())).unwrap().snapshot_id(), id.to_string());
+        assert_eq!(open(IcechunkVersion::Snapshot(id.clone())).unwrap().snapshot_id(), id);
         assert_eq!(open(IcechunkVersion::Tag("v1".into())).unwrap_err(), "the repository has no tag \"v1\"");
         assert_eq!(open(IcechunkVersion::Branch("dev".into())).unwrap_err(), "the repository has no branch \"dev\"");
         let missing = open(IcechunkVersion::Snapshot(SnapshotId::new([9; 12]).to_string())).unwrap_err();
         assert!(missing.starts_with("the repository has no snapshot"), "{missing}");
+        // Uncompressed files read as well (Icechunk's header allows them).
+        for (key, bytes) in sample::repository(false).files {
+            files.insert(key, bytes);
+        }
+        assert_eq!(open(IcechunkVersion::Branch("main".into())).unwrap().snapshot_id(), id);
         files.insert("repo/repo", Bytes::from_static(b"not a repo file"));
         assert!(open(IcechunkVersion::Branch("main".into())).unwrap_err().contains("not an Icechunk file"));
+    }
+
+    /// The hand-written reader gives what serde's flexbuffers gives for the icechunk crate's
+    /// configuration, and nothing but `None` or a configuration for any cut or flipped byte.
+    #[test]
+    fn the_configuration_reads_as_serdes_flexbuffers_reads_it() {
+        let repository = sample::repository(false);
+        let (_, _, body) = repository.bodies.iter().find(|(f, _, _)| *f == sample::File::RepoInfo).unwrap();
+        let info = RepoInfo::from_buffer(body.clone()).unwrap();
+        let raw = info.config_bytes_raw().unwrap().unwrap();
+        let serdes: Config = info.config().unwrap().unwrap();
+        assert_eq!(flex::config(&raw), Some(serdes));
+        assert_eq!(flex::config(&raw).unwrap().virtual_chunk_containers.unwrap().len(), 1);
+        for cut in 0..raw.len() {
+            let _ = flex::config(&raw[..cut]);
+        }
+        for i in 0..raw.len() {
+            let mut flipped = raw.clone();
+            flipped[i] ^= 0xff;
+            let _ = flex::config(&flipped);
+        }
     }
 
     #[test]

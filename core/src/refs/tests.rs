@@ -379,3 +379,14 @@ fn reference_sets_concatenate_and_their_chunks_still_coalesce_per_file() {
         assert!(files.reads_of("data.bin") < 4, "{} requests for 4 chunks", files.reads_of("data.bin"));
     }
 }
+
+/// Fuzzing found it (`icechunk_repository`): a lazy index's reference near the top of the
+/// offsets overflowed the file range; it is an error naming the range.
+#[test]
+fn a_range_past_two_to_the_64_is_an_error_not_an_overflow() {
+    let e = file_range(Some((u64::MAX - 1, 10)), None).unwrap_err();
+    assert!(e.message.contains("past the largest byte offset"), "{}", e.message);
+    assert_eq!(e.kind, StorageErrorKind::Permanent);
+    let inside = file_range(Some((5, 10)), Some(ByteRange::Bounded { start: 1, end: 3 })).unwrap();
+    assert_eq!(inside, Some(ByteRange::Bounded { start: 6, end: 8 }));
+}
