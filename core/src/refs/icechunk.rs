@@ -7,7 +7,7 @@
 //! inline chunks come with the manifest.
 //!
 //! Hand-written over `icechunk-format` (not the `icechunk` crate, which native used until
-//! 2026-12-08): that crate's repository layer runs on tokio and its own storage clients, so it
+//! 2026-12-07): that crate's repository layer runs on tokio and its own storage clients, so it
 //! builds for neither wasm32 nor our read path; what a reader needs of it is small (which
 //! snapshot a branch or tag names, where the containers of virtual chunks are, which
 //! manifest holds a chunk) and is written here once, for every target.
@@ -404,14 +404,25 @@ fn no_such(version: &IcechunkVersion) -> String {
     format!("the repository has no {version}")
 }
 
+/// The verifier's limits for walking a file `icechunk-format` has verified already (with its
+/// own limits, which are private): never stricter than those, so a large repository that it
+/// reads is not refused here (flatbuffers' defaults allow a million tables).
+const VERIFIED: flatbuffers::VerifierOptions = flatbuffers::VerifierOptions {
+    max_depth: 64,
+    max_tables: 50_000_000,
+    max_apparent_size: usize::MAX,
+    ignore_missing_null_terminator: false,
+};
+
 /// Every branch and tag of a repo file names a snapshot it lists: `icechunk-format` indexes
 /// its list without a check (a panic, which kills a wasm instance, on a hostile file).
 fn check_indices(info: &RepoInfo) -> Result<(), String> {
     use icechunk_format::flatbuffers::generated::Repo;
-    let repo = flatbuffers::root::<Repo<'_>>(info.bytes()).map_err(|e| format!("the repo file is malformed ({e})"))?;
+    let repo = flatbuffers::root_with_opts::<Repo<'_>>(&VERIFIED, info.bytes())
+        .map_err(|e| format!("the repo file is malformed ({e})"))?;
     let snapshots = repo.snapshots().len();
-    let refs = repo.branches().iter().chain(repo.tags().iter());
-    if refs.clone().any(|r| r.snapshot_index() as usize >= snapshots) {
+    let mut refs = repo.branches().iter().chain(repo.tags().iter());
+    if refs.any(|r| r.snapshot_index() as usize >= snapshots) {
         return Err("the repo file is malformed (a branch or tag names a snapshot it does not list)".into());
     }
     Ok(())
@@ -421,7 +432,7 @@ fn check_indices(info: &RepoInfo) -> Result<(), String> {
 /// (which kills a wasm instance) when it reads the node, and its verifier lets one through.
 fn check_nodes(snapshot: &Snapshot) -> Result<(), String> {
     use icechunk_format::flatbuffers::generated::{NodeData as Kind, Snapshot as Flat};
-    let flat = flatbuffers::root::<Flat<'_>>(snapshot.bytes()).map_err(|e| e.to_string())?;
+    let flat = flatbuffers::root_with_opts::<Flat<'_>>(&VERIFIED, snapshot.bytes()).map_err(|e| e.to_string())?;
     for node in flat.nodes() {
         let known = match node.node_data_type() {
             Kind::Array => node.node_data_as_array().is_some(),
