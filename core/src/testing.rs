@@ -538,3 +538,17 @@ impl crate::tier::TierOpener for MemoryTier {
         Ok(Arc::new(self.clone()))
     }
 }
+
+/// Files by URL for reference sets and Icechunk repositories in tests: `file://host/KEY` is
+/// key `KEY` of one memory store; any other URL is refused.
+#[derive(Debug)]
+pub struct MemoryFiles(pub MemoryStorage);
+
+impl crate::FileOpener for MemoryFiles {
+    fn open(&self, url: &str) -> Result<(Arc<dyn Storage>, String), StorageError> {
+        match url.strip_prefix("file://host/") {
+            Some(key) => Ok((Arc::new(self.0.clone()), key.to_string())),
+            None => Err(StorageError::permanent(format!("no store for {url}"))),
+        }
+    }
+}

@@ -8,24 +8,11 @@
 use std::sync::{Arc, OnceLock};
 
 use insitubatch_core::icechunk_sample::{File, Repository, pack, repository};
-use insitubatch_core::runtime::{Storage, StorageError};
-use insitubatch_core::testing::MemoryStorage;
+use insitubatch_core::runtime::Storage;
+use insitubatch_core::testing::{MemoryFiles, MemoryStorage};
 use insitubatch_core::{FileOpener, IcechunkIndex, IcechunkVersion, ReferenceStorage};
 use insitubatch_fuzz::{block_on, write_seeds_if_asked};
 use libfuzzer_sys::fuzz_target;
-
-/// Every URL under `file://host/` is a key of one memory store.
-#[derive(Debug)]
-struct Host(MemoryStorage);
-
-impl FileOpener for Host {
-    fn open(&self, url: &str) -> Result<(Arc<dyn Storage>, String), StorageError> {
-        match url.strip_prefix("file://host/") {
-            Some(key) => Ok((Arc::new(self.0.clone()), key.to_string())),
-            None => Err(StorageError::permanent("no store for this URL")),
-        }
-    }
-}
 
 /// The repository whose files an input replaces one of (written once).
 fn sample() -> &'static Repository {
@@ -50,7 +37,7 @@ fuzz_target!(init: write_seeds_if_asked(seeds), |data: &[u8]| {
     }
     let key = sample().bodies.iter().find(|(f, _, _)| *f == file).map(|(_, k, _)| k.clone()).expect("every file");
     store.insert(key, pack(file, body, false));
-    let opener: Arc<dyn FileOpener> = Arc::new(Host(store));
+    let opener: Arc<dyn FileOpener> = Arc::new(MemoryFiles(store));
     let version = IcechunkVersion::Branch("main".into());
     let Ok(index) = block_on(IcechunkIndex::open("file://host/repo", &version, opener.as_ref(), Arc::clone(&opener)))
     else {

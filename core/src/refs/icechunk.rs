@@ -79,7 +79,8 @@ fn version_of(fragment: &str) -> Result<IcechunkVersion, String> {
         return Ok(IcechunkVersion::Branch("main".into()));
     }
     let (what, name) = fragment.split_once('=').unwrap_or((fragment, ""));
-    let name = percent_decode(name);
+    // A branch or tag name may hold any character, `%`-escaped.
+    let name = percent_encoding::percent_decode_str(name).decode_utf8_lossy().into_owned();
     if name.is_empty() {
         return Err(format!(
             "the URL's fragment #{fragment} names no version; write #branch=NAME, #tag=NAME or #snapshot=ID"
@@ -93,28 +94,6 @@ fn version_of(fragment: &str) -> Result<IcechunkVersion, String> {
             "the URL's fragment #{fragment} is not a version; write #branch=NAME, #tag=NAME or #snapshot=ID"
         )),
     }
-}
-
-/// `%XX` escapes decoded (a branch or tag name may hold any character); an escape that is not
-/// one is kept as written.
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A virtual chunk container the repository declares: virtual chunks are read only under one.
@@ -329,18 +308,20 @@ fn unpack(bytes: &[u8], file_type: FileTypeBin, what: &str) -> Result<(SpecVersi
     let body = &bytes[icechunk_format::format_constants::ICECHUNK_FILE_HEADER_LEN..];
     let decoded = match header.compression {
         CompressionAlgorithmBin::None => body.to_vec(),
-        CompressionAlgorithmBin::Zstd => decompress(body).map_err(|e| format!("{what} does not decompress ({e})"))?,
+        CompressionAlgorithmBin::Zstd => {
+            decompress(body, MAX_DECODED).map_err(|e| format!("{what} does not decompress ({e})"))?
+        }
     };
     Ok((header.spec_version, decoded))
 }
 
-/// A zstd frame's content, refused past [`MAX_DECODED`] bytes.
-fn decompress(frame: &[u8]) -> Result<Vec<u8>, String> {
+/// A zstd frame's content, refused past `limit` bytes (never allocated beyond it).
+fn decompress(frame: &[u8], limit: u64) -> Result<Vec<u8>, String> {
     let decoder = zstd::stream::read::Decoder::new(frame).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
-    decoder.take(MAX_DECODED + 1).read_to_end(&mut out).map_err(|e| e.to_string())?;
-    if out.len() as u64 > MAX_DECODED {
-        return Err(format!("it decodes to more than {MAX_DECODED} bytes"));
+    decoder.take(limit + 1).read_to_end(&mut out).map_err(|e| e.to_string())?;
+    if out.len() as u64 > limit {
+        return Err(format!("it decodes to more than {limit} bytes"));
     }
     Ok(out)
 }
@@ -369,8 +350,7 @@ async fn resolve(store: &dyn Storage, root: &str, version: &IcechunkVersion) -> 
     let id = match version {
         IcechunkVersion::Branch(b) => v1_ref(store, root, &format!("branch.{b}"), version).await?,
         IcechunkVersion::Tag(t) => {
-            let deleted = store.get(&format!("{root}refs/tag.{t}/ref.json.deleted")).await;
-            if matches!(deleted, Ok(Some(_))) {
+            if read(store, &format!("{root}refs/tag.{t}/ref.json.deleted")).await?.is_some() {
                 return Err(no_such(version));
             }
             v1_ref(store, root, &format!("tag.{t}"), version).await?
@@ -854,7 +834,6 @@ mod tests {
         assert!(version("icechunk+/r#commit=x").unwrap().unwrap_err().contains("not a version"));
         assert_eq!(version("/r"), None);
         assert_eq!(icechunk_url("icechunk+/a/r#tag=x").unwrap().unwrap().0, "/a/r");
-        assert_eq!(percent_decode("a%2Fb%zz%4"), "a/b%zz%4");
     }
 
     #[test]
@@ -873,7 +852,9 @@ mod tests {
         assert!(unpack(b"PAR1", FileTypeBin::Snapshot, "x").unwrap_err().contains("not an Icechunk file"));
         // A zstd frame of zeros larger than the bound: refused, not allocated.
         let big = zstd::bulk::compress(&vec![0u8; 1 << 20], 1).unwrap();
-        assert!(decompress(&big).is_ok());
+        assert_eq!(decompress(&big, 1 << 20).unwrap().len(), 1 << 20);
+        let e = decompress(&big, 4096).unwrap_err();
+        assert!(e.contains("more than 4096 bytes"), "{e}");
         let mut header = icechunk_format::format_constants::ICECHUNK_FORMAT_MAGIC_BYTES.to_vec();
         header.resize(icechunk_format::format_constants::ICECHUNK_FILE_HEADER_LEN, b' ');
         let n = header.len();
@@ -886,18 +867,7 @@ mod tests {
 
     use bytes::Bytes;
 
-    /// Files by URL, each an object of one memory store (`file://host/KEY`).
-    #[derive(Debug)]
-    struct MemoryFiles(crate::testing::MemoryStorage);
-
-    impl FileOpener for MemoryFiles {
-        fn open(&self, url: &str) -> Result<(Arc<dyn Storage>, String), StorageError> {
-            match url.strip_prefix("file://host/") {
-                Some(key) => Ok((Arc::new(self.0.clone()), key.to_string())),
-                None => Err(StorageError::permanent(format!("no store for {url}"))),
-            }
-        }
-    }
+    use crate::testing::MemoryFiles;
 
     #[test]
     fn a_spec_version_2_repository_reads_through_its_repo_file() {

@@ -10,26 +10,13 @@ use crate::dataset::{Dataset, DatasetOptions, Variable};
 use crate::runtime::{InlinePool, Runtime, StorageErrorKind};
 use crate::shuffle::Split;
 use crate::split::{SplitOptions, split_by_chunk};
-use crate::testing::{MemoryStorage, SimExecutor, write_f32_array};
+use crate::testing::{MemoryFiles, MemoryStorage, SimExecutor, write_f32_array};
 use crate::{ConcatStorage, Error, JoinedStorage, Knobs};
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 const LIMIT: Duration = Duration::from_secs(3600);
-
-/// Files by URL, each an object of one memory store (`file://host/NAME` is key `NAME`).
-#[derive(Debug)]
-struct MemoryFiles(MemoryStorage);
-
-impl FileOpener for MemoryFiles {
-    fn open(&self, url: &str) -> Result<(Arc<dyn Storage>, String), StorageError> {
-        match url.strip_prefix("file://host/") {
-            Some(name) => Ok((Arc::new(self.0.clone()), name.to_string())),
-            None => Err(StorageError::permanent(format!("no store for {url}"))),
-        }
-    }
-}
 
 fn parse(doc: &serde_json::Value) -> ReferenceSet {
     ReferenceSet::from_json(doc.to_string().as_bytes(), "refs.json").unwrap()
