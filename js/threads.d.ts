@@ -1,7 +1,7 @@
 // `insitubatch/threads` (Node): the engine with decode threads (src/node-threads.js). The
 // dataset it opens is the main entry's; only how the store is named and how the threads
 // start differ.
-import type { Dataset, OpenOptions, ViewBatch } from './index.js';
+import type { ConcatenatedStores, Dataset, JoinedStores, OpenOptions, Storage, ViewBatch } from './index.js';
 export type * from './index.js';
 export { Dataset, Pass, EngineTrapError } from './index.js';
 
@@ -12,9 +12,10 @@ export { Dataset, Pass, EngineTrapError } from './index.js';
  */
 export declare function initialize(nThreads?: number): Promise<number>;
 /**
- * Open the Zarr store at an http(s):// URL (or several, concatenated) and build a dataset
- * decoded on the threads. Local paths, file:// and s3:// are refused: open them with the
- * main entry.
+ * Open a Zarr store and build a dataset decoded on the threads: an http(s):// URL, a local
+ * path or file:// URL (node:fs), a kerchunk JSON reference set (`reference+URL`), a
+ * `Storage` object, or a join or concatenation of them, as the main entry's `open`. s3://
+ * and Icechunk repositories are refused: open them with the main entry.
  */
-export declare function open(source: string | string[], options: OpenOptions & { batchViews: true }): Promise<Dataset<ViewBatch>>;
-export declare function open(source: string | string[], options?: OpenOptions): Promise<Dataset>;
+export declare function open(source: string | URL | Storage | JoinedStores | ConcatenatedStores, options: OpenOptions & { batchViews: true }): Promise<Dataset<ViewBatch>>;
+export declare function open(source: string | URL | Storage | JoinedStores | ConcatenatedStores, options?: OpenOptions): Promise<Dataset>;

@@ -6,6 +6,8 @@
 //   node-views   the same with `batchViews: true` (batches read in place, no copy)
 //   node-N / node-N-views   wasm in Node with N decode threads (`insitubatch/threads`,
 //           src/node-threads.js: the threaded build, its pool on worker_threads), copies / views
+//   node-file-views / node-N-file-views   the same, the store read from its local path with
+//           node:fs instead of over HTTP
 //   chromium-1 / chromium-N   wasm in a dedicated worker of a cross-origin-isolated page,
 //           the one-thread build vs the threaded build with N decode threads (chunk reads in
 //           its fetch worker); chromium-N-reads-here the same with `fetchWorker: false`
@@ -24,6 +26,13 @@
 // thread, timed after every chunk is fetched (`bench --decode-limit`), the CPU no loader can
 // avoid for these bytes (#48; the Chromium rows have the per-process figures of `--cpu`).
 //
+// `--profile DIR` (Node's one-thread rows): a V8 CPU profile of each run's epoch, written to
+// DIR/ROW-rROUND.cpuprofile (open it in Chrome's DevTools or speedscope for the flame graph),
+// and each row's sampled time by where it went (`profile_ms`: the wasm decoders, the gather
+// into batches, the rest of the engine, the HTTP client, Node's internals, glue, GC, idle),
+// the median run's. The decode threads of the node-N rows are other threads: not in it. The
+// sampler costs a little CPU of its own: compare CPU figures of runs made without it.
+//
 // `--rows a,b`: only the rows named. `--cpu` (Linux): each run also records the CPU seconds
 // (user + system, from /proc) that every process spent during it, by kind: Chromium's
 // renderer (the page, the engine's worker, its decode threads and fetch worker), its network
@@ -33,7 +42,7 @@
 //   node js/bench/bench.mjs --store DIR/c8.zarr [--cli PATH] [--threads 2] [--runs 3] [--page-rows] [--rows R,..] [--cpu] [--json OUT]
 // Needs IB_PLAYWRIGHT_CORE (scripts/test-wasm.sh installs it) for the Chromium rows.
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { open } from '../src/index.js';
@@ -54,6 +63,7 @@ const { values: a } = parseArgs({
     'page-rows': { type: 'boolean', default: false },
     rows: { type: 'string' },
     cpu: { type: 'boolean', default: false },
+    profile: { type: 'string' },
   },
 });
 if (!a.store) {
@@ -170,19 +180,61 @@ function decodeAloneRun() {
   return { mb_per_s: j.decode_limit_mb_per_s, seconds: j.seconds, limiting_stage: 'decode', cpu_s_per_gb: j.decode_cpu_s_per_gb };
 }
 
-/** One cold epoch in Node on this thread; `batchViews`: read the batches in place. */
-async function nodeRun(batchViews, entry = { open }) {
-  const ds = await entry.open(url, { ...options, fractions: [1, 0, 0], batchViews });
+/** One cold epoch in Node on this thread; `batchViews`: read the batches in place; `where`: the store's URL or path. */
+async function nodeRun(batchViews, entry = { open }, where = url, key = undefined) {
+  const ds = await entry.open(where, { ...options, fractions: [1, 0, 0], batchViews });
+  const profiler = key && a.profile ? await startProfile() : undefined;
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   let bytes = 0;
   for await (const b of ds.train()) for (const x of Object.values(b.arrays)) bytes += x.data.byteLength;
   const seconds = (performance.now() - t0) / 1e3;
   const used = process.cpuUsage(cpu0); // microseconds, every thread of this process
+  const profile_ms = profiler ? await profiler.stop(key) : undefined;
   const { limiting_stage, times } = ds.lastPass() ?? {};
   ds.close();
-  return { mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage, times,
+  return { mb_per_s: bytes / 1e6 / seconds, seconds, limiting_stage, times, profile_ms,
     cpu_s_per_gb: (used.user + used.system) / 1e6 / (bytes / 1e9) };
+}
+
+/**
+ * V8's sampling profiler over this thread (node:inspector); `stop(key)` writes the profile to
+ * `--profile`'s folder and resolves to its sampled milliseconds by `where` below.
+ */
+async function startProfile() {
+  const { Session } = await import('node:inspector/promises');
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return {
+    async stop(key) {
+      const { profile } = await session.post('Profiler.stop');
+      session.disconnect();
+      mkdirSync(a.profile, { recursive: true });
+      writeFileSync(`${a.profile}/${key}-r${(series[key]?.length ?? 0) + 1}.cpuprofile`, JSON.stringify(profile));
+      return bySpent(profile);
+    },
+  };
+}
+
+/** The wasm decoders' functions (zstd, its Huffman and FSE stages, blosc, LZ4, zlib, snappy). */
+const DECODER = /^(ZSTD_|HUF_|FSE_|blosc|LZ4|inflate|snappy)/;
+/** Where a profile's samples went, in milliseconds, by the function each was in. */
+function bySpent(profile) {
+  const frames = new Map(profile.nodes.map((n) => [n.id, n.callFrame]));
+  const out = {};
+  profile.samples.forEach((id, i) => {
+    const { functionName: f, url: u } = frames.get(id);
+    const where = u.includes('.wasm')
+      ? (DECODER.test(f) ? 'wasm decode' : /extend_from_slice|gather/.test(f) ? 'wasm gather' : 'wasm engine')
+      : u.includes('undici') ? 'http client (undici)'
+      : u.startsWith('node:') || /^[a-z_]+$/.test(u) ? 'node internals'
+      : u.includes('insitubatch_wasm.js') ? 'wasm-bindgen glue'
+      : f === '(garbage collector)' ? 'gc' : f === '(idle)' ? 'idle' : 'other';
+    out[where] = (out[where] ?? 0) + profile.timeDeltas[i] / 1e3;
+  });
+  return Object.fromEntries(Object.entries(out).map(([k, v]) => [k, +v.toFixed(1)]).sort((x, y) => y[1] - x[1]));
 }
 
 const wantNode = a.only !== 'chromium';
@@ -199,11 +251,13 @@ try {
     if (a.cli && !a.only) await add('native', () => nativeRun());
     if (a.cli && !a.only) await add('decode-alone', () => decodeAloneRun());
     if (wantNode) {
-      await add('node', () => nodeRun(false));
-      await add('node-views', () => nodeRun(true));
+      await add('node', () => nodeRun(false, { open }, url, 'node'));
+      await add('node-views', () => nodeRun(true, { open }, url, 'node-views'));
+      await add('node-file-views', () => nodeRun(true, { open }, storeDir, 'node-file-views'));
       await nodeThreads.initialize(NTHREADS);
       await add(`node-${NTHREADS}`, () => nodeRun(false, nodeThreads));
       await add(`node-${NTHREADS}-views`, () => nodeRun(true, nodeThreads));
+      await add(`node-${NTHREADS}-file-views`, () => nodeRun(true, nodeThreads, storeDir));
     }
     if (wantChromium) {
       const workerRows = [
@@ -252,7 +306,7 @@ function summary(runs) {
   const nearest = runs.reduce((m, r) => (Math.abs(r.mb_per_s - mid) < Math.abs(m.mb_per_s - mid) ? r : m));
   const perGb = runs.map((r) => r.cpu_s_per_gb).filter((x) => x != null);
   const cpu_s_per_gb = perGb.length ? { median: median(perGb), min: Math.min(...perGb), max: Math.max(...perGb) } : undefined;
-  return { mb_per_s: mid, min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common, times: nearest.times ?? nearest.pass?.times, cpu: nearest.cpu, cpu_wall_s: nearest.cpu_wall_s, seconds: nearest.seconds, cpu_s_per_gb };
+  return { mb_per_s: mid, min: Math.min(...mbs), max: Math.max(...mbs), runs: mbs.map((x) => +x.toFixed(1)), limiting_stage: common, times: nearest.times ?? nearest.pass?.times, cpu: nearest.cpu, cpu_wall_s: nearest.cpu_wall_s, seconds: nearest.seconds, cpu_s_per_gb, profile_ms: nearest.profile_ms };
 }
 const rows = Object.fromEntries(Object.entries(series).map(([k, runs]) => [k, summary(runs)]));
 /** Ratio of medians, with the range of the per-round ratios (rounds are interleaved). */
@@ -264,7 +318,7 @@ const ratios = {};
 if (rows.native && rows.node) ratios.node_vs_native_one_thread = ratio('node', 'native');
 if (rows.native && rows['node-views']) ratios.node_views_vs_native_one_thread = ratio('node-views', 'native');
 if (rows.node && rows['node-views']) ratios.node_views_vs_node = ratio('node-views', 'node');
-for (const key of [`node-${NTHREADS}`, `node-${NTHREADS}-views`]) {
+for (const key of [`node-${NTHREADS}`, `node-${NTHREADS}-views`, 'node-file-views', `node-${NTHREADS}-file-views`]) {
   if (rows.native && rows[key]) ratios[`${key.replaceAll('-', '_')}_vs_native_one_thread`] = ratio(key, 'native');
 }
 if (rows['chromium-page'] && rows['chromium-page-views']) ratios.chromium_page_views_vs_copies = ratio('chromium-page-views', 'chromium-page');
@@ -292,6 +346,11 @@ const cpuRatios = Object.fromEntries(Object.keys(rows).filter((k) => gb(k)).map(
   vs_native: gb('native') ? gb(k) / gb('native') : undefined,
   vs_decode_alone: gb('decode-alone') ? gb(k) / gb('decode-alone') : undefined,
 }]));
+for (const [k, r] of Object.entries(rows)) {
+  if (!r.profile_ms) continue;
+  const total = Object.values(r.profile_ms).reduce((n, v) => n + v, 0);
+  console.log(`${k.padEnd(20)} profile of its median run: ${Object.entries(r.profile_ms).map(([w, v]) => `${w} ${(100 * v / total).toFixed(0)}%`).join(', ')}`);
+}
 for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.median.toFixed(2)} [${v.min.toFixed(2)}–${v.max.toFixed(2)} per round]`);
 const os = await import('node:os');
 // Committed rows carry no machine's paths (docs-tests/facts.py): the cache folder as

@@ -2,12 +2,15 @@
 // (pkg/web-threads' module, wasm-bindgen-rayon over shared memory) with its pool's threads as
 // worker_threads (pkg/node-threads: the same glue, src/node-thread-pool.js as its thread
 // starter). Node allows blocking waits on its main thread, so the engine runs here, not in a
-// worker as in browsers. Reads: http(s):// URLs with the runtime's fetch.
+// worker as in browsers. Reads: http(s):// URLs with the runtime's fetch; local paths and file://
+// URLs with node:fs (src/node-storage.js, on this thread, as the main entry reads them);
+// kerchunk JSON reference sets. Not s3:// nor Icechunk (the threaded build leaves them out).
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { makeOpen, makeEngineHooks, Dataset, Pass } from './facade.js';
+import { makeOpen, makeEngineHooks, isJoin, isStorage, joinEntries, Dataset, Pass } from './facade.js';
 import { Engine, EngineTrapError } from './engine.js';
 import { nextPool } from './node-thread-pool.js';
+import { fileUrl, isLocal, nodeFileStorage } from './node-storage.js';
 
 const GLUE = new URL('../pkg/node-threads/insitubatch_wasm.js', import.meta.url);
 const WASM = new URL('../pkg/web-threads/insitubatch_wasm_bg.wasm', import.meta.url);
@@ -68,27 +71,37 @@ export function initialize(n) {
   return ready;
 }
 
-const openUrl = makeOpen({
-  instance: async () => {
-    await initialize();
-    return engine.instance();
+const openSource = makeOpen(
+  {
+    instance: async () => {
+      await initialize();
+      return engine.instance();
+    },
   },
-});
+  { isLocal, nodeFileStorage, fileUrl },
+);
+
+/** The URLs in `source` (a URL, a storage object, an array or a join of them). */
+function urlsOf(source) {
+  if (Array.isArray(source)) return source.flatMap(urlsOf);
+  if (isJoin(source)) return joinEntries(source).flatMap(([, one]) => urlsOf(one));
+  return isStorage(source) ? [] : [String(source)];
+}
 
 /**
- * Open the Zarr store at an http(s):// `url` (or an array of them, concatenated) and build a
- * dataset, decoded on the threads of `initialize`.
+ * Open the Zarr store at `source` (an http(s):// URL, a local path or file:// URL, a kerchunk
+ * JSON reference set `reference+URL`, a storage object, or an array or join of them) and
+ * build a dataset, decoded on the threads of `initialize`.
  */
 export async function open(source, options) {
-  const urls = Array.isArray(source) ? source : [source];
-  for (const u of urls) {
-    if (typeof u !== 'string' || !/^https?:\/\//i.test(u)) {
+  for (const u of urlsOf(source)) {
+    if (/^(reference\+)?s3:\/\//i.test(u) || /^icechunk\+/i.test(u)) {
       throw new TypeError(
-        `insitubatch/threads reads http(s):// URLs only (its build has no file or s3 access); open local paths and s3:// with the main entry 'insitubatch', or serve the store over HTTP: ${String(u)}`,
+        `insitubatch/threads does not read s3:// nor Icechunk repositories (the threaded build leaves their code out); open them with the main entry 'insitubatch': ${u}`,
       );
     }
   }
-  return openUrl(source, options);
+  return openSource(source, options);
 }
 export { Dataset, Pass, EngineTrapError };
 /** Test and diagnostics hooks (src/facade.js makeEngineHooks). */

@@ -3,11 +3,12 @@
 // the same (seed, epoch) (which parity.test.js checks against native); a program that awaits
 // a batch gets it and then exits on its own (the threads never hold a finished process); a
 // trap on a decode thread rejects the pending next() and the next open() runs on a fresh
-// instance with fresh threads; what this entry cannot read is refused, saying where to go.
+// instance with fresh threads; local files are read as the main entry reads them; what this
+// entry cannot read is refused, saying where to go.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,8 +32,16 @@ test('initialize starts the asked decode threads and refuses another count once 
 });
 
 for (const [name, { store = name, ...options }] of Object.entries(CASES)) {
-  test(`${name}: the threads' batches equal the one-thread build's, epoch by epoch`, { skip }, async () => {
-    const url = `${HTTP}/${store}`;
+  test(`${name}: the threads' batches equal the one-thread build's, epoch by epoch, over HTTP and from local files`, { skip }, async () => {
+    await sameBatches(`${HTTP}/${store}`, options);
+    await sameBatches(join(FIXTURES, store), options);
+    await sameBatches(`file://${FIXTURES}/${store}`, options);
+  });
+}
+
+/** The one-thread entry and the threads open `url` alike: the same batches at epochs 0 and 2. */
+async function sameBatches(url, options) {
+  {
     const [a, b] = await Promise.all([one.open(url, options), threads.open(url, options)]);
     for (const epoch of [0, 2]) {
       const [x, y] = [await collect(a.train(epoch)), await collect(b.train(epoch))];
@@ -42,8 +51,16 @@ for (const [name, { store = name, ...options }] of Object.entries(CASES)) {
     }
     a.close();
     b.close();
-  });
+  }
 }
+
+test('a join of a local store and an HTTP one, and a kerchunk reference set with local files, read on the threads as on one thread', { skip }, async (t) => {
+  const options = { batchSize: 4, seed: 5 };
+  await sameBatches({ local: join(FIXTURES, 'v3_zstd'), remote: `${HTTP}/v3_sharded` }, options);
+  const refs = join(FIXTURES, 'virtual', 'combined.json');
+  if (!existsSync(refs)) return t.skip(`no virtual fixtures at ${refs}: run tests/fixtures/make_virtual.py`);
+  await sameBatches(`reference+${refs}`, options);
+});
 
 test('a program that awaits its batches gets them all, then exits with nothing closed', { skip }, () => {
   // Left open on purpose: the datasets, the passes and the decode threads. Without the
@@ -78,9 +95,10 @@ test('a trap on a decode thread rejects next() with an EngineTrapError; the next
   assert.equal(digest(await collect(again.train(1))), want);
 });
 
-test('local paths, file:// and s3:// URLs are refused, naming the entry that reads them', { skip }, async () => {
-  for (const source of [join(FIXTURES, 'v3_zstd'), `file://${FIXTURES}/v3_zstd`, 's3://bucket/store.zarr']) {
-    await assert.rejects(threads.open(source), { name: 'TypeError', message: /http\(s\):\/\/ URLs only .*main entry 'insitubatch'/ });
+test('s3:// URLs and Icechunk repositories are refused, naming the entry that reads them', { skip }, async () => {
+  const refused = ['s3://bucket/store.zarr', 'reference+s3://bucket/refs.json', `icechunk+${FIXTURES}/virtual/era.icechunk#branch=main`];
+  for (const source of [...refused, [`${HTTP}/v3_zstd`, 's3://bucket/b.zarr'], { a: `${HTTP}/v3_zstd`, b: 's3://bucket/b.zarr' }]) {
+    await assert.rejects(threads.open(source), { name: 'TypeError', message: /does not read s3:\/\/ nor Icechunk .*main entry 'insitubatch': (s3|reference|icechunk)/ });
   }
 });
 

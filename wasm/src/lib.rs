@@ -20,9 +20,7 @@ mod api;
 mod errors;
 pub mod explore;
 mod options;
-// Not in the threaded build: it runs only inside `openInWorker`'s worker, which opens URLs
-// (a storage object's functions cannot be posted to it), and a JS object is not `Send`.
-#[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
+#[cfg(target_arch = "wasm32")]
 mod js_storage;
 #[cfg(all(target_arch = "wasm32", feature = "s3"))]
 mod object;
@@ -40,7 +38,7 @@ mod trap;
 
 #[cfg(target_arch = "wasm32")]
 pub use api::*;
-#[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
+#[cfg(target_arch = "wasm32")]
 pub use js_storage::JsStorage;
 pub use options::*;
 #[cfg(target_arch = "wasm32")]

@@ -27,7 +27,8 @@ struct SendJob(Job);
 // `Send`, and a job never touches a JS value itself: nothing in core calls JS, and the only
 // JS call a job makes is the clock (`LocalExecutor::now`, `performance` exists in every
 // worker). What a job captures includes an `Arc` of the engine, whose cache may hold a
-// pending `fetch` future (a JS value): the last reference must therefore never be
+// pending `fetch` future and whose storage may be a JS storage object (Node's `node:fs`
+// store, `JsStorage`): JS values, so the last reference must never be
 // released on a pool thread. The JS-facing objects hold their engine through
 // `api/dataset.rs`'s `KeepAlive`, which releases it with [`drop_when_idle`], after every
 // job has run and dropped its captures; jobs are only created while such a holder is alive.

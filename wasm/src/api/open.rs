@@ -98,7 +98,6 @@ pub async fn open(url: String, options: JsValue) -> Result<Dataset, JsValue> {
 /// Open the kerchunk reference set at `url` (`reference+URL`; `wasm/src/refs.rs`) whose local
 /// files (`file://` URLs, absolute paths) are read through `files`, a storage object rooted at
 /// `/` (the Node facade's `node:fs` store); its other files as [`open`] reads URLs.
-#[cfg(not(feature = "threads"))]
 #[wasm_bindgen(js_name = openReferences)]
 pub async fn open_references(url: String, files: JsValue, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
@@ -135,8 +134,10 @@ async fn url_storage(
 /// Open the Zarr store a JS storage object reads (`{ get(key, range), list?(prefix),
 /// location? }`, see [`JsStorage`](crate::JsStorage)): the Node package's `file://` store, or
 /// the caller's own. `url`: the URL or path as the caller gave it (the dataset's `url`);
-/// absent, the object's `location`.
-#[cfg(not(feature = "threads"))]
+/// absent, the object's `location`. In the threaded build too: Node's `insitubatch/threads`
+/// runs the engine on its main thread, where the object lives (a browser's threaded engine
+/// runs in `openInWorker`'s worker, to which an object's functions cannot be posted; the
+/// facade says so before it gets here).
 #[wasm_bindgen(js_name = openWithStorage)]
 pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
@@ -146,12 +147,12 @@ pub async fn open_with_storage(storage: JsValue, url: Option<String>, options: J
     let why =
         format!("they apply only to a store opened by s3:// URL; configure the storage object itself instead: {url}");
     refuse_s3_options(&opts, &why)?;
-    open_on(Arc::new(storage), url, &opts).await
+    open_on(shared(storage), url, &opts).await
 }
 
 /// Open several stores as one (core's `JoinedStorage`, docs/joins.md): store `names[i]`'s
 /// arrays are `names[i]/path`, under one plan and one budget. `parts[i]`: a URL, read as
-/// [`open`] reads it, or (not in the threaded build) a storage object, as [`open_with_storage`].
+/// [`open`] reads it, or a storage object, as [`open_with_storage`].
 #[wasm_bindgen(js_name = openJoined)]
 pub async fn open_joined(names: Vec<String>, parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
@@ -184,7 +185,7 @@ async fn open_named<S: insitubatch_core::Storage + 'static>(
 
 /// Open several stores end to end along the sample axis (core's `ConcatStorage`,
 /// docs/joins.md): every array with the dimension `concatDim` (default `"time"`) is the
-/// stores' arrays in order. `parts[i]`: a URL, or (not in the threaded build) a storage object.
+/// stores' arrays in order. `parts[i]`: a URL, or a storage object.
 #[wasm_bindgen(js_name = openConcat)]
 pub async fn open_concat(parts: Vec<JsValue>, options: JsValue) -> Result<Dataset, JsValue> {
     let opts = parse_options(options)?;
@@ -210,18 +211,9 @@ async fn concat_storage(parts: Vec<JsValue>, opts: &JsOpenOptions) -> Result<ins
 }
 
 /// A joined store given as a storage object.
-#[cfg(not(feature = "threads"))]
 fn storage_object(part: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsValue> {
     let storage = crate::JsStorage::new(part, &format!("(the JS storage object of {name:?})"));
-    Ok(Arc::new(storage.map_err(|e| js_error(&e))?))
-}
-
-/// The threaded build reads URLs only (as `openWithStorage` is not in it).
-#[cfg(feature = "threads")]
-fn storage_object(_: &JsValue, name: &str) -> Result<Arc<dyn insitubatch_core::Storage>, JsValue> {
-    Err(js_error(&format!(
-        "this build (the threaded one, inside openInWorker) joins URLs only; give the store {name:?} as a URL"
-    )))
+    Ok(shared(storage.map_err(|e| js_error(&e))?))
 }
 
 /// Read the metadata of the arrays `opts` names (or discover them), then build the dataset
