@@ -2,6 +2,7 @@
 // Decoded MB/s of one cold epoch, the CLI bench's measure (batch bytes / wall time of the
 // train view with fractions 1,0,0), for:
 //   native  `insitubatch bench URL --threads 1` (the CLI, one decode thread)
+//   native-file   the same reading the store's local path
 //   node    wasm in Node, one thread (src/index.js), batches copied out of wasm memory
 //   node-views   the same with `batchViews: true` (batches read in place, no copy)
 //   node-N / node-N-views   wasm in Node with N decode threads (`insitubatch/threads`,
@@ -29,7 +30,8 @@
 // `--profile DIR` (Node's one-thread rows): a V8 CPU profile of each run's epoch, written to
 // DIR/ROW-rROUND.cpuprofile (open it in Chrome's DevTools or speedscope for the flame graph),
 // and each row's sampled time by where it went (`profile_ms`: the wasm decoders, the gather
-// into batches, the rest of the engine, the HTTP client, Node's internals, glue, GC, idle),
+// into batches, the rest of the engine, the HTTP client, Node's internals, glue, V8's own and
+// native code, GC, idle),
 // the median run's. The decode threads of the node-N rows are other threads: not in it. The
 // sampler costs a little CPU of its own: compare CPU figures of runs made without it.
 //
@@ -157,9 +159,9 @@ const add = async (key, run) => {
   if (want(key)) (series[key] ??= []).push(await measured(run));
 };
 
-/** One cold epoch of the native CLI, one decode thread. */
-function nativeRun() {
-  const r = spawnSync(a.cli, ['bench', url, '--threads', '1', '--epochs', '1', '--json',
+/** One cold epoch of the native CLI, one decode thread, reading `where` (the HTTP URL, or the store's path). */
+function nativeRun(where = url) {
+  const r = spawnSync(a.cli, ['bench', where, '--threads', '1', '--epochs', '1', '--json',
     '--batch-size', a['batch-size'], '--block-chunks', a['block-chunks'],
     ...(a['cache-budget-bytes'] ? ['--cache-budget-bytes', a['cache-budget-bytes']] : [])], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`insitubatch bench failed: ${r.stderr}`);
@@ -228,10 +230,11 @@ function bySpent(profile) {
     const { functionName: f, url: u } = frames.get(id);
     const where = u.includes('.wasm')
       ? (DECODER.test(f) ? 'wasm decode' : /extend_from_slice|gather/.test(f) ? 'wasm gather' : 'wasm engine')
-      : u.includes('undici') ? 'http client (undici)'
+      : u.includes('undici') || /^node:(_http|https?$|net$|internal\/http)/.test(u) ? 'http client'
       : u.startsWith('node:') || /^[a-z_]+$/.test(u) ? 'node internals'
       : u.includes('insitubatch_wasm.js') ? 'wasm-bindgen glue'
-      : f === '(garbage collector)' ? 'gc' : f === '(idle)' ? 'idle' : 'other';
+      : f === '(garbage collector)' ? 'gc' : f === '(idle)' ? 'idle'
+      : u === '' ? 'V8 and native code' : 'other JS';
     out[where] = (out[where] ?? 0) + profile.timeDeltas[i] / 1e3;
   });
   return Object.fromEntries(Object.entries(out).map(([k, v]) => [k, +v.toFixed(1)]).sort((x, y) => y[1] - x[1]));
@@ -249,6 +252,7 @@ try {
   }
   for (let round = 0; round < RUNS; round++) {
     if (a.cli && !a.only) await add('native', () => nativeRun());
+    if (a.cli && !a.only) await add('native-file', () => nativeRun(storeDir));
     if (a.cli && !a.only) await add('decode-alone', () => decodeAloneRun());
     if (wantNode) {
       await add('node', () => nodeRun(false, { open }, url, 'node'));
@@ -316,6 +320,9 @@ function ratio(num, den) {
 }
 const ratios = {};
 if (rows.native && rows.node) ratios.node_vs_native_one_thread = ratio('node', 'native');
+for (const key of ['node-file-views', `node-${NTHREADS}-file-views`]) {
+  if (rows['native-file'] && rows[key]) ratios[`${key.replaceAll('-', '_')}_vs_native_file_one_thread`] = ratio(key, 'native-file');
+}
 if (rows.native && rows['node-views']) ratios.node_views_vs_native_one_thread = ratio('node-views', 'native');
 if (rows.node && rows['node-views']) ratios.node_views_vs_node = ratio('node-views', 'node');
 for (const key of [`node-${NTHREADS}`, `node-${NTHREADS}-views`, 'node-file-views', `node-${NTHREADS}-file-views`]) {

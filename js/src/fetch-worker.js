@@ -9,9 +9,10 @@
 // the length is not known, no buffer); { abort: id } (the engine dropped that read). Out,
 // one per read: { id, status, statusText, written } (the body is in place); { id, status,
 // statusText, body } (an ArrayBuffer, transferred: no buffer, or the server sent the whole
-// object, status 200, which may not fit at `ptr`); { id, status, statusText, overflow: true } (a 206 longer than its
-// range; nothing past `len` was written); { id, status, statusText } (not 2xx, body not
-// read); { id, error } (a network error, or aborted). Every read gets exactly one reply, and
+// object, status 200, which may not fit at `ptr`); { id, status, statusText, overflow: true,
+// received } (a 206 longer than its range, `received` the bytes seen when it stopped; nothing
+// past `len` was written); { id, status, statusText } (not 2xx, body not read); { id, error }
+// (a network error, or aborted). Every read gets exactly one reply, and
 // none is written to memory after it: the engine frees the buffer on the reply.
 
 let memory;
@@ -38,7 +39,7 @@ async function read({ id, url, range, ptr, len }) {
       if (done) break;
       if (written + value.length > len) {
         await reader.cancel();
-        return self.postMessage({ ...head, overflow: true });
+        return self.postMessage({ ...head, overflow: true, received: written + value.length });
       }
       // `memory.buffer` each time: the memory may have grown (a new, longer view of it).
       new Uint8Array(memory.buffer, ptr + written, value.length).set(value);

@@ -7,6 +7,7 @@ import { Worker } from 'node:worker_threads';
 import { makeOpen, makeEngineHooks, Dataset, Pass } from './facade.js';
 import { Engine, EngineTrapError, isTrap } from './engine.js';
 import { makeOpenExplorer, Explorer } from './explore.js';
+import { nodeHttpHook } from './node-http.js';
 import { fileUrl, isLocal, nodeFileStorage } from './node-storage.js';
 import { makeOpenInWorker, nodeWorkerPort } from './worker-client.js';
 
@@ -35,6 +36,8 @@ function loadNode(generation, onTrap) {
   // Shadows the global for the glue only (same line: the glue's line numbers stay right).
   const source = `const queueMicrotask = module.ibQueueMicrotask; ${readFileSync(GLUE, 'utf8')}`;
   m._compile(source, `${GLUE}#instance-${generation}`);
+  // http(s):// reads through node:http rather than the runtime's fetch (src/node-http.js).
+  m.exports.setFetchHook(nodeHttpHook(m.exports.wasmMemory()));
   return m.exports;
 }
 

@@ -2,7 +2,7 @@
 // (pkg/web-threads' module, wasm-bindgen-rayon over shared memory) with its pool's threads as
 // worker_threads (pkg/node-threads: the same glue, src/node-thread-pool.js as its thread
 // starter). Node allows blocking waits on its main thread, so the engine runs here, not in a
-// worker as in browsers. Reads: http(s):// URLs with the runtime's fetch; local paths and file://
+// worker as in browsers. Reads: http(s):// URLs with node:http (src/node-http.js); local paths and file://
 // URLs with node:fs (src/node-storage.js, on this thread, as the main entry reads them);
 // kerchunk JSON reference sets. Not s3:// nor Icechunk (the threaded build leaves them out).
 import { readFileSync } from 'node:fs';
@@ -10,6 +10,7 @@ import { availableParallelism } from 'node:os';
 import { makeOpen, makeEngineHooks, isJoin, isStorage, joinEntries, Dataset, Pass } from './facade.js';
 import { Engine, EngineTrapError } from './engine.js';
 import { nextPool } from './node-thread-pool.js';
+import { nodeHttpHook } from './node-http.js';
 import { fileUrl, isLocal, nodeFileStorage } from './node-storage.js';
 
 const GLUE = new URL('../pkg/node-threads/insitubatch_wasm.js', import.meta.url);
@@ -32,6 +33,8 @@ async function loadThreads(generation, onTrap) {
   moduleBytes ??= readFileSync(WASM);
   await glue.default({ module_or_path: moduleBytes });
   await glue.initThreadPool(nThreads ?? defaultThreads());
+  // http(s):// reads through node:http rather than the runtime's fetch (src/node-http.js).
+  glue.setFetchHook(nodeHttpHook(glue.wasmMemory()));
   return glue;
 }
 

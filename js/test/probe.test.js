@@ -69,7 +69,7 @@ test('a server that answers one byte with the whole object is named as such, not
   const server = await sirvLike();
   try {
     const ds = await open(`${server.url}/v3_zstd`, { variables: ['t2m'], readPolicy: { retries: 0 } });
-    await assert.rejects(ds.probe(1), (e) => /answered the range bytes=0-0 with \d+ bytes, more than the 1 asked for: it does not serve byte ranges correctly/.test(e.message) || assert.fail(e.message));
+    await assert.rejects(ds.probe(1), (e) => /answered the range bytes=0-0 with (at least )?\d+ bytes, more than the 1 asked for: it does not serve byte ranges correctly/.test(e.message) || assert.fail(e.message));
     ds.close();
   } finally {
     server.close();

@@ -19,12 +19,12 @@ mod api;
 #[cfg(target_arch = "wasm32")]
 mod errors;
 pub mod explore;
-mod options;
 #[cfg(target_arch = "wasm32")]
 mod js_storage;
 #[cfg(all(target_arch = "wasm32", feature = "s3"))]
 mod object;
 pub mod opfs;
+mod options;
 #[cfg(target_arch = "wasm32")]
 mod refs;
 #[cfg(target_arch = "wasm32")]
@@ -45,7 +45,7 @@ pub use options::*;
 pub use runtime::LocalExecutor;
 #[cfg(target_arch = "wasm32")]
 pub use storage::FetchStorage;
-#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+#[cfg(target_arch = "wasm32")]
 pub use storage::set_fetch_hook;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
 pub use threads::{RayonPool, init_thread_pool};

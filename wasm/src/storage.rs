@@ -35,8 +35,8 @@ impl FetchStorage {
 
     /// One GET; `Ok(None)` on 404/410. The `Range` header, if any, is sent as given.
     /// Returns the body and whether the server honoured the range (206). `expect`, the
-    /// range's length, lets the threaded build hand the read to its fetch worker
-    /// (`off_thread` below), which writes the body straight into wasm memory.
+    /// range's length, lets a read hook (`hooked` below: the threaded build's fetch worker,
+    /// Node's `node:http` reads) write the body straight into wasm memory.
     async fn fetch(
         &self,
         key: &str,
@@ -44,9 +44,8 @@ impl FetchStorage {
         expect: Option<usize>,
     ) -> Result<Option<(Bytes, bool)>, StorageError> {
         let url = self.url(key);
-        #[cfg(feature = "threads")]
-        if let Some(hook) = off_thread::hook() {
-            return off_thread::fetch_into(&hook, &url, range.as_deref(), expect).await;
+        if let Some(hook) = hooked::hook() {
+            return hooked::fetch_into(&hook, &url, range.as_deref(), expect).await;
         }
         let _ = expect;
         let init = Object::new();
@@ -94,7 +93,7 @@ impl FetchStorage {
             };
         }
         let range = format!("bytes={start}-{}", end - 1);
-        let Some((b, partial)) = self.fetch(key, Some(range), usize::try_from(end - start).ok()).await? else {
+        let Some((b, partial)) = self.fetch(key, Some(range.clone()), usize::try_from(end - start).ok()).await? else {
             return Ok(None);
         };
         if !partial {
@@ -111,18 +110,20 @@ impl FetchStorage {
             return Err(past_end(start, end, start + b.len() as u64));
         }
         if b.len() as u64 > end - start {
-            // Not a short object: a server that misreads ranges (sirv sends all of an object
-            // for `bytes=0-0`), which a "past the end" message would hide.
-            return Err(StorageError::permanent(format!(
-                "the server answered the range bytes={start}-{} with {} bytes, more than the {} asked for: it does not \
-                 serve byte ranges correctly; serve the store with one that does",
-                end - 1,
-                b.len(),
-                end - start
-            )));
+            return Err(range_overrun(&range, &b.len().to_string(), end - start));
         }
         Ok(Some(b))
     }
+}
+
+/// A 206 longer than its range: not a short object but a server that misreads ranges (sirv
+/// sends all of an object for `bytes=0-0`), which a "past the end" message would hide. `got`:
+/// the bytes it sent, or "at least N" where the read stopped at the first byte too many.
+fn range_overrun(range: &str, got: &str, asked: u64) -> StorageError {
+    StorageError::permanent(format!(
+        "the server answered the range {range} with {got} bytes, more than the {asked} asked for: it does not serve \
+         byte ranges correctly; serve the store with one that does"
+    ))
 }
 
 /// A range that reaches past the end of its object: never worth retrying.
@@ -234,16 +235,20 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The threaded build's fetch worker (js/src/fetch-worker.js, started by js/src/web-threads.js):
-/// chunk reads leave the engine's thread, which otherwise drains every response body and
-/// copies it into wasm memory itself, beside driving the pass and posting its batches. The
-/// engine allocates a ranged read's buffer and hands its address to the worker, which
-/// shares this instance's memory and writes the body there as it arrives; the engine's
-/// thread then only sends and receives a message per read. A read of unknown length (a
-/// whole chunk of an unsharded array, metadata, a shard index's suffix) comes back as a
-/// transferred `ArrayBuffer`, copied into wasm memory once here.
-#[cfg(feature = "threads")]
-mod off_thread {
+/// Reads through a JS hook instead of `fetch`, set by the JS entry on the engine's thread:
+/// - the threaded build's fetch worker (js/src/fetch-worker.js, started by
+///   js/src/web-threads.js): chunk reads leave the engine's thread, which otherwise drains
+///   every response body and copies it into wasm memory itself, beside driving the pass and
+///   posting its batches; the worker shares this instance's memory;
+/// - Node's one-thread entry (js/src/node-http.js, set by js/src/index.js): `node:http` and
+///   `node:https` instead of the runtime's fetch, whose WHATWG streams cost more CPU per byte
+///   than the rest of the engine beside the decode (issue #48).
+///
+/// The engine allocates a ranged read's buffer and hands its address to the hook, which
+/// writes the body there as it arrives. A read of unknown length (a whole chunk of an
+/// unsharded array, metadata, a shard index's suffix) comes back as bytes, copied into wasm
+/// memory once here.
+mod hooked {
     use std::cell::RefCell;
 
     use bytes::Bytes;
@@ -252,7 +257,7 @@ mod off_thread {
     use wasm_bindgen::prelude::*;
     use wasm_bindgen_futures::JsFuture;
 
-    use super::{AbortOnDrop, check_status, js_message};
+    use super::{AbortOnDrop, check_status, js_message, range_overrun};
 
     thread_local! {
         /// Set on the engine's thread only; pool threads never read storage.
@@ -262,9 +267,10 @@ mod off_thread {
     /// Send this thread's reads through `hook(url, range, ptr, len, signal)` (`range`
     /// undefined for a whole object; `len` 0 where the length is not known), a promise of
     /// `{ status, statusText, written }` (the body is at `ptr`), `{ status, statusText, body }`
-    /// (an `ArrayBuffer`: the length was not known, or the server sent the whole object),
-    /// `{ status, statusText, overflow: true }`, `{ status, statusText }` (not 2xx), or a
-    /// rejection (a network error, or `signal` aborted; with `lost: true` when the worker
+    /// (an `ArrayBuffer` or `Uint8Array`: the length was not known, or the server sent the
+    /// whole object), `{ status, statusText, overflow: true, received }` (a 206 longer than
+    /// `len`; `received`, the bytes seen when the hook stopped), `{ status, statusText }` (not
+    /// 2xx), or a rejection (a network error, or `signal` aborted; with `lost: true` when the worker
     /// failed and may still write). `undefined` sends reads back to `fetch` on this thread.
     #[doc(hidden)]
     #[wasm_bindgen(js_name = setFetchHook)]
@@ -283,8 +289,8 @@ mod off_thread {
 
     /// `url` (with `range`, if any) through `hook`; the result of `FetchStorage::fetch`.
     /// Where the read's length is known (`expect`), the body is written in place into a
-    /// buffer of that length; otherwise (whole objects, suffixes) it comes back as an
-    /// `ArrayBuffer` and is copied in here once, which is cheap beside draining it.
+    /// buffer of that length; otherwise (whole objects, suffixes) it comes back as bytes and
+    /// is copied in here once, which is cheap beside draining it.
     pub(super) async fn fetch_into(
         hook: &Function,
         url: &str,
@@ -294,19 +300,19 @@ mod off_thread {
         let abort = AbortOnDrop::new();
         let len = expect.unwrap_or(0);
         let mut buf = vec![0u8; len];
-        // wasm32: a pointer is a 32-bit offset into the one linear memory the worker shares.
+        // wasm32: a pointer is a 32-bit offset into the one linear memory the hook writes to.
         let ptr = buf.as_mut_ptr() as usize as u32;
         let signal = abort.signal().map_or(JsValue::UNDEFINED, JsValue::from);
         let range_js = range.map_or(JsValue::UNDEFINED, JsValue::from_str);
         let args = Array::of5(&url.into(), &range_js, &ptr.into(), &(len as u32).into(), &signal);
         let promise: Promise = hook
             .apply(&JsValue::UNDEFINED, &args)
-            .map_err(|e| StorageError::permanent(format!("the fetch worker refused a read: {}", js_message(&e))))?
+            .map_err(|e| StorageError::permanent(format!("the read hook refused a read: {}", js_message(&e))))?
             .unchecked_into();
         let (tx, rx) = futures::channel::oneshot::channel();
-        // The worker may write into `buf` until its promise settles, also after this read is
+        // The hook may write into `buf` until its promise settles, also after this read is
         // dropped (timed out, or its pass closed; the drop aborts it): so `buf` belongs to a
-        // task that outlives the read and frees it only once the worker is done with it. A
+        // task that outlives the read and frees it only once the hook is done with it. A fetch
         // worker that failed (`lost`) may still be running as it is terminated, so its
         // buffers are leaked, never reused: a few reads' worth, once.
         wasm_bindgen_futures::spawn_local(async move {
@@ -320,7 +326,7 @@ mod off_thread {
             let _ = tx.send((reply, buf));
         });
         let (reply, mut buf) =
-            rx.await.map_err(|_| StorageError::transient("the fetch worker's reply was lost".to_string()))?;
+            rx.await.map_err(|_| StorageError::transient("the read hook's reply was lost".to_string()))?;
         drop(abort); // settled: aborting now is a no-op
         let reply = reply.map_err(|e| StorageError::transient(format!("network error: {}", js_message(&e))))?;
         let field = |k: &str| Reflect::get(&reply, &JsValue::from_str(k)).unwrap_or(JsValue::UNDEFINED);
@@ -329,19 +335,22 @@ mod off_thread {
             return Ok(None);
         }
         let body = field("body");
+        if let Some(bytes) = body.dyn_ref::<Uint8Array>() {
+            // A `Uint8Array` (a Node `Buffer`) as it is: `Uint8Array::new` would copy it first.
+            return Ok(Some((Bytes::from(bytes.to_vec()), status == 206)));
+        }
         if !body.is_undefined() {
             return Ok(Some((Bytes::from(Uint8Array::new(&body).to_vec()), status == 206)));
         }
         let range = range.unwrap_or("the whole object");
         if field("overflow").is_truthy() {
-            return Err(StorageError::permanent(format!(
-                "the server answered {range} with more than its {len} bytes; it does not serve byte ranges correctly: {url}"
-            )));
+            let got = field("received").as_f64().map_or_else(|| "more".to_string(), |n| format!("at least {n}"));
+            return Err(range_overrun(range, &got, len as u64));
         }
         let written = field("written").as_f64().map_or(usize::MAX, |w| w as usize);
         if written > len {
             return Err(StorageError::permanent(format!(
-                "the fetch worker reported {written} bytes written for {range} ({len} bytes): {url}"
+                "the read hook reported {written} bytes written for {range} ({len} bytes): {url}"
             )));
         }
         buf.truncate(written);
@@ -349,8 +358,7 @@ mod off_thread {
     }
 }
 
-#[cfg(feature = "threads")]
-pub use off_thread::set_fetch_hook;
+pub use hooked::set_fetch_hook;
 
 /// A storage as the engine shares it.
 #[allow(

@@ -1,6 +1,7 @@
 //! Under Node (wasm-bindgen-test's default): the same fixture over HTTP with Node's global
-//! `fetch`, and core's storage conformance suite against `FetchStorage` and against
-//! `JsStorage` over the Node package's `file://` store.
+//! `fetch`, and core's storage conformance suite against `FetchStorage` (with `fetch`, and
+//! through the Node entry's `node:http` read hook) and against `JsStorage` over the Node
+//! package's `file://` store.
 #![cfg(target_arch = "wasm32")]
 
 mod common;
@@ -30,6 +31,26 @@ async fn fetch_storage_conforms_in_node() {
     };
     let storage = insitubatch_wasm::FetchStorage::new(&format!("{base}/storage-conformance"));
     check_storage(&storage, &Expectations::unlistable()).await.assert_ok();
+}
+
+/// The same suite through the Node entry's read hook (`js/src/node-http.js`: node:http, a
+/// ranged body written in place into wasm memory) instead of `fetch`, as `js/src/index.js`
+/// sets it on every instance.
+#[wasm_bindgen_test]
+async fn fetch_storage_conforms_through_nodes_http_hook() {
+    let Some(base) = option_env!("INSITUBATCH_HTTP_URL") else {
+        wasm_bindgen_test::console_log!("INSITUBATCH_HTTP_URL was unset at build time; skipping");
+        return;
+    };
+    let module = concat!("file://", env!("CARGO_MANIFEST_DIR"), "/../js/src/node-http.js");
+    let m = JsFuture::from(import_module(module).unwrap()).await.unwrap();
+    let make: js_sys::Function = js_sys::Reflect::get(&m, &"nodeHttpHook".into()).unwrap().into();
+    let hook: js_sys::Function = make.call1(&JsValue::NULL, &wasm_bindgen::memory()).unwrap().into();
+    insitubatch_wasm::set_fetch_hook(Some(hook));
+    let storage = insitubatch_wasm::FetchStorage::new(&format!("{base}/storage-conformance"));
+    let report = check_storage(&storage, &Expectations::unlistable()).await;
+    insitubatch_wasm::set_fetch_hook(None);
+    report.assert_ok();
 }
 
 #[wasm_bindgen(inline_js = "export function importModule(url) { return import(url); }")]
