@@ -4,8 +4,10 @@
 // server its epoch spent about 0.8 CPU-s per decoded GB more than the same epoch reading
 // files (docs/lab/cpu.md, #48). The hook's contract is the threaded build's fetch worker's
 // (wasm/src/storage.rs `hooked`, src/fetch-worker.js): a ranged read of known length is
-// written straight into the engine's buffer at `ptr` in wasm memory, anything else comes
-// back as bytes; exactly one settlement per read, and nothing written after it.
+// written straight into the engine's buffer at `ptr` in wasm memory, a body whose length the
+// response gives (Content-Length) into one the engine allocates when asked (`alloc(n)`, on
+// this thread), anything else comes back as bytes; exactly one settlement per read, and
+// nothing written after it.
 import http from 'node:http';
 import https from 'node:https';
 
@@ -17,12 +19,13 @@ const AGENTS = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new htt
 
 /**
  * The read hook (`setFetchHook`'s) of the instance whose `WebAssembly.Memory` is `memory`:
- * `(url, range, ptr, len, signal)` resolves to `{ status, statusText, written }`,
- * `{ status, statusText, body }`, `{ status, statusText, overflow: true }` or
+ * `(url, range, ptr, len, signal, alloc)` resolves to `{ status, statusText, written }` (at
+ * `ptr`), `{ status, statusText, written, sized: true }` (at what `alloc` gave),
+ * `{ status, statusText, body }`, `{ status, statusText, overflow: true, received }` or
  * `{ status, statusText }` (not 2xx), and rejects on a network error or an abort.
  */
 export function nodeHttpHook(memory) {
-  return (url, range, ptr, len, signal) => read(new URL(url), { range, ptr, len, signal, memory }, 0);
+  return (url, range, ptr, len, signal, alloc) => read(new URL(url), { range, ptr, len, signal, memory, alloc }, 0);
 }
 
 function read(url, want, redirects) {
@@ -46,10 +49,34 @@ function read(url, want, redirects) {
   });
 }
 
-/** The body of `res`: in place at `want.ptr` for a 206 of known length, else as bytes. */
-function body(res, head, { ptr, len, signal, memory }) {
+/**
+ * Where `res`'s body goes in wasm memory: `{ ptr, len }` at the engine's buffer for a 206 of
+ * known length, `{ ptr, len, sized: true }` in one `alloc` gives for a body of declared
+ * length; undefined to collect it as bytes. Throws when wasm memory has no room for it.
+ */
+function target(res, head, { ptr, len, alloc }) {
+  if (head.status === 206 && len > 0) return { ptr, len };
+  const declared = res.headers['content-length'];
+  if (typeof alloc !== 'function' || !/^\d+$/.test(declared ?? '')) return undefined;
+  const n = Number(declared);
+  const at = alloc(n);
+  if (!at) throw new Error(`a response body of ${n} bytes does not fit in wasm memory`);
+  return { ptr: at, len: n, sized: true };
+}
+
+/** The body of `res`, written where `target` says, or as bytes. */
+function body(res, head, want) {
+  const { signal, memory } = want;
   return new Promise((resolve, reject) => {
-    const inPlace = head.status === 206 && len > 0;
+    let into;
+    try {
+      into = target(res, head, want);
+    } catch (e) {
+      res.destroy();
+      return reject(e);
+    }
+    const inPlace = into !== undefined;
+    const { ptr, len } = into ?? {};
     const parts = [];
     let written = 0;
     let settled = false;
@@ -67,7 +94,8 @@ function body(res, head, { ptr, len, signal, memory }) {
       new Uint8Array(memory.buffer, ptr + written, chunk.length).set(chunk);
       written += chunk.length;
     });
-    res.on('end', () => settle(resolve, inPlace ? { ...head, written } : { ...head, body: Buffer.concat(parts) }));
+    const done = inPlace ? () => ({ ...head, written, ...(into.sized && { sized: true }) }) : () => ({ ...head, body: Buffer.concat(parts) });
+    res.on('end', () => settle(resolve, done()));
     res.on('error', (e) => settle(reject, e));
     res.on('close', () => settle(reject, new Error(`the connection closed before the body of ${res.req?.path ?? 'a read'} ended`)));
   });

@@ -246,10 +246,12 @@ impl Drop for AbortOnDrop {
 ///
 /// The engine allocates a ranged read's buffer and hands its address to the hook, which
 /// writes the body there as it arrives. A read of unknown length (a whole chunk of an
-/// unsharded array, metadata, a shard index's suffix) comes back as bytes, copied into wasm
-/// memory once here.
+/// unsharded array, metadata, a shard index's suffix) is written into a buffer the hook asks
+/// for once the response gives the length (Node), or comes back as bytes, copied into wasm
+/// memory once here (the fetch worker, which cannot call into this thread).
 mod hooked {
     use std::cell::RefCell;
+    use std::rc::Rc;
 
     use bytes::Bytes;
     use insitubatch_core::runtime::StorageError;
@@ -287,10 +289,35 @@ mod hooked {
         Reflect::get(e, &JsValue::from_str("lost")).is_ok_and(|v| v.is_truthy())
     }
 
+    /// A buffer of a length the hook learns from the response (`Content-Length`), allocated
+    /// when it asks (`alloc(n)`, the hook's sixth argument, on this thread only: Node's
+    /// `node:http` hook, not the fetch worker) and written in place like a ranged read's.
+    #[derive(Default)]
+    struct Sized(Rc<RefCell<Vec<u8>>>);
+
+    impl Sized {
+        /// `alloc(n)`: a zeroed buffer of `n` bytes (zeroed as the ranged reads' are, so that
+        /// whatever the hook reports written is initialised), its address; 0 where wasm
+        /// memory has no room, or when asked twice.
+        fn alloc_fn(&self) -> Closure<dyn FnMut(f64) -> f64> {
+            let cell = self.0.clone();
+            Closure::new(move |n: f64| {
+                let mut v = cell.borrow_mut();
+                let n = n as usize;
+                if v.capacity() > 0 || v.try_reserve_exact(n).is_err() {
+                    return 0.0;
+                }
+                v.resize(n, 0);
+                f64::from(v.as_mut_ptr() as usize as u32)
+            })
+        }
+    }
+
     /// `url` (with `range`, if any) through `hook`; the result of `FetchStorage::fetch`.
     /// Where the read's length is known (`expect`), the body is written in place into a
-    /// buffer of that length; otherwise (whole objects, suffixes) it comes back as bytes and
-    /// is copied in here once, which is cheap beside draining it.
+    /// buffer of that length; otherwise (whole objects, suffixes) into one the hook asks for
+    /// once it knows the length ([`Sized`]), or it comes back as bytes and is copied in here
+    /// once, which is cheap beside draining it.
     pub(super) async fn fetch_into(
         hook: &Function,
         url: &str,
@@ -300,11 +327,14 @@ mod hooked {
         let abort = AbortOnDrop::new();
         let len = expect.unwrap_or(0);
         let mut buf = vec![0u8; len];
+        let sized = Sized::default();
+        let alloc = sized.alloc_fn();
         // wasm32: a pointer is a 32-bit offset into the one linear memory the hook writes to.
         let ptr = buf.as_mut_ptr() as usize as u32;
         let signal = abort.signal().map_or(JsValue::UNDEFINED, JsValue::from);
         let range_js = range.map_or(JsValue::UNDEFINED, JsValue::from_str);
         let args = Array::of5(&url.into(), &range_js, &ptr.into(), &(len as u32).into(), &signal);
+        args.push(alloc.as_ref());
         let promise: Promise = hook
             .apply(&JsValue::UNDEFINED, &args)
             .map_err(|e| StorageError::permanent(format!("the read hook refused a read: {}", js_message(&e))))?
@@ -323,9 +353,10 @@ mod hooked {
             } else {
                 buf
             };
-            let _ = tx.send((reply, buf));
+            drop(alloc); // settled: the hook asks for no more buffers
+            let _ = tx.send((reply, buf, sized.0.take()));
         });
-        let (reply, mut buf) =
+        let (reply, buf, sized) =
             rx.await.map_err(|_| StorageError::transient("the read hook's reply was lost".to_string()))?;
         drop(abort); // settled: aborting now is a no-op
         let reply = reply.map_err(|e| StorageError::transient(format!("network error: {}", js_message(&e))))?;
@@ -348,13 +379,19 @@ mod hooked {
             return Err(range_overrun(range, &got, len as u64));
         }
         let written = field("written").as_f64().map_or(usize::MAX, |w| w as usize);
+        let (mut buf, len) = if field("sized").is_truthy() {
+            let n = sized.len();
+            (sized, n)
+        } else {
+            (buf, len)
+        };
         if written > len {
             return Err(StorageError::permanent(format!(
                 "the read hook reported {written} bytes written for {range} ({len} bytes): {url}"
             )));
         }
         buf.truncate(written);
-        Ok(Some((Bytes::from(buf), true)))
+        Ok(Some((Bytes::from(buf), status == 206)))
     }
 }
 
