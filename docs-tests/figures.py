@@ -33,7 +33,8 @@ PATCHES_K1 = "bench/rows/2026-12-05-patches-k1.jsonl"
 PATCHES_K4 = "bench/rows/2026-12-05-patches-k4.jsonl"
 SUITE = {LOCAL: "local", FIVE: "local", CLOUD: "cloud", PATCHES_K1: "patches", PATCHES_K4: "patches"}
 # js/bench/bench.mjs --json: native, Node and Chromium in one run each, medians of interleaved rounds
-NODE = ("bench/rows/2026-12-05-node-threads.json", "bench/rows/2026-12-05-node-chromium-cpu.json")
+NODE = ("bench/rows/2026-12-07-node-files.json",)
+NODE_HTTP = ("bench/rows/2026-12-07-node-http-client.json",)
 CHROMIUM = ("bench/rows/2026-12-02-chromium-c8.json", "bench/rows/2026-12-02-chromium-c8-late.json",
             "bench/rows/2026-12-02-chromium-shard.json", "bench/rows/2026-12-05-node-chromium-cpu.json")
 
@@ -196,6 +197,14 @@ FIGURES = {
                                                              "node_views_vs_native_one_thread"), "{:.2f}", "×")),
     "node-two-threads-x-native": (NODE, lambda: span(js_ratios(NODE, "node_2_vs_native_one_thread",
                                                               "node_2_views_vs_native_one_thread"), "{:.2f}", "×")),
+    "node-files-one-thread-x-native": (NODE, lambda: span(js_ratios(NODE, "node_file_views_vs_native_file_one_thread"),
+                                                          "{:.2f}", "×")),
+    "node-files-two-threads-x-native": (NODE, lambda: span(js_ratios(
+        NODE, "node_2_file_views_vs_native_file_one_thread"), "{:.2f}", "×")),
+    "node-cpu-x-native": (NODE, lambda: span([json.loads((ROOT / f).read_text())["cpu_ratios"][k]["vs_native"]
+                                              for f in NODE for k in ("node-views", "node")], "{:.1f}", "×")),
+    "node-http-x-fetch-cpu": (NODE_HTTP, lambda: span([json.loads((ROOT / f).read_text())["node_http_vs_fetch"]["median"]
+                                                       for f in NODE_HTTP], "{:.2f}", "×")),
     "chromium-threads-x-one": (CHROMIUM, lambda: span(js_ratios(CHROMIUM, "chromium_threads_2_vs_one"), "{:.2f}",
                                                       "×")),
     "chromium-threads-views-x-one": (CHROMIUM, lambda: span(js_ratios(CHROMIUM, "chromium_threads_2_views_vs_one"),

@@ -44,12 +44,19 @@
 //   node js/bench/bench.mjs --store DIR/c8.zarr [--cli PATH] [--threads 2] [--runs 3] [--page-rows] [--rows R,..] [--cpu] [--json OUT]
 // Needs IB_PLAYWRIGHT_CORE (scripts/test-wasm.sh installs it) for the Chromium rows.
 import { spawnSync } from 'node:child_process';
+import * as os from 'node:os';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { open } from '../src/index.js';
 import * as nodeThreads from '../src/node-threads.js';
 import { serveDir, serveJs, launch, browserSkip } from '../test-support/browser.js';
+
+// Committed rows carry no machine's paths (docs-tests/facts.py): the cache folder as
+// $INSITUBATCH_CACHE, the repository's files relative, as bench/report.py `portable` writes them.
+const cache = process.env.INSITUBATCH_CACHE ?? `${os.homedir()}/.cache/insitubatch`;
+const repo = resolve(dirname(new URL(import.meta.url).pathname), '../..');
+const portable = (text) => text.replaceAll(`${resolve(cache)}/`, '$INSITUBATCH_CACHE/').replaceAll(`file://${repo}/`, '').replaceAll(`${repo}/`, '');
 
 const { values: a } = parseArgs({
   options: {
@@ -214,7 +221,7 @@ async function startProfile() {
       const { profile } = await session.post('Profiler.stop');
       session.disconnect();
       mkdirSync(a.profile, { recursive: true });
-      writeFileSync(`${a.profile}/${key}-r${(series[key]?.length ?? 0) + 1}.cpuprofile`, JSON.stringify(profile));
+      writeFileSync(`${a.profile}/${key}-r${(series[key]?.length ?? 0) + 1}.cpuprofile`, portable(JSON.stringify(profile)));
       return bySpent(profile);
     },
   };
@@ -359,12 +366,6 @@ for (const [k, r] of Object.entries(rows)) {
   console.log(`${k.padEnd(20)} profile of its median run: ${Object.entries(r.profile_ms).map(([w, v]) => `${w} ${(100 * v / total).toFixed(0)}%`).join(', ')}`);
 }
 for (const [k, v] of Object.entries(ratios)) console.log(`${k}: ${v.median.toFixed(2)} [${v.min.toFixed(2)}–${v.max.toFixed(2)} per round]`);
-const os = await import('node:os');
-// Committed rows carry no machine's paths (docs-tests/facts.py): the cache folder as
-// $INSITUBATCH_CACHE, the repository's files relative, as bench/report.py `portable` writes them.
-const cache = process.env.INSITUBATCH_CACHE ?? `${os.homedir()}/.cache/insitubatch`;
-const repo = resolve(dirname(new URL(import.meta.url).pathname), '../..');
-const portable = (text) => text.replaceAll(`${resolve(cache)}/`, '$INSITUBATCH_CACHE/').replaceAll(`${repo}/`, '');
 const command = portable(['node js/bench/bench.mjs', ...process.argv.slice(2)].join(' '));
 const out = { command, store: portable(storeDir), options, rows, ratios, cpu_ratios: cpuRatios, cpus: os.availableParallelism(), loadavg: os.loadavg() };
 if (a.json) writeFileSync(a.json, JSON.stringify(out, null, 2));
