@@ -94,7 +94,7 @@ function body(res, head, want) {
       new Uint8Array(memory.buffer, ptr + written, chunk.length).set(chunk);
       written += chunk.length;
     });
-    const done = inPlace ? () => ({ ...head, written, ...(into.sized && { sized: true }) }) : () => ({ ...head, body: Buffer.concat(parts) });
+    const done = () => (inPlace ? { ...head, written, ...(into.sized && { sized: true }) } : { ...head, body: Buffer.concat(parts) });
     res.on('end', () => settle(resolve, done()));
     res.on('error', (e) => settle(reject, e));
     res.on('close', () => settle(reject, new Error(`the connection closed before the body of ${res.req?.path ?? 'a read'} ended`)));

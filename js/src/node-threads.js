@@ -2,9 +2,10 @@
 // (pkg/web-threads' module, wasm-bindgen-rayon over shared memory) with its pool's threads as
 // worker_threads (pkg/node-threads: the same glue, src/node-thread-pool.js as its thread
 // starter). Node allows blocking waits on its main thread, so the engine runs here, not in a
-// worker as in browsers. Reads: http(s):// URLs with node:http (src/node-http.js); local paths and file://
-// URLs with node:fs (src/node-storage.js, on this thread, as the main entry reads them);
-// kerchunk JSON reference sets. Not s3:// nor Icechunk (the threaded build leaves them out).
+// worker as in browsers. Reads: http(s):// URLs with node:http (src/node-http.js), local
+// paths and file:// URLs with node:fs (src/node-storage.js), on this thread as the main entry
+// reads them; kerchunk JSON reference sets. Not s3:// nor Icechunk (the threaded build leaves
+// them out).
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { makeOpen, makeEngineHooks, isJoin, isStorage, joinEntries, Dataset, Pass } from './facade.js';

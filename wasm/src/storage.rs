@@ -1,5 +1,6 @@
-//! [`Storage`] over the global `fetch` (Node ≥ 18, browsers, workers), with HTTP `Range`
-//! requests. Plain HTTP cannot list, so discovery needs consolidated metadata.
+//! [`Storage`] over the global `fetch` (browsers, workers), or a read hook the JS entry sets
+//! (Node's `node:http`, the threaded build's fetch worker), with HTTP `Range` requests. Plain
+//! HTTP cannot list, so discovery needs consolidated metadata.
 
 use std::sync::Arc;
 
@@ -266,14 +267,16 @@ mod hooked {
         static HOOK: RefCell<Option<Function>> = const { RefCell::new(None) };
     }
 
-    /// Send this thread's reads through `hook(url, range, ptr, len, signal)` (`range`
-    /// undefined for a whole object; `len` 0 where the length is not known), a promise of
-    /// `{ status, statusText, written }` (the body is at `ptr`), `{ status, statusText, body }`
-    /// (an `ArrayBuffer` or `Uint8Array`: the length was not known, or the server sent the
-    /// whole object), `{ status, statusText, overflow: true, received }` (a 206 longer than
-    /// `len`; `received`, the bytes seen when the hook stopped), `{ status, statusText }` (not
-    /// 2xx), or a rejection (a network error, or `signal` aborted; with `lost: true` when the worker
-    /// failed and may still write). `undefined` sends reads back to `fetch` on this thread.
+    /// Send this thread's reads through `hook(url, range, ptr, len, signal, alloc)` (`range`
+    /// undefined for a whole object; `len` 0 where the length is not known; `alloc(n)`, a
+    /// buffer of `n` bytes for a body of declared length, callable on this thread only), a
+    /// promise of `{ status, statusText, written }` (the body is at `ptr`), the same with
+    /// `sized: true` (at what `alloc` gave), `{ status, statusText, body }` (an `ArrayBuffer`
+    /// or `Uint8Array`: the length was not known, or the server sent the whole object),
+    /// `{ status, statusText, overflow: true, received }` (a 206 longer than `len`;
+    /// `received`, the bytes seen when the hook stopped), `{ status, statusText }` (not 2xx),
+    /// or a rejection (a network error, or `signal` aborted; with `lost: true` when the
+    /// worker failed and may still write). `undefined` sends reads back to `fetch`.
     #[doc(hidden)]
     #[wasm_bindgen(js_name = setFetchHook)]
     pub fn set_fetch_hook(hook: Option<Function>) {
