@@ -31,9 +31,9 @@
 // DIR/ROW-rROUND.cpuprofile (open it in Chrome's DevTools or speedscope for the flame graph),
 // and each row's sampled time by where it went (`profile_ms`: the wasm decoders, the gather
 // into batches, the rest of the engine, the HTTP client, Node's internals, glue, V8's own and
-// native code, GC, idle),
-// the median run's. The decode threads of the node-N rows are other threads: not in it. The
-// sampler costs a little CPU of its own: compare CPU figures of runs made without it.
+// native code, GC, idle), the median run's. The decode threads of the node-N rows are other
+// threads: not in it. The sampler costs a little CPU of its own: compare CPU figures of runs
+// made without it.
 //
 // `--rows a,b`: only the rows named. `--cpu` (Linux): each run also records the CPU seconds
 // (user + system, from /proc) that every process spent during it, by kind: Chromium's
@@ -51,12 +51,7 @@ import { parseArgs } from 'node:util';
 import { open } from '../src/index.js';
 import * as nodeThreads from '../src/node-threads.js';
 import { serveDir, serveJs, launch, browserSkip } from '../test-support/browser.js';
-
-// Committed rows carry no machine's paths (docs-tests/facts.py): the cache folder as
-// $INSITUBATCH_CACHE, the repository's files relative, as bench/report.py `portable` writes them.
-const cache = process.env.INSITUBATCH_CACHE ?? `${os.homedir()}/.cache/insitubatch`;
-const repo = resolve(dirname(new URL(import.meta.url).pathname), '../..');
-const portable = (text) => text.replaceAll(`${resolve(cache)}/`, '$INSITUBATCH_CACHE/').replaceAll(`file://${repo}/`, '').replaceAll(`${repo}/`, '');
+import { portable } from './portable.js';
 
 const { values: a } = parseArgs({
   options: {

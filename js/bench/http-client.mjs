@@ -12,6 +12,7 @@ import { basename, dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { serveDir } from '../test-support/browser.js';
 import { nodeHttpHook } from '../src/node-http.js';
+import { portable } from './portable.js';
 
 const { values: a } = parseArgs({
   options: { store: { type: 'string' }, rounds: { type: 'string', default: '10' }, json: { type: 'string' } },
@@ -63,6 +64,5 @@ for (const [k, r] of Object.entries(rows)) {
   console.log(`${k.padEnd(10)} ${c.median.toFixed(2)} CPU-s per decoded GB [${c.min.toFixed(2)}–${c.max.toFixed(2)}] over ${r.runs.length} epochs`);
 }
 console.log(`node:http ÷ fetch: ${ratio.median.toFixed(2)} [${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} per round]`);
-const command = ['node js/bench/http-client.mjs', ...process.argv.slice(2)].join(' ')
-  .replaceAll(`${process.env.INSITUBATCH_CACHE ?? `${process.env.HOME}/.cache/insitubatch`}/`, '$INSITUBATCH_CACHE/');
+const command = portable(['node js/bench/http-client.mjs', ...process.argv.slice(2)].join(' '));
 if (a.json) writeFileSync(a.json, JSON.stringify({ command, options, rows, node_http_vs_fetch: ratio, node: process.version }, null, 2));

@@ -1,13 +1,13 @@
-// Node's reads of http(s):// stores for the one-thread engine (set by src/index.js): node:http
-// and node:https with keep-alive agents instead of the runtime's fetch. Node's fetch (undici)
-// passes every body through WHATWG streams and then copies it together; over the loopback
-// server its epoch spent about 0.8 CPU-s per decoded GB more than the same epoch reading
-// files (docs/lab/cpu.md, #48). The hook's contract is the threaded build's fetch worker's
-// (wasm/src/storage.rs `hooked`, src/fetch-worker.js): a ranged read of known length is
-// written straight into the engine's buffer at `ptr` in wasm memory, a body whose length the
-// response gives (Content-Length) into one the engine allocates when asked (`alloc(n)`, on
-// this thread), anything else comes back as bytes; exactly one settlement per read, and
-// nothing written after it.
+// Node's reads of http(s):// stores (the hook src/index.js and src/node-threads.js set on each
+// instance): node:http and node:https with keep-alive agents instead of the runtime's fetch.
+// Node's fetch (undici) passes every body through WHATWG streams and then copies it together,
+// which cost an epoch CPU per byte beside the decode (measured in docs/lab/cpu.md "Node",
+// #48). The hook's contract is the threaded build's fetch worker's (wasm/src/storage.rs
+// `hooked`, src/fetch-worker.js): a ranged read of known length is written straight into the
+// engine's buffer at `ptr` in wasm memory, a body whose length the response gives
+// (Content-Length) into one the engine allocates when asked (`alloc(n)`, on this thread),
+// anything else comes back as bytes; exactly one settlement per read, and nothing written
+// after it.
 import http from 'node:http';
 import https from 'node:https';
 

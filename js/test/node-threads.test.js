@@ -41,17 +41,15 @@ for (const [name, { store = name, ...options }] of Object.entries(CASES)) {
 
 /** The one-thread entry and the threads open `url` alike: the same batches at epochs 0 and 2. */
 async function sameBatches(url, options) {
-  {
-    const [a, b] = await Promise.all([one.open(url, options), threads.open(url, options)]);
-    for (const epoch of [0, 2]) {
-      const [x, y] = [await collect(a.train(epoch)), await collect(b.train(epoch))];
-      assert.ok(x.length > 0);
-      assert.equal(digest(y), digest(x), `epoch ${epoch}`);
-      if (options.patch) assert.deepEqual(y.map((t) => [...t.patchOrigins]), x.map((t) => [...t.patchOrigins]));
-    }
-    a.close();
-    b.close();
+  const [a, b] = await Promise.all([one.open(url, options), threads.open(url, options)]);
+  for (const epoch of [0, 2]) {
+    const [x, y] = [await collect(a.train(epoch)), await collect(b.train(epoch))];
+    assert.ok(x.length > 0);
+    assert.equal(digest(y), digest(x), `epoch ${epoch}`);
+    if (options.patch) assert.deepEqual(y.map((t) => [...t.patchOrigins]), x.map((t) => [...t.patchOrigins]));
   }
+  a.close();
+  b.close();
 }
 
 test('a join of a local store and an HTTP one, and a kerchunk reference set with local files, read on the threads as on one thread', { skip }, async (t) => {

@@ -48,7 +48,6 @@ impl FetchStorage {
         if let Some(hook) = hooked::hook() {
             return hooked::fetch_into(&hook, &url, range.as_deref(), expect).await;
         }
-        let _ = expect;
         let init = Object::new();
         set(&init, "method", &JsValue::from_str("GET"))?;
         let abort = AbortOnDrop::new();
@@ -292,13 +291,13 @@ mod hooked {
         Reflect::get(e, &JsValue::from_str("lost")).is_ok_and(|v| v.is_truthy())
     }
 
-    /// A buffer of a length the hook learns from the response (`Content-Length`), allocated
-    /// when it asks (`alloc(n)`, the hook's sixth argument, on this thread only: Node's
+    /// A buffer of the length the response declares (`Content-Length`), allocated
+    /// when the hook asks (`alloc(n)`, the hook's sixth argument, on this thread only: Node's
     /// `node:http` hook, not the fetch worker) and written in place like a ranged read's.
     #[derive(Default)]
-    struct Sized(Rc<RefCell<Vec<u8>>>);
+    struct Declared(Rc<RefCell<Vec<u8>>>);
 
-    impl Sized {
+    impl Declared {
         /// `alloc(n)`: a zeroed buffer of `n` bytes (zeroed as the ranged reads' are, so that
         /// whatever the hook reports written is initialised), its address; 0 where wasm
         /// memory has no room, or when asked twice.
@@ -319,7 +318,7 @@ mod hooked {
     /// `url` (with `range`, if any) through `hook`; the result of `FetchStorage::fetch`.
     /// Where the read's length is known (`expect`), the body is written in place into a
     /// buffer of that length; otherwise (whole objects, suffixes) into one the hook asks for
-    /// once it knows the length ([`Sized`]), or it comes back as bytes and is copied in here
+    /// once it knows the length ([`Declared`]), or it comes back as bytes and is copied in here
     /// once, which is cheap beside draining it.
     pub(super) async fn fetch_into(
         hook: &Function,
@@ -330,7 +329,7 @@ mod hooked {
         let abort = AbortOnDrop::new();
         let len = expect.unwrap_or(0);
         let mut buf = vec![0u8; len];
-        let sized = Sized::default();
+        let sized = Declared::default();
         let alloc = sized.alloc_fn();
         // wasm32: a pointer is a 32-bit offset into the one linear memory the hook writes to.
         let ptr = buf.as_mut_ptr() as usize as u32;

@@ -42,9 +42,7 @@ async fn fetch_storage_conforms_through_nodes_http_hook() {
         wasm_bindgen_test::console_log!("INSITUBATCH_HTTP_URL was unset at build time; skipping");
         return;
     };
-    let module = concat!("file://", env!("CARGO_MANIFEST_DIR"), "/../js/src/node-http.js");
-    let m = JsFuture::from(import_module(module).unwrap()).await.unwrap();
-    let make: js_sys::Function = js_sys::Reflect::get(&m, &"nodeHttpHook".into()).unwrap().into();
+    let make = package_export("node-http.js", "nodeHttpHook").await;
     let hook: js_sys::Function = make.call1(&JsValue::NULL, &wasm_bindgen::memory()).unwrap().into();
     insitubatch_wasm::set_fetch_hook(Some(hook));
     let storage = insitubatch_wasm::FetchStorage::new(&format!("{base}/storage-conformance"));
@@ -60,6 +58,13 @@ extern "C" {
     fn import_module(url: &str) -> Result<js_sys::Promise, JsValue>;
 }
 
+/// The function `name` that the Node package's `js/src/FILE` exports.
+async fn package_export(file: &str, name: &str) -> js_sys::Function {
+    let url = format!("file://{}/../js/src/{file}", env!("CARGO_MANIFEST_DIR"));
+    let m = JsFuture::from(import_module(&url).unwrap()).await.unwrap();
+    js_sys::Reflect::get(&m, &name.into()).unwrap().into()
+}
+
 /// The Node package's `file://` store (`js/src/node-storage.js`: node:fs, ranged reads),
 /// through [`insitubatch_wasm::JsStorage`], against the same fixture on disk; it lists.
 #[wasm_bindgen_test]
@@ -68,9 +73,7 @@ async fn node_file_storage_conforms() {
         wasm_bindgen_test::console_log!("INSITUBATCH_FIXTURES was unset at build time; skipping");
         return;
     };
-    let module = concat!("file://", env!("CARGO_MANIFEST_DIR"), "/../js/src/node-storage.js");
-    let m = JsFuture::from(import_module(module).unwrap()).await.unwrap();
-    let make: js_sys::Function = js_sys::Reflect::get(&m, &"nodeFileStorage".into()).unwrap().into();
+    let make = package_export("node-storage.js", "nodeFileStorage").await;
     let root = format!("{fixtures}/storage-conformance");
     let object =
         JsFuture::from(js_sys::Promise::from(make.call1(&JsValue::NULL, &root.into()).unwrap())).await.unwrap();
